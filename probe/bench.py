@@ -1,0 +1,152 @@
+"""The benchmark runner: W warmup and R recorded runs per (engine, prompt) cell, with token parity.
+
+Conventions are the write-ups': TTFT is the median over runs; ITL p50/p90 are taken over every decode step
+of every run; decode tokens/s excludes prefill; total is the mean wall time of a run. Results are saved
+after every cell, so an interrupted sweep keeps what finished.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import resource
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from engines import Engine, engine_class
+from engines.models import load_config, load_model, max_positions, prompt_ids, resolve_device, resolve_dtype
+from probe import annotate as A
+from probe.config import BenchConfig
+from probe.env import environment
+from probe.errors import ProbeError
+from probe.loop import Generation, generate
+from probe.results import BenchResults, Cell
+
+
+def check_writable(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe_file = folder / ".probe-write-test"
+        probe_file.write_text("")
+        probe_file.unlink()
+    except OSError as e:
+        raise ProbeError(f"cannot write to output folder {folder}: {e.strerror or e}") from None
+
+
+def validate(cfg: BenchConfig) -> tuple[dict[str, type[Engine]], torch.device]:
+    """Every check that needs no model weights, so bad input fails in a second, not after a load."""
+    classes = {name: engine_class(name) for name in cfg.engines}
+    resolve_dtype(cfg.dtype)
+    device = resolve_device(cfg.device)
+    config = load_config(cfg.model)
+    limit = max_positions(config)
+    longest = max(cfg.prompts) + cfg.new_tokens
+    if limit is not None and longest > limit:
+        raise ProbeError(f"prompt {max(cfg.prompts)} + {cfg.new_tokens} new tokens = {longest} positions exceeds "
+                         f"the model's maximum of {limit}")
+    return classes, device
+
+
+class PeakMemory:
+    """Peak memory over a block: CUDA's allocator peak, or the process's peak RSS (VmHWM, reset per cell)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.kind = "cuda_allocated" if device.type == "cuda" else "cpu_rss"
+
+    def reset(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return
+        try:  # Linux: writing 5 resets the peak RSS the kernel tracks for this process
+            Path("/proc/self/clear_refs").write_text("5")
+        except OSError:
+            pass
+
+    def peak(self) -> int:
+        if self.device.type == "cuda":
+            return int(torch.cuda.max_memory_allocated(self.device))
+        try:
+            for line in Path("/proc/self/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+ProgressFn = Callable[[str, int], None]  # (description, runs completed since last call)
+
+
+def run_cell(engine: Engine, prompt: torch.Tensor, cfg: BenchConfig, mem: PeakMemory, annotator,
+             reference: list[list[int]] | None, progress: ProgressFn) -> Cell:
+    label = f"{engine.name} p{prompt.shape[1]}"
+    for _ in range(cfg.warmup):
+        generate(engine, prompt, cfg.new_tokens, annotator)
+        progress(f"{label} warmup", 1)
+    mem.reset()
+    gens: list[Generation] = []
+    for _ in range(cfg.runs):
+        gens.append(generate(engine, prompt, cfg.new_tokens, annotator))
+        progress(f"{label} run", 1)
+    peak = mem.peak()
+    sync_cost = None
+    if prompt.device.type == "cuda":
+        # Part 1's measurement: a run that syncs only at the end, against the per-step-synced runs.
+        free = generate(engine, prompt, cfg.new_tokens, annotator, sync_each_step=False)
+        synced = sum(g.total_ns for g in gens) / len(gens)
+        sync_cost = (synced - free.total_ns) / (cfg.new_tokens - 1) / 1e6
+        progress(f"{label} sync cost", 1)
+    return Cell.from_runs(
+        engine=engine.name, prompt_tokens=prompt.shape[1], batch=prompt.shape[0],
+        ttft_ms=[g.ttft_ns / 1e6 for g in gens], itl_ms=[[s / 1e6 for s in g.step_ns] for g in gens],
+        total_ms=[g.total_ns / 1e6 for g in gens], tokens=[g.tokens.tolist() for g in gens],
+        peak_mem_bytes=peak, peak_mem_kind=mem.kind, reference=reference, sync_overhead_ms=sync_cost,
+    )
+
+
+def runs_per_cell(cfg: BenchConfig, device: torch.device) -> int:
+    return cfg.warmup + cfg.runs + (1 if device.type == "cuda" else 0)
+
+
+def bench(cfg: BenchConfig, out: Path | None = None, progress: ProgressFn = lambda d, n: None,
+          on_cell: Callable[[BenchResults], None] = lambda r: None) -> BenchResults:
+    """Run the sweep. With `out`, results are saved after every cell."""
+    classes, device = validate(cfg)
+    if out is not None:
+        check_writable(out)
+    annotator = A.Annotator() if cfg.annotate else A.NULL
+    results = BenchResults([], environment(device, cfg.dtype), _config_dict(cfg))
+    model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
+    mem = PeakMemory(device)
+    # naive first: its tokens are every other engine's reference
+    order = sorted(classes, key=lambda n: classes[n].name != "naive")
+    for length in sorted(cfg.prompts):
+        prompt = prompt_ids(length, cfg.batch, model.config.vocab_size, cfg.seed).to(device)
+        reference = None
+        for name in order:
+            engine = classes[name](model)
+            if reference is None and engine.name != "naive":
+                progress(f"naive p{length} reference", 0)
+                reference = generate(engine_class("naive")(model), prompt, cfg.new_tokens).tokens.tolist()
+            cell = run_cell(engine, prompt, cfg, mem, annotator, reference, progress)
+            if engine.name == "naive":
+                reference = cell.tokens
+                cell = dataclasses.replace(cell, tokens_match_naive=True)
+            results.cells.append(cell)
+            if out is not None:
+                results.save(out)
+            on_cell(results)
+    results.complete = True
+    if out is not None:
+        results.save(out)
+    return results
+
+
+def _config_dict(cfg: BenchConfig) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(cfg).items()}
+
+
+def mismatches(results: BenchResults) -> list[Cell]:
+    return [c for c in results.cells if c.tokens_match_naive is False]

@@ -1,0 +1,1 @@
+"""One module a subcommand: `HELP`, `add_arguments(parser)` and `main(args) -> exit code`."""

@@ -1,0 +1,52 @@
+"""Benchmark engines across prompt lengths: TTFT, ITL, decode tokens/s, peak memory and token parity."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from probe.config import BenchConfig, add_arguments as add_config_arguments, from_args
+
+HELP = "time engines across prompt lengths, with token parity against naive"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_config_arguments(p, BenchConfig)
+    p.add_argument("--out", type=Path, help="folder for results.json and cells.parquet")
+    p.add_argument("--json", action="store_true", help="print the results JSON to stdout instead of a table")
+
+
+def execute(cfg: BenchConfig, out: Path | None, as_json: bool, title: str | None = None):
+    """Run a sweep with a progress bar; print the table or JSON. Returns (results, exit code)."""
+    from probe import render
+    from probe.bench import bench, mismatches, runs_per_cell, validate
+
+    _, device = validate(cfg)
+    total = len(cfg.prompts) * len(cfg.engines) * runs_per_cell(cfg, device)
+    partial = {}
+    try:
+        with render.ProgressBar(total, enabled=not as_json and sys.stderr.isatty() or not as_json) as bar:
+            results = bench(cfg, out, progress=bar, on_cell=lambda r: partial.update(results=r))
+    except KeyboardInterrupt:
+        kept = len(partial["results"].cells) if partial else 0
+        where = f" in {out}" if out else ""
+        print(f"probe: interrupted; {kept} finished cell(s) kept{where}", file=sys.stderr)
+        raise SystemExit(130) from None
+    if as_json:
+        print(json.dumps(results.to_json(), indent=1))
+    else:
+        render.stdout().print(render.cells_table(results, title))
+    bad = mismatches(results)
+    if bad and not cfg.allow_mismatch:
+        names = ", ".join(f"{c.engine}@p{c.prompt_tokens}" for c in bad)
+        print(f"probe: error: tokens differ from naive for {names} (use --allow-mismatch to accept)",
+              file=sys.stderr)
+        return results, 1
+    return results, 0
+
+
+def main(args: argparse.Namespace) -> int:
+    cfg = from_args(BenchConfig, args)
+    return execute(cfg, args.out, args.json)[1]
