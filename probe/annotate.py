@@ -4,18 +4,18 @@ Each name is emitted twice, as an NVTX range (through the `nvtx` package, which 
 `torch.cuda.nvtx` where only that exists) and as a torch.profiler `record_function` range, so the same
 names appear in Nsight Systems and torch.profiler traces. Indexed ranges are labelled `name#index`.
 
-| range              | where                                   | what it covers                                         |
-|--------------------|-----------------------------------------|--------------------------------------------------------|
-| `run`              | decode loop                             | one whole generation: prefill and every decode step    |
-| `prefill`          | decode loop                             | the prompt's forward, its sampling and its sync        |
-| `decode#i`         | decode loop                             | decode step i (0-based): forward, sample, sync         |
-| `forward`          | decode loop                             | the engine call (model forward and its Python)         |
-| `cache.update#l`   | transformers `Cache.update`             | the key/value write of layer l, once per layer         |
-| `cache.seq_length` | transformers `Cache.get_seq_length`     | reading the filled length back (positions, mask offset) |
-| `cache.mask_sizes` | transformers `Cache.get_mask_sizes`     | the cache's answer to "how big is the mask"            |
-| `mask`             | the model module's `create_*_mask`      | building the attention mask (contains the query above) |
-| `sample`           | decode loop                             | greedy argmax over the logits                          |
-| `sync`             | decode loop                             | waiting for the device to drain (no-op on CPU)         |
+| range | where | what it covers |
+|---|---|---|
+| `run` | decode loop | one whole generation: prefill and every decode step |
+| `prefill` | decode loop | the prompt's forward, its sampling and its sync |
+| `decode#i` | decode loop | decode step i (0-based): forward, sample, sync |
+| `forward` | decode loop | the engine call (model forward and its Python) |
+| `cache.update#l` | transformers `Cache.update` | the key/value write of layer l, once per layer |
+| `cache.seq_length` | transformers `Cache.get_seq_length` | reading the filled length back (positions, mask offset) |
+| `cache.mask_sizes` | transformers `Cache.get_mask_sizes` | the cache's answer to "how big is the mask" |
+| `mask` | the model module's `create_*_mask` | building the attention mask (contains the query above) |
+| `sample` | decode loop | greedy argmax over the logits |
+| `sync` | decode loop | waiting for the device to drain (no-op on CPU) |
 
 Cost: with annotations switched off the loop uses `NULL`, a shared no-op context, and no method is
 patched. Switched on but with no tool attached, `record_function` is skipped unless the profiler is

@@ -33,7 +33,8 @@ def cells_table(results: BenchResults, title: str | None = None) -> Table:
                       f"{c.peak_mem_bytes / 2**20:.0f}", f"{c.spread_pct:.1f}", _match(c.tokens_match_naive))
     sync = [c.sync_overhead_ms for c in results.cells if c.sync_overhead_ms is not None]
     if sync:
-        table.caption = f"per-step sync costs {min(sync):.3f}..{max(sync):.3f} ms (run with one final sync vs one per step)"
+        table.caption = (f"per-step sync costs {min(sync):.3f}..{max(sync):.3f} ms "
+                         "(runs with one final sync against runs with one per step)")
     return table
 
 

@@ -7,7 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from probe.config import BenchConfig, add_arguments as add_config_arguments, from_args
+from probe.config import BenchConfig, from_args
+from probe.config import add_arguments as add_config_arguments
 
 HELP = "time engines across prompt lengths, with token parity against naive"
 
@@ -21,13 +22,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def execute(cfg: BenchConfig, out: Path | None, as_json: bool, title: str | None = None):
     """Run a sweep with a progress bar; print the table or JSON. Returns (results, exit code)."""
     from probe import render
-    from probe.bench import bench, mismatches, runs_per_cell, validate
+    from probe.bench import bench, check_writable, mismatches, runs_per_cell, validate
 
     _, device = validate(cfg)
+    if out is not None:
+        check_writable(out)
     total = len(cfg.prompts) * len(cfg.engines) * runs_per_cell(cfg, device)
     partial = {}
     try:
-        with render.ProgressBar(total, enabled=not as_json and sys.stderr.isatty() or not as_json) as bar:
+        with render.ProgressBar(total, enabled=not as_json) as bar:
             results = bench(cfg, out, progress=bar, on_cell=lambda r: partial.update(results=r))
     except KeyboardInterrupt:
         kept = len(partial["results"].cells) if partial else 0

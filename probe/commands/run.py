@@ -10,7 +10,8 @@ import argparse
 import time
 from pathlib import Path
 
-from probe.config import BenchConfig, add_arguments as add_config_arguments, from_args
+from probe.config import BenchConfig, from_args
+from probe.config import add_arguments as add_config_arguments
 
 HELP = "the default sweep (naive vs cached), written to a report folder"
 

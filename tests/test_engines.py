@@ -1,0 +1,133 @@
+"""Engines: parity with naive, diverse tokens, the contiguous cache's reads, model sources."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from engines import ENGINES, EngineError, engine_class
+from engines.cached import CachedEngine, ContiguousLayer
+from engines.models import ModelError, load_config, load_model, prompt_ids, resolve
+from probe.loop import generate
+
+
+def tokens(engine, prompt, n):
+    return generate(engine, prompt, n).tokens
+
+
+@pytest.mark.parametrize("length", [1, 16, 200])
+def test_cached_matches_naive(tiny, length):
+    prompt = prompt_ids(length, 1, tiny.config.vocab_size)
+    assert torch.equal(tokens(ENGINES["naive"](tiny), prompt, 24), tokens(ENGINES["cached"](tiny), prompt, 24))
+
+
+def test_batched_rows_match_their_own_runs(tiny):
+    prompt = prompt_ids(32, 3, tiny.config.vocab_size)
+    both = tokens(CachedEngine(tiny), prompt, 12)
+    for row in range(3):
+        alone = tokens(ENGINES["naive"](tiny), prompt[row:row + 1], 12)
+        assert torch.equal(both[row:row + 1], alone)
+
+
+def test_tokens_are_diverse(tiny):
+    out = tokens(CachedEngine(tiny), prompt_ids(16, 1, tiny.config.vocab_size), 64)[0].tolist()
+    most_common = max(out.count(t) for t in set(out))
+    assert len(set(out)) >= 32, out  # random weights must not collapse greedy decoding onto one token
+    assert most_common <= 4, out
+
+
+def test_cache_is_allocated_once_at_full_size_and_reads_only_filled_slots(tiny):
+    engine = CachedEngine(tiny)
+    prompt = prompt_ids(10, 1, tiny.config.vocab_size)
+    reference = tokens(engine, prompt, 6)
+    engine.prefill(prompt, 16)
+    layer = engine.cache.layers[0]
+    assert isinstance(layer, ContiguousLayer) and layer.keys.shape[2] == 16 and layer.length == 10
+    buffers = [(lay.keys.data_ptr(), lay.values.data_ptr()) for lay in engine.cache.layers]
+    for lay in engine.cache.layers:  # poison every slot not written yet: reading one would spread NaN
+        lay.keys[:, :, 10:].fill_(float("nan"))
+        lay.values[:, :, 10:].fill_(float("nan"))
+    with torch.inference_mode():
+        token = tiny(input_ids=prompt, use_cache=False, logits_to_keep=1).logits[:, -1].argmax(-1, keepdim=True)
+        out = [token]
+        for _ in range(5):
+            logits = engine.decode(token)
+            assert torch.isfinite(logits).all()
+            token = logits.argmax(-1, keepdim=True)
+            out.append(token)
+    assert torch.equal(torch.cat(out, 1), reference)
+    assert buffers == [(lay.keys.data_ptr(), lay.values.data_ptr()) for lay in engine.cache.layers]
+    assert engine.cache.get_seq_length() == 15
+
+
+def test_cache_overflow_is_an_error(tiny):
+    engine = CachedEngine(tiny)
+    prompt = prompt_ids(4, 1, tiny.config.vocab_size)
+    with torch.inference_mode():
+        engine.prefill(prompt, 5)
+        engine.decode(prompt[:, :1])
+        with pytest.raises(RuntimeError, match="cache full"):
+            engine.decode(prompt[:, :1])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_dtypes_run(dtype):
+    model = load_model("tiny", dtype, "cpu")
+    assert next(model.parameters()).dtype == getattr(torch, dtype)
+    out = tokens(CachedEngine(model), prompt_ids(8, 1, model.config.vocab_size), 4)
+    assert out.shape == (1, 4)
+
+
+def test_saved_model_folder_loads_real_weights(tiny, tmp_path):
+    tiny.save_pretrained(tmp_path / "m")
+    assert resolve(str(tmp_path / "m")).weights_dir == tmp_path / "m"
+    loaded = load_model(str(tmp_path / "m"), "float32", "cpu", seed=123)  # seed must not matter: weights load
+    prompt = prompt_ids(12, 1, tiny.config.vocab_size)
+    assert torch.equal(tokens(CachedEngine(loaded), prompt, 8), tokens(CachedEngine(tiny), prompt, 8))
+
+
+def test_config_json_builds_random_weights(tmp_path):
+    cfg = json.loads((resolve("tiny").config_path).read_text()) | {"num_hidden_layers": 2}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    model = load_model(str(tmp_path / "config.json"), "float32", "cpu")
+    assert model.config.num_hidden_layers == 2
+
+
+def test_qwen_preset_is_the_real_architecture():
+    cfg = load_config("qwen2.5-1.5b")
+    assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads) == (
+        1536, 28, 12, 2)
+    assert (cfg.head_dim, cfg.intermediate_size, cfg.vocab_size, cfg.tie_word_embeddings) == (
+        128, 8960, 151936, True)
+    with torch.device("meta"):
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_config(cfg)
+    assert sum(p.numel() for p in model.parameters()) == 1_543_714_304
+    assert model.model.layers[0].self_attn.q_proj.bias is not None
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("gpt-17", "unknown model"),
+    ("/nonexistent/model", "does not exist"),
+    ("./nope/config.json", "does not exist"),
+])
+def test_bad_model_specs(spec, message):
+    with pytest.raises(ModelError, match=message):
+        resolve(spec)
+
+
+def test_engine_lookup():
+    assert engine_class("cached") is CachedEngine
+    assert engine_class("engines.naive:NaiveEngine").name == "naive"
+    with pytest.raises(EngineError, match="unknown engine"):
+        engine_class("turbo")
+    with pytest.raises(EngineError, match="not an Engine"):
+        engine_class("engines.models:resolve")
+
+
+def test_prompts_are_deterministic_and_exact():
+    a, b = prompt_ids(100, 2, 1024, seed=0), prompt_ids(100, 2, 1024, seed=0)
+    assert a.shape == (2, 100) and torch.equal(a, b) and not torch.equal(a[0], a[1])
