@@ -12,7 +12,7 @@ import sys
 
 from probe.errors import ProbeError
 
-COMMANDS = ("run", "bench")
+COMMANDS = ("run", "bench", "profile", "count")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -64,6 +64,25 @@ class BenchConfig:
             raise ProbeError("--engines is empty")
 
 
+@dataclass(frozen=True)
+class ProfileConfig:
+    engine: str = knob("cached", "engine name (or module:Class)")
+    prompt: int = knob(64, "prompt length, tokens")
+    new_tokens: int = knob(8, "tokens generated in the recorded run")
+    model: str = knob("tiny", "preset name, config.json or local model folder")
+    dtype: str = knob("float32", "weights and activations dtype", choices=("float32", "float16", "bfloat16"))
+    device: str = knob("auto", "auto (CUDA when available), cpu, cuda, ...")
+    batch: int = knob(1, "sequences per forward")
+    seed: int = knob(0, "seed for weights and prompts")
+    warmup: int = knob(1, "unrecorded warmup runs before the recorded one")
+
+    def __post_init__(self):
+        if self.new_tokens < 2:
+            raise ProbeError("--new-tokens must be at least 2: one prefill token plus one decode step")
+        if self.prompt < 1 or self.batch < 1 or self.warmup < 0:
+            raise ProbeError("--prompt and --batch must be at least 1, --warmup at least 0")
+
+
 def _base_type(tp):
     if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
         return next(a for a in typing.get_args(tp) if a is not type(None))

@@ -4,8 +4,8 @@
 #
 # Why not `apt-get install nsight-systems`: nsight-systems-target depends on libcuda1, which drags in
 # driver libraries a CPU machine does not want. `apt-get download` + `dpkg -x` avoids that.
-# Why the symlink: the unpacked nsys looks for its host directory next to its own lib folder; without
-# it `nsys profile` leaves only a .qdstrm file and no report.
+# Why the symlinks: the unpacked nsys looks for its host directory next to its own lib folder, and its
+# QdstrmImporter wants an unversioned libssh.so; without either, `nsys profile` leaves only a .qdstrm file.
 set -euo pipefail
 dest=${1:-${PROBE_NSYS_HOME:-$HOME/.cache/probe/nsys}}
 nsys="$dest/usr/bin/nsys"
@@ -31,5 +31,8 @@ fi
 (cd "$work" && apt-get "${apt_opts[@]}" download nsight-systems nsight-systems-target >&2)
 for deb in "$work"/*.deb; do dpkg -x "$deb" "$dest"; done
 ln -sfn ../../nsight-systems/host-linux-x64 "$dest/usr/lib/x86_64-linux-gnu/nsight-systems/host-linux-x64"
+# The importer links against the unversioned libssh.so, which only libssh-dev would provide.
+libssh=$(ldconfig -p | awk '/libssh\.so\.4 /{print $NF; exit}')
+[ -n "$libssh" ] && ln -sfn "$libssh" "$dest/usr/lib/nsight-systems/host-linux-x64/libssh.so"
 [ -x "$nsys" ] || { echo "install-nsys: $nsys not found after unpacking" >&2; exit 1; }
 echo "$nsys"

@@ -1,0 +1,158 @@
+"""Trace capture: one engine, one prompt length, a few decode steps, under torch.profiler or Nsight Systems.
+
+Warmup is never recorded. Traces are written as `<model>_<engine>_<device>_p<P>_n<N>.trace.json.gz` with a
+sidecar `<same stem>.meta.json` holding the run config and the environment. The chrome trace is torch's own
+export, gzipped: Perfetto and chrome://tracing open it unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engines import engine_class
+from engines.models import load_model, prompt_ids, resolve
+from probe import annotate as A
+from probe.config import ProfileConfig
+from probe.env import environment
+from probe.errors import ProbeError
+from probe.loop import generate
+
+NSYS_HINT = ("nsys not found: run scripts/install-nsys.sh (Debian's nsight-systems 2022.4, non-free) "
+             "and set PROBE_NSYS to the path it prints, or put nsys on PATH")
+
+
+def stem(cfg: ProfileConfig, device: torch.device) -> str:
+    model = resolve(cfg.model).name
+    return f"{model}_{engine_class(cfg.engine).name}_{device.type}_p{cfg.prompt}_n{cfg.new_tokens}"
+
+
+@dataclass(frozen=True)
+class Capture:
+    trace: Path | None  # torch.profiler chrome trace (.trace.json.gz)
+    meta: Path
+    nsys_rep: Path | None = None
+    sqlite: Path | None = None
+
+
+def _prepare(cfg: ProfileConfig):
+    from probe.bench import validate
+    from probe.config import BenchConfig
+
+    bench_cfg = BenchConfig(engines=(cfg.engine,), prompts=(cfg.prompt,), new_tokens=cfg.new_tokens, runs=1,
+                            warmup=cfg.warmup, batch=cfg.batch, model=cfg.model, dtype=cfg.dtype,
+                            device=cfg.device, seed=cfg.seed)
+    classes, device = validate(bench_cfg)
+    model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
+    engine = classes[cfg.engine](model)
+    prompt = prompt_ids(cfg.prompt, cfg.batch, model.config.vocab_size, cfg.seed).to(device)
+    return engine, prompt, device
+
+
+def _write_meta(path: Path, cfg: ProfileConfig, device: torch.device, **extra) -> None:
+    meta = {"config": dataclasses.asdict(cfg), "env": environment(device, cfg.dtype), **extra}
+    path.write_text(json.dumps(meta, indent=1))
+
+
+def profile_torch(cfg: ProfileConfig, out: Path) -> Capture:
+    """Record one generation under torch.profiler (CPU, plus CUDA when available) after `warmup` runs."""
+    from probe.bench import check_writable
+
+    check_writable(out)
+    engine, prompt, device = _prepare(cfg)
+    annotator = A.Annotator()
+    for _ in range(cfg.warmup):
+        generate(engine, prompt, cfg.new_tokens, annotator)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        gen = generate(engine, prompt, cfg.new_tokens, annotator)
+    name = stem(cfg, device)
+    raw = out / f"{name}.trace.json"
+    prof.export_chrome_trace(str(raw))
+    trace = out / f"{name}.trace.json.gz"
+    with open(raw, "rb") as src, gzip.open(trace, "wb", compresslevel=9) as dst:
+        shutil.copyfileobj(src, dst)
+    raw.unlink()
+    meta = out / f"{name}.meta.json"
+    _write_meta(meta, cfg, device, tool="torch.profiler", trace=trace.name,
+                ttft_ms=gen.ttft_ns / 1e6, itl_ms=[s / 1e6 for s in gen.step_ns], tokens=gen.tokens.tolist())
+    return Capture(trace, meta)
+
+
+def run_annotated(cfg: ProfileConfig) -> None:
+    """The process nsys watches: warmup, then one annotated generation (no torch.profiler attached)."""
+    engine, prompt, _ = _prepare(cfg)
+    annotator = A.Annotator()
+    if annotator.push is None:
+        raise ProbeError("no NVTX emitter: pip install 'nvtx<0.2.12'")
+    for _ in range(cfg.warmup):
+        generate(engine, prompt, cfg.new_tokens, A.NULL)
+    generate(engine, prompt, cfg.new_tokens, annotator)
+
+
+def find_nsys() -> str:
+    for candidate in (os.environ.get("PROBE_NSYS"), shutil.which("nsys"),
+                      str(Path.home() / ".cache/probe/nsys/usr/bin/nsys")):
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    raise ProbeError(NSYS_HINT)
+
+
+def check_nvtx_for(nsys: str) -> None:
+    """nvtx >= 0.2.12 calls nvtxDomainIsEnabled, which nsys 2022.x lacks: every range would vanish silently."""
+    try:
+        import nvtx
+    except ImportError:
+        return
+    version = tuple(int(x) for x in re.findall(r"\d+", getattr(nvtx, "__version__", "0"))[:3])
+    out = subprocess.run([nsys, "--version"], capture_output=True, text=True).stdout
+    nsys_year = int(m.group(1)) if (m := re.search(r"version (\d{4})\.", out)) else 9999
+    if version >= (0, 2, 12) and nsys_year < 2023:
+        raise ProbeError(f"nvtx {'.'.join(map(str, version))} records no ranges under nsys {nsys_year}: "
+                         "pip install 'nvtx<0.2.12'")
+
+
+def profile_nsys(cfg: ProfileConfig, out: Path) -> Capture:
+    """Run the same generation under `nsys profile`; export the report to SQLite next to it."""
+    from probe.bench import check_writable, validate
+    from probe.config import BenchConfig
+
+    nsys = find_nsys()
+    check_nvtx_for(nsys)
+    check_writable(out)
+    _, device = validate(BenchConfig(engines=(cfg.engine,), prompts=(cfg.prompt,), new_tokens=cfg.new_tokens,
+                                     model=cfg.model, dtype=cfg.dtype, device=cfg.device))
+    base = out / stem(cfg, device)
+    traces = "nvtx,osrt" + (",cuda" if device.type == "cuda" else "")
+    inner = [sys.executable, "-m", "probe", "profile", "--annotated-run",
+             "--engine", cfg.engine, "--prompt", str(cfg.prompt), "--new-tokens", str(cfg.new_tokens),
+             "--model", cfg.model, "--dtype", cfg.dtype, "--device", str(device), "--batch", str(cfg.batch),
+             "--seed", str(cfg.seed), "--warmup", str(cfg.warmup)]
+    cmd = [nsys, "profile", f"--trace={traces}", "--sample=none", "--cpuctxsw=none", "--force-overwrite=true",
+           "-o", str(base), *inner]
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    rep = base.with_suffix(".nsys-rep")
+    if run.returncode != 0 or not rep.exists():
+        tail = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise ProbeError(f"nsys profile failed (exit {run.returncode}): {tail[0]}")
+    sqlite = base.with_suffix(".sqlite")
+    export = subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(sqlite),
+                             str(rep)], capture_output=True, text=True)
+    if export.returncode != 0 or not sqlite.exists():
+        raise ProbeError(f"nsys export failed (exit {export.returncode}): {export.stderr.strip()[:200]}")
+    meta = out / f"{stem(cfg, device)}.nsys.meta.json"
+    _write_meta(meta, cfg, device, tool="nsys", nsys=nsys, nsys_rep=rep.name, sqlite=sqlite.name,
+                command=cmd)
+    return Capture(None, meta, rep, sqlite)

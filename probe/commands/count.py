@@ -1,0 +1,57 @@
+"""Aten ops dispatched per forward, for the prefill and for one decode step, per engine and prompt length.
+
+The count is deterministic: the same in every run and every process. On a CPU it is the launch count of
+the write-ups (on a GPU they counted 1,123 kernel launches per pass; `probe analyze` counts those from a
+CUDA trace).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+from probe.config import int_list, str_list
+
+HELP = "count aten ops dispatched per forward (prefill and one decode step)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--engines", type=str_list, default=("naive", "cached"), help="engines (default: naive,cached)")
+    p.add_argument("--prompts", type=int_list, default=(16, 256), help="prompt lengths (default: 16,256)")
+    p.add_argument("--model", default="tiny", help="preset, config.json or model folder (default: tiny)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
+    p.add_argument("--device", default="cpu", help="device (default: cpu)")
+    p.add_argument("--by-op", action="store_true", help="also list the decode step's ops by name")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def main(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from engines.models import load_model, prompt_ids
+    from probe import render
+    from probe.bench import validate
+    from probe.config import BenchConfig
+    from probe.count import count_forward_ops
+
+    classes, device = validate(BenchConfig(engines=args.engines, prompts=args.prompts, new_tokens=2,
+                                           model=args.model, dtype=args.dtype, device=args.device))
+    model = load_model(args.model, args.dtype, str(device))
+    counts = [count_forward_ops(classes[name](model), prompt_ids(p, 1, model.config.vocab_size).to(device))
+              for p in sorted(args.prompts) for name in args.engines]
+    if args.json:
+        print(json.dumps([dataclasses.asdict(c) for c in counts], indent=1))
+        return 0
+    table = Table(title=f"aten ops per forward: {args.model} {args.dtype} on {device}", title_justify="left")
+    for col in ("engine", "prompt", "prefill ops", "decode ops"):
+        table.add_column(col, justify="left" if col == "engine" else "right")
+    for c in counts:
+        table.add_row(c.engine, str(c.prompt_tokens), str(c.prefill_ops), str(c.decode_ops))
+    console = render.stdout()
+    console.print(table)
+    if args.by_op:
+        for c in counts:
+            console.print(f"{c.engine} p{c.prompt_tokens} decode: " +
+                          ", ".join(f"{k.removeprefix('aten::')} {v}" for k, v in c.decode_by_op.items()))
+    return 0

@@ -1,0 +1,35 @@
+"""Record one engine at one prompt length for a few decode steps: a torch.profiler chrome trace, or with
+--nsys an Nsight Systems report and its SQLite export. Warmup is not recorded. Every range of the
+annotation vocabulary (probe.annotate) appears in both kinds of trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from probe.config import ProfileConfig, from_args  # noqa: I001
+from probe.config import add_arguments as add_config_arguments
+
+HELP = "record a torch.profiler (or --nsys) trace of one engine at one prompt length"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_config_arguments(p, ProfileConfig)
+    p.add_argument("--out", type=Path, default=Path("traces"), help="folder for the trace (default: traces)")
+    p.add_argument("--nsys", action="store_true", help="run under Nsight Systems and export SQLite")
+    p.add_argument("--annotated-run", action="store_true", help=argparse.SUPPRESS)  # the process nsys watches
+
+
+def main(args: argparse.Namespace) -> int:
+    from probe import capture
+
+    cfg = from_args(ProfileConfig, args)
+    if args.annotated_run:
+        capture.run_annotated(cfg)
+        return 0
+    result = capture.profile_nsys(cfg, args.out) if args.nsys else capture.profile_torch(cfg, args.out)
+    for path in (result.trace, result.nsys_rep, result.sqlite, result.meta):
+        if path is not None:
+            print(path)
+    return 0

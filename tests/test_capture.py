@@ -1,0 +1,131 @@
+"""Instrumentation and capture: ranges in torch.profiler and nsys traces, deterministic op counts."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import sqlite3
+from collections import Counter
+
+import pytest
+from transformers.cache_utils import Cache
+
+from engines import ENGINES
+from engines.models import prompt_ids
+from probe import annotate as A
+from probe.capture import find_nsys, profile_torch
+from probe.config import ProfileConfig
+from probe.count import count_forward_ops
+from probe.errors import ProbeError
+from tests.conftest import IN_CI, run_probe
+
+NEW_TOKENS, LAYERS = 6, 4
+
+
+@pytest.fixture(scope="module")
+def cpu_trace(tmp_path_factory):
+    out = tmp_path_factory.mktemp("traces")
+    capture = profile_torch(ProfileConfig(engine="cached", prompt=32, new_tokens=NEW_TOKENS, device="cpu"), out)
+    events = json.loads(gzip.decompress(capture.trace.read_bytes()))["traceEvents"]
+    return capture, [e for e in events if e.get("ph") == "X"]
+
+
+def inside(outer, events):
+    end = outer["ts"] + outer["dur"]
+    return [e for e in events if outer["ts"] <= e["ts"] and e["ts"] + e["dur"] <= end and e is not outer]
+
+
+def test_trace_name_sidecar_and_step_sequence(cpu_trace):
+    capture, events = cpu_trace
+    assert capture.trace.name == "tiny_cached_cpu_p32_n6.trace.json.gz"
+    meta = json.loads(capture.meta.read_text())
+    assert meta["config"]["engine"] == "cached" and meta["env"]["torch"] and len(meta["itl_ms"]) == NEW_TOKENS - 1
+    steps = [e["name"] for e in sorted(events, key=lambda e: e["ts"]) if A.split_label(e["name"])[0] in A.STEP_RANGES]
+    assert steps == ["prefill"] + [f"decode#{i}" for i in range(NEW_TOKENS - 1)]  # warmup not recorded
+
+
+def test_every_decode_step_has_every_range(cpu_trace):
+    _, events = cpu_trace
+    ranges = [e for e in events if e.get("cat") == "user_annotation"]
+    for step in (e for e in ranges if e["name"].startswith("decode#")):
+        names = Counter(e["name"] for e in inside(step, ranges))
+        assert {f"cache.update#{layer}" for layer in range(LAYERS)} <= set(names)
+        assert all(names[f"cache.update#{layer}"] == 1 for layer in range(LAYERS))
+        for name in (A.FORWARD, A.SAMPLE, A.SYNC, A.CACHE_SEQ_LENGTH, A.CACHE_MASK_SIZES, A.MASK):
+            assert names[name] >= 1, (step["name"], name)
+
+
+def top_level_ops(window, events):
+    ops = sorted((e for e in inside(window, events) if e.get("cat") == "cpu_op"), key=lambda e: (e["ts"], -e["dur"]))
+    top, end = [], float("-inf")
+    for op in ops:
+        if op["ts"] >= end:
+            top.append(op)
+            end = op["ts"] + op["dur"]
+    return top
+
+
+def test_dispatch_count_equals_profiler_top_level_count(cpu_trace, tiny):
+    _, events = cpu_trace
+    counts = count_forward_ops(ENGINES["cached"](tiny), prompt_ids(32, 1, tiny.config.vocab_size))
+    forwards = [e for e in events if e["name"] == A.FORWARD]
+    decode_forwards = [f for f in forwards if any(f in inside(s, events) for s in events
+                                                  if s["name"].startswith("decode#"))]
+    assert len(decode_forwards) == NEW_TOKENS - 1
+    assert {len(top_level_ops(f, events)) for f in decode_forwards} == {counts.decode_ops}
+
+
+def test_counts_are_deterministic_across_runs_and_processes(tiny):
+    prompt = prompt_ids(16, 1, tiny.config.vocab_size)
+    first = [count_forward_ops(ENGINES[n](tiny), prompt) for n in ("naive", "cached")]
+    second = [count_forward_ops(ENGINES[n](tiny), prompt) for n in ("naive", "cached")]
+    assert first == second
+    other = run_probe("count", "--prompts", "16", "--json", "--by-op")
+    assert other.returncode == 0, other.stderr
+    theirs = json.loads(other.stdout)
+    assert [(c["prefill_ops"], c["decode_ops"], c["decode_by_op"]) for c in theirs] == [
+        (c.prefill_ops, c.decode_ops, c.decode_by_op) for c in first]
+    assert first[1].decode_ops > first[0].decode_ops  # the cache adds per-layer work to every forward
+
+
+def test_annotations_off_patch_nothing(tiny):
+    original = Cache.__dict__["update"]
+    with A.instrument(tiny, A.NULL):
+        assert Cache.__dict__["update"] is original
+    with A.instrument(tiny, A.Annotator()):
+        assert Cache.__dict__["update"] is not original
+    assert Cache.__dict__["update"] is original
+
+
+def nsys_available() -> bool:
+    try:
+        find_nsys()
+        return True
+    except ProbeError:
+        return False
+
+
+@pytest.mark.nsys
+@pytest.mark.skipif(not (IN_CI or nsys_available()), reason="nsys not installed (scripts/install-nsys.sh)")
+def test_nsys_capture_has_our_ranges(tmp_path):
+    result = run_probe("profile", "--nsys", "--engine", "cached", "--prompt", "16", "--new-tokens", "4",
+                       "--device", "cpu", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    sqlite = tmp_path / "tiny_cached_cpu_p16_n4.sqlite"
+    assert sqlite.exists() and (tmp_path / "tiny_cached_cpu_p16_n4.nsys-rep").exists()
+    with sqlite3.connect(sqlite) as db:
+        names = Counter(row[0] for row in db.execute(
+            "SELECT COALESCE(e.text, s.value) FROM NVTX_EVENTS e LEFT JOIN StringIds s ON e.textId = s.id"))
+    assert names["prefill"] == 1 and names["run"] == 1
+    assert [names[f"decode#{i}"] for i in range(3)] == [1, 1, 1]
+    assert all(names[f"cache.update#{layer}"] == 4 for layer in range(LAYERS))
+    for name in (A.FORWARD, A.SAMPLE, A.SYNC, A.MASK, A.CACHE_MASK_SIZES):
+        assert names[name] == 4
+
+
+def test_missing_nsys_is_one_line(tmp_path):
+    env = os.environ | {"PROBE_NSYS": "", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    result = run_probe("profile", "--nsys", "--device", "cpu", "--out", str(tmp_path), env=env)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"probe: error: {__import__('probe.capture').capture.NSYS_HINT}"]
