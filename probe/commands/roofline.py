@@ -1,0 +1,184 @@
+"""Bandwidth roofline of a decode step, from a model config alone: the bytes a step must move (weights once,
+the KV cache in full), how long the bandwidth needs for them, the token forwards a cache saves, and the
+largest batch a step budget allows. `--check` recomputes every number the write-ups derive
+(probe/data/published.json) and exits 1 if any has drifted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from probe.config import add_arguments as add_config_arguments
+from probe.config import from_args, knob
+from probe.errors import ProbeError
+from probe.hardware import DEVICES
+
+HELP = "bytes a decode step moves, its bandwidth floor and batch limit; --check the write-ups' numbers"
+
+DEFAULT_DEVICE = "A10"  # the write-ups' card
+COPY_BYTES, COPY_REPEATS = 256 * 2**20, 10  # --measure: far past any CPU's last-level cache or a GPU's L2
+
+
+@dataclass(frozen=True)
+class RooflineConfig:
+    model: str = knob("qwen2.5-1.5b", "preset name, config.json or local model folder")
+    dtype: str = knob("float16", "weights and KV cache dtype", choices=("float32", "float16", "bfloat16"))
+    prompt: int = knob(16, "prompt tokens, P")
+    new_tokens: int = knob(256, "generated tokens, L")
+    batch: int = knob(1, "sequences per step, B")
+    context: int | None = knob(None, "positions one decode step reads, C (default: P+L, the cache in full)")
+    device: str | None = knob(None, f"bandwidth from the device table: {', '.join(d.name for d in DEVICES)} "
+                                    f"(default: {DEFAULT_DEVICE}, the write-ups' card)")
+    bandwidth: float | None = knob(None, "memory bandwidth in bytes/s, e.g. 600e9 (instead of --device)")
+    measure: bool = knob(False, "measure this machine's copy bandwidth, CUDA when available (instead of --device)")
+    step_ms: float = knob(22.0, "step budget for the batch limit, ms (the write-ups' cached step)")
+
+    def __post_init__(self):
+        for name in ("prompt", "new_tokens", "batch", "context"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ProbeError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        for name in ("bandwidth", "step_ms"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ProbeError(f"--{name.replace('_', '-')} must be a positive number, got {value}")
+        chosen = [f for f, on in (("--device", self.device is not None), ("--bandwidth", self.bandwidth is not None),
+                                  ("--measure", self.measure)) if on]
+        if len(chosen) > 1:
+            raise ProbeError(f"{' and '.join(chosen)} each set the bandwidth: give one")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_config_arguments(p, RooflineConfig)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--check", action="store_true",
+                   help="recompute every number the write-ups derive; exit 1 on drift (other flags are ignored)")
+    p.add_argument("--published", type=Path, default=None,
+                   help="the published values --check reads (default: probe/data/published.json)")
+
+
+def bandwidth_of(cfg: RooflineConfig) -> tuple[float, str]:
+    """The bandwidth in bytes/s and where it comes from."""
+    from probe.hardware import device
+
+    if cfg.bandwidth is not None:
+        return cfg.bandwidth, "--bandwidth"
+    if cfg.measure:
+        from engines.models import resolve_device
+        from probe.env import device_name
+        from probe.roofline import measure_copy_bandwidth
+
+        dev = resolve_device("auto")
+        measured = measure_copy_bandwidth(str(dev), COPY_BYTES, COPY_REPEATS)
+        return measured, (f"measured on {device_name(dev)}: copy of {COPY_BYTES // 2**20} MiB, bytes read + written,"
+                          f" median of {COPY_REPEATS}")
+    entry = device(cfg.device or DEFAULT_DEVICE)
+    return entry.memory_bandwidth_bytes_s, f"{entry.name}: {entry.source}"
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.check:
+        return check(args.published, args.json)
+    from probe import render
+    from probe.roofline import arch_for, roofline
+
+    cfg = from_args(RooflineConfig, args)
+    arch = arch_for(cfg.model)
+    longest = max(cfg.prompt + cfg.new_tokens, cfg.context or 0)
+    if arch.max_positions is not None and longest > arch.max_positions:
+        raise ProbeError(f"{longest} positions exceed the model's maximum of {arch.max_positions}")
+    bandwidth, source = bandwidth_of(cfg)
+    report = roofline(arch, cfg.dtype, prompt=cfg.prompt, new_tokens=cfg.new_tokens, batch=cfg.batch,
+                      context=cfg.context, bandwidth_bytes_s=bandwidth, bandwidth_source=source,
+                      step_ms=cfg.step_ms, model=cfg.model)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=1))
+    else:
+        render.stdout().print(table(report))
+    return 0
+
+
+def _bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n:,.0f} B ({n / scale:.2f} {unit})"
+    return f"{n:,.0f} B"
+
+
+def table(r):
+    """The report as a rich table: quantity, value, and how it is counted."""
+    from rich.table import Table
+
+    a, step, limit = r.arch, r.decode_step, r.batch_limit
+    t = Table(title=f"roofline: {r.model} {r.dtype}, P={r.prompt} L={r.new_tokens} B={r.batch} C={r.context}",
+              title_justify="left", caption_justify="left",
+              caption=f"bandwidth {r.bandwidth_bytes_s / 1e9:,.1f} GB/s from {r.bandwidth_source}")
+    for col in ("quantity", "value", "how"):
+        t.add_column(col, justify="right" if col == "value" else "left")
+    rows = [
+        ("parameters", f"{r.params:,}", f"{a.model_type}: {a.layers} layers, hidden {a.hidden}, "
+                                         f"{a.heads}/{a.kv_heads} heads x {a.head_dim}, tied={a.tied}"),
+        ("weights read per pass", _bytes(r.weights_bytes), "layers + final norm + LM head; gathered tables left out"),
+        ("weights resident", f"{_bytes(r.resident_bytes)} = {r.resident_bytes / 2**30:.2f} GiB", "parameters x dtype"),
+        ("KV cache per position", f"{r.kv_bytes_per_token:,} B ({r.kv_bytes_per_token / 2**10:.1f} KiB)",
+         "2 x layers x kv_heads x head_dim x dtype"),
+        ("KV cache", f"{_bytes(r.cache_bytes)} = {r.cache_bytes / 2**20:.1f} MiB", "B x (P+L) positions"),
+        ("token forwards, no cache", f"{r.naive_token_forwards:,}", "per sequence: sum over i < L of (P + i)"),
+        ("token forwards, cached", f"{r.cached_token_forwards:,}", "per sequence: P + L"),
+        ("recompute ratio", f"{r.recompute_ratio:,.1f}x", f"{100 * (1 - 1 / r.recompute_ratio):.1f}% recomputed"),
+        (f"decode step at C={step.context}: weights", _bytes(step.weight_bytes), ""),
+        ("  KV cache read", _bytes(step.kv_read_bytes), "B x C positions"),
+        ("  traffic", _bytes(step.traffic_bytes), ""),
+        ("  traffic time", f"{step.traffic_ms:.3f} ms", f"of which KV cache {step.kv_read_ms:.3f} ms"),
+        ("  ceiling", f"{step.ceiling_tok_s:,.1f} tok/s", "B tokens per traffic time"),
+        (f"batch limit in {limit.step_ms:g} ms: bytes per step", _bytes(limit.step_bytes), ""),
+        ("  cache budget", _bytes(limit.cache_budget_bytes), "less the weights, read once per step"),
+        ("  max cached positions", f"{limit.max_cached_positions:,}", ""),
+        ("  max batch", f"{limit.max_batch:,}", f"at {limit.sequence_tokens:,} positions a sequence (C)"),
+    ]
+    for row in rows:
+        t.add_row(*row)
+    return t
+
+
+def check(path: Path | None, as_json: bool) -> int:
+    from probe import render
+    from probe.roofline import check_published
+
+    checks = check_published(path)
+    failed = [c for c in checks if not c.passed]
+    if as_json:
+        print(json.dumps({"passed": not failed, "checks": [dataclasses.asdict(c) | {"passed": c.passed}
+                                                              for c in checks]}, indent=1, ensure_ascii=False))
+    else:
+        render.stdout().print(check_table(checks))
+        for c in checks:
+            if c.why:
+                print(f"{c.id} ({c.status}): published {_num(c.published)}, formulas give {_num(c.shown)}. {c.why}")
+        known = sum(c.status == "known" for c in checks)
+        print(f"{len(checks)} published values: {len(checks) - known - len(failed)} reproduce, {known} are "
+              f"recorded discrepancies that still compute as recorded, {len(failed)} drifted"
+              + (f": {', '.join(c.id for c in failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.4f}".rstrip("0")
+
+
+def check_table(checks):
+    from rich.table import Table
+
+    t = Table(title="published values, recomputed", title_justify="left")
+    for col in ("value", "published", "computed", "unit", "status", "from"):
+        t.add_column(col, justify="right" if col in ("published", "computed") else "left")
+    style = {"ok": "green", "known": "yellow", "drift": "bold red", "stale": "bold red"}
+    for c in checks:
+        t.add_row(c.id, _num(c.published), _num(c.computed), c.unit, f"[{style[c.status]}]{c.status}[/]",
+                  c.file)
+    return t

@@ -1,0 +1,382 @@
+"""The roofline: counts against models transformers builds, the write-ups' numbers, the CLI and its errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from engines.models import DTYPES, load_config
+from probe import hardware
+from probe.cli import main
+from probe.errors import ProbeError
+from probe.roofline import (
+    DTYPE_BYTES,
+    PUBLISHED,
+    Arch,
+    arch_for,
+    batch_limit,
+    cache_bytes,
+    check_published,
+    decode_step,
+    kv_bytes_per_token,
+    measure_copy_bandwidth,
+    params,
+    predict_step_ms,
+    resident_bytes,
+    rounded,
+    token_forwards,
+    weights_bytes,
+)
+from tests.conftest import ROOT
+
+A10 = 600e9  # bytes/s, the write-ups' card
+SEEDS = next((p for p in (ROOT / "shared" / "seeds", ROOT.parent / "shared" / "seeds") if p.is_dir()), None)
+
+# Small configs of each family, written to config.json by the tests. Odd sizes, so no term hides another.
+SMALL = {
+    "qwen2_tied": dict(model_type="qwen2", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, vocab_size=300, max_position_embeddings=128,
+                       tie_word_embeddings=True),
+    "qwen2_untied": dict(model_type="qwen2", hidden_size=64, intermediate_size=160, num_hidden_layers=3,
+                         num_attention_heads=8, num_key_value_heads=8, vocab_size=301, max_position_embeddings=128,
+                         tie_word_embeddings=False),
+    "llama_biases": dict(model_type="llama", hidden_size=64, intermediate_size=176, num_hidden_layers=3,
+                         num_attention_heads=8, num_key_value_heads=2, head_dim=16, vocab_size=257,
+                         max_position_embeddings=64, attention_bias=True, mlp_bias=True, tie_word_embeddings=False),
+    "llama_tied": dict(model_type="llama", hidden_size=48, intermediate_size=100, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=1, vocab_size=97, max_position_embeddings=64,
+                       tie_word_embeddings=True),
+    "mistral": dict(model_type="mistral", hidden_size=96, intermediate_size=128, num_hidden_layers=2,
+                    num_attention_heads=6, num_key_value_heads=3, vocab_size=211, max_position_embeddings=256,
+                    tie_word_embeddings=False),
+    "qwen3": dict(model_type="qwen3", hidden_size=64, head_dim=32, intermediate_size=100, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, vocab_size=199, max_position_embeddings=128,
+                  attention_bias=True, tie_word_embeddings=True),
+    "gemma": dict(model_type="gemma", hidden_size=64, head_dim=24, intermediate_size=90, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=1, vocab_size=180, max_position_embeddings=64),
+    "phi3": dict(model_type="phi3", hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=150, max_position_embeddings=64, pad_token_id=0,
+                 bos_token_id=1, eos_token_id=2),
+    "gpt2": dict(model_type="gpt2", n_embd=48, n_layer=2, n_head=4, n_positions=40, vocab_size=111,
+                 bos_token_id=0, eos_token_id=0),
+    "gpt2_inner_untied": dict(model_type="gpt2", n_embd=40, n_layer=3, n_head=5, n_positions=50, n_inner=72,
+                              vocab_size=123, tie_word_embeddings=False, bos_token_id=0, eos_token_id=0),
+}
+
+
+def write_config(folder: Path, raw: dict) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(raw))
+    return str(folder / "config.json")
+
+
+def build(spec: str):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(load_config(spec)).eval()
+
+
+def streamed_numel(model) -> int:
+    """Parameters a forward pass reads in full: all but the tables it gathers rows from."""
+    gathered = {id(model.get_input_embeddings().weight)} - {id(model.get_output_embeddings().weight)}
+    gathered |= {id(p) for name, p in model.named_parameters() if name.endswith("wpe.weight")}
+    return sum(p.numel() for p in model.parameters() if id(p) not in gathered)
+
+
+def cache_bytes_per_position(model, positions: int = 5) -> int:
+    with torch.no_grad():
+        out = model(torch.arange(2, 2 + positions)[None], use_cache=True)
+    cache = getattr(out, "cache", None) or out.past_key_values  # transformers 5.24 / 5.17
+    tensors = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+    assert all(t.shape[-2] == positions for t in tensors)
+    return sum(t.numel() * t.element_size() for t in tensors) // positions
+
+
+# ---- counts against the models transformers builds -----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_counts_match_the_built_model(name, tmp_path):
+    spec = write_config(tmp_path / name, SMALL[name])
+    arch, model = arch_for(spec), build(spec)
+    assert params(arch) == sum(p.numel() for p in model.parameters())
+    assert weights_bytes(arch, "float32") == 4 * streamed_numel(model)
+    assert resident_bytes(arch, "float32") == 4 * params(arch)
+    assert kv_bytes_per_token(arch, "float32") == cache_bytes_per_position(model)
+
+
+def test_the_preset_is_the_write_ups_model():
+    from transformers import AutoModelForCausalLM
+
+    arch = arch_for("qwen2.5-1.5b")
+    with torch.device("meta"):  # the 1.5B layout without allocating it
+        model = AutoModelForCausalLM.from_config(load_config("qwen2.5-1.5b"))
+    assert params(arch) == sum(p.numel() for p in model.parameters()) == 1_543_714_304
+    assert arch.tied and model.lm_head.weight is model.model.embed_tokens.weight
+    # tied: the LM head reads the whole shared matrix, so a pass reads every parameter once
+    assert weights_bytes(arch, "float16") == resident_bytes(arch, "float16") == 3_087_428_608
+    assert kv_bytes_per_token(arch, "float16") == 28 * 1024 == 2 * 28 * 2 * 128 * 2
+    assert (arch.layers, arch.hidden, arch.heads, arch.kv_heads, arch.head_dim) == (28, 1536, 12, 2, 128)
+
+
+def test_untied_embedding_is_gathered_not_read(tmp_path):
+    tied = arch_for(write_config(tmp_path / "t", SMALL["qwen2_tied"]))
+    untied = arch_for(write_config(tmp_path / "u", SMALL["qwen2_tied"] | {"tie_word_embeddings": False}))
+    table = 300 * 64
+    assert params(untied) == params(tied) + table  # a second vocab x hidden matrix exists...
+    assert weights_bytes(untied, "float16") == weights_bytes(tied, "float16")  # ...but a pass reads one of them
+
+
+def test_gpt2_aliases_read_from_a_raw_dict():
+    arch = Arch.from_config(SMALL["gpt2_inner_untied"])
+    assert (arch.hidden, arch.layers, arch.heads, arch.kv_heads, arch.head_dim) == (40, 3, 5, 5, 8)
+    assert (arch.intermediate, arch.max_positions, arch.tied) == (72, 50, False)
+    assert Arch.from_config(SMALL["gpt2"]).intermediate == 4 * 48  # n_inner unset: 4 * n_embd
+    assert arch.learned_positions and arch.norm_bias and not arch.gated_mlp
+
+
+def test_dtype_bytes_agree_with_torch():
+    assert DTYPE_BYTES == {name: dtype.itemsize for name, dtype in DTYPES.items()}
+
+
+# ---- the write-ups' formulas, exact --------------------------------------------------------------------
+
+
+def test_token_forwards():
+    assert (token_forwards(16, 256).naive, token_forwards(16, 256).cached) == (36_736, 272)
+    big = token_forwards(4096, 256)
+    assert (big.naive, big.cached) == (1_081_216, 4_352)
+    assert big.naive == sum(4096 + i for i in range(256))
+    assert big.recompute_ratio == 1_081_216 / 4_352
+
+
+def test_cache_and_decode_step_at_the_write_ups_prompts():
+    arch = arch_for("qwen2.5-1.5b")
+    assert cache_bytes(arch, "float16", 16 + 256) == 7_798_784
+    assert cache_bytes(arch, "float16", 4096 + 256) == 124_780_544 == 119 * 2**20
+    weights_only = decode_step(arch, "float16", 0, 1, A10)
+    assert weights_only.traffic_bytes == 3_087_428_608
+    assert weights_only.traffic_ms == pytest.approx(5.145714346666667, rel=1e-12)
+    assert round(weights_only.ceiling_tok_s) == 194
+    step = decode_step(arch, "float16", 4352, 1, A10)
+    assert step.kv_read_bytes == 124_780_544 and step.traffic_bytes == 3_212_209_152
+    assert step.kv_read_ms == pytest.approx(124_780_544 / A10 * 1e3)
+    assert decode_step(arch, "float16", 100, 3, A10).kv_read_bytes == 3 * 100 * 28_672
+
+
+def test_batch_limit_is_the_largest_batch_that_fits_the_step():
+    arch = arch_for("qwen2.5-1.5b")
+    limit = batch_limit(arch, "float16", 22, 512, A10)
+    assert limit.step_bytes == 13.2e9 and limit.cache_budget_bytes == 13.2e9 - 3_087_428_608
+    assert (limit.max_cached_positions, limit.max_batch) == (352_698, 688)
+    assert decode_step(arch, "float16", 512, 688, A10).traffic_ms <= 22 < \
+        decode_step(arch, "float16", 512, 689, A10).traffic_ms
+    assert batch_limit(arch, "float16", 1, 512, A10).max_batch == 0  # the weights alone overrun 1 ms
+
+
+def test_predict_step_ms_takes_the_larger_term():
+    arch = arch_for("qwen2.5-1.5b")
+    assert predict_step_ms(arch, "float16", 272, 1, A10, floor_ms=19.32) == (19.32, "host")
+    ms, term = predict_step_ms(arch, "float16", 272, 1, A10, floor_ms=1.0)
+    assert term == "bandwidth" and ms == decode_step(arch, "float16", 272, 1, A10).traffic_ms
+    ms, term = predict_step_ms(arch, "float16", 512, 2000, A10, floor_ms=19.32)
+    assert term == "bandwidth" and ms > 22  # a big enough batch makes the cache traffic bind
+
+
+def test_rounded_is_half_up_at_any_place():
+    assert rounded(127.5, 0) == 128 and rounded(5.145, 2) == 5.15
+    assert rounded(352_698, -3) == 353_000 and rounded(688, -1) == 690
+
+
+def test_copy_bandwidth_is_a_positive_rate():
+    rate = measure_copy_bandwidth("cpu", size_bytes=4 * 2**20, repeats=3)
+    assert math.isfinite(rate) and rate > 0
+    with pytest.raises(ProbeError):
+        measure_copy_bandwidth("cpu", size_bytes=1000)
+
+
+# ---- the device table -----------------------------------------------------------------------------------
+
+
+def test_device_table_cites_a_source_per_entry():
+    names = [d.name for d in hardware.DEVICES]
+    assert len(names) == len(set(names))
+    for d in hardware.DEVICES:
+        assert d.memory_bandwidth_bytes_s > 0 and "https://" in d.source
+    assert hardware.device("a10").memory_bandwidth_bytes_s == A10
+    assert hardware.device("h100 sxm") is hardware.device("H100-SXM")
+    with pytest.raises(ProbeError, match="unknown device"):
+        hardware.device("Z80")
+
+
+@pytest.mark.parametrize("gpu_name, entry", [
+    ("NVIDIA A10", "A10"), ("NVIDIA A10G", "A10G"), ("NVIDIA L4", "L4"), ("NVIDIA L40S", "L40S"),
+    ("Tesla T4", "T4"), ("NVIDIA A100-SXM4-80GB", "A100-80GB-SXM"), ("NVIDIA A100 80GB PCIe", "A100-80GB-PCIe"),
+    ("NVIDIA A100-PCIE-40GB", "A100-40GB"), ("NVIDIA H100 80GB HBM3", "H100-SXM"), ("NVIDIA H100 PCIe", "H100-PCIe"),
+    ("NVIDIA H100 NVL", "H100-NVL"), ("NVIDIA H200", "H200"), ("NVIDIA B200", "B200"),
+    ("AMD Instinct MI300X", "MI300X"), ("NVIDIA GeForce RTX 4090", None), ("NVIDIA GH200 480GB", None),
+])
+def test_match_device_maps_torch_names(gpu_name, entry):
+    found = hardware.match_device(gpu_name)
+    assert (found.name if found else None) == entry
+
+
+# ---- the published values and --check -------------------------------------------------------------------
+
+
+def test_check_reproduces_every_published_value(capsys):
+    assert main(["roofline", "--check"]) == 0
+    assert "0 drifted" in capsys.readouterr().out
+    checks = check_published()
+    known = {c.id for c in checks if c.status == "known"}
+    assert known == {"p2_traffic_p16_ms", "p2_traffic_p4096_ms", "p2_idle_share_about", "p2_shortfall_fastest"}
+    assert all(c.status == "ok" for c in checks if c.id not in known)
+
+
+def test_check_json(capsys):
+    assert main(["roofline", "--check", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["passed"] is True and len(data["checks"]) == len(check_published())
+    p4096 = next(c for c in data["checks"] if c["id"] == "p2_traffic_p4096_ms")
+    assert (p4096["published"], p4096["shown"], p4096["status"]) == (5.36, 5.35, "known")
+    assert "3.09 GB + 125 MB" in p4096["why"]
+
+
+def test_the_recorded_explanation_of_5_36_holds():
+    # The write-up's own rounded inputs give 5.36; the exact bytes give 5.35.
+    assert rounded((3.09e9 + 125e6) / A10 * 1e3, 2) == 5.36
+    assert rounded((3_087_428_608 + 124_780_544) / A10 * 1e3, 2) == 5.35
+
+
+def _edited(tmp_path: Path, edit) -> str:
+    table = json.loads(PUBLISHED.read_text(encoding="utf-8"))
+    edit(table)
+    path = tmp_path / "published.json"
+    path.write_text(json.dumps(table, ensure_ascii=False), encoding="utf-8")
+    return str(path)
+
+
+def _value(table: dict, value_id: str) -> dict:
+    return next(v for v in table["values"] if v["id"] == value_id)
+
+
+def test_a_drifted_published_value_fails_the_check(tmp_path, capsys):
+    path = _edited(tmp_path, lambda t: _value(t, "p2_max_batch_512").update(published=700))
+    assert main(["roofline", "--check", "--published", path]) == 1
+    assert "1 drifted: p2_max_batch_512" in capsys.readouterr().out
+
+
+def test_a_discrepancy_the_formulas_now_reproduce_is_stale(tmp_path, capsys):
+    path = _edited(tmp_path, lambda t: _value(t, "p2_traffic_p4096_ms").update(published=5.35))
+    assert main(["roofline", "--check", "--published", path]) == 1
+    assert "stale" in capsys.readouterr().out
+
+
+def test_a_drifted_device_table_fails_the_check(monkeypatch, capsys):
+    drifted = tuple(d if d.name != "A10" else hardware.Device("A10", 610 * 10**9, d.source, d.pattern)
+                    for d in hardware.DEVICES)
+    monkeypatch.setattr(hardware, "DEVICES", drifted)
+    assert main(["roofline", "--check"]) == 1
+    assert "p1_bandwidth_gb_s" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(SEEDS is None, reason="the write-ups are not next to this checkout")
+def test_every_quote_is_verbatim_in_its_write_up():
+    table = json.loads(PUBLISHED.read_text(encoding="utf-8"))
+    sources = [table["setup"]["source"]] + [m["source"] for m in table["measured"].values()]
+    sources += [v["source"] for v in table["values"]]
+    for source in sources:
+        assert source["quote"] in (SEEDS / source["file"]).read_text(encoding="utf-8"), source["quote"]
+
+
+# ---- the CLI -----------------------------------------------------------------------------------------------
+
+
+def test_json_has_every_field(capsys):
+    assert main(["roofline", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["params"], data["weights_bytes"], data["kv_bytes_per_token"]) == (1_543_714_304, 3_087_428_608,
+                                                                                    28_672)
+    assert (data["cache_bytes"], data["naive_token_forwards"], data["cached_token_forwards"]) == (7_798_784, 36_736,
+                                                                                                   272)
+    assert data["recompute_ratio"] == 36_736 / 272
+    step = data["decode_step"]
+    assert set(step) >= {"weight_bytes", "kv_read_bytes", "traffic_bytes", "traffic_ms", "kv_read_ms",
+                         "ceiling_tok_s"}
+    assert step["context"] == 272 and step["kv_read_bytes"] == 7_798_784  # C defaults to P + L
+    assert data["batch_limit"]["max_cached_positions"] == 352_698
+    assert data["bandwidth_bytes_s"] == A10 and "A10" in data["bandwidth_source"]
+
+
+def test_flags_reach_the_report(capsys, tmp_path):
+    spec = write_config(tmp_path / "m", SMALL["mistral"])
+    argv = ["roofline", "--model", spec, "--dtype", "bfloat16", "--prompt", "20", "--new-tokens", "10",
+            "--batch", "3", "--context", "25", "--bandwidth", "1e12", "--step-ms", "0.5", "--json"]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    arch = arch_for(spec)
+    assert data["cache_bytes"] == 3 * 30 * kv_bytes_per_token(arch, "bfloat16")
+    assert data["decode_step"]["kv_read_bytes"] == 3 * 25 * kv_bytes_per_token(arch, "bfloat16")
+    assert data["batch_limit"] == dataclasses.asdict(batch_limit(arch, "bfloat16", 0.5, 25, 1e12))
+    assert (data["bandwidth_bytes_s"], data["bandwidth_source"]) == (1e12, "--bandwidth")
+    assert main(["roofline", "--device", "h100-sxm", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["bandwidth_bytes_s"] == 3.35e12
+
+
+def test_table_output(capsys):
+    assert main(["roofline", "--prompt", "4096"]) == 0
+    out = capsys.readouterr().out
+    assert "3,087,428,608" in out and "124,780,544" in out and "5.354 ms" in out
+
+
+def test_measure_flag(capsys, monkeypatch):
+    import probe.commands.roofline as command
+
+    monkeypatch.setattr(command, "COPY_BYTES", 4 * 2**20)
+    assert main(["roofline", "--measure", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["bandwidth_bytes_s"] > 0 and data["bandwidth_source"].startswith("measured on")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "nope"], "unknown model"),
+    (["--prompt", "0"], "--prompt must be at least 1"),
+    (["--context", "0"], "--context must be at least 1"),
+    (["--bandwidth", "-5"], "--bandwidth must be a positive number"),
+    (["--bandwidth", "nan"], "--bandwidth must be a positive number"),
+    (["--step-ms", "0"], "--step-ms must be a positive number"),
+    (["--device", "Z80"], "unknown device"),
+    (["--device", "A10", "--measure"], "give one"),
+    (["--dtype", "int4"], "invalid choice"),
+    (["--prompt", "131000"], "exceed the model's maximum of 131072"),
+])
+def test_bad_input_is_one_line(argv, message, capsys):
+    assert main(["roofline", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("probe: error:") and message in err and err.count("\n") == 1
+
+
+def test_unknown_family_and_bad_published_file_are_one_line(tmp_path, capsys):
+    spec = write_config(tmp_path / "bert", {"model_type": "bert", "hidden_size": 64})
+    assert main(["roofline", "--model", spec]) == 2
+    assert "not of model_type 'bert'" in capsys.readouterr().err
+    for path in (tmp_path / "missing.json",
+                 _edited(tmp_path, lambda t: _value(t, "p1_naive_p16").update(quantity="nope"))):
+        assert main(["roofline", "--check", "--published", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("probe: error:") and err.count("\n") == 1
+
+
+def test_importing_the_command_loads_no_torch():
+    code = ("import argparse, sys, probe.commands.roofline as r; r.add_arguments(argparse.ArgumentParser()); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "False"
