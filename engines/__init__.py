@@ -5,10 +5,14 @@ from __future__ import annotations
 import importlib
 
 from engines.base import Engine
+from engines.batched import BatchedEngine
 from engines.cached import CachedEngine
 from engines.naive import NaiveEngine
+from engines.static import StaticEagerEngine, StaticEngine
 
-ENGINES: dict[str, type[Engine]] = {e.name: e for e in (NaiveEngine, CachedEngine)}
+ENGINES: dict[str, type[Engine]] = {
+    e.name: e for e in (NaiveEngine, CachedEngine, StaticEngine, StaticEagerEngine, BatchedEngine)
+}
 
 
 class EngineError(ValueError):

@@ -110,6 +110,31 @@ def runs_per_cell(cfg: BenchConfig, device: torch.device) -> int:
     return cfg.warmup + cfg.runs + (1 if device.type == "cuda" else 0)
 
 
+def cell_count(cfg: BenchConfig) -> int:
+    return len(cfg.prompts) * len(cfg.batch) * len(cfg.engines)
+
+
+class References:
+    """Each sequence's tokens from its own batch-1 naive run, computed once and only when needed."""
+
+    def __init__(self, model, cfg: BenchConfig, device: torch.device, progress: ProgressFn):
+        self.model, self.cfg, self.device, self.progress = model, cfg, device, progress
+        self.tokens: dict[tuple[int, int], list[int]] = {}
+
+    def store(self, length: int, rows: list[list[int]]) -> None:
+        for row, tokens in enumerate(rows):
+            self.tokens.setdefault((length, row), tokens)
+
+    def rows(self, length: int, batch: int) -> list[list[int]]:
+        for row in range(batch):
+            if (length, row) not in self.tokens:
+                self.progress(f"naive p{length} row {row} reference", 0)
+                prompt = prompt_ids(length, row + 1, self.model.config.vocab_size, self.cfg.seed)[row:].to(self.device)
+                naive = engine_class("naive")(self.model)
+                self.tokens[(length, row)] = generate(naive, prompt, self.cfg.new_tokens).tokens[0].tolist()
+        return [self.tokens[(length, row)] for row in range(batch)]
+
+
 def bench(cfg: BenchConfig, out: Path | None = None, progress: ProgressFn = lambda d, n: None,
           on_cell: Callable[[BenchResults], None] = lambda r: None) -> BenchResults:
     """Run the sweep. With `out`, results are saved after every cell."""
@@ -120,24 +145,24 @@ def bench(cfg: BenchConfig, out: Path | None = None, progress: ProgressFn = lamb
     results = BenchResults([], environment(device, cfg.dtype), _config_dict(cfg))
     model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
     mem = PeakMemory(device)
-    # naive first: its tokens are every other engine's reference
+    references = References(model, cfg, device, progress)
+    # naive first: at batch 1 its own tokens are every other engine's reference
     order = sorted(classes, key=lambda n: classes[n].name != "naive")
     for length in sorted(cfg.prompts):
-        prompt = prompt_ids(length, cfg.batch, model.config.vocab_size, cfg.seed).to(device)
-        reference = None
-        for name in order:
-            engine = classes[name](model)
-            if reference is None and engine.name != "naive":
-                progress(f"naive p{length} reference", 0)
-                reference = generate(engine_class("naive")(model), prompt, cfg.new_tokens).tokens.tolist()
-            cell = run_cell(engine, prompt, cfg, mem, annotator, reference, progress)
-            if engine.name == "naive":
-                reference = cell.tokens
-                cell = dataclasses.replace(cell, tokens_match_naive=True)
-            results.cells.append(cell)
-            if out is not None:
-                results.save(out)
-            on_cell(results)
+        for batch in sorted(cfg.batch):
+            prompt = prompt_ids(length, batch, model.config.vocab_size, cfg.seed).to(device)
+            for name in order:
+                engine = classes[name](model)
+                own_reference = engine.name == "naive" and batch == 1
+                reference = None if own_reference else references.rows(length, batch)
+                cell = run_cell(engine, prompt, cfg, mem, annotator, reference, progress)
+                if own_reference:
+                    references.store(length, cell.tokens)
+                    cell = dataclasses.replace(cell, tokens_match_naive=True)
+                results.cells.append(cell)
+                if out is not None:
+                    results.save(out)
+                on_cell(results)
     results.complete = True
     if out is not None:
         results.save(out)

@@ -50,7 +50,7 @@ def _prepare(cfg: ProfileConfig):
     from probe.config import BenchConfig
 
     bench_cfg = BenchConfig(engines=(cfg.engine,), prompts=(cfg.prompt,), new_tokens=cfg.new_tokens, runs=1,
-                            warmup=cfg.warmup, batch=cfg.batch, model=cfg.model, dtype=cfg.dtype,
+                            warmup=cfg.warmup, batch=(cfg.batch,), model=cfg.model, dtype=cfg.dtype,
                             device=cfg.device, seed=cfg.seed)
     classes, device = validate(bench_cfg)
     model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed)

@@ -12,7 +12,7 @@ import sys
 
 from probe.errors import ProbeError
 
-COMMANDS = ("run", "bench", "profile", "count", "roofline")
+COMMANDS = ("run", "bench", "profile", "count", "roofline", "overhead")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -42,7 +42,7 @@ class BenchConfig:
     new_tokens: int = knob(256, "tokens generated per run (the write-ups: 256)")
     runs: int = knob(5, "recorded runs per cell (the write-ups: 5)")
     warmup: int = knob(2, "unrecorded warmup runs per cell (the write-ups: 2)")
-    batch: int = knob(1, "sequences per forward")
+    batch: tuple[int, ...] = knob((1,), "comma-separated batch sizes: sequences per forward", int_list)
     model: str = knob("tiny", "preset name, config.json or local model folder")
     dtype: str = knob("float32", "weights and activations dtype", choices=("float32", "float16", "bfloat16"))
     device: str = knob("auto", "auto (CUDA when available), cpu, cuda, cuda:1 ...")
@@ -51,9 +51,11 @@ class BenchConfig:
     annotate: bool = knob(False, "emit NVTX/record_function ranges during timed runs (for an attached tool)")
 
     def __post_init__(self):
-        for name in ("new_tokens", "runs", "batch"):
+        for name in ("new_tokens", "runs"):
             if getattr(self, name) < 1:
                 raise ProbeError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if not self.batch or min(self.batch) < 1:
+            raise ProbeError(f"--batch must be positive sizes, got {self.batch}")
         if self.new_tokens < 2:
             raise ProbeError("--new-tokens must be at least 2: one prefill token plus one decode step")
         if self.warmup < 0:

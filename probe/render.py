@@ -24,11 +24,13 @@ def cells_table(results: BenchResults, title: str | None = None) -> Table:
     env = results.env
     table = Table(title=title or f"{results.config.get('model')} {env.get('dtype')} on {env.get('device_name')}",
                   title_justify="left")
-    for col in ("engine", "prompt", "TTFT ms", "ITL p50 ms", "ITL p90 ms", "decode tok/s", "total ms",
-                "peak MiB", "spread %", "tokens"):
+    batched = any(c.batch > 1 for c in results.cells)
+    for col in ("engine", "prompt", *(("batch",) if batched else ()), "TTFT ms", "ITL p50 ms", "ITL p90 ms",
+                "decode tok/s", "total ms", "peak MiB", "spread %", "tokens"):
         table.add_column(col, justify="left" if col in ("engine", "tokens") else "right")
     for c in results.cells:
-        table.add_row(c.engine, str(c.prompt_tokens), f"{c.ttft_ms:.2f}", f"{c.itl_p50_ms:.2f}",
+        table.add_row(c.engine, str(c.prompt_tokens), *((str(c.batch),) if batched else ()), f"{c.ttft_ms:.2f}",
+                      f"{c.itl_p50_ms:.2f}",
                       f"{c.itl_p90_ms:.2f}", f"{c.decode_tok_s:.1f}", f"{c.total_ms:.1f}",
                       f"{c.peak_mem_bytes / 2**20:.0f}", f"{c.spread_pct:.1f}", _match(c.tokens_match_naive))
     sync = [c.sync_overhead_ms for c in results.cells if c.sync_overhead_ms is not None]

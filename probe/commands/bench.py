@@ -22,12 +22,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def execute(cfg: BenchConfig, out: Path | None, as_json: bool, title: str | None = None):
     """Run a sweep with a progress bar; print the table or JSON. Returns (results, exit code)."""
     from probe import render
-    from probe.bench import bench, check_writable, mismatches, runs_per_cell, validate
+    from probe.bench import bench, cell_count, check_writable, mismatches, runs_per_cell, validate
 
     _, device = validate(cfg)
     if out is not None:
         check_writable(out)
-    total = len(cfg.prompts) * len(cfg.engines) * runs_per_cell(cfg, device)
+    total = cell_count(cfg) * runs_per_cell(cfg, device)
     partial = {}
     try:
         with render.ProgressBar(total, enabled=not as_json) as bar:
@@ -43,7 +43,7 @@ def execute(cfg: BenchConfig, out: Path | None, as_json: bool, title: str | None
         render.stdout().print(render.cells_table(results, title))
     bad = mismatches(results)
     if bad and not cfg.allow_mismatch:
-        names = ", ".join(f"{c.engine}@p{c.prompt_tokens}" for c in bad)
+        names = ", ".join(f"{c.engine}@p{c.prompt_tokens}" + (f"b{c.batch}" if c.batch > 1 else "") for c in bad)
         print(f"probe: error: tokens differ from naive for {names} (use --allow-mismatch to accept)",
               file=sys.stderr)
         return results, 1

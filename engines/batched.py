@@ -1,0 +1,105 @@
+"""B sequences per decode forward, each in its own row of cache slots, admitted one at a time.
+
+A server admits requests as they arrive: each sequence is prefilled on its own into its row of every
+layer's buffer, at its own length, and then every decode step runs all rows in one forward. Rows may have
+different lengths, so each row carries its own position and its own mask; a row never attends to slots
+past its own length. The host cost of a forward is paid once per step for all B sequences, which is the
+point of batching (Part 2's prediction: step time near flat in B, throughput near B x single-sequence).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+from engines.base import Engine, cache_kwarg
+
+
+class SlotLayer(CacheLayerMixin):
+    is_sliding = False
+
+    def __init__(self, owner: SlotCache):
+        super().__init__()
+        self.owner = owner
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        rows, cap = self.owner.rows, self.owner.capacity
+        opts = dict(dtype=key_states.dtype, device=key_states.device)
+        self.keys = torch.zeros(rows, key_states.shape[1], cap, key_states.shape[-1], **opts)  # (B, H_kv, L, D)
+        self.values = torch.zeros(rows, value_states.shape[1], cap, value_states.shape[-1], **opts)
+        self.is_initialized = True
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        row = self.owner.active_row
+        if row is not None:  # admission: one sequence's prompt into its own row
+            n = key_states.shape[-2]
+            self.keys[row, :, :n].copy_(key_states[0])
+            self.values[row, :, :n].copy_(value_states[0])
+            return self.keys[row:row + 1, :, :n], self.values[row:row + 1, :, :n]
+        # decode: row b writes its one new position at its own length
+        rows, pos = self.owner.row_index, self.owner.positions  # (B,), (B,)
+        self.keys[rows, :, pos] = key_states[:, :, 0]  # (B, H_kv, D)
+        self.values[rows, :, pos] = value_states[:, :, 0]
+        width = self.owner.width
+        return self.keys[:, :, :width], self.values[:, :, :width]
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return query_length, 0  # admission only: a fresh row has nothing before the prompt
+
+    def get_seq_length(self) -> int:
+        return 0 if self.owner.active_row is not None else self.owner.width - 1
+
+    def get_max_length(self) -> int:
+        return self.owner.capacity
+
+
+class SlotCache(Cache):
+    def __init__(self, num_layers: int, rows: int, capacity: int, device: torch.device):
+        self.rows, self.capacity = rows, capacity
+        self.active_row: int | None = None
+        self.row_index = torch.arange(rows, device=device)
+        self.positions = torch.zeros(rows, dtype=torch.long, device=device)  # next slot of each row
+        self.lengths: list[int] = [0] * rows  # the same, on the host, to size the mask without a sync
+        self.width = 0  # slots any row may read this step: max length + 1
+        super().__init__(layers=[SlotLayer(self) for _ in range(num_layers)])
+
+
+class BatchedEngine(Engine):
+    name = "batched"
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__(model)
+        self._kw = cache_kwarg(model)
+
+    def prefill(self, input_ids: torch.Tensor, max_len: int) -> torch.Tensor:
+        return self.admit(list(input_ids), max_len - input_ids.shape[1])
+
+    def admit(self, prompts: list[torch.Tensor], new_tokens: int) -> torch.Tensor:
+        """Prefill each 1-D prompt alone into its own row; return every row's last logits (B, V)."""
+        device = prompts[0].device
+        capacity = max(p.shape[0] for p in prompts) + new_tokens
+        self.cache = cache = SlotCache(self.model.config.num_hidden_layers, len(prompts), capacity, device)
+        logits = []
+        for row, prompt in enumerate(prompts):
+            cache.active_row = row
+            logits.append(self._forward(prompt[None, :]))
+            cache.lengths[row] = prompt.shape[0]
+        cache.active_row = None
+        cache.positions.copy_(torch.tensor(cache.lengths))
+        return torch.cat(logits)
+
+    def decode(self, next_ids: torch.Tensor) -> torch.Tensor:
+        cache = self.cache
+        cache.width = max(cache.lengths) + 1
+        slots = torch.arange(cache.width, device=next_ids.device)
+        mask = (slots[None, :] <= cache.positions[:, None])[:, None, None, :]  # (B, 1, 1, width): own slots only
+        logits = self._forward(next_ids, position_ids=cache.positions[:, None], attention_mask=mask)
+        cache.positions += 1
+        cache.lengths = [n + 1 for n in cache.lengths]
+        return logits
+
+    def _forward(self, ids: torch.Tensor, **kwargs) -> torch.Tensor:
+        out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1, **{self._kw: self.cache}, **kwargs)
+        return out.logits[:, -1, :]  # (B, V)

@@ -1,0 +1,52 @@
+"""The host floor: a single-token forward with no cache (issue vs wait), then a cached decode step timed
+piece by piece (forward ops, per-layer cache writes, sequence-length read-back, mask-size query, mask
+construction, sampling, sync), so the gap between the two is measured rather than attributed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+HELP = "measure the host floor and time a cached step's bookkeeping piece by piece"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="tiny", help="preset, config.json or model folder (default: tiny)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, ... (default: auto)")
+    p.add_argument("--context", type=int, default=64, help="prompt length before the timed decode steps (64)")
+    p.add_argument("--steps", type=int, default=64, help="decode steps timed piece by piece (64)")
+    p.add_argument("--reps", type=int, default=50, help="single-token forwards timed for the floor (50)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def main(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from probe import render
+    from probe.errors import ProbeError
+    from probe.overhead import measure
+
+    if args.steps < 1 or args.reps < 1 or args.context < 1:
+        raise ProbeError("--context, --steps and --reps must be at least 1")
+    r = measure(args.model, args.dtype, args.device, args.context, args.steps, args.reps)
+    if args.json:
+        print(json.dumps(r.to_json(), indent=1))
+        return 0
+    console = render.stdout()
+    console.print(f"[bold]floor[/]: single-token forward, no cache, {r.model} {r.dtype} on {r.device}")
+    console.print(f"  {r.floor_ms:.3f} ms, of which {r.floor_issue_ms:.3f} ms issuing (host) and "
+                  f"{r.floor_wait_ms:.3f} ms waiting for the device")
+    console.print(f"  {r.launches_per_forward} {r.launch_kind} per forward x {r.host_us_per_launch:.2f} us "
+                  f"= {r.launches_per_forward * r.host_us_per_launch / 1e3:.3f} ms")
+    table = Table(title=f"cached decode step at context {r.context_tokens}: {r.cached_step_ms:.3f} ms, "
+                  f"{r.cached_launches_per_forward} ops per forward", title_justify="left")
+    for col in ("piece", "range", "median us", "share %"):
+        table.add_column(col, justify="left" if col in ("piece", "range") else "right")
+    for piece in r.pieces:
+        table.add_row(piece.name, piece.range, f"{piece.median_us:.1f}", f"{piece.share_pct:.1f}")
+    console.print(table)
+    console.print(f"gap above the floor: {r.gap_ms:.3f} ms; measured bookkeeping {r.bookkeeping_ms:.3f} ms "
+                  f"({r.explained_pct:.0f}% of the gap)")
+    return 0

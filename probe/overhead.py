@@ -1,0 +1,187 @@
+"""The write-ups' floor experiment, and the question Part 2 left open.
+
+1. The floor: a forward pass over a single token with no cache, where the device has almost no work, so
+   what it costs is close to pure overhead. On a GPU the time until the forward call returns (issuing the
+   work) is separated from the wait for the device to drain, as Part 1 did (18.54 of 19.32 ms was CPU).
+2. The same single-token forward with the cache attached, i.e. a decode step of the cached engine, timed
+   piece by piece through the annotation hook: the forward's own ops, the per-layer cache writes, the
+   sequence-length read-back, the mask-size query, the mask construction, sampling and the sync. Each
+   piece is self time (time in the range minus the ranges nested in it), so the pieces add up to the step.
+
+The timing annotator costs about a microsecond a range; the pieces include it, the floor does not.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from engines import engine_class
+from engines.models import load_model, prompt_ids
+from probe import annotate as A
+from probe.count import count_forward_ops
+from probe.loop import device_sync, generate
+
+
+class _Frame:
+    __slots__ = ("name", "resume")
+
+    def __init__(self, name: str, resume: int):
+        self.name, self.resume = name, resume
+
+
+class _Timed:
+    __slots__ = ("_owner", "_name")
+
+    def __init__(self, owner: TimingAnnotator, name: str):
+        self._owner, self._name = owner, name
+
+    def __enter__(self):
+        self._owner._enter(self._name)
+        return self
+
+    def __exit__(self, *exc):
+        self._owner._exit()
+        return False
+
+
+class TimingAnnotator:
+    """An annotator that measures instead of emitting: self time per range name, one dict per decode step.
+
+    Indexed names are folded (`cache.update#3` counts as `cache.update`).
+    """
+
+    enabled = True
+
+    def __init__(self, clock=time.perf_counter_ns):
+        self.clock = clock
+        self.steps: list[dict[str, int]] = []  # per decode step: range name -> self ns
+        self._stack: list[_Frame] = []
+        self._current: dict[str, int] | None = None
+
+    def __call__(self, name: str, index: int | None = None):
+        return _Timed(self, name)
+
+    def _enter(self, name: str) -> None:
+        now = self.clock()
+        if self._stack:
+            top = self._stack[-1]
+            self._charge(top.name, now - top.resume)
+        if name == A.DECODE:
+            self._current = defaultdict(int)
+            self.steps.append(self._current)
+        self._stack.append(_Frame(name, now))
+
+    def _exit(self) -> None:
+        now = self.clock()
+        frame = self._stack.pop()
+        self._charge(frame.name, now - frame.resume)
+        if frame.name == A.DECODE:
+            self._current = None
+        if self._stack:
+            self._stack[-1].resume = now
+
+    def _charge(self, name: str, ns: int) -> None:
+        if self._current is not None:
+            self._current[name] += ns
+
+
+PIECES = (  # (label, range whose self time it is)
+    ("forward ops", A.FORWARD),
+    ("cache writes (all layers)", A.CACHE_UPDATE),
+    ("sequence-length read-back", A.CACHE_SEQ_LENGTH),
+    ("mask-size query", A.CACHE_MASK_SIZES),
+    ("mask construction", A.MASK),
+    ("sampling", A.SAMPLE),
+    ("sync", A.SYNC),
+    ("loop (step range itself)", A.DECODE),
+)
+
+
+@dataclass(frozen=True)
+class Piece:
+    name: str
+    range: str
+    median_us: float
+    share_pct: float
+
+
+@dataclass(frozen=True)
+class OverheadReport:
+    model: str
+    dtype: str
+    device: str
+    context_tokens: int
+    floor_ms: float  # single-token forward, no cache, including the device drain
+    floor_issue_ms: float  # until the forward call returned: the host's share
+    floor_wait_ms: float  # the drain after it: the device's share
+    launches_per_forward: int  # aten ops dispatched by the floor forward
+    launch_kind: str
+    host_us_per_launch: float
+    cached_step_ms: float  # median decode step of the cached engine, timed piece by piece
+    cached_launches_per_forward: int
+    pieces: list[Piece] = field(default_factory=list)
+    bookkeeping_ms: float = 0.0  # cache writes + read-back + mask-size query + mask construction
+    gap_ms: float = 0.0  # cached step - floor: what Part 2 attributed to bookkeeping without measuring
+    explained_pct: float = 0.0  # bookkeeping / gap
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def time_floor(model, device: torch.device, reps: int) -> tuple[list[int], list[int]]:
+    """Issue and total times (ns) of `reps` single-token forwards with no cache."""
+    sync, clock = device_sync(device), time.perf_counter_ns
+    token = torch.tensor([[7]], device=device)
+    issue, total = [], []
+    with torch.inference_mode():
+        for _ in range(5):
+            model(input_ids=token, use_cache=False, logits_to_keep=1)
+        sync()
+        for _ in range(reps):
+            t0 = clock()
+            model(input_ids=token, use_cache=False, logits_to_keep=1)
+            t1 = clock()
+            sync()
+            t2 = clock()
+            issue.append(t1 - t0)
+            total.append(t2 - t0)
+    return issue, total
+
+
+def measure(model_spec: str = "tiny", dtype: str = "float32", device: str = "cpu", context: int = 64,
+            steps: int = 64, reps: int = 50, seed: int = 0) -> OverheadReport:
+    from probe.bench import validate
+    from probe.config import BenchConfig
+
+    _, dev = validate(BenchConfig(engines=("cached",), prompts=(context,), new_tokens=steps + 1, model=model_spec,
+                                  dtype=dtype, device=device))
+    model = load_model(model_spec, dtype, str(dev), seed)
+    issue, total = time_floor(model, dev, reps)
+    floor_ms, issue_ms = statistics.median(total) / 1e6, statistics.median(issue) / 1e6
+    naive, cached = engine_class("naive")(model), engine_class("cached")(model)
+    one_token = prompt_ids(1, 1, model.config.vocab_size, seed).to(dev)
+    launches = count_forward_ops(naive, one_token).prefill_ops  # the floor forward: one token, no cache
+    prompt = prompt_ids(context, 1, model.config.vocab_size, seed).to(dev)
+    cached_ops = count_forward_ops(cached, prompt).decode_ops
+    generate(cached, prompt, steps + 1)  # warm
+    timing = TimingAnnotator()
+    generate(cached, prompt, steps + 1, timing)
+    step_ms = statistics.median(sum(s.values()) for s in timing.steps) / 1e6
+    pieces = []
+    for name, rng in PIECES:
+        median_us = statistics.median(s.get(rng, 0) for s in timing.steps) / 1e3
+        pieces.append(Piece(name, rng, median_us, 100 * median_us / 1e3 / step_ms))
+    bookkeeping = sum(p.median_us for p in pieces if p.range in (*A.CACHE_RANGES, A.MASK)) / 1e3
+    gap = step_ms - floor_ms
+    return OverheadReport(
+        model=model_spec, dtype=dtype, device=str(dev), context_tokens=context, floor_ms=floor_ms,
+        floor_issue_ms=issue_ms, floor_wait_ms=floor_ms - issue_ms, launches_per_forward=launches,
+        launch_kind="aten ops dispatched", host_us_per_launch=issue_ms * 1e3 / launches,
+        cached_step_ms=step_ms, cached_launches_per_forward=cached_ops, pieces=pieces, bookkeeping_ms=bookkeeping,
+        gap_ms=gap, explained_pct=100 * bookkeeping / gap if gap > 0 else float("nan"),
+    )

@@ -1,0 +1,92 @@
+"""The static (graph-capturable) engine and the batched engine: parity and the properties they promise."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engines import ENGINES
+from engines.batched import BatchedEngine
+from engines.models import prompt_ids
+from engines.static import StaticEagerEngine, StaticEngine
+from probe.count import OpCounter
+from probe.loop import generate
+
+
+def naive_tokens(model, prompt, n):
+    return generate(ENGINES["naive"](model), prompt, n).tokens
+
+
+def test_static_eager_matches_naive_and_reuses_its_buffers(tiny):
+    engine = StaticEagerEngine(tiny)
+    prompt = prompt_ids(24, 1, tiny.config.vocab_size)
+    assert torch.equal(generate(engine, prompt, 12).tokens, naive_tokens(tiny, prompt, 12))
+    buffers = [layer.keys.data_ptr() for layer in engine.cache.layers]
+    assert torch.equal(generate(engine, prompt, 12).tokens, naive_tokens(tiny, prompt, 12))  # after a reset
+    assert buffers == [layer.keys.data_ptr() for layer in engine.cache.layers]
+
+
+def test_static_decode_has_fixed_shapes_and_no_host_sync(tiny):
+    """Every decode step dispatches the same ops on the same shapes, and none reads a value back."""
+    engine = StaticEagerEngine(tiny)
+    prompt = prompt_ids(16, 1, tiny.config.vocab_size)
+    signatures = []
+
+    class Shapes(OpCounter):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func._schema.name
+            assert name not in ("aten::item", "aten::_local_scalar_dense", "aten::nonzero"), name  # host syncs
+            self.counts[name + str([tuple(a.shape) for a in args if isinstance(a, torch.Tensor)])] += 1
+            return func(*args, **(kwargs or {}))
+
+    with torch.inference_mode():
+        token = engine.prefill(prompt, 24).argmax(-1, keepdim=True)
+        for _ in range(4):
+            with Shapes() as shapes:
+                token = engine.decode(token).argmax(-1, keepdim=True)
+            signatures.append(shapes.counts)
+    assert all(s == signatures[0] for s in signatures)
+
+
+@pytest.mark.slow
+def test_static_compiled_matches_naive(tiny):
+    """torch.compile (inductor on CPU; CUDA graphs on a GPU) must not change a token."""
+    prompt = prompt_ids(16, 1, tiny.config.vocab_size)
+    engine = StaticEngine(tiny)
+    assert engine.captures_decode
+    assert torch.equal(generate(engine, prompt, 10).tokens, naive_tokens(tiny, prompt, 10))
+
+
+def test_batched_rows_match_their_own_batch1_runs(tiny):
+    prompt = prompt_ids(20, 4, tiny.config.vocab_size)
+    out = generate(BatchedEngine(tiny), prompt, 10).tokens
+    for row in range(4):
+        assert torch.equal(out[row:row + 1], naive_tokens(tiny, prompt[row:row + 1], 10))
+
+
+def test_batched_admits_ragged_prompts(tiny):
+    """Rows of different lengths: each keeps its own position and mask, and matches its own run."""
+    prompts = [prompt_ids(n, 1, tiny.config.vocab_size, seed=n)[0] for n in (3, 17, 41)]
+    engine = BatchedEngine(tiny)
+    with torch.inference_mode():
+        token = engine.admit(prompts, 9).argmax(-1, keepdim=True)
+        out = [token]
+        for _ in range(8):
+            token = engine.decode(token).argmax(-1, keepdim=True)
+            out.append(token)
+    tokens = torch.cat(out, 1)
+    for row, prompt in enumerate(prompts):
+        assert torch.equal(tokens[row:row + 1], naive_tokens(tiny, prompt[None], 9))
+    assert engine.cache.lengths == [3 + 8, 17 + 8, 41 + 8]
+
+
+def test_bench_batch_sweep_checks_each_row(tmp_path):
+    from probe.bench import bench
+    from probe.config import BenchConfig
+
+    results = bench(BenchConfig(engines=("cached", "batched"), prompts=(12,), batch=(1, 3), new_tokens=5, runs=1,
+                                warmup=0, device="cpu"))
+    assert [(c.engine, c.batch) for c in results.cells] == [("cached", 1), ("batched", 1), ("cached", 3),
+                                                            ("batched", 3)]
+    assert all(c.tokens_match_naive for c in results.cells)
+    assert len(results.cells[2].tokens) == 3  # one token list per sequence
