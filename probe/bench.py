@@ -18,6 +18,7 @@ from engines import Engine, engine_class
 from engines.models import load_config, load_model, max_positions, prompt_ids, resolve_device, resolve_dtype
 from probe import annotate as A
 from probe.config import BenchConfig
+from probe.count import count_forward_ops
 from probe.env import environment
 from probe.errors import ProbeError
 from probe.loop import Generation, generate
@@ -98,12 +99,17 @@ def run_cell(engine: Engine, prompt: torch.Tensor, cfg: BenchConfig, mem: PeakMe
         synced = sum(g.total_ns for g in gens) / len(gens)
         sync_cost = (synced - free.total_ns) / (cfg.new_tokens - 1) / 1e6
         progress(f"{label} sync cost", 1)
-    return Cell.from_runs(
+    counts = None if engine.captures_decode else count_forward_ops(engine, prompt)
+    cell = Cell.from_runs(
         engine=engine.name, prompt_tokens=prompt.shape[1], batch=prompt.shape[0],
         ttft_ms=[g.ttft_ns / 1e6 for g in gens], itl_ms=[[s / 1e6 for s in g.step_ns] for g in gens],
         total_ms=[g.total_ns / 1e6 for g in gens], tokens=[g.tokens.tolist() for g in gens],
         peak_mem_bytes=peak, peak_mem_kind=mem.kind, reference=reference, sync_overhead_ms=sync_cost,
     )
+    if counts is None:
+        return cell
+    return dataclasses.replace(cell, decode_ops=counts.decode_ops, prefill_ops=counts.prefill_ops,
+                               decode_ops_by_op=counts.decode_by_op)
 
 
 def runs_per_cell(cfg: BenchConfig, device: torch.device) -> int:

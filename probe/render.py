@@ -26,13 +26,14 @@ def cells_table(results: BenchResults, title: str | None = None) -> Table:
                   title_justify="left")
     batched = any(c.batch > 1 for c in results.cells)
     for col in ("engine", "prompt", *(("batch",) if batched else ()), "TTFT ms", "ITL p50 ms", "ITL p90 ms",
-                "decode tok/s", "total ms", "peak MiB", "spread %", "tokens"):
+                "decode tok/s", "total ms", "peak MiB", "spread %", "ops/fwd", "tokens"):
         table.add_column(col, justify="left" if col in ("engine", "tokens") else "right")
     for c in results.cells:
         table.add_row(c.engine, str(c.prompt_tokens), *((str(c.batch),) if batched else ()), f"{c.ttft_ms:.2f}",
                       f"{c.itl_p50_ms:.2f}",
                       f"{c.itl_p90_ms:.2f}", f"{c.decode_tok_s:.1f}", f"{c.total_ms:.1f}",
-                      f"{c.peak_mem_bytes / 2**20:.0f}", f"{c.spread_pct:.1f}", _match(c.tokens_match_naive))
+                      f"{c.peak_mem_bytes / 2**20:.0f}", f"{c.spread_pct:.1f}",
+                      "-" if c.decode_ops is None else str(c.decode_ops), _match(c.tokens_match_naive))
     sync = [c.sync_overhead_ms for c in results.cells if c.sync_overhead_ms is not None]
     if sync:
         table.caption = (f"per-step sync costs {min(sync):.3f}..{max(sync):.3f} ms "

@@ -46,6 +46,9 @@ class Cell:
     tokens_match_naive: bool | None  # None when no naive reference exists
     deterministic: bool  # every recorded run produced the same tokens
     sync_overhead_ms: float | None  # CUDA: cost per step of the per-step sync (Part 1's 0.23 ms)
+    decode_ops: int | None = None  # aten ops dispatched by one decode forward (None: compiled/captured step)
+    prefill_ops: int | None = None
+    decode_ops_by_op: dict[str, int] = field(default_factory=dict)
     ttft_runs_ms: list[float] = field(default_factory=list)
     itl_runs_ms: list[list[float]] = field(default_factory=list)  # raw per-step latencies, one list a run
     total_runs_ms: list[float] = field(default_factory=list)
@@ -76,7 +79,7 @@ class Cell:
         )
 
 
-RAW_FIELDS = ("ttft_runs_ms", "itl_runs_ms", "total_runs_ms", "tokens", "extra")
+RAW_FIELDS = ("ttft_runs_ms", "itl_runs_ms", "total_runs_ms", "tokens", "decode_ops_by_op", "extra")
 
 
 @dataclass
