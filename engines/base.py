@@ -23,6 +23,8 @@ class Engine(ABC):
     # True when the decode step runs inside a compiled or captured region, where host-side ranges
     # around cache calls would break the graph and measure nothing.
     captures_decode: ClassVar[bool] = False
+    # True when every step runs the whole sequence so far (no cache): its cost grows with the prompt.
+    recomputes: ClassVar[bool] = False
 
     def __init__(self, model: torch.nn.Module):
         self.model = model

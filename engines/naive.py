@@ -9,6 +9,7 @@ from engines.base import Engine
 
 class NaiveEngine(Engine):
     name = "naive"
+    recomputes = True
 
     def prefill(self, input_ids: torch.Tensor, max_len: int) -> torch.Tensor:
         self.ids = input_ids  # (B, P)

@@ -60,3 +60,54 @@ class ProgressBar:
 
     def __call__(self, description: str, advance: int) -> None:
         self._progress.update(self._task, description=description, advance=advance)
+
+
+def predictions_table(rows, machine) -> Table:
+    table = Table(title=f"prediction vs measurement: floor {machine.floor_ms:.2f} ms ({machine.floor_source}), "
+                        f"bandwidth {machine.bandwidth_bytes_s / 1e9:.1f} GB/s ({machine.bandwidth_source})",
+                  title_justify="left")
+    for col in ("engine", "prompt", "batch", "traffic ms", "floor ms", "predicted ms", "binds", "measured ms",
+                "measured/pred", "the gap points at"):
+        table.add_column(col, justify="left" if col in ("engine", "binds", "the gap points at") else "right")
+    for p in rows:
+        table.add_row(p.engine, str(p.prompt_tokens), str(p.batch), f"{p.traffic_ms:.3f}", f"{p.floor_ms:.2f}",
+                      f"{p.predicted_ms:.2f}", p.binding, f"{p.measured_ms:.2f}", f"{p.ratio:.2f}", p.points_at)
+    return table
+
+
+def verdict_lines(verdicts) -> list[str]:
+    mark = {True: "[green]supported[/]", False: "[red]not supported[/]", None: "[yellow]not measured[/]"}
+    return [f"{mark[v.supported]}: {v.claim} ({v.source}). {v.evidence}" for v in verdicts]
+
+
+def report_markdown(results: BenchResults, report) -> str:
+    """The run report as Markdown: cells, predictions, verdicts, bookkeeping. Tables through pandas."""
+    import dataclasses
+
+    import pandas as pd
+
+    cells = results.cells_frame()[["engine", "prompt_tokens", "batch", "ttft_ms", "itl_p50_ms", "itl_p90_ms",
+                                   "decode_tok_s", "total_ms", "peak_mem_bytes", "spread_pct", "decode_ops",
+                                   "tokens_match_naive"]]
+    preds = pd.DataFrame([dataclasses.asdict(p) for p in report.predictions])
+    env = results.env
+    lines = [f"# probe run: {results.config.get('model')} {env.get('dtype')} on {env.get('device_name')}", "",
+             f"torch {env.get('torch')}, transformers {env.get('transformers')}, CPU {env.get('cpu_model')}, "
+             f"commit {env.get('git_commit')}", "", "## Cells", "", cells.to_markdown(index=False, floatfmt=".2f"),
+             "", "## Prediction vs measurement", "",
+             f"Floor {report.machine.floor_ms:.3f} ms ({report.machine.floor_source}); bandwidth "
+             f"{report.machine.bandwidth_bytes_s / 1e9:.2f} GB/s ({report.machine.bandwidth_source}).", ""]
+    if not preds.empty:
+        lines.append(preds.to_markdown(index=False, floatfmt=".3f"))
+    lines += ["", "## The write-ups' predictions, checked here", ""]
+    word = {True: "supported", False: "not supported", None: "not measured"}
+    lines += [f"- **{word[v.supported]}**: {v.claim} ({v.source}). {v.evidence}" for v in report.verdicts]
+    if report.overhead:
+        o = report.overhead
+        lines += ["", "## Where a cached step goes (probe overhead)", "",
+                  f"Floor: {o['floor_ms']:.3f} ms for a single-token forward with no cache "
+                  f"({o['launches_per_forward']} {o['launch_kind']}, {o['host_us_per_launch']:.2f} us each). "
+                  f"Cached step at context {o['context_tokens']}: {o['cached_step_ms']:.3f} ms; "
+                  f"bookkeeping {o['bookkeeping_ms']:.3f} ms of a {o['gap_ms']:.3f} ms gap.", "",
+                  pd.DataFrame(o["pieces"]).to_markdown(index=False, floatfmt=".1f")]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,172 @@
+"""Prediction next to measurement: the write-ups' method as a report.
+
+1. Derive what a step should cost: max(host floor, traffic / bandwidth), from this machine's measured floor
+   (`probe overhead`) and bandwidth (measured copy bandwidth on a CPU; the device table on a known GPU).
+2. Put the measured ITL beside it.
+3. Name the term the gap points at.
+
+It also checks the write-ups' two closing predictions against this machine's measurements:
+- Part 1: removing per-step host overhead (a captured static step) is worth more at short prompts than the
+  cache is.
+- Part 2: with B sequences per forward the step stays near flat, so aggregate throughput grows about as
+  B x single-sequence tokens/s, until cache traffic uses up the bandwidth (the roofline's batch limit).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from engines import EngineError, engine_class
+from probe.results import BenchResults, Cell
+
+HOLDS = 0.15  # |measured / predicted - 1| within this: the prediction holds (Part 2 missed by 12-15%)
+FLAT = 1.25  # a batched step within 25% of the batch-1 step counts as "near flat"
+LINEAR = 0.75  # aggregate throughput at least 75% of B x single-sequence counts as "roughly linear"
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the predictions stand on, measured where the run happened."""
+
+    floor_ms: float  # single-token forward, no cache (probe overhead)
+    floor_source: str
+    bandwidth_bytes_s: float
+    bandwidth_source: str
+
+
+@dataclass(frozen=True)
+class Prediction:
+    engine: str
+    prompt_tokens: int
+    batch: int
+    context: int  # mean cached positions over the decode steps
+    traffic_ms: float
+    floor_ms: float
+    predicted_ms: float
+    binding: str  # "host" | "bandwidth"
+    measured_ms: float  # ITL p50
+    ratio: float  # measured / predicted
+    points_at: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    claim: str
+    source: str
+    supported: bool | None  # None: this run has not measured what the claim needs
+    evidence: str
+    numbers: dict = field(default_factory=dict)
+
+
+def recomputes(engine: str) -> bool:
+    try:
+        return engine_class(engine).recomputes
+    except EngineError:
+        return False
+
+
+def points_at(ratio: float, binding: str, recompute: bool) -> str:
+    if ratio < 1 - HOLDS:
+        return f"{binding} term too high: the step beats it"
+    if ratio <= 1 + HOLDS:
+        return f"{binding}: the prediction holds"
+    if recompute:
+        return "compute: each step recomputes all P+i positions, which neither term counts"
+    if binding == "host":
+        return "host floor: the step does work the floor's forward does not (bookkeeping, sampling, sync)"
+    return "bandwidth term not reached: per-step overhead or compute binds instead"
+
+
+def predictions(results: BenchResults, arch, machine: Machine) -> list[Prediction]:
+    from probe.roofline import predict_step_ms
+
+    dtype = results.config.get("dtype", results.env.get("dtype"))
+    rows = []
+    for c in results.cells:
+        context = c.prompt_tokens + c.new_tokens // 2
+        traffic = predict_step_ms(arch, dtype, context, c.batch, machine.bandwidth_bytes_s, 0.0)[0]
+        predicted, binding = predict_step_ms(arch, dtype, context, c.batch, machine.bandwidth_bytes_s,
+                                             machine.floor_ms)
+        ratio = c.itl_p50_ms / predicted
+        rows.append(Prediction(c.engine, c.prompt_tokens, c.batch, context, traffic, machine.floor_ms, predicted,
+                               binding, c.itl_p50_ms, ratio, points_at(ratio, binding, recomputes(c.engine))))
+    return rows
+
+
+def _cell(results: BenchResults, engine: str, prompt: int, batch: int = 1) -> Cell | None:
+    return next((c for c in results.cells if (c.engine, c.prompt_tokens, c.batch) == (engine, prompt, batch)), None)
+
+
+def host_overhead_verdict(results: BenchResults) -> Verdict:
+    """Part 1: at short prompts, removing host overhead (static) buys more than the cache did."""
+    claim = "removing per-step host overhead is worth more at short prompts than the cache is"
+    source = "Part 1, Bottleneck and Prediction"
+    prompts = sorted({c.prompt_tokens for c in results.cells if c.batch == 1})
+    short = next((p for p in prompts if all(_cell(results, e, p) for e in ("naive", "cached", "static"))), None)
+    if short is None:
+        return Verdict(claim, source, None, "needs naive, cached and static cells at one prompt length")
+    naive, cached, static = (_cell(results, e, short) for e in ("naive", "cached", "static"))
+    cache_gain = naive.itl_p50_ms / cached.itl_p50_ms
+    static_gain = cached.itl_p50_ms / static.itl_p50_ms
+    numbers = {"prompt": short, "naive_itl_ms": naive.itl_p50_ms, "cached_itl_ms": cached.itl_p50_ms,
+               "static_itl_ms": static.itl_p50_ms, "cache_speedup": cache_gain, "static_speedup": static_gain}
+    evidence = (f"at p{short}: the cache took the step from {naive.itl_p50_ms:.2f} to {cached.itl_p50_ms:.2f} ms "
+                f"({cache_gain:.2f}x); a static step took it from {cached.itl_p50_ms:.2f} to "
+                f"{static.itl_p50_ms:.2f} ms ({static_gain:.2f}x)")
+    return Verdict(claim, source, static_gain > cache_gain, evidence, numbers)
+
+
+def batching_verdict(results: BenchResults, arch, machine: Machine, engine: str = "batched") -> Verdict:
+    """Part 2: step time near flat in B, aggregate tok/s about B x single, up to the bandwidth's batch limit."""
+    from probe.roofline import batch_limit
+
+    claim = "with B sequences per forward the step stays near flat and throughput grows about B x"
+    source = "Part 2, Bottleneck and Prediction"
+    cells = sorted((c for c in results.cells if c.engine == engine), key=lambda c: (c.prompt_tokens, c.batch))
+    prompt = next((c.prompt_tokens for c in cells if c.batch == 1 and
+                   sum(d.prompt_tokens == c.prompt_tokens for d in cells) > 1), None)
+    if prompt is None:
+        return Verdict(claim, source, None, f"needs {engine} cells at batch 1 and larger at one prompt length")
+    by_batch = {c.batch: c for c in cells if c.prompt_tokens == prompt}
+    one = by_batch[1]
+    rows = {b: {"itl_ms": c.itl_p50_ms, "step_ratio": c.itl_p50_ms / one.itl_p50_ms, "tok_s": c.decode_tok_s,
+                "scaling": c.decode_tok_s / (b * one.decode_tok_s)} for b, c in sorted(by_batch.items())}
+    dtype = results.config.get("dtype", results.env.get("dtype"))
+    limit = batch_limit(arch, dtype, one.itl_p50_ms, prompt + one.new_tokens, machine.bandwidth_bytes_s)
+    flat = all(r["step_ratio"] <= FLAT for r in rows.values())
+    linear = all(r["scaling"] >= LINEAR for r in rows.values())
+    parts = ", ".join(f"B={b}: {r['itl_ms']:.2f} ms ({r['step_ratio']:.2f}x), {r['tok_s']:.0f} tok/s "
+                      f"({r['scaling']:.0%} of B x single)" for b, r in rows.items())
+    evidence = (f"at p{prompt}: {parts}. Bandwidth allows B up to {limit.max_batch} within a "
+                f"{one.itl_p50_ms:.2f} ms step at {machine.bandwidth_bytes_s / 1e9:.1f} GB/s")
+    numbers = {"prompt": prompt, "by_batch": rows, "bandwidth_max_batch": limit.max_batch}
+    return Verdict(claim, source, flat and linear, evidence, numbers)
+
+
+@dataclass
+class Report:
+    machine: Machine
+    predictions: list[Prediction]
+    verdicts: list[Verdict]
+    overhead: dict | None = None  # probe overhead's report, as JSON
+    ledgers: dict = field(default_factory=dict)  # engine -> one analyzed decode step, as JSON
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def measure_machine(model: str, dtype: str, device: str, device_name: str):
+    """The floor (probe overhead) and the bandwidth: the device table on a known GPU, else a measured copy."""
+    from probe.hardware import match_device
+    from probe.overhead import measure
+    from probe.roofline import measure_copy_bandwidth
+
+    overhead = measure(model, dtype, device, context=64, steps=32, reps=30)
+    known = match_device(device_name) if overhead.device.startswith("cuda") else None
+    if known is not None:
+        bandwidth, source = known.memory_bandwidth_bytes_s, f"{known.name} datasheet"
+    else:
+        bandwidth, source = measure_copy_bandwidth(overhead.device), f"measured copy on {device_name}"
+    floor_source = f"single-token forward, {model} {dtype}"
+    return Machine(overhead.floor_ms, floor_source, bandwidth, source), overhead
