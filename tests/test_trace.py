@@ -1,0 +1,272 @@
+"""The trace parser: one event table from chrome JSON and nsys SQLite, exact to the nanosecond."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import sqlite3
+import sys
+from decimal import ROUND_HALF_EVEN, Decimal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from probe.errors import ProbeError
+from probe.trace import Kind, api_base_name, decimal_text_to_ns, load_trace
+
+DATA = Path(__file__).parent / "data"
+HAND = DATA / "hand_decode.trace.json.gz"
+sys.path.insert(0, str(DATA))
+import make_hand_trace  # noqa: E402
+import make_nsys_fixture  # noqa: E402
+
+
+def exact_ns(text: str) -> int:
+    return int((Decimal(text) * 1000).to_integral_value(rounding=ROUND_HALF_EVEN))
+
+
+def write_trace(path: Path, events: list[dict], **top) -> Path:
+    path.write_text(json.dumps({"traceEvents": events, **top}))
+    return path
+
+
+def x(name, ts, dur, cat="cpu_op", pid=1, tid=1, **args) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+# --- exact time -------------------------------------------------------------------------------------------
+
+
+def test_float_trap_value_is_read_exactly():
+    """T0 of the hand trace is a value where float(ts) * 1000 rounds to the wrong ns; we must not."""
+    text = "4497900028327.853"
+    assert round(float(text) * 1000) != 4497900028327853  # the trap is real
+    trace = load_trace(HAND)
+    assert trace.start_ns == 4497900028327853
+    first = trace.ts_ns[trace.name_id == trace.names.index("ProfilerStep#3")]
+    assert first.tolist() == [4497900028327853]
+
+
+@pytest.mark.parametrize("text", [
+    "5082703139188.524", "0.039", "43425283", "-1.5", "1712195495519695.8", "0", "12.", "-0.001", "-0",
+    "9007199254740.993",  # past 2**53 ns: a float cannot even tell neighbouring values apart
+    "1.2345", "0.0005", "0.0015", "2.5e-3", "1E3", "9223372036854775.807",
+])
+def test_decimal_text_to_ns_matches_decimal(text):
+    assert decimal_text_to_ns([text.encode()]).tolist() == [exact_ns(text)]
+
+
+def test_decimal_text_to_ns_random_torch_style_values():
+    rnd = random.Random(0)
+    texts = [f"{rnd.randint(0, 9 * 10**12)}.{rnd.randint(0, 999):03d}" for _ in range(5000)]
+    texts += [f"{rnd.randint(0, 10**6)}.{rnd.randint(0, 99)}" for _ in range(500)]  # fewer decimals
+    got = decimal_text_to_ns([t.encode() for t in texts])
+    assert got.tolist() == [exact_ns(t) for t in texts]
+    naive = [round(float(t) * 1000) for t in texts]
+    assert naive != got.tolist()  # so this test would catch a float-based conversion
+
+
+def test_out_of_range_time_is_a_value_error():
+    with pytest.raises(ValueError):
+        decimal_text_to_ns([b"99999999999999999.5"])
+
+
+def test_every_public_trace_keeps_exact_times(tmp_path):
+    """Parse the text ourselves with Decimal and compare every complete event's ts and dur."""
+    for path in sorted(DATA.glob("*.trace.json.gz")):
+        doc = json.loads(gzip.decompress(path.read_bytes()), parse_float=Decimal)
+        events = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
+        want = sorted((exact_ns(str(e["ts"])), exact_ns(str(e["dur"]))) for e in events if e["dur"] >= 0)
+        trace = load_trace(path)
+        got = sorted(zip(trace.ts_ns.tolist(), trace.dur_ns.tolist(), strict=True))
+        assert got == want, path.name
+
+
+def test_nested_ts_key_falls_back_to_the_exact_slow_path(tmp_path, monkeypatch):
+    """A "ts" inside args breaks the fast path's alignment; the slow path must give the same exact values."""
+    import probe.trace as T
+
+    calls = []
+    slow = T._read_chrome_slowly
+    monkeypatch.setattr(T, "_read_chrome_slowly", lambda p: calls.append(p) or slow(p))
+    path = tmp_path / "t.json"
+    path.write_text('{"traceEvents": [\n'
+                    '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 4497900028327.853, '
+                    '"dur": 2.5, "args": {"ts": 1.0}},\n'
+                    '{"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 1, "ts": 4497900028330.001, '
+                    '"dur": 1.0004}]}')
+    trace = load_trace(path)
+    assert calls == [path]
+    assert trace.ts_ns.tolist() == [4497900028327853, 4497900028330001]
+    assert trace.dur_ns.tolist() == [2500, 1000]
+
+
+def test_json_array_format_and_relative_float_times(tmp_path):
+    path = tmp_path / "list.json"
+    path.write_text('[{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, '
+                    '"ts": 0.5, "dur": 1.25}]')
+    trace = load_trace(path)
+    assert (trace.ts_ns.tolist(), trace.dur_ns.tolist(), trace.base_ns) == ([500], [1250], None)
+
+
+# --- the table --------------------------------------------------------------------------------------------
+
+
+def test_hand_trace_columns():
+    trace = load_trace(HAND)
+    assert trace.format == "torch_chrome"
+    assert trace.base_ns == 1700000000000000000
+    assert len(trace) == len(make_hand_trace.HOST) + len(make_hand_trace.GPU) == 54
+    assert trace.skipped == {"M": 1, "i": 1, "s": 1, "f": 1}
+    assert trace.dropped == {} and trace.warnings == ()
+    counts = {k.label: int(np.sum(trace.kind == k)) for k in Kind}
+    assert counts == {"cpu_op": 10, "user_range": 16, "profiler_step": 1, "runtime": 13, "kernel": 11,
+                      "gpu_memcpy": 1, "gpu_memset": 1, "gpu_range": 1, "python": 0, "other": 0}
+    assert np.all(np.diff(trace.ts_ns) >= 0)  # sorted by start
+    gpu = np.isin(trace.kind, [Kind.KERNEL, Kind.GPU_MEMCPY, Kind.GPU_MEMSET, Kind.GPU_RANGE])
+    assert set(trace.stream[gpu].tolist()) == {7} and set(trace.device[gpu].tolist()) == {0}
+    assert set(trace.stream[~gpu].tolist()) == {-1} and set(trace.device[~gpu].tolist()) == {-1}
+    kernel = trace.name_id == trace.names.index("old_style_kernel")
+    assert trace.kind[kernel].tolist() == [Kind.KERNEL]  # the old "Kernel" category
+    assert trace.correlation[kernel].tolist() == [13]
+    frame = trace.frame()
+    assert len(frame) == 54 and set(frame["kind"]) >= {"kernel", "cpu_op", "user_range"}
+
+
+def test_api_base_name():
+    assert api_base_name("cudaLaunchKernel_v7000") == "cudaLaunchKernel"
+    assert api_base_name("cudaLaunchKernel_ptsz_v7000") == "cudaLaunchKernel"
+    assert api_base_name("cuLaunchKernelEx") == "cuLaunchKernelEx"
+    assert api_base_name("hipExtModuleLaunchKernel") == "hipExtModuleLaunchKernel"
+
+
+def test_public_traces_load_with_their_categories():
+    b200 = load_trace(DATA / "b200_eager.trace.json.gz")
+    assert int(np.sum(b200.kind == Kind.KERNEL)) == 768
+    rocm = load_trace(DATA / "rocm_vllm_decode_cudagraph.trace.json.gz")
+    runtime_names = {rocm.names[i] for i in rocm.name_id[rocm.kind == Kind.RUNTIME]}
+    assert {"hipGraphLaunch", "hipLaunchKernel", "hipExtModuleLaunchKernel"} <= runtime_names
+    h100 = load_trace(DATA / "h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz")
+    steps = [h100.names[i] for i in h100.name_id[h100.kind == Kind.PROFILER_STEP]]
+    assert steps == ["ProfilerStep#6"]  # the GPU copy is a gpu_range, not a second step
+    assert int(np.sum((h100.kind == Kind.GPU_RANGE) & (h100.name_id == h100.names.index("ProfilerStep#6")))) == 1
+    cpu = load_trace(DATA / "cpu_only_small.trace.json.gz")
+    assert not np.any(np.isin(cpu.kind, [Kind.KERNEL, Kind.RUNTIME]))
+    assert -1 in cpu.pid.tolist()  # the "Spans" pid of the profiler's own span is not an integer
+
+
+# --- nsys SQLite ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hand_nsys(tmp_path_factory):
+    return make_nsys_fixture.build(tmp_path_factory.mktemp("nsys") / "hand.sqlite")
+
+
+def test_nsys_hand_fixture_table(hand_nsys):
+    trace = load_trace(hand_nsys)
+    assert trace.format == "nsys_sqlite" and trace.base_ns == make_nsys_fixture.SESSION_START_NS
+    counts = {k.label: int(np.sum(trace.kind == k)) for k in Kind if np.any(trace.kind == k)}
+    assert counts == {"user_range": 11, "runtime": 8, "kernel": 6, "gpu_memcpy": 1, "gpu_memset": 1}
+    names = set(trace.names[i] for i in trace.name_id)
+    assert "mask" in names and "marker" not in names  # unregistered text read; marks are not ranges
+    assert {"cudaLaunchKernel_v7000", "Memcpy HtoD", "Memset", "graph_kernel_a"} <= names
+    ranges = trace.kind == Kind.USER_RANGE
+    assert set(zip(trace.pid[ranges].tolist(), trace.tid[ranges].tolist(), strict=True)) == {(4242, 4242),
+                                                                                            (4242, 4243)}
+    kernels = trace.kind == Kind.KERNEL
+    assert sorted(set(trace.pid[kernels].tolist())) == [777, 4242]
+    assert trace.dur_ns[trace.name_id == trace.names.index("gemv_kernel")].tolist() == [2000]
+
+
+def test_nsys_cpu_export_without_cupti_tables():
+    """A real CPU-only export (probe profile --nsys, stripped): NVTX only, and that is not an error."""
+    trace = load_trace(DATA / "cpu_tiny_cached_p16_n3.nsys.sqlite.gz")
+    assert trace.format == "nsys_sqlite"
+    assert set(trace.kind.tolist()) == {Kind.USER_RANGE}
+    labels = [trace.names[i] for i in trace.name_id]
+    assert labels.count("prefill") == 1 and labels.count("decode#0") == 1 and labels.count("decode#1") == 1
+    assert labels.count("cache.update#3") == 3
+
+
+def test_gzipped_and_plain_sqlite_agree(hand_nsys, tmp_path):
+    gz = tmp_path / "hand.sqlite.gz"
+    gz.write_bytes(gzip.compress(hand_nsys.read_bytes()))
+    a, b = load_trace(hand_nsys), load_trace(gz)
+    assert a.ts_ns.tolist() == b.ts_ns.tolist() and a.names == b.names
+
+
+# --- bad input: one line, never a traceback, never a wrong number ---------------------------------------
+
+
+def _bad_files(tmp: Path) -> dict[str, Path]:
+    good = HAND.read_bytes()
+    files = {
+        "truncated gzip": (tmp / "cut.json.gz", good[: len(good) // 2]),
+        "empty file": (tmp / "empty.json", b""),
+        "whitespace only": (tmp / "blank.json", b"  \n"),
+        "not JSON": (tmp / "notjson.json", b"this is not json {"),
+        "JSON not a trace": (tmp / "obj.json", b'{"hello": [1, 2, 3]}'),
+        "JSON list of numbers": (tmp / "list.json", b"[1, 2, 3]"),
+        "trace with no events": (tmp / "none.json", b'{"traceEvents": []}'),
+        "only metadata": (tmp / "meta.json", b'{"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1}]}'),
+        "only negative durations": (tmp / "neg.json", json.dumps({"traceEvents": [x("a", 1.0, -2.0)]}).encode()),
+        "a time past int64": (tmp / "huge.json", b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", '
+                                                 b'"pid": 1, "tid": 1, "ts": 1e30, "dur": 1}]}'),
+        "nsys report, not export": (tmp / "r.nsys-rep", b"PK\x03\x04 not really"),
+    }
+    for path, data in files.values():
+        path.write_bytes(data)
+    out = {k: p for k, (p, _) in files.items()}
+    con = sqlite3.connect(str(tmp / "other.sqlite"))
+    con.execute("CREATE TABLE foo (a INTEGER)")
+    con.commit()
+    con.close()
+    out["SQLite without nsys tables"] = tmp / "other.sqlite"
+    con = sqlite3.connect(str(tmp / "nostrings.sqlite"))
+    con.execute(make_nsys_fixture.SCHEMA[3])  # CUPTI_ACTIVITY_KIND_RUNTIME, but no StringIds
+    con.commit()
+    con.close()
+    out["nsys tables without StringIds"] = tmp / "nostrings.sqlite"
+    (tmp / "garbage.sqlite").write_bytes(b"SQLite format 3\x00" + b"\x00" * 200)
+    out["corrupt SQLite"] = tmp / "garbage.sqlite"
+    out["missing file"] = tmp / "does-not-exist.json"
+    out["a folder"] = tmp
+    return out
+
+
+@pytest.fixture(scope="module")
+def bad_files(tmp_path_factory):
+    return _bad_files(tmp_path_factory.mktemp("bad"))
+
+
+BAD = ["truncated gzip", "empty file", "whitespace only", "not JSON", "JSON not a trace", "JSON list of numbers",
+       "trace with no events", "only metadata", "only negative durations", "a time past int64",
+       "nsys report, not export", "SQLite without nsys tables", "nsys tables without StringIds", "corrupt SQLite",
+       "missing file", "a folder"]
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_input_is_one_line(bad_files, case):
+    with pytest.raises(ProbeError) as info:
+        load_trace(bad_files[case])
+    message = str(info.value)
+    assert message and "\n" not in message
+    assert str(bad_files[case].name) in message
+
+
+def test_negative_durations_are_dropped_and_said(tmp_path):
+    path = write_trace(tmp_path / "t.json", [x("a", 1.0, 2.0), x("b", 5.0, -1.0), x("c", 10.0, 0.5)])
+    trace = load_trace(path)
+    assert [trace.name(i) for i in range(len(trace))] == ["a", "c"]
+    assert trace.dropped == {"negative duration": 1}
+    assert trace.warnings == ("dropped 1 event(s): negative duration",)
+
+
+def test_events_without_times_are_dropped_and_said(tmp_path):
+    events = [x("a", 1.0, 2.0), {"ph": "X", "cat": "cpu_op", "name": "b", "ts": 3.0}, "not an event"]
+    trace = load_trace(write_trace(tmp_path / "t.json", events))
+    assert len(trace) == 1
+    assert trace.dropped == {"missing or non-numeric dur": 1, "not an object": 1}
