@@ -1,0 +1,504 @@
+"""Per-step ledgers: hand-checked numbers, the public reference figures, brute-force cross-checks, our own
+CPU traces (torch.profiler and nsys) and the interval primitives underneath."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from probe.ledger import (
+    HOST_PARTS,
+    analyze,
+    assign,
+    covered,
+    find_steps,
+    merge,
+    nesting,
+    step_timeline,
+    union_by_group,
+)
+from probe.trace import Kind, load_trace
+from tests.conftest import IN_CI, run_probe
+
+DATA = Path(__file__).parent / "data"
+PUBLIC = Path(__file__).resolve().parents[2] / "shared" / "traces" / "public"
+HAND = DATA / "hand_decode.trace.json.gz"
+sys.path.insert(0, str(DATA))
+import make_nsys_fixture  # noqa: E402
+
+# --- the hand-written chrome trace (tests/data/make_hand_trace.py), every figure worked out by hand -------
+
+
+@pytest.fixture(scope="module")
+def hand():
+    return analyze(load_trace(HAND))
+
+
+def test_hand_steps_are_ours_not_the_profiler_step(hand):
+    assert [(s.name, s.kind, s.index, s.position) for s in hand.steps] == [
+        ("prefill", "prefill", 0, 0), ("decode#0", "decode", 0, 1), ("decode#1", "decode", 1, 2)]
+    assert [(s.start_us, s.wall_us) for s in hand.steps] == [(0.0, 100.0), (110.0, 90.0), (210.0, 50.0)]
+    assert {(s.pid, s.tid) for s in hand.steps} == {(100, 100)}
+
+
+def test_hand_prefill(hand):
+    s = hand.steps[0]
+    # Launches: the four cudaLaunchKernel (corr 1-4); cudaDeviceSynchronize is a runtime call, not a launch.
+    assert (s.launches, s.graph_launches, s.runtime_calls, s.kernels, s.gpu_ops) == (4, 0, 5, 4, 4)
+    # Busy: embedding 20-30 + cat 40-45 + flash 60-90 + argmax 92-95 us, disjoint: 10 + 5 + 30 + 3 = 48 us.
+    assert s.gpu_busy_ns == 48_000
+    # Idle on stream 7: cat waits 10 us after embedding (its launch at 33 > 30: host), flash 15 us (launch 50
+    # > 45: host), argmax 2 us (launch 84 < 90: not host, >= 30 ns: other). embedding is the stream's first.
+    assert (s.idle_host_wait_ns, s.idle_kernel_wait_ns, s.idle_other_ns, s.gpu_idle_ns) == (25_000, 0, 2_000,
+                                                                                          27_000)
+    # Host: sync 91-99 (the cudaDeviceSynchronize inside adds nothing), sample 81-90, cache.update 30-40,
+    # seq_length 13-15, mask_sizes 18-20, mask 16-26 less mask_sizes = 8, sdpa 45-70, embedding 2-12 (cat
+    # and argmax sit inside cache.update and sample), and 100 - 74 = 26 us that nothing covers.
+    assert s.host_parts_ns == {"sync": 8_000, "sample": 9_000, "cache_update": 10_000, "cache_seq_length": 2_000,
+                               "cache_mask_sizes": 2_000, "mask": 8_000, "attention": 25_000, "ops": 10_000,
+                               "unattributed": 26_000}
+    assert s.cache_ns == 14_000 and s.closure == 1.0
+    assert (s.top_level_ops, s.cpu_ops) == (4, 5)
+    assert s.op_counts == {"aten::embedding": 1, "aten::cat": 1, "aten::scaled_dot_product_attention": 1,
+                           "aten::argmax": 1}
+    # Self time: sdpa 25 us less its child _flash_attention_forward 21 us = 4 us.
+    assert [(o.name, o.self_ns, o.calls) for o in s.top_ops] == [
+        ("aten::_flash_attention_forward", 21_000, 1), ("aten::embedding", 10_000, 1), ("aten::cat", 8_000, 1),
+        ("aten::argmax", 7_000, 1), ("aten::scaled_dot_product_attention", 4_000, 1)]
+
+
+def test_hand_decode0_graph_launch_memcpy_memset(hand):
+    s = hand.steps[1]
+    # One cudaLaunchKernel, one cudaGraphLaunch replaying two kernels; memcpy and memset count as GPU ops.
+    assert (s.launches, s.graph_launches, s.runtime_calls, s.kernels, s.gpu_ops) == (1, 1, 5, 3, 5)
+    # gemv 125-140, memcpy 141-143, memset 144-146, graph a 166-170, graph b 170.010-176: 15+2+2+4+5.99 us.
+    assert s.gpu_busy_ns == 28_990
+    # gemv waits 30 us after argmax (host: launched at 115 > 95), memcpy 1 us and memset 1 us (other),
+    # graph a 20 us (host: graph launched at 155 > 146), graph b 10 ns after graph a: kernel wait (< 30 ns).
+    assert (s.idle_host_wait_ns, s.idle_kernel_wait_ns, s.idle_other_ns) == (50_000, 10, 2_000)
+    # Host: sync 181-199 (cudaStreamSynchronize inside), sample 171-180, cache.update 135-150 (it holds the
+    # memset call and copy_), ops: linear 112-130 and the graph launch 155-165 outside any op = 28 us.
+    assert s.host_parts_ns == {"sync": 18_000, "sample": 9_000, "cache_update": 15_000, "cache_seq_length": 0,
+                               "cache_mask_sizes": 0, "mask": 0, "attention": 0, "ops": 28_000,
+                               "unattributed": 20_000}
+    assert s.op_counts == {"aten::linear": 1, "aten::copy_": 1, "aten::argmax": 1}
+    assert [(o.name, o.self_ns) for o in s.top_ops] == [("aten::addmm", 16_000), ("aten::copy_", 8_000),
+                                                        ("aten::argmax", 6_000), ("aten::linear", 2_000)]
+
+
+def test_hand_last_step_is_kept_with_unknown_runtime_and_old_kernel_category(hand):
+    s = hand.steps[2]
+    # cudaLaunchKernel and cuLaunchKernel (cuda_driver) are launches; cudaFooBar is not, but the kernel it
+    # launched is still this step's (joined on correlation), as is the "Kernel"-category one.
+    assert (s.launches, s.graph_launches, s.runtime_calls, s.kernels, s.gpu_ops) == (2, 0, 3, 3, 3)
+    assert s.gpu_busy_ns == 5_000 + 20 + 10_000
+    # add waits 54 us (host: launched at 214 > 176), tiny 1 us and old_style 3.98 us (other).
+    assert (s.idle_host_wait_ns, s.idle_kernel_wait_ns, s.idle_other_ns) == (54_000, 0, 4_980)
+    assert s.host_parts_ns == {"sync": 8_000, "sample": 10_000, "cache_update": 0, "cache_seq_length": 0,
+                               "cache_mask_sizes": 0, "mask": 0, "attention": 0, "ops": 14_000,
+                               "unattributed": 18_000}
+
+
+def test_hand_totals_and_summary(hand):
+    t = hand.totals
+    assert (t.events, t.kernels, t.launches, t.graph_launches, t.gpu_ops, t.runtime_calls, t.cpu_ops) == (
+        54, 11, 7, 1, 13, 13, 10)
+    assert t.gpu_busy_ns == 48_000 + 28_990 + 15_020 + 10_000  # + the orphan kernel 300-310
+    assert t.unattributed_gpu_ops == 1  # the orphan: its launch (corr 999) is not in the trace
+    assert t.span_ns == 310_000
+    s = hand.summary
+    assert (s.steps_used, s.steps, s.dispatch) == ("decode", 2, "launches")
+    assert (s.step_p50_us, s.step_p90_us) == (70.0, 86.0)  # decode walls 90 and 50 us, linear interpolation
+    assert s.launches_per_step == 2.0  # (1 + 1) and (2 + 0)
+    assert s.busy_fraction == pytest.approx((28_990 + 15_020) / 140_000, abs=1e-12)
+    assert s.cache_share == pytest.approx(15_000 / 140_000, abs=1e-12)
+    assert [o.name for o in s.top_ops][:2] == ["aten::addmm", "aten::add"]
+
+
+def test_hand_timeline_marks_cache_time(hand):
+    items = step_timeline(load_trace(HAND), hand.steps[1])
+    got = [(it.kind, it.part, it.name, it.start_us, it.dur_us) for it in items]
+    assert got == [
+        ("range", "range", "forward", 1.0, 59.0),
+        ("op", "ops", "aten::linear", 2.0, 18.0),
+        ("range", "cache_update", "cache.update#0", 25.0, 15.0),
+        ("runtime", "cache_update", "cudaMemsetAsync", 26.0, 1.0),
+        ("op", "cache_update", "aten::copy_", 30.0, 8.0),
+        ("runtime", "ops", "cudaGraphLaunch", 45.0, 10.0),
+        ("range", "sample", "sample", 61.0, 9.0),
+        ("op", "sample", "aten::argmax", 62.0, 6.0),
+        ("range", "sync", "sync", 71.0, 18.0),
+        ("runtime", "sync", "cudaStreamSynchronize", 72.0, 16.0),
+    ]
+
+
+def test_hand_json_has_the_documented_keys(hand):
+    out = json.loads(json.dumps(hand.to_json()))
+    assert out["format"] == "torch_chrome"
+    step = out["steps"][1]
+    for key in ("name", "kind", "index", "start_us", "wall_us", "launches", "graph_launches", "kernels",
+                "gpu_busy_us", "gpu_idle_us", "idle_host_wait_us", "idle_kernel_wait_us", "top_ops", "cache_us",
+                "cache_update_us", "cache_seq_length_us", "cache_mask_sizes_us", "mask_us", "sample_us", "sync_us",
+                "attention_us", "ops_us", "unattributed_us", "op_counts", "closure"):
+        assert key in step, key
+    assert (step["wall_us"], step["gpu_busy_us"], step["cache_us"]) == (90.0, 28.99, 15.0)
+    assert set(out["totals"]) >= {"events", "kernels", "launches", "graph_launches", "gpu_ops", "gpu_busy_us"}
+    assert out["totals"]["gpu_busy_us"] == 102.01
+
+
+# --- step discovery -------------------------------------------------------------------------------------
+
+
+def _without(names: set[str], tmp: Path) -> Path:
+    doc = json.loads(gzip.decompress(HAND.read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("name") not in names]
+    out = tmp / "t.json"
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def test_profiler_step_when_no_ranges_of_ours(tmp_path):
+    a = analyze(load_trace(_without({"prefill", "decode#0", "decode#1"}, tmp_path)))
+    assert [(s.name, s.kind, s.index, s.wall_us) for s in a.steps] == [("ProfilerStep#3", "profiler_step", 3,
+                                                                         260.0)]
+    assert a.steps[0].kernels == 10 and a.steps[0].launches == 7
+
+
+def test_whole_trace_window_when_no_steps(tmp_path):
+    a = analyze(load_trace(_without({"prefill", "decode#0", "decode#1", "ProfilerStep#3"}, tmp_path)))
+    (s,) = a.steps  # from the first event left (forward, at 1 us) to the orphan kernel's end (310 us)
+    assert (s.name, s.kind, s.start_ns, s.wall_ns, s.kernels, s.gpu_ops) == ("trace", "window", 0, 309_000, 10, 12)
+    assert (s.pid, s.tid) == (100, 100)
+    assert a.totals.unattributed_gpu_ops == 1
+
+
+def test_overlapping_steps_are_said(tmp_path):
+    doc = json.loads(gzip.decompress(HAND.read_bytes()))
+    for e in doc["traceEvents"]:
+        if e.get("name") == "prefill" and e.get("cat") == "user_annotation":
+            e["dur"] = 150.0  # now runs into decode#0
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    assert any("overlap" in w for w in analyze(load_trace(path)).warnings)
+
+
+# --- the hand-made nsys export (tests/data/make_nsys_fixture.py) ----------------------------------------
+
+
+def test_nsys_hand_fixture(tmp_path):
+    a = analyze(load_trace(make_nsys_fixture.build(tmp_path / "hand.sqlite")))
+    d0, d1 = a.steps
+    assert (d0.name, d0.wall_ns, d1.name, d1.wall_ns) == ("decode#0", 10_000, "decode#1", 8_000)
+    # decode#0: cudaLaunchKernel_v7000 and _ptsz_v7000 launch (K1, K2); memcpy and memset joined via the
+    # memcpy call and the unknown cudaFooBar. K2 starts 10 ns after K1: kernel wait; memcpy 1 us: other.
+    assert (d0.launches, d0.graph_launches, d0.runtime_calls, d0.kernels, d0.gpu_ops) == (2, 0, 5, 2, 4)
+    assert d0.gpu_busy_ns == 2_000 + 990 + 500 + 200
+    assert (d0.idle_host_wait_ns, d0.idle_kernel_wait_ns, d0.idle_other_ns) == (0, 10, 1_000)
+    assert d0.host_parts_ns == {"sync": 1_800, "sample": 900, "cache_update": 1_000, "cache_seq_length": 0,
+                                "cache_mask_sizes": 200, "mask": 800, "attention": 0, "ops": 600,
+                                "unattributed": 4_700}
+    # decode#1: a graph launch replaying two kernels, and cuLaunchKernel from the worker thread (counted: the
+    # launch is inside the window; its time is not in the main thread's host partition).
+    assert (d1.launches, d1.graph_launches, d1.runtime_calls, d1.kernels, d1.gpu_ops) == (1, 1, 2, 3, 3)
+    assert d1.gpu_busy_ns == 1_000 + 900 + 500
+    assert (d1.idle_host_wait_ns, d1.idle_kernel_wait_ns, d1.idle_other_ns) == (7_500, 0, 1_100)
+    assert (d1.sync_ns, d1.sample_ns, d1.ops_ns, d1.unattributed_ns) == (900, 1_000, 500, 5_600)
+    t = a.totals
+    # Process 777 reuses correlation id 1: its kernel must not join process 4242's launch, so it is in no step.
+    assert (t.kernels, t.launches, t.graph_launches, t.gpu_ops, t.gpu_busy_ns, t.unattributed_gpu_ops) == (
+        6, 4, 1, 8, 100 + 3_690 + 2_400, 1)
+
+
+# --- the public traces: the shared README's reference figures -------------------------------------------
+
+REFERENCE = {  # file: (kernels, launches, graph_launches, gpu_ops, gpu_busy_us, [kernels per ProfilerStep])
+    "h100_hf_qwen1.5-0.5b_prefill_b16": (1465, 1029, 0, 1707, 45647.311, [1029]),
+    "b200_eager": (768, 768, 0, 929, 11596.479, None),
+    "rocm_vllm_decode_cudagraph": (425, 4, 1, 434, 10717.697, None),
+    "cuda_alexnet": (79, 79, 0, 98, 66141.0, None),
+    "cuda_train_ns_resolution_5steps": (4350, 4350, 0, 6095, 472462.5, [870] * 5),
+    "cpu_only_small": (0, 0, 0, 0, 0.0, [0]),
+}
+
+
+def _check_reference(path: Path, figures) -> None:
+    kernels, launches, graphs, gpu_ops, busy_us, per_step = figures
+    a = analyze(load_trace(path))
+    t = a.totals
+    assert (t.kernels, t.launches, t.graph_launches, t.gpu_ops) == (kernels, launches, graphs, gpu_ops)
+    assert t.gpu_busy_us == pytest.approx(busy_us, rel=1e-4, abs=1e-9)
+    if per_step is None:
+        assert [s.kind for s in a.steps] == ["window"]
+    else:
+        assert [s.kind for s in a.steps] == ["profiler_step"] * len(per_step)  # the last one too
+        assert [s.kernels for s in a.steps] == per_step
+    for s in a.steps:
+        assert abs(s.closure - 1) <= 0.01
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE))
+def test_reference_figures(name):
+    _check_reference(DATA / f"{name}.trace.json.gz", REFERENCE[name])
+
+
+@pytest.mark.skipif(not PUBLIC.is_dir(), reason="../shared/traces/public is not here")
+@pytest.mark.parametrize("name", sorted(REFERENCE))
+def test_reference_figures_on_the_unstripped_originals(name):
+    _check_reference(PUBLIC / f"{name}.trace.json.gz", REFERENCE[name])
+
+
+def test_busy_time_is_exact_not_float_summed():
+    """Our union is exact; the README's 472462.5 carries float error at ts ~1.7e15 us (0.0017 % off)."""
+    t = analyze(load_trace(DATA / "cuda_train_ns_resolution_5steps.trace.json.gz")).totals
+    assert t.gpu_busy_ns == 472_454_441
+
+
+# --- brute-force cross-checks ---------------------------------------------------------------------------
+
+
+def _random_intervals(rnd, n, span=300, max_len=60):
+    s = np.array([rnd.randrange(span) for _ in range(n)], np.int64)
+    return s, s + np.array([rnd.randrange(max_len) for _ in range(n)], np.int64)
+
+
+def _paint(starts, ends, span=400) -> np.ndarray:
+    grid = np.zeros(span, bool)  # cell t = the nanosecond [t, t+1)
+    for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+        grid[s:e] = True
+    return grid
+
+
+def test_merge_covered_union_against_painting():
+    rnd = random.Random(1)
+    for _ in range(300):
+        s, e = _random_intervals(rnd, rnd.randrange(0, 12))
+        ms, me = merge(s, e)
+        assert np.all(ms[1:] > me[:-1])  # disjoint, sorted, touching ones joined
+        grid = _paint(s, e)
+        assert int((me - ms).sum()) == int(grid.sum())
+        lo = np.array([rnd.randrange(350) for _ in range(5)], np.int64)
+        hi = lo + np.array([rnd.randrange(80) for _ in range(5)], np.int64)
+        assert covered(ms, me, lo, hi).tolist() == [int(grid[a:b].sum()) for a, b in zip(lo, hi, strict=True)]
+        group = np.array([rnd.randrange(-1, 3) for _ in range(len(s))], np.int64)
+        want = [int(_paint(s[group == g], e[group == g]).sum()) for g in range(3)]
+        assert union_by_group(group, s, e, 3).tolist() == want
+
+
+def test_assign_picks_the_window_holding_each_time():
+    starts, ends = np.array([0, 10, 30]), np.array([5, 20, 30])
+    t = np.array([-1, 0, 5, 6, 10, 20, 25, 30, 31])
+    assert assign(t, starts, ends).tolist() == [-1, 0, 0, -1, 1, 1, -1, 2, -1]
+
+
+def _stack_nesting(starts, ends):
+    """The obvious algorithm: walk in (start, -end) order with a stack of open intervals."""
+    depth, parent, stack = [], [], []
+    for i, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        while stack and not (s < ends[stack[-1]] or (s == starts[stack[-1]] and e <= ends[stack[-1]]
+                                                      and ends[stack[-1]] > starts[stack[-1]])):
+            stack.pop()
+        depth.append(len(stack))
+        parent.append(stack[-1] if stack else -1)
+        stack.append(i)
+    return depth, parent
+
+
+def _random_tree(rnd, lo, hi, depth=0):
+    out, t = [], lo
+    while t < hi and rnd.random() < 0.8:
+        s = rnd.randrange(t, hi + 1)
+        e = rnd.randrange(s, hi + 1) if rnd.random() < 0.85 else s  # some zero-length ops
+        out.append((s, e))
+        if depth < 4 and e > s:
+            out += _random_tree(rnd, s, e, depth + 1)
+        t = e
+    return out
+
+
+def test_nesting_against_a_stack():
+    rnd = random.Random(2)
+    for _ in range(300):
+        ops = sorted(set(_random_tree(rnd, 0, 200)), key=lambda se: (se[0], -se[1]))
+        if not ops:
+            continue
+        s = np.array([a for a, _ in ops], np.int64)
+        e = np.array([b for _, b in ops], np.int64)
+        depth, parent = nesting(s, e)
+        want_depth, want_parent = _stack_nesting(s, e)
+        assert depth.tolist() == want_depth
+        assert parent.tolist() == want_parent
+
+
+def test_host_partition_against_painting(tmp_path):
+    """Random ranges and ops on one thread: the partition must equal painting each ns by priority."""
+    rnd = random.Random(3)
+    tiers = ["sync", "sample", "cache.update#0", "cache.seq_length", "cache.mask_sizes", "mask"]
+    for trial in range(25):
+        events = [{"ph": "X", "cat": "user_annotation", "name": "decode#0", "pid": 1, "tid": 1, "ts": 10, "dur": 300}]
+        truth = {}
+        for name in tiers:
+            s, e = _random_intervals(rnd, rnd.randrange(0, 4), span=330)
+            truth[name] = (s, e)
+            events += [{"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1, "ts": int(a),
+                        "dur": int(b - a)} for a, b in zip(s, e, strict=True)]
+        ops = sorted(set(_random_tree(rnd, 0, 330)), key=lambda se: (se[0], -se[1]))
+        names = [rnd.choice(["aten::mm", "aten::scaled_dot_product_attention"]) for _ in ops]
+        events += [{"ph": "X", "cat": "cpu_op", "name": n, "pid": 1, "tid": 1, "ts": a, "dur": b - a}
+                   for (a, b), n in zip(ops, names, strict=True)]
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 0, "dur": 400})
+        path = tmp_path / f"t{trial}.json"
+        path.write_text(json.dumps({"traceEvents": events}))
+        (step,) = analyze(load_trace(path)).steps
+        # Painting, in microsecond cells (the trace is in us); the step is [10, 310).
+        window = slice(10, 310)
+        taken = np.zeros(400, bool)
+        want = {}
+        depth, _ = nesting(np.array([a for a, _ in ops], np.int64), np.array([b for _, b in ops], np.int64)) \
+            if ops else (np.zeros(0, np.int64), None)
+        attn = [(a, b) for (a, b), n in zip(ops, names, strict=True) if n.endswith("attention")]
+        top = [(a, b) for (a, b), d in zip(ops, depth.tolist(), strict=True) if d == 0]
+        sets = {"sync": [truth["sync"]], "sample": [truth["sample"]], "cache_update": [truth["cache.update#0"]],
+                "cache_seq_length": [truth["cache.seq_length"]], "cache_mask_sizes": [truth["cache.mask_sizes"]],
+                "mask": [truth["mask"]]}
+        for p in HOST_PARTS:
+            grid = np.zeros(400, bool)
+            for s, e in sets.get(p, []):
+                grid |= _paint(s, e)
+            if p == "attention":
+                for a, b in attn:
+                    grid[a:b] = True
+            if p == "ops":
+                for a, b in top:
+                    grid[a:b] = True
+            mine = grid & ~taken
+            want[p] = int(mine[window].sum()) * 1000
+            taken |= grid
+        want["unattributed"] = int((~taken)[window].sum()) * 1000
+        assert step.host_parts_ns == want, trial
+        assert step.top_level_ops == sum(1 for (a, _), d in zip(ops, depth.tolist(), strict=True)
+                                         if d == 0 and 10 <= a <= 310)
+
+
+# --- our own engine's CPU traces ------------------------------------------------------------------------
+
+NEW_TOKENS = 5
+
+
+@pytest.fixture(scope="module")
+def own_cpu_trace(tmp_path_factory):
+    from probe.capture import profile_torch
+    from probe.config import ProfileConfig
+
+    out = tmp_path_factory.mktemp("own")
+    capture = profile_torch(ProfileConfig(engine="cached", prompt=32, new_tokens=NEW_TOKENS, device="cpu"), out)
+    return load_trace(capture.trace)
+
+
+def _ranges_in(trace, lo, hi, names):
+    rows = trace.rows(Kind.USER_RANGE)
+    keep = [r for r in rows.tolist() if lo <= trace.ts_ns[r] and trace.end_ns[r] <= hi
+            and trace.name(r).split("#")[0] in names]
+    return keep
+
+
+def test_own_cpu_trace_ledger(own_cpu_trace):
+    trace = own_cpu_trace
+    a = analyze(trace)
+    assert [s.name for s in a.steps] == ["prefill"] + [f"decode#{i}" for i in range(NEW_TOKENS - 1)]
+    decode = a.steps[1:]
+    for s in a.steps:
+        assert abs(s.closure - 1) <= 0.01
+        assert (s.launches, s.kernels, s.gpu_busy_ns, s.gpu_idle_ns) == (0, 0, 0, 0)
+        lo = trace.start_ns + s.start_ns
+        hi = lo + s.wall_ns
+        # Computed another way: our cache ranges never nest in each other, sample or sync, so the cache part
+        # is their plain sum; mask is its range less the cache queries inside it.
+        cache = sum(int(trace.dur_ns[r]) for r in _ranges_in(trace, lo, hi, {"cache.update", "cache.seq_length",
+                                                                             "cache.mask_sizes"}))
+        assert s.cache_ns == cache > 0
+        (sample,) = _ranges_in(trace, lo, hi, {"sample"})
+        (sync,) = _ranges_in(trace, lo, hi, {"sync"})
+        assert (s.sample_ns, s.sync_ns) == (int(trace.dur_ns[sample]), int(trace.dur_ns[sync]))
+        (mask,) = _ranges_in(trace, lo, hi, {"mask"})
+        inner = _ranges_in(trace, int(trace.ts_ns[mask]), int(trace.end_ns[mask]),
+                           {"cache.seq_length", "cache.mask_sizes"})
+        assert s.mask_ns == int(trace.dur_ns[mask]) - sum(int(trace.dur_ns[r]) for r in inner)
+        assert s.attention_ns > 0 and s.ops_ns > 0 and s.unattributed_ns > 0
+    # The dispatched op count is the same every decode step (the machine facts: a TorchDispatchMode count).
+    assert len({s.top_level_ops for s in decode}) == 1
+    assert len({tuple(sorted(s.op_counts.items())) for s in decode}) == 1
+    assert sum(decode[0].op_counts.values()) == decode[0].top_level_ops
+    assert a.summary.dispatch == "top-level ops" and a.summary.launches_per_step == decode[0].top_level_ops
+
+
+def test_own_cpu_trace_top_level_count_matches_a_stack_walk(own_cpu_trace):
+    trace = own_cpu_trace
+    a = analyze(trace)
+    rows = trace.rows(Kind.CPU_OP)
+    order = sorted(rows.tolist(), key=lambda r: (trace.ts_ns[r], -trace.end_ns[r]))
+    for s in a.steps:
+        lo = trace.start_ns + s.start_ns
+        hi = lo + s.wall_ns
+        top, open_until = 0, -1
+        for r in order:
+            if trace.ts_ns[r] >= open_until:
+                if lo <= trace.ts_ns[r] <= hi:
+                    top += 1
+            open_until = max(open_until, int(trace.end_ns[r]))
+        assert s.top_level_ops == top
+
+
+def nsys_available() -> bool:
+    from probe.capture import find_nsys
+    from probe.errors import ProbeError
+
+    try:
+        find_nsys()
+    except ProbeError:
+        return False
+    return True
+
+
+@pytest.mark.nsys
+@pytest.mark.skipif(not (IN_CI or nsys_available()), reason="nsys not installed (scripts/install-nsys.sh)")
+def test_own_nsys_cpu_export(tmp_path):
+    """A live CPU nsys run of our loop: no CUPTI tables, our NVTX ranges become the steps."""
+    result = run_probe("profile", "--nsys", "--engine", "cached", "--prompt", "16", "--new-tokens", "3",
+                       "--device", "cpu", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    a = analyze(load_trace(tmp_path / "tiny_cached_cpu_p16_n3.sqlite"))
+    assert [s.name for s in a.steps] == ["prefill", "decode#0", "decode#1"]
+    for s in a.steps:
+        assert s.cache_update_ns > 0 and s.sample_ns > 0 and s.sync_ns > 0 and s.mask_ns > 0
+        assert abs(s.closure - 1) <= 0.01 and s.kernels == 0
+
+
+def test_committed_nsys_cpu_export():
+    a = analyze(load_trace(DATA / "cpu_tiny_cached_p16_n3.nsys.sqlite.gz"))
+    assert [s.name for s in a.steps] == ["prefill", "decode#0", "decode#1"]
+    for s in a.steps:
+        assert s.cache_seq_length_ns > 0 and s.cache_mask_sizes_ns > 0 and s.cache_update_ns > 0
+        assert abs(s.closure - 1) <= 0.01
+        assert s.top_level_ops == 0 and s.ops_ns == 0  # nsys on a CPU sees our ranges only
+
+
+def test_vocabulary_mirrors_probe_annotate():
+    from probe import annotate as A
+    from probe import ledger as L
+
+    assert (L.PREFILL, L.DECODE, L.CACHE_UPDATE, L.CACHE_SEQ_LENGTH, L.CACHE_MASK_SIZES, L.MASK, L.SAMPLE,
+            L.SYNC) == (A.PREFILL, A.DECODE, A.CACHE_UPDATE, A.CACHE_SEQ_LENGTH, A.CACHE_MASK_SIZES, A.MASK,
+                        A.SAMPLE, A.SYNC)
+    for text in ("decode#3", "sample", "cache.update#12", "a#b", "#3"):
+        assert L.split_label(text) == A.split_label(text)
+
+
+def test_find_steps_is_one_window_for_an_empty_step_set():
+    steps = find_steps(load_trace(DATA / "b200_eager.trace.json.gz"))
+    assert steps.names == ["trace"] and steps.kinds == ["window"]
