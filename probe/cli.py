@@ -12,7 +12,7 @@ import sys
 
 from probe.errors import ProbeError
 
-COMMANDS = ("run", "bench", "profile", "count", "roofline", "overhead")
+COMMANDS = ("run", "bench", "profile", "count", "roofline", "overhead", "analyze")
 
 
 class _Parser(argparse.ArgumentParser):

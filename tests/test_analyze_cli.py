@@ -1,0 +1,98 @@
+"""`probe analyze TRACE [--json] [--step N]`: tables, JSON, one step's detail, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from probe.cli import main
+from tests.conftest import run_probe
+from tests.test_trace import BAD, _bad_files
+
+DATA = Path(__file__).parent / "data"
+HAND = DATA / "hand_decode.trace.json.gz"
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["analyze", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_json_output_has_the_documented_shape(capsys):
+    code, out, err = run(capsys, str(HAND), "--json")
+    assert code == 0 and err == ""
+    doc = json.loads(out)
+    assert doc["format"] == "torch_chrome"
+    assert [s["name"] for s in doc["steps"]] == ["prefill", "decode#0", "decode#1"]
+    step = doc["steps"][1]
+    want = {"name": "decode#0", "kind": "decode", "index": 0, "start_us": 110.0, "wall_us": 90.0, "launches": 1,
+            "graph_launches": 1, "kernels": 3, "gpu_busy_us": 28.99, "gpu_idle_us": 52.01, "cache_us": 15.0,
+            "unattributed_us": 20.0}
+    assert {k: step[k] for k in want} == want
+    assert step["top_ops"][0] == {"name": "aten::addmm", "self_us": 16.0, "calls": 1}
+    assert doc["totals"] == {"events": 54, "kernels": 11, "launches": 7, "graph_launches": 1, "gpu_ops": 13,
+                             "runtime_calls": 13, "cpu_ops": 10, "unattributed_gpu_ops": 1, "gpu_busy_us": 102.01,
+                             "span_us": 310.0}
+    assert doc["summary"]["step_p50_us"] == 70.0
+
+
+def test_tables_name_every_step_and_the_summary(capsys):
+    code, out, _ = run(capsys, str(HAND))
+    assert code == 0
+    for text in ("prefill", "decode#0", "decode#1", "GPU busy", "closure", "summary over 2 decode step(s)",
+                 "step time p50 ms", "0.070", "cache share of wall", "aten::addmm"):
+        assert text in out, text
+
+
+def test_cpu_trace_shows_top_level_ops_instead_of_launches(capsys):
+    code, out, _ = run(capsys, str(DATA / "cpu_only_small.trace.json.gz"))
+    assert code == 0
+    assert "ProfilerStep#551" in out and "top-level ops per step" in out and "launches per step" not in out
+
+
+@pytest.mark.parametrize("key", ["1", "decode#0"])
+def test_one_step_by_position_or_name(capsys, key):
+    code, out, _ = run(capsys, str(HAND), "--step", key, "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert [s["name"] for s in doc["steps"]] == ["decode#0"]
+    assert [(t["name"], t["part"]) for t in doc["timeline"]][:3] == [("forward", "range"), ("aten::linear", "ops"),
+                                                                     ("cache.update#0", "cache_update")]
+    code, out, _ = run(capsys, str(HAND), "--step", key)
+    assert code == 0 and "step 1: decode#0" in out and "cudaGraphLaunch" in out and "host: cache_update" in out
+
+
+def test_unknown_step_is_one_line(capsys):
+    code, out, err = run(capsys, str(HAND), "--step", "decode#9")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "no step 'decode#9'" in err
+
+
+def test_reference_counts_in_the_table(capsys):
+    code, out, _ = run(capsys, str(DATA / "rocm_vllm_decode_cudagraph.trace.json.gz"))
+    assert code == 0 and "434 / 10.718" in out and "425 / 4 / 1" in out
+
+
+@pytest.fixture(scope="module")
+def bad_files(tmp_path_factory):
+    return _bad_files(tmp_path_factory.mktemp("bad-cli"))
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_input_is_one_line_in_the_cli(bad_files, capsys, case):
+    code, out, err = run(capsys, str(bad_files[case]))
+    assert code == 2 and out == ""
+    assert err.startswith("probe: error: ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_as_a_user_runs_it(tmp_path):
+    """A fresh process, as from a shell: the JSON and a bad file's one-line error."""
+    good = run_probe("analyze", str(DATA / "cuda_alexnet.trace.json.gz"), "--json", timeout=120)
+    assert good.returncode == 0, good.stderr
+    assert json.loads(good.stdout)["totals"]["kernels"] == 79
+    (tmp_path / "bad.json").write_text("{")
+    bad = run_probe("analyze", str(tmp_path / "bad.json"), timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
