@@ -618,7 +618,12 @@ def _read_nsys_tables(con: sqlite3.Connection, source: Path) -> Trace:
     def ints(rows, i) -> np.ndarray:
         return np.fromiter((-1 if r[i] is None else r[i] for r in rows), dtype=np.int64, count=len(rows))
 
+    dropped: dict[str, int] = {}
     if "NVTX_EVENTS" in tables:
+        unclosed = _query(con, f"SELECT COUNT(*) FROM NVTX_EVENTS WHERE end IS NULL AND eventType IN "
+                               f"{_NVTX_RANGE_TYPES}")[0][0]
+        if unclosed:
+            dropped["NVTX range never closed"] = unclosed
         rows = _query(con, "SELECT start, end, text, textId, globalTid FROM NVTX_EVENTS "
                            f"WHERE end IS NOT NULL AND eventType IN {_NVTX_RANGE_TYPES}")
         names = [r[2] if r[2] is not None else strings.get(r[3], "") for r in rows]
@@ -658,4 +663,4 @@ def _read_nsys_tables(con: sqlite3.Connection, source: Path) -> Trace:
     if "TARGET_INFO_SESSION_START_TIME" in tables:
         row = _query(con, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
         base = row[0][0] if row and type(row[0][0]) is int else None
-    return _finish("nsys_sqlite", source, base, tuple(table), cols, {}, {})
+    return _finish("nsys_sqlite", source, base, tuple(table), cols, {}, dropped)

@@ -191,6 +191,19 @@ def test_nsys_cpu_export_without_cupti_tables():
     assert labels.count("cache.update#3") == 3
 
 
+def test_unclosed_nvtx_range_is_dropped_and_said(hand_nsys, tmp_path):
+    path = tmp_path / "unclosed.sqlite"
+    path.write_bytes(hand_nsys.read_bytes())
+    con = sqlite3.connect(str(path))
+    con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES (25000, NULL, 59, "
+                "'decode#2', ?)", (make_nsys_fixture.global_tid(4242, 4242),))
+    con.commit()
+    con.close()
+    trace = load_trace(path)
+    assert trace.dropped == {"NVTX range never closed": 1}
+    assert trace.warnings == ("dropped 1 event(s): NVTX range never closed",)
+
+
 def test_gzipped_and_plain_sqlite_agree(hand_nsys, tmp_path):
     gz = tmp_path / "hand.sqlite.gz"
     gz.write_bytes(gzip.compress(hand_nsys.read_bytes()))
