@@ -284,7 +284,8 @@ def _collect(events: list) -> _Columns:
         n_dur += dur_ok
         ph = e.get("ph")
         if ph != "X":
-            skipped[ph] = skipped.get(ph, 0) + 1
+            key = ph if type(ph) is str else str(ph)
+            skipped[key] = skipped.get(key, 0) + 1
             continue
         if not (ts_ok and dur_ok):
             reason = "missing or non-numeric ts" if not ts_ok else "missing or non-numeric dur"
@@ -295,10 +296,10 @@ def _collect(events: list) -> _Columns:
         ts_pos.append(n_ts - 1)
         dur_pos.append(n_dur - 1)
         name = e.get("name")
-        i = strings.get(name)
+        i = strings.get(name) if type(name) is str else None  # a list or dict name would not hash
         name_id.append(i if i is not None else _intern(strings, name))
         cat = e.get("cat")
-        i = strings.get(cat)
+        i = strings.get(cat) if type(cat) is str else None
         cat_id.append(i if i is not None else _intern(strings, cat))
         pids.append(e.get("pid", -1))
         tids.append(e.get("tid", -1))
@@ -314,18 +315,17 @@ def _collect(events: list) -> _Columns:
             stream.append(-1)
             device.append(-1)
     c.n_ts, c.n_dur = n_ts, n_dur
-    c.skipped = {str(k): v for k, v in skipped.items()}
     return c
 
 
 def _ints(values: list, default: int = -1) -> np.ndarray:
     """A list of JSON values as int64, with `default` wherever a value is missing or not an integer."""
     try:
-        arr = np.array(values, dtype=np.int64)
-        if len(arr) == len(values) and arr.ndim == 1:
-            return arr
-    except (TypeError, ValueError, OverflowError):
-        pass
+        arr = np.array(values) if values else np.zeros(0, np.int64)
+    except (ValueError, OverflowError):  # ragged lists
+        arr = None
+    if arr is not None and arr.dtype == np.int64 and arr.ndim == 1:
+        return arr  # every value an integer: the common case, with no Python loop
     return np.fromiter((v if type(v) is int and -(2**63) <= v < 2**63 else default for v in values),
                        dtype=np.int64, count=len(values))
 

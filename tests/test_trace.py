@@ -283,3 +283,30 @@ def test_events_without_times_are_dropped_and_said(tmp_path):
     trace = load_trace(write_trace(tmp_path / "t.json", events))
     assert len(trace) == 1
     assert trace.dropped == {"missing or non-numeric dur": 1, "not an object": 1}
+
+
+def test_odd_json_types_do_not_crash(tmp_path):
+    """Names, categories, phases, ids and args of the wrong JSON type: kept where they can be, never a crash."""
+    events = [
+        {"ph": ["X"], "ts": 1.0},  # a phase that is a list: skipped, counted under its text
+        {"ph": "X", "cat": 7, "name": ["aten::mm"], "pid": {"a": 1}, "tid": "main", "ts": 2.0, "dur": 1.0,
+         "args": [1, 2]},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 3.0, "dur": 1.0,
+         "args": {"correlation": "12", "stream": None, "device": 1.5}},
+        {"ph": "X", "cat": "kernel", "name": "k2", "pid": 0, "tid": 7, "ts": 3.5, "dur": 1.0,
+         "args": {"correlation": 3.0}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 2.5, "dur": 0.1,
+         "args": {"correlation": 2**70}},
+    ]
+    trace = load_trace(write_trace(tmp_path / "odd.json", events))
+    assert len(trace) == 4 and trace.skipped == {"['X']": 1}
+    assert [trace.names[i] for i in trace.name_id] == ["['aten::mm']", "cudaLaunchKernel", "k", "k2"]
+    assert trace.kind.tolist() == [Kind.OTHER, Kind.RUNTIME, Kind.KERNEL, Kind.KERNEL]
+    assert trace.pid.tolist() == [-1, 1, 0, 0] and trace.tid.tolist() == [-1, 1, 7, 7]
+    # Only JSON integers are ids: "12" and 3.0 are not, and 2**70 does not fit.
+    assert trace.correlation.tolist() == [-1, -1, -1, -1]
+    assert trace.device.tolist() == [-1, -1, 0, 0]  # 1.5 is no device: the GPU row's pid stands in
+    from probe.ledger import analyze
+
+    totals = analyze(trace).totals
+    assert (totals.kernels, totals.launches, totals.unattributed_gpu_ops) == (2, 1, 2)
