@@ -6,7 +6,8 @@ O(events log events) whatever the number of steps.
 
 Steps. Our own ranges when present (`prefill`, `decode#i`, user ranges on the host); otherwise the trace's
 `ProfilerStep#N` ranges (the GPU-side copies are ignored); otherwise one window from the first event's start
-to the last event's end. Every step is kept, the last one included.
+to the last event's end, on the host thread with the most cpu_ops. Every step is kept, the last one included.
+A step's window is [start, end], both ends included, as in the shared README's per-step definition.
 
 What a step's ledger says (times are integer ns inside; `_us` values are ns / 1000, never rounded):
 
@@ -413,10 +414,6 @@ def find_steps(trace: Trace) -> _Steps:
 # the analysis
 
 
-def _name_table(trace: Trace, predicate) -> np.ndarray:
-    return trace.name_ids(predicate)
-
-
 def _correlation_keys(trace: Trace, rows: np.ndarray) -> np.ndarray:
     """Join key between launches and GPU ops. nsys numbers correlations per process; chrome per trace."""
     corr = trace.correlation[rows]
@@ -588,8 +585,8 @@ def analyze(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> TraceAnalysis
     if n > 1 and np.any(steps.start[1:] < steps.end[:-1]):
         warnings.append("steps overlap in time: an event in the overlap is counted in the later step only")
 
-    launch_names = _name_table(trace, lambda s: api_base_name(s) in LAUNCH_NAMES)
-    graph_names = _name_table(trace, lambda s: api_base_name(s) in GRAPH_LAUNCH_NAMES)
+    launch_names = trace.name_ids(lambda s: api_base_name(s) in LAUNCH_NAMES)
+    graph_names = trace.name_ids(lambda s: api_base_name(s) in GRAPH_LAUNCH_NAMES)
     gpu = _gpu_attribution(trace, steps)
     rt_names = trace.name_id[gpu.rt_rows]
     in_step = gpu.rt_step >= 0
