@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import torch
+import os
+import time
 
-from engines.cached import CachedEngine
+import torch
+from transformers.cache_utils import Cache
+
+from engines.cached import CachedEngine, ContiguousCache, ContiguousLayer
 
 
 class WrongTokensEngine(CachedEngine):
@@ -15,3 +19,48 @@ class WrongTokensEngine(CachedEngine):
     def decode(self, next_ids: torch.Tensor) -> torch.Tensor:
         logits = super().decode(next_ids)
         return -logits
+
+
+class ExtraOpLayer(ContiguousLayer):
+    """Copies the incoming keys once more before each write: one extra aten::clone per layer per step."""
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        return super().update(key_states.clone(), value_states, *args, **kwargs)
+
+
+class ExtraOpCache(ContiguousCache):
+    def __init__(self, num_layers: int, capacity: int):
+        Cache.__init__(self, layers=[ExtraOpLayer(capacity) for _ in range(num_layers)])
+
+
+class ExtraOpCacheEngine(CachedEngine):
+    """The cached engine with per-layer host work added, as a careless edit would. Named like the engine it
+    modifies, so its cells match a baseline of `cached`."""
+
+    name = "cached"
+
+    def prefill(self, input_ids: torch.Tensor, max_len: int) -> torch.Tensor:
+        self.cache = ExtraOpCache(self.model.config.num_hidden_layers, max_len)
+        return self._forward(input_ids)
+
+
+SLOW_US_VAR = "PROBE_SLOW_US"  # microseconds of busy-waiting per decode step
+
+
+class SlowCachedEngine(CachedEngine):
+    """The cached engine plus a busy-wait of $PROBE_SLOW_US microseconds (default 2000) per decode step, read
+    when the engine is built so a benchmark can sweep it. Busy, not sleeping: the step holds the CPU, as
+    host work does. Named `cached`, so its cells match a baseline of `cached`."""
+
+    name = "cached"
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__(model)
+        self.slow_ns = int(float(os.environ.get(SLOW_US_VAR, "2000")) * 1000)
+
+    def decode(self, next_ids: torch.Tensor) -> torch.Tensor:
+        logits = super().decode(next_ids)
+        deadline = time.perf_counter_ns() + self.slow_ns
+        while time.perf_counter_ns() < deadline:
+            pass
+        return logits

@@ -1,0 +1,331 @@
+"""probe compare and probe baseline: exact count gates, noise-aware timing verdicts, inputs, outputs, exits."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+
+import pytest
+import torch
+
+from probe.bench import bench
+from probe.compare import (
+    ALPHA,
+    THRESHOLD,
+    Metric,
+    can_reach,
+    compare,
+    from_results,
+    load_samples,
+    timing_row,
+)
+from probe.config import BenchConfig
+from probe.errors import ProbeError
+from probe.loop import generate
+from probe.results import RESULTS_FILE, BenchResults, Cell, load_results
+from tests.conftest import ROOT, run_probe
+from tests.variants import SLOW_US_VAR, ExtraOpCacheEngine, SlowCachedEngine
+
+SMALL = dict(prompts=(8,), new_tokens=6, runs=3, warmup=1, device="cpu")
+EXTRA = "tests.variants:ExtraOpCacheEngine"
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """Three bench folders: the cached engine, the same again, and the extra-op variant."""
+    root = tmp_path_factory.mktemp("compare")
+    out = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # see one_thread
+    try:
+        for name, engine in (("base", "cached"), ("again", "cached"), ("extra", EXTRA)):
+            bench(BenchConfig(engines=(engine,), **SMALL), root / name)
+            out[name] = root / name
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
+def edited(folder, tmp_path, name: str, edit) -> str:
+    """A copy of a results file with `edit(data)` applied."""
+    data = json.loads((folder / RESULTS_FILE).read_text())
+    edit(data)
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def one_line_error(proc) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("probe: error: "), proc.stderr
+    return lines[0]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# counts
+
+
+def test_extra_op_per_layer_is_caught_and_named(folders, tiny):
+    base = load_results(folders["base"]).cells[0]
+    layers = tiny.config.num_hidden_layers
+    proc = run_probe("compare", str(folders["base"]), str(folders["extra"]))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"launches/decode step {base.decode_ops} -> {base.decode_ops + layers} (+{layers})" in proc.stdout
+    assert f"aten::clone 0 -> {layers} (new)" in proc.stdout
+    result = compare(folders["base"], folders["extra"])
+    assert result.count_diffs == {"cached p8 n6": {"aten::clone": (0.0, float(layers))}}
+    assert {(a.key, a.metric) for a in result.alerts} >= {("cached p8 n6", "decode_launches")}
+
+
+def test_same_engine_rerun_passes_the_count_gate(folders):
+    proc = run_probe("compare", str(folders["base"]), str(folders["again"]), "--counts-only")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "no regression" in proc.stdout and "timings not compared" in proc.stdout
+    result = compare(folders["base"], folders["again"], counts_only=True)
+    assert {r.kind for r in result.rows} == {"count"} and all(r.verdict == "ok" for r in result.rows)
+
+
+def test_identical_inputs_raise_nothing(folders):
+    result = compare(folders["base"], folders["base"])
+    assert not result.alerts and not result.count_diffs
+    timed = [r for r in result.rows if r.kind == "timing"]
+    assert timed and all(r.ratio == 1 and r.verdict in ("ok", "too few samples") for r in timed)
+    host = next(r for r in timed if r.metric == "host_us_per_step")
+    assert host.p_value == 1 and host.n_baseline == 15 and host.ci_low <= 1 <= host.ci_high
+
+
+def test_counts_grow_only_by_total(folders, tmp_path):
+    """One op traded for another at the same total is listed but does not alert; a total increase does."""
+    def swap(data):
+        ops = data["cells"][0]["decode_ops_by_op"]
+        name = next(iter(ops))
+        ops[name] -= 1
+        ops["aten::made_up"] = 1
+
+    result = compare(folders["base"], edited(folders["base"], tmp_path, "swap.json", swap))
+    assert not result.alerts
+    assert result.count_diffs["cached p8 n6"] == {"aten::made_up": (0.0, 1.0)}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# timings
+
+
+def interleaved_cells(engines: dict, tiny, prompt_len: int, new_tokens: int, runs: int) -> dict[str, Cell]:
+    """Runs of several engines in turn (A B C A B C ...), so machine drift hits each alike."""
+    from engines.models import prompt_ids
+
+    prompt = prompt_ids(prompt_len, 1, tiny.config.vocab_size)
+    for engine in engines.values():
+        generate(engine, prompt, new_tokens)  # warmup
+    gens = {name: [] for name in engines}
+    for _ in range(runs):
+        for name, engine in engines.items():
+            gens[name].append(generate(engine, prompt, new_tokens))
+    return {name: Cell.from_runs(engine="cached", prompt_tokens=prompt_len, batch=1,
+                                 ttft_ms=[g.ttft_ns / 1e6 for g in gs],
+                                 itl_ms=[[s / 1e6 for s in g.step_ns] for g in gs],
+                                 total_ms=[g.total_ns / 1e6 for g in gs], tokens=[g.tokens.tolist() for g in gs],
+                                 peak_mem_bytes=0, peak_mem_kind="cpu_rss", reference=None)
+            for name, gs in gens.items()}
+
+
+@pytest.fixture
+def one_thread():
+    # Two threads on a two-core machine shared with other jobs turn every preemption into a stalled step.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_injected_delay_is_caught_and_its_twin_is_not(tiny, one_thread, monkeypatch):
+    from engines.cached import CachedEngine
+    from engines.models import prompt_ids
+
+    prompt = prompt_ids(8, 1, tiny.config.vocab_size)
+    probe_run = generate(CachedEngine(tiny), prompt, 12)
+    step_us = statistics.median(probe_run.step_ns) / 1e3
+    delay_us = max(2000.0, step_us)  # at least doubles the step, whatever the machine's load makes it
+    monkeypatch.setenv(SLOW_US_VAR, str(delay_us))
+    cells = interleaved_cells({"a": CachedEngine(tiny), "twin": CachedEngine(tiny), "slow": SlowCachedEngine(tiny)},
+                              tiny, prompt_len=8, new_tokens=16, runs=5)
+    env = {"torch": "x", "transformers": "y", "device": "cpu", "device_name": "cpu", "dtype": "float32"}
+
+    def sample_set(name: str):
+        return from_results(BenchResults([cells[name]], env, {"model": "tiny"}, complete=True), name)
+
+    slow = compare(sample_set("a"), sample_set("slow"))
+    host = next(r for r in slow.rows if r.metric == "host_us_per_step")
+    assert host.verdict == "regression", host
+    assert host.ratio > THRESHOLD and host.p_value < ALPHA and host.ci_low > 1
+    assert any(a.metric == "host_us_per_step" and "host us/step rose" in a.message for a in slow.alerts)
+    twin = compare(sample_set("a"), sample_set("twin"))
+    assert not twin.alerts, [a.message for a in twin.alerts]
+
+
+def series(n: int, scale: float = 1.0) -> list[float]:
+    return [scale * (100 + (7 * i) % 13) for i in range(n)]  # a fixed, spread-out sample
+
+
+def test_timing_rule_needs_both_ratio_and_significance():
+    host = Metric("host_us_per_step", "host us/step", "timing")
+    slow = timing_row("k", host, series(40), series(40, 1.3), THRESHOLD, ALPHA, 5)
+    assert slow.verdict == "regression" and slow.ratio == pytest.approx(1.3) and slow.p_value < 1e-6
+    assert slow.ci_low <= 1.3 <= slow.ci_high
+    again = timing_row("k", host, series(40), series(40, 1.3), THRESHOLD, ALPHA, 5)
+    assert (again.ci_low, again.ci_high) == (slow.ci_low, slow.ci_high)  # fixed seed: same report every time
+    small = timing_row("k", host, series(400), series(400, 1.05), THRESHOLD, ALPHA, 5)
+    assert small.p_value < ALPHA and small.verdict == "ok"  # significant, but under the threshold
+    faster = timing_row("k", host, series(40), series(40, 0.7), THRESHOLD, ALPHA, 5)
+    assert faster.verdict == "improvement"
+    few = timing_row("k", host, series(4), series(4, 2.0), THRESHOLD, ALPHA, 5)
+    assert few.verdict == "too few samples" and few.p_value is None and few.ratio == pytest.approx(2.0)
+
+
+def test_tokens_per_second_regresses_when_it_drops():
+    tok_s = Metric("decode_tok_s", "decode tok/s", "timing", higher_is_worse=False)
+    drop = timing_row("k", tok_s, series(20), series(20, 0.8), THRESHOLD, ALPHA, 5)
+    assert drop.verdict == "regression" and drop.worse_by == pytest.approx(1.25)
+    rise = timing_row("k", tok_s, series(20), series(20, 1.25), THRESHOLD, ALPHA, 5)
+    assert rise.verdict == "improvement"
+
+
+def test_enough_samples_follows_asv():
+    assert can_reach(5, 5, 0.01) and not can_reach(4, 4, 0.01) and not can_reach(1, 100, 0.01)
+    assert can_reach(2, 1000, 0.01)  # 2 / C(1002, 2) is tiny: a U test can decide
+
+
+def test_results_give_per_run_ttft_and_tokens_per_second(folders):
+    cell = load_results(folders["base"]).cells[0]
+    unit = load_samples(folders["base"]).units["cached p8 n6"]
+    assert unit.samples["ttft_ms"] == tuple(cell.ttft_runs_ms)
+    assert statistics.median(unit.samples["decode_tok_s"]) == pytest.approx(cell.decode_tok_s)
+    assert len(unit.samples["host_us_per_step"]) == 3 * 5
+    assert "cache_us_per_step" not in unit.samples
+    assert any("cache us/step: not in bench results" in n for n in compare(folders["base"], folders["base"]).notes)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# versions, bad input, outputs
+
+
+@pytest.mark.parametrize("field,value", [("torch", "9.9.9"), ("transformers", "9.9.9"), ("device_name", "A10")])
+def test_version_or_device_mismatch_warns_and_skips_count_gate(folders, tmp_path, field, value):
+    current = edited(folders["extra"], tmp_path, "other.json", lambda d: d["env"].__setitem__(field, value))
+    proc = run_probe("compare", str(folders["base"]), current, "--counts-only")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"probe: WARNING: {field.removesuffix('_name')} differs" in proc.stderr
+    assert "skipped: versions differ" in proc.stdout
+    result = compare(folders["base"], current, counts_only=True)
+    assert result.versions_differ and not result.alerts
+    assert result.count_diffs  # the grown op is still reported
+    assert all(r.verdict == "skipped: versions differ" for r in result.rows)
+
+
+def test_unusable_input_is_one_line_exit_2(folders, tmp_path):
+    base = str(folders["base"])
+    (tmp_path / "corrupt.json").write_text('{"cells": [')
+    (tmp_path / "empty.json").write_text("")
+    (tmp_path / "other.json").write_text('{"hello": 1}')
+    (tmp_path / "nofile").mkdir()
+    for bad, why in [(tmp_path / "missing", "no such file"), (tmp_path / "corrupt.json", "cannot read"),
+                     (tmp_path / "empty.json", "empty file"), (tmp_path / "other.json", "not a probe results file"),
+                     (tmp_path / "nofile", "without a results.json")]:
+        line = one_line_error(run_probe("compare", base, str(bad)))
+        assert why in line, line
+
+
+def test_mismatched_configs_exit_2(folders, tmp_path):
+    base = str(folders["base"])
+    model = edited(folders["base"], tmp_path, "model.json", lambda d: d["config"].__setitem__("model", "other"))
+    assert "mismatched configs: model" in one_line_error(run_probe("compare", base, model))
+    dtype = edited(folders["base"], tmp_path, "dtype.json", lambda d: d["env"].__setitem__("dtype", "float16"))
+    assert "mismatched configs: dtype" in one_line_error(run_probe("compare", base, dtype))
+    longer = edited(folders["base"], tmp_path, "prompt.json", lambda d: d["cells"][0].__setitem__("prompt_tokens", 9))
+    assert "no cell in common" in one_line_error(run_probe("compare", base, longer))
+    with pytest.raises(ProbeError, match="--threshold must be above 1"):
+        compare(folders["base"], folders["base"], threshold=0.9)
+
+
+def test_json_and_markdown_are_well_formed(folders, tmp_path):
+    md = tmp_path / "comment.md"
+    proc = run_probe("compare", str(folders["base"]), str(folders["extra"]), "--json", "--markdown", str(md))
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["regression"] is True and data["count_diffs"]["cached p8 n6"]["aten::clone"] == [0, 4]
+    assert {"key", "metric", "baseline", "current", "ratio", "ci_low", "ci_high", "p_value", "n_baseline",
+            "n_current", "verdict"} <= set(data["rows"][0])
+    assert any("aten::clone" in a["message"] for a in data["alerts"])
+    text = md.read_text()
+    assert text.startswith("### probe compare: REGRESSION")
+    table = [line for line in text.splitlines() if line.startswith("|")]
+    assert len(table) == 2 + len(data["rows"])
+    assert len({line.replace("\\|", "").count("|") for line in table}) == 1  # same column count on every line
+    assert "aten::clone 0 -> 4 (new)" in text
+
+
+def test_markdown_carries_the_version_warning(folders, tmp_path):
+    current = edited(folders["base"], tmp_path, "v.json", lambda d: d["env"].__setitem__("torch", "0.0.1"))
+    text = compare(folders["base"], current).to_markdown()
+    assert "> **WARNING: torch differs: " in text and text.startswith("### probe compare: no regression")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# traces, baseline file, the CI gate
+
+
+def test_traces_compare_by_step_kind(tmp_path, tiny):
+    from probe.capture import profile_torch
+    from probe.config import ProfileConfig
+
+    made = {}
+    for name, engine in (("a", "cached"), ("b", EXTRA)):
+        made[name] = profile_torch(ProfileConfig(engine=engine, prompt=8, new_tokens=5, device="cpu"),
+                                   tmp_path / name).trace
+    result = compare(made["a"], made["b"])
+    layers = tiny.config.num_hidden_layers
+    assert result.count_diffs["decode"] == {"aten::clone": (0.0, float(layers))}
+    assert {a.key for a in result.alerts if a.metric == "launches"} == {"prefill", "decode"}
+    decode = {r.metric: r for r in result.rows if r.key == "decode"}
+    assert decode["host_us_per_step"].n_baseline == 4 and "cache_us_per_step" in decode
+    assert not result.warnings  # the sidecar .meta.json carries the environment
+    no_env = run_probe("compare", str(made["a"]), str(ROOT / "tests/data/hand_decode.trace.json.gz"))
+    assert no_env.returncode == 0 and "records no environment" in no_env.stderr  # hand trace: no sidecar
+    assert "no such file" in one_line_error(run_probe("compare", str(made["a"]), str(tmp_path / "nowhere")))
+
+
+def test_trace_against_results_is_exit_2(folders):
+    line = one_line_error(run_probe("compare", str(folders["base"]),
+                                    str(ROOT / "tests/data/hand_decode.trace.json.gz")))
+    assert "cannot compare a results input" in line
+
+
+def test_baseline_command_and_the_ci_gate(tmp_path):
+    """What .ci/run does: rerun the baseline's configuration, gate on counts against the committed file."""
+    committed = ROOT / "baselines/cpu-tiny.json"
+    data = json.loads(committed.read_text())
+    assert data["baseline"]["by"] == "probe baseline" and data["complete"] is True
+    assert all(c["decode_ops_by_op"] and c["decode_ops"] == sum(c["decode_ops_by_op"].values())
+               for c in data["cells"])
+    current = tmp_path / "current.json"
+    made = run_probe("baseline", "--runs", "1", "--warmup", "0", "--out", str(current))
+    assert made.returncode == 0, made.stderr
+    assert load_samples(current).kind == "baseline"
+    gate = run_probe("compare", str(committed), str(current), "--counts-only")
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    cells = {dataclasses.astuple(c)[:4] for c in load_results(current).cells}
+    assert cells == {dataclasses.astuple(c)[:4] for c in load_results(committed).cells}
+
+
+def test_variants_do_what_their_names_say(tiny, monkeypatch):
+    from engines.models import prompt_ids
+    from probe.count import count_forward_ops
+
+    prompt = prompt_ids(8, 1, tiny.config.vocab_size)
+    counts = count_forward_ops(ExtraOpCacheEngine(tiny), prompt)
+    assert counts.decode_by_op["aten::clone"] == tiny.config.num_hidden_layers
+    monkeypatch.setenv(SLOW_US_VAR, "3000")
+    gen = generate(SlowCachedEngine(tiny), prompt, 4)
+    assert min(gen.step_ns) >= 3_000_000  # a floor, not a timing claim: the wait alone lasts this long
