@@ -13,9 +13,9 @@ Columns, all of length `len(trace)`:
 - `cat_id` (int32): index into `names`: chrome's `cat` as written; for nsys, the table the row came from.
 - `pid` (int64): process. Chrome GPU rows carry the device here, as the profiler writes them. -1 if not an int.
 - `tid` (int64): thread. Chrome GPU rows carry the stream here. -1 if not an int ("PyTorch Profiler").
-- `stream` (int64): GPU stream of kernel, memcpy, memset and gpu_range rows (`args.stream`, else `tid`);
-  -1 on host rows.
-- `device` (int64): GPU device of those rows (`args.device`, else `pid`); -1 on host rows.
+- `stream` (int64): GPU stream of kernel, memcpy, memset and gpu_range rows; -1 on host rows. Chrome: the
+  row's `tid`, which kineto sets to the stream (its `args.stream` agrees on every public trace); nsys: streamId.
+- `device` (int64): GPU device of those rows; -1 on host rows. Chrome: the row's `pid`; nsys: deviceId.
 - `correlation` (int64): the launch <-> GPU op link: chrome `args.correlation`, nsys `correlationId`; -1 if none.
 - `external_id` (int64): chrome `args["External id"]` (ties a cpu_op to its runtime calls); -1 if none.
 
@@ -242,7 +242,7 @@ class _Columns:
     def __init__(self):
         self.strings: dict[str, int] = {}
         self.name_id, self.cat_id, self.pid, self.tid = [], [], [], []
-        self.corr, self.ext, self.stream, self.device = [], [], [], []
+        self.corr, self.ext = [], []
         self.ts_raw, self.dur_raw = [], []  # X events' own values, whatever type the JSON parser gave
         self.ts_pos, self.dur_pos = [], []  # their ordinals among all numeric "ts" / "dur" values in the file
         self.n_ts = self.n_dur = 0  # how many numeric "ts" / "dur" values the file holds, all phases
@@ -268,7 +268,7 @@ def _collect(events: list) -> _Columns:
     strings = c.strings
     ts_pos, dur_pos, ts_raw, dur_raw = c.ts_pos, c.dur_pos, c.ts_raw, c.dur_raw
     name_id, cat_id, pids, tids = c.name_id, c.cat_id, c.pid, c.tid
-    corr, ext, stream, device = c.corr, c.ext, c.stream, c.device
+    corr, ext = c.corr, c.ext
     skipped, dropped = c.skipped, c.dropped
     number = _NUMBER
     n_ts = n_dur = 0
@@ -307,13 +307,9 @@ def _collect(events: list) -> _Columns:
         if type(a) is dict:
             corr.append(a.get("correlation", -1))
             ext.append(a.get("External id", -1))
-            stream.append(a.get("stream", -1))
-            device.append(a.get("device", -1))
         else:
             corr.append(-1)
             ext.append(-1)
-            stream.append(-1)
-            device.append(-1)
     c.n_ts, c.n_dur = n_ts, n_dur
     return c
 
@@ -484,10 +480,7 @@ def _read_chrome(source: Path) -> Trace:
         kind[is_step] = Kind.PROFILER_STEP
     pid, tid = _ints(c.pid), _ints(c.tid)
     on_stream = np.isin(kind, np.asarray(_ON_STREAM, dtype=np.int8))
-    stream = _ints(c.stream)
-    stream = np.where(on_stream, np.where(stream >= 0, stream, tid), -1)
-    device = _ints(c.device)
-    device = np.where(on_stream, np.where(device >= 0, device, pid), -1)
+    stream, device = np.where(on_stream, tid, -1), np.where(on_stream, pid, -1)
     cols = dict(ts_ns=ts_ns, dur_ns=dur_ns, kind=kind, name_id=name_id, cat_id=cat_id, pid=pid, tid=tid,
                 stream=stream, device=device, correlation=_ints(c.corr), external_id=_ints(c.ext))
     return _finish("torch_chrome", source, base, names, cols, c.skipped, c.dropped)

@@ -305,7 +305,7 @@ def test_odd_json_types_do_not_crash(tmp_path):
     assert trace.pid.tolist() == [-1, 1, 0, 0] and trace.tid.tolist() == [-1, 1, 7, 7]
     # Only JSON integers are ids: "12" and 3.0 are not, and 2**70 does not fit.
     assert trace.correlation.tolist() == [-1, -1, -1, -1]
-    assert trace.device.tolist() == [-1, -1, 0, 0]  # 1.5 is no device: the GPU row's pid stands in
+    assert trace.device.tolist() == [-1, -1, 0, 0] and trace.stream.tolist() == [-1, -1, 7, 7]
     from probe.ledger import analyze
 
     totals = analyze(trace).totals
