@@ -149,6 +149,9 @@ class Trace:
     def __len__(self) -> int:
         return len(self.ts_ns)
 
+    def __repr__(self) -> str:
+        return f"Trace({self.format}, {len(self)} events, {len(self.names)} names, {self.source!r})"
+
     @property
     def end_ns(self) -> np.ndarray:
         return self.ts_ns + self.dur_ns
