@@ -42,7 +42,8 @@ def test_json_output_has_the_documented_shape(capsys):
 def test_tables_name_every_step_and_the_summary(capsys):
     code, out, _ = run(capsys, str(HAND))
     assert code == 0
-    for text in ("prefill", "decode#0", "decode#1", "GPU busy", "closure", "summary over 2 decode step(s)",
+    for text in ("prefill", "decode#0", "decode#1", "GPU busy", "kern wait", "closure",
+                 "summary over 2 decode step(s)",
                  "step time p50 ms", "0.070", "cache share of wall", "aten::addmm"):
         assert text in out, text
 

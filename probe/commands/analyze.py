@@ -75,24 +75,26 @@ def _pct(x: float) -> str:
 
 
 def steps_table(result):
-    """One row a step: wall time, dispatch and GPU side. On a CPU-only trace, the dispatch side only."""
+    """One row a step: wall time, what it dispatched, and the GPU side (on a GPU trace)."""
     from rich.table import Table
 
     gpu = result.summary.dispatch == "launches"
     table = Table(title=f"{result.source}  ({result.format}, {len(result.steps)} steps; times in ms)",
                   title_justify="left")
-    cols = ["#", "step", "start", "wall", "top ops", "cpu ops"]
-    if gpu:
-        cols += ["launches", "graphs", "kernels", "GPU ops", "GPU busy", "busy %", "idle", "host wait",
-                 "kernel wait", "idle other"]
+    cols = ["#", "step", "start", "wall"]
+    cols += ["launches", "graphs", "kernels", "GPU busy", "busy %", "idle", "host wait", "kern wait",
+             "idle other"] if gpu else ["top-level ops", "cpu ops"]
     for c in cols:
-        table.add_column(c, justify="left" if c == "step" else "right", no_wrap=True)
+        table.add_column(c, justify="left" if c == "step" else "right", no_wrap=True,
+                         min_width=len(c) if c != "step" else max(4, *(len(s.name) for s in result.steps)))
     for s in result.steps:
-        row = [str(s.position), s.name, _ms(s.start_ns), _ms(s.wall_ns), str(s.top_level_ops), str(s.cpu_ops)]
+        row = [str(s.position), s.name, _ms(s.start_ns), _ms(s.wall_ns)]
         if gpu:
-            row += [str(s.launches), str(s.graph_launches), str(s.kernels), str(s.gpu_ops), _ms(s.gpu_busy_ns),
+            row += [str(s.launches), str(s.graph_launches), str(s.kernels), _ms(s.gpu_busy_ns),
                     _pct(s.busy_fraction), _ms(s.gpu_idle_ns), _ms(s.idle_host_wait_ns),
                     _ms(s.idle_kernel_wait_ns), _ms(s.idle_other_ns)]
+        else:
+            row += [str(s.top_level_ops), str(s.cpu_ops)]
         table.add_row(*row)
     return table
 
@@ -105,7 +107,7 @@ def host_table(result):
                   title_justify="left")
     for c in ("#", "step", "wall", "sync", "sample", "cache", "mask", "attention", "ops", "unattributed",
               "closure"):
-        table.add_column(c, justify="left" if c == "step" else "right", no_wrap=True)
+        table.add_column(c, justify="left" if c == "step" else "right", no_wrap=True, min_width=len(c))
     for s in result.steps:
         table.add_row(str(s.position), s.name, _ms(s.wall_ns), _ms(s.sync_ns), _ms(s.sample_ns), _ms(s.cache_ns),
                       _ms(s.mask_ns), _ms(s.attention_ns), _ms(s.ops_ns), _ms(s.unattributed_ns),
