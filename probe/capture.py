@@ -45,7 +45,7 @@ class Capture:
     sqlite: Path | None = None
 
 
-def _prepare(cfg: ProfileConfig):
+def _prepare(cfg: ProfileConfig, model=None):
     from probe.bench import validate
     from probe.config import BenchConfig
 
@@ -53,7 +53,8 @@ def _prepare(cfg: ProfileConfig):
                             warmup=cfg.warmup, batch=(cfg.batch,), model=cfg.model, dtype=cfg.dtype,
                             device=cfg.device, seed=cfg.seed)
     classes, device = validate(bench_cfg)
-    model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
+    if model is None:
+        model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
     engine = classes[cfg.engine](model)
     prompt = prompt_ids(cfg.prompt, cfg.batch, model.config.vocab_size, cfg.seed).to(device)
     return engine, prompt, device
@@ -64,12 +65,13 @@ def _write_meta(path: Path, cfg: ProfileConfig, device: torch.device, **extra) -
     path.write_text(json.dumps(meta, indent=1))
 
 
-def profile_torch(cfg: ProfileConfig, out: Path) -> Capture:
-    """Record one generation under torch.profiler (CPU, plus CUDA when available) after `warmup` runs."""
+def profile_torch(cfg: ProfileConfig, out: Path, model=None) -> Capture:
+    """Record one generation under torch.profiler (CPU, plus CUDA when available) after `warmup` runs.
+    `model`, when given, is used instead of loading `cfg.model` again."""
     from probe.bench import check_writable
 
     check_writable(out)
-    engine, prompt, device = _prepare(cfg)
+    engine, prompt, device = _prepare(cfg, model)
     annotator = A.Annotator()
     for _ in range(cfg.warmup):
         generate(engine, prompt, cfg.new_tokens, annotator)

@@ -128,6 +128,14 @@ class OverheadReport:
     bookkeeping_ms: float = 0.0  # cache writes + read-back + mask-size query + mask construction
     gap_ms: float = 0.0  # cached step - floor: what Part 2 attributed to bookkeeping without measuring
     explained_pct: float = 0.0  # bookkeeping / gap
+    # From a profiled cached decode (median step): how much of the step is host work and how much device
+    # work. GPU: device busy vs wall, and the host's share = wall less the sync wait. CPU: there is no device;
+    # the split is compute inside aten ops (ops + attention) against everything around them.
+    step_dispatch: str = ""  # "launches" (kernel launches per decode step) | "top-level ops"
+    step_dispatched: float = 0.0
+    host_pct: float = 0.0
+    device_pct: float | None = None
+    compute_in_ops_pct: float = 0.0
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -178,10 +186,40 @@ def measure(model_spec: str = "tiny", dtype: str = "float32", device: str = "cpu
         pieces.append(Piece(name, rng, median_us, 100 * median_us / 1e3 / step_ms))
     bookkeeping = sum(p.median_us for p in pieces if p.range in (*A.CACHE_RANGES, A.MASK)) / 1e3
     gap = step_ms - floor_ms
+    digest = profiled_step(cached, prompt)
+    parts, wall = digest["parts_us"], digest["wall_us"]
+    gpu = digest["dispatch"] == "launches"
     return OverheadReport(
         model=model_spec, dtype=dtype, device=str(dev), context_tokens=context, floor_ms=floor_ms,
         floor_issue_ms=issue_ms, floor_wait_ms=floor_ms - issue_ms, launches_per_forward=launches,
         launch_kind="aten ops dispatched", host_us_per_launch=issue_ms * 1e3 / launches,
         cached_step_ms=step_ms, cached_launches_per_forward=cached_ops, pieces=pieces, bookkeeping_ms=bookkeeping,
         gap_ms=gap, explained_pct=100 * bookkeeping / gap if gap > 0 else float("nan"),
+        step_dispatch=digest["dispatch"],
+        step_dispatched=digest["launches"] if gpu else digest["top_level_ops"],
+        host_pct=100 * (wall - parts["sync"]) / wall,
+        device_pct=100 * digest["gpu_busy_us"] / wall if gpu else None,
+        compute_in_ops_pct=100 * (parts["ops"] + parts["attention"]) / wall,
     )
+
+
+def profiled_step(engine, prompt: torch.Tensor, steps: int = 8) -> dict:
+    """Profile a few decode steps under torch.profiler and reduce them to the median step's ledger."""
+    import tempfile
+    from pathlib import Path
+
+    from probe.ledger import analyze
+    from probe.report import step_digest
+    from probe.trace import load_trace
+
+    annotator = A.Annotator()
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if prompt.device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    generate(engine, prompt, steps + 1, annotator)
+    with torch.profiler.profile(activities=activities) as prof:
+        generate(engine, prompt, steps + 1, annotator)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "step.trace.json"
+        prof.export_chrome_trace(str(path))
+        return step_digest(analyze(load_trace(path)))

@@ -62,6 +62,23 @@ class ProgressBar:
         self._progress.update(self._task, description=description, advance=advance)
 
 
+DIGEST_PARTS = ("ops", "attention", "cache_update", "cache_seq_length", "cache_mask_sizes", "mask", "sample", "sync",
+                "unattributed")
+
+
+def digest_table(ledgers: dict) -> Table:
+    """Where one (median) decode step goes, per engine, from its profiled trace."""
+    table = Table(title="where a decode step goes (median decode step of a profiled run, us)", title_justify="left")
+    for col in ("engine", "step", *DIGEST_PARTS, "closure", "launches or ops", "GPU busy %"):
+        table.add_column(col.replace("cache_", "cache."), justify="left" if col == "engine" else "right")
+    for engine, d in ledgers.items():
+        dispatched = d["launches"] if d["dispatch"] == "launches" else d["top_level_ops"]
+        table.add_row(engine, f"{d['wall_us']:.0f}", *(f"{d['parts_us'][p]:.0f}" for p in DIGEST_PARTS),
+                      f"{d['closure']:.3f}", f"{dispatched:g} {d['dispatch']}",
+                      f"{100 * d['gpu_busy_us'] / d['wall_us']:.1f}" if d["dispatch"] == "launches" else "-")
+    return table
+
+
 def predictions_table(rows, machine) -> Table:
     table = Table(title=f"prediction vs measurement: floor {machine.floor_ms:.2f} ms ({machine.floor_source}), "
                         f"bandwidth {machine.bandwidth_bytes_s / 1e9:.1f} GB/s ({machine.bandwidth_source})",
@@ -99,6 +116,12 @@ def report_markdown(results: BenchResults, report) -> str:
              f"{report.machine.bandwidth_bytes_s / 1e9:.2f} GB/s ({report.machine.bandwidth_source}).", ""]
     if not preds.empty:
         lines.append(preds.to_markdown(index=False, floatfmt=".3f"))
+    if report.ledgers:
+        digest = pd.DataFrame([{"engine": e, "step_us": d["wall_us"], **d["parts_us"], "closure": d["closure"],
+                                d["dispatch"]: d["launches"] if d["dispatch"] == "launches" else d["top_level_ops"]}
+                               for e, d in report.ledgers.items()])
+        lines += ["", "## Where a decode step goes (median decode step of a profiled run, us)", "",
+                  digest.to_markdown(index=False, floatfmt=".1f")]
     lines += ["", "## The write-ups' predictions, checked here", ""]
     word = {True: "supported", False: "not supported", None: "not measured"}
     lines += [f"- **{word[v.supported]}**: {v.claim} ({v.source}). {v.evidence}" for v in report.verdicts]

@@ -15,6 +15,7 @@ It also checks the write-ups' two closing predictions against this machine's mea
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from dataclasses import dataclass, field
 
 from engines import EngineError, engine_class
@@ -170,3 +171,15 @@ def measure_machine(model: str, dtype: str, device: str, device_name: str):
         bandwidth, source = measure_copy_bandwidth(overhead.device), f"measured copy on {device_name}"
     floor_source = f"single-token forward, {model} {dtype}"
     return Machine(overhead.floor_ms, floor_source, bandwidth, source), overhead
+
+
+def step_digest(analysis) -> dict:
+    """The median decode step of an analyzed trace: wall, host parts, launches or dispatched ops, GPU busy."""
+    steps = [s for s in analysis.steps if s.kind == "decode"] or analysis.steps
+    parts = {p: statistics.median(s.host_parts_ns[p] for s in steps) / 1e3 for p in steps[0].host_parts_ns}
+    return {"source": analysis.source, "steps": len(steps), "dispatch": analysis.summary.dispatch,
+            "wall_us": statistics.median(s.wall_ns for s in steps) / 1e3, "parts_us": parts,
+            "launches": statistics.median(s.launches for s in steps),
+            "top_level_ops": statistics.median(s.top_level_ops for s in steps),
+            "gpu_busy_us": statistics.median(s.gpu_busy_ns for s in steps) / 1e3,
+            "closure": statistics.median(s.closure for s in steps)}

@@ -49,4 +49,9 @@ def main(args: argparse.Namespace) -> int:
     console.print(table)
     console.print(f"gap above the floor: {r.gap_ms:.3f} ms; measured bookkeeping {r.bookkeeping_ms:.3f} ms "
                   f"({r.explained_pct:.0f}% of the gap)")
+    device = (f"device busy {r.device_pct:.1f}% of the step" if r.device_pct is not None else
+              "no device: the host does the compute too")
+    console.print(f"profiled decode step: {r.step_dispatched:g} {r.step_dispatch}; host work {r.host_pct:.1f}% of "
+                  f"the step; {device}; {r.compute_in_ops_pct:.1f}% inside aten ops (compute), "
+                  f"{100 - r.compute_in_ops_pct:.1f}% around them")
     return 0

@@ -32,4 +32,10 @@ def main(args: argparse.Namespace) -> int:
     for path in (result.trace, result.nsys_rep, result.sqlite, result.meta):
         if path is not None:
             print(path)
+    from probe import render
+    from probe.commands.analyze import summary_table
+    from probe.ledger import analyze
+    from probe.trace import load_trace
+
+    render.stdout().print(summary_table(analyze(load_trace(result.trace or result.sqlite))))
     return 0

@@ -41,6 +41,25 @@ def defaults_for(device: str) -> dict:
     return GPU_DEFAULTS if resolve_device(device).type == "cuda" else CPU_DEFAULTS
 
 
+def profile_engines(cfg, folder: Path) -> dict:
+    """One short torch.profiler trace per engine at the shortest prompt, each reduced to its median step."""
+    from engines.models import load_model
+    from probe.capture import profile_torch
+    from probe.config import ProfileConfig
+    from probe.ledger import analyze
+    from probe.report import step_digest
+    from probe.trace import load_trace
+
+    model = load_model(cfg.model, cfg.dtype, cfg.device, cfg.seed)
+    digests = {}
+    for engine in cfg.engines:
+        pcfg = ProfileConfig(engine=engine, prompt=min(cfg.prompts), new_tokens=9, model=cfg.model, dtype=cfg.dtype,
+                             device=cfg.device, seed=cfg.seed)
+        capture = profile_torch(pcfg, folder, model)
+        digests[engine] = step_digest(analyze(load_trace(capture.trace)))
+    return digests
+
+
 def main(args: argparse.Namespace) -> int:
     from probe import render
     from probe.commands.bench import execute
@@ -70,10 +89,11 @@ def main(args: argparse.Namespace) -> int:
     arch = arch_for(cfg.model)
     report = Report(machine, predictions(results, arch, machine),
                     [host_overhead_verdict(combined), batching_verdict(combined, arch, machine)],
-                    overhead=overhead.to_json())
+                    overhead=overhead.to_json(), ledgers=profile_engines(cfg, out / "traces"))
     atomic_write(out / "report.json", json.dumps(report.to_json(), indent=1))
     atomic_write(out / "report.md", render.report_markdown(combined, report))
     if not args.json:
+        console.print(render.digest_table(report.ledgers))
         console.print(render.predictions_table(report.predictions, machine))
         for line in render.verdict_lines(report.verdicts):
             console.print(line)

@@ -1,0 +1,49 @@
+"""probe overhead: the timing annotator's arithmetic, and the floor experiment on the tiny model."""
+
+from __future__ import annotations
+
+import pytest
+
+from probe import annotate as A
+from probe.overhead import PIECES, TimingAnnotator, measure
+
+
+def test_timing_annotator_charges_self_time_per_step():
+    ticks = iter([0, 10, 15, 40, 45, 100, 100, 130, 200, 260])
+    timing = TimingAnnotator(clock=lambda: next(ticks))
+    with timing(A.DECODE, 0):  # enter at 0
+        with timing(A.FORWARD):  # 10
+            with timing(A.CACHE_UPDATE, 3):  # 15
+                pass  # exit 40
+        # forward exit 45; back in decode
+        with timing(A.SAMPLE):  # 100
+            pass  # 100
+    # decode exit 130
+    with timing(A.DECODE, 1):  # 200
+        pass  # 260
+    first, second = timing.steps
+    assert dict(first) == {A.DECODE: 10 + 55 + 30, A.FORWARD: 5 + 5, A.CACHE_UPDATE: 25, A.SAMPLE: 0}
+    assert sum(first.values()) == 130  # self times partition the step
+    assert dict(second) == {A.DECODE: 60}
+
+
+@pytest.fixture(scope="module")
+def report():
+    return measure("tiny", "float32", "cpu", context=16, steps=8, reps=5)
+
+
+def test_floor_report_is_complete(report):
+    assert report.launches_per_forward == 247 and report.launch_kind == "aten ops dispatched"
+    assert report.host_us_per_launch == pytest.approx(report.floor_issue_ms * 1e3 / 247)
+    assert report.floor_ms >= report.floor_issue_ms > 0
+    assert report.cached_launches_per_forward > report.launches_per_forward  # bookkeeping adds ops
+    assert [p.range for p in report.pieces] == [r for _, r in PIECES]
+    by_range = {p.range: p.median_us for p in report.pieces}
+    assert by_range[A.CACHE_UPDATE] > 0 and by_range[A.MASK] > 0 and by_range[A.FORWARD] > 0
+    assert report.bookkeeping_ms == pytest.approx(sum(by_range[r] for r in (*A.CACHE_RANGES, A.MASK)) / 1e3)
+
+
+def test_profiled_step_split(report):
+    assert report.step_dispatch == "top-level ops" and report.device_pct is None  # a CPU trace
+    assert report.step_dispatched == report.cached_launches_per_forward + 1  # the forward's ops + the argmax
+    assert 0 < report.compute_in_ops_pct < 100 and report.host_pct == pytest.approx(100, abs=1)
