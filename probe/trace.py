@@ -57,6 +57,7 @@ import gzip
 import json
 import re
 import sqlite3
+import warnings
 import zlib
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
@@ -339,6 +340,9 @@ def decimal_text_to_ns(texts: list[bytes]) -> np.ndarray:
     n = len(texts)
     if n == 0:
         return np.zeros(0, np.int64)
+    torch_style = _three_decimals_to_ns(texts)
+    if torch_style is not None:
+        return torch_style
     whole, _, frac = np.strings.partition(np.array(texts), b".")
     if frac.dtype.itemsize <= 3:
         try:
@@ -355,6 +359,31 @@ def decimal_text_to_ns(texts: list[bytes]) -> np.ndarray:
 
 
 _MAX_US = 9223372036854775  # whole microseconds that still fit int64 ns after x 1000 (plus <1000 ns)
+
+
+def _three_decimals_to_ns(texts: list[bytes]) -> np.ndarray | None:
+    """The common case, twice as fast: every value has exactly three decimals (torch writes "%.3f"), so
+    dropping the dot leaves the ns as an integer, which numpy's text reader parses exactly (no float).
+    None when any value is written another way."""
+    blob = b" ".join(texts) + b" "
+    chars = np.frombuffer(blob, np.uint8)
+    ends = np.flatnonzero(chars == 32)
+    dots = chars == 46
+    if len(ends) != len(texts) or np.count_nonzero(dots) != len(texts) or np.any(ends < 4) \
+            or not np.all(dots[ends - 4]) or np.any((chars == 101) | (chars == 69) | (chars == 43)):
+        return None  # a missing dot, other than 3 decimals, or an exponent
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy only warns when it stops early; make that an error
+        try:
+            ns = np.fromstring(blob.replace(b".", b""), dtype=np.int64, sep=" ")
+        except (ValueError, DeprecationWarning, OverflowError):
+            return None
+    if len(ns) != len(texts) or np.any((ns == _I64.max) | (ns == _I64.min)):
+        return None  # the reader saturates out-of-range values instead of failing: leave those to the slow path
+    return ns
+
+
+_I64 = np.iinfo(np.int64)
 
 
 def _frac_digits(frac: np.ndarray, n: int) -> np.ndarray | None:

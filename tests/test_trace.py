@@ -71,6 +71,16 @@ def test_decimal_text_to_ns_random_torch_style_values():
 def test_out_of_range_time_is_a_value_error():
     with pytest.raises(ValueError):
         decimal_text_to_ns([b"99999999999999999.5"])
+    with pytest.raises(ValueError):
+        decimal_text_to_ns([b"1.000", b"9223372036854775.808"])  # three decimals, one ns past int64
+
+
+@pytest.mark.parametrize("texts", [
+    [b"1.000", b"2.500", b"-0.001", b"5082703139188.524"],  # all torch-style: the fast reader
+    [b"1.000", b"2.5"], [b"1.000", b"3"], [b"1.000", b"1.0005"], [b"1.000", b"1.000e3"], [b"12.", b"1.000"],
+])
+def test_torch_style_fast_reader_and_its_fallbacks(texts):
+    assert decimal_text_to_ns(texts).tolist() == [exact_ns(t.decode()) for t in texts]
 
 
 def test_every_public_trace_keeps_exact_times(tmp_path):
