@@ -12,7 +12,7 @@ import sys
 
 from probe.errors import ProbeError
 
-COMMANDS = ("run", "bench", "profile", "count", "roofline", "overhead", "analyze", "compare", "baseline")
+COMMANDS = ("run", "bench", "profile", "count", "roofline", "overhead", "analyze", "compare", "baseline", "app")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,0 +1,525 @@
+"""What the Streamlit explorer (app.py) shows, as pure functions: where the files are, tidy frames, figures.
+
+The app is a thin view: every number here comes from a typed result (`BenchResults`, `report.json`,
+`TraceAnalysis`, `TimelineItem`, `Comparison`, telemetry samples). Functions only reshape and draw them, so
+they can be tested without Streamlit, which this module never imports.
+
+Files. Everything the app reads lies under one root folder. `list_sources` walks it (bounded: depth, count,
+no hidden or virtual-env folders, no symlinked folders) for run folders (holding results.json), results files
+(`probe baseline` files in a `baselines/` folder) and traces; `resolve_under` is the one gate every path goes
+through, and it refuses anything that resolves outside the root, symlinks included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from probe.errors import ProbeError
+from probe.results import RESULTS_FILE, BenchResults
+
+ROOT_ENV = "PROBE_APP_ROOT"
+REPORT_FILE = "report.json"
+TELEMETRY_GLOB = "*telemetry*.parquet"  # probe.telemetry.write_samples: t_ns plus one column a figure
+TRACE_SUFFIXES = (".trace.json", ".json.gz", ".sqlite", ".sqlite.gz")
+BASELINES_DIR = "baselines"  # `probe baseline` writes results files here (baselines/cpu-tiny.json)
+SKIP_DIRS = frozenset({"node_modules", "__pycache__", "site-packages", "venv"})  # and every .hidden folder
+MAX_DEPTH = 6  # runs/run-x/next-static is 3 deep; deeper trees are not probe output
+MAX_SOURCES = 500  # a root such as $HOME must not hang the sidebar
+MAX_SHADED = 200  # cache ranges shaded on one timeline; beyond this the bars' own colour carries it
+
+# The ledger's host partition as the app groups it (probe.ledger.HOST_PARTS, the three cache parts as one).
+HOST_CATEGORIES = (("ops", "model ops"), ("attention", "attention"), ("cache", "cache bookkeeping"),
+                   ("mask", "mask"), ("sample", "sampling"), ("sync", "sync"), ("unattributed", "unattributed"))
+GPU_CATEGORIES = (("gpu_busy", "GPU busy"), ("gpu_idle", "GPU idle"))
+COLORS = {
+    "ops": "#9aa5b1", "attention": "#7b61ff", "cache": "#e4572e", "cache_update": "#e4572e",
+    "cache_seq_length": "#f29e4c", "cache_mask_sizes": "#f6c344", "mask": "#e98ebf", "sample": "#2ca58d",
+    "sync": "#8c564b", "unattributed": "#d9dde2", "range": "#a7c7e7", "gpu_busy": "#1f77b4", "gpu_idle": "#aec7e8",
+}
+SWEEP_METRICS = (("decode_tok_s", "decode tokens/s"), ("itl_p50_ms", "ITL p50 (ms)"), ("ttft_ms", "TTFT (ms)"))
+NONE = "(none)"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# files under the root
+
+
+@dataclass(frozen=True)
+class Source:
+    rel: str  # path from the root, "/"-separated
+    kind: str  # "run" (a results folder or file) | "trace"
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}: {self.rel}"
+
+
+def app_root(argv: Sequence[str], environ: Mapping[str, str]) -> Path:
+    """`--root DIR` after `streamlit run app.py --`, else $PROBE_APP_ROOT, else the current folder.
+
+    argv is the whole sys.argv. Its options are the app's only when argv[0] is app.py: under AppTest (pytest)
+    sys.argv is pytest's own command line.
+    """
+    parser = argparse.ArgumentParser(prog="app.py", add_help=False)
+    parser.add_argument("--root")
+    ours = list(argv[1:]) if argv and Path(argv[0]).name == "app.py" else []
+    root = parser.parse_known_args(ours)[0].root or environ.get(ROOT_ENV) or "."
+    return Path(root).expanduser().resolve()
+
+
+def resolve_under(root: Path, rel: str | Path) -> Path:
+    """root/rel with every symlink resolved; ProbeError when that is not inside root (absolute rel included)."""
+    base = Path(root).resolve()
+    path = (base / rel).resolve()
+    if path != base and base not in path.parents:
+        raise ProbeError(f"{rel}: outside the app's root {base}")
+    return path
+
+
+def source_path(root: Path, source: Source) -> Path:
+    """The source's path, once it and every file the app reads for it (a run folder's results.json and
+    report.json) are known to lie inside root."""
+    path = resolve_under(root, source.rel)
+    if path.is_dir():
+        for name in (RESULTS_FILE, REPORT_FILE):
+            resolve_under(root, Path(source.rel) / name)
+    return path
+
+
+def is_trace_name(name: str) -> bool:
+    return name.endswith(TRACE_SUFFIXES)
+
+
+def list_sources(root: Path, max_depth: int = MAX_DEPTH, limit: int = MAX_SOURCES) -> tuple[list[Source], bool]:
+    """Run folders, baseline files and traces under root, runs first, each sorted by path; and whether the
+    listing stopped at `limit`. Symlinked folders are not entered; a symlinked file is listed only when it
+    resolves inside root."""
+    root = Path(root).resolve()
+    runs, traces = [], []
+    for folder, dirs, files in os.walk(root):
+        here = Path(folder)
+        depth = len(here.relative_to(root).parts)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS and depth < max_depth)
+        if RESULTS_FILE in files and _inside(root, here / RESULTS_FILE):
+            runs.append(Source(_rel(root, here), "run"))
+        for name in sorted(files):
+            if here.name == BASELINES_DIR and name.endswith(".json") and _inside(root, here / name):
+                runs.append(Source(_rel(root, here / name), "run"))
+            elif is_trace_name(name) and _inside(root, here / name):
+                traces.append(Source(_rel(root, here / name), "trace"))
+        if len(runs) + len(traces) >= limit:
+            return (sorted(runs, key=_by_rel) + sorted(traces, key=_by_rel))[:limit], True
+    return sorted(runs, key=_by_rel) + sorted(traces, key=_by_rel), False
+
+
+def _by_rel(s: Source) -> str:
+    return s.rel
+
+
+def _rel(root: Path, path: Path) -> str:
+    return path.relative_to(root).as_posix() or "."
+
+
+def _inside(root: Path, path: Path) -> bool:
+    try:
+        resolve_under(root, path.relative_to(root))
+    except ProbeError:
+        return False
+    return True
+
+
+def stamp(path: Path) -> tuple:
+    """What the caches key on besides the path: size and mtime of the file, or of a run folder's files."""
+    files = [path / RESULTS_FILE, path / REPORT_FILE] if path.is_dir() else [path]
+    out = []
+    for f in files:
+        try:
+            st = f.stat()
+            out.append((f.name, st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append((f.name, None, None))
+    return tuple(out)
+
+
+def read_report(folder: Path) -> dict | None:
+    """A run folder's report.json (`Report.to_json()`), or None when the folder has none."""
+    path = Path(folder) / REPORT_FILE
+    if not Path(folder).is_dir() or not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ProbeError(f"cannot read {path}: {str(e).splitlines()[0]}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("machine"), dict) or not isinstance(
+            doc.get("predictions"), list):
+        raise ProbeError(f"{path} is not a probe report (expected an object with machine and predictions)")
+    return doc
+
+
+def trace_meta(root: Path, path: Path) -> dict | None:
+    """`probe profile`'s sidecar for a trace (probe.compare.trace_meta), read only when every sidecar
+    in the trace's folder lies inside root."""
+    from probe.compare import trace_meta as read_meta
+
+    if not all(_inside(root, m) for m in path.parent.glob("*.meta.json")):
+        return None
+    return read_meta(path)
+
+
+def telemetry_files(root: Path, folder: Path) -> list[Path]:
+    """Telemetry sample files (probe.telemetry.write_samples) in a run or trace folder, inside root."""
+    return sorted(p for p in Path(folder).glob(TELEMETRY_GLOB) if _inside(root, p))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 1. sweep
+
+
+def line_name(engine: str, batch: int) -> str:
+    return engine if batch == 1 else f"{engine} B={batch}"
+
+
+def sweep_frame(results: BenchResults) -> pd.DataFrame:
+    """One row a cell (BenchResults.cells_frame), plus the line it belongs to and whether it is flagged."""
+    frame = results.cells_frame()
+    frame["line"] = [line_name(e, b) for e, b in zip(frame["engine"], frame["batch"], strict=True)]
+    frame["mismatch"] = [m is False for m in frame["tokens_match_naive"]]
+    return frame.sort_values(["line", "prompt_tokens"], kind="stable").reset_index(drop=True)
+
+
+def prediction_frame(report: dict | None) -> pd.DataFrame:
+    """report.json's per-cell predictions at batch 1, one row a prompt length (the terms do not depend on
+    the engine): the host floor, the bandwidth term, and the prediction max(floor, traffic)."""
+    cols = ["prompt_tokens", "floor_ms", "traffic_ms", "predicted_ms"]
+    rows = [p for p in (report or {}).get("predictions", []) if p.get("batch", 1) == 1]
+    if not rows:
+        return pd.DataFrame(columns=cols)
+    frame = pd.DataFrame(rows)[cols].drop_duplicates("prompt_tokens")
+    return frame.sort_values("prompt_tokens").reset_index(drop=True)
+
+
+def sweep_figure(results: BenchResults, report: dict | None = None) -> go.Figure:
+    """Tokens/s, ITL and TTFT against prompt length, one line per engine, log x; the host floor and the
+    bandwidth roofline dashed; cells whose tokens differ from naive's circled in red."""
+    frame, pred = sweep_frame(results), prediction_frame(report)
+    fig = make_subplots(rows=1, cols=3, subplot_titles=[label for _, label in SWEEP_METRICS],
+                        horizontal_spacing=0.07)
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#bcbd22", "#7f7f7f"]
+    for i, (line, cells) in enumerate(frame.groupby("line", sort=False)):
+        color = palette[i % len(palette)]
+        for col, (metric, _) in enumerate(SWEEP_METRICS, start=1):
+            fig.add_trace(go.Scatter(
+                x=cells["prompt_tokens"], y=cells[metric], mode="lines+markers", name=line, legendgroup=line,
+                showlegend=col == 1, line={"color": color}, customdata=cells[["engine", "batch"]],
+                hovertemplate=f"{line}<br>prompt %{{x}}<br>%{{y:.3g}}<extra></extra>"), row=1, col=col)
+    _add_predictions(fig, pred)
+    bad = frame[frame["mismatch"]]
+    for col, (metric, _) in enumerate(SWEEP_METRICS, start=1):
+        fig.add_trace(go.Scatter(
+            x=bad["prompt_tokens"], y=bad[metric], mode="markers", name="tokens differ from naive",
+            legendgroup="mismatch", showlegend=col == 1 and not bad.empty, text=bad["line"],
+            marker={"symbol": "circle-open", "size": 16, "color": "red", "line": {"width": 3}},
+            hovertemplate="%{text}: tokens differ from naive<extra></extra>"), row=1, col=col)
+    prompts = sorted(set(frame["prompt_tokens"]))
+    fig.update_xaxes(type="log", title_text="prompt tokens", tickvals=prompts, ticktext=[str(p) for p in prompts])
+    fig.update_layout(height=440, margin={"t": 40, "b": 10}, legend={"orientation": "h", "y": -0.25})
+    return fig
+
+
+def _add_predictions(fig: go.Figure, pred: pd.DataFrame) -> None:
+    """As in the write-ups' figures: ITL against the two controls (the host floor, the bandwidth roofline),
+    tokens/s against the prediction they make together, 1000 / max(floor, traffic)."""
+    if pred.empty:
+        return
+    x = pred["prompt_tokens"]
+    for name, ms, color, dash in (("host floor", pred["floor_ms"], "#555555", "dash"),
+                                  ("bandwidth roofline", pred["traffic_ms"], "#d62728", "dot")):
+        fig.add_trace(go.Scatter(x=x, y=ms, mode="lines", name=name, line={"color": color, "dash": dash},
+                                 hovertemplate=f"{name}: %{{y:.3g}} ms<extra></extra>"), row=1, col=2)
+    fig.add_trace(go.Scatter(x=x, y=1e3 / pred["predicted_ms"], mode="lines", name="prediction",
+                             line={"color": "#555555", "dash": "dashdot"},
+                             hovertemplate="max(floor, traffic): %{y:.3g} tok/s<extra></extra>"), row=1, col=1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 2. step ledger
+
+
+def dispatch_label(analysis) -> str:
+    """What the ledger counts as dispatch on this trace (Summary.dispatch): launches, or on a CPU-only trace
+    the top-level (dispatched aten) ops that stand in for them."""
+    if analysis.summary.dispatch == "launches":
+        return "kernel launches per step (graph launches included)"
+    return "top-level ops per step (dispatched aten ops; a CPU trace has no launches)"
+
+
+def dispatch_count(step, analysis) -> int:
+    return step.launches + step.graph_launches if analysis.summary.dispatch == "launches" else step.top_level_ops
+
+
+def ledger_frame(analysis) -> pd.DataFrame:
+    """One row a step: wall, GPU busy / idle and the host partition grouped as HOST_CATEGORIES, in ms
+    (the host columns add up to wall_ms), and the dispatch count."""
+    rows = []
+    for s in analysis.steps:
+        row = {"position": s.position, "step": s.name, "kind": s.kind, "wall_ms": s.wall_ns / 1e6,
+               "gpu_busy_ms": s.gpu_busy_ns / 1e6, "gpu_idle_ms": s.gpu_idle_ns / 1e6}
+        row |= {f"{key}_ms": getattr(s, f"{key}_ns") / 1e6 for key, _ in HOST_CATEGORIES}
+        row["dispatch"] = dispatch_count(s, analysis)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def ledger_figure(analysis) -> go.Figure:
+    """One stacked bar a step: host time by part (adds up to the step's wall time); beside it, on a GPU
+    trace, GPU busy and idle; launches (or top-level ops) per step on the right axis."""
+    frame = ledger_frame(analysis)
+    gpu = analysis.summary.dispatch == "launches"
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    x = frame["step"]
+    _stack(fig, x, frame, HOST_CATEGORIES, "host", "host: ")
+    if gpu:
+        _stack(fig, x, frame, GPU_CATEGORIES, "gpu", "")
+    fig.add_trace(go.Scatter(x=x, y=frame["dispatch"], mode="lines+markers", name=dispatch_label(analysis),
+                             line={"color": "black", "width": 1.5}, marker={"size": 6}), secondary_y=True)
+    fig.update_layout(barmode="group", bargap=0.25, height=460, margin={"t": 30, "b": 10},
+                      legend={"orientation": "h", "y": -0.18}, hovermode="x unified")
+    fig.update_yaxes(title_text="ms per step", secondary_y=False)
+    top = float(frame["dispatch"].max()) if len(frame) else 0.0
+    fig.update_yaxes(title_text="launches / step" if gpu else "top-level ops / step", secondary_y=True,
+                     range=[0, 1.15 * top or 1], showgrid=False, tickformat=",d")
+    return fig
+
+
+def _stack(fig: go.Figure, x, frame: pd.DataFrame, categories, group: str, prefix: str) -> None:
+    """Bars of one offset group stacked by explicit bases, so two stacks can stand side by side."""
+    base = pd.Series(0.0, index=frame.index)
+    for key, label in categories:
+        y = frame[f"{key}_ms"]
+        fig.add_trace(go.Bar(x=x, y=y, base=base.copy(), name=prefix + label, offsetgroup=group,
+                             marker_color=COLORS[key], hovertemplate="%{y:.3f} ms"), secondary_y=False)
+        base = base + y
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 3. one step
+
+
+def step_label(step) -> str:
+    return f"{step.position}: {step.name}"
+
+
+def timeline_frame(items) -> pd.DataFrame:
+    """The step's timeline (probe.ledger.step_timeline) in order: start and duration in µs from the step's
+    start, what it is, which host part its time feeds, and whether that part is cache bookkeeping."""
+    cols = ["start_us", "dur_us", "kind", "part", "name"]
+    frame = pd.DataFrame([{c: getattr(it, c) for c in cols} for it in items], columns=cols)
+    frame["cache"] = frame["part"].str.startswith("cache")
+    return frame
+
+
+TIMELINE_LANES = ("ops", "cache", "ranges")  # bottom to top
+
+
+def timeline_figure(items, title: str = "") -> go.Figure:
+    """Top-level ops (and runtime calls outside any op) on one lane, the cache ranges on their own lane, our
+    other ranges on a third; each bar from its start for its duration, coloured by the host part it feeds;
+    the cache ranges are also shaded across every lane."""
+    frame = timeline_frame(items)
+    frame["lane"] = frame["kind"].map({"range": "ranges", "op": "ops", "runtime": "ops"})
+    frame.loc[frame["cache"] & (frame["kind"] == "range"), "lane"] = "cache"
+    fig = go.Figure()
+    for part, rows in frame.groupby("part", sort=False):
+        fig.add_trace(go.Bar(
+            y=rows["lane"], x=rows["dur_us"], base=rows["start_us"], orientation="h", name=part,
+            marker_color=COLORS.get(part, "#c0c0c0"), customdata=rows[["name", "start_us"]],
+            hovertemplate="%{customdata[0]}<br>start %{customdata[1]:.1f} µs, %{x:.1f} µs<extra>" + part
+                          + "</extra>"))
+    shaded = frame[frame["cache"] & (frame["kind"] == "range")].head(MAX_SHADED)
+    for start, dur, part in zip(shaded["start_us"], shaded["dur_us"], shaded["part"], strict=True):
+        fig.add_vrect(x0=start, x1=start + dur, fillcolor=COLORS[part], opacity=0.18, line_width=0)
+    fig.update_layout(barmode="overlay", height=300, title=title, margin={"t": 40 if title else 10, "b": 10},
+                      legend={"orientation": "h", "y": -0.35}, xaxis_title="µs from the step's start")
+    fig.update_yaxes(categoryorder="array", categoryarray=list(TIMELINE_LANES))
+    return fig
+
+
+def telemetry_frame(path: Path) -> pd.DataFrame:
+    """Raw telemetry samples (t_ns + figures) with the all-missing figures dropped and `t_s` from the first."""
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as e:  # pyarrow raises its own types for a foreign or truncated file
+        raise ProbeError(f"cannot read {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    if "t_ns" not in frame.columns:
+        raise ProbeError(f"{path} has no t_ns column: not telemetry samples")
+    frame = frame.dropna(axis=1, how="all")
+    frame.insert(0, "t_s", (frame["t_ns"] - frame["t_ns"].min()) / 1e9)
+    return frame
+
+
+def telemetry_figure(frame: pd.DataFrame) -> go.Figure:
+    """One small panel a figure (GPU memory, utilization, power, RSS, CPU %, ...) against seconds."""
+    figures = [c for c in frame.columns if c not in ("t_s", "t_ns")]
+    fig = make_subplots(rows=max(len(figures), 1), cols=1, shared_xaxes=True, subplot_titles=figures,
+                        vertical_spacing=0.08 if len(figures) < 6 else 0.03)
+    for i, name in enumerate(figures, start=1):
+        fig.add_trace(go.Scatter(x=frame["t_s"], y=frame[name], mode="lines", name=name, showlegend=False),
+                      row=i, col=1)
+    fig.update_xaxes(title_text="s from the first sample", row=max(len(figures), 1), col=1)
+    fig.update_layout(height=140 * max(len(figures), 1) + 60, margin={"t": 30, "b": 10})
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 4. top ops
+
+
+def top_ops_frame(ops) -> pd.DataFrame:
+    """Ops (probe.ledger.OpTime) ranked by host self time: ms, calls, and µs a call."""
+    rows = [{"op": o.name, "self_ms": o.self_ns / 1e6, "calls": o.calls,
+             "us_per_call": o.self_ns / 1e3 / o.calls if o.calls else 0.0} for o in ops]
+    frame = pd.DataFrame(rows, columns=["op", "self_ms", "calls", "us_per_call"])
+    return frame.sort_values(["self_ms", "op"], ascending=[False, True], kind="stable").reset_index(drop=True)
+
+
+def top_ops_figure(ops, title: str = "") -> go.Figure:
+    frame = top_ops_frame(ops).iloc[::-1]  # plotly draws the first bar at the bottom
+    fig = go.Figure(go.Bar(x=frame["self_ms"], y=frame["op"], orientation="h", marker_color=COLORS["attention"],
+                           customdata=frame["calls"], hovertemplate="%{y}: %{x:.3f} ms in %{customdata} "
+                                                                    "call(s)<extra></extra>"))
+    fig.update_layout(height=max(260, 26 * len(frame) + 80), title=title, xaxis_title="host self time (ms)",
+                      margin={"t": 40 if title else 10, "b": 10, "l": 10})
+    return fig
+
+
+def steady_steps(analysis) -> list:
+    """The steps the ledger's summary describes (Summary.steps_used): the decode steps, else every step."""
+    if analysis.summary.steps_used == "decode":
+        return [s for s in analysis.steps if s.kind == "decode"]
+    return list(analysis.steps)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 5. compare
+
+
+def trace_categories(analysis) -> dict[str, float]:
+    """Mean per steady-state step of wall, each host category and, on a GPU trace, GPU busy / idle (ms), and
+    the dispatch count. Means, not medians, so the host categories still add up to the wall time."""
+    frame = ledger_frame(analysis)
+    frame = frame[frame["position"].isin([s.position for s in steady_steps(analysis)])]
+    keys = ["wall"] + [k for k, _ in HOST_CATEGORIES]
+    if analysis.summary.dispatch == "launches":  # a CPU-only trace has no GPU side to compare
+        keys += [k for k, _ in GPU_CATEGORIES]
+    out = {k: float(frame[f"{k}_ms"].mean()) for k in keys}
+    out["dispatch"] = float(frame["dispatch"].mean())
+    return out
+
+
+CATEGORY_LABELS = {"wall": "wall", **dict(HOST_CATEGORIES), **dict(GPU_CATEGORIES), "dispatch": "dispatch / step"}
+
+
+def delta_frame(base: Mapping[str, float], cur: Mapping[str, float], labels: Mapping[str, str]) -> pd.DataFrame:
+    """Baseline, current, current - baseline and the change in % for every key of `labels` both sides have."""
+    rows = []
+    for key, label in labels.items():
+        if key not in base or key not in cur:
+            continue
+        b, c = base[key], cur[key]
+        rows.append({"what": label, "baseline": b, "current": c, "delta": c - b,
+                     "delta_pct": 100 * (c - b) / b if b else float("nan")})
+    return pd.DataFrame(rows, columns=["what", "baseline", "current", "delta", "delta_pct"])
+
+
+def trace_compare_frame(base_analysis, cur_analysis) -> pd.DataFrame:
+    return delta_frame(trace_categories(base_analysis), trace_categories(cur_analysis), CATEGORY_LABELS)
+
+
+def trace_compare_figure(frame: pd.DataFrame, base_name: str, cur_name: str) -> go.Figure:
+    """Per-category ms per step side by side, baseline against current, the change written on each pair."""
+    times = frame[frame["what"] != CATEGORY_LABELS["dispatch"]]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=times["what"], y=times["baseline"], name=f"baseline: {base_name}",
+                         marker_color="#9aa5b1"))
+    fig.add_trace(go.Bar(x=times["what"], y=times["current"], name=f"current: {cur_name}", marker_color="#1f77b4",
+                         text=[_signed(d, p) for d, p in zip(times["delta"], times["delta_pct"], strict=True)],
+                         textposition="outside"))
+    fig.update_traces(cliponaxis=False)
+    fig.update_layout(barmode="group", height=420, yaxis_title="ms per step (mean over steady-state steps)",
+                      legend={"orientation": "h", "y": -0.2}, margin={"t": 30, "b": 10},
+                      uniformtext={"minsize": 11, "mode": "show"})
+    return fig
+
+
+def _signed(delta: float, pct: float) -> str:
+    return f"{delta:+.3f} ms" + ("" if pct != pct else f" ({pct:+.0f}%)")
+
+
+def run_compare_frame(base: BenchResults, cur: BenchResults) -> pd.DataFrame:
+    """One row a cell both runs have (engine, prompt, new tokens, batch) and a sweep metric: the change."""
+    mine = {c.key: c for c in cur.cells}
+    rows = []
+    for b in base.cells:
+        c = mine.get(b.key)
+        if c is None:
+            continue
+        for metric, label in SWEEP_METRICS:
+            bv, cv = getattr(b, metric), getattr(c, metric)
+            rows.append({"cell": f"{line_name(b.engine, b.batch)} p{b.prompt_tokens} n{b.new_tokens}",
+                         "metric": label, "baseline": bv, "current": cv, "delta": cv - bv,
+                         "delta_pct": 100 * (cv - bv) / bv if bv else float("nan")})
+    return pd.DataFrame(rows, columns=["cell", "metric", "baseline", "current", "delta", "delta_pct"])
+
+
+def run_compare_figure(frame: pd.DataFrame, base_name: str, cur_name: str) -> go.Figure:
+    """The sweep metrics cell by cell, baseline against current, one panel a metric."""
+    fig = make_subplots(rows=1, cols=3, subplot_titles=[label for _, label in SWEEP_METRICS])
+    for col, (_, label) in enumerate(SWEEP_METRICS, start=1):
+        rows = frame[frame["metric"] == label]
+        for side, name, color in (("baseline", base_name, "#9aa5b1"), ("current", cur_name, "#1f77b4")):
+            fig.add_trace(go.Bar(x=rows["cell"], y=rows[side], name=f"{side}: {name}", marker_color=color,
+                                 legendgroup=side, showlegend=col == 1), row=1, col=col)
+    fig.update_layout(barmode="group", height=420, legend={"orientation": "h", "y": -0.35},
+                      margin={"t": 40, "b": 10})
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 6. alerts
+
+
+def md_escape(text: str) -> str:
+    """Text shown through Markdown as written: aten::_foo_bar must not turn italic."""
+    return "".join("\\" + ch if ch in "\\`*_{}[]<>()#+-.!|~$" else ch for ch in text)
+
+
+def comparison_frame(comparison) -> pd.DataFrame:
+    """probe compare's table (its own columns and cell formatting), one row a key and metric."""
+    from probe.compare import COLUMNS, row_cells
+
+    return pd.DataFrame([row_cells(r) for r in comparison.rows], columns=list(COLUMNS))
+
+
+def samples_for(root: Path, source: Source, loaded):
+    """The SampleSet probe compare checks, built from what the app has already loaded (results or an
+    analysis), so that compare reads no file the app has not vetted."""
+    from probe.compare import from_analysis, from_results
+
+    path = source_path(root, source)
+    if source.kind == "run":
+        return from_results(loaded, str(path))
+    return from_analysis(loaded, str(path), trace_meta(root, path))
+
+
+__all__ = ["Source", "app_root", "list_sources", "resolve_under", "stamp", "read_report", "sweep_figure",
+           "ledger_figure", "timeline_figure", "top_ops_figure", "trace_compare_figure", "run_compare_figure",
+           "comparison_frame", "telemetry_figure"]

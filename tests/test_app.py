@@ -1,0 +1,282 @@
+"""app.py under Streamlit's AppTest: every view on the committed fixtures (a bench run with its report, our CPU
+traces from probe profile, a public GPU trace), an empty root, a corrupt file, and the root gate.
+
+The root is tests/data unless a test builds its own; widgets are found by key (source, baseline, view, step,
+top_ops_scope) and charts by the key in their element id.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from probe.view import ROOT_ENV
+
+ROOT = Path(__file__).resolve().parents[1]
+APP_PY = ROOT / "app.py"
+DATA = Path(__file__).parent / "data"
+RUN_A, RUN_B = "run: app/runs/tiny-cpu-a", "run: app/runs/tiny-cpu-b"
+CACHED = "trace: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz"
+NAIVE = "trace: app/traces/tiny_naive_cpu_p16_n6.trace.json.gz"
+GPU = "trace: cuda_train_ns_resolution_5steps.trace.json.gz"
+TIMEOUT = 60  # seconds a run may take: the first parse of a trace on a busy 2-core machine
+
+
+def app(monkeypatch, root: Path, source: str | None = None, view: str | None = None, **widgets) -> AppTest:
+    """The app over `root`, after picking a source, then a view, then any other keyed selectbox."""
+    monkeypatch.setenv(ROOT_ENV, str(root))
+    at = AppTest.from_file(str(APP_PY), default_timeout=TIMEOUT).run()
+    if source is not None:
+        at.selectbox(key="source").set_value(source).run()
+    if view is not None:
+        at.radio(key="view").set_value(view).run()
+    for key, value in widgets.items():
+        at.selectbox(key=key).set_value(value).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def chart(at: AppTest, key: str) -> list[dict]:
+    """The traces of the plotly chart with this key, arrays decoded (plotly 7 writes numpy arrays as base64)."""
+    found = [c for c in at.get("plotly_chart") if c.proto.id.endswith(f"-{key}")]
+    assert found, f"no chart {key}; charts: {[c.proto.id for c in at.get('plotly_chart')]}"
+    return [{k: _decode(v) for k, v in t.items()} for t in json.loads(found[0].proto.spec)["data"]]
+
+
+def charts(at: AppTest) -> list[str]:
+    return [c.proto.id.rsplit("-", 1)[-1] for c in at.get("plotly_chart")]
+
+
+def _decode(value):
+    if isinstance(value, dict) and "bdata" in value:
+        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"]).tolist()
+    return value
+
+
+def named(traces: list[dict], name: str) -> list[dict]:
+    return [t for t in traces if t.get("name") == name]
+
+
+# ---- empty, missing and hostile roots ------------------------------------------------------------------------
+
+
+def test_an_empty_root_says_what_to_do(monkeypatch, tmp_path):
+    at = app(monkeypatch, tmp_path)
+    assert "Nothing to show" in at.info[0].value and "probe run" in at.info[0].value
+    assert not at.get("plotly_chart") and not at.error
+
+
+def test_a_missing_root_is_an_error_box(monkeypatch, tmp_path):
+    at = app(monkeypatch, tmp_path / "nope")
+    assert "is not a folder" in at.error[0].value
+
+
+def test_files_linked_from_outside_the_root_are_not_offered(monkeypatch, tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "stolen.trace.json.gz").symlink_to(DATA / "hand_decode.trace.json.gz")
+    (root / "run").symlink_to(DATA / "app" / "runs" / "tiny-cpu-a", target_is_directory=True)
+    at = app(monkeypatch, root)
+    assert "Nothing to show" in at.info[0].value
+
+
+def test_a_run_whose_report_links_outside_is_refused(monkeypatch, tmp_path):
+    (tmp_path / "root" / "run").mkdir(parents=True)
+    shutil.copy(DATA / "app" / "runs" / "tiny-cpu-a" / "results.json", tmp_path / "root" / "run")
+    (tmp_path / "root" / "run" / "report.json").symlink_to(DATA / "app" / "runs" / "tiny-cpu-a" / "report.json")
+    at = app(monkeypatch, tmp_path / "root")
+    assert "outside the app's root" in at.error[0].value and not at.get("plotly_chart")
+
+
+def test_a_corrupt_file_shows_an_error_box_and_the_app_keeps_working(monkeypatch, tmp_path):
+    (tmp_path / "broken.trace.json.gz").write_bytes(b"\x1f\x8b\x08\x00 this was cut short")
+    shutil.copy(DATA / "hand_decode.trace.json.gz", tmp_path)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json").write_text('{"cells": [')
+    at = app(monkeypatch, tmp_path, "trace: broken.trace.json.gz")
+    assert "Cannot show `broken.trace.json.gz`" in at.error[0].value and not at.get("plotly_chart")
+    at.selectbox(key="source").set_value("run: run").run()
+    assert not at.exception and "Cannot show `run`" in at.error[0].value
+    at.selectbox(key="source").set_value("trace: hand_decode.trace.json.gz").run()
+    assert not at.exception and not at.error
+    assert [t["x"] for t in named(chart(at, "ledger_chart"), "GPU busy")] == [["prefill", "decode#0", "decode#1"]]
+
+
+# ---- 1. sweep ------------------------------------------------------------------------------------------------
+
+
+def test_sweep_plots_each_engine_with_the_prediction_lines(monkeypatch):
+    at = app(monkeypatch, DATA)
+    assert at.selectbox(key="source").value == RUN_A and at.radio(key="view").value == "Sweep"
+    traces = chart(at, "sweep_chart")
+    for engine in ("cached", "naive"):
+        lines = named(traces, engine)
+        assert len(lines) == 3 and all(t["x"] == [16, 64, 256] for t in lines)
+    results = json.loads((DATA / "app" / "runs" / "tiny-cpu-a" / "results.json").read_text())
+    itl = {c["prompt_tokens"]: c["itl_p50_ms"] for c in results["cells"] if c["engine"] == "cached"}
+    assert named(traces, "cached")[1]["y"] == [itl[16], itl[64], itl[256]]
+    report = json.loads((DATA / "app" / "runs" / "tiny-cpu-a" / "report.json").read_text())
+    floor = named(traces, "host floor")[0]
+    assert floor["line"]["dash"] == "dash" and floor["y"][0] == report["machine"]["floor_ms"]
+    assert named(traces, "bandwidth roofline")[0]["line"]["dash"] == "dot"
+    assert "host floor" in at.caption[0].value
+    assert not at.error  # every cell's tokens matched naive's
+
+
+def test_sweep_flags_cells_whose_tokens_differ(monkeypatch, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "app" / "runs" / "tiny-cpu-a", run)
+    doc = json.loads((run / "results.json").read_text())
+    cell = next(c for c in doc["cells"] if c["engine"] == "cached" and c["prompt_tokens"] == 64)
+    cell["tokens_match_naive"] = False
+    (run / "results.json").write_text(json.dumps(doc))
+    (run / "report.json").unlink()  # a probe bench folder: no predictions
+    at = app(monkeypatch, tmp_path)
+    flagged = named(chart(at, "sweep_chart"), "tokens differ from naive")
+    assert [t["x"] for t in flagged] == [[64]] * 3
+    assert "Tokens differ from naive's for: cached p64" in at.error[0].value
+    assert not named(chart(at, "sweep_chart"), "host floor") and "No report.json" in at.caption[0].value
+
+
+# ---- 2. step ledger ------------------------------------------------------------------------------------------
+
+
+def test_step_ledger_of_our_cpu_trace(monkeypatch):
+    at = app(monkeypatch, DATA, CACHED)
+    assert at.radio(key="view").options == ["Step ledger", "One step", "Top ops", "Compare", "Alerts"]
+    traces = chart(at, "ledger_chart")
+    steps = ["prefill"] + [f"decode#{i}" for i in range(5)]
+    cache = named(traces, "host: cache bookkeeping")[0]
+    assert cache["x"] == steps and all(y > 0 for y in cache["y"])
+    line = [t for t in traces if t["type"] == "scatter"][0]
+    assert line["name"].startswith("top-level ops per step") and line["y"] == [271] + [263] * 5
+    assert not named(traces, "GPU busy")
+    assert at.metric[1].label == "top-level ops / step" and at.metric[1].value == "263"
+
+
+def test_step_ledger_of_a_public_gpu_trace(monkeypatch):
+    at = app(monkeypatch, DATA, GPU)
+    traces = chart(at, "ledger_chart")
+    busy = named(traces, "GPU busy")[0]
+    assert busy["x"] == [f"ProfilerStep#{i}" for i in range(101, 106)] and all(y > 90 for y in busy["y"])
+    line = [t for t in traces if t["type"] == "scatter"][0]
+    assert line["name"].startswith("kernel launches per step") and line["y"] == [870] * 5
+    assert at.metric[1].label == "launches / step"
+
+
+# ---- 3. one step ---------------------------------------------------------------------------------------------
+
+
+def test_one_step_timeline_highlights_the_cache(monkeypatch):
+    at = app(monkeypatch, DATA, CACHED, "One step")
+    assert at.selectbox(key="step").value == "1: decode#0"  # the first decode step, not prefill
+    at.selectbox(key="step").set_value("3: decode#2").run()
+    traces = chart(at, "timeline_chart")
+    update = named(traces, "cache_update")[0]
+    assert "cache" in update["y"] and update["orientation"] == "h"
+    ops = named(traces, "ops")[0]
+    assert len(ops["x"]) > 100 and set(ops["y"]) == {"ops"}
+    table = at.dataframe[0].value
+    assert table["name"].tolist()[:2] == ["forward", "aten::embedding"]
+    assert table["cache"].sum() > 0
+
+
+def test_one_step_of_a_gpu_trace(monkeypatch):
+    at = app(monkeypatch, DATA, GPU, "One step")
+    assert at.selectbox(key="step").value == "0: ProfilerStep#101"
+    assert named(chart(at, "timeline_chart"), "ops")
+    assert at.metric[3].label == "GPU busy"
+
+
+def test_telemetry_samples_are_drawn_under_the_timeline(monkeypatch, tmp_path):
+    import pandas as pd
+
+    shutil.copy(DATA / "hand_decode.trace.json.gz", tmp_path)
+    pd.DataFrame({"t_ns": [0, 10_000_000, 20_000_000], "rss_bytes": [1e8, 2e8, 3e8]}).to_parquet(
+        tmp_path / "telemetry.parquet", index=False)
+    at = app(monkeypatch, tmp_path, view="One step")
+    assert charts(at) == ["timeline_chart", "telemetry_telemetry.parquet"]
+    assert chart(at, "telemetry_telemetry.parquet")[0]["y"] == [1e8, 2e8, 3e8]
+
+
+# ---- 4. top ops ----------------------------------------------------------------------------------------------
+
+
+def test_top_ops_over_the_decode_steps_and_one_step(monkeypatch):
+    at = app(monkeypatch, DATA, CACHED, "Top ops")
+    assert at.selectbox(key="top_ops_scope").value == "all decode steps"
+    bars = chart(at, "top_ops_chart")[0]
+    assert bars["x"] == sorted(bars["x"]) and len(bars["x"]) == 10  # drawn bottom-up: largest last
+    at.selectbox(key="top_ops_scope").set_value("0: prefill").run()
+    assert not at.exception and len(chart(at, "top_ops_chart")[0]["x"]) == 20
+
+
+# ---- 5. compare ----------------------------------------------------------------------------------------------
+
+
+def test_compare_two_traces_by_category(monkeypatch):
+    at = app(monkeypatch, DATA, CACHED, "Compare")
+    assert "Pick a baseline" in at.info[0].value
+    assert at.selectbox(key="baseline").options[0] == "(none)" and GPU in at.selectbox(key="baseline").options
+    at.selectbox(key="baseline").set_value(NAIVE).run()
+    traces = chart(at, "compare_chart")
+    assert [t["name"] for t in traces] == [f"baseline: {NAIVE[7:]}", f"current: {CACHED[7:]}"]
+    table = at.dataframe[0].value.set_index("what")
+    assert table.loc["cache bookkeeping", "baseline"] == 0 and table.loc["cache bookkeeping", "current"] > 0
+    assert table.loc["dispatch / step", "delta"] == 263 - 249
+
+
+def test_compare_two_runs_cell_by_cell(monkeypatch):
+    at = app(monkeypatch, DATA, RUN_B, "Compare", baseline=RUN_A)
+    traces = chart(at, "compare_chart")
+    assert len(traces) == 6 and traces[0]["x"][0] == "naive p16 n8"  # in the run's cell order
+    assert len(at.dataframe[0].value) == 18
+
+
+# ---- 6. alerts -----------------------------------------------------------------------------------------------
+
+
+def test_alerts_name_the_ops_that_grew(monkeypatch):
+    at = app(monkeypatch, DATA, CACHED, "Alerts", baseline=NAIVE)
+    assert at.error[0].value == "REGRESSION: 2 alert(s)"
+    alerts = [m.value for m in at.markdown if m.value.startswith("- ")]
+    assert len(alerts) == 2 and "**decode** launches/step 249" in alerts[1] and "aten::copy\\_" in alerts[1]
+    assert "launches/step" in at.dataframe[0].value["metric"].tolist()
+
+
+def test_alerts_the_other_way_round_are_timing_alerts_only(monkeypatch):
+    at = app(monkeypatch, DATA, NAIVE, "Alerts", baseline=CACHED)
+    alerts = [m.value for m in at.markdown if m.value.startswith("- ")]
+    # naive dispatches fewer ops than cached (no alert) but recomputes the prompt every step (slower).
+    assert at.error[0].value == "REGRESSION: 1 alert(s)" and "**decode** host us/step rose" in alerts[0]
+    table = at.dataframe[0].value
+    assert table[table["metric"] == "launches/step"]["verdict"].tolist() == ["improvement", "improvement"]
+
+
+def test_no_regression_is_said(monkeypatch, tmp_path):
+    trace = DATA / CACHED.removeprefix("trace: ")
+    for name in ("one", "two"):  # the same recording twice: equal counts, equal timings
+        shutil.copy(trace, tmp_path / f"{name}.trace.json.gz")
+    at = app(monkeypatch, tmp_path, "trace: two.trace.json.gz", "Alerts", baseline="trace: one.trace.json.gz")
+    assert at.success[0].value == "No regression." and not at.error
+    assert set(at.dataframe[0].value["verdict"]) <= {"ok", "too few samples"}
+
+
+def test_alerts_on_configs_that_cannot_be_compared_is_an_error_box(monkeypatch, tmp_path):
+    shutil.copytree(DATA / "app" / "runs" / "tiny-cpu-a", tmp_path / "run")
+    (tmp_path / "baselines").mkdir()
+    shutil.copy(ROOT / "baselines" / "cpu-tiny.json", tmp_path / "baselines")  # 32 new tokens, the run has 8
+    at = app(monkeypatch, tmp_path, "run: run", "Alerts", baseline="run: baselines/cpu-tiny.json")
+    assert "probe compare cannot compare these" in at.error[0].value and "no cell in common" in at.error[0].value
+
+
+@pytest.mark.parametrize("view", ["Sweep", "Compare", "Alerts"])
+def test_every_run_view_renders_without_an_exception(monkeypatch, view):
+    at = app(monkeypatch, DATA, RUN_A, view, baseline=RUN_B)
+    assert not at.error or view == "Alerts"
