@@ -1,0 +1,202 @@
+"""The explorer in a real browser: `probe app` serves app.py on 127.0.0.1 (a free port), headless Chromium opens
+it through Playwright, waits for the plotly charts to draw, checks that they hold data, and saves a screenshot
+of each view into SCREENSHOTS (printed in the log; CI keeps the folder as an artifact).
+
+Chromium is Debian's (/usr/bin/chromium, `apt-get install chromium`), never Playwright's download. Without
+it or the playwright package the test skips and says why, except in CI (PROBE_CI=1), where it fails.
+
+`python -m tests.test_app_browser --root DIR --run RUN --trace TRACE` (from the checkout) takes the README's
+screenshots the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import IN_CI  # PROBE_CI=1: a missing browser fails instead of skipping
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).parent / "data"
+CHROMIUM = Path(os.environ.get("PROBE_CHROMIUM", "/usr/bin/chromium"))
+SCREENSHOTS = Path(os.environ.get("PROBE_SCREENSHOTS", ROOT / "build" / "app-screenshots"))
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+START_S = 90  # streamlit's first start on a busy 2-core machine
+DRAW_MS = 60_000  # a chart's first draw, parse of the trace included
+
+pytestmark = pytest.mark.browser
+
+
+def missing() -> str | None:
+    if importlib.util.find_spec("playwright") is None:
+        return "the playwright Python package is not installed (pip install -e '.[dev]')"
+    if not CHROMIUM.is_file():
+        return f"no Chromium at {CHROMIUM} (apt-get install chromium; never `playwright install`)"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve(root: Path, log: Path):
+    """`probe app --root ROOT` on a free port until the block ends; yields the base URL."""
+    port = free_port()
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "probe", "app", "--root", str(root), "--port", str(port)],
+                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_S
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"probe app did not come up: {log.read_text()[-2000:]}")
+            time.sleep(0.3)
+        yield url, port
+    finally:  # the whole session: probe app execs streamlit, but nothing it started may outlive the test
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def listening_addresses(port: int) -> set[str]:
+    """Local addresses of the TCP sockets listening on `port` (IPv4 and IPv6), from /proc via psutil."""
+    import psutil
+
+    return {c.laddr.ip for c in psutil.net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
+
+
+# What a drawn chart holds: per plotly div, its traces' names and point counts (plotly's own parsed data).
+FIGURES_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(d => (d._fullData || []).map(
+    t => ({name: t.name, type: t.type, n: (t.x ? t.x.length : 0)})))"""
+
+
+def open_view(page, url: str, query: dict[str, str], wait_for: str, shot: Path) -> list[list[dict]]:
+    """Open a deep link (widgets bound to query params), wait until a chart with a trace named `wait_for` has
+    data and the app has stopped running, screenshot the page, and return every chart's traces."""
+    page.goto(f"{url}/?{urllib.parse.urlencode(query)}")
+    return settle(page, wait_for, shot)
+
+
+def settle(page, wait_for: str, shot: Path) -> list[list[dict]]:
+    page.wait_for_function(
+        """name => Array.from(document.querySelectorAll('.js-plotly-plot')).some(d =>
+               (d._fullData || []).some(t => t.name === name && t.x && t.x.length > 0))""",
+        arg=wait_for, timeout=DRAW_MS)
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=DRAW_MS)
+    page.wait_for_timeout(500)  # plotly's transition after the last rerun
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(shot), full_page=True)
+    return page.evaluate(FIGURES_JS)
+
+
+def drawn_points(page) -> int:
+    """SVG marks plotly drew: bar rectangles and scatter markers across every chart."""
+    return page.evaluate("() => document.querySelectorAll('.js-plotly-plot .point').length")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    reason = missing()
+    if reason:
+        if IN_CI:
+            pytest.fail(f"PROBE_CI=1 and {reason}")
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def test_the_app_draws_every_kind_of_chart_in_chromium(browser, capsys, tmp_path):
+    with serve(DATA, tmp_path / "streamlit.log") as (url, port):
+        assert listening_addresses(port) == {"127.0.0.1"}  # probe app binds to this machine only
+        page = browser.new_page(viewport={"width": 1500, "height": 1000})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+
+        sweep = open_view(page, url, {"source": "run: app/runs/tiny-cpu-a"}, "cached", SCREENSHOTS / "sweep.png")
+        names = {t["name"]: t["n"] for t in sweep[0]}
+        assert names["cached"] == names["naive"] == 3 and names["host floor"] == 3
+        assert drawn_points(page) >= 18  # 2 engines x 3 prompts x 3 panels
+
+        ledger = open_view(page, url, {"source": "trace: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz"},
+                           "host: cache bookkeeping", SCREENSHOTS / "ledger-cpu.png")
+        names = {t["name"]: t["n"] for t in ledger[0]}
+        assert names["host: model ops"] == 6 and any(n.startswith("top-level ops per step") for n in names)
+        assert drawn_points(page) >= 6 * 7
+
+        # A real click: the One step view of the same trace, through its radio button.
+        page.get_by_text("One step", exact=True).click()
+        timeline = settle(page, "cache_update", SCREENSHOTS / "one-step.png")
+        names = {t["name"]: t["n"] for t in timeline[0]}
+        assert names["ops"] > 100 and names["cache_update"] >= 4
+        assert "view=One+step" in page.url  # the radio is bound to the URL: a view can be linked to
+
+        gpu = open_view(page, url, {"source": "trace: cuda_train_ns_resolution_5steps.trace.json.gz"},
+                        "GPU busy", SCREENSHOTS / "ledger-gpu.png")
+        names = {t["name"]: t["n"] for t in gpu[0]}
+        assert names["GPU busy"] == names["GPU idle"] == 5
+
+        alerts = {"source": "trace: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz", "view": "Compare",
+                  "baseline": "trace: app/traces/tiny_naive_cpu_p16_n6.trace.json.gz"}
+        compare = open_view(page, url, alerts, "current: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz",
+                            SCREENSHOTS / "compare.png")
+        assert [t["n"] for t in compare[0]] == [8, 8]  # wall and the 7 host categories: a CPU trace has no GPU
+        assert not errors, errors
+    with capsys.disabled():
+        print(f"\napp screenshots: {SCREENSHOTS}")
+    for name in ("sweep", "ledger-cpu", "one-step", "ledger-gpu", "compare"):
+        assert (SCREENSHOTS / f"{name}.png").stat().st_size > 10_000
+
+
+def readme_screenshots(root: Path, out: Path, run: str, trace: str) -> None:
+    """The README's pictures: the sweep of a run and the step ledger of a trace, on this machine's data."""
+    from playwright.sync_api import sync_playwright
+
+    with serve(root, out / "streamlit.log") as (url, _), sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = b.new_page(viewport={"width": 1400, "height": 860})
+        open_view(page, url, {"source": f"run: {run}"}, run.split("/")[-1] and "cached", out / "app-sweep.png")
+        open_view(page, url, {"source": f"trace: {trace}"}, "host: model ops", out / "app-ledger.png")
+        b.close()
+    (out / "streamlit.log").unlink()
+
+
+if __name__ == "__main__":
+    cli = argparse.ArgumentParser(description=readme_screenshots.__doc__)
+    cli.add_argument("--root", type=Path, required=True)
+    cli.add_argument("--run", required=True, help="run folder, relative to the root")
+    cli.add_argument("--trace", required=True, help="trace file, relative to the root")
+    cli.add_argument("--out", type=Path, default=ROOT / "docs")
+    a = cli.parse_args()
+    readme_screenshots(a.root, a.out, a.run, a.trace)
