@@ -16,6 +16,7 @@ import streamlit as st
 
 from probe import view
 from probe.errors import ProbeError
+from probe.report import load_report
 
 st.set_page_config(page_title="probe explorer", layout="wide")
 LOAD_ERRORS = (ProbeError, OSError)  # probe's loaders turn bad input into a one-line ProbeError
@@ -25,7 +26,7 @@ LOAD_ERRORS = (ProbeError, OSError)  # probe's loaders turn bad input into a one
 def load_run(path: str, stamp: tuple):
     from probe.results import load_results
 
-    return load_results(path), view.read_report(Path(path))
+    return load_results(path), load_report(Path(path))
 
 
 @st.cache_resource(max_entries=4, show_spinner="Parsing the trace")
@@ -133,10 +134,10 @@ if chosen == "Sweep":
         st.caption("No report.json in this folder (a `probe bench` run), so no prediction lines: `probe run` "
                    "writes one.")
     else:
-        m = report["machine"]
-        st.caption(f"Dashed on ITL: the host floor, {m['floor_ms']:.2f} ms ({m['floor_source']}), and the "
-                   f"bandwidth roofline, the step's memory traffic at {m['bandwidth_bytes_s'] / 1e9:.1f} GB/s "
-                   f"({m['bandwidth_source']}). Dash-dot on tokens/s: the prediction they make together, "
+        m = report.machine
+        st.caption(f"Dashed on ITL: the host floor, {m.floor_ms:.2f} ms ({m.floor_source}), and the "
+                   f"bandwidth roofline, the step's memory traffic at {m.bandwidth_bytes_s / 1e9:.1f} GB/s "
+                   f"({m.bandwidth_source}). Dash-dot on tokens/s: the prediction they make together, "
                    "1000 / max(floor, traffic).")
     if not loaded.complete:
         st.warning("An interrupted sweep (complete: false): only its finished cells are here.")

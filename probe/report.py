@@ -18,7 +18,6 @@ import dataclasses
 import statistics
 from dataclasses import dataclass, field
 
-from engines import EngineError, engine_class
 from probe.results import BenchResults, Cell
 
 HOLDS = 0.15  # |measured / predicted - 1| within this: the prediction holds (Part 2 missed by 12-15%)
@@ -61,6 +60,8 @@ class Verdict:
 
 
 def recomputes(engine: str) -> bool:
+    from engines import EngineError, engine_class
+
     try:
         return engine_class(engine).recomputes
     except EngineError:
@@ -155,6 +156,32 @@ class Report:
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict) -> Report:
+        return cls(Machine(**doc["machine"]), [Prediction(**p) for p in doc["predictions"]],
+                   [Verdict(**v) for v in doc.get("verdicts", [])], doc.get("overhead"), doc.get("ledgers", {}))
+
+
+REPORT_FILE = "report.json"
+
+
+def load_report(folder) -> Report | None:
+    """A run folder's report.json as a typed Report; None when the folder has none; ProbeError if unreadable."""
+    import json
+    from pathlib import Path
+
+    from probe.errors import ProbeError
+
+    path = Path(folder) / REPORT_FILE
+    if not Path(folder).is_dir() or not path.is_file():
+        return None
+    try:
+        return Report.from_json(json.loads(path.read_text()))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ProbeError(f"cannot read {path}: {str(e).splitlines()[0]}") from None
+    except (KeyError, TypeError) as e:
+        raise ProbeError(f"{path} is not a probe report (expected machine and predictions: {e})") from None
 
 
 def measure_machine(model: str, dtype: str, device: str, device_name: str):

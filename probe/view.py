@@ -13,7 +13,7 @@ through, and it refuses anything that resolves outside the root, symlinks includ
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +24,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from probe.errors import ProbeError
+from probe.report import Report
 from probe.results import RESULTS_FILE, BenchResults
 
 ROOT_ENV = "PROBE_APP_ROOT"
@@ -150,21 +151,6 @@ def stamp(path: Path) -> tuple:
     return tuple(out)
 
 
-def read_report(folder: Path) -> dict | None:
-    """A run folder's report.json (`Report.to_json()`), or None when the folder has none."""
-    path = Path(folder) / REPORT_FILE
-    if not Path(folder).is_dir() or not path.is_file():
-        return None
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ProbeError(f"cannot read {path}: {str(e).splitlines()[0]}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("machine"), dict) or not isinstance(
-            doc.get("predictions"), list):
-        raise ProbeError(f"{path} is not a probe report (expected an object with machine and predictions)")
-    return doc
-
-
 def trace_meta(root: Path, path: Path) -> dict | None:
     """`probe profile`'s sidecar for a trace (probe.compare.trace_meta), read only when every sidecar
     in the trace's folder lies inside root."""
@@ -196,18 +182,18 @@ def sweep_frame(results: BenchResults) -> pd.DataFrame:
     return frame.sort_values(["line", "prompt_tokens"], kind="stable").reset_index(drop=True)
 
 
-def prediction_frame(report: dict | None) -> pd.DataFrame:
+def prediction_frame(report: Report | None) -> pd.DataFrame:
     """report.json's per-cell predictions at batch 1, one row a prompt length (the terms do not depend on
     the engine): the host floor, the bandwidth term, and the prediction max(floor, traffic)."""
     cols = ["prompt_tokens", "floor_ms", "traffic_ms", "predicted_ms"]
-    rows = [p for p in (report or {}).get("predictions", []) if p.get("batch", 1) == 1]
+    rows = [dataclasses.asdict(p) for p in (report.predictions if report else []) if p.batch == 1]
     if not rows:
         return pd.DataFrame(columns=cols)
     frame = pd.DataFrame(rows)[cols].drop_duplicates("prompt_tokens")
     return frame.sort_values("prompt_tokens").reset_index(drop=True)
 
 
-def sweep_figure(results: BenchResults, report: dict | None = None) -> go.Figure:
+def sweep_figure(results: BenchResults, report: Report | None = None) -> go.Figure:
     """Tokens/s, ITL and TTFT against prompt length, one line per engine, log x; the host floor and the
     bandwidth roofline dashed; cells whose tokens differ from naive's circled in red."""
     frame, pred = sweep_frame(results), prediction_frame(report)
@@ -520,6 +506,6 @@ def samples_for(root: Path, source: Source, loaded):
     return from_analysis(loaded, str(path), trace_meta(root, path))
 
 
-__all__ = ["Source", "app_root", "list_sources", "resolve_under", "stamp", "read_report", "sweep_figure",
+__all__ = ["Source", "app_root", "list_sources", "resolve_under", "stamp", "sweep_figure",
            "ledger_figure", "timeline_figure", "top_ops_figure", "trace_compare_figure", "run_compare_figure",
            "comparison_frame", "telemetry_figure"]

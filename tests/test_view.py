@@ -17,6 +17,7 @@ import pytest
 from probe import view
 from probe.errors import ProbeError
 from probe.ledger import analyze, step_timeline
+from probe.report import load_report
 from probe.results import load_results
 from probe.trace import load_trace
 
@@ -140,16 +141,16 @@ def test_stamp_changes_when_a_file_is_rewritten(tmp_path):
     assert view.stamp(tmp_path / "missing.json.gz") == (("missing.json.gz", None, None),)
 
 
-def test_read_report(tmp_path):
-    assert view.read_report(tmp_path) is None
-    report = view.read_report(RUN_A)
-    assert set(report) >= {"machine", "predictions"} and report["machine"]["floor_ms"] > 0
+def test_load_report(tmp_path):
+    assert load_report(tmp_path) is None
+    report = load_report(RUN_A)
+    assert report.machine.floor_ms > 0 and report.predictions and report.verdicts
     (tmp_path / "report.json").write_text("{not json")
     with pytest.raises(ProbeError, match="cannot read"):
-        view.read_report(tmp_path)
+        load_report(tmp_path)
     (tmp_path / "report.json").write_text('{"machine": 1}')
     with pytest.raises(ProbeError, match="not a probe report"):
-        view.read_report(tmp_path)
+        load_report(tmp_path)
 
 
 # ---- 1. sweep ------------------------------------------------------------------------------------------------
@@ -178,18 +179,18 @@ def test_batched_cells_get_their_own_line():
 
 
 def test_prediction_frame_is_one_row_a_prompt_from_report_json():
-    report = view.read_report(RUN_A)
+    report = load_report(RUN_A)
     frame = view.prediction_frame(report)
     assert list(frame["prompt_tokens"]) == [16, 64, 256]
-    first = next(p for p in report["predictions"] if p["prompt_tokens"] == 64)
+    first = next(p for p in report.predictions if p.prompt_tokens == 64)
     row = frame[frame["prompt_tokens"] == 64].iloc[0]
     assert (row["floor_ms"], row["traffic_ms"], row["predicted_ms"]) == (
-        first["floor_ms"], first["traffic_ms"], first["predicted_ms"])
+        first.floor_ms, first.traffic_ms, first.predicted_ms)
     assert view.prediction_frame(None).empty
 
 
 def test_sweep_figure_lines_predictions_and_flags():
-    results, report = load_results(RUN_A), view.read_report(RUN_A)
+    results, report = load_results(RUN_A), load_report(RUN_A)
     fig = view.sweep_figure(results, report)
     assert [len(_traces(fig, n)) for n in ("cached", "naive")] == [3, 3]  # tok/s, ITL, TTFT
     assert all(ax.type == "log" for ax in (fig.layout.xaxis, fig.layout.xaxis2, fig.layout.xaxis3))
