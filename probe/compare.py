@@ -422,8 +422,9 @@ def _device(env: dict) -> str | None:
     return f"{str(env.get('device', '?')).split(':')[0]} ({env.get('device_name', '?')})"
 
 
-def environment_warnings(base: SampleSet, cur: SampleSet) -> tuple[list[str], bool]:
-    """Loud warnings, and whether versions or device differ (which turns the count gate off)."""
+def environment_warnings(base: SampleSet, cur: SampleSet, timings: bool = True) -> tuple[list[str], bool]:
+    """Loud warnings, and whether versions or device differ (which turns the count gate off). With `timings`,
+    also warn when the timings come from different CPUs or thread counts."""
     warnings, differ = [], False
     for side in (base, cur) if base.source != cur.source else (base,):
         if not side.env:
@@ -438,7 +439,7 @@ def environment_warnings(base: SampleSet, cur: SampleSet) -> tuple[list[str], bo
             differ = True
             warnings.append(f"{name} differs: {b} (baseline) vs {c} (current). Launch counts change with "
                             "versions and devices, so they are shown but not gated")
-    for name in ("cpu_model", "torch_threads"):
+    for name in ("cpu_model", "torch_threads") if timings else ():
         b, c = base.env.get(name), cur.env.get(name)
         if b is not None and c is not None and b != c:
             warnings.append(f"{name} differs: {b} (baseline) vs {c} (current): timings are from different "
@@ -470,7 +471,7 @@ def compare(baseline: SampleSet | str | Path, current: SampleSet | str | Path, t
     if not keys:
         raise ProbeError(f"mismatched configs: no {'step kind' if base.family == 'trace' else 'cell'} in common "
                          f"(baseline: {', '.join(base.units)}; current: {', '.join(cur.units)})")
-    warnings, differ = environment_warnings(base, cur)
+    warnings, differ = environment_warnings(base, cur, timings=not counts_only)
     notes = list(dict.fromkeys(base.notes + cur.notes))
     for side, other, name in ((base, cur, "baseline"), (cur, base, "current")):
         only = [k for k in side.units if k not in other.units]

@@ -266,6 +266,13 @@ def test_json_and_markdown_are_well_formed(folders, tmp_path):
     assert "aten::clone 0 -> 4 (new)" in text
 
 
+def test_other_machine_warns_about_timings_only_when_they_are_compared(folders, tmp_path):
+    current = edited(folders["base"], tmp_path, "cpu.json", lambda d: d["env"].__setitem__("cpu_model", "other"))
+    assert any(w.startswith("cpu_model differs") for w in compare(folders["base"], current).warnings)
+    quiet = compare(folders["base"], current, counts_only=True)
+    assert not quiet.warnings and not quiet.versions_differ
+
+
 def test_markdown_carries_the_version_warning(folders, tmp_path):
     current = edited(folders["base"], tmp_path, "v.json", lambda d: d["env"].__setitem__("torch", "0.0.1"))
     text = compare(folders["base"], current).to_markdown()
