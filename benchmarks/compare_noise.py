@@ -174,11 +174,11 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))  # the slowed engine lives in tests.variants
     import torch
 
-    from probe.commands.baseline import BASELINE_DEFAULTS, THREADS
+    from probe.commands.baseline import BASELINE_DEFAULTS
     from probe.compare import ALPHA, MIN_SAMPLES
     from probe.config import BenchConfig
 
-    torch.set_num_threads(args.threads or THREADS)
+    torch.set_num_threads(args.threads or BASELINE_DEFAULTS["threads"])
     cfg = BenchConfig(**{**BASELINE_DEFAULTS, "engines": ("cached",)})
     thresholds = [float(t) for t in args.thresholds.split(",")]
     measure = measure_sessions if args.mode == "sessions" else measure_interleaved

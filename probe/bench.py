@@ -109,7 +109,7 @@ def run_cell(engine: Engine, prompt: torch.Tensor, cfg: BenchConfig, mem: PeakMe
     if counts is None:
         return cell
     return dataclasses.replace(cell, decode_ops=counts.decode_ops, prefill_ops=counts.prefill_ops,
-                               decode_ops_by_op=counts.decode_by_op)
+                               decode_ops_by_op=counts.decode_by_op, prefill_ops_by_op=counts.prefill_by_op)
 
 
 def runs_per_cell(cfg: BenchConfig, device: torch.device) -> int:
@@ -148,6 +148,8 @@ def bench(cfg: BenchConfig, out: Path | None = None, progress: ProgressFn = lamb
     if out is not None:
         check_writable(out)
     annotator = A.Annotator() if cfg.annotate else A.NULL
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     results = BenchResults([], environment(device, cfg.dtype), _config_dict(cfg))
     model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
     mem = PeakMemory(device)

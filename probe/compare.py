@@ -72,7 +72,7 @@ class Unit:
 
     key: str  # "cached p16 n32" (a cell) or "decode" (a trace's step kind)
     counts: dict[str, float]  # count metric name -> launches
-    ops: dict[str, float]  # the per-step launches metric by op name (empty when not recorded)
+    ops: dict[str, dict[str, float]]  # count metric name -> its launches by op name (absent when not recorded)
     samples: dict[str, tuple[float, ...]]  # timing metric name -> raw samples
 
 
@@ -102,11 +102,12 @@ def run_tok_s(batch: int, steps_ms: Sequence[float]) -> float | None:
 
 def cell_unit(c: Cell) -> Unit:
     counts, ops = {}, {}
-    if c.decode_ops is not None:  # None: a compiled or captured step, whose ops are not dispatched one by one
-        counts[DECODE_LAUNCHES.name] = float(c.decode_ops)
-        ops = {k: float(v) for k, v in c.decode_ops_by_op.items()}
-    if c.prefill_ops is not None:
-        counts[PREFILL_LAUNCHES.name] = float(c.prefill_ops)
+    for metric, total, by_op in ((DECODE_LAUNCHES, c.decode_ops, c.decode_ops_by_op),
+                                 (PREFILL_LAUNCHES, c.prefill_ops, c.prefill_ops_by_op)):
+        if total is not None:  # None: a compiled or captured step, whose ops are not dispatched one by one
+            counts[metric.name] = float(total)
+            if by_op:
+                ops[metric.name] = {k: float(v) for k, v in by_op.items()}
     tok_s = [t for run in c.itl_runs_ms if (t := run_tok_s(c.batch, run)) is not None]
     samples = {HOST_US.name: tuple(x * 1e3 for run in c.itl_runs_ms for x in run),
                TTFT_MS.name: tuple(c.ttft_runs_ms), TOK_S.name: tuple(tok_s)}
@@ -144,7 +145,7 @@ def from_analysis(analysis, source: str, meta: dict | None) -> SampleSet:
         mine = [s for s in steps if s.kind == kind]
         launches = [s.launches + s.graph_launches if on_gpu else s.top_level_ops for s in mine]
         names = sorted({n for s in mine for n in s.op_counts})
-        ops = {n: _median(s.op_counts.get(n, 0) for s in mine) for n in names}
+        ops = {LAUNCHES.name: {n: _median(s.op_counts.get(n, 0) for s in mine) for n in names}}
         samples = {HOST_US.name: tuple(s.wall_ns / 1e3 for s in mine)}
         if timed_cache:
             samples[CACHE_US.name] = tuple(s.cache_ns / 1e3 for s in mine)
@@ -482,17 +483,16 @@ def compare(baseline: SampleSet | str | Path, current: SampleSet | str | Path, t
     rows, alerts, diffs = [], [], {}
     for key in keys:
         b, c = base.units[key], cur.units[key]
-        grown = grown_ops(b.ops, c.ops)
-        if grown:
-            diffs[key] = grown
         for name in b.counts:
             if name not in c.counts:
                 continue
+            grown = grown_ops(b.ops.get(name, {}), c.ops.get(name, {}))
+            if grown and name in (DECODE_LAUNCHES.name, LAUNCHES.name):
+                diffs[key] = grown
             row = count_row(key, METRICS[name], b.counts[name], c.counts[name], differ)
             rows.append(row)
             if row.verdict == "regression":
-                primary = name in (DECODE_LAUNCHES.name, LAUNCHES.name)
-                alerts.append(count_alert(row, grown if primary else {}, primary and bool(b.ops or c.ops)))
+                alerts.append(count_alert(row, grown, bool(b.ops.get(name) or c.ops.get(name))))
         if counts_only:
             continue
         for name in b.samples:

@@ -49,6 +49,7 @@ class BenchConfig:
     seed: int = knob(0, "seed for weights and prompts")
     allow_mismatch: bool = knob(False, "exit 0 even when an engine's tokens differ from naive's")
     annotate: bool = knob(False, "emit NVTX/record_function ranges during timed runs (for an attached tool)")
+    threads: int = knob(0, "torch intra-op threads; 0 keeps torch's default (one per core)")
 
     def __post_init__(self):
         for name in ("new_tokens", "runs"):
@@ -60,6 +61,8 @@ class BenchConfig:
             raise ProbeError("--new-tokens must be at least 2: one prefill token plus one decode step")
         if self.warmup < 0:
             raise ProbeError(f"--warmup must be 0 or more, got {self.warmup}")
+        if self.threads < 0:
+            raise ProbeError(f"--threads must be 0 (torch's default) or more, got {self.threads}")
         if not self.prompts or min(self.prompts) < 1:
             raise ProbeError(f"--prompts must be positive token counts, got {self.prompts}")
         if not self.engines:

@@ -49,6 +49,7 @@ class Cell:
     decode_ops: int | None = None  # aten ops dispatched by one decode forward (None: compiled/captured step)
     prefill_ops: int | None = None
     decode_ops_by_op: dict[str, int] = field(default_factory=dict)
+    prefill_ops_by_op: dict[str, int] = field(default_factory=dict)
     ttft_runs_ms: list[float] = field(default_factory=list)
     itl_runs_ms: list[list[float]] = field(default_factory=list)  # raw per-step latencies, one list a run
     total_runs_ms: list[float] = field(default_factory=list)
@@ -79,7 +80,8 @@ class Cell:
         )
 
 
-RAW_FIELDS = ("ttft_runs_ms", "itl_runs_ms", "total_runs_ms", "tokens", "decode_ops_by_op", "extra")
+RAW_FIELDS = ("ttft_runs_ms", "itl_runs_ms", "total_runs_ms", "tokens", "decode_ops_by_op", "prefill_ops_by_op",
+              "extra")
 
 
 @dataclass

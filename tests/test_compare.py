@@ -76,6 +76,8 @@ def test_extra_op_per_layer_is_caught_and_named(folders, tiny):
     result = compare(folders["base"], folders["extra"])
     assert result.count_diffs == {"cached p8 n6": {"aten::clone": (0.0, float(layers))}}
     assert {(a.key, a.metric) for a in result.alerts} >= {("cached p8 n6", "decode_launches")}
+    prefill = next(a for a in result.alerts if a.metric == "prefill_launches")
+    assert f"aten::clone 0 -> {layers} (new)" in prefill.message  # the prefill's writes grew too, and are named
 
 
 def test_same_engine_rerun_passes_the_count_gate(folders):

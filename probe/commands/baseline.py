@@ -23,20 +23,15 @@ DEFAULT_OUT = Path("baselines/cpu-tiny.json")
 # lengths so a count that depends on the context shows up, 32 tokens x 5 runs = 155 step samples a cell
 # (plenty for the U test; TTFT and tok/s get 5, the fewest that can reach p < 0.01), all well under a
 # minute on 2 cores.
-BASELINE_DEFAULTS = dict(engines=("naive", "cached"), prompts=(16, 64), new_tokens=32, runs=5, warmup=1,
-                         model="tiny", dtype="float32", device="cpu")
-
-
 # One intra-op thread: on a shared 2-core machine two threads stall at every op's barrier whenever another
 # job holds a core (measured here: cached p16 steps of 264 ms with 2 threads, 8 ms with 1, same load).
-THREADS = 1
+BASELINE_DEFAULTS = dict(engines=("naive", "cached"), prompts=(16, 64), new_tokens=32, runs=5, warmup=1,
+                         model="tiny", dtype="float32", device="cpu", threads=1)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p, BenchConfig, overrides_only=True)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"baseline file to write (default: {DEFAULT_OUT})")
-    p.add_argument("--threads", type=int, default=THREADS,
-                   help=f"torch intra-op threads, recorded in env.torch_threads (default: {THREADS})")
 
 
 def baseline_json(results) -> dict:
@@ -45,17 +40,12 @@ def baseline_json(results) -> dict:
 
 
 def main(args: argparse.Namespace) -> int:
-    import torch
-
     from probe.bench import bench, check_writable, mismatches
     from probe.errors import ProbeError
     from probe.results import atomic_write
 
     cfg = from_args(BenchConfig, args, **BASELINE_DEFAULTS)
-    if args.threads < 1:
-        raise ProbeError(f"--threads must be at least 1, got {args.threads}")
     check_writable(args.out.parent)
-    torch.set_num_threads(args.threads)
     start = time.perf_counter()
     results = bench(cfg)
     bad = mismatches(results)
