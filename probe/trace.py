@@ -493,10 +493,10 @@ def _read_chrome(source: Path) -> Trace:
             del data
         events, base = _events_of(doc, source)
         c = _collect(events)
+        del doc, events  # freed by reference counting while the collector is still off: no full sweep of them
     finally:
         if gc_was:
             gc.enable()
-    del doc, events
     exact = _align(numbers, c)
     if exact is None:
         exact, c, base = _read_chrome_slowly(source)
