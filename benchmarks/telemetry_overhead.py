@@ -24,7 +24,7 @@ import torch
 from engines import ENGINES
 from engines.models import load_model, prompt_ids
 from probe.loop import generate
-from probe.telemetry import DEFAULT_INTERVAL_MS, Sampler, open_backends
+from probe.telemetry import DEFAULT_INTERVAL_MS, ProcessSampler, Sampler, open_backends
 
 MODEL = "tiny"  # the step the issue names: a few ms on CPU, the host-bound regime where a thread hurts most
 ENGINE = "cached"
@@ -36,13 +36,16 @@ QUIET_LIMIT = 1.2  # a run slower than this x the pooled median was hit by somet
 BOOTSTRAP = 2000  # resamples for the interval on the median ratio
 
 
-def run(engine, prompt, new_tokens: int, interval_ms: float | None, samplers: list):
-    """One generation; with `interval_ms`, inside a Sampler on the device's backends (set up outside the
-    timed steps, as bench does)."""
+def run(engine, prompt, new_tokens: int, interval_ms: float | None, samplers: list, mode: str):
+    """One generation; with `interval_ms`, inside a sampler (set up outside the timed steps, as bench does):
+    a thread of this process, or a child process (what bench uses on Linux)."""
     if interval_ms is None:
         return generate(engine, prompt, new_tokens)
-    backends, _ = open_backends(prompt.device)
-    with Sampler(interval_ms, backends) as sampler:
+    if mode == "process":
+        sampler = ProcessSampler(interval_ms, prompt.device, on_note=lambda note: None)
+    else:
+        sampler = Sampler(interval_ms, open_backends(prompt.device)[0])
+    with sampler:
         gen = generate(engine, prompt, new_tokens)
     samplers.append(sampler)
     return gen
@@ -80,6 +83,8 @@ def main() -> None:
     p.add_argument("--interval-ms", type=float, default=DEFAULT_INTERVAL_MS)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's, one per core)")
+    p.add_argument("--mode", choices=("process", "thread"), default="process",
+                   help="sampler in a child process (bench's default on Linux) or a thread of this one")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -94,21 +99,20 @@ def main() -> None:
     for i in range(args.pairs):
         gens = {}
         for interval in (args.interval_ms, None) if i % 2 == 0 else (None, args.interval_ms):
-            gens[interval] = run(engine, prompt, args.new_tokens, interval, samplers)
+            gens[interval] = run(engine, prompt, args.new_tokens, interval, samplers, args.mode)
         pairs.append((gens[args.interval_ms], gens[None]))  # (on, off)
 
     limit = QUIET_LIMIT * statistics.median(mean_step_ms(g) for pair in pairs for g in pair)
     quiet = [pair for pair in pairs if max(map(mean_step_ms, pair)) <= limit]
     print(f"{MODEL}/{ENGINE} p{PROMPT_TOKENS} +{args.new_tokens} on {args.device}, torch threads "
-          f"{torch.get_num_threads()}, interval {args.interval_ms:g} ms, ABBA pairs")
+          f"{torch.get_num_threads()}, interval {args.interval_ms:g} ms, sampler in a {args.mode}, ABBA pairs")
     report(f"quiet pairs: both runs' mean step <= {limit:.3f} ms", quiet)
     report("all pairs", pairs)
     rows = sum(len(s.samples) for s in samplers)
     span_ns = sum(s.samples[-1]["t_ns"] - s.samples[0]["t_ns"] for s in samplers)
-    row_us = sum(s.busy_ns for s in samplers) / rows / 1e3
     thread_pct = 100 * sum(s.thread_cpu_ns for s in samplers) / span_ns
-    print(f"sampler: {rows / span_ns * 1e9:.1f} rows/s; a row {row_us:.1f} us wall (GIL waits included); "
-          f"thread CPU {thread_pct:.2f}% of one core; {sum(s.missed for s in samplers)} ticks missed")
+    print(f"sampler: {rows / span_ns * 1e9:.1f} rows/s; sampling thread CPU {thread_pct:.2f}% of one core; "
+          f"{sum(s.missed for s in samplers)} ticks missed")
 
 
 if __name__ == "__main__":

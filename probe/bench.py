@@ -7,8 +7,11 @@ after every cell, so an interrupted sweep keeps what finished.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import resource
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +26,8 @@ from probe.env import environment
 from probe.errors import ProbeError
 from probe.loop import Generation, generate
 from probe.results import BenchResults, Cell
+
+TELEMETRY_FILE = "telemetry.parquet"  # raw samples: t_ns (perf_counter_ns), one column a figure, and the cell
 
 
 def check_writable(folder: Path) -> None:
@@ -80,18 +85,59 @@ class PeakMemory:
 ProgressFn = Callable[[str, int], None]  # (description, runs completed since last call)
 
 
+class Telemetry:
+    """The sweep's device and process telemetry: one sampler per cell, raw rows kept for the run folder."""
+
+    def __init__(self, cfg: BenchConfig, device: torch.device):
+        self.interval_ms, self.device = cfg.telemetry_ms, device
+        self.rows: list[dict] = []
+        self.said: set[str] = set()
+
+    def note_once(self, note: str) -> None:  # "NVML missing" is said once per sweep, not once per cell
+        if note not in self.said:
+            self.said.add(note)
+            print(note, file=sys.stderr)
+
+    def sampler(self):
+        from probe.telemetry import make_sampler
+
+        if not self.interval_ms:
+            return contextlib.nullcontext(None)
+        return make_sampler(self.interval_ms, self.device, torch.get_num_threads(), self.note_once)
+
+    def summarize(self, sampler, gens: list[Generation], cell_index: int) -> dict:
+        from probe.telemetry import cell_telemetry, decode_windows
+
+        if sampler is None:
+            return {}
+        windows = decode_windows(gens)
+        tokens = sum(g.tokens.shape[0] * (g.tokens.shape[1] - 1) for g in gens)  # decode tokens only
+        self.rows.extend({**r, "cell": cell_index} for r in sampler.samples)
+        return {"telemetry": cell_telemetry(sampler.samples, windows, tokens),
+                "decode_windows_ns": [list(w) for w in windows]}
+
+    def save(self, out: Path) -> None:
+        from probe.telemetry import write_samples
+
+        if self.rows:
+            write_samples(self.rows, out / TELEMETRY_FILE)
+
+
 def run_cell(engine: Engine, prompt: torch.Tensor, cfg: BenchConfig, mem: PeakMemory, annotator,
-             reference: list[list[int]] | None, progress: ProgressFn) -> Cell:
+             reference: list[list[int]] | None, progress: ProgressFn, telemetry: Telemetry,
+             cell_index: int) -> Cell:
     label = f"{engine.name} p{prompt.shape[1]}"
-    for _ in range(cfg.warmup):
-        generate(engine, prompt, cfg.new_tokens, annotator)
-        progress(f"{label} warmup", 1)
-    mem.reset()
-    gens: list[Generation] = []
-    for _ in range(cfg.runs):
-        gens.append(generate(engine, prompt, cfg.new_tokens, annotator))
-        progress(f"{label} run", 1)
+    with telemetry.sampler() as sampler:  # its rows span the warmups too; summaries keep the decode phases
+        for _ in range(cfg.warmup):
+            generate(engine, prompt, cfg.new_tokens, annotator)
+            progress(f"{label} warmup", 1)
+        mem.reset()
+        gens: list[Generation] = []
+        for _ in range(cfg.runs):
+            gens.append(generate(engine, prompt, cfg.new_tokens, annotator))
+            progress(f"{label} run", 1)
     peak = mem.peak()
+    extra = telemetry.summarize(sampler, gens, cell_index)
     sync_cost = None
     if prompt.device.type == "cuda":
         # Part 1's measurement: a run that syncs only at the end, against the per-step-synced runs.
@@ -106,6 +152,7 @@ def run_cell(engine: Engine, prompt: torch.Tensor, cfg: BenchConfig, mem: PeakMe
         total_ms=[g.total_ns / 1e6 for g in gens], tokens=[g.tokens.tolist() for g in gens],
         peak_mem_bytes=peak, peak_mem_kind=mem.kind, reference=reference, sync_overhead_ms=sync_cost,
     )
+    cell = dataclasses.replace(cell, extra=extra)
     if counts is None:
         return cell
     return dataclasses.replace(cell, decode_ops=counts.decode_ops, prefill_ops=counts.prefill_ops,
@@ -151,6 +198,9 @@ def bench(cfg: BenchConfig, out: Path | None = None, progress: ProgressFn = lamb
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     results = BenchResults([], environment(device, cfg.dtype), _config_dict(cfg))
+    # Both clocks at one instant: telemetry rows and steps use perf_counter_ns, traces use the epoch.
+    results.extra["clock"] = {"perf_counter_ns": time.perf_counter_ns(), "epoch_ns": time.time_ns()}
+    telemetry = Telemetry(cfg, device)
     model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
     mem = PeakMemory(device)
     references = References(model, cfg, device, progress)
@@ -163,13 +213,15 @@ def bench(cfg: BenchConfig, out: Path | None = None, progress: ProgressFn = lamb
                 engine = classes[name](model)
                 own_reference = engine.name == "naive" and batch == 1
                 reference = None if own_reference else references.rows(length, batch)
-                cell = run_cell(engine, prompt, cfg, mem, annotator, reference, progress)
+                cell = run_cell(engine, prompt, cfg, mem, annotator, reference, progress, telemetry,
+                                len(results.cells))
                 if own_reference:
                     references.store(length, cell.tokens)
                     cell = dataclasses.replace(cell, tokens_match_naive=True)
                 results.cells.append(cell)
                 if out is not None:
                     results.save(out)
+                    telemetry.save(out)
                 on_cell(results)
     results.complete = True
     if out is not None:

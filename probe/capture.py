@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from probe.config import ProfileConfig
 from probe.env import environment
 from probe.errors import ProbeError
 from probe.loop import generate
+from probe.telemetry import cell_telemetry, decode_windows, make_sampler, write_samples
 
 NSYS_HINT = ("nsys not found: run scripts/install-nsys.sh (Debian's nsight-systems 2022.4, non-free) "
              "and set PROBE_NSYS to the path it prints, or put nsys on PATH")
@@ -78,9 +80,13 @@ def profile_torch(cfg: ProfileConfig, out: Path, model=None) -> Capture:
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities) as prof:
-        gen = generate(engine, prompt, cfg.new_tokens, annotator)
+    clock = {"perf_counter_ns": time.perf_counter_ns(), "epoch_ns": time.time_ns()}  # to line samples up
+    with make_sampler(10.0, device, torch.get_num_threads()) as sampler:
+        with torch.profiler.profile(activities=activities) as prof:
+            gen = generate(engine, prompt, cfg.new_tokens, annotator)
     name = stem(cfg, device)
+    tokens = gen.tokens.shape[0] * (gen.tokens.shape[1] - 1)
+    write_samples(sampler.samples, out / f"{name}.telemetry.parquet")
     raw = out / f"{name}.trace.json"
     prof.export_chrome_trace(str(raw))
     trace = out / f"{name}.trace.json.gz"
@@ -88,8 +94,9 @@ def profile_torch(cfg: ProfileConfig, out: Path, model=None) -> Capture:
         shutil.copyfileobj(src, dst)
     raw.unlink()
     meta = out / f"{name}.meta.json"
-    _write_meta(meta, cfg, device, tool="torch.profiler", trace=trace.name,
-                ttft_ms=gen.ttft_ns / 1e6, itl_ms=[s / 1e6 for s in gen.step_ns], tokens=gen.tokens.tolist())
+    _write_meta(meta, cfg, device, tool="torch.profiler", trace=trace.name, clock=clock, start_ns=gen.start_ns,
+                ttft_ms=gen.ttft_ns / 1e6, itl_ms=[s / 1e6 for s in gen.step_ns], tokens=gen.tokens.tolist(),
+                telemetry=cell_telemetry(sampler.samples, decode_windows([gen]), tokens))
     return Capture(trace, meta)
 
 

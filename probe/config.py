@@ -50,6 +50,7 @@ class BenchConfig:
     allow_mismatch: bool = knob(False, "exit 0 even when an engine's tokens differ from naive's")
     annotate: bool = knob(False, "emit NVTX/record_function ranges during timed runs (for an attached tool)")
     threads: int = knob(0, "torch intra-op threads; 0 keeps torch's default (one per core)")
+    telemetry_ms: float = knob(10.0, "telemetry sampling interval in ms (NVML on GPUs, /proc everywhere); 0: off")
 
     def __post_init__(self):
         for name in ("new_tokens", "runs"):
@@ -63,6 +64,8 @@ class BenchConfig:
             raise ProbeError(f"--warmup must be 0 or more, got {self.warmup}")
         if self.threads < 0:
             raise ProbeError(f"--threads must be 0 (torch's default) or more, got {self.threads}")
+        if self.telemetry_ms < 0:
+            raise ProbeError(f"--telemetry-ms must be 0 (off) or more, got {self.telemetry_ms}")
         if not self.prompts or min(self.prompts) < 1:
             raise ProbeError(f"--prompts must be positive token counts, got {self.prompts}")
         if not self.engines:

@@ -41,6 +41,31 @@ def cells_table(results: BenchResults, title: str | None = None) -> Table:
     return table
 
 
+TELEMETRY_COLUMNS = (  # (header, figure key in cell.extra["telemetry"], scale, format)
+    ("RSS peak MiB", "rss_bytes_peak", 2**-20, ".0f"), ("proc CPU %", "proc_cpu_pct_mean", 1, ".0f"),
+    ("machine CPU %", "sys_cpu_pct_mean", 1, ".0f"), ("threads", "threads_peak", 1, ".0f"),
+    ("GPU util %", "gpu_util_pct_mean", 1, ".0f"), ("SM MHz", "sm_clock_mhz_mean", 1, ".0f"),
+    ("power W", "power_w_mean", 1, ".0f"), ("J/token", "energy_per_token_j", 1, ".4f"),
+)
+
+
+def telemetry_table(results: BenchResults) -> Table | None:
+    """Decode-phase telemetry per cell (means unless the header says peak); None when nothing was sampled."""
+    cells = [c for c in results.cells if c.extra.get("telemetry")]
+    if not cells:
+        return None
+    table = Table(title="telemetry over the decode phases (mean unless marked peak; - = not measured here)",
+                  title_justify="left")
+    for col in ("engine", "prompt", "batch", *(h for h, *_ in TELEMETRY_COLUMNS)):
+        table.add_column(col, justify="left" if col == "engine" else "right")
+    for c in cells:
+        t = c.extra["telemetry"]
+        values = ["-" if t.get(key) is None else format(t[key] * scale, fmt) for _, key, scale, fmt in
+                  TELEMETRY_COLUMNS]
+        table.add_row(c.engine, str(c.prompt_tokens), str(c.batch), *values)
+    return table
+
+
 class ProgressBar:
     """A rich progress bar on stderr, driven by (description, advance) callbacks."""
 

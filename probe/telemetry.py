@@ -111,22 +111,39 @@ class CpuBackend:
 
     name = "cpu"
 
-    def __init__(self, procfs: bool = True):
+    def __init__(self, procfs: bool = True, pid: int | None = None):
+        """`pid`: another process to watch (the sampler process watches the decode loop's); None: this one."""
         self._fds: tuple[int, int] | None = None
         self._proc = None
-        if procfs and os.path.exists("/proc/self/stat"):
-            self._fds = (os.open("/proc/self/stat", os.O_RDONLY), os.open("/proc/stat", os.O_RDONLY))
+        self._other = pid is not None and pid != os.getpid()
+        self._procfs = procfs and os.path.exists("/proc/self/stat")
+        if self._procfs:
+            stat = f"/proc/{pid}/stat" if self._other else "/proc/self/stat"
+            self._fds = (os.open(stat, os.O_RDONLY), os.open("/proc/stat", os.O_RDONLY))
             self._page_bytes = os.sysconf("SC_PAGE_SIZE")
+            self._tick_ns = 1e9 / os.sysconf("SC_CLK_TCK")
             self._pread = _pread_holding_gil() or (lambda fd, size: os.pread(fd, size, 0))
         else:
             import psutil
 
-            self._proc = psutil.Process()
+            self._proc = psutil.Process(pid)
         self._prev: tuple[int, int, float, float] | None = None  # (wall_ns, cpu_ns, busy, total)
 
     def read(self) -> dict[str, float]:
-        wall, cpu = time.perf_counter_ns(), time.process_time_ns()  # process_time: every thread, ns
-        rss, threads, busy, total = self._counters()
+        return self.parse(self.snapshot())
+
+    def snapshot(self) -> tuple:
+        """One row's raw reads, as cheap as they come; `parse` turns snapshots, taken in order, into rows."""
+        wall = time.perf_counter_ns()
+        own = None if self._other else time.process_time_ns()  # every thread of this process, in ns
+        if self._fds is None:
+            return wall, own, self._psutil_counters()
+        return wall, own, (self._pread(self._fds[0], 4096), self._pread(self._fds[1], 256))
+
+    def parse(self, snapshot: tuple) -> dict[str, float]:
+        wall, own, raw = snapshot
+        rss, threads, busy, total, cpu_ns = self._counters(raw) if self._procfs else raw
+        cpu = own if own is not None else cpu_ns  # another process's CPU time comes in clock ticks
         row = {"rss_bytes": float(rss), "threads": float(threads), "proc_cpu_pct": math.nan,
                "sys_cpu_pct": math.nan}
         if self._prev is not None:
@@ -138,29 +155,28 @@ class CpuBackend:
         self._prev = (wall, cpu, busy, total)
         return row
 
-    def _counters(self) -> tuple[int, int, float, float]:
-        """(rss bytes, threads, machine busy time, machine total time); the times in any one unit."""
-        if self._fds is None:
-            return self._psutil_counters()
-        stat = self._pread(self._fds[0], 4096)
+    def _counters(self, raw: tuple[bytes, bytes]) -> tuple[int, int, float, float, float]:
+        """(rss bytes, threads, machine busy, machine total (any one unit), process CPU ns) from /proc text."""
+        stat, machine = raw
         fields = stat[stat.rindex(b")") + 2:].split(None, 22)  # the name may hold spaces; [0] is field 3
         threads, rss = int(fields[17]), int(fields[21]) * self._page_bytes
+        cpu_ns = (int(fields[11]) + int(fields[12])) * self._tick_ns  # utime + stime
         # "cpu  user nice system idle iowait irq softirq steal guest guest_nice": guest is inside user
-        line = self._pread(self._fds[1], 256).split(None, 9)
-        user, nice, system, idle, iowait, irq, softirq, steal = map(int, line[1:9])
+        user, nice, system, idle, iowait, irq, softirq, steal = map(int, machine.split(None, 9)[1:9])
         busy = user + nice + system + irq + softirq + steal
-        return rss, threads, busy, busy + idle + iowait
+        return rss, threads, busy, busy + idle + iowait, cpu_ns
 
-    def _psutil_counters(self) -> tuple[int, int, float, float]:
+    def _psutil_counters(self) -> tuple[int, int, float, float, float]:
         import psutil
 
         if self._proc is None:
             raise RuntimeError("read after close")
         with self._proc.oneshot():
             rss, threads = self._proc.memory_info().rss, self._proc.num_threads()
+            times = self._proc.cpu_times()
         t = psutil.cpu_times()
         total = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
-        return rss, threads, total - t.idle - getattr(t, "iowait", 0.0), total
+        return rss, threads, total - t.idle - getattr(t, "iowait", 0.0), total, (times.user + times.system) * 1e9
 
     def close(self) -> None:
         fds, self._fds, self._proc = self._fds, None, None
@@ -422,6 +438,174 @@ class Sampler:
 # ---- summaries: pure functions of rows and windows ----------------------------------------------------------
 
 
+class ProcessSampler:
+    """The same sampling, run in a child process that watches this one through /proc (and NVML).
+
+    A sampling thread shares the GIL with the decode loop: each of its 100 wake-ups a second makes the loop
+    hand the GIL over and wait for it back, which cost the tiny CPU model 2-3% of its step here. A child
+    process takes nothing from the loop but a slice of a core. Rows use the same clock (perf_counter_ns is
+    CLOCK_MONOTONIC on Linux, shared by every process), so they line up with `Generation` times as before.
+    The child takes its first row before the block starts and its last after it ends.
+    """
+
+    def __init__(self, interval_ms: float = DEFAULT_INTERVAL_MS, device: object = "cpu",
+                 on_note: Callable[[str], None] = _print_note):
+        if not interval_ms > 0:
+            raise ValueError(f"interval_ms must be positive, got {interval_ms}")
+        self.interval_ms, self.device, self.on_note = interval_ms, str(device), on_note
+        self.notes: list[str] = []
+        self.missed = 0
+        self.thread_cpu_ns = 0
+        self._rows: list[Row] = []
+        self._child = None
+
+    @property
+    def samples(self) -> list[Row]:
+        return list(self._rows)
+
+    def start(self) -> ProcessSampler:
+        import subprocess
+
+        cmd = [sys.executable, "-m", "probe.telemetry", "--pid", str(os.getpid()), "--interval-ms",
+               repr(self.interval_ms), "--device", self.device]
+        if self.device.startswith("cuda"):
+            index, uuid = _cuda_ids(self.device)  # torch is already loaded here; the child must not load it
+            cmd += ["--gpu-index", str(index)] + (["--gpu-uuid", uuid] if uuid else [])
+        self._child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                       start_new_session=True)  # Ctrl-C goes to the loop, which stops us
+        if self._child.stdout.readline().strip() != "ready":
+            self._finish()
+        return self
+
+    def stop(self) -> None:
+        if self._child is None:
+            return
+        try:
+            self._child.stdin.write("stop\n")
+            self._child.stdin.flush()
+        except OSError:
+            pass
+        self._finish()
+
+    def _finish(self) -> None:
+        import json
+
+        child, self._child = self._child, None
+        try:
+            out, _ = child.communicate(timeout=JOIN_TIMEOUT_S)
+            doc = json.loads(out.strip().splitlines()[-1])
+        except Exception as e:  # a child that died or hung: say so, never take the run down
+            child.kill()
+            self._note(f"telemetry: sampler process failed ({_one_line(e)}); no figures for this block")
+            return
+        self._rows = [{**r, "t_ns": int(r["t_ns"])} for r in doc["rows"]]
+        self.missed, self.thread_cpu_ns = doc["missed"], doc["thread_cpu_ns"]
+        for note in doc["notes"]:
+            self._note(note)
+
+    def _note(self, note: str) -> None:
+        self.notes.append(note)
+        try:
+            self.on_note(note)
+        except Exception:
+            pass
+
+    def __enter__(self) -> ProcessSampler:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def make_sampler(interval_ms: float, device: object, busy_cores: int,
+                 on_note: Callable[[str], None] = _print_note):
+    """The sampler bench and profile use, chosen by what benchmarks/telemetry_overhead.py measured here:
+
+    - a core to spare (a GPU run, whose host loop is one thread; or fewer torch threads than cores): a child
+      process, which costs the loop nothing measurable (it needs /proc);
+    - torch's threads on every core (a CPU run with default threads): a thread of this process, whose GIL
+      handoffs cost a few percent but less than a process preempting one of torch's threads.
+    """
+    spare = str(device).startswith("cuda") or busy_cores < (os.cpu_count() or 1)
+    if spare and os.path.exists("/proc/self/stat"):
+        return ProcessSampler(interval_ms, device, on_note)
+    backends, note = open_backends(device)
+    if note:
+        on_note(note)
+    return Sampler(interval_ms, backends, on_note=on_note)
+
+
+def _child_main(argv: list[str] | None = None) -> None:
+    """`python -m probe.telemetry --pid P ...`: sample process P until a line arrives on stdin, then print
+    {"rows", "notes", "missed", "thread_cpu_ns"} as one JSON line."""
+    import argparse
+    import json
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--pid", type=int, required=True)
+    p.add_argument("--interval-ms", type=float, default=DEFAULT_INTERVAL_MS)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--gpu-index", type=int, default=0)
+    p.add_argument("--gpu-uuid", default=None)
+    args = p.parse_args(argv)
+    notes: list[str] = []
+    backends: list[Backend] = []
+    if args.device.startswith("cuda"):
+        try:
+            backends.append(NvmlBackend(args.gpu_index, args.gpu_uuid))
+        except Exception as e:
+            notes.append(f"telemetry: NVML unavailable ({_one_line(e)}); recording CPU figures only, "
+                         "no GPU figures or energy")
+    else:
+        notes.append(f"telemetry: device {args.device} has no NVML figures; recording CPU figures only")
+    cpu = CpuBackend(pid=args.pid)
+    # The loop keeps raw reads only (two preads and a clock, ~20 us) and parses them after the block: every
+    # microsecond it spends awake is taken from a core the decode loop may want.
+    snapshots: list[tuple] = []
+    gpu_rows: list[Row] = []
+    period, stop = round(args.interval_ms * 1e6), threading.Event()
+    missed = 0
+
+    def take() -> None:
+        gpu: Row = {}
+        for backend in list(backends):
+            try:
+                gpu.update(backend.read())
+            except Exception as e:
+                backends.remove(backend)
+                notes.append(f"telemetry: {backend.name} figures stop here after {_one_line(e)}; others continue")
+        snapshots.append(cpu.snapshot())
+        gpu_rows.append(gpu)
+
+    loop_cpu_ns = 0
+
+    def loop(t0: int) -> None:
+        nonlocal missed, loop_cpu_ns
+        k = 0
+        while not stop.is_set():
+            k, wait_ns, skipped = next_tick(t0, period, k, time.perf_counter_ns())
+            missed += skipped
+            time.sleep(wait_ns / 1e9)
+            if not stop.is_set():
+                take()
+        loop_cpu_ns = time.thread_time_ns()
+
+    t0 = time.perf_counter_ns()
+    take()
+    thread = threading.Thread(target=loop, args=(t0,), daemon=True)
+    thread.start()
+    print("ready", flush=True)
+    sys.stdin.readline()
+    stop.set()
+    thread.join(JOIN_TIMEOUT_S)
+    take()
+    rows = [{"t_ns": snap[0], **cpu.parse(snap), **gpu} for snap, gpu in zip(snapshots, gpu_rows, strict=True)]
+    for backend in (*backends, cpu):
+        backend.close()
+    print(json.dumps({"rows": rows, "notes": notes, "missed": missed, "thread_cpu_ns": loop_cpu_ns}),
+          flush=True)
+
+
 def decode_windows(generations: Iterable) -> list[Window]:
     """Each run's decode phase, [start + ttft, start + total], from `probe.loop.Generation`s."""
     return [(g.start_ns + g.ttft_ns, g.start_ns + g.total_ns) for g in generations]
@@ -575,3 +759,7 @@ def write_samples(samples, path: str | Path) -> Path:
     samples_frame(samples).to_parquet(tmp, index=False)
     os.replace(tmp, path)
     return path
+
+
+if __name__ == "__main__":
+    _child_main()

@@ -380,9 +380,9 @@ def test_cpu_rates_from_counters():
     class Scripted(T.CpuBackend):
         ticks = iter([(100, 1000), (150, 1100), (150, 1100)])  # (busy, total)
 
-        def _counters(self):
+        def _counters(self, raw):
             busy, total = next(self.ticks)
-            return 4096, 3, busy, total
+            return 4096, 3, busy, total, 0.0
 
     backend = Scripted()
     backend.read()
@@ -417,3 +417,30 @@ def test_gil_holding_pread_reads_like_os_pread(tmp_path):
         os.close(fd)
     with pytest.raises(OSError):
         read(fd, 16)  # closed: EBADF, raised rather than returned as an empty read
+
+
+# ---- the child-process sampler, for real ---------------------------------------------------------------------
+
+
+def test_process_sampler_watches_this_process_on_the_same_clock():
+    notes = []
+    before = time.perf_counter_ns()
+    with T.ProcessSampler(5.0, "cpu", on_note=notes.append) as sampler:
+        t0 = time.perf_counter_ns()
+        while time.perf_counter_ns() - t0 < 200_000_000:  # keep one core busy for 0.2 s
+            pass
+        inside = time.perf_counter_ns()
+    rows = sampler.samples
+    assert len(rows) >= 10 and before <= rows[0]["t_ns"] <= t0 and rows[-1]["t_ns"] >= inside
+    assert [r["t_ns"] for r in rows] == sorted(r["t_ns"] for r in rows)
+    assert all(r["rss_bytes"] > 10 * 2**20 for r in rows)  # this process's RSS (python + torch), not the child's
+    summary = T.summarize(rows, [(t0, inside)])
+    assert 50 < summary["proc_cpu_pct_mean"] < 250  # one busy core, measured from outside in clock ticks
+    assert summary["gpu_util_pct_mean"] is None  # not measured here: None, never 0
+    assert notes == ["telemetry: device cpu has no NVML figures; recording CPU figures only"]
+
+
+def test_make_sampler_picks_a_process_only_with_a_core_to_spare():
+    cores = os.cpu_count()
+    assert isinstance(T.make_sampler(10, "cpu", busy_cores=cores - 1, on_note=lambda n: None), T.ProcessSampler)
+    assert isinstance(T.make_sampler(10, "cpu", busy_cores=cores, on_note=lambda n: None), T.Sampler)

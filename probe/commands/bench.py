@@ -42,7 +42,10 @@ def execute(cfg: BenchConfig, out: Path | None, as_json: bool, title: str | None
     elif as_json:
         print(json.dumps(results.to_json(), indent=1))
     else:
-        render.stdout().print(render.cells_table(results, title))
+        console = render.stdout()
+        console.print(render.cells_table(results, title))
+        if (telemetry := render.telemetry_table(results)) is not None:
+            console.print(telemetry)
     bad = mismatches(results)
     if bad and not cfg.allow_mismatch:
         names = ", ".join(f"{c.engine}@p{c.prompt_tokens}" + (f"b{c.batch}" if c.batch > 1 else "") for c in bad)
