@@ -61,8 +61,8 @@ def load_comparison(root: str, base_rel: str, base_stamp: tuple, cur_rel: str, c
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def load_telemetry(path: str, stamp: tuple):
-    return view.telemetry_frame(Path(path))
+def load_telemetry(path: str, stamp: tuple, offset_ns: int | None = None):
+    return view.telemetry_frame(Path(path), offset_ns)
 
 
 def load_source(root, source: view.Source):
@@ -84,6 +84,22 @@ def show_telemetry(folder) -> None:
             st.plotly_chart(view.telemetry_figure(load_telemetry(str(f), view.stamp(f))), key=f"telemetry_{f.name}")
         except ProbeError as e:
             st.error(view.md_escape(str(e)))
+
+
+def show_trace_telemetry(path: Path, analysis) -> None:
+    """The samples recorded with this trace, on the trace's clock, with its steps shaded behind them."""
+    samples = view.trace_telemetry(ROOT, path)
+    if samples is None:
+        return
+    st.subheader("Telemetry during this trace")
+    try:
+        offset = view.telemetry_offset_ns(view.trace_meta(ROOT, path), analysis)
+        frame = load_telemetry(str(samples), view.stamp(samples), offset)
+        st.plotly_chart(view.telemetry_figure(frame, analysis.steps), key="trace_telemetry_chart")
+        if offset is None:
+            st.caption("No clock anchor in the sidecar, so the samples are drawn from their own start.")
+    except ProbeError as e:
+        st.error(view.md_escape(str(e)))
 
 
 # ---- the root and what lies under it ------------------------------------------------------------------------
@@ -162,6 +178,7 @@ elif chosen == "Step ledger":
     st.dataframe(view.ledger_frame(loaded), key="ledger_table", hide_index=True)
     for w in loaded.warnings:
         st.warning(view.md_escape(w))
+    show_trace_telemetry(path, loaded)
 
 # ---- 3. one step ---------------------------------------------------------------------------------------------
 
@@ -187,7 +204,7 @@ elif chosen == "One step":
         st.dataframe(frame.style.apply(lambda r: ["background-color: #fde2d8" if r["cache"] else ""] * len(r),
                                        axis=1).format({"start_us": "{:.1f}", "dur_us": "{:.1f}"}),
                      key="timeline_table", hide_index=True)
-    show_telemetry(path.parent)
+    show_trace_telemetry(path, loaded)
 
 # ---- 4. top ops ----------------------------------------------------------------------------------------------
 

@@ -237,6 +237,7 @@ class TraceAnalysis:
     totals: Totals
     summary: Summary
     warnings: tuple[str, ...] = ()
+    origin_epoch_ns: int | None = None  # epoch ns of the first event (steps' start_ns count from it), when known
 
     def step(self, key: int | str) -> StepLedger:
         """A step by position (int) or by name ("decode#3"); KeyError if there is none."""
@@ -246,7 +247,8 @@ class TraceAnalysis:
         raise KeyError(key)
 
     def to_json(self) -> dict:
-        return {"format": self.format, "source": self.source, "steps": [s.to_json() for s in self.steps],
+        return {"format": self.format, "source": self.source, "origin_epoch_ns": self.origin_epoch_ns,
+                "steps": [s.to_json() for s in self.steps],
                 "totals": self.totals.to_json(), "summary": self.summary.to_json(),
                 "warnings": list(self.warnings)}
 
@@ -634,9 +636,10 @@ def analyze(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> TraceAnalysis
         for i in range(n)
     ]
     totals = _totals(trace, gpu, launch_names, graph_names)
+    origin = None if trace.base_ns is None or not len(trace) else int(trace.base_ns + trace.start_ns)
     return TraceAnalysis(format=trace.format, source=trace.source, steps=ledgers, totals=totals,
                          summary=summarize(ledgers, has_gpu=totals.gpu_ops + totals.launches > 0),
-                         warnings=tuple(warnings))
+                         warnings=tuple(warnings), origin_epoch_ns=origin)
 
 
 def _totals(trace: Trace, gpu: _Gpu, launch_names: np.ndarray, graph_names: np.ndarray) -> Totals:

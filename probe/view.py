@@ -339,8 +339,26 @@ def timeline_figure(items, title: str = "") -> go.Figure:
     return fig
 
 
-def telemetry_frame(path: Path) -> pd.DataFrame:
-    """Raw telemetry samples (t_ns + figures) with the all-missing figures dropped and `t_s` from the first."""
+def trace_telemetry(root: Path, trace: Path) -> Path | None:
+    """The samples `probe profile` recorded with this trace (`<stem>.telemetry.parquet`), inside root."""
+    stem = trace.name.removesuffix(".gz").removesuffix(".json").removesuffix(".trace")
+    path = trace.parent / f"{stem}.telemetry.parquet"
+    return path if path.is_file() and _inside(root, path) else None
+
+
+def telemetry_offset_ns(meta: dict | None, analysis) -> int | None:
+    """What turns a sample's perf_counter_ns into ns from the trace's first event: the sidecar's clock anchor
+    (perf_counter_ns and epoch ns read at one instant) against the trace's epoch origin. None if either is
+    missing."""
+    clock = (meta or {}).get("clock")
+    if not clock or analysis.origin_epoch_ns is None:
+        return None
+    return int(clock["epoch_ns"]) - int(clock["perf_counter_ns"]) - analysis.origin_epoch_ns
+
+
+def telemetry_frame(path: Path, offset_ns: int | None = None) -> pd.DataFrame:
+    """Raw telemetry samples (t_ns + figures) with the all-missing figures dropped; `t_ms` on the trace's
+    clock when `offset_ns` lines them up with a trace, else `t_s` from the first sample."""
     try:
         frame = pd.read_parquet(path)
     except Exception as e:  # pyarrow raises its own types for a foreign or truncated file
@@ -348,19 +366,29 @@ def telemetry_frame(path: Path) -> pd.DataFrame:
     if "t_ns" not in frame.columns:
         raise ProbeError(f"{path} has no t_ns column: not telemetry samples")
     frame = frame.dropna(axis=1, how="all")
-    frame.insert(0, "t_s", (frame["t_ns"] - frame["t_ns"].min()) / 1e9)
+    if offset_ns is None:
+        frame.insert(0, "t_s", (frame["t_ns"] - frame["t_ns"].min()) / 1e9)
+    else:
+        frame.insert(0, "t_ms", (frame["t_ns"] + offset_ns) / 1e6)
     return frame
 
 
-def telemetry_figure(frame: pd.DataFrame) -> go.Figure:
-    """One small panel a figure (GPU memory, utilization, power, RSS, CPU %, ...) against seconds."""
-    figures = [c for c in frame.columns if c not in ("t_s", "t_ns")]
+def telemetry_figure(frame: pd.DataFrame, steps: Sequence = ()) -> go.Figure:
+    """One small panel a figure (GPU memory, utilization, power, RSS, CPU %, ...) against time. On a trace's
+    clock (`t_ms`), the trace's steps are shaded behind the samples, so each sample sits over its step."""
+    aligned = "t_ms" in frame.columns
+    x = frame["t_ms"] if aligned else frame["t_s"]
+    figures = [c for c in frame.columns if c not in ("t_s", "t_ms", "t_ns")]
     fig = make_subplots(rows=max(len(figures), 1), cols=1, shared_xaxes=True, subplot_titles=figures,
                         vertical_spacing=0.08 if len(figures) < 6 else 0.03)
     for i, name in enumerate(figures, start=1):
-        fig.add_trace(go.Scatter(x=frame["t_s"], y=frame[name], mode="lines", name=name, showlegend=False),
+        fig.add_trace(go.Scatter(x=x, y=frame[name], mode="lines+markers", name=name, showlegend=False),
                       row=i, col=1)
-    fig.update_xaxes(title_text="s from the first sample", row=max(len(figures), 1), col=1)
+    for k, step in enumerate(steps if aligned else ()):
+        fig.add_vrect(x0=step.start_ns / 1e6, x1=(step.start_ns + step.wall_ns) / 1e6, line_width=0,
+                      fillcolor="#1f77b4" if step.kind == "prefill" else "#7f7f7f", opacity=0.25 if k % 2 else 0.12)
+    fig.update_xaxes(title_text="ms from the trace's first event (steps shaded)" if aligned else
+                     "s from the first sample", row=max(len(figures), 1), col=1)
     fig.update_layout(height=140 * max(len(figures), 1) + 60, margin={"t": 30, "b": 10})
     return fig
 
@@ -508,4 +536,5 @@ def samples_for(root: Path, source: Source, loaded):
 
 __all__ = ["Source", "app_root", "list_sources", "resolve_under", "stamp", "sweep_figure",
            "ledger_figure", "timeline_figure", "top_ops_figure", "trace_compare_figure", "run_compare_figure",
-           "comparison_frame", "telemetry_figure"]
+           "comparison_frame", "telemetry_figure",
+           "trace_telemetry", "telemetry_offset_ns"]

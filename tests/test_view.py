@@ -428,3 +428,27 @@ def test_probe_app_refuses_a_missing_root(capsys, tmp_path):
 
 def view_app_py() -> Path:
     return Path(__file__).resolve().parents[1] / "app.py"
+
+
+def test_trace_telemetry_lines_up_with_the_trace_steps(tmp_path):
+    """probe profile's samples, moved onto the trace's clock by the sidecar's anchor, bracket its steps."""
+    from probe.capture import profile_torch
+    from probe.config import ProfileConfig
+    from probe.ledger import analyze
+    from probe.trace import load_trace
+
+    capture = profile_torch(ProfileConfig(prompt=16, new_tokens=12, device="cpu"), tmp_path)
+    samples = view.trace_telemetry(tmp_path, capture.trace)
+    assert samples == tmp_path / "tiny_cached_cpu_p16_n12.telemetry.parquet"
+    analysis = analyze(load_trace(capture.trace))
+    offset = view.telemetry_offset_ns(view.trace_meta(tmp_path, capture.trace), analysis)
+    frame = view.telemetry_frame(samples, offset)
+    first, last = analysis.steps[0], analysis.steps[-1]
+    # the sampler starts before the recorded run and stops after it: its first and last rows bracket the steps
+    # (within a millisecond: the anchor pairs two clocks read a few microseconds apart)
+    assert frame["t_ms"].min() < first.start_ns / 1e6 + 1
+    assert frame["t_ms"].max() > (last.start_ns + last.wall_ns) / 1e6 - 1
+    fig = view.telemetry_figure(frame, analysis.steps)
+    panels = len([c for c in frame.columns if c not in ("t_ms", "t_ns")])
+    assert len(fig.layout.shapes) == panels * len(analysis.steps)  # every step shaded behind every panel
+    assert view.telemetry_offset_ns(None, analysis) is None
