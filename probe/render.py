@@ -94,12 +94,14 @@ DIGEST_PARTS = ("ops", "attention", "cache_update", "cache_seq_length", "cache_m
 def digest_table(ledgers: dict) -> Table:
     """Where one (median) decode step goes, per engine, from its profiled trace."""
     table = Table(title="where a decode step goes (median decode step of a profiled run, us)", title_justify="left")
-    for col in ("engine", "step", *DIGEST_PARTS, "closure", "launches or ops", "GPU busy %"):
-        table.add_column(col.replace("cache_", "cache."), justify="left" if col == "engine" else "right")
+    short = {"attention": "attn", "cache_update": "cache.update", "cache_seq_length": "seq_len",
+             "cache_mask_sizes": "mask_sizes", "unattributed": "unattr."}
+    for col in ("engine", "step", *DIGEST_PARTS, "closure", "dispatched", "GPU busy %"):
+        table.add_column(short.get(col, col), justify="left" if col == "engine" else "right")
     for engine, d in ledgers.items():
         dispatched = d["launches"] if d["dispatch"] == "launches" else d["top_level_ops"]
         table.add_row(engine, f"{d['wall_us']:.0f}", *(f"{d['parts_us'][p]:.0f}" for p in DIGEST_PARTS),
-                      f"{d['closure']:.3f}", f"{dispatched:g} {d['dispatch']}",
+                      f"{d['closure']:.3f}", f"{dispatched:g} {'launches' if d['dispatch'] == 'launches' else 'ops'}",
                       f"{100 * d['gpu_busy_us'] / d['wall_us']:.1f}" if d["dispatch"] == "launches" else "-")
     return table
 

@@ -136,14 +136,16 @@ def batching_verdict(results: BenchResults, arch, machine: Machine, engine: str 
                 "scaling": c.decode_tok_s / (b * one.decode_tok_s)} for b, c in sorted(by_batch.items())}
     dtype = results.config.get("dtype", results.env.get("dtype"))
     limit = batch_limit(arch, dtype, one.itl_p50_ms, prompt + one.new_tokens, machine.bandwidth_bytes_s)
-    flat = all(r["step_ratio"] <= FLAT for r in rows.values())
-    linear = all(r["scaling"] >= LINEAR for r in rows.values())
+    holds = {b: r["step_ratio"] <= FLAT and r["scaling"] >= LINEAR for b, r in rows.items()}
     parts = ", ".join(f"B={b}: {r['itl_ms']:.2f} ms ({r['step_ratio']:.2f}x), {r['tok_s']:.0f} tok/s "
                       f"({r['scaling']:.0%} of B x single)" for b, r in rows.items())
-    evidence = (f"at p{prompt}: {parts}. Bandwidth allows B up to {limit.max_batch} within a "
+    upto = max((b for b in rows if all(holds[c] for c in rows if c <= b)), default=1)
+    reach = ("it holds at every B measured" if all(holds.values()) else
+             f"it holds up to B={upto} (step within {FLAT:.2f}x, throughput at least {LINEAR:.0%} of B x single)")
+    evidence = (f"at p{prompt}: {parts}; {reach}. Bandwidth allows B up to {limit.max_batch} within a "
                 f"{one.itl_p50_ms:.2f} ms step at {machine.bandwidth_bytes_s / 1e9:.1f} GB/s")
-    numbers = {"prompt": prompt, "by_batch": rows, "bandwidth_max_batch": limit.max_batch}
-    return Verdict(claim, source, flat and linear, evidence, numbers)
+    numbers = {"prompt": prompt, "by_batch": rows, "holds_up_to_batch": upto, "bandwidth_max_batch": limit.max_batch}
+    return Verdict(claim, source, all(holds.values()), evidence, numbers)
 
 
 @dataclass

@@ -56,4 +56,8 @@ def test_batching_verdict():
     assert verdict.supported is True and verdict.numbers["by_batch"][8]["step_ratio"] == pytest.approx(1.16 / 1.02)
     growing = results(*(cell("batched", 16, 2.0 * b, batch=b) for b in (1, 2, 4)))
     assert batching_verdict(growing, TINY, machine).supported is False
+    assert batching_verdict(growing, TINY, machine).numbers["holds_up_to_batch"] == 1
+    partly = results(*(cell("batched", 16, x, batch=b) for b, x in ((1, 2.0), (2, 2.1), (4, 2.2), (8, 3.0))))
+    verdict = batching_verdict(partly, TINY, machine)
+    assert verdict.supported is False and verdict.numbers["holds_up_to_batch"] == 4 and "up to B=4" in verdict.evidence
     assert batching_verdict(results(cell("cached", 16, 1.0)), TINY, machine).supported is None
