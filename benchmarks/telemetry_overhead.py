@@ -16,11 +16,10 @@ printed as well: with a core to spare it is the whole cost. Target: at most 1% a
 from __future__ import annotations
 
 import argparse
-import random
-import statistics
 
 import torch
 
+from benchmarks.paired import report, run_pairs
 from engines import ENGINES
 from engines.models import load_model, prompt_ids
 from probe.loop import generate
@@ -32,8 +31,6 @@ PROMPT_TOKENS = 16
 NEW_TOKENS = 32  # short runs keep both halves of a pair close in time; 31 steps still span ~10 samples
 PAIRS = 200  # many short pairs: on a shared 2-core box, bursts from other processes dominate the spread
 WARMUP = 3  # unrecorded runs: allocator, caches and thread pools settle
-QUIET_LIMIT = 1.2  # a run slower than this x the pooled median was hit by something far bigger than 1%
-BOOTSTRAP = 2000  # resamples for the interval on the median ratio
 
 
 def run(engine, prompt, new_tokens: int, interval_ms: float | None, samplers: list, mode: str):
@@ -49,31 +46,6 @@ def run(engine, prompt, new_tokens: int, interval_ms: float | None, samplers: li
         gen = generate(engine, prompt, new_tokens)
     samplers.append(sampler)
     return gen
-
-
-def mean_step_ms(gen) -> float:
-    return gen.decode_ns / len(gen.step_ns) / 1e6
-
-
-def median_step_ms(gen) -> float:
-    return statistics.median(gen.step_ns) / 1e6
-
-
-def overhead_pct(pairs: list, stat) -> tuple[float, float, float]:
-    """Median over pairs of stat(on) / stat(off) - 1, in %, with a bootstrap 95% interval."""
-    ratios = [stat(on) / stat(off) for on, off in pairs]
-    rng = random.Random(0)
-    boot = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(BOOTSTRAP))
-    lo, hi = boot[int(0.025 * BOOTSTRAP)], boot[int(0.975 * BOOTSTRAP) - 1]
-    return 100 * (statistics.median(ratios) - 1), 100 * (lo - 1), 100 * (hi - 1)
-
-
-def report(label: str, pairs: list) -> None:
-    print(f"{label} ({len(pairs)} pairs)")
-    for name, stat in (("mean step  ", mean_step_ms), ("median step", median_step_ms)):
-        mid, lo, hi = overhead_pct(pairs, stat)
-        off, on = statistics.median(stat(p[1]) for p in pairs), statistics.median(stat(p[0]) for p in pairs)
-        print(f"  {name}  off {off:.4f} ms  on {on:.4f} ms  overhead {mid:+.2f}% (95% CI {lo:+.2f}% .. {hi:+.2f}%)")
 
 
 def main() -> None:
@@ -95,19 +67,12 @@ def main() -> None:
     for _ in range(WARMUP):
         generate(engine, prompt, args.new_tokens)
 
-    pairs, samplers = [], []
-    for i in range(args.pairs):
-        gens = {}
-        for interval in (args.interval_ms, None) if i % 2 == 0 else (None, args.interval_ms):
-            gens[interval] = run(engine, prompt, args.new_tokens, interval, samplers, args.mode)
-        pairs.append((gens[args.interval_ms], gens[None]))  # (on, off)
-
-    limit = QUIET_LIMIT * statistics.median(mean_step_ms(g) for pair in pairs for g in pair)
-    quiet = [pair for pair in pairs if max(map(mean_step_ms, pair)) <= limit]
+    samplers: list = []
+    pairs = run_pairs(lambda: run(engine, prompt, args.new_tokens, args.interval_ms, samplers, args.mode),
+                      lambda: run(engine, prompt, args.new_tokens, None, samplers, args.mode), args.pairs)
     print(f"{MODEL}/{ENGINE} p{PROMPT_TOKENS} +{args.new_tokens} on {args.device}, torch threads "
           f"{torch.get_num_threads()}, interval {args.interval_ms:g} ms, sampler in a {args.mode}, ABBA pairs")
-    report(f"quiet pairs: both runs' mean step <= {limit:.3f} ms", quiet)
-    report("all pairs", pairs)
+    report(pairs)
     rows = sum(len(s.samples) for s in samplers)
     span_ns = sum(s.samples[-1]["t_ns"] - s.samples[0]["t_ns"] for s in samplers)
     thread_pct = 100 * sum(s.thread_cpu_ns for s in samplers) / span_ns

@@ -18,13 +18,16 @@ names appear in Nsight Systems and torch.profiler traces. Indexed ranges are lab
 | `sync` | decode loop | waiting for the device to drain (no-op on CPU) |
 
 Cost: with annotations switched off the loop uses `NULL`, a shared no-op context, and no method is
-patched. Switched on but with no tool attached, `record_function` is skipped unless the profiler is
-running (unguarded it costs ~10 us a call); the NVTX push/pop stays, at about 1 us a range.
+patched. Switched on but with no tool attached, a range costs one check: `record_function` only runs
+while torch.profiler does (unguarded it costs ~10 us a call), and NVTX only when a tool has injected
+itself (nsys sets NVTX_INJECTION64_PATH for the program it runs). benchmarks/annotation_overhead.py
+measures what is left.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Callable, Iterator
 
@@ -63,6 +66,14 @@ def split_label(text: str) -> tuple[str, int | None]:
     return text, None
 
 
+def nvtx_tool_attached() -> bool:
+    """Whether an NVTX tool (Nsight Systems, ...) is loaded into this process: NVTX finds its tool through
+    these variables, which nsys sets for the program it launches. Without one, every NVTX call is a no-op
+    in the C library anyway, so skipping it changes nothing but the cost. PROBE_NVTX=1 forces it on."""
+    env = os.environ
+    return bool(env.get("NVTX_INJECTION64_PATH") or env.get("NVTX_INJECTION32_PATH") or env.get("PROBE_NVTX") == "1")
+
+
 def _nvtx_functions() -> tuple[Callable[[str], object], Callable[[], object]] | None:
     try:
         import nvtx
@@ -99,15 +110,18 @@ class _Range:
 
 
 class Annotator:
-    """Emits the vocabulary's ranges to NVTX and torch.profiler."""
+    """Emits the vocabulary's ranges to NVTX (when a tool is attached) and torch.profiler (when it runs)."""
 
     enabled = True
+    _null = contextlib.nullcontext()
 
-    def __init__(self):
-        fns = _nvtx_functions()
+    def __init__(self, nvtx: bool | None = None):
+        fns = _nvtx_functions() if (nvtx_tool_attached() if nvtx is None else nvtx) else None
         self.push, self.pop = fns if fns else (None, None)
 
     def __call__(self, name: str, index: int | None = None) -> contextlib.AbstractContextManager:
+        if self.push is None and not torch.autograd._profiler_enabled():
+            return self._null  # no tool listening: one C call, no range object
         return _Range(self, label(name, index))
 
 

@@ -103,7 +103,7 @@ def profile_torch(cfg: ProfileConfig, out: Path, model=None) -> Capture:
 def run_annotated(cfg: ProfileConfig) -> None:
     """The process nsys watches: warmup, then one annotated generation (no torch.profiler attached)."""
     engine, prompt, _ = _prepare(cfg)
-    annotator = A.Annotator()
+    annotator = A.Annotator(nvtx=True)  # nsys is attached: this process is the one it launched
     if annotator.push is None:
         raise ProbeError("no NVTX emitter: pip install 'nvtx<0.2.12'")
     for _ in range(cfg.warmup):

@@ -129,3 +129,16 @@ def test_missing_nsys_is_one_line(tmp_path):
     result = run_probe("profile", "--nsys", "--device", "cpu", "--out", str(tmp_path), env=env)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [f"probe: error: {__import__('probe.capture').capture.NSYS_HINT}"]
+
+
+def test_ranges_cost_one_check_when_no_tool_listens(monkeypatch):
+    for var in ("NVTX_INJECTION64_PATH", "NVTX_INJECTION32_PATH", "PROBE_NVTX"):
+        monkeypatch.delenv(var, raising=False)
+    quiet = A.Annotator()
+    assert quiet.push is None and quiet("decode", 1) is quiet._null  # neither nsys nor the profiler: no range
+    import torch
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        assert quiet("decode", 1) is not quiet._null  # the profiler runs: a real record_function range
+    monkeypatch.setenv("NVTX_INJECTION64_PATH", "/nsys/libToolsInjection64.so")  # what nsys sets for its child
+    assert A.Annotator().push is not None
