@@ -5,7 +5,7 @@ nothing patched) and on (an Annotator: the patched cache methods and every range
 tool), so machine drift hits both alike. Prints the overhead on the mean and median step, and the ranges a
 step emits. Target: at most 2%.
 
-    python benchmarks/annotation_overhead.py [--engine cached] [--prompt 64] [--new-tokens 32] [--pairs 150]
+    python -m benchmarks.annotation_overhead [--engine cached] [--prompt 64] [--new-tokens 32] [--pairs 150]
 """
 
 from __future__ import annotations

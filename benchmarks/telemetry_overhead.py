@@ -10,7 +10,7 @@ mean step is over QUIET_LIMIT x the median of all runs (both arms pooled, so the
 reported separately as "quiet pairs"; the all-pairs figure is printed too. The sampler thread's own CPU time is
 printed as well: with a core to spare it is the whole cost. Target: at most 1% at the default 10 ms.
 
-    python benchmarks/telemetry_overhead.py [--pairs 200] [--interval-ms 10] [--device cpu] [--threads N]
+    python -m benchmarks.telemetry_overhead [--pairs 200] [--interval-ms 10] [--device cpu] [--threads N]
 """
 
 from __future__ import annotations
