@@ -54,37 +54,10 @@ def measure_sessions(cfg, base: str, cur: str, flip: bool):
 
 
 def measure_interleaved(cfg, base: str, cur: str, flip: bool):
-    """Both engines in one session, runs alternating, per prompt length; returns (baseline, current)."""
-    import torch
+    """Both engines in one session, runs alternating (probe ab); returns (baseline, current)."""
+    from probe.ab import interleaved
 
-    from engines import engine_class
-    from engines.models import load_model, prompt_ids
-    from probe.compare import from_results
-    from probe.env import environment
-    from probe.loop import generate
-    from probe.results import BenchResults, Cell
-
-    model = load_model(cfg.model, cfg.dtype, "cpu", cfg.seed)
-    names = ("cur", "base") if flip else ("base", "cur")
-    cells: dict[str, list[Cell]] = {"base": [], "cur": []}
-    for length in cfg.prompts:
-        prompt = prompt_ids(length, 1, model.config.vocab_size, cfg.seed)
-        engines = {"base": engine_class(base)(model), "cur": engine_class(cur)(model)}
-        for _ in range(cfg.warmup):
-            for name in names:
-                generate(engines[name], prompt, cfg.new_tokens)
-        gens = {"base": [], "cur": []}
-        for _ in range(cfg.runs):
-            for name in names:
-                gens[name].append(generate(engines[name], prompt, cfg.new_tokens))
-        for name, gs in gens.items():
-            cells[name].append(Cell.from_runs(
-                engine=engines[name].name, prompt_tokens=length, batch=1, ttft_ms=[g.ttft_ns / 1e6 for g in gs],
-                itl_ms=[[s / 1e6 for s in g.step_ns] for g in gs], total_ms=[g.total_ns / 1e6 for g in gs],
-                tokens=[g.tokens.tolist() for g in gs], peak_mem_bytes=0, peak_mem_kind="cpu_rss", reference=None))
-    env = environment(torch.device("cpu"), cfg.dtype)
-    return tuple(from_results(BenchResults(cells[n], env, {"model": cfg.model}, complete=True), n)
-                 for n in ("base", "cur"))
+    return interleaved(cfg, base, cur, flip)
 
 
 def timing_alerts(result) -> list:

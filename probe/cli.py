@@ -12,7 +12,7 @@ import sys
 
 from probe.errors import ProbeError
 
-COMMANDS = ("run", "bench", "profile", "count", "roofline", "overhead", "analyze", "compare", "baseline", "app")
+COMMANDS = ("run", "bench", "profile", "count", "roofline", "overhead", "analyze", "compare", "baseline", "app", "ab")
 
 
 class _Parser(argparse.ArgumentParser):

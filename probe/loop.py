@@ -8,7 +8,7 @@ still emitted, so every trace has the same shape.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -46,32 +46,73 @@ def generate(
     sync_each_step: bool = True,
 ) -> Generation:
     """Greedy-decode `new_tokens` tokens after `prompt` (B, P). Step i's input is step i-1's argmax."""
-    ann, clock = annotator, time.perf_counter_ns
-    sync = device_sync(prompt.device)
-    step_sync = sync if sync_each_step else (lambda: None)
+    with torch.inference_mode():
+        return finish(decode_steps(engine, prompt, new_tokens, annotator, sync_each_step))
 
-    def step(call, *args):
-        with ann(A.FORWARD):
-            logits = call(*args)  # (B, V)
-        with ann(A.SAMPLE):
-            token = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
-        with ann(A.SYNC):
-            step_sync()
-        return token
 
-    tokens, steps = [], []
-    with torch.inference_mode(), A.instrument(engine.model, ann, engine.captures_decode), ann(A.RUN):
-        start = clock()
-        with ann(A.PREFILL):
-            token = step(engine.prefill, prompt, prompt.shape[1] + new_tokens)
-        ttft = clock() - start
-        tokens.append(token)
-        for i in range(new_tokens - 1):
-            t0 = clock()
-            with ann(A.DECODE, i):
-                token = step(engine.decode, token)
-            steps.append(clock() - t0)
+def lockstep(engines: list[Engine], prompt: torch.Tensor, new_tokens: int) -> list[Generation]:
+    """Generate with several engines at once, one step of each in turn (the order reversed every step, ABBA),
+    so every engine's step n runs under the same machine state: drift cancels at the scale of one step.
+    Each step is timed on its own, as in `generate`; the runs' `total_ns` span the whole interleaving."""
+    with torch.inference_mode():  # held outside, so the runs' own guards nest in any order
+        runs = [decode_steps(e, prompt, new_tokens) for e in engines]
+        for i in range(new_tokens):  # the prefill, then every decode step
+            for run in runs if i % 2 == 0 else runs[::-1]:
+                next(run)
+        return [finish(run) for run in runs]
+
+
+def finish(run: Iterator[None]) -> Generation:
+    """Run a `decode_steps` to its end and return its Generation."""
+    for _ in run:
+        pass
+    return run.result
+
+
+class decode_steps:
+    """The loop itself, one step per `next()`: the prefill first, then each decode step. `.result` holds the
+    Generation once it is exhausted. Wrap it in `torch.inference_mode()`."""
+
+    def __init__(self, engine: Engine, prompt: torch.Tensor, new_tokens: int, annotator=A.NULL,
+                 sync_each_step: bool = True):
+        self.result: Generation | None = None
+        self._gen = self._loop(engine, prompt, new_tokens, annotator, sync_each_step)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> None:
+        return next(self._gen)
+
+    def _loop(self, engine, prompt, new_tokens, ann, sync_each_step):
+        clock = time.perf_counter_ns
+        sync = device_sync(prompt.device)
+        step_sync = sync if sync_each_step else (lambda: None)
+
+        def step(call, *args):
+            with ann(A.FORWARD):
+                logits = call(*args)  # (B, V)
+            with ann(A.SAMPLE):
+                token = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+            with ann(A.SYNC):
+                step_sync()
+            return token
+
+        tokens, steps = [], []
+        with A.instrument(engine.model, ann, engine.captures_decode), ann(A.RUN):
+            start = clock()
+            with ann(A.PREFILL):
+                token = step(engine.prefill, prompt, prompt.shape[1] + new_tokens)
+            ttft = clock() - start
             tokens.append(token)
-        sync()
-        total = clock() - start
-    return Generation(torch.cat(tokens, dim=1).cpu(), start, ttft, tuple(steps), total)
+            yield
+            for i in range(new_tokens - 1):
+                t0 = clock()
+                with ann(A.DECODE, i):
+                    token = step(engine.decode, token)
+                steps.append(clock() - t0)
+                tokens.append(token)
+                yield
+            sync()
+            total = clock() - start
+        self.result = Generation(torch.cat(tokens, dim=1).cpu(), start, ttft, tuple(steps), total)

@@ -1,7 +1,8 @@
 """The write-ups' floor experiment, and the question Part 2 left open.
 
 1. The floor: a forward pass over a single token with no cache, where the device has almost no work, so
-   what it costs is close to pure overhead. On a GPU the time until the forward call returns (issuing the
+   what it costs is close to pure overhead. Floor forwards alternate with the cached steps of (2), so the
+   two are measured under the same machine state. On a GPU the time until the forward call returns (issuing the
    work) is separated from the wait for the device to drain, as Part 1 did (18.54 of 19.32 ms was CPU).
 2. The same single-token forward with the cache attached, i.e. a decode step of the cached engine, timed
    piece by piece through the annotation hook: the forward's own ops, the per-layer cache writes, the
@@ -24,7 +25,7 @@ from engines import engine_class
 from engines.models import load_model, prompt_ids
 from probe import annotate as A
 from probe.count import count_forward_ops
-from probe.loop import device_sync, generate
+from probe.loop import decode_steps, device_sync, finish, generate
 
 
 class _Frame:
@@ -141,23 +142,36 @@ class OverheadReport:
         return asdict(self)
 
 
-def time_floor(model, device: torch.device, reps: int) -> tuple[list[int], list[int]]:
-    """Issue and total times (ns) of `reps` single-token forwards with no cache."""
-    sync, clock = device_sync(device), time.perf_counter_ns
-    token = torch.tensor([[7]], device=device)
+def floor_forward(model, token: torch.Tensor, sync) -> tuple[int, int]:
+    """One single-token forward with no cache: (ns until the call returned, ns until the device drained)."""
+    clock = time.perf_counter_ns
+    t0 = clock()
+    model(input_ids=token, use_cache=False, logits_to_keep=1)
+    t1 = clock()
+    sync()
+    return t1 - t0, clock() - t0
+
+
+def interleaved_floor_and_steps(model, cached, prompt: torch.Tensor, steps: int, reps: int, timing: TimingAnnotator):
+    """Floor forwards and the cached engine's decode steps, alternating, so both see the same machine (a
+    process's speed here drifts by a third from one minute to the next). Returns the floor's (issue, total)
+    ns; the steps' pieces land in `timing`."""
+    sync = device_sync(prompt.device)
+    token = prompt[:, -1:]
     issue, total = [], []
     with torch.inference_mode():
-        for _ in range(5):
-            model(input_ids=token, use_cache=False, logits_to_keep=1)
-        sync()
-        for _ in range(reps):
-            t0 = clock()
-            model(input_ids=token, use_cache=False, logits_to_keep=1)
-            t1 = clock()
-            sync()
-            t2 = clock()
-            issue.append(t1 - t0)
-            total.append(t2 - t0)
+        for _ in range(5):  # warm the floor's path
+            floor_forward(model, token, sync)
+        run = decode_steps(cached, prompt, steps + 1, timing)
+        next(run)  # the prefill
+        for i in range(max(steps, reps)):
+            if i < reps:
+                t_issue, t_total = floor_forward(model, token, sync)
+                issue.append(t_issue)
+                total.append(t_total)
+            if i < steps:
+                next(run)
+        finish(run)
     return issue, total
 
 
@@ -169,8 +183,6 @@ def measure(model_spec: str = "tiny", dtype: str = "float32", device: str = "cpu
     _, dev = validate(BenchConfig(engines=("cached",), prompts=(context,), new_tokens=steps + 1, model=model_spec,
                                   dtype=dtype, device=device))
     model = load_model(model_spec, dtype, str(dev), seed)
-    issue, total = time_floor(model, dev, reps)
-    floor_ms, issue_ms = statistics.median(total) / 1e6, statistics.median(issue) / 1e6
     naive, cached = engine_class("naive")(model), engine_class("cached")(model)
     one_token = prompt_ids(1, 1, model.config.vocab_size, seed).to(dev)
     launches = count_forward_ops(naive, one_token).prefill_ops  # the floor forward: one token, no cache
@@ -178,7 +190,8 @@ def measure(model_spec: str = "tiny", dtype: str = "float32", device: str = "cpu
     cached_ops = count_forward_ops(cached, prompt).decode_ops
     generate(cached, prompt, steps + 1)  # warm
     timing = TimingAnnotator()
-    generate(cached, prompt, steps + 1, timing)
+    issue, total = interleaved_floor_and_steps(model, cached, prompt, steps, reps, timing)
+    floor_ms, issue_ms = statistics.median(total) / 1e6, statistics.median(issue) / 1e6
     step_ms = statistics.median(sum(s.values()) for s in timing.steps) / 1e6
     pieces = []
     for name, rng in PIECES:

@@ -1,0 +1,67 @@
+"""Interleaved A/B: two engines measured in one process, step by step in turn, then compared.
+
+On a shared machine the speed of a whole process drifts: here the same cached decode step measured 2.5 to
+3.7 ms from one process to the next, so two separate sessions (a stored baseline against a run made later)
+disagree by more than any threshold a useful timing gate can use, and the U test, which sees only the noise
+inside each session, calls that drift a regression (benchmarks/compare_noise.py: most self-comparisons
+alerted). Alternating whole runs still left drift within a run. So the two engines decode in lockstep
+(probe.loop.lockstep): one step of each in turn, the order reversed every step, so both see the same
+machine at the scale of one step, and what is left is the difference between them. The counts are measured
+as the bench does (probe.count), so the launch gate is the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from engines import engine_class
+from engines.models import load_model, prompt_ids
+from probe.compare import SampleSet, from_results
+from probe.config import BenchConfig
+from probe.count import count_forward_ops
+from probe.env import environment
+from probe.loop import Generation, lockstep
+from probe.results import BenchResults, Cell
+
+
+def interleaved(cfg: BenchConfig, base: str, current: str, flip: bool = False) -> tuple[SampleSet, SampleSet]:
+    """Runs of `base` and `current` alternate at every prompt length (`current` first when `flip`)."""
+    from probe.bench import validate
+
+    _, device = validate(dataclasses.replace(cfg, engines=(base, current)))
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
+    order = ("current", "base") if flip else ("base", "current")
+    cells: dict[str, list[Cell]] = {"base": [], "current": []}
+    for length in sorted(cfg.prompts):
+        for batch in sorted(cfg.batch):
+            prompt = prompt_ids(length, batch, model.config.vocab_size, cfg.seed).to(device)
+            engines = {"base": engine_class(base)(model), "current": engine_class(current)(model)}
+            gens: dict[str, list[Generation]] = {"base": [], "current": []}
+            for i in range(cfg.warmup + cfg.runs):
+                sides = order if i % 2 == 0 else order[::-1]
+                for side, gen in zip(sides, lockstep([engines[s] for s in sides], prompt, cfg.new_tokens),
+                                     strict=True):
+                    if i >= cfg.warmup:
+                        gens[side].append(gen)
+            for side in cells:
+                cells[side].append(_counted_cell(engines[side], prompt, gens[side]))
+    env = environment(device, cfg.dtype)
+    config = {"model": cfg.model, "dtype": cfg.dtype}
+    return tuple(from_results(BenchResults(cells[side], env, config, complete=True), name)
+                 for side, name in (("base", base), ("current", current)))
+
+
+def _counted_cell(engine, prompt: torch.Tensor, gens: list[Generation]) -> Cell:
+    cell = Cell.from_runs(engine=engine.name, prompt_tokens=prompt.shape[1], batch=prompt.shape[0],
+                          ttft_ms=[g.ttft_ns / 1e6 for g in gens], itl_ms=[[s / 1e6 for s in g.step_ns] for g in gens],
+                          total_ms=[g.total_ns / 1e6 for g in gens], tokens=[g.tokens.tolist() for g in gens],
+                          peak_mem_bytes=0, peak_mem_kind="not measured", reference=None)
+    if engine.captures_decode:
+        return cell
+    counts = count_forward_ops(engine, prompt)
+    return dataclasses.replace(cell, decode_ops=counts.decode_ops, prefill_ops=counts.prefill_ops,
+                               decode_ops_by_op=counts.decode_by_op, prefill_ops_by_op=counts.prefill_by_op)
