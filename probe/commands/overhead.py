@@ -47,8 +47,11 @@ def main(args: argparse.Namespace) -> int:
     for piece in r.pieces:
         table.add_row(piece.name, piece.range, f"{piece.median_us:.1f}", f"{piece.share_pct:.1f}")
     console.print(table)
-    console.print(f"gap above the floor: {r.gap_ms:.3f} ms; measured bookkeeping {r.bookkeeping_ms:.3f} ms "
-                  f"({r.explained_pct:.0f}% of the gap)")
+    by = {p.range: p.median_us / 1e3 for p in r.pieces}
+    loop = by["sample"] + by["sync"] + by["decode"]
+    console.print(f"gap above the floor: {r.gap_ms:.3f} ms = bookkeeping {r.bookkeeping_ms:.3f} "
+                  f"({r.explained_pct:.0f}%) + sampling, sync and loop {loop:.3f} + the forward's own ops beyond the "
+                  f"floor's {r.gap_ms - r.bookkeeping_ms - loop:+.3f} (medians, so the sum is approximate)")
     device = (f"device busy {r.device_pct:.1f}% of the step" if r.device_pct is not None else
               "no device: the host does the compute too")
     console.print(f"profiled decode step: {r.step_dispatched:g} {r.step_dispatch}; host work {r.host_pct:.1f}% of "
