@@ -141,8 +141,9 @@ def make_trace(steps: int, events: int = DEFAULT_EVENTS, seed: int = 0) -> bytes
 
 
 def _peak_rss_bytes() -> int:
-    """This process's peak resident set. VmHWM, because ru_maxrss survives exec on Linux and would report
-    the parent's peak (it held the generated trace) when that was larger."""
+    """This process's peak resident set (probe.telemetry.peak_rss_bytes, repeated here because the HTA child
+    runs under another venv's python, where probe is not importable). VmHWM, because ru_maxrss survives exec
+    on Linux and would report the parent's peak (it held the generated trace) when that was larger."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("VmHWM:"):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import resource
 import sys
 import time
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from probe.env import environment
 from probe.errors import ProbeError
 from probe.loop import Generation, generate
 from probe.results import BenchResults, Cell
+from probe.telemetry import peak_rss_bytes, reset_peak_rss
 
 TELEMETRY_FILE = "telemetry.parquet"  # raw samples: t_ns (perf_counter_ns), one column a figure, and the cell
 
@@ -64,22 +64,13 @@ class PeakMemory:
     def reset(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
-            return
-        try:  # Linux: writing 5 resets the peak RSS the kernel tracks for this process
-            Path("/proc/self/clear_refs").write_text("5")
-        except OSError:
-            pass
+        else:
+            reset_peak_rss()
 
     def peak(self) -> int:
         if self.device.type == "cuda":
             return int(torch.cuda.max_memory_allocated(self.device))
-        try:
-            for line in Path("/proc/self/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-        except OSError:
-            pass
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return peak_rss_bytes()
 
 
 ProgressFn = Callable[[str, int], None]  # (description, runs completed since last call)

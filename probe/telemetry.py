@@ -71,6 +71,28 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
+def peak_rss_bytes() -> int:
+    """This process's peak resident set since it started or since `reset_peak_rss()`: VmHWM on Linux (ru_maxrss
+    elsewhere, which survives exec and cannot be reset)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def reset_peak_rss() -> None:
+    """Linux: writing 5 to clear_refs resets the peak RSS the kernel tracks for this process."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
 # ---- CPU and process figures --------------------------------------------------------------------------------
 
 
@@ -320,7 +342,27 @@ def _print_note(note: str) -> None:
     print(note, file=sys.stderr)
 
 
-class Sampler:
+class _Sampling:
+    """What both samplers share: notes passed on as they come, and the context-manager protocol."""
+
+    notes: list[str]
+    on_note: Callable[[str], None]
+
+    def _note(self, note: str) -> None:
+        self.notes.append(note)
+        try:
+            self.on_note(note)
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class Sampler(_Sampling):
     """Samples `backends` every `interval_ms` in a daemon thread, as a context manager.
 
     The first row is taken on entry and the last on exit, in the caller's thread, so the rows span everything
@@ -421,24 +463,12 @@ class Sampler:
             time.sleep(min(left_ns / 1e9, STOP_POLL_S))
         return True
 
-    def _note(self, note: str) -> None:
-        self.notes.append(note)
-        try:
-            self.on_note(note)
-        except Exception:
-            pass
-
-    def __enter__(self) -> Sampler:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 # ---- summaries: pure functions of rows and windows ----------------------------------------------------------
 
 
-class ProcessSampler:
+class ProcessSampler(_Sampling):
     """The same sampling, run in a child process that watches this one through /proc (and NVML).
 
     A sampling thread shares the GIL with the decode loop: each of its 100 wake-ups a second makes the loop
@@ -503,18 +533,6 @@ class ProcessSampler:
         for note in doc["notes"]:
             self._note(note)
 
-    def _note(self, note: str) -> None:
-        self.notes.append(note)
-        try:
-            self.on_note(note)
-        except Exception:
-            pass
-
-    def __enter__(self) -> ProcessSampler:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 def make_sampler(interval_ms: float, device: object, busy_cores: int,
