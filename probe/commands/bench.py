@@ -19,8 +19,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the results JSON to stdout instead of a table")
 
 
-def execute(cfg: BenchConfig, out: Path | None, as_json: bool, title: str | None = None, quiet: bool = False):
-    """Run a sweep with a progress bar; print the table or JSON (neither when quiet). Returns (results, code)."""
+def execute(cfg: BenchConfig, out: Path | None, output: str = "table", title: str | None = None):
+    """Run a sweep; print its "table" (with a progress bar), its "json", or "none" (with a progress bar).
+    Returns (results, exit code)."""
     from probe import render
     from probe.bench import bench, cell_count, check_writable, mismatches, runs_per_cell, validate
 
@@ -30,18 +31,16 @@ def execute(cfg: BenchConfig, out: Path | None, as_json: bool, title: str | None
     total = cell_count(cfg) * runs_per_cell(cfg, device)
     partial = {}
     try:
-        with render.ProgressBar(total, enabled=not as_json or quiet) as bar:
+        with render.ProgressBar(total, enabled=output != "json") as bar:
             results = bench(cfg, out, progress=bar, on_cell=lambda r: partial.update(results=r))
     except KeyboardInterrupt:
         kept = len(partial["results"].cells) if partial else 0
         where = f" in {out}" if out else ""
         print(f"probe: interrupted; {kept} finished cell(s) kept{where}", file=sys.stderr)
         raise SystemExit(130) from None
-    if quiet:
-        pass
-    elif as_json:
+    if output == "json":
         print(json.dumps(results.to_json(), indent=1))
-    else:
+    elif output == "table":
         console = render.stdout()
         console.print(render.cells_table(results, title))
         if (telemetry := render.telemetry_table(results)) is not None:
@@ -57,4 +56,4 @@ def execute(cfg: BenchConfig, out: Path | None, as_json: bool, title: str | None
 
 def main(args: argparse.Namespace) -> int:
     cfg = from_args(BenchConfig, args)
-    return execute(cfg, args.out, args.json)[1]
+    return execute(cfg, args.out, "json" if args.json else "table")[1]

@@ -70,7 +70,7 @@ def main(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     cfg = from_args(BenchConfig, args, **defaults_for(getattr(args, "device", "auto")))
     out = args.out or Path("runs") / time.strftime("run-%Y%m%d-%H%M%S")
-    results, code = execute(cfg, out, args.json, title=f"probe run: {cfg.model} {cfg.dtype}")
+    results, code = execute(cfg, out, "json" if args.json else "table", title=f"probe run: {cfg.model} {cfg.dtype}")
     console = render.stdout() if not args.json else render.stderr()
     combined = results
     if not args.no_next:
@@ -79,7 +79,7 @@ def main(args: argparse.Namespace) -> int:
         short = min(cfg.prompts)
         nxt = [dataclasses.replace(cfg, engines=("static",), prompts=(short,)),
                dataclasses.replace(cfg, engines=("batched",), prompts=(short,), batch=NEXT_BATCHES)]
-        extra = [execute(c, out / f"next-{c.engines[0]}", True, quiet=True)[0] for c in nxt]
+        extra = [execute(c, out / f"next-{c.engines[0]}", "none")[0] for c in nxt]
         combined = BenchResults(results.cells + [c for r in extra for c in r.cells], results.env, results.config,
                                 results.complete and all(r.complete for r in extra))
         if not args.json:

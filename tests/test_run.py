@@ -1,0 +1,36 @@
+"""probe run, end to end on a small budget: the sweep, the next-step sweeps, the predictions and the report."""
+
+from __future__ import annotations
+
+import json
+
+from probe.report import load_report
+from probe.results import load_results
+from tests.conftest import run_probe
+
+
+def test_probe_run_writes_the_whole_report(tmp_path):
+    out = tmp_path / "run"
+    result = run_probe("run", "--prompts", "8,32", "--new-tokens", "5", "--runs", "2", "--warmup", "1",
+                       "--device", "cpu", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    for text in ("prediction vs measurement", "where a decode step goes", "the next steps: static and batched",
+                 "report folder:"):
+        assert text in result.stdout
+    results = load_results(out)
+    assert [(c.engine, c.prompt_tokens) for c in results.cells] == [("naive", 8), ("cached", 8), ("naive", 32),
+                                                                     ("cached", 32)]
+    assert all(c.tokens_match_naive for c in results.cells)
+    nxt = load_results(out / "next-batched")
+    assert [c.batch for c in nxt.cells] == [1, 2, 4, 8] and all(c.tokens_match_naive for c in nxt.cells)
+    assert load_results(out / "next-static").cells[0].tokens_match_naive
+    report = load_report(out)
+    assert len(report.predictions) == 4 and report.machine.floor_ms > 0 and report.machine.bandwidth_bytes_s > 0
+    assert [v.supported is not None for v in report.verdicts] == [True, True]  # both predictions were measured
+    assert set(report.ledgers) == {"naive", "cached"}
+    assert all(d["closure"] == 1.0 for d in report.ledgers.values())
+    assert report.overhead["launches_per_forward"] == 247
+    assert (out / "report.md").read_text().startswith("# probe run: tiny float32 on cpu")
+    assert (out / "telemetry.parquet").exists()
+    assert len(list((out / "traces").glob("*.trace.json.gz"))) == 2
+    json.loads((out / "report.json").read_text())  # well-formed
