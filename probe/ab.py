@@ -20,7 +20,6 @@ from engines import engine_class
 from engines.models import load_model, prompt_ids
 from probe.compare import SampleSet, from_results
 from probe.config import BenchConfig
-from probe.count import count_forward_ops
 from probe.env import environment
 from probe.loop import Generation, lockstep
 from probe.results import BenchResults, Cell
@@ -28,7 +27,7 @@ from probe.results import BenchResults, Cell
 
 def interleaved(cfg: BenchConfig, base: str, current: str, flip: bool = False) -> tuple[SampleSet, SampleSet]:
     """Runs of `base` and `current` alternate at every prompt length (`current` first when `flip`)."""
-    from probe.bench import validate
+    from probe.bench import measured_cell, validate
 
     _, device = validate(dataclasses.replace(cfg, engines=(base, current)))
     if cfg.threads:
@@ -48,20 +47,8 @@ def interleaved(cfg: BenchConfig, base: str, current: str, flip: bool = False) -
                     if i >= cfg.warmup:
                         gens[side].append(gen)
             for side in cells:
-                cells[side].append(_counted_cell(engines[side], prompt, gens[side]))
+                cells[side].append(measured_cell(engines[side], prompt, gens[side], None, 0, "not measured"))
     env = environment(device, cfg.dtype)
     config = {"model": cfg.model, "dtype": cfg.dtype}
     return tuple(from_results(BenchResults(cells[side], env, config, complete=True), name)
                  for side, name in (("base", base), ("current", current)))
-
-
-def _counted_cell(engine, prompt: torch.Tensor, gens: list[Generation]) -> Cell:
-    cell = Cell.from_runs(engine=engine.name, prompt_tokens=prompt.shape[1], batch=prompt.shape[0],
-                          ttft_ms=[g.ttft_ns / 1e6 for g in gens], itl_ms=[[s / 1e6 for s in g.step_ns] for g in gens],
-                          total_ms=[g.total_ns / 1e6 for g in gens], tokens=[g.tokens.tolist() for g in gens],
-                          peak_mem_bytes=0, peak_mem_kind="not measured", reference=None)
-    if engine.captures_decode:
-        return cell
-    counts = count_forward_ops(engine, prompt)
-    return dataclasses.replace(cell, decode_ops=counts.decode_ops, prefill_ops=counts.prefill_ops,
-                               decode_ops_by_op=counts.decode_by_op, prefill_ops_by_op=counts.prefill_by_op)

@@ -136,16 +136,24 @@ def run_cell(engine: Engine, prompt: torch.Tensor, cfg: BenchConfig, mem: PeakMe
         synced = sum(g.total_ns for g in gens) / len(gens)
         sync_cost = (synced - free.total_ns) / (cfg.new_tokens - 1) / 1e6
         progress(f"{label} sync cost", 1)
-    counts = None if engine.captures_decode else count_forward_ops(engine, prompt)
+    return measured_cell(engine, prompt, gens, reference, peak, mem.kind, sync_cost, extra)
+
+
+def measured_cell(engine: Engine, prompt: torch.Tensor, gens: list[Generation], reference: list[list[int]] | None,
+                  peak_mem_bytes: int, peak_mem_kind: str, sync_overhead_ms: float | None = None,
+                  extra: dict | None = None) -> Cell:
+    """A cell from recorded runs, with the engine's deterministic op counts (none for a captured step)."""
     cell = Cell.from_runs(
         engine=engine.name, prompt_tokens=prompt.shape[1], batch=prompt.shape[0],
         ttft_ms=[g.ttft_ns / 1e6 for g in gens], itl_ms=[[s / 1e6 for s in g.step_ns] for g in gens],
         total_ms=[g.total_ns / 1e6 for g in gens], tokens=[g.tokens.tolist() for g in gens],
-        peak_mem_bytes=peak, peak_mem_kind=mem.kind, reference=reference, sync_overhead_ms=sync_cost,
+        peak_mem_bytes=peak_mem_bytes, peak_mem_kind=peak_mem_kind, reference=reference,
+        sync_overhead_ms=sync_overhead_ms,
     )
-    cell = dataclasses.replace(cell, extra=extra)
-    if counts is None:
+    cell = dataclasses.replace(cell, extra=extra or {})
+    if engine.captures_decode:
         return cell
+    counts = count_forward_ops(engine, prompt)
     return dataclasses.replace(cell, decode_ops=counts.decode_ops, prefill_ops=counts.prefill_ops,
                                decode_ops_by_op=counts.decode_by_op, prefill_ops_by_op=counts.prefill_by_op)
 
