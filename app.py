@@ -3,7 +3,7 @@
     streamlit run app.py -- --root DIR      (or: probe app --root DIR; or PROBE_APP_ROOT=DIR)
 
 A flat script over probe's typed results: it loads (cached on path + size + mtime), calls probe functions and
-renders what probe.view shapes. It holds no analysis. Every file it reads lies under the root.
+renders what probe.explorer.figures shapes. It holds no analysis. Every file it reads lies under the root.
 """
 
 from __future__ import annotations
@@ -14,9 +14,13 @@ from pathlib import Path
 
 import streamlit as st
 
-from probe import view
+from probe.analysis.compare import compare
+from probe.analysis.ledger import analyze, step_timeline
+from probe.analysis.report import load_report
+from probe.analysis.results import load_results
+from probe.analysis.trace import load_trace as parse
 from probe.errors import ProbeError
-from probe.report import load_report
+from probe.explorer import figures, sources
 
 st.set_page_config(page_title="probe explorer", layout="wide")
 LOAD_ERRORS = (ProbeError, OSError)  # probe's loaders turn bad input into a one-line ProbeError
@@ -24,105 +28,95 @@ LOAD_ERRORS = (ProbeError, OSError)  # probe's loaders turn bad input into a one
 
 @st.cache_data(max_entries=16, show_spinner="Reading the run")
 def load_run(path: str, stamp: tuple):
-    from probe.results import load_results
-
     return load_results(path), load_report(Path(path))
 
 
 @st.cache_resource(max_entries=4, show_spinner="Parsing the trace")
 def load_trace(path: str, stamp: tuple):
-    from probe.trace import load_trace as parse
-
     return parse(path)
 
 
 @st.cache_data(max_entries=16, show_spinner="Building the ledger")
 def load_analysis(path: str, stamp: tuple):
-    from probe.ledger import analyze
-
     return analyze(load_trace(path, stamp))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def load_timeline(path: str, stamp: tuple, position: int):
-    from probe.ledger import step_timeline
-
     return step_timeline(load_trace(path, stamp), load_analysis(path, stamp).step(position))
 
 
 @st.cache_data(max_entries=16, show_spinner="Comparing")
 def load_comparison(root: str, base_rel: str, base_stamp: tuple, cur_rel: str, cur_stamp: tuple, kind: str):
-    from probe.compare import compare
-
     root_path = Path(root)
-    sides = [view.Source(rel, kind) for rel in (base_rel, cur_rel)]
+    sides = [sources.Source(rel, kind) for rel in (base_rel, cur_rel)]
     loaded = [load_source(root_path, s)[0] for s in sides]
-    return compare(*(view.samples_for(root_path, s, x) for s, x in zip(sides, loaded, strict=True)))
+    return compare(*(sources.samples_for(root_path, s, x) for s, x in zip(sides, loaded, strict=True)))
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def load_telemetry(path: str, stamp: tuple, offset_ns: int | None = None):
-    return view.telemetry_frame(Path(path), offset_ns)
+    return figures.telemetry_frame(Path(path), offset_ns)
 
 
-def load_source(root, source: view.Source):
+def load_source(root, source: sources.Source):
     """(results or analysis, report or None, path) for a source; ProbeError for anything unusable."""
-    path = view.source_path(root, source)
+    path = sources.source_path(root, source)
     if source.kind == "run":
-        results, report = load_run(str(path), view.stamp(path))
+        results, report = load_run(str(path), sources.stamp(path))
         return results, report, path
-    return load_analysis(str(path), view.stamp(path)), None, path
+    return load_analysis(str(path), sources.stamp(path)), None, path
 
 
 def show_telemetry(folder) -> None:
-    """Telemetry samples (probe.telemetry) recorded in this folder, if any: one panel a figure."""
-    files = view.telemetry_files(ROOT, folder)
+    """Telemetry samples (probe.analysis.telemetry) recorded in this folder, if any: one panel a figure."""
+    files = sources.telemetry_files(ROOT, folder)
     if files:
         st.subheader("Telemetry samples")
     for f in files:
         try:
-            st.plotly_chart(view.telemetry_figure(load_telemetry(str(f), view.stamp(f))), key=f"telemetry_{f.name}")
+            st.plotly_chart(figures.telemetry_figure(load_telemetry(str(f), sources.stamp(f))), key=f"telemetry_{f.name}")
         except ProbeError as e:
-            st.error(view.md_escape(str(e)))
+            st.error(figures.md_escape(str(e)))
 
 
 def show_trace_telemetry(path: Path, analysis) -> None:
     """The samples recorded with this trace, on the trace's clock, with its steps shaded behind them."""
-    samples = view.trace_telemetry(ROOT, path)
+    samples = sources.trace_telemetry(ROOT, path)
     if samples is None:
         return
     st.subheader("Telemetry during this trace")
     try:
-        offset = view.telemetry_offset_ns(view.trace_meta(ROOT, path), analysis)
-        frame = load_telemetry(str(samples), view.stamp(samples), offset)
-        st.plotly_chart(view.telemetry_figure(frame, analysis.steps), key="trace_telemetry_chart")
+        offset = figures.telemetry_offset_ns(sources.trace_meta(ROOT, path), analysis)
+        frame = load_telemetry(str(samples), sources.stamp(samples), offset)
+        st.plotly_chart(figures.telemetry_figure(frame, analysis.steps), key="trace_telemetry_chart")
         if offset is None:
             st.caption("No clock anchor in the sidecar, so the samples are drawn from their own start.")
     except ProbeError as e:
-        st.error(view.md_escape(str(e)))
+        st.error(figures.md_escape(str(e)))
 
 
 # ---- the root and what lies under it ------------------------------------------------------------------------
 
-ROOT = view.app_root(sys.argv, os.environ)
+ROOT = sources.app_root(sys.argv, os.environ)
 st.sidebar.title("probe explorer")
 st.sidebar.caption(f"root: `{ROOT}`")
 if not ROOT.is_dir():
     st.error(f"The root `{ROOT}` is not a folder. Start the app with `probe app --root DIR`.")
     st.stop()
-sources, truncated = view.list_sources(ROOT)
-if not sources:
+found, truncated = sources.list_sources(ROOT)
+if not found:
     st.info(f"Nothing to show under `{ROOT}`: no run folders (results.json) and no traces (.trace.json, .json.gz, "
             ".sqlite). Record some with `probe run` or `probe profile`, or point the app elsewhere with "
             "`probe app --root DIR`.")
     st.stop()
 if truncated:
-    st.sidebar.warning(f"Showing the first {len(sources)} files only: pick a narrower --root.")
+    st.sidebar.warning(f"Showing the first {len(found)} files only: pick a narrower --root.")
 
-by_label = {s.label: s for s in sources}
+by_label = {s.label: s for s in found}
 source = by_label[st.sidebar.selectbox("Run or trace", list(by_label), key="source", bind="query-params")]
-others = [s.label for s in sources if s.kind == source.kind and s != source]
-baseline_label = st.sidebar.selectbox("Baseline (for Compare and Alerts)", [view.NONE, *others], key="baseline",
+others = [s.label for s in found if s.kind == source.kind and s != source]
+baseline_label = st.sidebar.selectbox("Baseline (for Compare and Alerts)", [figures.NONE, *others], key="baseline",
                                       bind="query-params")
 baseline = by_label.get(baseline_label)
 
@@ -133,7 +127,7 @@ chosen = st.radio("View", VIEWS[source.kind], key="view", bind="query-params", h
 try:
     loaded, report, path = load_source(ROOT, source)
 except LOAD_ERRORS as e:
-    st.error(f"Cannot show `{source.rel}`: {view.md_escape(str(e))}")
+    st.error(f"Cannot show `{source.rel}`: {figures.md_escape(str(e))}")
     st.stop()
 
 # ---- 1. sweep ------------------------------------------------------------------------------------------------
@@ -141,8 +135,8 @@ except LOAD_ERRORS as e:
 if chosen == "Sweep":
     env = loaded.env
     st.subheader(f"{loaded.config.get('model', '?')} {env.get('dtype', '')} on {env.get('device_name', '?')}")
-    st.plotly_chart(view.sweep_figure(loaded, report), key="sweep_chart")
-    frame = view.sweep_frame(loaded)
+    st.plotly_chart(figures.sweep_figure(loaded, report), key="sweep_chart")
+    frame = figures.sweep_frame(loaded)
     if frame["mismatch"].any():
         st.error("Tokens differ from naive's for: " + ", ".join(
             f"{r.line} p{r.prompt_tokens}" for r in frame[frame["mismatch"]].itertuples()))
@@ -167,40 +161,39 @@ elif chosen == "Step ledger":
     cols = st.columns(4)
     cols[0].metric("step p50", f"{s.step_p50_us / 1e3:.3f} ms")
     cols[1].metric(s.dispatch + " / step", f"{s.launches_per_step:g}")
-    if s.dispatch == "launches":
+    if loaded.on_gpu:
         cols[2].metric("GPU busy / wall", f"{100 * s.busy_fraction:.1f} %")
     else:
         cols[2].metric("unattributed", f"{100 * s.unattributed_share:.1f} % of wall")
     cols[3].metric("cache bookkeeping", f"{100 * s.cache_share:.1f} % of wall")
-    st.plotly_chart(view.ledger_figure(loaded), key="ledger_chart")
+    st.plotly_chart(figures.ledger_figure(loaded), key="ledger_chart")
     st.caption("Each step's left bar is its wall time split into host parts (they add up to the wall); the right "
-               "bar, on a GPU trace, is GPU busy and idle time. The line is " + view.dispatch_label(loaded) + ".")
-    st.dataframe(view.ledger_frame(loaded), key="ledger_table", hide_index=True)
+               "bar, on a GPU trace, is GPU busy and idle time. The line is " + figures.dispatch_label(loaded) + ".")
+    st.dataframe(figures.ledger_frame(loaded), key="ledger_table", hide_index=True)
     for w in loaded.warnings:
-        st.warning(view.md_escape(w))
+        st.warning(figures.md_escape(w))
     show_trace_telemetry(path, loaded)
 
 # ---- 3. one step ---------------------------------------------------------------------------------------------
 
 elif chosen == "One step":
-    steps = {view.step_label(s): s for s in loaded.steps}
+    steps = {figures.step_label(s): s for s in loaded.steps}
     default = next((i for i, s in enumerate(loaded.steps) if s.kind == "decode"), 0)
     step = steps[st.selectbox("Step", list(steps), index=default, key="step", bind="query-params")]
-    items = load_timeline(str(path), view.stamp(path), step.position)
+    items = load_timeline(str(path), sources.stamp(path), step.position)
     cols = st.columns(4)
     cols[0].metric("wall", f"{step.wall_ns / 1e6:.3f} ms")
-    cols[1].metric("launches" if loaded.summary.dispatch == "launches" else "top-level ops",
-                   view.dispatch_count(step, loaded))
+    cols[1].metric("launches" if loaded.on_gpu else "top-level ops", step.dispatched)
     cols[2].metric("cache bookkeeping", f"{step.cache_ns / 1e6:.3f} ms")
-    if loaded.summary.dispatch == "launches":
+    if loaded.on_gpu:
         cols[3].metric("GPU busy", f"{step.gpu_busy_ns / 1e6:.3f} ms")
     else:
         cols[3].metric("unattributed", f"{step.unattributed_ns / 1e6:.3f} ms")
     if not items:
         st.info(f"{step.name} has no top-level ops or ranges on its thread to draw.")
     else:
-        st.plotly_chart(view.timeline_figure(items), key="timeline_chart")
-        frame = view.timeline_frame(items)
+        st.plotly_chart(figures.timeline_figure(items), key="timeline_chart")
+        frame = figures.timeline_frame(items)
         st.dataframe(frame.style.apply(lambda r: ["background-color: #fde2d8" if r["cache"] else ""] * len(r),
                                        axis=1).format({"start_us": "{:.1f}", "dur_us": "{:.1f}"}),
                      key="timeline_table", hide_index=True)
@@ -209,14 +202,14 @@ elif chosen == "One step":
 # ---- 4. top ops ----------------------------------------------------------------------------------------------
 
 elif chosen == "Top ops":
-    scopes = [f"all {loaded.summary.steps_used} steps"] + [view.step_label(s) for s in loaded.steps]
+    scopes = [f"all {loaded.summary.steps_used} steps"] + [figures.step_label(s) for s in loaded.steps]
     scope = st.selectbox("Over", scopes, key="top_ops_scope", bind="query-params")
     ops = loaded.summary.top_ops if scope == scopes[0] else loaded.step(int(scope.split(":")[0])).top_ops
     if not ops:
         st.info("No cpu_ops in this scope, so no host time by op.")
     else:
-        st.plotly_chart(view.top_ops_figure(ops), key="top_ops_chart")
-        st.dataframe(view.top_ops_frame(ops), key="top_ops_table", hide_index=True)
+        st.plotly_chart(figures.top_ops_figure(ops), key="top_ops_chart")
+        st.dataframe(figures.top_ops_frame(ops), key="top_ops_table", hide_index=True)
 
 # ---- 5. compare and 6. alerts: a baseline against this source --------------------------------------------------
 
@@ -228,36 +221,36 @@ elif chosen == "Compare":
     try:
         base, _, base_path = load_source(ROOT, baseline)
     except LOAD_ERRORS as e:
-        st.error(f"Cannot show the baseline `{baseline.rel}`: {view.md_escape(str(e))}")
+        st.error(f"Cannot show the baseline `{baseline.rel}`: {figures.md_escape(str(e))}")
         st.stop()
     if source.kind == "run":
-        frame = view.run_compare_frame(base, loaded)
+        frame = figures.run_compare_frame(base, loaded)
         if frame.empty:
             st.warning("The two runs share no cell (engine, prompt, new tokens, batch).")
             st.stop()
-        st.plotly_chart(view.run_compare_figure(frame, baseline.rel, source.rel), key="compare_chart")
+        st.plotly_chart(figures.run_compare_figure(frame, baseline.rel, source.rel), key="compare_chart")
     else:
-        frame = view.trace_compare_frame(base, loaded)
-        st.plotly_chart(view.trace_compare_figure(frame, baseline.rel, source.rel), key="compare_chart")
+        frame = figures.trace_compare_frame(base, loaded)
+        st.plotly_chart(figures.trace_compare_figure(frame, baseline.rel, source.rel), key="compare_chart")
         st.caption("Means per steady-state step (decode steps when the trace has them); the host categories add "
                    "up to the wall time.")
     st.dataframe(frame, key="compare_table", hide_index=True)
 
 elif chosen == "Alerts":
     try:
-        result = load_comparison(str(ROOT), baseline.rel, view.stamp(view.source_path(ROOT, baseline)),
-                                 source.rel, view.stamp(path), source.kind)
+        result = load_comparison(str(ROOT), baseline.rel, sources.stamp(sources.source_path(ROOT, baseline)),
+                                 source.rel, sources.stamp(path), source.kind)
     except LOAD_ERRORS as e:
-        st.error(f"probe compare cannot compare these: {view.md_escape(str(e))}")
+        st.error(f"probe compare cannot compare these: {figures.md_escape(str(e))}")
         st.stop()
     for w in result.warnings:
-        st.warning(view.md_escape(w))
+        st.warning(figures.md_escape(w))
     if result.alerts:
         st.error(f"REGRESSION: {len(result.alerts)} alert(s)")
         for a in result.alerts:
-            st.markdown(f"- **{view.md_escape(a.key)}** {view.md_escape(a.message)}")
+            st.markdown(f"- **{figures.md_escape(a.key)}** {figures.md_escape(a.message)}")
     else:
         st.success("No regression.")
-    st.dataframe(view.comparison_frame(result), key="alerts_table", hide_index=True)
+    st.dataframe(figures.comparison_frame(result), key="alerts_table", hide_index=True)
     for note in result.notes:
-        st.caption(view.md_escape(note))
+        st.caption(figures.md_escape(note))

@@ -15,8 +15,8 @@ import argparse
 from benchmarks.paired import report, run_pairs
 from engines import engine_class
 from engines.models import load_model, prompt_ids
-from probe import annotate as A
-from probe.loop import generate
+from probe.capture import annotate as A
+from probe.capture.loop import generate
 
 
 def ranges_per_step(engine, prompt) -> int:

@@ -14,7 +14,7 @@ Every verdict is computed at several thresholds from the same samples (the defau
 the trade between false alarms and sensitivity. Two ways to measure a pair:
 
 - `sessions` (default): two separate bench runs, one after the other, as a baseline recorded earlier and a
-  CI run would be. In-process calls of probe.bench.bench (a fresh model, engine and warmup each time; a
+  CI run would be. In-process calls of probe.capture.bench.bench (a fresh model, engine and warmup each time; a
   fresh process would add ~5 s of imports and measure nothing more).
 - `interleaved`: both engines in one session, runs alternating A B A B, so the machine's drift hits both.
 
@@ -38,8 +38,8 @@ SLOW_US_VAR = "PROBE_SLOW_US"  # tests.variants.SLOW_US_VAR, read when the engin
 
 
 def session(cfg, engine: str):
-    from probe.bench import bench
-    from probe.compare import from_results
+    from probe.analysis.compare import from_results
+    from probe.capture.bench import bench
 
     return from_results(bench(dataclasses.replace(cfg, engines=(engine,))), engine)
 
@@ -55,7 +55,7 @@ def measure_sessions(cfg, base: str, cur: str, flip: bool):
 
 def measure_interleaved(cfg, base: str, cur: str, flip: bool):
     """Both engines in one session, runs alternating (probe ab); returns (baseline, current)."""
-    from probe.ab import interleaved
+    from probe.capture.ab import interleaved
 
     return interleaved(cfg, base, cur, flip)
 
@@ -65,7 +65,7 @@ def timing_alerts(result) -> list:
 
 
 def self_noise(cfg, measure, runs: int, thresholds: list[float]) -> None:
-    from probe.compare import compare
+    from probe.analysis.compare import compare
 
     print(f"(a) {runs} comparisons of the cached engine against itself")
     print(f"{'#':>3} {'cell':<16} {'metric':<14} {'base':>9} {'current':>9} {'ratio':>7} {'95% CI':>13} {'p':>9} "
@@ -96,7 +96,7 @@ def self_noise(cfg, measure, runs: int, thresholds: list[float]) -> None:
 
 
 def detection(cfg, measure, delays: list[float], repeats: int, thresholds: list[float]) -> None:
-    from probe.compare import compare
+    from probe.analysis.compare import compare
 
     print(f"\n(b) busy-wait injected per decode step, {repeats} baseline/slowed pairs per delay")
     print(f"{'delay us':>8} {'cell':<16} {'base step us':>12} {'delay %':>8} {'ratio p5':>8} {'median':>7} "
@@ -147,9 +147,9 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))  # the slowed engine lives in tests.variants
     import torch
 
+    from probe.analysis.compare import ALPHA, MIN_SAMPLES
+    from probe.capture.config import BenchConfig
     from probe.commands.baseline import BASELINE_DEFAULTS
-    from probe.compare import ALPHA, MIN_SAMPLES
-    from probe.config import BenchConfig
 
     torch.set_num_threads(args.threads or BASELINE_DEFAULTS["threads"])
     cfg = BenchConfig(**{**BASELINE_DEFAULTS, "engines": ("cached",)})

@@ -141,7 +141,7 @@ def make_trace(steps: int, events: int = DEFAULT_EVENTS, seed: int = 0) -> bytes
 
 
 def _peak_rss_bytes() -> int:
-    """This process's peak resident set (probe.telemetry.peak_rss_bytes, repeated here because the HTA child
+    """This process's peak resident set (probe.capture.telemetry.backends.peak_rss_bytes, repeated here because the HTA child
     runs under another venv's python, where probe is not importable). VmHWM, because ru_maxrss survives exec
     on Linux and would report the parent's peak (it held the generated trace) when that was larger."""
     try:
@@ -154,8 +154,8 @@ def _peak_rss_bytes() -> int:
 
 
 def measure_ours(path: str) -> dict:
-    from probe.ledger import analyze
-    from probe.trace import load_trace
+    from probe.analysis.ledger import analyze
+    from probe.analysis.trace import load_trace
 
     before = _peak_rss_bytes()
     c0, t0 = time.process_time(), time.perf_counter()

@@ -20,12 +20,13 @@ import argparse
 import torch
 
 from benchmarks.paired import report, run_pairs
-from engines import ENGINES
+from engines import engine_class
 from engines.models import load_model, prompt_ids
-from probe.loop import generate
-from probe.telemetry import DEFAULT_INTERVAL_MS, ProcessSampler, Sampler, open_backends
+from probe.capture.loop import generate
+from probe.capture.telemetry.backends import open_backends
+from probe.capture.telemetry.samplers import DEFAULT_INTERVAL_MS, ProcessSampler, Sampler
 
-MODEL = "tiny"  # the step the issue names: a few ms on CPU, the host-bound regime where a thread hurts most
+MODEL = "tiny"  # a step of a few ms on CPU, the host-bound regime where a thread hurts most
 ENGINE = "cached"
 PROMPT_TOKENS = 16
 NEW_TOKENS = 32  # short runs keep both halves of a pair close in time; 31 steps still span ~10 samples
@@ -62,7 +63,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     model = load_model(MODEL, device=args.device)
-    engine = ENGINES[ENGINE](model)
+    engine = engine_class(ENGINE)(model)
     prompt = prompt_ids(PROMPT_TOKENS, 1, model.config.vocab_size).to(args.device)
     for _ in range(WARMUP):
         generate(engine, prompt, args.new_tokens)

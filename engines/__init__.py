@@ -1,17 +1,20 @@
-"""Decode engines built on HF transformers. They import nothing from `probe`."""
+"""Decode engines built on HF transformers. They import nothing from `probe`.
+
+Importing the package loads no engine (and so no torch): `engines.configs` reads model configs on a machine
+without torch, and an engine class is imported the first time it is asked for.
+"""
 
 from __future__ import annotations
 
 import importlib
 
-from engines.base import Engine
-from engines.batched import BatchedEngine
-from engines.cached import CachedEngine
-from engines.naive import NaiveEngine
-from engines.static import StaticEagerEngine, StaticEngine
-
-ENGINES: dict[str, type[Engine]] = {
-    e.name: e for e in (NaiveEngine, CachedEngine, StaticEngine, StaticEagerEngine, BatchedEngine)
+# name -> "module:Class"; `engine_class` imports on demand.
+BUILTIN: dict[str, str] = {
+    "naive": "engines.naive:NaiveEngine",
+    "cached": "engines.cached:CachedEngine",
+    "static": "engines.static:StaticEngine",
+    "static-eager": "engines.static:StaticEagerEngine",
+    "batched": "engines.batched:BatchedEngine",
 }
 
 
@@ -19,17 +22,22 @@ class EngineError(ValueError):
     """An engine name that cannot be resolved; one line, fit for a CLI error."""
 
 
-def engine_class(name: str) -> type[Engine]:
+def engine_class(name: str):
     """A registered engine by name, or any Engine subclass as `package.module:ClassName`."""
-    if name in ENGINES:
-        return ENGINES[name]
-    if ":" in name:
-        module, _, attr = name.partition(":")
-        try:
-            cls = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as e:
-            raise EngineError(f"cannot load engine {name!r}: {e}") from None
-        if isinstance(cls, type) and issubclass(cls, Engine):
-            return cls
-        raise EngineError(f"{name!r} is not an Engine subclass")
-    raise EngineError(f"unknown engine {name!r}: use one of {', '.join(ENGINES)} or module:Class")
+    spec = BUILTIN.get(name, name)
+    if ":" not in spec:
+        raise EngineError(f"unknown engine {name!r}: use one of {', '.join(BUILTIN)} or module:Class")
+    module, _, attr = spec.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise EngineError(f"cannot load engine {name!r}: {e}") from None
+    base = importlib.import_module("engines.base").Engine
+    if isinstance(cls, type) and issubclass(cls, base):
+        return cls
+    raise EngineError(f"{name!r} is not an Engine subclass")
+
+
+def engines() -> dict[str, type]:
+    """Every built-in engine class by name (imports them, and torch)."""
+    return {name: engine_class(name) for name in BUILTIN}

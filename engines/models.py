@@ -7,76 +7,12 @@ preset's `initializer_range`, keeps greedy decoding from collapsing onto one tok
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from pathlib import Path
-
 import torch
+from transformers import AutoModelForCausalLM
 
-PRESET_DIR = Path(__file__).parent / "presets"
+from engines.configs import ModelError, load_config, resolve
+
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt")
-
-
-class ModelError(ValueError):
-    """A model spec that cannot be resolved; the message is one line, fit for a CLI error."""
-
-
-def presets() -> list[str]:
-    return sorted(p.stem for p in PRESET_DIR.glob("*.json"))
-
-
-@dataclass(frozen=True)
-class ModelSource:
-    """Where a model comes from: a preset or config (random weights), or a folder with weights."""
-
-    name: str  # short name used in file names and tables
-    config_path: Path
-    weights_dir: Path | None  # None: seeded random weights
-
-
-def resolve(spec: str) -> ModelSource:
-    """Turn `tiny`, `qwen2.5-1.5b`, `path/config.json` or `path/to/model_dir` into a ModelSource."""
-    if (PRESET_DIR / f"{spec}.json").is_file():
-        return ModelSource(spec, PRESET_DIR / f"{spec}.json", None)
-    path = Path(spec).expanduser()
-    if path.is_file():
-        if path.suffix != ".json":
-            raise ModelError(f"model file {spec!r} is not a config.json")
-        return ModelSource(path.parent.name or path.stem, path, None)
-    if path.is_dir():
-        config = path / "config.json"
-        if not config.is_file():
-            raise ModelError(f"model folder {spec!r} has no config.json")
-        has_weights = any(any(path.glob(p)) for p in WEIGHT_PATTERNS)
-        return ModelSource(path.name, config, path if has_weights else None)
-    if "/" in spec or spec.endswith(".json") or path.is_absolute():
-        raise ModelError(f"model path {spec!r} does not exist")
-    raise ModelError(f"unknown model {spec!r}: use a preset ({', '.join(presets())}) or a local path")
-
-
-def load_config(spec: str):
-    """The transformers config of a model spec, without building the model."""
-    from transformers import AutoConfig
-
-    source = resolve(spec)
-    try:
-        raw = json.loads(source.config_path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ModelError(f"cannot read {source.config_path}: {e}") from None
-    if "model_type" not in raw:
-        raise ModelError(f"{source.config_path} has no model_type")
-    try:
-        return AutoConfig.for_model(**raw)
-    except (ValueError, KeyError) as e:
-        raise ModelError(f"{source.config_path}: {str(e).splitlines()[0]}") from None
-
-
-def max_positions(config) -> int | None:
-    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-        if getattr(config, key, None):
-            return int(getattr(config, key))
-    return None
 
 
 def resolve_device(device: str) -> torch.device:
@@ -99,8 +35,6 @@ def resolve_dtype(dtype: str) -> torch.dtype:
 
 def load_model(spec: str, dtype: str = "float32", device: str = "auto", seed: int = 0):
     """Build (random weights) or load (folder with weights) a causal LM in eval mode with SDPA attention."""
-    from transformers import AutoModelForCausalLM
-
     source = resolve(spec)
     torch_dtype, dev = resolve_dtype(dtype), resolve_device(device)
     if source.weights_dir is not None:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pandas as pd
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from probe.results import BenchResults
+from probe.analysis.ledger import StepDigest
+from probe.analysis.results import BenchResults
 
 
 def stdout() -> Console:
@@ -41,7 +46,7 @@ def cells_table(results: BenchResults, title: str | None = None) -> Table:
     return table
 
 
-TELEMETRY_COLUMNS = (  # (header, figure key in cell.extra["telemetry"], scale, format)
+TELEMETRY_COLUMNS = (  # (header, TelemetrySummary field, scale, format)
     ("RSS peak MiB", "rss_bytes_peak", 2**-20, ".0f"), ("proc CPU %", "proc_cpu_pct_mean", 1, ".0f"),
     ("machine CPU %", "sys_cpu_pct_mean", 1, ".0f"), ("threads", "threads_peak", 1, ".0f"),
     ("GPU util %", "gpu_util_pct_mean", 1, ".0f"), ("SM MHz", "sm_clock_mhz_mean", 1, ".0f"),
@@ -51,7 +56,7 @@ TELEMETRY_COLUMNS = (  # (header, figure key in cell.extra["telemetry"], scale, 
 
 def telemetry_table(results: BenchResults) -> Table | None:
     """Decode-phase telemetry per cell (means unless the header says peak); None when nothing was sampled."""
-    cells = [c for c in results.cells if c.extra.get("telemetry")]
+    cells = [c for c in results.cells if c.telemetry is not None]
     if not cells:
         return None
     table = Table(title="telemetry over the decode phases (mean unless marked peak; - = not measured here)",
@@ -59,9 +64,8 @@ def telemetry_table(results: BenchResults) -> Table | None:
     for col in ("engine", "prompt", "batch", *(h for h, *_ in TELEMETRY_COLUMNS)):
         table.add_column(col, justify="left" if col == "engine" else "right")
     for c in cells:
-        t = c.extra["telemetry"]
-        values = ["-" if t.get(key) is None else format(t[key] * scale, fmt) for _, key, scale, fmt in
-                  TELEMETRY_COLUMNS]
+        values = ["-" if (v := getattr(c.telemetry, key)) is None else format(v * scale, fmt)
+                  for _, key, scale, fmt in TELEMETRY_COLUMNS]
         table.add_row(c.engine, str(c.prompt_tokens), str(c.batch), *values)
     return table
 
@@ -70,8 +74,6 @@ class ProgressBar:
     """A rich progress bar on stderr, driven by (description, advance) callbacks."""
 
     def __init__(self, total: int, enabled: bool = True):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
         self._progress = Progress(TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(),
                                   TimeElapsedColumn(), console=stderr(), disable=not enabled, transient=False)
         self._task = self._progress.add_task("starting", total=total)
@@ -91,18 +93,17 @@ DIGEST_PARTS = ("ops", "attention", "cache_update", "cache_seq_length", "cache_m
                 "unattributed")
 
 
-def digest_table(ledgers: dict) -> Table:
+def digest_table(ledgers: dict[str, StepDigest]) -> Table:
     """Where one (median) decode step goes, per engine, from its profiled trace."""
     table = Table(title="where a decode step goes (median decode step of a profiled run, us)", title_justify="left")
     short = {"attention": "attn", "cache_update": "cache.update", "cache_seq_length": "seq_len",
              "cache_mask_sizes": "mask_sizes", "unattributed": "unattr."}
-    for col in ("engine", "step", *DIGEST_PARTS, "closure", "dispatched", "GPU busy %"):
+    for col in ("engine", "step", *DIGEST_PARTS, "dispatched", "GPU busy %"):
         table.add_column(short.get(col, col), justify="left" if col == "engine" else "right")
     for engine, d in ledgers.items():
-        dispatched = d["launches"] if d["dispatch"] == "launches" else d["top_level_ops"]
-        table.add_row(engine, f"{d['wall_us']:.0f}", *(f"{d['parts_us'][p]:.0f}" for p in DIGEST_PARTS),
-                      f"{d['closure']:.3f}", f"{dispatched:g} {'launches' if d['dispatch'] == 'launches' else 'ops'}",
-                      f"{100 * d['gpu_busy_us'] / d['wall_us']:.1f}" if d["dispatch"] == "launches" else "-")
+        table.add_row(engine, f"{d.wall_us:.0f}", *(f"{d.parts_us.get(p, 0.0):.0f}" for p in DIGEST_PARTS),
+                      f"{d.dispatched:g} {'launches' if d.on_gpu else 'ops'}",
+                      f"{100 * d.gpu_busy_us / d.wall_us:.1f}" if d.gpu_busy_us is not None else "-")
     return table
 
 
@@ -126,10 +127,6 @@ def verdict_lines(verdicts) -> list[str]:
 
 def report_markdown(results: BenchResults, report) -> str:
     """The run report as Markdown: cells, predictions, verdicts, bookkeeping. Tables through pandas."""
-    import dataclasses
-
-    import pandas as pd
-
     cells = results.cells_frame()[["engine", "prompt_tokens", "batch", "ttft_ms", "itl_p50_ms", "itl_p90_ms",
                                    "decode_tok_s", "total_ms", "peak_mem_bytes", "spread_pct", "decode_ops",
                                    "tokens_match_naive"]]
@@ -144,8 +141,7 @@ def report_markdown(results: BenchResults, report) -> str:
     if not preds.empty:
         lines.append(preds.to_markdown(index=False, floatfmt=".3f"))
     if report.ledgers:
-        digest = pd.DataFrame([{"engine": e, "step_us": d["wall_us"], **d["parts_us"], "closure": d["closure"],
-                                d["dispatch"]: d["launches"] if d["dispatch"] == "launches" else d["top_level_ops"]}
+        digest = pd.DataFrame([{"engine": e, "step_us": d.wall_us, **d.parts_us, d.dispatch: d.dispatched}
                                for e, d in report.ledgers.items()])
         lines += ["", "## Where a decode step goes (median decode step of a profiled run, us)", "",
                   digest.to_markdown(index=False, floatfmt=".1f")]
@@ -155,9 +151,9 @@ def report_markdown(results: BenchResults, report) -> str:
     if report.overhead:
         o = report.overhead
         lines += ["", "## Where a cached step goes (probe overhead)", "",
-                  f"Floor: {o['floor_ms']:.3f} ms for a single-token forward with no cache "
-                  f"({o['launches_per_forward']} {o['launch_kind']}, {o['host_us_per_launch']:.2f} us each). "
-                  f"Cached step at context {o['context_tokens']}: {o['cached_step_ms']:.3f} ms; "
-                  f"bookkeeping {o['bookkeeping_ms']:.3f} ms of a {o['gap_ms']:.3f} ms gap.", "",
-                  pd.DataFrame(o["pieces"]).to_markdown(index=False, floatfmt=".1f")]
+                  f"Floor: {o.floor_ms:.3f} ms for a single-token forward with no cache "
+                  f"({o.launches_per_forward} {o.launch_kind}, {o.host_us_per_launch:.2f} us each). "
+                  f"Cached step at context {o.context_tokens}: {o.cached_step_ms:.3f} ms; "
+                  f"bookkeeping {o.bookkeeping_ms:.3f} ms of a {o.gap_ms:.3f} ms gap.", "",
+                  pd.DataFrame([dataclasses.asdict(p) for p in o.pieces]).to_markdown(index=False, floatfmt=".1f")]
     return "\n".join(lines) + "\n"

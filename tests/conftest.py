@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+
+from engines.models import load_model, prompt_ids
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"
@@ -16,8 +19,6 @@ IN_CI = os.environ.get("PROBE_CI") == "1"  # .ci/run sets it: tools that CI inst
 
 @pytest.fixture(scope="session")
 def tiny():
-    from engines.models import load_model
-
     return load_model("tiny", "float32", "cpu", seed=0)
 
 
@@ -25,3 +26,16 @@ def run_probe(*args: str, timeout: float = 600, **kw) -> subprocess.CompletedPro
     """Run the CLI in a fresh process, as a user would."""
     return subprocess.run([sys.executable, "-m", "probe", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=kw.pop("cwd", ROOT), **kw)
+
+
+def floor_ops_by_profiler() -> int:
+    """The floor's forward (one token, no cache, as the naive engine's prefill calls it: the forward and the
+    last position's logits) under torch.profiler: its top-level aten ops, counted from the profiler's own event
+    tree, with no probe code involved."""
+    model = load_model("tiny", "float32", "cpu")
+    token = prompt_ids(1, 1, model.config.vocab_size)
+    with torch.inference_mode():
+        model(input_ids=token, use_cache=False, logits_to_keep=1).logits[:, -1, :]  # warm
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            model(input_ids=token, use_cache=False, logits_to_keep=1).logits[:, -1, :]
+    return sum(1 for e in prof.events() if e.cpu_parent is None and e.name.startswith("aten::"))

@@ -6,9 +6,9 @@ import os
 
 import torch
 
-from engines import ENGINES
+from engines import engine_class
 from engines.models import prompt_ids
-from probe.loop import generate, lockstep
+from probe.capture.loop import generate, lockstep
 from tests.conftest import run_probe
 
 SMALL = ["--prompts", "8", "--new-tokens", "12", "--runs", "6", "--warmup", "1"]
@@ -16,8 +16,8 @@ SMALL = ["--prompts", "8", "--new-tokens", "12", "--runs", "6", "--warmup", "1"]
 
 def test_lockstep_runs_each_engine_as_generate_does(tiny):
     prompt = prompt_ids(20, 1, tiny.config.vocab_size)
-    naive, cached = lockstep([ENGINES["naive"](tiny), ENGINES["cached"](tiny)], prompt, 10)
-    alone = generate(ENGINES["cached"](tiny), prompt, 10)
+    naive, cached = lockstep([engine_class("naive")(tiny), engine_class("cached")(tiny)], prompt, 10)
+    alone = generate(engine_class("cached")(tiny), prompt, 10)
     assert torch.equal(naive.tokens, alone.tokens) and torch.equal(cached.tokens, alone.tokens)
     assert len(naive.step_ns) == len(cached.step_ns) == 9 and min(cached.step_ns) > 0
     assert not torch.is_inference_mode_enabled()  # the runs' guards unwound whatever their order

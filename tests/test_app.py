@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from probe.view import ROOT_ENV
+from probe.explorer.sources import ROOT_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 APP_PY = ROOT / "app.py"

@@ -13,10 +13,10 @@ import time
 import pandas as pd
 import pytest
 
-from probe.bench import bench
-from probe.config import BenchConfig
+from probe.analysis.results import load_results
+from probe.capture.bench import bench
+from probe.capture.config import BenchConfig
 from probe.errors import ProbeError
-from probe.results import load_results
 from tests.conftest import ROOT, run_probe
 
 SMALL = dict(prompts=(8, 24), new_tokens=5, runs=2, warmup=1, device="cpu")
@@ -110,15 +110,15 @@ def test_ctrl_c_keeps_finished_cells(tmp_path):
 def test_bench_records_telemetry_per_cell_and_raw_samples(tmp_path):
     bench(BenchConfig(**SMALL | dict(engines=("cached",), prompts=(8,))), tmp_path)
     cell = json.loads((tmp_path / "results.json").read_text())["cells"][0]
-    t = cell["extra"]["telemetry"]
+    t = cell["telemetry"]
     assert t["rss_bytes_peak"] >= t["rss_bytes_mean"] > 0 and t["threads_peak"] >= 1
     assert t["power_w_mean"] is None and t["energy_per_token_j"] is None  # no NVML on a CPU: None, never 0
-    assert len(cell["extra"]["decode_windows_ns"]) == 2  # one decode phase per recorded run
+    assert len(cell["decode_windows_ns"]) == 2  # one decode phase per recorded run
     rows = pd.read_parquet(tmp_path / "telemetry.parquet")
-    start, end = cell["extra"]["decode_windows_ns"][0]
+    start, end = cell["decode_windows_ns"][0]
     assert rows["t_ns"].min() <= start and rows["t_ns"].max() >= end and set(rows["cell"]) == {0}
 
 
 def test_telemetry_can_be_switched_off(tmp_path):
     results = bench(BenchConfig(**SMALL | dict(engines=("cached",), prompts=(8,), telemetry_ms=0)), tmp_path)
-    assert results.cells[0].extra == {} and not (tmp_path / "telemetry.parquet").exists()
+    assert results.cells[0].telemetry is None and results.cells[0].decode_windows_ns == [] and not (tmp_path / "telemetry.parquet").exists()

@@ -11,12 +11,13 @@ from collections import Counter
 import pytest
 from transformers.cache_utils import Cache
 
-from engines import ENGINES
+from engines import engine_class
 from engines.models import prompt_ids
-from probe import annotate as A
-from probe.capture import find_nsys, profile_torch
-from probe.config import ProfileConfig
-from probe.count import count_forward_ops
+from probe import vocabulary as V
+from probe.capture import annotate as A
+from probe.capture.config import ProfileConfig
+from probe.capture.count import count_forward_ops
+from probe.capture.profile import NSYS_HINT, find_nsys, profile_torch
 from probe.errors import ProbeError
 from tests.conftest import IN_CI, run_probe
 
@@ -41,7 +42,7 @@ def test_trace_name_sidecar_and_step_sequence(cpu_trace):
     assert capture.trace.name == "tiny_cached_cpu_p32_n6.trace.json.gz"
     meta = json.loads(capture.meta.read_text())
     assert meta["config"]["engine"] == "cached" and meta["env"]["torch"] and len(meta["itl_ms"]) == NEW_TOKENS - 1
-    steps = [e["name"] for e in sorted(events, key=lambda e: e["ts"]) if A.split_label(e["name"])[0] in A.STEP_RANGES]
+    steps = [e["name"] for e in sorted(events, key=lambda e: e["ts"]) if V.split_label(e["name"])[0] in V.STEP_RANGES]
     assert steps == ["prefill"] + [f"decode#{i}" for i in range(NEW_TOKENS - 1)]  # warmup not recorded
 
 
@@ -52,7 +53,7 @@ def test_every_decode_step_has_every_range(cpu_trace):
         names = Counter(e["name"] for e in inside(step, ranges))
         assert {f"cache.update#{layer}" for layer in range(LAYERS)} <= set(names)
         assert all(names[f"cache.update#{layer}"] == 1 for layer in range(LAYERS))
-        for name in (A.FORWARD, A.SAMPLE, A.SYNC, A.CACHE_SEQ_LENGTH, A.CACHE_MASK_SIZES, A.MASK):
+        for name in (V.FORWARD, V.SAMPLE, V.SYNC, V.CACHE_SEQ_LENGTH, V.CACHE_MASK_SIZES, V.MASK):
             assert names[name] >= 1, (step["name"], name)
 
 
@@ -68,8 +69,8 @@ def top_level_ops(window, events):
 
 def test_dispatch_count_equals_profiler_top_level_count(cpu_trace, tiny):
     _, events = cpu_trace
-    counts = count_forward_ops(ENGINES["cached"](tiny), prompt_ids(32, 1, tiny.config.vocab_size))
-    forwards = [e for e in events if e["name"] == A.FORWARD]
+    counts = count_forward_ops(engine_class("cached")(tiny), prompt_ids(32, 1, tiny.config.vocab_size))
+    forwards = [e for e in events if e["name"] == V.FORWARD]
     decode_forwards = [f for f in forwards if any(f in inside(s, events) for s in events
                                                   if s["name"].startswith("decode#"))]
     assert len(decode_forwards) == NEW_TOKENS - 1
@@ -78,8 +79,8 @@ def test_dispatch_count_equals_profiler_top_level_count(cpu_trace, tiny):
 
 def test_counts_are_deterministic_across_runs_and_processes(tiny):
     prompt = prompt_ids(16, 1, tiny.config.vocab_size)
-    first = [count_forward_ops(ENGINES[n](tiny), prompt) for n in ("naive", "cached")]
-    second = [count_forward_ops(ENGINES[n](tiny), prompt) for n in ("naive", "cached")]
+    first = [count_forward_ops(engine_class(n)(tiny), prompt) for n in ("naive", "cached")]
+    second = [count_forward_ops(engine_class(n)(tiny), prompt) for n in ("naive", "cached")]
     assert first == second
     other = run_probe("count", "--prompts", "16", "--json", "--by-op")
     assert other.returncode == 0, other.stderr
@@ -120,7 +121,7 @@ def test_nsys_capture_has_our_ranges(tmp_path):
     assert names["prefill"] == 1 and names["run"] == 1
     assert [names[f"decode#{i}"] for i in range(3)] == [1, 1, 1]
     assert all(names[f"cache.update#{layer}"] == 4 for layer in range(LAYERS))
-    for name in (A.FORWARD, A.SAMPLE, A.SYNC, A.MASK, A.CACHE_MASK_SIZES):
+    for name in (V.FORWARD, V.SAMPLE, V.SYNC, V.MASK, V.CACHE_MASK_SIZES):
         assert names[name] == 4
 
 
@@ -128,7 +129,7 @@ def test_missing_nsys_is_one_line(tmp_path):
     env = os.environ | {"PROBE_NSYS": "", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     result = run_probe("profile", "--nsys", "--device", "cpu", "--out", str(tmp_path), env=env)
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [f"probe: error: {__import__('probe.capture').capture.NSYS_HINT}"]
+    assert result.stderr.strip().splitlines() == [f"probe: error: {NSYS_HINT}"]
 
 
 def test_ranges_cost_one_check_when_no_tool_listens(monkeypatch):

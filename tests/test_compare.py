@@ -9,8 +9,7 @@ import statistics
 import pytest
 import torch
 
-from probe.bench import bench
-from probe.compare import (
+from probe.analysis.compare import (
     ALPHA,
     THRESHOLD,
     Metric,
@@ -20,10 +19,11 @@ from probe.compare import (
     load_samples,
     timing_row,
 )
-from probe.config import BenchConfig
+from probe.analysis.results import RESULTS_FILE, BenchResults, Cell, load_results
+from probe.capture.bench import bench
+from probe.capture.config import BenchConfig
+from probe.capture.loop import generate
 from probe.errors import ProbeError
-from probe.loop import generate
-from probe.results import RESULTS_FILE, BenchResults, Cell, load_results
 from tests.conftest import ROOT, run_probe
 from tests.variants import SLOW_US_VAR, ExtraOpCacheEngine, SlowCachedEngine
 
@@ -286,8 +286,8 @@ def test_markdown_carries_the_version_warning(folders, tmp_path):
 
 
 def test_traces_compare_by_step_kind(tmp_path, tiny):
-    from probe.capture import profile_torch
-    from probe.config import ProfileConfig
+    from probe.capture.config import ProfileConfig
+    from probe.capture.profile import profile_torch
 
     made = {}
     for name, engine in (("a", "cached"), ("b", EXTRA)):
@@ -330,7 +330,7 @@ def test_baseline_command_and_the_ci_gate(tmp_path):
 
 def test_variants_do_what_their_names_say(tiny, monkeypatch):
     from engines.models import prompt_ids
-    from probe.count import count_forward_ops
+    from probe.capture.count import count_forward_ops
 
     prompt = prompt_ids(8, 1, tiny.config.vocab_size)
     counts = count_forward_ops(ExtraOpCacheEngine(tiny), prompt)

@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from engines import ENGINES, EngineError, engine_class
+from engines import EngineError, engine_class
 from engines.cached import CachedEngine, ContiguousLayer
 from engines.models import ModelError, load_config, load_model, prompt_ids, resolve
-from probe.loop import generate
+from probe.capture.loop import generate
 
 
 def tokens(engine, prompt, n):
@@ -20,14 +20,14 @@ def tokens(engine, prompt, n):
 @pytest.mark.parametrize("length", [1, 16, 200])
 def test_cached_matches_naive(tiny, length):
     prompt = prompt_ids(length, 1, tiny.config.vocab_size)
-    assert torch.equal(tokens(ENGINES["naive"](tiny), prompt, 24), tokens(ENGINES["cached"](tiny), prompt, 24))
+    assert torch.equal(tokens(engine_class("naive")(tiny), prompt, 24), tokens(engine_class("cached")(tiny), prompt, 24))
 
 
 def test_batched_rows_match_their_own_runs(tiny):
     prompt = prompt_ids(32, 3, tiny.config.vocab_size)
     both = tokens(CachedEngine(tiny), prompt, 12)
     for row in range(3):
-        alone = tokens(ENGINES["naive"](tiny), prompt[row:row + 1], 12)
+        alone = tokens(engine_class("naive")(tiny), prompt[row:row + 1], 12)
         assert torch.equal(both[row:row + 1], alone)
 
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engines import ENGINES
+from engines import engine_class
 from engines.batched import BatchedEngine
 from engines.models import prompt_ids
 from engines.static import StaticEagerEngine, StaticEngine
-from probe.count import OpCounter
-from probe.loop import generate
+from probe.capture.count import OpCounter
+from probe.capture.loop import generate
 
 
 def naive_tokens(model, prompt, n):
-    return generate(ENGINES["naive"](model), prompt, n).tokens
+    return generate(engine_class("naive")(model), prompt, n).tokens
 
 
 def test_static_eager_matches_naive_and_reuses_its_buffers(tiny):
@@ -81,8 +81,8 @@ def test_batched_admits_ragged_prompts(tiny):
 
 
 def test_bench_batch_sweep_checks_each_row(tmp_path):
-    from probe.bench import bench
-    from probe.config import BenchConfig
+    from probe.capture.bench import bench
+    from probe.capture.config import BenchConfig
 
     results = bench(BenchConfig(engines=("cached", "batched"), prompts=(12,), batch=(1, 3), new_tokens=5, runs=1,
                                 warmup=0, device="cpu"))

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from probe.ledger import (
+from probe.analysis.ledger import (
     HOST_PARTS,
     analyze,
     assign,
@@ -23,7 +23,7 @@ from probe.ledger import (
     step_timeline,
     union_by_group,
 )
-from probe.trace import Kind, load_trace
+from probe.analysis.trace import Kind, load_trace
 from tests.conftest import IN_CI, run_probe
 
 DATA = Path(__file__).parent / "data"
@@ -392,8 +392,8 @@ NEW_TOKENS = 5
 
 @pytest.fixture(scope="module")
 def own_cpu_trace(tmp_path_factory):
-    from probe.capture import profile_torch
-    from probe.config import ProfileConfig
+    from probe.capture.config import ProfileConfig
+    from probe.capture.profile import profile_torch
 
     out = tmp_path_factory.mktemp("own")
     capture = profile_torch(ProfileConfig(engine="cached", prompt=32, new_tokens=NEW_TOKENS, device="cpu"), out)
@@ -455,7 +455,7 @@ def test_own_cpu_trace_top_level_count_matches_a_stack_walk(own_cpu_trace):
 
 
 def nsys_available() -> bool:
-    from probe.capture import find_nsys
+    from probe.capture.profile import find_nsys
     from probe.errors import ProbeError
 
     try:
@@ -487,16 +487,6 @@ def test_committed_nsys_cpu_export():
         assert abs(s.closure - 1) <= 0.01
         assert s.top_level_ops == 0 and s.ops_ns == 0  # nsys on a CPU sees our ranges only
 
-
-def test_vocabulary_mirrors_probe_annotate():
-    from probe import annotate as A
-    from probe import ledger as L
-
-    assert (L.PREFILL, L.DECODE, L.CACHE_UPDATE, L.CACHE_SEQ_LENGTH, L.CACHE_MASK_SIZES, L.MASK, L.SAMPLE,
-            L.SYNC) == (A.PREFILL, A.DECODE, A.CACHE_UPDATE, A.CACHE_SEQ_LENGTH, A.CACHE_MASK_SIZES, A.MASK,
-                        A.SAMPLE, A.SYNC)
-    for text in ("decode#3", "sample", "cache.update#12", "a#b", "#3"):
-        assert L.split_label(text) == A.split_label(text)
 
 
 def test_find_steps_is_one_window_for_an_empty_step_set():

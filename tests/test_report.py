@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from probe.report import Machine, batching_verdict, host_overhead_verdict, points_at, predictions
-from probe.results import BenchResults, Cell
-from probe.roofline import arch_for, decode_step
+from probe.analysis.report import Machine, batching_verdict, host_overhead_verdict, points_at, predictions
+from probe.analysis.results import BenchResults, Cell
+from probe.analysis.roofline.formulas import arch_for, decode_step
 
 TINY = arch_for("tiny")
 
@@ -24,7 +26,8 @@ def results(*cells: Cell) -> BenchResults:
 
 def test_prediction_is_max_of_floor_and_traffic():
     machine = Machine(2.0, "test", 10e9, "test")
-    rows = predictions(results(cell("cached", 16, 2.1), cell("naive", 1000, 9.0)), TINY, machine)
+    naive = dataclasses.replace(cell("naive", 1000, 9.0), recomputes=True)
+    rows = predictions(results(cell("cached", 16, 2.1), naive), TINY, machine)
     traffic = decode_step(TINY, "float32", 16 + 4, 1, 10e9).traffic_ms
     assert rows[0].traffic_ms == pytest.approx(traffic) and rows[0].context == 20
     assert (rows[0].predicted_ms, rows[0].binding) == (2.0, "host") and rows[0].ratio == pytest.approx(1.05)

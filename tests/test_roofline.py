@@ -12,28 +12,27 @@ from pathlib import Path
 import pytest
 import torch
 
-from engines.models import DTYPES, load_config
-from probe import hardware
-from probe.cli import main
-from probe.errors import ProbeError
-from probe.roofline import (
+from engines.configs import load_config
+from engines.models import DTYPES
+from probe.analysis import hardware
+from probe.analysis.roofline.formulas import (
     DTYPE_BYTES,
-    PUBLISHED,
     Arch,
     arch_for,
     batch_limit,
     cache_bytes,
-    check_published,
     decode_step,
     kv_bytes_per_token,
-    measure_copy_bandwidth,
     params,
     predict_step_ms,
     resident_bytes,
-    rounded,
     token_forwards,
     weights_bytes,
 )
+from probe.analysis.roofline.published import PUBLISHED, check_published, rounded
+from probe.capture.machine import measure_copy_bandwidth
+from probe.cli import main
+from probe.errors import ProbeError
 from tests.conftest import ROOT
 
 A10 = 600e9  # bytes/s, the write-ups' card

@@ -13,7 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from probe import telemetry as T
+from probe.analysis import telemetry as T
+from probe.capture.telemetry import backends as B
+from probe.capture.telemetry import samplers as S
 
 T0 = 10**15  # perf_counter_ns after ~12 days up: large enough that raw float64 ns would lose precision
 MS = 1_000_000
@@ -90,7 +92,7 @@ class FakeNvml:
 
 def sampled(fake: FakeNvml, clock: FakeClock, times_s) -> list[T.Row]:
     """Rows taken by hand at `times_s`, with no thread: exact times, exact values."""
-    sampler = T.Sampler(backends=[T.NvmlBackend(nvml=fake)], clock=clock)
+    sampler = S.Sampler(backends=[B.NvmlBackend(nvml=fake)], clock=clock)
     for t in times_s:
         clock.now = T0 + round(t * 1e9)
         sampler.sample()
@@ -111,7 +113,7 @@ ENERGY_02_07 = 100 * 0.5 + 5 * (0.7**2 - 0.2**2)  # integral of 100 + 10 t over 
 def test_nvml_figures_names_and_units():
     clock = FakeClock()
     clock.now = T0 + 500 * MS
-    row = T.NvmlBackend(nvml=FakeNvml(clock)).read()
+    row = B.NvmlBackend(nvml=FakeNvml(clock)).read()
     assert row == {"gpu_mem_used_bytes": 2.0 * 2**30, "gpu_util_pct": 87.0, "mem_util_pct": 40.0,
                    "sm_clock_mhz": 1980.0, "mem_clock_mhz": 3201.0, "power_w": 105.0,
                    "energy_j": 5000.0 + 100 * 0.5 + 5 * 0.25}
@@ -119,7 +121,7 @@ def test_nvml_figures_names_and_units():
 
 
 def test_nvml_falls_back_to_average_power_and_leaves_out_missing_counter():
-    backend = T.NvmlBackend(nvml=FakeNvml(FakeClock(), counter=False, instant=False))
+    backend = B.NvmlBackend(nvml=FakeNvml(FakeClock(), counter=False, instant=False))
     row = backend.read()
     assert row["power_w"] == 999.0 and "energy_j" not in row
     assert backend.unsupported == ["energy"]
@@ -127,7 +129,7 @@ def test_nvml_falls_back_to_average_power_and_leaves_out_missing_counter():
 
 def test_backend_close_shuts_nvml_down():
     fake = FakeNvml(FakeClock())
-    with T.Sampler(backends=[T.NvmlBackend(nvml=fake)]):
+    with S.Sampler(backends=[B.NvmlBackend(nvml=fake)]):
         assert fake.inits == 1
     assert fake.inits == 0
 
@@ -140,17 +142,17 @@ def test_energy_comes_from_the_counter_when_there_is_one():
     rows = sampled(FakeNvml(clock, counter_scale=2.0), clock, EVERY_10MS)
     assert T.energy_joules(rows, [window(0.2, 0.7)]) == pytest.approx(2 * ENERGY_02_07, rel=1e-12)
     figures = T.cell_telemetry(rows, [window(0.2, 0.7)], tokens=50)
-    assert figures["energy_source"] == "counter"
-    assert figures["energy_per_token_j"] == pytest.approx(2 * ENERGY_02_07 / 50, rel=1e-12)
+    assert figures.energy_source == "counter"
+    assert figures.energy_per_token_j == pytest.approx(2 * ENERGY_02_07 / 50, rel=1e-12)
 
 
 def test_energy_integrates_power_without_a_counter():
     clock = FakeClock()
     rows = sampled(FakeNvml(clock, counter=False), clock, EVERY_10MS)
     figures = T.cell_telemetry(rows, [window(0.2, 0.7)], tokens=50)
-    assert figures["energy_source"] == "power_integral"
-    assert figures["decode_energy_j"] == pytest.approx(ENERGY_02_07, rel=1e-12)
-    assert figures["energy_per_token_j"] == pytest.approx(ENERGY_02_07 / 50, rel=1e-12)
+    assert figures.energy_source == "power_integral"
+    assert figures.decode_energy_j == pytest.approx(ENERGY_02_07, rel=1e-12)
+    assert figures.energy_per_token_j == pytest.approx(ENERGY_02_07 / 50, rel=1e-12)
 
 
 def test_windows_off_the_sample_grid_interpolate_the_counter():
@@ -189,10 +191,10 @@ def test_rate_rows_hold_over_the_interval_before_them():
 def test_missing_figures_are_none_never_zero():
     rows = [{"t_ns": T0 + i * 10 * MS, "rss_bytes": 1e9, "proc_cpu_pct": math.nan} for i in range(5)]
     figures = T.cell_telemetry(rows, [(T0 + 5 * MS, T0 + 35 * MS)], tokens=10)
-    assert figures["rss_bytes_mean"] == 1e9
+    assert figures.rss_bytes_mean == 1e9
     for key in ("power_w_mean", "gpu_util_pct_peak", "proc_cpu_pct_mean", "decode_energy_j",
                 "energy_per_token_j", "energy_source"):
-        assert figures[key] is None, key
+        assert getattr(figures, key) is None, key
 
 
 def test_energy_is_none_when_rows_do_not_cover_the_windows():
@@ -204,7 +206,7 @@ def test_energy_is_none_when_rows_do_not_cover_the_windows():
 
 def test_windows_with_no_rows_give_none():
     assert T.summarize([], [window(0, 1)])["rss_bytes_mean"] is None
-    assert T.cell_telemetry([], [], tokens=0)["energy_per_token_j"] is None
+    assert T.cell_telemetry([], [], tokens=0).energy_per_token_j is None
 
 
 def test_decode_windows_follow_generation_times():
@@ -229,9 +231,9 @@ def test_samples_round_trip_through_parquet(tmp_path):
 
 
 def test_schedule_is_fixed_and_skips_late_ticks():
-    assert T.next_tick(0, 10, 0, 3) == (1, 7, 0)  # on time: wait for tick 1
-    assert T.next_tick(0, 10, 1, 13) == (2, 7, 0)  # a 3 ns late tick does not shift the next one
-    assert T.next_tick(0, 10, 1, 35) == (4, 5, 2)  # ticks 2 and 3 passed while sampling: skipped, not burst
+    assert S.next_tick(0, 10, 0, 3) == (1, 7, 0)  # on time: wait for tick 1
+    assert S.next_tick(0, 10, 1, 13) == (2, 7, 0)  # a 3 ns late tick does not shift the next one
+    assert S.next_tick(0, 10, 1, 35) == (4, 5, 2)  # ticks 2 and 3 passed while sampling: skipped, not burst
 
 
 class Counting:
@@ -260,7 +262,7 @@ def wait_for(condition, what: str, deadline_s: float = 30.0) -> None:
 
 def test_start_and_stop_bracket_the_block():
     backend = Counting()
-    with T.Sampler(1.0, [backend], on_note=lambda n: None) as sampler:
+    with S.Sampler(1.0, [backend], on_note=lambda n: None) as sampler:
         first = sampler.samples[0]["t_ns"]  # taken on entry, before the block runs
         inside = time.perf_counter_ns()
         wait_for(lambda: len(sampler.samples) >= 5, "5 rows")
@@ -275,7 +277,7 @@ def test_start_and_stop_bracket_the_block():
 @pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
 def test_an_exception_in_the_block_stops_and_joins_the_thread(error):
     backend = Counting()
-    with pytest.raises(error), T.Sampler(1.0, [backend]) as sampler:
+    with pytest.raises(error), S.Sampler(1.0, [backend]) as sampler:
         wait_for(lambda: len(sampler.samples) >= 3, "3 rows")
         raise error("stop")
     assert not sampler.running and sampler._thread is not None and not sampler._thread.is_alive()
@@ -283,7 +285,7 @@ def test_an_exception_in_the_block_stops_and_joins_the_thread(error):
 
 
 def test_ctrl_c_stops_and_joins_the_thread():
-    with pytest.raises(KeyboardInterrupt), T.Sampler(1.0, [Counting()]) as sampler:
+    with pytest.raises(KeyboardInterrupt), S.Sampler(1.0, [Counting()]) as sampler:
         wait_for(lambda: len(sampler.samples) >= 3, "3 rows")
         signal.raise_signal(signal.SIGINT)  # the real signal, delivered to the main thread
         time.sleep(10)  # never reached in full: the handler raises first
@@ -293,7 +295,7 @@ def test_ctrl_c_stops_and_joins_the_thread():
 def test_a_failing_backend_is_dropped_with_one_note():
     good, bad = Counting("good"), Counting("flaky", fail_at=3)
     notes = []
-    sampler = T.Sampler(backends=[good, bad], on_note=notes.append)
+    sampler = S.Sampler(backends=[good, bad], on_note=notes.append)
     rows = [sampler.sample() for _ in range(5)]
     assert notes == ["telemetry: flaky figures stop here after RuntimeError: sensor went away; others continue"]
     assert sampler.notes == notes
@@ -304,7 +306,7 @@ def test_a_failing_backend_is_dropped_with_one_note():
 
 def test_the_thread_survives_a_failing_backend():
     good, bad = Counting("good"), Counting("bad", fail_at=2)
-    with T.Sampler(1.0, [good, bad], on_note=lambda n: None) as sampler:
+    with S.Sampler(1.0, [good, bad], on_note=lambda n: None) as sampler:
         wait_for(lambda: good.reads >= 6, "6 reads")
         assert sampler.running
     assert len(sampler.notes) == 1 and bad.reads == 2
@@ -315,7 +317,7 @@ def test_the_thread_never_takes_the_run_down():
         pass
 
     backend = Counting(fail_at=2, error=Fatal)  # not an Exception: escapes sample() inside the thread
-    with T.Sampler(1.0, [backend], on_note=lambda n: None) as sampler:
+    with S.Sampler(1.0, [backend], on_note=lambda n: None) as sampler:
         wait_for(lambda: not sampler.running, "the thread to end")
     assert sampler.notes == ["telemetry: sampler thread stopped early after Fatal: sensor went away"]
     assert [r["counting_reads"] for r in sampler.samples] == [1.0]  # the entry row; the exit row is not attempted
@@ -323,7 +325,7 @@ def test_the_thread_never_takes_the_run_down():
 
 def test_interval_must_be_positive():
     with pytest.raises(ValueError):
-        T.Sampler(0)
+        S.Sampler(0)
 
 
 # ---- backends on this machine ------------------------------------------------------------------------------
@@ -331,11 +333,11 @@ def test_interval_must_be_positive():
 
 def test_missing_nvml_gives_one_note_and_cpu_figures_still_recorded():
     fake = FakeNvml(FakeClock(), init_error=FakeNVMLError("NVML Shared Library Not Found"))
-    backends, note = T.open_backends("cuda:0", nvml=fake)
+    backends, note = B.open_backends("cuda:0", nvml=fake)
     assert [b.name for b in backends] == ["cpu"]
     assert note.startswith("telemetry: NVML unavailable (FakeNVMLError: NVML Shared Library Not Found)")
     assert "\n" not in note
-    with T.Sampler(backends=backends, on_note=lambda n: None) as sampler:
+    with S.Sampler(backends=backends, on_note=lambda n: None) as sampler:
         sum(range(200_000))
     s = T.summarize(sampler.samples, [(sampler.samples[0]["t_ns"], sampler.samples[-1]["t_ns"])])
     assert s["rss_bytes_mean"] > 0 and s["threads_peak"] >= 1
@@ -343,7 +345,7 @@ def test_missing_nvml_gives_one_note_and_cpu_figures_still_recorded():
 
 
 def test_real_nvml_or_its_note():
-    backends, note = T.open_backends("cuda:0")
+    backends, note = B.open_backends("cuda:0")
     try:
         if note is not None:  # this machine: no driver, so pynvml raises NVMLError_LibraryNotFound
             assert [b.name for b in backends] == ["cpu"] and "NVML unavailable" in note and "\n" not in note
@@ -356,14 +358,14 @@ def test_real_nvml_or_its_note():
 
 
 def test_cpu_device_notes_that_gpu_figures_are_absent():
-    backends, note = T.open_backends("cpu")
+    backends, note = B.open_backends("cpu")
     assert [b.name for b in backends] == ["cpu"] and "no GPU figures" in note
     backends[0].close()
 
 
 @pytest.mark.parametrize("procfs", [True, False], ids=["proc", "psutil"])
 def test_real_cpu_backend_is_plausible(procfs):
-    backend = T.CpuBackend(procfs=procfs)
+    backend = B.CpuBackend(procfs=procfs)
     first = backend.read()
     assert math.isnan(first["proc_cpu_pct"])  # no previous read: unknown, not 0
     start = time.process_time_ns()
@@ -377,7 +379,7 @@ def test_real_cpu_backend_is_plausible(procfs):
 
 
 def test_cpu_rates_from_counters():
-    class Scripted(T.CpuBackend):
+    class Scripted(B.CpuBackend):
         ticks = iter([(100, 1000), (150, 1100), (150, 1100)])  # (busy, total)
 
         def _counters(self, raw):
@@ -391,20 +393,21 @@ def test_cpu_rates_from_counters():
     backend.close()
 
 
-def test_nothing_heavy_at_import():
-    code = "import sys, probe.telemetry; print(sorted({'pynvml', 'psutil', 'torch', 'pandas'} & set(sys.modules)))"
+def test_the_sampler_child_loads_no_torch():
+    """The child process the ProcessSampler starts imports the samplers module; it must not pay for torch."""
+    code = "import sys, probe.capture.telemetry.samplers; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 
 def test_sampler_thread_is_a_daemon():
-    with T.Sampler(1.0, [Counting()]) as sampler:
+    with S.Sampler(1.0, [Counting()]) as sampler:
         assert sampler._thread.daemon and sampler._thread.name == "probe-telemetry"
         assert sampler._thread in threading.enumerate()
 
 
 def test_gil_holding_pread_reads_like_os_pread(tmp_path):
-    read = T._pread_holding_gil()
+    read = B._pread_holding_gil()
     if read is None:
         pytest.skip("no libc pread through ctypes here; CpuBackend falls back to os.pread")
     path = tmp_path / "f"
@@ -425,7 +428,7 @@ def test_gil_holding_pread_reads_like_os_pread(tmp_path):
 def test_process_sampler_watches_this_process_on_the_same_clock():
     notes = []
     before = time.perf_counter_ns()
-    with T.ProcessSampler(5.0, "cpu", on_note=notes.append) as sampler:
+    with S.ProcessSampler(5.0, "cpu", on_note=notes.append) as sampler:
         t0 = time.perf_counter_ns()
         while time.perf_counter_ns() - t0 < 200_000_000:  # keep one core busy for 0.2 s
             pass
@@ -442,5 +445,5 @@ def test_process_sampler_watches_this_process_on_the_same_clock():
 
 def test_make_sampler_picks_a_process_only_with_a_core_to_spare():
     cores = os.cpu_count()
-    assert isinstance(T.make_sampler(10, "cpu", busy_cores=cores - 1, on_note=lambda n: None), T.ProcessSampler)
-    assert isinstance(T.make_sampler(10, "cpu", busy_cores=cores, on_note=lambda n: None), T.Sampler)
+    assert isinstance(S.make_sampler(10, "cpu", busy_cores=cores - 1, on_note=lambda n: None), S.ProcessSampler)
+    assert isinstance(S.make_sampler(10, "cpu", busy_cores=cores, on_note=lambda n: None), S.Sampler)

@@ -12,9 +12,10 @@ import argparse
 import json
 import sys
 
-from probe.compare import ALPHA, THRESHOLD
-from probe.config import BenchConfig, from_args
-from probe.config import add_arguments as add_config_arguments
+from probe.analysis.compare import ALPHA, THRESHOLD
+from probe.capture.config import BenchConfig
+from probe.flags import add_arguments as add_config_arguments
+from probe.flags import from_args
 
 HELP = "A/B two engines interleaved in one process; exit 1 if the second regressed"
 # Why these: two prompt lengths, 32 tokens x 6 runs a side (186 step samples each) in about 20 s on 2 cores.
@@ -34,10 +35,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from probe.ab import interleaved
+    from probe.analysis.compare import compare
+    from probe.analysis.results import atomic_write
+    from probe.capture.ab import interleaved
     from probe.commands.compare import print_report
-    from probe.compare import compare
-    from probe.results import atomic_write
 
     cfg = from_args(BenchConfig, args, **AB_DEFAULTS)
     base, current = interleaved(cfg, args.base, args.current)

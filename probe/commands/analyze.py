@@ -27,8 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from probe.ledger import analyze, step_timeline
-    from probe.trace import load_trace
+    from probe.analysis.ledger import analyze, step_timeline
+    from probe.analysis.trace import load_trace
 
     trace = load_trace(args.trace)
     result = analyze(trace)

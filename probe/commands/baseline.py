@@ -13,8 +13,9 @@ import json
 import time
 from pathlib import Path
 
-from probe.config import BenchConfig, from_args
-from probe.config import add_arguments as add_config_arguments
+from probe.capture.config import BenchConfig
+from probe.flags import add_arguments as add_config_arguments
+from probe.flags import from_args
 
 HELP = "record the default CPU configuration's launch counts and timings into a baseline file"
 
@@ -40,9 +41,9 @@ def baseline_json(results) -> dict:
 
 
 def main(args: argparse.Namespace) -> int:
-    from probe.bench import bench, check_writable, mismatches
+    from probe.analysis.results import atomic_write
+    from probe.capture.bench import bench, check_writable, mismatches
     from probe.errors import ProbeError
-    from probe.results import atomic_write
 
     cfg = from_args(BenchConfig, args, **BASELINE_DEFAULTS)
     check_writable(args.out.parent)

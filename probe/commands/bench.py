@@ -7,8 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from probe.config import BenchConfig, from_args
-from probe.config import add_arguments as add_config_arguments
+from probe.capture.config import BenchConfig
+from probe.flags import add_arguments as add_config_arguments
+from probe.flags import from_args
 
 HELP = "time engines across prompt lengths, with token parity against naive"
 
@@ -22,10 +23,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def execute(cfg: BenchConfig, out: Path | None, output: str = "table", title: str | None = None):
     """Run a sweep; print its "table" (with a progress bar), its "json", or "none" (with a progress bar).
     Returns (results, exit code)."""
+    from engines.models import resolve_device
     from probe import render
-    from probe.bench import bench, cell_count, check_writable, mismatches, runs_per_cell, validate
+    from probe.capture.bench import bench, cell_count, check_writable, mismatches, runs_per_cell
+    from probe.capture.config import validate
 
-    _, device = validate(cfg)
+    validate(cfg)
+    device = resolve_device(cfg.device)
     if out is not None:
         check_writable(out)
     total = cell_count(cfg) * runs_per_cell(cfg, device)

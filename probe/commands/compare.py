@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from probe.compare import ALPHA, THRESHOLD
+from probe.analysis.compare import ALPHA, THRESHOLD
 
 HELP = "compare against a baseline: exact launch counts, noise-aware timings; exit 1 on a regression"
 
@@ -34,14 +34,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from probe.compare import compare
+    from probe.analysis.compare import compare
 
     result = compare(args.baseline, args.current, threshold=args.threshold, alpha=args.alpha,
                      counts_only=args.counts_only)
     for w in result.warnings:  # stderr, one line each, so they stand out in a CI log whatever the format
         print(f"probe: WARNING: {w}", file=sys.stderr)
     if args.markdown is not None:
-        from probe.results import atomic_write
+        from probe.analysis.results import atomic_write
 
         try:
             atomic_write(args.markdown, result.to_markdown())
@@ -61,7 +61,7 @@ def print_report(result) -> None:
     from rich.table import Table
 
     from probe import render
-    from probe.compare import COLUMNS, row_cells
+    from probe.analysis.compare import COLUMNS, row_cells
 
     style = {"regression": "bold red", "improvement": "green", "ok": "", "too few samples": "yellow",
              "skipped: versions differ": "bold yellow"}

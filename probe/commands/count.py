@@ -11,7 +11,7 @@ import argparse
 import dataclasses
 import json
 
-from probe.config import int_list, str_list
+from probe.flags import int_list, str_list
 
 HELP = "count aten ops dispatched per forward (prefill and one decode step)"
 
@@ -29,14 +29,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from engines.models import load_model, prompt_ids
+    from engines.models import load_model, prompt_ids, resolve_device
     from probe import render
-    from probe.bench import validate
-    from probe.config import BenchConfig
-    from probe.count import count_forward_ops
+    from probe.capture.config import BenchConfig, validate
+    from probe.capture.count import count_forward_ops
 
-    classes, device = validate(BenchConfig(engines=args.engines, prompts=args.prompts, new_tokens=2,
-                                           model=args.model, dtype=args.dtype, device=args.device))
+    classes = validate(BenchConfig(engines=args.engines, prompts=args.prompts, new_tokens=2,
+                                   model=args.model, dtype=args.dtype, device=args.device))
+    device = resolve_device(args.device)
     model = load_model(args.model, args.dtype, str(device))
     counts = [count_forward_ops(classes[name](model), prompt_ids(p, 1, model.config.vocab_size).to(device))
               for p in sorted(args.prompts) for name in args.engines]

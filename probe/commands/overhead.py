@@ -25,8 +25,8 @@ def main(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from probe import render
+    from probe.capture.machine import measure
     from probe.errors import ProbeError
-    from probe.overhead import measure
 
     if args.steps < 1 or args.reps < 1 or args.context < 1:
         raise ProbeError("--context, --steps and --reps must be at least 1")

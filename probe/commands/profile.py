@@ -8,8 +8,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from probe.config import ProfileConfig, from_args  # noqa: I001
-from probe.config import add_arguments as add_config_arguments
+from probe.capture.config import ProfileConfig
+from probe.flags import add_arguments as add_config_arguments
+from probe.flags import from_args  # noqa: I001
 
 HELP = "record a torch.profiler (or --nsys) trace of one engine at one prompt length"
 
@@ -22,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from probe import capture
+    from probe.capture import profile as capture
 
     cfg = from_args(ProfileConfig, args)
     if args.annotated_run:
@@ -33,9 +34,9 @@ def main(args: argparse.Namespace) -> int:
         if path is not None:
             print(path)
     from probe import render
+    from probe.analysis.ledger import analyze
+    from probe.analysis.trace import load_trace
     from probe.commands.analyze import summary_table
-    from probe.ledger import analyze
-    from probe.trace import load_trace
 
     render.stdout().print(summary_table(analyze(load_trace(result.trace or result.sqlite))))
     return 0

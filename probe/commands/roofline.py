@@ -13,10 +13,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from probe.config import add_arguments as add_config_arguments
-from probe.config import from_args, knob
+from probe.analysis.hardware import DEVICES
 from probe.errors import ProbeError
-from probe.hardware import DEVICES
+from probe.flags import add_arguments as add_config_arguments
+from probe.flags import from_args, knob
 
 HELP = "bytes a decode step moves, its bandwidth floor and batch limit; --check the write-ups' numbers"
 
@@ -59,19 +59,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check", action="store_true",
                    help="recompute every number the write-ups derive; exit 1 on drift (other flags are ignored)")
     p.add_argument("--published", type=Path, default=None,
-                   help="the published values --check reads (default: probe/data/published.json)")
+                   help="the published values --check reads (default: probe/analysis/roofline/published.json)")
 
 
 def bandwidth_of(cfg: RooflineConfig) -> tuple[float, str]:
     """The bandwidth in bytes/s and where it comes from."""
-    from probe.hardware import device
+    from probe.analysis.hardware import device
 
     if cfg.bandwidth is not None:
         return cfg.bandwidth, "--bandwidth"
     if cfg.measure:
         from engines.models import resolve_device
-        from probe.env import device_name
-        from probe.roofline import measure_copy_bandwidth
+        from probe.capture.env import device_name
+        from probe.capture.machine import measure_copy_bandwidth
 
         dev = resolve_device("auto")
         measured = measure_copy_bandwidth(str(dev), COPY_BYTES, COPY_REPEATS)
@@ -85,7 +85,7 @@ def main(args: argparse.Namespace) -> int:
     if args.check:
         return check(args.published, args.json)
     from probe import render
-    from probe.roofline import arch_for, roofline
+    from probe.analysis.roofline.formulas import arch_for, roofline
 
     cfg = from_args(RooflineConfig, args)
     arch = arch_for(cfg.model)
@@ -148,7 +148,7 @@ def table(r):
 
 def check(path: Path | None, as_json: bool) -> int:
     from probe import render
-    from probe.roofline import check_published
+    from probe.analysis.roofline.published import check_published
 
     checks = check_published(path)
     failed = [c for c in checks if not c.passed]

@@ -14,8 +14,9 @@ import json
 import time
 from pathlib import Path
 
-from probe.config import BenchConfig, from_args
-from probe.config import add_arguments as add_config_arguments
+from probe.capture.config import BenchConfig
+from probe.flags import add_arguments as add_config_arguments
+from probe.flags import from_args
 
 HELP = "the default sweep (naive vs cached) with predictions, written to a report folder"
 
@@ -44,11 +45,10 @@ def defaults_for(device: str) -> dict:
 def profile_engines(cfg, folder: Path) -> dict:
     """One short torch.profiler trace per engine at the shortest prompt, each reduced to its median step."""
     from engines.models import load_model
-    from probe.capture import profile_torch
-    from probe.config import ProfileConfig
-    from probe.ledger import analyze
-    from probe.report import step_digest
-    from probe.trace import load_trace
+    from probe.analysis.ledger import analyze, digest
+    from probe.analysis.trace import load_trace
+    from probe.capture.config import ProfileConfig
+    from probe.capture.profile import profile_torch
 
     model = load_model(cfg.model, cfg.dtype, cfg.device, cfg.seed)
     digests = {}
@@ -56,16 +56,18 @@ def profile_engines(cfg, folder: Path) -> dict:
         pcfg = ProfileConfig(engine=engine, prompt=min(cfg.prompts), new_tokens=9, model=cfg.model, dtype=cfg.dtype,
                              device=cfg.device, seed=cfg.seed)
         capture = profile_torch(pcfg, folder, model)
-        digests[engine] = step_digest(analyze(load_trace(capture.trace)))
+        digests[engine] = digest(analyze(load_trace(capture.trace)))
     return digests
 
 
 def main(args: argparse.Namespace) -> int:
     from probe import render
+    from probe.analysis.files import atomic_write
+    from probe.analysis.report import REPORT_FILE, Report, batching_verdict, host_overhead_verdict, predictions
+    from probe.analysis.results import BenchResults
+    from probe.analysis.roofline.formulas import arch_for
+    from probe.capture.machine import measure_machine
     from probe.commands.bench import execute
-    from probe.report import Report, batching_verdict, host_overhead_verdict, measure_machine, predictions
-    from probe.results import BenchResults, atomic_write
-    from probe.roofline import arch_for
 
     start = time.perf_counter()
     cfg = from_args(BenchConfig, args, **defaults_for(getattr(args, "device", "auto")))
@@ -89,8 +91,8 @@ def main(args: argparse.Namespace) -> int:
     arch = arch_for(cfg.model)
     report = Report(machine, predictions(results, arch, machine),
                     [host_overhead_verdict(combined), batching_verdict(combined, arch, machine)],
-                    overhead=overhead.to_json(), ledgers=profile_engines(cfg, out / "traces"))
-    atomic_write(out / "report.json", json.dumps(report.to_json(), indent=1))
+                    overhead=overhead, ledgers=profile_engines(cfg, out / "traces"))
+    atomic_write(out / REPORT_FILE, json.dumps(report.to_json(), indent=1))
     atomic_write(out / "report.md", render.report_markdown(combined, report))
     if not args.json:
         console.print(render.digest_table(report.ledgers))

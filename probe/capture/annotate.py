@@ -1,21 +1,10 @@
-"""The annotation vocabulary: every range the toolkit emits, in one place.
+"""Emitting the annotation vocabulary (probe.vocabulary): every range as NVTX and as torch.profiler ranges.
 
 Each name is emitted twice, as an NVTX range (through the `nvtx` package, which works without a GPU, or
 `torch.cuda.nvtx` where only that exists) and as a torch.profiler `record_function` range, so the same
 names appear in Nsight Systems and torch.profiler traces. Indexed ranges are labelled `name#index`.
-
-| range | where | what it covers |
-|---|---|---|
-| `run` | decode loop | one whole generation: prefill and every decode step |
-| `prefill` | decode loop | the prompt's forward, its sampling and its sync |
-| `decode#i` | decode loop | decode step i (0-based): forward, sample, sync |
-| `forward` | decode loop | the engine call (model forward and its Python) |
-| `cache.update#l` | transformers `Cache.update` | the key/value write of layer l, once per layer |
-| `cache.seq_length` | transformers `Cache.get_seq_length` | reading the filled length back (positions, mask offset) |
-| `cache.mask_sizes` | transformers `Cache.get_mask_sizes` | the cache's answer to "how big is the mask" |
-| `mask` | the model module's `create_*_mask` | building the attention mask (contains the query above) |
-| `sample` | decode loop | greedy argmax over the logits |
-| `sync` | decode loop | waiting for the device to drain (no-op on CPU) |
+The cache ranges come from patching transformers' Cache methods and mask builders for the duration of a
+run (`instrument`), so the engines stay free of instrumentation.
 
 Cost: with annotations switched off the loop uses `NULL`, a shared no-op context, and no method is
 patched. Switched on but with no tool attached, a range costs one check: `record_function` only runs
@@ -32,38 +21,16 @@ import sys
 from collections.abc import Callable, Iterator
 
 import torch
+from transformers.cache_utils import Cache
 
-RUN, PREFILL, DECODE, FORWARD = "run", "prefill", "decode", "forward"
-CACHE_UPDATE, CACHE_SEQ_LENGTH, CACHE_MASK_SIZES = "cache.update", "cache.seq_length", "cache.mask_sizes"
-MASK, SAMPLE, SYNC = "mask", "sample", "sync"
+try:
+    import nvtx  # works without a GPU; torch.cuda.nvtx raises on a CPU build of torch
+except ImportError:
+    nvtx = None
 
-VOCABULARY: dict[str, str] = {
-    RUN: "one whole generation",
-    PREFILL: "the prompt's forward, sample and sync",
-    DECODE: "one decode step, labelled decode#i",
-    FORWARD: "the engine call",
-    CACHE_UPDATE: "one layer's key/value write, labelled cache.update#layer",
-    CACHE_SEQ_LENGTH: "reading the cached sequence length back",
-    CACHE_MASK_SIZES: "the cache's mask-size query",
-    MASK: "attention mask construction",
-    SAMPLE: "greedy sampling",
-    SYNC: "waiting for the device",
-}
-CACHE_RANGES = (CACHE_UPDATE, CACHE_SEQ_LENGTH, CACHE_MASK_SIZES)
-STEP_RANGES = (PREFILL, DECODE)
+from probe.vocabulary import CACHE_MASK_SIZES, CACHE_SEQ_LENGTH, CACHE_UPDATE, MASK, label
+
 MASK_FUNCTIONS = ("create_causal_mask", "create_sliding_window_causal_mask")
-
-
-def label(name: str, index: int | None = None) -> str:
-    return name if index is None else f"{name}#{index}"
-
-
-def split_label(text: str) -> tuple[str, int | None]:
-    """`decode#3` -> ("decode", 3); `sample` -> ("sample", None)."""
-    name, sep, index = text.rpartition("#")
-    if sep and index.isdigit():
-        return name, int(index)
-    return text, None
 
 
 def nvtx_tool_attached() -> bool:
@@ -75,13 +42,10 @@ def nvtx_tool_attached() -> bool:
 
 
 def _nvtx_functions() -> tuple[Callable[[str], object], Callable[[], object]] | None:
-    try:
-        import nvtx
-
+    if nvtx is not None:
         return nvtx.push_range, nvtx.pop_range
-    except ImportError:
-        if torch.cuda.is_available():
-            return torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
+    if torch.cuda.is_available():
+        return torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
     return None
 
 
@@ -167,8 +131,6 @@ def instrument(model: torch.nn.Module, annotator, captured: bool = False) -> Ite
     if not annotator.enabled or captured:
         yield
         return
-    from transformers.cache_utils import Cache
-
     targets: list[tuple[object, str, Callable]] = [
         (Cache, "update", _wrap(Cache.update, annotator, CACHE_UPDATE, index_arg=3)),
         (Cache, "get_seq_length", _wrap(Cache.get_seq_length, annotator, CACHE_SEQ_LENGTH)),

@@ -15,10 +15,14 @@ It also checks the write-ups' two closing predictions against this machine's mea
 from __future__ import annotations
 
 import dataclasses
-import statistics
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from probe.results import BenchResults, Cell
+from probe.analysis.ledger import StepDigest
+from probe.analysis.results import BenchResults, Cell
+from probe.analysis.roofline.formulas import batch_limit, predict_step_ms
+from probe.errors import ProbeError
 
 HOLDS = 0.15  # |measured / predicted - 1| within this: the prediction holds (Part 2 missed by 12-15%)
 FLAT = 1.25  # a batched step within 25% of the batch-1 step counts as "near flat"
@@ -59,15 +63,6 @@ class Verdict:
     numbers: dict = field(default_factory=dict)
 
 
-def recomputes(engine: str) -> bool:
-    from engines import EngineError, engine_class
-
-    try:
-        return engine_class(engine).recomputes
-    except EngineError:
-        return False
-
-
 def points_at(ratio: float, binding: str, recompute: bool) -> str:
     if ratio < 1 - HOLDS:
         return f"{binding} term too high: the step beats it"
@@ -81,8 +76,6 @@ def points_at(ratio: float, binding: str, recompute: bool) -> str:
 
 
 def predictions(results: BenchResults, arch, machine: Machine) -> list[Prediction]:
-    from probe.roofline import predict_step_ms
-
     dtype = results.config.get("dtype", results.env.get("dtype"))
     rows = []
     for c in results.cells:
@@ -92,7 +85,7 @@ def predictions(results: BenchResults, arch, machine: Machine) -> list[Predictio
                                              machine.floor_ms)
         ratio = c.itl_p50_ms / predicted
         rows.append(Prediction(c.engine, c.prompt_tokens, c.batch, context, traffic, machine.floor_ms, predicted,
-                               binding, c.itl_p50_ms, ratio, points_at(ratio, binding, recomputes(c.engine))))
+                               binding, c.itl_p50_ms, ratio, points_at(ratio, binding, c.recomputes)))
     return rows
 
 
@@ -121,8 +114,6 @@ def host_overhead_verdict(results: BenchResults) -> Verdict:
 
 def batching_verdict(results: BenchResults, arch, machine: Machine, engine: str = "batched") -> Verdict:
     """Part 2: step time near flat in B, aggregate tok/s about B x single, up to the bandwidth's batch limit."""
-    from probe.roofline import batch_limit
-
     claim = "with B sequences per forward the step stays near flat and throughput grows about B x"
     source = "Part 2, Bottleneck and Prediction"
     cells = sorted((c for c in results.cells if c.engine == engine), key=lambda c: (c.prompt_tokens, c.batch))
@@ -148,33 +139,84 @@ def batching_verdict(results: BenchResults, arch, machine: Machine, engine: str 
     return Verdict(claim, source, all(holds.values()), evidence, numbers)
 
 
-@dataclass
-class Report:
-    machine: Machine
-    predictions: list[Prediction]
-    verdicts: list[Verdict]
-    overhead: dict | None = None  # probe overhead's report, as JSON
-    ledgers: dict = field(default_factory=dict)  # engine -> one analyzed decode step, as JSON
+@dataclass(frozen=True)
+class Piece:
+    name: str
+    range: str
+    median_us: float
+    share_pct: float
+
+
+@dataclass(frozen=True)
+class OverheadReport:
+    """`probe overhead`: the floor, and a cached decode step timed piece by piece (probe.capture.machine)."""
+
+    model: str
+    dtype: str
+    device: str
+    context_tokens: int
+    floor_ms: float  # single-token forward, no cache, including the device drain
+    floor_issue_ms: float  # until the forward call returned: the host's share
+    floor_wait_ms: float  # the drain after it: the device's share
+    launches_per_forward: int  # aten ops dispatched by the floor forward
+    launch_kind: str
+    host_us_per_launch: float
+    cached_step_ms: float  # median decode step of the cached engine, timed piece by piece
+    cached_launches_per_forward: int
+    pieces: list[Piece] = field(default_factory=list)
+    bookkeeping_ms: float = 0.0  # cache writes + read-back + mask-size query + mask construction
+    gap_ms: float = 0.0  # cached step - floor: what Part 2 attributed to bookkeeping without measuring
+    explained_pct: float = 0.0  # bookkeeping / gap
+    # From a profiled cached decode (median step): how much of the step is host work and how much device
+    # work. GPU: device busy vs wall, and the host's share = wall less the sync wait. CPU: there is no device;
+    # the split is compute inside aten ops (ops + attention) against everything around them.
+    step_dispatch: str = ""  # "launches" (kernel launches per decode step) | "top-level ops"
+    step_dispatched: float = 0.0
+    host_pct: float = 0.0
+    device_pct: float | None = None
+    compute_in_ops_pct: float = 0.0
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, doc: dict) -> Report:
-        return cls(Machine(**doc["machine"]), [Prediction(**p) for p in doc["predictions"]],
-                   [Verdict(**v) for v in doc.get("verdicts", [])], doc.get("overhead"), doc.get("ledgers", {}))
+    def from_json(cls, doc: dict) -> OverheadReport:
+        names = {f.name for f in dataclasses.fields(cls)}
+        fields = {k: v for k, v in doc.items() if k in names}
+        fields["pieces"] = [Piece(**p) for p in doc.get("pieces", [])]
+        return cls(**fields)
+
 
 
 REPORT_FILE = "report.json"
 
 
+@dataclass
+class Report:
+    machine: Machine
+    predictions: list[Prediction]
+    verdicts: list[Verdict]
+    overhead: OverheadReport | None = None
+    ledgers: dict[str, StepDigest] = field(default_factory=dict)  # engine -> its profiled median decode step
+
+    def to_json(self) -> dict:
+        return {"machine": dataclasses.asdict(self.machine),
+                "predictions": [dataclasses.asdict(p) for p in self.predictions],
+                "verdicts": [dataclasses.asdict(v) for v in self.verdicts],
+                "overhead": self.overhead.to_json() if self.overhead else None,
+                "ledgers": {engine: d.to_json() for engine, d in self.ledgers.items()}}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> Report:
+        overhead = doc.get("overhead")
+        return cls(Machine(**doc["machine"]), [Prediction(**p) for p in doc["predictions"]],
+                   [Verdict(**v) for v in doc.get("verdicts", [])],
+                   OverheadReport.from_json(overhead) if overhead else None,
+                   {engine: StepDigest.from_json(d) for engine, d in doc.get("ledgers", {}).items()})
+
+
 def load_report(folder) -> Report | None:
     """A run folder's report.json as a typed Report; None when the folder has none; ProbeError if unreadable."""
-    import json
-    from pathlib import Path
-
-    from probe.errors import ProbeError
-
     path = Path(folder) / REPORT_FILE
     if not Path(folder).is_dir() or not path.is_file():
         return None
@@ -184,31 +226,3 @@ def load_report(folder) -> Report | None:
         raise ProbeError(f"cannot read {path}: {str(e).splitlines()[0]}") from None
     except (KeyError, TypeError) as e:
         raise ProbeError(f"{path} is not a probe report (expected machine and predictions: {e})") from None
-
-
-def measure_machine(model: str, dtype: str, device: str, device_name: str):
-    """The floor (probe overhead) and the bandwidth: the device table on a known GPU, else a measured copy."""
-    from probe.hardware import match_device
-    from probe.overhead import measure
-    from probe.roofline import measure_copy_bandwidth
-
-    overhead = measure(model, dtype, device, context=64, steps=32, reps=30)
-    known = match_device(device_name) if overhead.device.startswith("cuda") else None
-    if known is not None:
-        bandwidth, source = known.memory_bandwidth_bytes_s, f"{known.name} datasheet"
-    else:
-        bandwidth, source = measure_copy_bandwidth(overhead.device), f"measured copy on {device_name}"
-    floor_source = f"single-token forward, {model} {dtype}"
-    return Machine(overhead.floor_ms, floor_source, bandwidth, source), overhead
-
-
-def step_digest(analysis) -> dict:
-    """The median decode step of an analyzed trace: wall, host parts, launches or dispatched ops, GPU busy."""
-    steps = [s for s in analysis.steps if s.kind == "decode"] or analysis.steps
-    parts = {p: statistics.median(s.host_parts_ns[p] for s in steps) / 1e3 for p in steps[0].host_parts_ns}
-    return {"source": analysis.source, "steps": len(steps), "dispatch": analysis.summary.dispatch,
-            "wall_us": statistics.median(s.wall_ns for s in steps) / 1e3, "parts_us": parts,
-            "launches": statistics.median(s.launches for s in steps),
-            "top_level_ops": statistics.median(s.top_level_ops for s in steps),
-            "gpu_busy_us": statistics.median(s.gpu_busy_ns for s in steps) / 1e3,
-            "closure": statistics.median(s.closure for s in steps)}

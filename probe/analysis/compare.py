@@ -1,9 +1,9 @@
 """Regression checks between two measurements: exact launch counts, noise-aware timings.
 
 `load_samples(path) -> SampleSet` reads a results folder, a results.json, a baseline file (`probe baseline`)
-or a trace (.json / .json.gz / .sqlite, through probe.trace and probe.ledger) into one typed shape: per key
-(a bench cell, or a trace's step kind) the launch count per step with its op-name breakdown, and the raw
-timing samples. `compare(baseline, current) -> Comparison` checks each key both sides share:
+or a trace (.json / .json.gz / .sqlite, through the ledger) into one typed shape: per key (a bench cell, or a
+trace's step kind) the launch count per step with its op-name breakdown, and the raw timing samples.
+`compare(baseline, current) -> Comparison` checks each key both sides share:
 
 - Launches per step are deterministic (a property of the code, not of timing), so any increase is a
   regression; the alert names the ops that appeared or grew. Across torch / transformers versions or devices
@@ -29,8 +29,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+from scipy import stats
+
+from probe.analysis.files import CHROME, NSYS_SQLITE, sniff, trace_stem
+from probe.analysis.ledger import analyze
+from probe.analysis.results import RESULTS_FILE, BenchResults, Cell, decode_tok_s, load_results
+from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
-from probe.results import RESULTS_FILE, BenchResults, Cell, load_results
 
 THRESHOLD = 1.10  # asv's default factor: a 10% move of the median is the smallest one worth a look
 ALPHA = 0.01  # two-sided Mann-Whitney U significance level
@@ -41,7 +47,6 @@ SEED = 0  # the bootstrap's, so that the same inputs always print the same inter
 
 VERDICTS = ("regression", "improvement", "ok", "too few samples", "skipped: versions differ")
 VERSION_KEYS = ("torch", "transformers")
-SQLITE_MAGIC, GZIP_MAGIC = b"SQLite format 3\x00", b"\x1f\x8b"
 
 
 @dataclass(frozen=True)
@@ -94,12 +99,6 @@ def cell_key(c: Cell) -> str:
     return f"{c.engine} p{c.prompt_tokens} n{c.new_tokens}" + (f" b{c.batch}" if c.batch > 1 else "")
 
 
-def run_tok_s(batch: int, steps_ms: Sequence[float]) -> float | None:
-    """One run's decode tokens/s, as the bench computes it: batch x steps / decode time (prefill excluded)."""
-    total = sum(steps_ms)
-    return batch * len(steps_ms) / (total / 1e3) if total > 0 else None
-
-
 def cell_unit(c: Cell) -> Unit:
     counts, ops = {}, {}
     for metric, total, by_op in ((DECODE_LAUNCHES, c.decode_ops, c.decode_ops_by_op),
@@ -108,7 +107,7 @@ def cell_unit(c: Cell) -> Unit:
             counts[metric.name] = float(total)
             if by_op:
                 ops[metric.name] = {k: float(v) for k, v in by_op.items()}
-    tok_s = [t for run in c.itl_runs_ms if (t := run_tok_s(c.batch, run)) is not None]
+    tok_s = [t for run in c.itl_runs_ms if (t := decode_tok_s(c.batch, run)) is not None]
     samples = {HOST_US.name: tuple(x * 1e3 for run in c.itl_runs_ms for x in run),
                TTFT_MS.name: tuple(c.ttft_runs_ms), TOK_S.name: tuple(tok_s)}
     return Unit(cell_key(c), counts, ops, samples)
@@ -136,14 +135,14 @@ def _median(values: Iterable[float]) -> float:
 
 
 def from_analysis(analysis, source: str, meta: dict | None) -> SampleSet:
-    """A ledger (probe.ledger.TraceAnalysis) as one unit per step kind: per-step samples, median counts."""
+    """A ledger (probe.analysis.ledger.TraceAnalysis) as one unit per step kind: per-step samples, median
+    counts (launches per step, or dispatched ops on a CPU-only trace: StepLedger.dispatched)."""
     steps = analysis.steps
-    on_gpu = any(s.launches + s.graph_launches for s in steps)  # CPU-only: dispatched ops stand in for launches
     timed_cache = any(s.cache_ns for s in steps)
     units = {}
     for kind in dict.fromkeys(s.kind for s in steps):
         mine = [s for s in steps if s.kind == kind]
-        launches = [s.launches + s.graph_launches if on_gpu else s.top_level_ops for s in mine]
+        launches = [s.dispatched for s in mine]
         names = sorted({n for s in mine for n in s.op_counts})
         ops = {LAUNCHES.name: {n: _median(s.op_counts.get(n, 0) for s in mine) for n in names}}
         samples = {HOST_US.name: tuple(s.wall_ns / 1e3 for s in mine)}
@@ -160,13 +159,7 @@ def from_analysis(analysis, source: str, meta: dict | None) -> SampleSet:
 
 def trace_meta(path: Path) -> dict | None:
     """The sidecar `probe profile` writes next to a trace: <stem>.meta.json, or <stem>.nsys.meta.json."""
-    name = path.name
-    for suffix in (".trace.json.gz", ".trace.json", ".json.gz", ".json", ".sqlite.gz", ".sqlite"):
-        if name.endswith(suffix):
-            stem = name[: -len(suffix)]
-            break
-    else:
-        stem = path.stem
+    stem = trace_stem(path.name)
     for candidate in (path.with_name(f"{stem}.meta.json"), path.with_name(f"{stem}.nsys.meta.json")):
         if candidate.is_file():
             try:
@@ -177,19 +170,7 @@ def trace_meta(path: Path) -> dict | None:
     return None
 
 
-def _looks_like_trace(path: Path) -> bool:
-    with open(path, "rb") as f:
-        head = f.read(1 << 16)
-    if head.startswith((SQLITE_MAGIC, GZIP_MAGIC)):
-        return True
-    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-    return text.startswith(b"[") or b'"traceEvents"' in head
-
-
 def load_trace_samples(path: Path) -> SampleSet:
-    from probe.ledger import analyze
-    from probe.trace import load_trace
-
     return from_analysis(analyze(load_trace(path)), str(path), trace_meta(path))
 
 
@@ -205,7 +186,7 @@ def load_samples(path: str | Path) -> SampleSet:
     try:
         if p.stat().st_size == 0:
             raise ProbeError(f"{p}: empty file")
-        if _looks_like_trace(p):
+        if sniff(p) in (CHROME, NSYS_SQLITE):
             return load_trace_samples(p)
     except OSError as e:
         raise ProbeError(f"cannot read {p}: {e.strerror or e}") from None
@@ -308,9 +289,6 @@ def ratio_of_medians(base: Sequence[float], cur: Sequence[float]) -> float | Non
 
 def bootstrap_ratio(base: Sequence[float], cur: Sequence[float]) -> tuple[float, float] | tuple[None, None]:
     """Percentile bootstrap interval of median(current) / median(baseline), the two sides resampled apart."""
-    import numpy as np
-    from scipy import stats
-
     a, b = np.asarray(base, float), np.asarray(cur, float)
     if np.median(a) <= 0:
         return None, None
@@ -329,8 +307,6 @@ def bootstrap_ratio(base: Sequence[float], cur: Sequence[float]) -> tuple[float,
 
 
 def mann_whitney_p(base: Sequence[float], cur: Sequence[float]) -> float:
-    from scipy import stats
-
     if len(set(base) | set(cur)) == 1:
         return 1.0  # every value equal: nothing to rank
     return float(stats.mannwhitneyu(base, cur, alternative="two-sided").pvalue)

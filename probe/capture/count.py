@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from engines import Engine
+from engines.base import Engine
 
 
 class OpCounter(TorchDispatchMode):

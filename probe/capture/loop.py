@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from engines.base import Engine
-from probe import annotate as A
+from probe import vocabulary as V
+from probe.capture import annotate as A
 
 
 @dataclass(frozen=True)
@@ -90,25 +91,25 @@ class decode_steps:
         step_sync = sync if sync_each_step else (lambda: None)
 
         def step(call, *args):
-            with ann(A.FORWARD):
+            with ann(V.FORWARD):
                 logits = call(*args)  # (B, V)
-            with ann(A.SAMPLE):
+            with ann(V.SAMPLE):
                 token = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
-            with ann(A.SYNC):
+            with ann(V.SYNC):
                 step_sync()
             return token
 
         tokens, steps = [], []
-        with A.instrument(engine.model, ann, engine.captures_decode), ann(A.RUN):
+        with A.instrument(engine.model, ann, engine.captures_decode), ann(V.RUN):
             start = clock()
-            with ann(A.PREFILL):
+            with ann(V.PREFILL):
                 token = step(engine.prefill, prompt, prompt.shape[1] + new_tokens)
             ttft = clock() - start
             tokens.append(token)
             yield
             for i in range(new_tokens - 1):
                 t0 = clock()
-                with ann(A.DECODE, i):
+                with ann(V.DECODE, i):
                     token = step(engine.decode, token)
                 steps.append(clock() - t0)
                 tokens.append(token)

@@ -1,43 +1,30 @@
-"""What the Streamlit explorer (app.py) shows, as pure functions: where the files are, tidy frames, figures.
+"""What the Streamlit explorer (app.py) shows, as pure functions: tidy frames and figures.
 
 The app is a thin view: every number here comes from a typed result (`BenchResults`, `report.json`,
 `TraceAnalysis`, `TimelineItem`, `Comparison`, telemetry samples). Functions only reshape and draw them, so
-they can be tested without Streamlit, which this module never imports.
-
-Files. Everything the app reads lies under one root folder. `list_sources` walks it (bounded: depth, count,
-no hidden or virtual-env folders, no symlinked folders) for run folders (holding results.json), results files
-(`probe baseline` files in a `baselines/` folder) and traces; `resolve_under` is the one gate every path goes
-through, and it refuses anything that resolves outside the root, symlinks included.
+they can be tested without Streamlit, which this module never imports. (Which files the app may read:
+probe.explorer.sources.)
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from probe.analysis.compare import COLUMNS, row_cells
+from probe.analysis.ledger import steady_steps
+from probe.analysis.report import Report
+from probe.analysis.results import BenchResults
 from probe.errors import ProbeError
-from probe.report import Report
-from probe.results import RESULTS_FILE, BenchResults
 
-ROOT_ENV = "PROBE_APP_ROOT"
-REPORT_FILE = "report.json"
-TELEMETRY_GLOB = "*telemetry*.parquet"  # probe.telemetry.write_samples: t_ns plus one column a figure
-TRACE_SUFFIXES = (".trace.json", ".json.gz", ".sqlite", ".sqlite.gz")
-BASELINES_DIR = "baselines"  # `probe baseline` writes results files here (baselines/cpu-tiny.json)
-SKIP_DIRS = frozenset({"node_modules", "__pycache__", "site-packages", "venv"})  # and every .hidden folder
-MAX_DEPTH = 6  # runs/run-x/next-static is 3 deep; deeper trees are not probe output
-MAX_SOURCES = 500  # a root such as $HOME must not hang the sidebar
 MAX_SHADED = 200  # cache ranges shaded on one timeline; beyond this the bars' own colour carries it
 
-# The ledger's host partition as the app groups it (probe.ledger.HOST_PARTS, the three cache parts as one).
+# The ledger's host partition as the app groups it (probe.analysis.ledger.HOST_PARTS, the three cache parts as one).
 HOST_CATEGORIES = (("ops", "model ops"), ("attention", "attention"), ("cache", "cache bookkeeping"),
                    ("mask", "mask"), ("sample", "sampling"), ("sync", "sync"), ("unattributed", "unattributed"))
 GPU_CATEGORIES = (("gpu_busy", "GPU busy"), ("gpu_idle", "GPU idle"))
@@ -48,122 +35,6 @@ COLORS = {
 }
 SWEEP_METRICS = (("decode_tok_s", "decode tokens/s"), ("itl_p50_ms", "ITL p50 (ms)"), ("ttft_ms", "TTFT (ms)"))
 NONE = "(none)"
-
-
-# ---------------------------------------------------------------------------------------------------------
-# files under the root
-
-
-@dataclass(frozen=True)
-class Source:
-    rel: str  # path from the root, "/"-separated
-    kind: str  # "run" (a results folder or file) | "trace"
-
-    @property
-    def label(self) -> str:
-        return f"{self.kind}: {self.rel}"
-
-
-def app_root(argv: Sequence[str], environ: Mapping[str, str]) -> Path:
-    """`--root DIR` after `streamlit run app.py --`, else $PROBE_APP_ROOT, else the current folder.
-
-    argv is the whole sys.argv. Its options are the app's only when argv[0] is app.py: under AppTest (pytest)
-    sys.argv is pytest's own command line.
-    """
-    parser = argparse.ArgumentParser(prog="app.py", add_help=False)
-    parser.add_argument("--root")
-    ours = list(argv[1:]) if argv and Path(argv[0]).name == "app.py" else []
-    root = parser.parse_known_args(ours)[0].root or environ.get(ROOT_ENV) or "."
-    return Path(root).expanduser().resolve()
-
-
-def resolve_under(root: Path, rel: str | Path) -> Path:
-    """root/rel with every symlink resolved; ProbeError when that is not inside root (absolute rel included)."""
-    base = Path(root).resolve()
-    path = (base / rel).resolve()
-    if path != base and base not in path.parents:
-        raise ProbeError(f"{rel}: outside the app's root {base}")
-    return path
-
-
-def source_path(root: Path, source: Source) -> Path:
-    """The source's path, once it and every file the app reads for it (a run folder's results.json and
-    report.json) are known to lie inside root."""
-    path = resolve_under(root, source.rel)
-    if path.is_dir():
-        for name in (RESULTS_FILE, REPORT_FILE):
-            resolve_under(root, Path(source.rel) / name)
-    return path
-
-
-def is_trace_name(name: str) -> bool:
-    return name.endswith(TRACE_SUFFIXES)
-
-
-def list_sources(root: Path, max_depth: int = MAX_DEPTH, limit: int = MAX_SOURCES) -> tuple[list[Source], bool]:
-    """Run folders, baseline files and traces under root, runs first, each sorted by path; and whether the
-    listing stopped at `limit`. Symlinked folders are not entered; a symlinked file is listed only when it
-    resolves inside root."""
-    root = Path(root).resolve()
-    runs, traces = [], []
-    for folder, dirs, files in os.walk(root):
-        here = Path(folder)
-        depth = len(here.relative_to(root).parts)
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS and depth < max_depth)
-        if RESULTS_FILE in files and _inside(root, here / RESULTS_FILE):
-            runs.append(Source(_rel(root, here), "run"))
-        for name in sorted(files):
-            if here.name == BASELINES_DIR and name.endswith(".json") and _inside(root, here / name):
-                runs.append(Source(_rel(root, here / name), "run"))
-            elif is_trace_name(name) and _inside(root, here / name):
-                traces.append(Source(_rel(root, here / name), "trace"))
-        if len(runs) + len(traces) >= limit:
-            return (sorted(runs, key=_by_rel) + sorted(traces, key=_by_rel))[:limit], True
-    return sorted(runs, key=_by_rel) + sorted(traces, key=_by_rel), False
-
-
-def _by_rel(s: Source) -> str:
-    return s.rel
-
-
-def _rel(root: Path, path: Path) -> str:
-    return path.relative_to(root).as_posix() or "."
-
-
-def _inside(root: Path, path: Path) -> bool:
-    try:
-        resolve_under(root, path.relative_to(root))
-    except ProbeError:
-        return False
-    return True
-
-
-def stamp(path: Path) -> tuple:
-    """What the caches key on besides the path: size and mtime of the file, or of a run folder's files."""
-    files = [path / RESULTS_FILE, path / REPORT_FILE] if path.is_dir() else [path]
-    out = []
-    for f in files:
-        try:
-            st = f.stat()
-            out.append((f.name, st.st_mtime_ns, st.st_size))
-        except OSError:
-            out.append((f.name, None, None))
-    return tuple(out)
-
-
-def trace_meta(root: Path, path: Path) -> dict | None:
-    """`probe profile`'s sidecar for a trace (probe.compare.trace_meta), read only when every sidecar
-    in the trace's folder lies inside root."""
-    from probe.compare import trace_meta as read_meta
-
-    if not all(_inside(root, m) for m in path.parent.glob("*.meta.json")):
-        return None
-    return read_meta(path)
-
-
-def telemetry_files(root: Path, folder: Path) -> list[Path]:
-    """Telemetry sample files (probe.telemetry.write_samples) in a run or trace folder, inside root."""
-    return sorted(p for p in Path(folder).glob(TELEMETRY_GLOB) if _inside(root, p))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -243,13 +114,9 @@ def _add_predictions(fig: go.Figure, pred: pd.DataFrame) -> None:
 def dispatch_label(analysis) -> str:
     """What the ledger counts as dispatch on this trace (Summary.dispatch): launches, or on a CPU-only trace
     the top-level (dispatched aten) ops that stand in for them."""
-    if analysis.summary.dispatch == "launches":
+    if analysis.on_gpu:
         return "kernel launches per step (graph launches included)"
     return "top-level ops per step (dispatched aten ops; a CPU trace has no launches)"
-
-
-def dispatch_count(step, analysis) -> int:
-    return step.launches + step.graph_launches if analysis.summary.dispatch == "launches" else step.top_level_ops
 
 
 def ledger_frame(analysis) -> pd.DataFrame:
@@ -260,7 +127,7 @@ def ledger_frame(analysis) -> pd.DataFrame:
         row = {"position": s.position, "step": s.name, "kind": s.kind, "wall_ms": s.wall_ns / 1e6,
                "gpu_busy_ms": s.gpu_busy_ns / 1e6, "gpu_idle_ms": s.gpu_idle_ns / 1e6}
         row |= {f"{key}_ms": getattr(s, f"{key}_ns") / 1e6 for key, _ in HOST_CATEGORIES}
-        row["dispatch"] = dispatch_count(s, analysis)
+        row["dispatch"] = s.dispatched
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -269,7 +136,7 @@ def ledger_figure(analysis) -> go.Figure:
     """One stacked bar a step: host time by part (adds up to the step's wall time); beside it, on a GPU
     trace, GPU busy and idle; launches (or top-level ops) per step on the right axis."""
     frame = ledger_frame(analysis)
-    gpu = analysis.summary.dispatch == "launches"
+    gpu = analysis.on_gpu
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     x = frame["step"]
     _stack(fig, x, frame, HOST_CATEGORIES, "host", "host: ")
@@ -337,13 +204,6 @@ def timeline_figure(items, title: str = "") -> go.Figure:
                       legend={"orientation": "h", "y": -0.35}, xaxis_title="µs from the step's start")
     fig.update_yaxes(categoryorder="array", categoryarray=list(TIMELINE_LANES))
     return fig
-
-
-def trace_telemetry(root: Path, trace: Path) -> Path | None:
-    """The samples `probe profile` recorded with this trace (`<stem>.telemetry.parquet`), inside root."""
-    stem = trace.name.removesuffix(".gz").removesuffix(".json").removesuffix(".trace")
-    path = trace.parent / f"{stem}.telemetry.parquet"
-    return path if path.is_file() and _inside(root, path) else None
 
 
 def telemetry_offset_ns(meta: dict | None, analysis) -> int | None:
@@ -415,13 +275,6 @@ def top_ops_figure(ops, title: str = "") -> go.Figure:
     return fig
 
 
-def steady_steps(analysis) -> list:
-    """The steps the ledger's summary describes (Summary.steps_used): the decode steps, else every step."""
-    if analysis.summary.steps_used == "decode":
-        return [s for s in analysis.steps if s.kind == "decode"]
-    return list(analysis.steps)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # 5. compare
 
@@ -432,7 +285,7 @@ def trace_categories(analysis) -> dict[str, float]:
     frame = ledger_frame(analysis)
     frame = frame[frame["position"].isin([s.position for s in steady_steps(analysis)])]
     keys = ["wall"] + [k for k, _ in HOST_CATEGORIES]
-    if analysis.summary.dispatch == "launches":  # a CPU-only trace has no GPU side to compare
+    if analysis.on_gpu:  # a CPU-only trace has no GPU side to compare
         keys += [k for k, _ in GPU_CATEGORIES]
     out = {k: float(frame[f"{k}_ms"].mean()) for k in keys}
     out["dispatch"] = float(frame["dispatch"].mean())
@@ -518,23 +371,4 @@ def md_escape(text: str) -> str:
 
 def comparison_frame(comparison) -> pd.DataFrame:
     """probe compare's table (its own columns and cell formatting), one row a key and metric."""
-    from probe.compare import COLUMNS, row_cells
-
     return pd.DataFrame([row_cells(r) for r in comparison.rows], columns=list(COLUMNS))
-
-
-def samples_for(root: Path, source: Source, loaded):
-    """The SampleSet probe compare checks, built from what the app has already loaded (results or an
-    analysis), so that compare reads no file the app has not vetted."""
-    from probe.compare import from_analysis, from_results
-
-    path = source_path(root, source)
-    if source.kind == "run":
-        return from_results(loaded, str(path))
-    return from_analysis(loaded, str(path), trace_meta(root, path))
-
-
-__all__ = ["Source", "app_root", "list_sources", "resolve_under", "stamp", "sweep_figure",
-           "ledger_figure", "timeline_figure", "top_ops_figure", "trace_compare_figure", "run_compare_figure",
-           "comparison_frame", "telemetry_figure",
-           "trace_telemetry", "telemetry_offset_ns"]

@@ -4,26 +4,34 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
-import os
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+
+from probe.analysis.files import atomic_path, atomic_write
+from probe.analysis.telemetry import TelemetrySummary
 from probe.errors import ProbeError
 
 RESULTS_FILE, CELLS_FILE = "results.json", "cells.parquet"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: telemetry and decode windows typed on the cell, the clock anchor on the run
 
 
-def percentile(values: list[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default), q in [0, 100]."""
-    xs = sorted(values)
-    if not xs:
-        return math.nan
-    pos = (len(xs) - 1) * q / 100
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+def decode_tok_s(batch: int, steps_ms: Sequence[float]) -> float | None:
+    """One run's decode tokens/s: batch x decode steps / decode time (prefill excluded); None for no time."""
+    total = sum(steps_ms)
+    return batch * len(steps_ms) / (total / 1e3) if total > 0 else None
+
+
+@dataclass(frozen=True)
+class Clock:
+    """Both clocks read at one instant: steps and telemetry use perf_counter_ns, traces use the epoch."""
+
+    perf_counter_ns: int
+    epoch_ns: int
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,7 @@ class Cell:
     tokens_match_naive: bool | None  # None when no naive reference exists
     deterministic: bool  # every recorded run produced the same tokens
     sync_overhead_ms: float | None  # CUDA: cost per step of the per-step sync (Part 1's 0.23 ms)
+    recomputes: bool = False  # the engine runs the whole sequence every step (no cache): naive
     decode_ops: int | None = None  # aten ops dispatched by one decode forward (None: compiled/captured step)
     prefill_ops: int | None = None
     decode_ops_by_op: dict[str, int] = field(default_factory=dict)
@@ -54,7 +63,8 @@ class Cell:
     itl_runs_ms: list[list[float]] = field(default_factory=list)  # raw per-step latencies, one list a run
     total_runs_ms: list[float] = field(default_factory=list)
     tokens: list[list[int]] = field(default_factory=list)  # first recorded run, one list a sequence
-    extra: dict = field(default_factory=dict)  # later stages attach figures here (counts, telemetry, ...)
+    telemetry: TelemetrySummary | None = None  # over the recorded runs' decode phases
+    decode_windows_ns: list[list[int]] = field(default_factory=list)  # each recorded run's decode phase
 
     @property
     def key(self) -> tuple[str, int, int, int]:
@@ -66,22 +76,39 @@ class Cell:
                   peak_mem_bytes: int, peak_mem_kind: str, reference: list[list[int]] | None,
                   sync_overhead_ms: float | None = None) -> Cell:
         new_tokens = len(itl_ms[0]) + 1
-        tok_s = [batch * len(steps) / (sum(steps) / 1e3) for steps in itl_ms]
+        tok_s = [decode_tok_s(batch, steps) for steps in itl_ms]
         flat = [x for steps in itl_ms for x in steps]
         mid = statistics.median(tok_s)
         return cls(
             engine=engine, prompt_tokens=prompt_tokens, new_tokens=new_tokens, batch=batch, runs=len(ttft_ms),
-            ttft_ms=statistics.median(ttft_ms), itl_p50_ms=percentile(flat, 50), itl_p90_ms=percentile(flat, 90),
-            decode_tok_s=mid, total_ms=statistics.fmean(total_ms), peak_mem_bytes=peak_mem_bytes,
-            peak_mem_kind=peak_mem_kind, spread_pct=100 * (max(tok_s) - min(tok_s)) / mid,
+            ttft_ms=statistics.median(ttft_ms), itl_p50_ms=float(np.percentile(flat, 50)),
+            itl_p90_ms=float(np.percentile(flat, 90)), decode_tok_s=mid, total_ms=statistics.fmean(total_ms),
+            peak_mem_bytes=peak_mem_bytes, peak_mem_kind=peak_mem_kind,
+            spread_pct=100 * (max(tok_s) - min(tok_s)) / mid,
             tokens_match_naive=None if reference is None else tokens[0] == reference,
             deterministic=all(t == tokens[0] for t in tokens), sync_overhead_ms=sync_overhead_ms,
             ttft_runs_ms=ttft_ms, itl_runs_ms=itl_ms, total_runs_ms=total_ms, tokens=tokens[0],
         )
 
+    def to_json(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["telemetry"] = self.telemetry.to_json() if self.telemetry else None
+        return out
 
+    @classmethod
+    def from_json(cls, doc: dict) -> Cell:
+        """A cell as results.json holds it; fields it does not know are ignored. TypeError when malformed."""
+        known = {k: v for k, v in doc.items() if k in _CELL_FIELDS}
+        if "extra" in doc and isinstance(doc["extra"], dict):  # schema 1 kept these two in a loose dict
+            known.setdefault("telemetry", doc["extra"].get("telemetry"))
+            known.setdefault("decode_windows_ns", doc["extra"].get("decode_windows_ns", []))
+        known["telemetry"] = TelemetrySummary.from_json(known.get("telemetry"))
+        return cls(**known)
+
+
+_CELL_FIELDS = frozenset(f.name for f in dataclasses.fields(Cell))
 RAW_FIELDS = ("ttft_runs_ms", "itl_runs_ms", "total_runs_ms", "tokens", "decode_ops_by_op", "prefill_ops_by_op",
-              "extra")
+              "telemetry", "decode_windows_ns")
 
 
 @dataclass
@@ -90,29 +117,24 @@ class BenchResults:
     env: dict
     config: dict
     complete: bool = False
-    extra: dict = field(default_factory=dict)  # run-level figures (predictions, counts, ...)
+    clock: Clock | None = None  # lines telemetry rows (perf_counter_ns) up with traces (epoch ns)
 
     def to_json(self) -> dict:
         return {"version": SCHEMA_VERSION, "complete": self.complete, "config": self.config, "env": self.env,
-                "cells": [dataclasses.asdict(c) for c in self.cells], "extra": self.extra}
+                "clock": dataclasses.asdict(self.clock) if self.clock else None,
+                "cells": [c.to_json() for c in self.cells]}
 
     def save(self, folder: Path) -> None:
-        """Write results.json atomically (a Ctrl-C never leaves a half file) and the Parquet table."""
+        """Write results.json and cells.parquet, each atomically (a Ctrl-C never leaves half a file)."""
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write(folder / RESULTS_FILE, json.dumps(self.to_json(), indent=1))
-        self.cells_frame().to_parquet(folder / CELLS_FILE, index=False)
+        with atomic_path(folder / CELLS_FILE) as tmp:
+            self.cells_frame().to_parquet(tmp, index=False)
 
-    def cells_frame(self):
-        import pandas as pd
-
-        rows = [{k: v for k, v in dataclasses.asdict(c).items() if k not in RAW_FIELDS} for c in self.cells]
-        return pd.DataFrame(rows, columns=[f.name for f in dataclasses.fields(Cell) if f.name not in RAW_FIELDS])
-
-
-def atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    def cells_frame(self) -> pd.DataFrame:
+        columns = [f.name for f in dataclasses.fields(Cell) if f.name not in RAW_FIELDS]
+        rows = [{k: getattr(c, k) for k in columns} for c in self.cells]
+        return pd.DataFrame(rows, columns=columns)
 
 
 def load_results(path: str | Path) -> BenchResults:
@@ -128,10 +150,10 @@ def load_results(path: str | Path) -> BenchResults:
         raise ProbeError(f"cannot read {p}: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list) or "env" not in data:
         raise ProbeError(f"{p} is not a probe results file (expected an object with cells and env)")
-    names = {f.name for f in dataclasses.fields(Cell)}
     try:
-        cells = [Cell(**{k: v for k, v in c.items() if k in names}) for c in data["cells"]]
+        cells = [Cell.from_json(c) for c in data["cells"]]
     except TypeError as e:
         raise ProbeError(f"{p}: malformed cell: {e}") from None
+    clock = data.get("clock") or (data.get("extra") or {}).get("clock")
     return BenchResults(cells, data["env"], data.get("config", {}), bool(data.get("complete")),
-                        data.get("extra", {}))
+                        Clock(**clock) if isinstance(clock, dict) else None)

@@ -1,4 +1,4 @@
-"""The write-ups' floor experiment, and the question Part 2 left open.
+"""What this machine costs: the write-ups' floor experiment, the question Part 2 left open, the copy bandwidth.
 
 1. The floor: a forward pass over a single token with no cache, where the device has almost no work, so
    what it costs is close to pure overhead. Floor forwards alternate with the cached steps of (2), so the
@@ -10,22 +10,33 @@
    piece is self time (time in the range minus the ranges nested in it), so the pieces add up to the step.
 
 The timing annotator costs about a microsecond a range; the pieces include it, the floor does not.
+
+3. The copy bandwidth the roofline divides by: a tensor copy far larger than any cache, timed with CUDA events
+   on a GPU, and `measure_machine` puts it beside the floor as the report's `Machine`.
 """
 
 from __future__ import annotations
 
 import statistics
+import tempfile
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 
 from engines import engine_class
-from engines.models import load_model, prompt_ids
-from probe import annotate as A
-from probe.count import count_forward_ops
-from probe.loop import decode_steps, device_sync, finish, generate
+from engines.models import load_model, prompt_ids, resolve_device
+from probe import vocabulary as V
+from probe.analysis.hardware import match_device
+from probe.analysis.ledger import StepDigest, analyze, digest
+from probe.analysis.report import Machine, OverheadReport, Piece
+from probe.analysis.trace import load_trace
+from probe.capture import annotate as A
+from probe.capture.config import BenchConfig, validate
+from probe.capture.count import count_forward_ops
+from probe.capture.loop import decode_steps, device_sync, finish, generate
+from probe.errors import ProbeError
 
 
 class _Frame:
@@ -72,7 +83,7 @@ class TimingAnnotator:
         if self._stack:
             top = self._stack[-1]
             self._charge(top.name, now - top.resume)
-        if name == A.DECODE:
+        if name == V.DECODE:
             self._current = defaultdict(int)
             self.steps.append(self._current)
         self._stack.append(_Frame(name, now))
@@ -81,7 +92,7 @@ class TimingAnnotator:
         now = self.clock()
         frame = self._stack.pop()
         self._charge(frame.name, now - frame.resume)
-        if frame.name == A.DECODE:
+        if frame.name == V.DECODE:
             self._current = None
         if self._stack:
             self._stack[-1].resume = now
@@ -92,54 +103,15 @@ class TimingAnnotator:
 
 
 PIECES = (  # (label, range whose self time it is)
-    ("forward ops", A.FORWARD),
-    ("cache writes (all layers)", A.CACHE_UPDATE),
-    ("sequence-length read-back", A.CACHE_SEQ_LENGTH),
-    ("mask-size query", A.CACHE_MASK_SIZES),
-    ("mask construction", A.MASK),
-    ("sampling", A.SAMPLE),
-    ("sync", A.SYNC),
-    ("loop (step range itself)", A.DECODE),
+    ("forward ops", V.FORWARD),
+    ("cache writes (all layers)", V.CACHE_UPDATE),
+    ("sequence-length read-back", V.CACHE_SEQ_LENGTH),
+    ("mask-size query", V.CACHE_MASK_SIZES),
+    ("mask construction", V.MASK),
+    ("sampling", V.SAMPLE),
+    ("sync", V.SYNC),
+    ("loop (step range itself)", V.DECODE),
 )
-
-
-@dataclass(frozen=True)
-class Piece:
-    name: str
-    range: str
-    median_us: float
-    share_pct: float
-
-
-@dataclass(frozen=True)
-class OverheadReport:
-    model: str
-    dtype: str
-    device: str
-    context_tokens: int
-    floor_ms: float  # single-token forward, no cache, including the device drain
-    floor_issue_ms: float  # until the forward call returned: the host's share
-    floor_wait_ms: float  # the drain after it: the device's share
-    launches_per_forward: int  # aten ops dispatched by the floor forward
-    launch_kind: str
-    host_us_per_launch: float
-    cached_step_ms: float  # median decode step of the cached engine, timed piece by piece
-    cached_launches_per_forward: int
-    pieces: list[Piece] = field(default_factory=list)
-    bookkeeping_ms: float = 0.0  # cache writes + read-back + mask-size query + mask construction
-    gap_ms: float = 0.0  # cached step - floor: what Part 2 attributed to bookkeeping without measuring
-    explained_pct: float = 0.0  # bookkeeping / gap
-    # From a profiled cached decode (median step): how much of the step is host work and how much device
-    # work. GPU: device busy vs wall, and the host's share = wall less the sync wait. CPU: there is no device;
-    # the split is compute inside aten ops (ops + attention) against everything around them.
-    step_dispatch: str = ""  # "launches" (kernel launches per decode step) | "top-level ops"
-    step_dispatched: float = 0.0
-    host_pct: float = 0.0
-    device_pct: float | None = None
-    compute_in_ops_pct: float = 0.0
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 def floor_forward(model, token: torch.Tensor, sync) -> tuple[int, int]:
@@ -177,11 +149,9 @@ def interleaved_floor_and_steps(model, cached, prompt: torch.Tensor, steps: int,
 
 def measure(model_spec: str = "tiny", dtype: str = "float32", device: str = "cpu", context: int = 64,
             steps: int = 64, reps: int = 50, seed: int = 0) -> OverheadReport:
-    from probe.bench import validate
-    from probe.config import BenchConfig
-
-    _, dev = validate(BenchConfig(engines=("cached",), prompts=(context,), new_tokens=steps + 1, model=model_spec,
-                                  dtype=dtype, device=device))
+    validate(BenchConfig(engines=("cached",), prompts=(context,), new_tokens=steps + 1, model=model_spec,
+             dtype=dtype, device=device))
+    dev = resolve_device(device)
     model = load_model(model_spec, dtype, str(dev), seed)
     naive, cached = engine_class("naive")(model), engine_class("cached")(model)
     one_token = prompt_ids(1, 1, model.config.vocab_size, seed).to(dev)
@@ -197,34 +167,25 @@ def measure(model_spec: str = "tiny", dtype: str = "float32", device: str = "cpu
     for name, rng in PIECES:
         median_us = statistics.median(s.get(rng, 0) for s in timing.steps) / 1e3
         pieces.append(Piece(name, rng, median_us, 100 * median_us / 1e3 / step_ms))
-    bookkeeping = sum(p.median_us for p in pieces if p.range in (*A.CACHE_RANGES, A.MASK)) / 1e3
+    bookkeeping = sum(p.median_us for p in pieces if p.range in (*V.CACHE_RANGES, V.MASK)) / 1e3
     gap = step_ms - floor_ms
-    digest = profiled_step(cached, prompt)
-    parts, wall = digest["parts_us"], digest["wall_us"]
-    gpu = digest["dispatch"] == "launches"
+    step = profiled_step(cached, prompt)
+    parts, wall = step.parts_us, step.wall_us
     return OverheadReport(
         model=model_spec, dtype=dtype, device=str(dev), context_tokens=context, floor_ms=floor_ms,
         floor_issue_ms=issue_ms, floor_wait_ms=floor_ms - issue_ms, launches_per_forward=launches,
         launch_kind="aten ops dispatched", host_us_per_launch=issue_ms * 1e3 / launches,
         cached_step_ms=step_ms, cached_launches_per_forward=cached_ops, pieces=pieces, bookkeeping_ms=bookkeeping,
         gap_ms=gap, explained_pct=100 * bookkeeping / gap if gap > 0 else float("nan"),
-        step_dispatch=digest["dispatch"],
-        step_dispatched=digest["launches"] if gpu else digest["top_level_ops"],
+        step_dispatch=step.dispatch, step_dispatched=step.dispatched,
         host_pct=100 * (wall - parts["sync"]) / wall,
-        device_pct=100 * digest["gpu_busy_us"] / wall if gpu else None,
+        device_pct=100 * step.gpu_busy_us / wall if step.on_gpu else None,
         compute_in_ops_pct=100 * (parts["ops"] + parts["attention"]) / wall,
     )
 
 
-def profiled_step(engine, prompt: torch.Tensor, steps: int = 8) -> dict:
+def profiled_step(engine, prompt: torch.Tensor, steps: int = 8) -> StepDigest:
     """Profile a few decode steps under torch.profiler and reduce them to the median step's ledger."""
-    import tempfile
-    from pathlib import Path
-
-    from probe.ledger import analyze
-    from probe.report import step_digest
-    from probe.trace import load_trace
-
     annotator = A.Annotator()
     activities = [torch.profiler.ProfilerActivity.CPU]
     if prompt.device.type == "cuda":
@@ -235,4 +196,46 @@ def profiled_step(engine, prompt: torch.Tensor, steps: int = 8) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "step.trace.json"
         prof.export_chrome_trace(str(path))
-        return step_digest(analyze(load_trace(path)))
+        return digest(analyze(load_trace(path)))
+
+
+def measure_copy_bandwidth(device: str = "cpu", size_bytes: int = 256 * 2**20, repeats: int = 10) -> float:
+    """This machine's copy bandwidth in bytes/s: (bytes read + bytes written) / time of one tensor copy,
+    the median of `repeats` copies (the STREAM 'copy' convention).
+
+    Unless the copy uses streaming stores, a CPU also reads each destination line before writing it, which
+    this count leaves out. The buffers should be far larger than the last-level cache (or the GPU's L2).
+    """
+    if size_bytes < 2**20 or repeats < 1:
+        raise ProbeError(f"copy bandwidth needs size_bytes >= 1 MiB and repeats >= 1, got {size_bytes}, {repeats}")
+    dev = resolve_device(device)
+    src = torch.ones(size_bytes // 4, dtype=torch.float32, device=dev)  # ones: its pages are touched up front
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # warm-up: faults dst's pages in and loads the copy kernel
+    moved = 2 * src.numel() * src.element_size()
+    return statistics.median(moved / _time_copy_s(dst, src) for _ in range(repeats))
+
+
+def _time_copy_s(dst, src) -> float:
+    if dst.device.type == "cuda":  # events: a host timer would add the launch and sync to a ~100 µs copy
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+    t0 = time.perf_counter()
+    dst.copy_(src)
+    return time.perf_counter() - t0
+
+
+def measure_machine(model: str, dtype: str, device: str, device_name: str) -> tuple[Machine, OverheadReport]:
+    """The floor (`measure`) and the bandwidth: the device table on a known GPU, else a measured copy."""
+    overhead = measure(model, dtype, device, context=64, steps=32, reps=30)
+    known = match_device(device_name) if overhead.device.startswith("cuda") else None
+    if known is not None:
+        bandwidth, source = known.memory_bandwidth_bytes_s, f"{known.name} datasheet"
+    else:
+        bandwidth, source = measure_copy_bandwidth(overhead.device), f"measured copy on {device_name}"
+    floor_source = f"single-token forward, {model} {dtype}"
+    return Machine(overhead.floor_ms, floor_source, bandwidth, source), overhead

@@ -10,48 +10,39 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from engines import Engine, engine_class
-from engines.models import load_config, load_model, max_positions, prompt_ids, resolve_device, resolve_dtype
-from probe import annotate as A
-from probe.config import BenchConfig
-from probe.count import count_forward_ops
-from probe.env import environment
+from engines import engine_class
+from engines.base import Engine
+from engines.models import load_model, prompt_ids, resolve_device
+from probe.analysis.results import BenchResults, Cell, Clock
+from probe.analysis.telemetry import cell_telemetry, decode_windows, write_samples
+from probe.capture import annotate as A
+from probe.capture.config import BenchConfig, validate
+from probe.capture.count import count_forward_ops
+from probe.capture.env import environment
+from probe.capture.loop import Generation, generate
+from probe.capture.telemetry.backends import peak_rss_bytes, reset_peak_rss
+from probe.capture.telemetry.samplers import make_sampler
 from probe.errors import ProbeError
-from probe.loop import Generation, generate
-from probe.results import BenchResults, Cell
-from probe.telemetry import peak_rss_bytes, reset_peak_rss
 
 TELEMETRY_FILE = "telemetry.parquet"  # raw samples: t_ns (perf_counter_ns), one column a figure, and the cell
 
 
 def check_writable(folder: Path) -> None:
+    """Fail in one line, before any work, when `folder` cannot be written. The test file is created exclusively
+    (tempfile), so nothing already at a path there, such as a planted symlink, is ever written through."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        probe_file = folder / ".probe-write-test"
-        probe_file.write_text("")
-        probe_file.unlink()
+        with tempfile.TemporaryFile(dir=folder, prefix=".probe-write-test."):
+            pass
     except OSError as e:
         raise ProbeError(f"cannot write to output folder {folder}: {e.strerror or e}") from None
-
-
-def validate(cfg: BenchConfig) -> tuple[dict[str, type[Engine]], torch.device]:
-    """Every check that needs no model weights, so bad input fails in a second, not after a load."""
-    classes = {name: engine_class(name) for name in cfg.engines}
-    resolve_dtype(cfg.dtype)
-    device = resolve_device(cfg.device)
-    config = load_config(cfg.model)
-    limit = max_positions(config)
-    longest = max(cfg.prompts) + cfg.new_tokens
-    if limit is not None and longest > limit:
-        raise ProbeError(f"prompt {max(cfg.prompts)} + {cfg.new_tokens} new tokens = {longest} positions exceeds "
-                         f"the model's maximum of {limit}")
-    return classes, device
 
 
 class PeakMemory:
@@ -90,15 +81,12 @@ class Telemetry:
             print(note, file=sys.stderr)
 
     def sampler(self):
-        from probe.telemetry import make_sampler
-
         if not self.interval_ms:
             return contextlib.nullcontext(None)
         return make_sampler(self.interval_ms, self.device, torch.get_num_threads(), self.note_once)
 
     def summarize(self, sampler, gens: list[Generation], cell_index: int) -> dict:
-        from probe.telemetry import cell_telemetry, decode_windows
-
+        """The cell's typed telemetry fields (Cell.telemetry, Cell.decode_windows_ns); {} when off."""
         if sampler is None:
             return {}
         windows = decode_windows(gens)
@@ -108,8 +96,6 @@ class Telemetry:
                 "decode_windows_ns": [list(w) for w in windows]}
 
     def save(self, out: Path) -> None:
-        from probe.telemetry import write_samples
-
         if self.rows:
             write_samples(self.rows, out / TELEMETRY_FILE)
 
@@ -150,7 +136,7 @@ def measured_cell(engine: Engine, prompt: torch.Tensor, gens: list[Generation], 
         peak_mem_bytes=peak_mem_bytes, peak_mem_kind=peak_mem_kind, reference=reference,
         sync_overhead_ms=sync_overhead_ms,
     )
-    cell = dataclasses.replace(cell, extra=extra or {})
+    cell = dataclasses.replace(cell, recomputes=engine.recomputes, **(extra or {}))
     if engine.captures_decode:
         return cell
     counts = count_forward_ops(engine, prompt)
@@ -190,15 +176,15 @@ class References:
 def bench(cfg: BenchConfig, out: Path | None = None, progress: ProgressFn = lambda d, n: None,
           on_cell: Callable[[BenchResults], None] = lambda r: None) -> BenchResults:
     """Run the sweep. With `out`, results are saved after every cell."""
-    classes, device = validate(cfg)
+    classes, device = validate(cfg), resolve_device(cfg.device)
     if out is not None:
         check_writable(out)
     annotator = A.Annotator() if cfg.annotate else A.NULL
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    results = BenchResults([], environment(device, cfg.dtype), _config_dict(cfg))
     # Both clocks at one instant: telemetry rows and steps use perf_counter_ns, traces use the epoch.
-    results.extra["clock"] = {"perf_counter_ns": time.perf_counter_ns(), "epoch_ns": time.time_ns()}
+    clock = Clock(time.perf_counter_ns(), time.time_ns())
+    results = BenchResults([], environment(device, cfg.dtype), _config_dict(cfg), clock=clock)
     telemetry = Telemetry(cfg, device)
     model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
     mem = PeakMemory(device)

@@ -45,8 +45,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from probe.results import percentile
-from probe.trace import (
+from probe import vocabulary as V
+from probe.analysis.intervals import assign, covered, merge, nesting, union_by_group
+from probe.analysis.trace import (
     GPU_OP_KINDS,
     GRAPH_LAUNCH_NAMES,
     LAUNCH_NAMES,
@@ -55,12 +56,6 @@ from probe.trace import (
     Trace,
     api_base_name,
 )
-
-# The annotation vocabulary of probe.annotate, repeated here so that reading a trace never imports torch
-# (tests check the two agree).
-PREFILL, DECODE = "prefill", "decode"
-CACHE_UPDATE, CACHE_SEQ_LENGTH, CACHE_MASK_SIZES = "cache.update", "cache.seq_length", "cache.mask_sizes"
-MASK, SAMPLE, SYNC = "mask", "sample", "sync"
 
 ATTENTION_OPS = frozenset({
     "aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention",
@@ -73,14 +68,6 @@ KERNEL_WAIT_NS = 30  # HTA's consecutive_kernel_delay default: gaps below this a
 HOST_PARTS = ("sync", "sample", "cache_update", "cache_seq_length", "cache_mask_sizes", "mask", "attention", "ops")
 STEP_KINDS = ("prefill", "decode", "profiler_step", "window")
 TOP_OPS_KEPT = 20  # per step; op_counts keeps every name
-
-
-def split_label(text: str) -> tuple[str, int | None]:
-    """`decode#3` -> ("decode", 3); `sample` -> ("sample", None). Same rule as probe.annotate.split_label."""
-    name, sep, index = text.rpartition("#")
-    if sep and index.isdigit():
-        return name, int(index)
-    return text, None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -125,6 +112,7 @@ class StepLedger:
     idle_kernel_wait_ns: int
     idle_other_ns: int
     top_level_ops: int
+    dispatched: int  # launches + graph launches on a GPU trace; top-level ops on a CPU-only one
     cpu_ops: int  # every cpu_op on the step's thread that starts in the window, nested ones included
     sync_ns: int
     sample_ns: int
@@ -236,6 +224,7 @@ class TraceAnalysis:
     steps: list[StepLedger]
     totals: Totals
     summary: Summary
+    on_gpu: bool  # the trace has GPU work or launches: the one definition of "a GPU trace"
     warnings: tuple[str, ...] = ()
     origin_epoch_ns: int | None = None  # epoch ns of the first event (steps' start_ns count from it), when known
 
@@ -247,7 +236,8 @@ class TraceAnalysis:
         raise KeyError(key)
 
     def to_json(self) -> dict:
-        return {"format": self.format, "source": self.source, "origin_epoch_ns": self.origin_epoch_ns,
+        return {"format": self.format, "source": self.source, "on_gpu": self.on_gpu,
+                "origin_epoch_ns": self.origin_epoch_ns,
                 "steps": [s.to_json() for s in self.steps],
                 "totals": self.totals.to_json(), "summary": self.summary.to_json(),
                 "warnings": list(self.warnings)}
@@ -260,95 +250,6 @@ class TimelineItem:
     part: str  # the host part it feeds: "cache_update", "mask", "sample", "attention", "ops", ... or "range"
     start_us: float  # from the step's start
     dur_us: float
-
-
-# ---------------------------------------------------------------------------------------------------------
-# interval arithmetic on sorted int64 arrays
-
-
-def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union of [start, end] intervals as sorted disjoint intervals (touching ones are joined)."""
-    if len(starts) == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], np.maximum.accumulate(ends[order])
-    opens = np.empty(len(s), bool)
-    opens[0] = True
-    opens[1:] = s[1:] > e[:-1]
-    first = np.flatnonzero(opens)
-    last = np.append(first[1:] - 1, len(s) - 1)
-    return s[first], e[last]
-
-
-def covered(ms: np.ndarray, me: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """For merged intervals (ms, me): how much of each window [lo, hi] they cover, exactly."""
-    if len(ms) == 0:
-        return np.zeros(len(lo), np.int64)
-    prefix = np.concatenate(([0], np.cumsum(me - ms)))
-
-    def upto(t: np.ndarray) -> np.ndarray:  # covered length in (-inf, t]
-        k = np.searchsorted(ms, t, side="right") - 1
-        kc = np.maximum(k, 0)
-        inside = np.clip(t - ms[kc], 0, me[kc] - ms[kc])
-        return np.where(k >= 0, prefix[kc] + inside, 0)
-
-    return upto(hi) - upto(lo)
-
-
-def union_by_group(group: np.ndarray, starts: np.ndarray, ends: np.ndarray, groups: int) -> np.ndarray:
-    """Length of the union of the intervals in each group 0..groups-1 (rows with group < 0 are ignored)."""
-    keep = group >= 0
-    group, starts, ends = group[keep], starts[keep], ends[keep]
-    out = np.zeros(groups, np.int64)
-    if len(starts) == 0:
-        return out
-    base = int(starts.min())
-    span = int(ends.max()) - base + 1
-    if span * (groups + 1) < 2**62:
-        # Shift each group into its own stretch of the time axis, so one merge does every group at once.
-        shift = group.astype(np.int64) * span - base
-        ms, me = merge(starts + shift, ends + shift)
-        np.add.at(out, ms // span, me - ms)
-        return out
-    for g in np.unique(group):  # only for absurd spans; still one pass per group, not per event
-        sel = group == g
-        ms, me = merge(starts[sel], ends[sel])
-        out[g] = int((me - ms).sum())
-    return out
-
-
-def assign(t: np.ndarray, win_start: np.ndarray, win_end: np.ndarray) -> np.ndarray:
-    """Index of the window (sorted by start) whose [start, end] holds each time; -1 where none does."""
-    k = np.searchsorted(win_start, t, side="right") - 1
-    kc = np.maximum(k, 0)
-    ok = (k >= 0) & (t <= win_end[kc]) if len(win_start) else np.zeros(len(t), bool)
-    return np.where(ok, k, -1)
-
-
-def nesting(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Depth and parent of properly nested intervals, given sorted by (start asc, end desc).
-
-    depth[i] = how many earlier intervals are still open at starts[i]; an interval of zero length at another's
-    end is its sibling, not its child. parent[i] = the nearest earlier interval one level up, -1 at the top.
-    """
-    n = len(starts)
-    if n == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    idx = np.arange(n)
-    closed = np.searchsorted(np.sort(ends), starts, side="right")  # intervals over by starts[i], any order
-    lo = np.searchsorted(starts, starts, side="left")
-    hi = np.searchsorted(starts, starts, side="right")
-    zero = np.concatenate(([0], np.cumsum(ends == starts)))
-    zero_from = hi - (zero[hi] - zero[lo])  # zero-length intervals sort last among equal starts
-    later_zero = hi - np.maximum(idx, zero_from)  # of those counted in `closed`, the ones at or after i
-    depth = np.maximum(idx - (closed - later_zero), 0)
-    parent = np.full(n, -1, np.int64)
-    for d in range(1, int(depth.max()) + 1):
-        up = np.flatnonzero(depth == d - 1)
-        here = np.flatnonzero(depth == d)
-        k = np.searchsorted(up, here) - 1
-        parent[here] = np.where(k >= 0, up[np.maximum(k, 0)], -1)
-    return depth, parent
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -369,10 +270,10 @@ class _Steps:
 def _label_kinds(names: tuple[str, ...]) -> list[tuple[str, int] | None]:
     out = []
     for text in names:
-        base, index = split_label(text)
-        if text == PREFILL:
+        base, index = V.split_label(text)
+        if text == V.PREFILL:
             out.append(("prefill", 0))
-        elif base == DECODE and index is not None:
+        elif base == V.DECODE and index is not None:
             out.append(("decode", index))
         else:
             out.append(None)
@@ -403,7 +304,7 @@ def find_steps(trace: Trace) -> _Steps:
     else:
         rows = trace.rows(Kind.PROFILER_STEP)
         kinds = ["profiler_step"] * len(rows)
-        indices = [split_label(trace.names[i])[1] or 0 for i in trace.name_id[rows]]
+        indices = [V.split_label(trace.names[i])[1] or 0 for i in trace.name_id[rows]]
     if len(rows):
         return _Steps(names=[trace.names[i] for i in trace.name_id[rows]], kinds=kinds, indices=indices,
                       start=trace.ts_ns[rows], end=trace.end_ns[rows], pid=trace.pid[rows], tid=trace.tid[rows])
@@ -506,14 +407,14 @@ def _thread_ops(trace: Trace, pid: int, tid: int) -> _Ops:
 
 def _part_masks(trace: Trace) -> dict[str, np.ndarray]:
     """Per name id: which host part a range or op of that name feeds."""
-    split = [split_label(n)[0] for n in trace.names]
+    split = [V.split_label(n)[0] for n in trace.names]
     by_name = {
-        "sync": np.array([n == SYNC for n in split], bool),
-        "sample": np.array([n == SAMPLE for n in split], bool),
-        "cache_update": np.array([n == CACHE_UPDATE for n in split], bool),
-        "cache_seq_length": np.array([n == CACHE_SEQ_LENGTH for n in split], bool),
-        "cache_mask_sizes": np.array([n == CACHE_MASK_SIZES for n in split], bool),
-        "mask": np.array([n == MASK for n in split], bool),
+        "sync": np.array([n == V.SYNC for n in split], bool),
+        "sample": np.array([n == V.SAMPLE for n in split], bool),
+        "cache_update": np.array([n == V.CACHE_UPDATE for n in split], bool),
+        "cache_seq_length": np.array([n == V.CACHE_SEQ_LENGTH for n in split], bool),
+        "cache_mask_sizes": np.array([n == V.CACHE_MASK_SIZES for n in split], bool),
+        "mask": np.array([n == V.MASK for n in split], bool),
         "attention": np.array([n in ATTENTION_OPS for n in trace.names], bool),
         "sync_api": np.array(["Synchronize" in n for n in trace.names], bool),
     }
@@ -620,6 +521,9 @@ def analyze(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> TraceAnalysis
         for j, s in enumerate(sel.tolist()):
             op_counts[s], top_ops[s] = oc[j], to[j]
 
+    totals = _totals(trace, gpu, launch_names, graph_names)
+    on_gpu = totals.gpu_ops + totals.launches + totals.graph_launches > 0
+    dispatched = launches + graphs if on_gpu else top_counts
     t0 = trace.start_ns
     ledgers = [
         StepLedger(
@@ -629,17 +533,17 @@ def analyze(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> TraceAnalysis
             runtime_calls=int(runtime_calls[i]), kernels=int(kernels[i]), gpu_ops=int(gpu_ops[i]),
             gpu_busy_ns=int(busy[i]), gpu_idle_ns=int(idle_host[i] + idle_kernel[i] + idle_other[i]),
             idle_host_wait_ns=int(idle_host[i]), idle_kernel_wait_ns=int(idle_kernel[i]),
-            idle_other_ns=int(idle_other[i]), top_level_ops=int(top_counts[i]), cpu_ops=int(all_counts[i]),
+            idle_other_ns=int(idle_other[i]), top_level_ops=int(top_counts[i]), dispatched=int(dispatched[i]),
+            cpu_ops=int(all_counts[i]),
             **{f"{p}_ns": int(parts[p][i]) for p in HOST_PARTS + ("unattributed",)},
             op_counts=op_counts[i], top_ops=top_ops[i],
         )
         for i in range(n)
     ]
-    totals = _totals(trace, gpu, launch_names, graph_names)
     origin = None if trace.base_ns is None or not len(trace) else int(trace.base_ns + trace.start_ns)
     return TraceAnalysis(format=trace.format, source=trace.source, steps=ledgers, totals=totals,
-                         summary=summarize(ledgers, has_gpu=totals.gpu_ops + totals.launches > 0),
-                         warnings=tuple(warnings), origin_epoch_ns=origin)
+                         summary=summarize(ledgers, on_gpu), on_gpu=on_gpu, warnings=tuple(warnings),
+                         origin_epoch_ns=origin)
 
 
 def _totals(trace: Trace, gpu: _Gpu, launch_names: np.ndarray, graph_names: np.ndarray) -> Totals:
@@ -654,13 +558,12 @@ def _totals(trace: Trace, gpu: _Gpu, launch_names: np.ndarray, graph_names: np.n
     )
 
 
-def summarize(steps: list[StepLedger], has_gpu: bool) -> Summary:
+def summarize(steps: list[StepLedger], on_gpu: bool) -> Summary:
     """Median / p90 step time and shares over the decode steps (every step when there are none)."""
     decode = [s for s in steps if s.kind == "decode"]
     used = decode or steps
     walls = [s.wall_ns / 1000 for s in used]
     wall = sum(s.wall_ns for s in used)
-    dispatch = [s.launches + s.graph_launches if has_gpu else s.top_level_ops for s in used]
     agg: dict[str, list[int]] = {}
     for s in used:
         for o in s.top_ops:
@@ -670,9 +573,9 @@ def summarize(steps: list[StepLedger], has_gpu: bool) -> Summary:
     top = tuple(OpTime(k, v[0], v[1]) for k, v in sorted(agg.items(), key=lambda kv: (-kv[1][0], kv[0]))[:10])
     return Summary(
         steps_used="decode" if decode else "all", steps=len(used),
-        step_p50_us=percentile(walls, 50), step_p90_us=percentile(walls, 90),
-        launches_per_step=percentile([float(d) for d in dispatch], 50),
-        dispatch="launches" if has_gpu else "top-level ops",
+        step_p50_us=float(np.percentile(walls, 50)), step_p90_us=float(np.percentile(walls, 90)),
+        launches_per_step=float(np.median([s.dispatched for s in used])),
+        dispatch="launches" if on_gpu else "top-level ops",
         busy_fraction=sum(s.gpu_busy_ns for s in used) / wall if wall else 0.0,
         cache_share=sum(s.cache_ns for s in used) / wall if wall else 0.0,
         unattributed_share=sum(s.unattributed_ns for s in used) / wall if wall else 0.0,
@@ -725,5 +628,52 @@ def step_timeline(trace: Trace, step: StepLedger) -> list[TimelineItem]:
     return [TimelineItem(name, kind, part, (start - lo) / 1000, dur / 1000) for start, dur, name, kind, part in items]
 
 
+@dataclass(frozen=True)
+class StepDigest:
+    """The median steady-state step of an analyzed trace (its decode steps, else every step): wall, each host
+    part, what it dispatched and GPU busy. Medians taken part by part, so the parts need not sum to the wall."""
+
+    source: str
+    steps: int  # how many steps the medians are over
+    dispatch: str  # "launches" | "top-level ops" (Summary.dispatch)
+    wall_us: float
+    parts_us: dict[str, float]  # host part -> median us (StepLedger.host_parts_ns)
+    dispatched: float
+    gpu_busy_us: float | None  # None on a CPU-only trace
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.dispatch == "launches"
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict) -> StepDigest:
+        doc = dict(doc)
+        if "dispatched" not in doc:  # report.json files before the digest was typed
+            gpu = doc.get("dispatch") == "launches"
+            doc["dispatched"] = doc.get("launches") if gpu else doc.get("top_level_ops")
+            doc["gpu_busy_us"] = doc.get("gpu_busy_us") if gpu else None
+        return cls(**{f.name: doc[f.name] for f in dataclasses.fields(cls)})
+
+
+def digest(analysis: TraceAnalysis) -> StepDigest:
+    """The median steady-state step of `analysis`."""
+    steps = steady_steps(analysis)
+    parts = {p: float(np.median([s.host_parts_ns[p] for s in steps])) / 1e3 for p in steps[0].host_parts_ns}
+    return StepDigest(source=analysis.source, steps=len(steps), dispatch=analysis.summary.dispatch,
+                      wall_us=float(np.median([s.wall_ns for s in steps])) / 1e3, parts_us=parts,
+                      dispatched=float(np.median([s.dispatched for s in steps])),
+                      gpu_busy_us=float(np.median([s.gpu_busy_ns for s in steps])) / 1e3 if analysis.on_gpu else None)
+
+
+def steady_steps(analysis: TraceAnalysis) -> list[StepLedger]:
+    """The steps the summary describes (Summary.steps_used): the decode steps, else every step."""
+    if analysis.summary.steps_used == "decode":
+        return [s for s in analysis.steps if s.kind == "decode"]
+    return list(analysis.steps)
+
+
 __all__ = ["PROFILER_STEP_PREFIX", "OpTime", "StepLedger", "Summary", "TimelineItem", "TraceAnalysis", "Totals",
-           "analyze", "find_steps", "step_timeline", "summarize", "merge", "covered", "union_by_group", "nesting"]
+           "StepDigest", "analyze", "digest", "find_steps", "steady_steps", "step_timeline", "summarize"]

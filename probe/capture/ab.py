@@ -5,7 +5,7 @@ On a shared machine the speed of a whole process drifts: here the same cached de
 disagree by more than any threshold a useful timing gate can use, and the U test, which sees only the noise
 inside each session, calls that drift a regression (benchmarks/compare_noise.py: most self-comparisons
 alerted). Alternating whole runs still left drift within a run. So the two engines decode in lockstep
-(probe.loop.lockstep): one step of each in turn, the order reversed every step, so both see the same
+(probe.capture.loop.lockstep): one step of each in turn, the order reversed every step, so both see the same
 machine at the scale of one step, and what is left is the difference between them. The counts are measured
 as the bench does (probe.count), so the launch gate is the same.
 """
@@ -17,19 +17,19 @@ import dataclasses
 import torch
 
 from engines import engine_class
-from engines.models import load_model, prompt_ids
-from probe.compare import SampleSet, from_results
-from probe.config import BenchConfig
-from probe.env import environment
-from probe.loop import Generation, lockstep
-from probe.results import BenchResults, Cell
+from engines.models import load_model, prompt_ids, resolve_device
+from probe.analysis.compare import SampleSet, from_results
+from probe.analysis.results import BenchResults, Cell
+from probe.capture.bench import measured_cell
+from probe.capture.config import BenchConfig, validate
+from probe.capture.env import environment
+from probe.capture.loop import Generation, lockstep
 
 
 def interleaved(cfg: BenchConfig, base: str, current: str, flip: bool = False) -> tuple[SampleSet, SampleSet]:
     """Runs of `base` and `current` alternate at every prompt length (`current` first when `flip`)."""
-    from probe.bench import measured_cell, validate
-
-    _, device = validate(dataclasses.replace(cfg, engines=(base, current)))
+    validate(dataclasses.replace(cfg, engines=(base, current)))
+    device = resolve_device(cfg.device)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed)

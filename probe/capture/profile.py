@@ -15,20 +15,31 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+try:
+    import nvtx
+except ImportError:  # optional: ranges then go through torch.cuda.nvtx where CUDA exists
+    nvtx = None
+
 from engines import engine_class
-from engines.models import load_model, prompt_ids, resolve
-from probe import annotate as A
-from probe.config import ProfileConfig
-from probe.env import environment
+from engines.configs import resolve
+from engines.models import load_model, prompt_ids, resolve_device
+from probe.analysis.files import atomic_path, atomic_write
+from probe.analysis.results import Clock
+from probe.analysis.telemetry import cell_telemetry, decode_windows, write_samples
+from probe.capture import annotate as A
+from probe.capture.bench import check_writable
+from probe.capture.config import BenchConfig, ProfileConfig, validate
+from probe.capture.env import environment
+from probe.capture.loop import generate
+from probe.capture.telemetry.samplers import make_sampler
 from probe.errors import ProbeError
-from probe.loop import generate
-from probe.telemetry import cell_telemetry, decode_windows, make_sampler, write_samples
 
 NSYS_HINT = ("nsys not found: run scripts/install-nsys.sh (Debian's nsight-systems 2022.4, non-free) "
              "and set PROBE_NSYS to the path it prints, or put nsys on PATH")
@@ -48,13 +59,10 @@ class Capture:
 
 
 def _prepare(cfg: ProfileConfig, model=None):
-    from probe.bench import validate
-    from probe.config import BenchConfig
-
     bench_cfg = BenchConfig(engines=(cfg.engine,), prompts=(cfg.prompt,), new_tokens=cfg.new_tokens, runs=1,
                             warmup=cfg.warmup, batch=(cfg.batch,), model=cfg.model, dtype=cfg.dtype,
                             device=cfg.device, seed=cfg.seed)
-    classes, device = validate(bench_cfg)
+    classes, device = validate(bench_cfg), resolve_device(cfg.device)
     if model is None:
         model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
     engine = classes[cfg.engine](model)
@@ -64,14 +72,12 @@ def _prepare(cfg: ProfileConfig, model=None):
 
 def _write_meta(path: Path, cfg: ProfileConfig, device: torch.device, **extra) -> None:
     meta = {"config": dataclasses.asdict(cfg), "env": environment(device, cfg.dtype), **extra}
-    path.write_text(json.dumps(meta, indent=1))
+    atomic_write(path, json.dumps(meta, indent=1))
 
 
 def profile_torch(cfg: ProfileConfig, out: Path, model=None) -> Capture:
     """Record one generation under torch.profiler (CPU, plus CUDA when available) after `warmup` runs.
     `model`, when given, is used instead of loading `cfg.model` again."""
-    from probe.bench import check_writable
-
     check_writable(out)
     engine, prompt, device = _prepare(cfg, model)
     annotator = A.Annotator()
@@ -80,23 +86,24 @@ def profile_torch(cfg: ProfileConfig, out: Path, model=None) -> Capture:
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    clock = {"perf_counter_ns": time.perf_counter_ns(), "epoch_ns": time.time_ns()}  # to line samples up
+    clock = Clock(time.perf_counter_ns(), time.time_ns())  # lines the telemetry samples up with the trace
     with make_sampler(10.0, device, torch.get_num_threads()) as sampler:
         with torch.profiler.profile(activities=activities) as prof:
             gen = generate(engine, prompt, cfg.new_tokens, annotator)
     name = stem(cfg, device)
     tokens = gen.tokens.shape[0] * (gen.tokens.shape[1] - 1)
     write_samples(sampler.samples, out / f"{name}.telemetry.parquet")
-    raw = out / f"{name}.trace.json"
-    prof.export_chrome_trace(str(raw))
     trace = out / f"{name}.trace.json.gz"
-    with open(raw, "rb") as src, gzip.open(trace, "wb", compresslevel=9) as dst:
-        shutil.copyfileobj(src, dst)
-    raw.unlink()
+    with tempfile.TemporaryDirectory(dir=out, prefix=".probe-") as tmp, atomic_path(trace) as packed:
+        raw = Path(tmp) / "trace.json"  # torch writes its export uncompressed; only the gzip is kept
+        prof.export_chrome_trace(str(raw))
+        with open(raw, "rb") as src, gzip.open(packed, "wb", compresslevel=9) as dst:
+            shutil.copyfileobj(src, dst)
     meta = out / f"{name}.meta.json"
-    _write_meta(meta, cfg, device, tool="torch.profiler", trace=trace.name, clock=clock, start_ns=gen.start_ns,
-                ttft_ms=gen.ttft_ns / 1e6, itl_ms=[s / 1e6 for s in gen.step_ns], tokens=gen.tokens.tolist(),
-                telemetry=cell_telemetry(sampler.samples, decode_windows([gen]), tokens))
+    telemetry = cell_telemetry(sampler.samples, decode_windows([gen]), tokens)
+    _write_meta(meta, cfg, device, tool="torch.profiler", trace=trace.name, clock=dataclasses.asdict(clock),
+                start_ns=gen.start_ns, ttft_ms=gen.ttft_ns / 1e6, itl_ms=[s / 1e6 for s in gen.step_ns],
+                tokens=gen.tokens.tolist(), telemetry=telemetry.to_json())
     return Capture(trace, meta)
 
 
@@ -121,9 +128,7 @@ def find_nsys() -> str:
 
 def check_nvtx_for(nsys: str) -> None:
     """nvtx >= 0.2.12 calls nvtxDomainIsEnabled, which nsys 2022.x lacks: every range would vanish silently."""
-    try:
-        import nvtx
-    except ImportError:
+    if nvtx is None:
         return
     version = tuple(int(x) for x in re.findall(r"\d+", getattr(nvtx, "__version__", "0"))[:3])
     out = subprocess.run([nsys, "--version"], capture_output=True, text=True).stdout
@@ -135,14 +140,12 @@ def check_nvtx_for(nsys: str) -> None:
 
 def profile_nsys(cfg: ProfileConfig, out: Path) -> Capture:
     """Run the same generation under `nsys profile`; export the report to SQLite next to it."""
-    from probe.bench import check_writable, validate
-    from probe.config import BenchConfig
-
     nsys = find_nsys()
     check_nvtx_for(nsys)
     check_writable(out)
-    _, device = validate(BenchConfig(engines=(cfg.engine,), prompts=(cfg.prompt,), new_tokens=cfg.new_tokens,
-                                     model=cfg.model, dtype=cfg.dtype, device=cfg.device))
+    validate(BenchConfig(engines=(cfg.engine,), prompts=(cfg.prompt,), new_tokens=cfg.new_tokens,
+             model=cfg.model, dtype=cfg.dtype, device=cfg.device))
+    device = resolve_device(cfg.device)
     base = out / stem(cfg, device)
     traces = "nvtx,osrt" + (",cuda" if device.type == "cuda" else "")
     inner = [sys.executable, "-m", "probe", "profile", "--annotated-run",

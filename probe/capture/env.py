@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import torch
+import transformers
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,8 +43,6 @@ def device_name(device: torch.device) -> str:
 
 
 def environment(device: torch.device, dtype: str) -> dict:
-    import transformers
-
     return {
         "torch": torch.__version__,
         "transformers": transformers.__version__,

@@ -1,38 +1,15 @@
-"""Typed run configuration. CLI flags are generated from these fields, so defaults live in one place."""
+"""Typed run configuration, and the checks that need no weights. CLI flags are generated from these fields
+(probe.flags), so defaults live in one place. Importing this module loads no torch, so every command can
+build its flags from it; `validate` loads the engines it names."""
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import types
-import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from engines import engine_class
+from engines.configs import DTYPE_NAMES, load_config, max_positions
 from probe.errors import ProbeError
-
-
-def _list_of(kind: type, what: str):
-    def parse(text: str) -> tuple:
-        items = [t.strip() for t in text.split(",")]
-        if not text.strip() or any(not t for t in items):
-            raise argparse.ArgumentTypeError(f"malformed {what} list {text!r}: use comma-separated values")
-        try:
-            values = tuple(kind(t) for t in items)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"malformed {what} list {text!r}: {items} are not all {kind.__name__}s"
-                                             ) from None
-        return values
-
-    return parse
-
-
-int_list = _list_of(int, "integer")
-str_list = _list_of(str, "name")
-
-
-def knob(default, help: str, parse=None, choices=None):
-    """A config field with its CLI help; `parse` turns the flag's text into the field's value."""
-    return field(default=default, metadata={"help": help, "parse": parse, "choices": choices})
+from probe.flags import int_list, knob, str_list
 
 
 @dataclass(frozen=True)
@@ -91,35 +68,17 @@ class ProfileConfig:
             raise ProbeError("--prompt and --batch must be at least 1, --warmup at least 0")
 
 
-def _base_type(tp):
-    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
-        return next(a for a in typing.get_args(tp) if a is not type(None))
-    return tp
-
-
-def add_arguments(parser: argparse.ArgumentParser, cls, *, overrides_only: bool = False,
-                  skip: tuple[str, ...] = ()) -> None:
-    """Add one flag per field of dataclass `cls`. With `overrides_only`, absent flags stay absent."""
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        if f.name in skip:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        meta, tp = f.metadata, _base_type(hints[f.name])
-        default = argparse.SUPPRESS if overrides_only else f.default
-        shown = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
-        help_text = f"{meta.get('help', '')} (default: {shown})"
-        if tp is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
-        else:
-            parser.add_argument(flag, type=meta.get("parse") or tp, default=default, help=help_text,
-                                choices=meta.get("choices"))
-
-
-def from_args(cls, ns: argparse.Namespace, **base):
-    """Build `cls` from parsed flags; `base` gives defaults that flags override."""
-    values = dict(base)
-    for f in dataclasses.fields(cls):
-        if hasattr(ns, f.name):
-            values[f.name] = getattr(ns, f.name)
-    return cls(**values)
+def validate(cfg: BenchConfig) -> dict[str, type]:
+    """Every check that needs no model weights, so bad input fails in a second, not after a load: the engines
+    (their classes, by name), the dtype, the model's config and its position limit. The device is checked where
+    it is resolved (engines.models.resolve_device)."""
+    classes = {name: engine_class(name) for name in cfg.engines}
+    if cfg.dtype not in DTYPE_NAMES:
+        raise ProbeError(f"unknown dtype {cfg.dtype!r}: use one of {', '.join(DTYPE_NAMES)}")
+    config = load_config(cfg.model)
+    limit = max_positions(config)
+    longest = max(cfg.prompts) + cfg.new_tokens
+    if limit is not None and longest > limit:
+        raise ProbeError(f"prompt {max(cfg.prompts)} + {cfg.new_tokens} new tokens = {longest} positions exceeds "
+                         f"the model's maximum of {limit}")
+    return classes

@@ -1,0 +1,83 @@
+"""Model configs without torch: shipped presets, config files and model folders, resolved to a transformers config.
+
+A preset is a `config.json` shipped in `engines/presets/`. Reading a config needs transformers' config classes
+only, so the analysis side (rooflines, byte counts) can use it on a machine without torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+PRESET_DIR = Path(__file__).parent / "presets"
+DTYPE_NAMES = ("float32", "float16", "bfloat16")
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt")
+
+
+class ModelError(ValueError):
+    """A model spec that cannot be resolved; the message is one line, fit for a CLI error."""
+
+
+def presets() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.json"))
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model comes from: a preset or config (random weights), or a folder with weights."""
+
+    name: str  # short name used in file names and tables
+    config_path: Path
+    weights_dir: Path | None  # None: seeded random weights
+
+
+def resolve(spec: str) -> ModelSource:
+    """Turn `tiny`, `qwen2.5-1.5b`, `path/config.json` or `path/to/model_dir` into a ModelSource."""
+    if (PRESET_DIR / f"{spec}.json").is_file():
+        return ModelSource(spec, PRESET_DIR / f"{spec}.json", None)
+    path = Path(spec).expanduser()
+    if path.is_file():
+        if path.suffix != ".json":
+            raise ModelError(f"model file {spec!r} is not a config.json")
+        return ModelSource(path.parent.name or path.stem, path, None)
+    if path.is_dir():
+        config = path / "config.json"
+        if not config.is_file():
+            raise ModelError(f"model folder {spec!r} has no config.json")
+        has_weights = any(any(path.glob(p)) for p in WEIGHT_PATTERNS)
+        return ModelSource(path.name, config, path if has_weights else None)
+    if "/" in spec or spec.endswith(".json") or path.is_absolute():
+        raise ModelError(f"model path {spec!r} does not exist")
+    raise ModelError(f"unknown model {spec!r}: use a preset ({', '.join(presets())}) or a local path")
+
+
+def config_from_dict(raw: dict, where: str = "config"):
+    """A config.json's dict as its family's transformers config, family defaults filled in."""
+    # transformers loads here, when a config is first read, not when this module is imported: a CLI that
+    # only builds its flags from configs stays fast.
+    from transformers import AutoConfig
+
+    if not isinstance(raw, dict) or "model_type" not in raw:
+        raise ModelError(f"{where} has no model_type")
+    try:
+        return AutoConfig.for_model(**raw)
+    except (ValueError, KeyError, TypeError) as e:
+        raise ModelError(f"{where}: {str(e).splitlines()[0]}") from None
+
+
+def load_config(spec: str):
+    """The transformers config of a model spec, without building the model."""
+    source = resolve(spec)
+    try:
+        raw = json.loads(source.config_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelError(f"cannot read {source.config_path}: {e}") from None
+    return config_from_dict(raw, str(source.config_path))
+
+
+def max_positions(config) -> int | None:
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        if getattr(config, key, None):
+            return int(getattr(config, key))
+    return None

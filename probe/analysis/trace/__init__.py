@@ -1,0 +1,49 @@
+"""The event table every analysis reads, and the readers that fill it (see `table` for every column).
+
+`load_trace(path)` reads torch.profiler chrome JSON (`.json`, `.json.gz`) and Nsight Systems SQLite exports
+(`.sqlite`, or gzipped), deciding by content, not by suffix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from probe.analysis import files
+from probe.analysis.trace.chrome import read_chrome, read_text
+from probe.analysis.trace.nsys import read_nsys
+from probe.analysis.trace.table import (
+    COLUMNS,
+    GPU_OP_KINDS,
+    GRAPH_LAUNCH_NAMES,
+    LAUNCH_NAMES,
+    PROFILER_STEP_PREFIX,
+    Kind,
+    Trace,
+    api_base_name,
+)
+from probe.errors import ProbeError
+
+
+def load_trace(path: str | Path) -> Trace:
+    """Read a torch.profiler chrome trace (.json / .json.gz) or an nsys SQLite export (.sqlite, or gzipped)
+    into a `Trace`. Raises ProbeError, with a one-line reason, for a missing, empty, truncated or foreign file.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise ProbeError(f"{p}: no such file")
+    if p.is_dir():
+        raise ProbeError(f"{p}: is a folder, not a trace file")
+    if p.stat().st_size == 0:
+        raise ProbeError(f"{p}: empty file")
+    kind = files.sniff(p)
+    if kind == files.NSYS_REPORT:
+        raise ProbeError(f"{p}: an Nsight Systems report; export it first: nsys export --type sqlite {p}")
+    if kind == files.NSYS_SQLITE:
+        with open(p, "rb") as f:
+            gzipped = f.read(2) == files.GZIP_MAGIC
+        return read_nsys(p, read_text(p) if gzipped else None)
+    return read_chrome(p)
+
+
+__all__ = ["COLUMNS", "GPU_OP_KINDS", "GRAPH_LAUNCH_NAMES", "LAUNCH_NAMES", "PROFILER_STEP_PREFIX", "Kind", "Trace",
+           "api_base_name", "load_trace"]

@@ -1,0 +1,154 @@
+"""The explorer's files: what lies under its root folder, and the one gate every path goes through.
+
+Everything the app reads lies under one root folder. `list_sources` walks it (bounded: depth, count, no hidden
+or virtual-env folders, no symlinked folders) for run folders (holding results.json), results files (`probe
+baseline` files in a `baselines/` folder) and traces; `resolve_under` is the one gate every path goes through,
+and it refuses anything that resolves outside the root, symlinks included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from probe.analysis.compare import SampleSet, from_analysis, from_results
+from probe.analysis.compare import trace_meta as read_trace_meta
+from probe.analysis.files import is_trace_name, trace_stem
+from probe.analysis.report import REPORT_FILE
+from probe.analysis.results import RESULTS_FILE
+from probe.errors import ProbeError
+
+ROOT_ENV = "PROBE_APP_ROOT"
+TELEMETRY_GLOB = "*telemetry*.parquet"  # probe.analysis.telemetry.write_samples: t_ns plus one column a figure
+BASELINES_DIR = "baselines"  # `probe baseline` writes results files here (baselines/cpu-tiny.json)
+SKIP_DIRS = frozenset({"node_modules", "__pycache__", "site-packages", "venv"})  # and every .hidden folder
+MAX_DEPTH = 6  # runs/run-x/next-static is 3 deep; deeper trees are not probe output
+MAX_SOURCES = 500  # a root such as $HOME must not hang the sidebar
+
+
+# ---------------------------------------------------------------------------------------------------------
+# files under the root
+
+
+@dataclass(frozen=True)
+class Source:
+    rel: str  # path from the root, "/"-separated
+    kind: str  # "run" (a results folder or file) | "trace"
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}: {self.rel}"
+
+
+def app_root(argv: Sequence[str], environ: Mapping[str, str]) -> Path:
+    """`--root DIR` after `streamlit run app.py --`, else $PROBE_APP_ROOT, else the current folder.
+
+    argv is the whole sys.argv. Its options are the app's only when argv[0] is app.py: under AppTest (pytest)
+    sys.argv is pytest's own command line.
+    """
+    parser = argparse.ArgumentParser(prog="app.py", add_help=False)
+    parser.add_argument("--root")
+    ours = list(argv[1:]) if argv and Path(argv[0]).name == "app.py" else []
+    root = parser.parse_known_args(ours)[0].root or environ.get(ROOT_ENV) or "."
+    return Path(root).expanduser().resolve()
+
+
+def resolve_under(root: Path, rel: str | Path) -> Path:
+    """root/rel with every symlink resolved; ProbeError when that is not inside root (absolute rel included)."""
+    base = Path(root).resolve()
+    path = (base / rel).resolve()
+    if path != base and base not in path.parents:
+        raise ProbeError(f"{rel}: outside the app's root {base}")
+    return path
+
+
+def source_path(root: Path, source: Source) -> Path:
+    """The source's path, once it and every file the app reads for it (a run folder's results.json and
+    report.json) are known to lie inside root."""
+    path = resolve_under(root, source.rel)
+    if path.is_dir():
+        for name in (RESULTS_FILE, REPORT_FILE):
+            resolve_under(root, Path(source.rel) / name)
+    return path
+
+
+def list_sources(root: Path, max_depth: int = MAX_DEPTH, limit: int = MAX_SOURCES) -> tuple[list[Source], bool]:
+    """Run folders, baseline files and traces under root, runs first, each sorted by path; and whether the
+    listing stopped at `limit`. Symlinked folders are not entered; a symlinked file is listed only when it
+    resolves inside root."""
+    root = Path(root).resolve()
+    runs, traces = [], []
+    for folder, dirs, files in os.walk(root):
+        here = Path(folder)
+        depth = len(here.relative_to(root).parts)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS and depth < max_depth)
+        if RESULTS_FILE in files and _inside(root, here / RESULTS_FILE):
+            runs.append(Source(_rel(root, here), "run"))
+        for name in sorted(files):
+            if here.name == BASELINES_DIR and name.endswith(".json") and _inside(root, here / name):
+                runs.append(Source(_rel(root, here / name), "run"))
+            elif is_trace_name(name) and _inside(root, here / name):
+                traces.append(Source(_rel(root, here / name), "trace"))
+        if len(runs) + len(traces) >= limit:
+            return (sorted(runs, key=_by_rel) + sorted(traces, key=_by_rel))[:limit], True
+    return sorted(runs, key=_by_rel) + sorted(traces, key=_by_rel), False
+
+
+def _by_rel(s: Source) -> str:
+    return s.rel
+
+
+def _rel(root: Path, path: Path) -> str:
+    return path.relative_to(root).as_posix() or "."
+
+
+def _inside(root: Path, path: Path) -> bool:
+    try:
+        resolve_under(root, path.relative_to(root))
+    except ProbeError:
+        return False
+    return True
+
+
+def stamp(path: Path) -> tuple:
+    """What the caches key on besides the path: size and mtime of the file, or of a run folder's files."""
+    files = [path / RESULTS_FILE, path / REPORT_FILE] if path.is_dir() else [path]
+    out = []
+    for f in files:
+        try:
+            st = f.stat()
+            out.append((f.name, st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append((f.name, None, None))
+    return tuple(out)
+
+
+def trace_meta(root: Path, path: Path) -> dict | None:
+    """`probe profile`'s sidecar for a trace (probe.compare.trace_meta), read only when every sidecar
+    in the trace's folder lies inside root."""
+    if not all(_inside(root, m) for m in path.parent.glob("*.meta.json")):
+        return None
+    return read_trace_meta(path)
+
+
+def telemetry_files(root: Path, folder: Path) -> list[Path]:
+    """Telemetry sample files (probe.telemetry.write_samples) in a run or trace folder, inside root."""
+    return sorted(p for p in Path(folder).glob(TELEMETRY_GLOB) if _inside(root, p))
+
+
+def trace_telemetry(root: Path, trace: Path) -> Path | None:
+    """The samples `probe profile` recorded with this trace (`<stem>.telemetry.parquet`), inside root."""
+    path = trace.parent / f"{trace_stem(trace.name)}.telemetry.parquet"
+    return path if path.is_file() and _inside(root, path) else None
+
+
+def samples_for(root: Path, source: Source, loaded) -> SampleSet:
+    """The SampleSet probe compare checks, built from what the app has already loaded (results or an
+    analysis), so that compare reads no file the app has not vetted."""
+    path = source_path(root, source)
+    if source.kind == "run":
+        return from_results(loaded, str(path))
+    return from_analysis(loaded, str(path), trace_meta(root, path))

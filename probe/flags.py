@@ -1,0 +1,67 @@
+"""CLI flags generated from typed config dataclasses, so a default lives in one place: the field."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from dataclasses import field
+
+
+def _list_of(kind: type, what: str):
+    def parse(text: str) -> tuple:
+        items = [t.strip() for t in text.split(",")]
+        if not text.strip() or any(not t for t in items):
+            raise argparse.ArgumentTypeError(f"malformed {what} list {text!r}: use comma-separated values")
+        try:
+            values = tuple(kind(t) for t in items)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"malformed {what} list {text!r}: {items} are not all {kind.__name__}s"
+                                             ) from None
+        return values
+
+    return parse
+
+
+int_list = _list_of(int, "integer")
+str_list = _list_of(str, "name")
+
+
+def knob(default, help: str, parse=None, choices=None):
+    """A config field with its CLI help; `parse` turns the flag's text into the field's value."""
+    return field(default=default, metadata={"help": help, "parse": parse, "choices": choices})
+
+
+def _base_type(tp):
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        return next(a for a in typing.get_args(tp) if a is not type(None))
+    return tp
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls, *, overrides_only: bool = False,
+                  skip: tuple[str, ...] = ()) -> None:
+    """Add one flag per field of dataclass `cls`. With `overrides_only`, absent flags stay absent."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        meta, tp = f.metadata, _base_type(hints[f.name])
+        default = argparse.SUPPRESS if overrides_only else f.default
+        shown = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
+        help_text = f"{meta.get('help', '')} (default: {shown})"
+        if tp is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
+        else:
+            parser.add_argument(flag, type=meta.get("parse") or tp, default=default, help=help_text,
+                                choices=meta.get("choices"))
+
+
+def from_args(cls, ns: argparse.Namespace, **base):
+    """Build `cls` from parsed flags; `base` gives defaults that flags override."""
+    values = dict(base)
+    for f in dataclasses.fields(cls):
+        if hasattr(ns, f.name):
+            values[f.name] = getattr(ns, f.name)
+    return cls(**values)
