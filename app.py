@@ -75,7 +75,9 @@ def show_telemetry(folder) -> None:
         st.subheader("Telemetry samples")
     for f in files:
         try:
-            st.plotly_chart(figures.telemetry_figure(load_telemetry(str(f), sources.stamp(f))), key=f"telemetry_{f.name}")
+            st.plotly_chart(
+                figures.telemetry_figure(load_telemetry(str(f), sources.stamp(f))), key=f"telemetry_{f.name}"
+            )
         except ProbeError as e:
             st.error(figures.md_escape(str(e)))
 
@@ -106,9 +108,11 @@ if not ROOT.is_dir():
     st.stop()
 found, truncated = sources.list_sources(ROOT)
 if not found:
-    st.info(f"Nothing to show under `{ROOT}`: no run folders (results.json) and no traces (.trace.json, .json.gz, "
-            ".sqlite). Record some with `probe run` or `probe profile`, or point the app elsewhere with "
-            "`probe app --root DIR`.")
+    st.info(
+        f"Nothing to show under `{ROOT}`: no run folders (results.json) and no traces (.trace.json, .json.gz, "
+        ".sqlite). Record some with `probe run` or `probe profile`, or point the app elsewhere with "
+        "`probe app --root DIR`."
+    )
     st.stop()
 if truncated:
     st.sidebar.warning(f"Showing the first {len(found)} files only: pick a narrower --root.")
@@ -116,13 +120,15 @@ if truncated:
 by_label = {s.label: s for s in found}
 source = by_label[st.sidebar.selectbox("Run or trace", list(by_label), key="source", bind="query-params")]
 others = [s.label for s in found if s.kind == source.kind and s != source]
-baseline_label = st.sidebar.selectbox("Baseline (for Compare and Alerts)", [figures.NONE, *others], key="baseline",
-                                      bind="query-params")
+baseline_label = st.sidebar.selectbox(
+    "Baseline (for Compare and Alerts)", [figures.NONE, *others], key="baseline", bind="query-params"
+)
 baseline = by_label.get(baseline_label)
 
 VIEWS = {"run": ["Sweep", "Compare", "Alerts"], "trace": ["Step ledger", "One step", "Top ops", "Compare", "Alerts"]}
-chosen = st.radio("View", VIEWS[source.kind], key="view", bind="query-params", horizontal=True,
-                  label_visibility="collapsed")
+chosen = st.radio(
+    "View", VIEWS[source.kind], key="view", bind="query-params", horizontal=True, label_visibility="collapsed"
+)
 
 try:
     loaded, report, path = load_source(ROOT, source)
@@ -138,17 +144,22 @@ if chosen == "Sweep":
     st.plotly_chart(figures.sweep_figure(loaded, report), key="sweep_chart")
     frame = figures.sweep_frame(loaded)
     if frame["mismatch"].any():
-        st.error("Tokens differ from naive's for: " + ", ".join(
-            f"{r.line} p{r.prompt_tokens}" for r in frame[frame["mismatch"]].itertuples()))
+        st.error(
+            "Tokens differ from naive's for: "
+            + ", ".join(f"{r.line} p{r.prompt_tokens}" for r in frame[frame["mismatch"]].itertuples())
+        )
     if report is None:
-        st.caption("No report.json in this folder (a `probe bench` run), so no prediction lines: `probe run` "
-                   "writes one.")
+        st.caption(
+            "No report.json in this folder (a `probe bench` run), so no prediction lines: `probe run` writes one."
+        )
     else:
         m = report.machine
-        st.caption(f"Dashed on ITL: the host floor, {m.floor_ms:.2f} ms ({m.floor_source}), and the "
-                   f"bandwidth roofline, the step's memory traffic at {m.bandwidth_bytes_s / 1e9:.1f} GB/s "
-                   f"({m.bandwidth_source}). Dash-dot on tokens/s: the prediction they make together, "
-                   "1000 / max(floor, traffic).")
+        st.caption(
+            f"Dashed on ITL: the host floor, {m.floor_ms:.2f} ms ({m.floor_source}), and the "
+            f"bandwidth roofline, the step's memory traffic at {m.bandwidth_bytes_s / 1e9:.1f} GB/s "
+            f"({m.bandwidth_source}). Dash-dot on tokens/s: the prediction they make together, "
+            "1000 / max(floor, traffic)."
+        )
     if not loaded.complete:
         st.warning("An interrupted sweep (complete: false): only its finished cells are here.")
     st.dataframe(frame.drop(columns=["mismatch"]), key="sweep_table", hide_index=True)
@@ -167,8 +178,10 @@ elif chosen == "Step ledger":
         cols[2].metric("unattributed", f"{100 * s.unattributed_share:.1f} % of wall")
     cols[3].metric("cache bookkeeping", f"{100 * s.cache_share:.1f} % of wall")
     st.plotly_chart(figures.ledger_figure(loaded), key="ledger_chart")
-    st.caption("Each step's left bar is its wall time split into host parts (they add up to the wall); the right "
-               "bar, on a GPU trace, is GPU busy and idle time. The line is " + figures.dispatch_label(loaded) + ".")
+    st.caption(
+        "Each step's left bar is its wall time split into host parts (they add up to the wall); the right "
+        "bar, on a GPU trace, is GPU busy and idle time. The line is " + figures.dispatch_label(loaded) + "."
+    )
     st.dataframe(figures.ledger_frame(loaded), key="ledger_table", hide_index=True)
     for w in loaded.warnings:
         st.warning(figures.md_escape(w))
@@ -194,9 +207,13 @@ elif chosen == "One step":
     else:
         st.plotly_chart(figures.timeline_figure(items), key="timeline_chart")
         frame = figures.timeline_frame(items)
-        st.dataframe(frame.style.apply(lambda r: ["background-color: #fde2d8" if r["cache"] else ""] * len(r),
-                                       axis=1).format({"start_us": "{:.1f}", "dur_us": "{:.1f}"}),
-                     key="timeline_table", hide_index=True)
+        st.dataframe(
+            frame.style.apply(lambda r: ["background-color: #fde2d8" if r["cache"] else ""] * len(r), axis=1).format(
+                {"start_us": "{:.1f}", "dur_us": "{:.1f}"}
+            ),
+            key="timeline_table",
+            hide_index=True,
+        )
     show_trace_telemetry(path, loaded)
 
 # ---- 4. top ops ----------------------------------------------------------------------------------------------
@@ -214,8 +231,11 @@ elif chosen == "Top ops":
 # ---- 5. compare and 6. alerts: a baseline against this source --------------------------------------------------
 
 elif baseline is None:
-    st.info("Pick a baseline in the sidebar: another " + ("run" if source.kind == "run" else "trace") +
-            " to hold this one against.")
+    st.info(
+        "Pick a baseline in the sidebar: another "
+        + ("run" if source.kind == "run" else "trace")
+        + " to hold this one against."
+    )
 
 elif chosen == "Compare":
     try:
@@ -232,14 +252,22 @@ elif chosen == "Compare":
     else:
         frame = figures.trace_compare_frame(base, loaded)
         st.plotly_chart(figures.trace_compare_figure(frame, baseline.rel, source.rel), key="compare_chart")
-        st.caption("Means per steady-state step (decode steps when the trace has them); the host categories add "
-                   "up to the wall time.")
+        st.caption(
+            "Means per steady-state step (decode steps when the trace has them); the host categories add "
+            "up to the wall time."
+        )
     st.dataframe(frame, key="compare_table", hide_index=True)
 
 elif chosen == "Alerts":
     try:
-        result = load_comparison(str(ROOT), baseline.rel, sources.stamp(sources.source_path(ROOT, baseline)),
-                                 source.rel, sources.stamp(path), source.kind)
+        result = load_comparison(
+            str(ROOT),
+            baseline.rel,
+            sources.stamp(sources.source_path(ROOT, baseline)),
+            source.rel,
+            sources.stamp(path),
+            source.kind,
+        )
     except LOAD_ERRORS as e:
         st.error(f"probe compare cannot compare these: {figures.md_escape(str(e))}")
         st.stop()

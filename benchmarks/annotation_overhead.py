@@ -48,11 +48,16 @@ def main() -> None:
     annotator = A.Annotator()
     for a in (A.NULL, annotator, A.NULL):  # warm both paths
         generate(engine, prompt, args.new_tokens, a)
-    pairs = run_pairs(lambda: generate(engine, prompt, args.new_tokens, annotator),
-                      lambda: generate(engine, prompt, args.new_tokens, A.NULL), args.pairs)
+    pairs = run_pairs(
+        lambda: generate(engine, prompt, args.new_tokens, annotator),
+        lambda: generate(engine, prompt, args.new_tokens, A.NULL),
+        args.pairs,
+    )
     nvtx = "NVTX on (a tool is attached)" if annotator.push else "NVTX skipped (no tool attached)"
-    print(f"tiny {args.engine} p{args.prompt}, {args.pairs} ABBA pairs of {args.new_tokens - 1} steps, profiler off, "
-          f"{nvtx}; {ranges_per_step(engine, prompt)} ranges a decode step")
+    print(
+        f"tiny {args.engine} p{args.prompt}, {args.pairs} ABBA pairs of {args.new_tokens - 1} steps, profiler off, "
+        f"{nvtx}; {ranges_per_step(engine, prompt)} ranges a decode step"
+    )
     report(pairs)
 
 

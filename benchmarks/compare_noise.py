@@ -68,8 +68,10 @@ def self_noise(cfg, measure, runs: int, thresholds: list[float]) -> None:
     from probe.analysis.compare import compare
 
     print(f"(a) {runs} comparisons of the cached engine against itself")
-    print(f"{'#':>3} {'cell':<16} {'metric':<14} {'base':>9} {'current':>9} {'ratio':>7} {'95% CI':>13} {'p':>9} "
-          f"verdict at {thresholds[0]:g}")
+    print(
+        f"{'#':>3} {'cell':<16} {'metric':<14} {'base':>9} {'current':>9} {'ratio':>7} {'95% CI':>13} {'p':>9} "
+        f"verdict at {thresholds[0]:g}"
+    )
     flagged = dict.fromkeys(thresholds, 0)
     alerted = dict.fromkeys(thresholds, 0)
     tests = count_alerts = 0
@@ -86,12 +88,17 @@ def self_noise(cfg, measure, runs: int, thresholds: list[float]) -> None:
             if r.kind == "timing":
                 ci = f"{r.ci_low:.3f}..{r.ci_high:.3f}" if r.ci_low is not None else "-"
                 p = f"{r.p_value:.2g}" if r.p_value is not None else "-"
-                print(f"{i:>3} {r.key:<16} {r.label:<14} {r.baseline:>9.1f} {r.current:>9.1f} {r.ratio:>7.3f} "
-                      f"{ci:>13} {p:>9} {r.verdict}", flush=True)
+                print(
+                    f"{i:>3} {r.key:<16} {r.label:<14} {r.baseline:>9.1f} {r.current:>9.1f} {r.ratio:>7.3f} "
+                    f"{ci:>13} {p:>9} {r.verdict}",
+                    flush=True,
+                )
     for t in thresholds:
-        print(f"threshold {t:g}: {flagged[t]}/{runs} comparisons raised a timing alert "
-              f"({100 * flagged[t] / runs:.0f}%); {alerted[t]}/{tests} timing tests alerted "
-              f"({100 * alerted[t] / max(tests, 1):.1f}%)")
+        print(
+            f"threshold {t:g}: {flagged[t]}/{runs} comparisons raised a timing alert "
+            f"({100 * flagged[t] / runs:.0f}%); {alerted[t]}/{tests} timing tests alerted "
+            f"({100 * alerted[t] / max(tests, 1):.1f}%)"
+        )
     print(f"count alerts: {count_alerts}")
 
 
@@ -99,8 +106,10 @@ def detection(cfg, measure, delays: list[float], repeats: int, thresholds: list[
     from probe.analysis.compare import compare
 
     print(f"\n(b) busy-wait injected per decode step, {repeats} baseline/slowed pairs per delay")
-    print(f"{'delay us':>8} {'cell':<16} {'base step us':>12} {'delay %':>8} {'ratio p5':>8} {'median':>7} "
-          f"{'p95':>6}  " + " ".join(f"{'caught@' + format(t, 'g'):>12}" for t in thresholds))
+    print(
+        f"{'delay us':>8} {'cell':<16} {'base step us':>12} {'delay %':>8} {'ratio p5':>8} {'median':>7} "
+        f"{'p95':>6}  " + " ".join(f"{'caught@' + format(t, 'g'):>12}" for t in thresholds)
+    )
     reliable: dict[float, list[bool]] = {t: [] for t in thresholds}
     for delay in delays:
         os.environ[SLOW_US_VAR] = str(delay)
@@ -120,16 +129,21 @@ def detection(cfg, measure, delays: list[float], repeats: int, thresholds: list[
             step = statistics.median(steps[key])
             rs = sorted(ratios[key])
             lo, hi = rs[int(0.05 * (len(rs) - 1))], rs[round(0.95 * (len(rs) - 1))]
-            print(f"{delay:>8g} {key:<16} {step:>12,.0f} {100 * delay / step:>7.1f}% {lo:>8.3f} "
-                  f"{statistics.median(rs):>7.3f} {hi:>6.3f}  "
-                  + " ".join(f"{str(caught[(t, key)]) + '/' + str(repeats):>12}" for t in thresholds), flush=True)
+            print(
+                f"{delay:>8g} {key:<16} {step:>12,.0f} {100 * delay / step:>7.1f}% {lo:>8.3f} "
+                f"{statistics.median(rs):>7.3f} {hi:>6.3f}  "
+                + " ".join(f"{str(caught[(t, key)]) + '/' + str(repeats):>12}" for t in thresholds),
+                flush=True,
+            )
         for t in thresholds:
             reliable[t].append(delay > 0 and all(caught[(t, k)] >= 0.95 * repeats for k in ratios))
     for t in thresholds:
         # Reliable from d on: d and every larger delay tried are caught in >= 95% of repeats in every cell.
         found = next((d for i, d in enumerate(delays) if all(reliable[t][i:])), None)
-        print(f"threshold {t:g}: smallest delay from which every delay tried is caught in >= 95% of repeats "
-              f"in every cell: {'none' if found is None else f'{found:g} us per decode step'}")
+        print(
+            f"threshold {t:g}: smallest delay from which every delay tried is caught in >= 95% of repeats "
+            f"in every cell: {'none' if found is None else f'{found:g} us per decode step'}"
+        )
 
 
 def main() -> None:
@@ -155,9 +169,11 @@ def main() -> None:
     cfg = BenchConfig(**{**BASELINE_DEFAULTS, "engines": ("cached",)})
     thresholds = [float(t) for t in args.thresholds.split(",")]
     measure = measure_sessions if args.mode == "sessions" else measure_interleaved
-    print(f"mode {args.mode}; probe baseline's configuration: prompts {cfg.prompts}, {cfg.new_tokens} tokens, "
-          f"{cfg.runs} runs + {cfg.warmup} warmup, {torch.get_num_threads()} thread(s); alpha {ALPHA}, "
-          f"min samples {MIN_SAMPLES}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(
+        f"mode {args.mode}; probe baseline's configuration: prompts {cfg.prompts}, {cfg.new_tokens} tokens, "
+        f"{cfg.runs} runs + {cfg.warmup} warmup, {torch.get_num_threads()} thread(s); alpha {ALPHA}, "
+        f"min samples {MIN_SAMPLES}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
     start = time.perf_counter()
     if not args.skip_self:
         self_noise(cfg, measure, args.self_runs, thresholds)

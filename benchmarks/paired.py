@@ -58,5 +58,4 @@ def report(pairs: list) -> None:
             mid, lo, hi = overhead_pct(chosen, stat)
             off = statistics.median(stat(p[1]) for p in chosen)
             on = statistics.median(stat(p[0]) for p in chosen)
-            print(f"  {name}  off {off:.4f} ms  on {on:.4f} ms  overhead {mid:+.2f}% "
-                  f"(95% CI {lo:+.2f}% .. {hi:+.2f}%)")
+            print(f"  {name}  off {off:.4f} ms  on {on:.4f} ms  overhead {mid:+.2f}% (95% CI {lo:+.2f}% .. {hi:+.2f}%)")

@@ -41,8 +41,15 @@ T0_NS = 5_082_905_510_131_070  # torch 2.13's ts scale: ~5e12 us, where a float6
 
 
 def _event(ph: str, cat: str, name: str, pid, tid, ts_ns: int, dur_ns: int | None, args: str) -> str:
-    lines = ["  {", f'    "ph": "{ph}",', f'    "cat": "{cat}",', f'    "name": "{name}",', f'    "pid": {pid},',
-             f'    "tid": {tid},', f'    "ts": {ts_ns // 1000}.{ts_ns % 1000:03d}']
+    lines = [
+        "  {",
+        f'    "ph": "{ph}",',
+        f'    "cat": "{cat}",',
+        f'    "name": "{name}",',
+        f'    "pid": {pid},',
+        f'    "tid": {tid},',
+        f'    "ts": {ts_ns // 1000}.{ts_ns % 1000:03d}',
+    ]
     if dur_ns is not None:
         lines[-1] += ","
         lines.append(f'    "dur": {dur_ns // 1000}.{dur_ns % 1000:03d}')
@@ -53,8 +60,10 @@ def _event(ph: str, cat: str, name: str, pid, tid, ts_ns: int, dur_ns: int | Non
 
 def _flow(ph: str, ident: int, pid, tid, ts_ns: int) -> str:
     extra = ',\n    "bp": "e"' if ph == "f" else ""
-    return (f'  {{\n    "ph": "{ph}",\n    "id": {ident},\n    "pid": {pid},\n    "tid": {tid},\n'
-            f'    "ts": {ts_ns // 1000}.{ts_ns % 1000:03d},\n    "cat": "ac2g",\n    "name": "ac2g"{extra}\n  }}')
+    return (
+        f'  {{\n    "ph": "{ph}",\n    "id": {ident},\n    "pid": {pid},\n    "tid": {tid},\n'
+        f'    "ts": {ts_ns // 1000}.{ts_ns % 1000:03d},\n    "cat": "ac2g",\n    "name": "ac2g"{extra}\n  }}'
+    )
 
 
 class _Writer:
@@ -67,8 +76,18 @@ class _Writer:
         self.corr = 1
 
     def op(self, cat: str, name: str, ts: int, dur: int) -> None:
-        self.out.append(_event("X", cat, name, PID, TID, ts, dur,
-                               f'"External id": {self.ext},"Record function id": 0, "Ev Idx": {self.ext}'))
+        self.out.append(
+            _event(
+                "X",
+                cat,
+                name,
+                PID,
+                TID,
+                ts,
+                dur,
+                f'"External id": {self.ext},"Record function id": 0, "Ev Idx": {self.ext}',
+            )
+        )
         self.ext += 1
 
     def launch_group(self, name: str, kernel: str) -> None:
@@ -78,16 +97,35 @@ class _Writer:
         self.op("cpu_op", name, t, dur)
         self.op("cpu_op", "aten::addmm" if name == "aten::linear" else name + "_out", t + 1_000, dur - 2_000)
         launch = t + 2_500
-        self.out.append(_event("X", "cuda_runtime", "cudaLaunchKernel", PID, TID, launch, 4_000,
-                               f'"External id": {self.ext - 1},"cbid": 211, "correlation": {self.corr}'))
+        self.out.append(
+            _event(
+                "X",
+                "cuda_runtime",
+                "cudaLaunchKernel",
+                PID,
+                TID,
+                launch,
+                4_000,
+                f'"External id": {self.ext - 1},"cbid": 211, "correlation": {self.corr}',
+            )
+        )
         self.out.append(_flow("s", self.corr, PID, TID, launch))
         self.gpu_t = max(self.gpu_t, launch + 6_000)
         kd = rnd.randint(2_000, 9_000)
-        self.out.append(_event(
-            "X", "kernel", kernel, 0, STREAM, self.gpu_t, kd,
-            f'"queued": 0, "device": 0, "context": 1,"stream": {STREAM}, "correlation": {self.corr}, '
-            '"registers per thread": 32, "shared memory": 0, "blocks per SM": 0.5, "warps per SM": 2.0, '
-            '"grid": [66, 1, 1], "block": [128, 1, 1], "est. achieved occupancy %": 3'))
+        self.out.append(
+            _event(
+                "X",
+                "kernel",
+                kernel,
+                0,
+                STREAM,
+                self.gpu_t,
+                kd,
+                f'"queued": 0, "device": 0, "context": 1,"stream": {STREAM}, "correlation": {self.corr}, '
+                '"registers per thread": 32, "shared memory": 0, "blocks per SM": 0.5, "warps per SM": 2.0, '
+                '"grid": [66, 1, 1], "block": [128, 1, 1], "est. achieved occupancy %": 3',
+            )
+        )
         self.out.append(_flow("f", self.corr, 0, STREAM, self.gpu_t))
         self.gpu_t += kd
         self.corr += 1
@@ -124,26 +162,50 @@ def make_trace(steps: int, events: int = DEFAULT_EVENTS, seed: int = 0) -> bytes
         w.range("sample", t - 200, w.t - t + 200)
         t = w.t
         sync = max(w.gpu_t - t, 5_000)
-        w.out.append(_event("X", "cuda_runtime", "cudaDeviceSynchronize", PID, TID, t + 500, sync,
-                            f'"cbid": 165, "correlation": {w.corr}'))
+        w.out.append(
+            _event(
+                "X",
+                "cuda_runtime",
+                "cudaDeviceSynchronize",
+                PID,
+                TID,
+                t + 500,
+                sync,
+                f'"cbid": 165, "correlation": {w.corr}',
+            )
+        )
         w.corr += 1
         w.t += sync + 1_000
         w.range("sync", t, w.t - t)
-        w.out.insert(first_kernel, _event("X", "user_annotation", f"decode#{i}", PID, TID, start, w.t - start,
-                                          f'"External id": {w.ext}'))
-        w.out.append(_event("X", "gpu_user_annotation", f"decode#{i}", 0, STREAM, start + 9_000,
-                            w.gpu_t - start - 9_000, f'"External id": {w.ext}'))
+        w.out.insert(
+            first_kernel,
+            _event("X", "user_annotation", f"decode#{i}", PID, TID, start, w.t - start, f'"External id": {w.ext}'),
+        )
+        w.out.append(
+            _event(
+                "X",
+                "gpu_user_annotation",
+                f"decode#{i}",
+                0,
+                STREAM,
+                start + 9_000,
+                w.gpu_t - start - 9_000,
+                f'"External id": {w.ext}',
+            )
+        )
         w.ext += 1
         w.t += 2_000
-    head = ('{\n  "schemaVersion": 1,\n  "deviceProperties": [],\n  "distributedInfo": {"rank": 0},\n'
-            '  "displayTimeUnit": "ms",\n  "baseTimeNanoseconds": 1790857026000000000,\n  "traceEvents": [\n')
+    head = (
+        '{\n  "schemaVersion": 1,\n  "deviceProperties": [],\n  "distributedInfo": {"rank": 0},\n'
+        '  "displayTimeUnit": "ms",\n  "baseTimeNanoseconds": 1790857026000000000,\n  "traceEvents": [\n'
+    )
     return (head + ",\n".join(w.out) + '\n  ],"traceName": "synthetic" }').encode()
 
 
 def _peak_rss_bytes() -> int:
-    """This process's peak resident set (probe.capture.telemetry.backends.peak_rss_bytes, repeated here because the HTA child
-    runs under another venv's python, where probe is not importable). VmHWM, because ru_maxrss survives exec
-    on Linux and would report the parent's peak (it held the generated trace) when that was larger."""
+    """This process's peak resident set (probe.capture.telemetry.backends.peak_rss_bytes, repeated here because
+    the HTA child runs under another venv's python, where probe is not importable). VmHWM, because ru_maxrss
+    survives exec on Linux and would report the parent's peak (it held the generated trace) when larger."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
@@ -163,9 +225,17 @@ def measure_ours(path: str) -> dict:
     t1 = time.perf_counter()
     result = analyze(trace)
     c2, t2 = time.process_time(), time.perf_counter()
-    return {"parse_s": t1 - t0, "ledger_s": t2 - t1, "total_s": t2 - t0, "cpu_s": c2 - c0,
-            "peak_rss_bytes": _peak_rss_bytes(), "rss_before_bytes": before, "events": len(trace),
-            "steps": len(result.steps), "kernels": result.totals.kernels}
+    return {
+        "parse_s": t1 - t0,
+        "ledger_s": t2 - t1,
+        "total_s": t2 - t0,
+        "cpu_s": c2 - c0,
+        "peak_rss_bytes": _peak_rss_bytes(),
+        "rss_before_bytes": before,
+        "events": len(trace),
+        "steps": len(result.steps),
+        "kernels": result.totals.kernels,
+    }
 
 
 def measure_hta(path: str) -> dict:
@@ -179,8 +249,13 @@ def measure_hta(path: str) -> dict:
     t1 = time.perf_counter()
     analysis.get_temporal_breakdown(visualize=False)
     c2, t2 = time.process_time(), time.perf_counter()
-    return {"parse_s": t1 - t0, "ledger_s": t2 - t1, "total_s": t2 - t0, "cpu_s": c2 - c0,
-            "peak_rss_bytes": _peak_rss_bytes()}
+    return {
+        "parse_s": t1 - t0,
+        "ledger_s": t2 - t1,
+        "total_s": t2 - t0,
+        "cpu_s": c2 - c0,
+        "peak_rss_bytes": _peak_rss_bytes(),
+    }
 
 
 def _run_child(which: str, path: Path, timeout: float, python: str = sys.executable) -> dict:
@@ -207,8 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hta-timeout", type=float, default=600, help="seconds before an HTA run is abandoned")
     # HTA 0.6.1 (traceinsight) breaks under pandas 3 on traces past 32k events (an int16 index column can no
     # longer be upcast in place), so its side may need its own environment: a venv with pandas<3.
-    p.add_argument("--hta-python", default=sys.executable, help="interpreter that has HTA installed "
-                                                                "(default: this one)")
+    p.add_argument(
+        "--hta-python", default=sys.executable, help="interpreter that has HTA installed (default: this one)"
+    )
     p.add_argument("--measure", nargs=2, metavar=("WHO", "PATH"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.measure:
@@ -220,8 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     from rich.table import Table
 
     hta = not args.no_hta and _hta_available(args.hta_python)
-    table = Table(title=f"parse + ledger, ~{args.events:,} events (load average {os.getloadavg()[0]:.1f})",
-                  title_justify="left")
+    table = Table(
+        title=f"parse + ledger, ~{args.events:,} events (load average {os.getloadavg()[0]:.1f})", title_justify="left"
+    )
     for col in ("steps", "file MB", "events kept", "parse s", "ledger s", "total s", "CPU s", "peak RSS MiB"):
         table.add_column(col, justify="right")
     if hta:
@@ -239,8 +316,14 @@ def main(argv: list[str] | None = None) -> int:
             if "error" in ours:
                 row += [ours["error"], "", "", "", "", ""]
             else:
-                row += [f"{ours['events']:,}", f"{ours['parse_s']:.2f}", f"{ours['ledger_s']:.2f}",
-                        f"{ours['total_s']:.2f}", f"{ours['cpu_s']:.2f}", f"{ours['peak_rss_bytes'] / 2**20:.0f}"]
+                row += [
+                    f"{ours['events']:,}",
+                    f"{ours['parse_s']:.2f}",
+                    f"{ours['ledger_s']:.2f}",
+                    f"{ours['total_s']:.2f}",
+                    f"{ours['cpu_s']:.2f}",
+                    f"{ours['peak_rss_bytes'] / 2**20:.0f}",
+                ]
             result = {"steps": steps, "ours": ours}
             if hta:
                 theirs = _run_child("hta", path, timeout=args.hta_timeout, python=args.hta_python)
@@ -248,8 +331,12 @@ def main(argv: list[str] | None = None) -> int:
                 if "error" in theirs or "error" in ours:
                     row += [theirs.get("error", ""), "", "", ""]
                 else:
-                    row += [f"{theirs['total_s']:.1f}", f"{theirs['cpu_s']:.1f}",
-                            f"{theirs['peak_rss_bytes'] / 2**20:.0f}", f"{theirs['total_s'] / ours['total_s']:.1f}x"]
+                    row += [
+                        f"{theirs['total_s']:.1f}",
+                        f"{theirs['cpu_s']:.1f}",
+                        f"{theirs['peak_rss_bytes'] / 2**20:.0f}",
+                        f"{theirs['total_s'] / ours['total_s']:.1f}x",
+                    ]
             table.add_row(*row)
             rows.append(result)
     Console(highlight=False, width=150).print(table)

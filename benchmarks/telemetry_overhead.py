@@ -56,8 +56,12 @@ def main() -> None:
     p.add_argument("--interval-ms", type=float, default=DEFAULT_INTERVAL_MS)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's, one per core)")
-    p.add_argument("--mode", choices=("process", "thread"), default="process",
-                   help="sampler in a child process (bench's default on Linux) or a thread of this one")
+    p.add_argument(
+        "--mode",
+        choices=("process", "thread"),
+        default="process",
+        help="sampler in a child process (bench's default on Linux) or a thread of this one",
+    )
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -69,16 +73,23 @@ def main() -> None:
         generate(engine, prompt, args.new_tokens)
 
     samplers: list = []
-    pairs = run_pairs(lambda: run(engine, prompt, args.new_tokens, args.interval_ms, samplers, args.mode),
-                      lambda: run(engine, prompt, args.new_tokens, None, samplers, args.mode), args.pairs)
-    print(f"{MODEL}/{ENGINE} p{PROMPT_TOKENS} +{args.new_tokens} on {args.device}, torch threads "
-          f"{torch.get_num_threads()}, interval {args.interval_ms:g} ms, sampler in a {args.mode}, ABBA pairs")
+    pairs = run_pairs(
+        lambda: run(engine, prompt, args.new_tokens, args.interval_ms, samplers, args.mode),
+        lambda: run(engine, prompt, args.new_tokens, None, samplers, args.mode),
+        args.pairs,
+    )
+    print(
+        f"{MODEL}/{ENGINE} p{PROMPT_TOKENS} +{args.new_tokens} on {args.device}, torch threads "
+        f"{torch.get_num_threads()}, interval {args.interval_ms:g} ms, sampler in a {args.mode}, ABBA pairs"
+    )
     report(pairs)
     rows = sum(len(s.samples) for s in samplers)
     span_ns = sum(s.samples[-1]["t_ns"] - s.samples[0]["t_ns"] for s in samplers)
     thread_pct = 100 * sum(s.thread_cpu_ns for s in samplers) / span_ns
-    print(f"sampler: {rows / span_ns * 1e9:.1f} rows/s; sampling thread CPU {thread_pct:.2f}% of one core; "
-          f"{sum(s.missed for s in samplers)} ticks missed")
+    print(
+        f"sampler: {rows / span_ns * 1e9:.1f} rows/s; sampling thread CPU {thread_pct:.2f}% of one core; "
+        f"{sum(s.missed for s in samplers)} ticks missed"
+    )
 
 
 if __name__ == "__main__":

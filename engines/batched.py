@@ -37,7 +37,7 @@ class SlotLayer(CacheLayerMixin):
             n = key_states.shape[-2]
             self.keys[row, :, :n].copy_(key_states[0])
             self.values[row, :, :n].copy_(value_states[0])
-            return self.keys[row:row + 1, :, :n], self.values[row:row + 1, :, :n]
+            return self.keys[row : row + 1, :, :n], self.values[row : row + 1, :, :n]
         # decode: row b writes its one new position at its own length
         rows, pos = self.owner.row_index, self.owner.positions  # (B,), (B,)
         self.keys[rows, :, pos] = key_states[:, :, 0]  # (B, H_kv, D)

@@ -17,8 +17,9 @@ def _list_of(kind: type, what: str):
         try:
             values = tuple(kind(t) for t in items)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"malformed {what} list {text!r}: {items} are not all {kind.__name__}s"
-                                             ) from None
+            raise argparse.ArgumentTypeError(
+                f"malformed {what} list {text!r}: {items} are not all {kind.__name__}s"
+            ) from None
         return values
 
     return parse
@@ -39,8 +40,9 @@ def _base_type(tp):
     return tp
 
 
-def add_arguments(parser: argparse.ArgumentParser, cls, *, overrides_only: bool = False,
-                  skip: tuple[str, ...] = ()) -> None:
+def add_arguments(
+    parser: argparse.ArgumentParser, cls, *, overrides_only: bool = False, skip: tuple[str, ...] = ()
+) -> None:
     """Add one flag per field of dataclass `cls`. With `overrides_only`, absent flags stay absent."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
@@ -54,8 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser, cls, *, overrides_only: bool 
         if tp is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
         else:
-            parser.add_argument(flag, type=meta.get("parse") or tp, default=default, help=help_text,
-                                choices=meta.get("choices"))
+            parser.add_argument(
+                flag, type=meta.get("parse") or tp, default=default, help=help_text, choices=meta.get("choices")
+            )
 
 
 def from_args(cls, ns: argparse.Namespace, **base):

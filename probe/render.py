@@ -27,30 +27,59 @@ def _match(value: bool | None) -> str:
 
 def cells_table(results: BenchResults, title: str | None = None) -> Table:
     env = results.env
-    table = Table(title=title or f"{results.config.get('model')} {env.get('dtype')} on {env.get('device_name')}",
-                  title_justify="left")
+    table = Table(
+        title=title or f"{results.config.get('model')} {env.get('dtype')} on {env.get('device_name')}",
+        title_justify="left",
+    )
     batched = any(c.batch > 1 for c in results.cells)
-    for col in ("engine", "prompt", *(("batch",) if batched else ()), "TTFT ms", "ITL p50 ms", "ITL p90 ms",
-                "decode tok/s", "total ms", "peak MiB", "spread %", "ops/fwd", "tokens"):
+    for col in (
+        "engine",
+        "prompt",
+        *(("batch",) if batched else ()),
+        "TTFT ms",
+        "ITL p50 ms",
+        "ITL p90 ms",
+        "decode tok/s",
+        "total ms",
+        "peak MiB",
+        "spread %",
+        "ops/fwd",
+        "tokens",
+    ):
         table.add_column(col, justify="left" if col in ("engine", "tokens") else "right")
     for c in results.cells:
-        table.add_row(c.engine, str(c.prompt_tokens), *((str(c.batch),) if batched else ()), f"{c.ttft_ms:.2f}",
-                      f"{c.itl_p50_ms:.2f}",
-                      f"{c.itl_p90_ms:.2f}", f"{c.decode_tok_s:.1f}", f"{c.total_ms:.1f}",
-                      f"{c.peak_mem_bytes / 2**20:.0f}", f"{c.spread_pct:.1f}",
-                      "-" if c.decode_ops is None else str(c.decode_ops), _match(c.tokens_match_naive))
+        table.add_row(
+            c.engine,
+            str(c.prompt_tokens),
+            *((str(c.batch),) if batched else ()),
+            f"{c.ttft_ms:.2f}",
+            f"{c.itl_p50_ms:.2f}",
+            f"{c.itl_p90_ms:.2f}",
+            f"{c.decode_tok_s:.1f}",
+            f"{c.total_ms:.1f}",
+            f"{c.peak_mem_bytes / 2**20:.0f}",
+            f"{c.spread_pct:.1f}",
+            "-" if c.decode_ops is None else str(c.decode_ops),
+            _match(c.tokens_match_naive),
+        )
     sync = [c.sync_overhead_ms for c in results.cells if c.sync_overhead_ms is not None]
     if sync:
-        table.caption = (f"per-step sync costs {min(sync):.3f}..{max(sync):.3f} ms "
-                         "(runs with one final sync against runs with one per step)")
+        table.caption = (
+            f"per-step sync costs {min(sync):.3f}..{max(sync):.3f} ms "
+            "(runs with one final sync against runs with one per step)"
+        )
     return table
 
 
 TELEMETRY_COLUMNS = (  # (header, TelemetrySummary field, scale, format)
-    ("RSS peak MiB", "rss_bytes_peak", 2**-20, ".0f"), ("proc CPU %", "proc_cpu_pct_mean", 1, ".0f"),
-    ("machine CPU %", "sys_cpu_pct_mean", 1, ".0f"), ("threads", "threads_peak", 1, ".0f"),
-    ("GPU util %", "gpu_util_pct_mean", 1, ".0f"), ("SM MHz", "sm_clock_mhz_mean", 1, ".0f"),
-    ("power W", "power_w_mean", 1, ".0f"), ("J/token", "energy_per_token_j", 1, ".4f"),
+    ("RSS peak MiB", "rss_bytes_peak", 2**-20, ".0f"),
+    ("proc CPU %", "proc_cpu_pct_mean", 1, ".0f"),
+    ("machine CPU %", "sys_cpu_pct_mean", 1, ".0f"),
+    ("threads", "threads_peak", 1, ".0f"),
+    ("GPU util %", "gpu_util_pct_mean", 1, ".0f"),
+    ("SM MHz", "sm_clock_mhz_mean", 1, ".0f"),
+    ("power W", "power_w_mean", 1, ".0f"),
+    ("J/token", "energy_per_token_j", 1, ".4f"),
 )
 
 
@@ -59,13 +88,16 @@ def telemetry_table(results: BenchResults) -> Table | None:
     cells = [c for c in results.cells if c.telemetry is not None]
     if not cells:
         return None
-    table = Table(title="telemetry over the decode phases (mean unless marked peak; - = not measured here)",
-                  title_justify="left")
+    table = Table(
+        title="telemetry over the decode phases (mean unless marked peak; - = not measured here)", title_justify="left"
+    )
     for col in ("engine", "prompt", "batch", *(h for h, *_ in TELEMETRY_COLUMNS)):
         table.add_column(col, justify="left" if col == "engine" else "right")
     for c in cells:
-        values = ["-" if (v := getattr(c.telemetry, key)) is None else format(v * scale, fmt)
-                  for _, key, scale, fmt in TELEMETRY_COLUMNS]
+        values = [
+            "-" if (v := getattr(c.telemetry, key)) is None else format(v * scale, fmt)
+            for _, key, scale, fmt in TELEMETRY_COLUMNS
+        ]
         table.add_row(c.engine, str(c.prompt_tokens), str(c.batch), *values)
     return table
 
@@ -74,8 +106,15 @@ class ProgressBar:
     """A rich progress bar on stderr, driven by (description, advance) callbacks."""
 
     def __init__(self, total: int, enabled: bool = True):
-        self._progress = Progress(TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(),
-                                  TimeElapsedColumn(), console=stderr(), disable=not enabled, transient=False)
+        self._progress = Progress(
+            TextColumn("{task.description:<24}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=stderr(),
+            disable=not enabled,
+            transient=False,
+        )
         self._task = self._progress.add_task("starting", total=total)
 
     def __enter__(self):
@@ -89,34 +128,74 @@ class ProgressBar:
         self._progress.update(self._task, description=description, advance=advance)
 
 
-DIGEST_PARTS = ("ops", "attention", "cache_update", "cache_seq_length", "cache_mask_sizes", "mask", "sample", "sync",
-                "unattributed")
+DIGEST_PARTS = (
+    "ops",
+    "attention",
+    "cache_update",
+    "cache_seq_length",
+    "cache_mask_sizes",
+    "mask",
+    "sample",
+    "sync",
+    "unattributed",
+)
 
 
 def digest_table(ledgers: dict[str, StepDigest]) -> Table:
     """Where one (median) decode step goes, per engine, from its profiled trace."""
     table = Table(title="where a decode step goes (median decode step of a profiled run, us)", title_justify="left")
-    short = {"attention": "attn", "cache_update": "cache.update", "cache_seq_length": "seq_len",
-             "cache_mask_sizes": "mask_sizes", "unattributed": "unattr."}
+    short = {
+        "attention": "attn",
+        "cache_update": "cache.update",
+        "cache_seq_length": "seq_len",
+        "cache_mask_sizes": "mask_sizes",
+        "unattributed": "unattr.",
+    }
     for col in ("engine", "step", *DIGEST_PARTS, "dispatched", "GPU busy %"):
         table.add_column(short.get(col, col), justify="left" if col == "engine" else "right")
     for engine, d in ledgers.items():
-        table.add_row(engine, f"{d.wall_us:.0f}", *(f"{d.parts_us.get(p, 0.0):.0f}" for p in DIGEST_PARTS),
-                      f"{d.dispatched:g} {'launches' if d.on_gpu else 'ops'}",
-                      f"{100 * d.gpu_busy_us / d.wall_us:.1f}" if d.gpu_busy_us is not None else "-")
+        table.add_row(
+            engine,
+            f"{d.wall_us:.0f}",
+            *(f"{d.parts_us.get(p, 0.0):.0f}" for p in DIGEST_PARTS),
+            f"{d.dispatched:g} {'launches' if d.on_gpu else 'ops'}",
+            f"{100 * d.gpu_busy_us / d.wall_us:.1f}" if d.gpu_busy_us is not None else "-",
+        )
     return table
 
 
 def predictions_table(rows, machine) -> Table:
-    table = Table(title=f"prediction vs measurement: floor {machine.floor_ms:.2f} ms ({machine.floor_source}), "
-                        f"bandwidth {machine.bandwidth_bytes_s / 1e9:.1f} GB/s ({machine.bandwidth_source})",
-                  title_justify="left")
-    for col in ("engine", "prompt", "batch", "traffic ms", "floor ms", "predicted ms", "binds", "measured ms",
-                "measured/pred", "the gap points at"):
+    table = Table(
+        title=f"prediction vs measurement: floor {machine.floor_ms:.2f} ms ({machine.floor_source}), "
+        f"bandwidth {machine.bandwidth_bytes_s / 1e9:.1f} GB/s ({machine.bandwidth_source})",
+        title_justify="left",
+    )
+    for col in (
+        "engine",
+        "prompt",
+        "batch",
+        "traffic ms",
+        "floor ms",
+        "predicted ms",
+        "binds",
+        "measured ms",
+        "measured/pred",
+        "the gap points at",
+    ):
         table.add_column(col, justify="left" if col in ("engine", "binds", "the gap points at") else "right")
     for p in rows:
-        table.add_row(p.engine, str(p.prompt_tokens), str(p.batch), f"{p.traffic_ms:.3f}", f"{p.floor_ms:.2f}",
-                      f"{p.predicted_ms:.2f}", p.binding, f"{p.measured_ms:.2f}", f"{p.ratio:.2f}", p.points_at)
+        table.add_row(
+            p.engine,
+            str(p.prompt_tokens),
+            str(p.batch),
+            f"{p.traffic_ms:.3f}",
+            f"{p.floor_ms:.2f}",
+            f"{p.predicted_ms:.2f}",
+            p.binding,
+            f"{p.measured_ms:.2f}",
+            f"{p.ratio:.2f}",
+            p.points_at,
+        )
     return table
 
 
@@ -127,33 +206,69 @@ def verdict_lines(verdicts) -> list[str]:
 
 def report_markdown(results: BenchResults, report) -> str:
     """The run report as Markdown: cells, predictions, verdicts, bookkeeping. Tables through pandas."""
-    cells = results.cells_frame()[["engine", "prompt_tokens", "batch", "ttft_ms", "itl_p50_ms", "itl_p90_ms",
-                                   "decode_tok_s", "total_ms", "peak_mem_bytes", "spread_pct", "decode_ops",
-                                   "tokens_match_naive"]]
+    cells = results.cells_frame()[
+        [
+            "engine",
+            "prompt_tokens",
+            "batch",
+            "ttft_ms",
+            "itl_p50_ms",
+            "itl_p90_ms",
+            "decode_tok_s",
+            "total_ms",
+            "peak_mem_bytes",
+            "spread_pct",
+            "decode_ops",
+            "tokens_match_naive",
+        ]
+    ]
     preds = pd.DataFrame([dataclasses.asdict(p) for p in report.predictions])
     env = results.env
-    lines = [f"# probe run: {results.config.get('model')} {env.get('dtype')} on {env.get('device_name')}", "",
-             f"torch {env.get('torch')}, transformers {env.get('transformers')}, CPU {env.get('cpu_model')}, "
-             f"commit {env.get('git_commit')}", "", "## Cells", "", cells.to_markdown(index=False, floatfmt=".2f"),
-             "", "## Prediction vs measurement", "",
-             f"Floor {report.machine.floor_ms:.3f} ms ({report.machine.floor_source}); bandwidth "
-             f"{report.machine.bandwidth_bytes_s / 1e9:.2f} GB/s ({report.machine.bandwidth_source}).", ""]
+    lines = [
+        f"# probe run: {results.config.get('model')} {env.get('dtype')} on {env.get('device_name')}",
+        "",
+        f"torch {env.get('torch')}, transformers {env.get('transformers')}, CPU {env.get('cpu_model')}, "
+        f"commit {env.get('git_commit')}",
+        "",
+        "## Cells",
+        "",
+        cells.to_markdown(index=False, floatfmt=".2f"),
+        "",
+        "## Prediction vs measurement",
+        "",
+        f"Floor {report.machine.floor_ms:.3f} ms ({report.machine.floor_source}); bandwidth "
+        f"{report.machine.bandwidth_bytes_s / 1e9:.2f} GB/s ({report.machine.bandwidth_source}).",
+        "",
+    ]
     if not preds.empty:
         lines.append(preds.to_markdown(index=False, floatfmt=".3f"))
     if report.ledgers:
-        digest = pd.DataFrame([{"engine": e, "step_us": d.wall_us, **d.parts_us, d.dispatch: d.dispatched}
-                               for e, d in report.ledgers.items()])
-        lines += ["", "## Where a decode step goes (median decode step of a profiled run, us)", "",
-                  digest.to_markdown(index=False, floatfmt=".1f")]
+        digest = pd.DataFrame(
+            [
+                {"engine": e, "step_us": d.wall_us, **d.parts_us, d.dispatch: d.dispatched}
+                for e, d in report.ledgers.items()
+            ]
+        )
+        lines += [
+            "",
+            "## Where a decode step goes (median decode step of a profiled run, us)",
+            "",
+            digest.to_markdown(index=False, floatfmt=".1f"),
+        ]
     lines += ["", "## The write-ups' predictions, checked here", ""]
     word = {True: "supported", False: "not supported", None: "not measured"}
     lines += [f"- **{word[v.supported]}**: {v.claim} ({v.source}). {v.evidence}" for v in report.verdicts]
     if report.overhead:
         o = report.overhead
-        lines += ["", "## Where a cached step goes (probe overhead)", "",
-                  f"Floor: {o.floor_ms:.3f} ms for a single-token forward with no cache "
-                  f"({o.launches_per_forward} {o.launch_kind}, {o.host_us_per_launch:.2f} us each). "
-                  f"Cached step at context {o.context_tokens}: {o.cached_step_ms:.3f} ms; "
-                  f"bookkeeping {o.bookkeeping_ms:.3f} ms of a {o.gap_ms:.3f} ms gap.", "",
-                  pd.DataFrame([dataclasses.asdict(p) for p in o.pieces]).to_markdown(index=False, floatfmt=".1f")]
+        lines += [
+            "",
+            "## Where a cached step goes (probe overhead)",
+            "",
+            f"Floor: {o.floor_ms:.3f} ms for a single-token forward with no cache "
+            f"({o.launches_per_forward} {o.launch_kind}, {o.host_us_per_launch:.2f} us each). "
+            f"Cached step at context {o.context_tokens}: {o.cached_step_ms:.3f} ms; "
+            f"bookkeeping {o.bookkeeping_ms:.3f} ms of a {o.gap_ms:.3f} ms gap.",
+            "",
+            pd.DataFrame([dataclasses.asdict(p) for p in o.pieces]).to_markdown(index=False, floatfmt=".1f"),
+        ]
     return "\n".join(lines) + "\n"

@@ -24,8 +24,14 @@ def tiny():
 
 def run_probe(*args: str, timeout: float = 600, **kw) -> subprocess.CompletedProcess:
     """Run the CLI in a fresh process, as a user would."""
-    return subprocess.run([sys.executable, "-m", "probe", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=kw.pop("cwd", ROOT), **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "probe", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=kw.pop("cwd", ROOT),
+        **kw,
+    )
 
 
 def floor_ops_by_profiler() -> int:

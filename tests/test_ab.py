@@ -35,8 +35,9 @@ def test_same_engine_raises_nothing_and_a_slowdown_is_caught():
     assert same.returncode == 0, same.stdout + same.stderr
     assert "no regression" in same.stdout
     # 3 ms of busy host work per decode step on a 2-4 ms step: in lockstep it cannot hide in drift
-    slow = run_probe("ab", "cached", "tests.variants:SlowCachedEngine", *SMALL,
-                     env=os.environ | {"PROBE_SLOW_US": "3000"})
+    slow = run_probe(
+        "ab", "cached", "tests.variants:SlowCachedEngine", *SMALL, env=os.environ | {"PROBE_SLOW_US": "3000"}
+    )
     assert slow.returncode == 1, slow.stdout + slow.stderr
     assert "host us/step rose" in slow.stdout
 
@@ -44,4 +45,5 @@ def test_same_engine_raises_nothing_and_a_slowdown_is_caught():
 def test_unknown_engine_is_a_one_line_error():
     result = run_probe("ab", "cached", "turbo", *SMALL)
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
-        "probe: error: unknown engine 'turbo': use one of naive, cached, static, static-eager, batched or module:Class"]
+        "probe: error: unknown engine 'turbo': use one of naive, cached, static, static-eager, batched or module:Class"
+    ]

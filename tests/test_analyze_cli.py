@@ -28,23 +28,53 @@ def test_json_output_has_the_documented_shape(capsys):
     assert doc["format"] == "torch_chrome"
     assert [s["name"] for s in doc["steps"]] == ["prefill", "decode#0", "decode#1"]
     step = doc["steps"][1]
-    want = {"name": "decode#0", "kind": "decode", "index": 0, "start_us": 110.0, "wall_us": 90.0, "launches": 1,
-            "graph_launches": 1, "kernels": 3, "gpu_busy_us": 28.99, "gpu_idle_us": 52.01, "cache_us": 15.0,
-            "unattributed_us": 20.0}
+    want = {
+        "name": "decode#0",
+        "kind": "decode",
+        "index": 0,
+        "start_us": 110.0,
+        "wall_us": 90.0,
+        "launches": 1,
+        "graph_launches": 1,
+        "kernels": 3,
+        "gpu_busy_us": 28.99,
+        "gpu_idle_us": 52.01,
+        "cache_us": 15.0,
+        "unattributed_us": 20.0,
+    }
     assert {k: step[k] for k in want} == want
     assert step["top_ops"][0] == {"name": "aten::addmm", "self_us": 16.0, "calls": 1}
-    assert doc["totals"] == {"events": 54, "kernels": 11, "launches": 7, "graph_launches": 1, "gpu_ops": 13,
-                             "runtime_calls": 13, "cpu_ops": 10, "unattributed_gpu_ops": 1, "gpu_busy_us": 102.01,
-                             "span_us": 310.0}
+    assert doc["totals"] == {
+        "events": 54,
+        "kernels": 11,
+        "launches": 7,
+        "graph_launches": 1,
+        "gpu_ops": 13,
+        "runtime_calls": 13,
+        "cpu_ops": 10,
+        "unattributed_gpu_ops": 1,
+        "gpu_busy_us": 102.01,
+        "span_us": 310.0,
+    }
     assert doc["summary"]["step_p50_us"] == 70.0
 
 
 def test_tables_name_every_step_and_the_summary(capsys):
     code, out, _ = run(capsys, str(HAND))
     assert code == 0
-    for text in ("prefill", "decode#0", "decode#1", "GPU busy", "kern wait", "closure",
-                 "summary over 2 decode step(s)",
-                 "step time p50 ms", "0.070", "cache share of wall", "aten::addmm"):
+    for text in (
+        "prefill",
+        "decode#0",
+        "decode#1",
+        "GPU busy",
+        "kern wait",
+        "closure",
+        "summary over 2 decode step(s)",
+        "step time p50 ms",
+        "0.070",
+        "cache share of wall",
+        "aten::addmm",
+    ):
         assert text in out, text
 
 
@@ -60,8 +90,11 @@ def test_one_step_by_position_or_name(capsys, key):
     assert code == 0
     doc = json.loads(out)
     assert [s["name"] for s in doc["steps"]] == ["decode#0"]
-    assert [(t["name"], t["part"]) for t in doc["timeline"]][:3] == [("forward", "range"), ("aten::linear", "ops"),
-                                                                     ("cache.update#0", "cache_update")]
+    assert [(t["name"], t["part"]) for t in doc["timeline"]][:3] == [
+        ("forward", "range"),
+        ("aten::linear", "ops"),
+        ("cache.update#0", "cache_update"),
+    ]
     code, out, _ = run(capsys, str(HAND), "--step", key)
     assert code == 0 and "step 1: decode#0" in out and "cudaGraphLaunch" in out and "host: cache_update" in out
 

@@ -199,7 +199,8 @@ def test_telemetry_samples_are_drawn_under_the_timeline(monkeypatch, tmp_path):
 
     shutil.copy(DATA / "hand_decode.trace.json.gz", tmp_path)
     pd.DataFrame({"t_ns": [0, 10_000_000, 20_000_000], "rss_bytes": [1e8, 2e8, 3e8]}).to_parquet(
-        tmp_path / "hand_decode.telemetry.parquet", index=False)  # the trace's own samples, as probe profile names them
+        tmp_path / "hand_decode.telemetry.parquet", index=False
+    )  # the trace's own samples, as probe profile names them
     at = app(monkeypatch, tmp_path, view="One step")
     assert charts(at) == ["timeline_chart", "trace_telemetry_chart"]
     assert chart(at, "trace_telemetry_chart")[0]["y"] == [1e8, 2e8, 3e8]

@@ -32,8 +32,16 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
 CHROMIUM = Path(os.environ.get("PROBE_CHROMIUM", "/usr/bin/chromium"))
 SCREENSHOTS = Path(os.environ.get("PROBE_SCREENSHOTS", ROOT / "build" / "app-screenshots"))
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 START_S = 90  # streamlit's first start on a busy 2-core machine
 DRAW_MS = 60_000  # a chart's first draw, parse of the trace included
 
@@ -59,8 +67,13 @@ def serve(root: Path, log: Path):
     """`probe app --root ROOT` on a free port until the block ends; yields the base URL."""
     port = free_port()
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "probe", "app", "--root", str(root), "--port", str(port)],
-                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "probe", "app", "--root", str(root), "--port", str(port)],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + START_S
@@ -89,8 +102,11 @@ def listening_addresses(port: int) -> set[str]:
     """Local addresses of the TCP sockets listening on `port` (IPv4 and IPv6), from /proc via psutil."""
     import psutil
 
-    return {c.laddr.ip for c in psutil.net_connections(kind="tcp")
-            if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
+    return {
+        c.laddr.ip
+        for c in psutil.net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+    }
 
 
 # What a drawn chart holds: per plotly div, its traces' names and point counts (plotly's own parsed data).
@@ -109,7 +125,9 @@ def settle(page, wait_for: str, shot: Path) -> list[list[dict]]:
     page.wait_for_function(
         """name => Array.from(document.querySelectorAll('.js-plotly-plot')).some(d =>
                (d._fullData || []).some(t => t.name === name && t.x && t.x.length > 0))""",
-        arg=wait_for, timeout=DRAW_MS)
+        arg=wait_for,
+        timeout=DRAW_MS,
+    )
     page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=DRAW_MS)
     page.wait_for_timeout(500)  # plotly's transition after the last rerun
     shot.parent.mkdir(parents=True, exist_ok=True)
@@ -149,8 +167,13 @@ def test_the_app_draws_every_kind_of_chart_in_chromium(browser, capsys, tmp_path
         assert names["cached"] == names["naive"] == 3 and names["host floor"] == 3
         assert drawn_points(page) >= 18  # 2 engines x 3 prompts x 3 panels
 
-        ledger = open_view(page, url, {"source": "trace: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz"},
-                           "host: cache bookkeeping", SCREENSHOTS / "ledger-cpu.png")
+        ledger = open_view(
+            page,
+            url,
+            {"source": "trace: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz"},
+            "host: cache bookkeeping",
+            SCREENSHOTS / "ledger-cpu.png",
+        )
         names = {t["name"]: t["n"] for t in ledger[0]}
         assert names["host: model ops"] == 6 and any(n.startswith("top-level ops per step") for n in names)
         assert drawn_points(page) >= 6 * 7
@@ -162,15 +185,24 @@ def test_the_app_draws_every_kind_of_chart_in_chromium(browser, capsys, tmp_path
         assert names["ops"] > 100 and names["cache_update"] >= 4
         assert "view=One+step" in page.url  # the radio is bound to the URL: a view can be linked to
 
-        gpu = open_view(page, url, {"source": "trace: cuda_train_ns_resolution_5steps.trace.json.gz"},
-                        "GPU busy", SCREENSHOTS / "ledger-gpu.png")
+        gpu = open_view(
+            page,
+            url,
+            {"source": "trace: cuda_train_ns_resolution_5steps.trace.json.gz"},
+            "GPU busy",
+            SCREENSHOTS / "ledger-gpu.png",
+        )
         names = {t["name"]: t["n"] for t in gpu[0]}
         assert names["GPU busy"] == names["GPU idle"] == 5
 
-        alerts = {"source": "trace: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz", "view": "Compare",
-                  "baseline": "trace: app/traces/tiny_naive_cpu_p16_n6.trace.json.gz"}
-        compare = open_view(page, url, alerts, "current: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz",
-                            SCREENSHOTS / "compare.png")
+        alerts = {
+            "source": "trace: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz",
+            "view": "Compare",
+            "baseline": "trace: app/traces/tiny_naive_cpu_p16_n6.trace.json.gz",
+        }
+        compare = open_view(
+            page, url, alerts, "current: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz", SCREENSHOTS / "compare.png"
+        )
         assert [t["n"] for t in compare[0]] == [8, 8]  # wall and the 7 host categories: a CPU trace has no GPU
         assert not errors, errors
     with capsys.disabled():

@@ -20,8 +20,18 @@ from probe.errors import ProbeError
 from tests.conftest import ROOT, run_probe
 
 SMALL = dict(prompts=(8, 24), new_tokens=5, runs=2, warmup=1, device="cpu")
-REQUIRED = ("engine", "prompt_tokens", "new_tokens", "ttft_ms", "itl_p50_ms", "itl_p90_ms", "decode_tok_s",
-            "total_ms", "peak_mem_bytes", "tokens_match_naive")
+REQUIRED = (
+    "engine",
+    "prompt_tokens",
+    "new_tokens",
+    "ttft_ms",
+    "itl_p50_ms",
+    "itl_p90_ms",
+    "decode_tok_s",
+    "total_ms",
+    "peak_mem_bytes",
+    "tokens_match_naive",
+)
 
 
 def test_bench_writes_cells_raw_latencies_and_env(tmp_path):
@@ -52,8 +62,21 @@ def test_decode_rate_excludes_prefill(tmp_path):
 
 
 def test_cli_json_and_mismatch_exit_code(tmp_path):
-    args = ["bench", "--engines", "naive,cached,tests.variants:WrongTokensEngine", "--prompts", "8",
-            "--new-tokens", "4", "--runs", "1", "--warmup", "0", "--device", "cpu"]
+    args = [
+        "bench",
+        "--engines",
+        "naive,cached,tests.variants:WrongTokensEngine",
+        "--prompts",
+        "8",
+        "--new-tokens",
+        "4",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--device",
+        "cpu",
+    ]
     bad = run_probe(*args, "--json")
     assert bad.returncode == 1, bad.stderr
     cells = json.loads(bad.stdout)["cells"]
@@ -64,17 +87,20 @@ def test_cli_json_and_mismatch_exit_code(tmp_path):
     assert "MISMATCH" in ok.stdout and (tmp_path / "o" / "results.json").exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--engines", "naive,turbo"], "unknown engine 'turbo'"),
-    (["--model", "gpt-17"], "unknown model 'gpt-17'"),
-    (["--prompts", "16,abc"], "malformed integer list"),
-    (["--prompts", "16,,32"], "malformed integer list"),
-    (["--prompts", "9000"], "exceeds the model's maximum of 8192"),
-    (["--model", "/no/such/model"], "does not exist"),
-    (["--out", "/proc/probe-out"], "cannot write to output folder"),
-    (["--new-tokens", "1"], "at least 2"),
-    (["--dtype", "float8"], "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--engines", "naive,turbo"], "unknown engine 'turbo'"),
+        (["--model", "gpt-17"], "unknown model 'gpt-17'"),
+        (["--prompts", "16,abc"], "malformed integer list"),
+        (["--prompts", "16,,32"], "malformed integer list"),
+        (["--prompts", "9000"], "exceeds the model's maximum of 8192"),
+        (["--model", "/no/such/model"], "does not exist"),
+        (["--out", "/proc/probe-out"], "cannot write to output folder"),
+        (["--new-tokens", "1"], "at least 2"),
+        (["--dtype", "float8"], "invalid choice"),
+    ],
+)
 def test_bad_input_is_one_line_without_traceback(args, message):
     result = run_probe("bench", "--device", "cpu", *args, timeout=120)
     assert result.returncode == 2
@@ -89,10 +115,31 @@ def test_config_validation():
 
 def test_ctrl_c_keeps_finished_cells(tmp_path):
     out = tmp_path / "sweep"
-    proc = subprocess.Popen([sys.executable, "-m", "probe", "bench", "--prompts", "8,16,32,64,128,256",
-                             "--new-tokens", "16", "--runs", "2", "--warmup", "0", "--device", "cpu",
-                             "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "probe",
+            "bench",
+            "--prompts",
+            "8,16,32,64,128,256",
+            "--new-tokens",
+            "16",
+            "--runs",
+            "2",
+            "--warmup",
+            "0",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )
     results = out / "results.json"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
@@ -121,4 +168,8 @@ def test_bench_records_telemetry_per_cell_and_raw_samples(tmp_path):
 
 def test_telemetry_can_be_switched_off(tmp_path):
     results = bench(BenchConfig(**SMALL | dict(engines=("cached",), prompts=(8,), telemetry_ms=0)), tmp_path)
-    assert results.cells[0].telemetry is None and results.cells[0].decode_windows_ns == [] and not (tmp_path / "telemetry.parquet").exists()
+    assert (
+        results.cells[0].telemetry is None
+        and results.cells[0].decode_windows_ns == []
+        and not (tmp_path / "telemetry.parquet").exists()
+    )

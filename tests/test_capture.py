@@ -71,8 +71,9 @@ def test_dispatch_count_equals_profiler_top_level_count(cpu_trace, tiny):
     _, events = cpu_trace
     counts = count_forward_ops(engine_class("cached")(tiny), prompt_ids(32, 1, tiny.config.vocab_size))
     forwards = [e for e in events if e["name"] == V.FORWARD]
-    decode_forwards = [f for f in forwards if any(f in inside(s, events) for s in events
-                                                  if s["name"].startswith("decode#"))]
+    decode_forwards = [
+        f for f in forwards if any(f in inside(s, events) for s in events if s["name"].startswith("decode#"))
+    ]
     assert len(decode_forwards) == NEW_TOKENS - 1
     assert {len(top_level_ops(f, events)) for f in decode_forwards} == {counts.decode_ops}
 
@@ -86,7 +87,8 @@ def test_counts_are_deterministic_across_runs_and_processes(tiny):
     assert other.returncode == 0, other.stderr
     theirs = json.loads(other.stdout)
     assert [(c["prefill_ops"], c["decode_ops"], c["decode_by_op"]) for c in theirs] == [
-        (c.prefill_ops, c.decode_ops, c.decode_by_op) for c in first]
+        (c.prefill_ops, c.decode_ops, c.decode_by_op) for c in first
+    ]
     assert first[1].decode_ops > first[0].decode_ops  # the cache adds per-layer work to every forward
 
 
@@ -110,14 +112,30 @@ def nsys_available() -> bool:
 @pytest.mark.nsys
 @pytest.mark.skipif(not (IN_CI or nsys_available()), reason="nsys not installed (scripts/install-nsys.sh)")
 def test_nsys_capture_has_our_ranges(tmp_path):
-    result = run_probe("profile", "--nsys", "--engine", "cached", "--prompt", "16", "--new-tokens", "4",
-                       "--device", "cpu", "--out", str(tmp_path))
+    result = run_probe(
+        "profile",
+        "--nsys",
+        "--engine",
+        "cached",
+        "--prompt",
+        "16",
+        "--new-tokens",
+        "4",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path),
+    )
     assert result.returncode == 0, result.stderr
     sqlite = tmp_path / "tiny_cached_cpu_p16_n4.sqlite"
     assert sqlite.exists() and (tmp_path / "tiny_cached_cpu_p16_n4.nsys-rep").exists()
     with sqlite3.connect(sqlite) as db:
-        names = Counter(row[0] for row in db.execute(
-            "SELECT COALESCE(e.text, s.value) FROM NVTX_EVENTS e LEFT JOIN StringIds s ON e.textId = s.id"))
+        names = Counter(
+            row[0]
+            for row in db.execute(
+                "SELECT COALESCE(e.text, s.value) FROM NVTX_EVENTS e LEFT JOIN StringIds s ON e.textId = s.id"
+            )
+        )
     assert names["prefill"] == 1 and names["run"] == 1
     assert [names[f"decode#{i}"] for i in range(3)] == [1, 1, 1]
     assert all(names[f"cache.update#{layer}"] == 4 for layer in range(LAYERS))

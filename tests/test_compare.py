@@ -99,6 +99,7 @@ def test_identical_inputs_raise_nothing(folders):
 
 def test_counts_grow_only_by_total(folders, tmp_path):
     """One op traded for another at the same total is listed but does not alert; a total increase does."""
+
     def swap(data):
         ops = data["cells"][0]["decode_ops_by_op"]
         name = next(iter(ops))
@@ -125,12 +126,21 @@ def interleaved_cells(engines: dict, tiny, prompt_len: int, new_tokens: int, run
     for _ in range(runs):
         for name, engine in engines.items():
             gens[name].append(generate(engine, prompt, new_tokens))
-    return {name: Cell.from_runs(engine="cached", prompt_tokens=prompt_len, batch=1,
-                                 ttft_ms=[g.ttft_ns / 1e6 for g in gs],
-                                 itl_ms=[[s / 1e6 for s in g.step_ns] for g in gs],
-                                 total_ms=[g.total_ns / 1e6 for g in gs], tokens=[g.tokens.tolist() for g in gs],
-                                 peak_mem_bytes=0, peak_mem_kind="cpu_rss", reference=None)
-            for name, gs in gens.items()}
+    return {
+        name: Cell.from_runs(
+            engine="cached",
+            prompt_tokens=prompt_len,
+            batch=1,
+            ttft_ms=[g.ttft_ns / 1e6 for g in gs],
+            itl_ms=[[s / 1e6 for s in g.step_ns] for g in gs],
+            total_ms=[g.total_ns / 1e6 for g in gs],
+            tokens=[g.tokens.tolist() for g in gs],
+            peak_mem_bytes=0,
+            peak_mem_kind="cpu_rss",
+            reference=None,
+        )
+        for name, gs in gens.items()
+    }
 
 
 @pytest.fixture
@@ -155,11 +165,13 @@ def test_injected_delay_is_caught(tiny, one_thread, monkeypatch):
     prompt = prompt_ids(8, 1, tiny.config.vocab_size)
     step_us = statistics.median(generate(CachedEngine(tiny), prompt, 12).step_ns) / 1e3
     monkeypatch.setenv(SLOW_US_VAR, str(max(2000.0, 2 * step_us)))
-    cells = interleaved_cells({"a": CachedEngine(tiny), "slow": SlowCachedEngine(tiny)}, tiny, prompt_len=8,
-                              new_tokens=16, runs=5)
+    cells = interleaved_cells(
+        {"a": CachedEngine(tiny), "slow": SlowCachedEngine(tiny)}, tiny, prompt_len=8, new_tokens=16, runs=5
+    )
     env = {"torch": "x", "transformers": "y", "device": "cpu", "device_name": "cpu", "dtype": "float32"}
-    base, slow = (from_results(BenchResults([cells[n]], env, {"model": "tiny"}, complete=True), n)
-                  for n in ("a", "slow"))
+    base, slow = (
+        from_results(BenchResults([cells[n]], env, {"model": "tiny"}, complete=True), n) for n in ("a", "slow")
+    )
     result = compare(base, slow)
     host = next(r for r in result.rows if r.metric == "host_us_per_step")
     assert host.verdict == "regression", host
@@ -232,9 +244,13 @@ def test_unusable_input_is_one_line_exit_2(folders, tmp_path):
     (tmp_path / "empty.json").write_text("")
     (tmp_path / "other.json").write_text('{"hello": 1}')
     (tmp_path / "nofile").mkdir()
-    for bad, why in [(tmp_path / "missing", "no such file"), (tmp_path / "corrupt.json", "cannot read"),
-                     (tmp_path / "empty.json", "empty file"), (tmp_path / "other.json", "not a probe results file"),
-                     (tmp_path / "nofile", "without a results.json")]:
+    for bad, why in [
+        (tmp_path / "missing", "no such file"),
+        (tmp_path / "corrupt.json", "cannot read"),
+        (tmp_path / "empty.json", "empty file"),
+        (tmp_path / "other.json", "not a probe results file"),
+        (tmp_path / "nofile", "without a results.json"),
+    ]:
         line = one_line_error(run_probe("compare", base, str(bad)))
         assert why in line, line
 
@@ -257,8 +273,19 @@ def test_json_and_markdown_are_well_formed(folders, tmp_path):
     assert proc.returncode == 1, proc.stderr
     data = json.loads(proc.stdout)
     assert data["regression"] is True and data["count_diffs"]["cached p8 n6"]["aten::clone"] == [0, 4]
-    assert {"key", "metric", "baseline", "current", "ratio", "ci_low", "ci_high", "p_value", "n_baseline",
-            "n_current", "verdict"} <= set(data["rows"][0])
+    assert {
+        "key",
+        "metric",
+        "baseline",
+        "current",
+        "ratio",
+        "ci_low",
+        "ci_high",
+        "p_value",
+        "n_baseline",
+        "n_current",
+        "verdict",
+    } <= set(data["rows"][0])
     assert any("aten::clone" in a["message"] for a in data["alerts"])
     text = md.read_text()
     assert text.startswith("### probe compare: REGRESSION")
@@ -291,8 +318,9 @@ def test_traces_compare_by_step_kind(tmp_path, tiny):
 
     made = {}
     for name, engine in (("a", "cached"), ("b", EXTRA)):
-        made[name] = profile_torch(ProfileConfig(engine=engine, prompt=8, new_tokens=5, device="cpu"),
-                                   tmp_path / name).trace
+        made[name] = profile_torch(
+            ProfileConfig(engine=engine, prompt=8, new_tokens=5, device="cpu"), tmp_path / name
+        ).trace
     result = compare(made["a"], made["b"])
     layers = tiny.config.num_hidden_layers
     assert result.count_diffs["decode"] == {"aten::clone": (0.0, float(layers))}
@@ -306,8 +334,9 @@ def test_traces_compare_by_step_kind(tmp_path, tiny):
 
 
 def test_trace_against_results_is_exit_2(folders):
-    line = one_line_error(run_probe("compare", str(folders["base"]),
-                                    str(ROOT / "tests/data/hand_decode.trace.json.gz")))
+    line = one_line_error(
+        run_probe("compare", str(folders["base"]), str(ROOT / "tests/data/hand_decode.trace.json.gz"))
+    )
     assert "cannot compare a results input" in line
 
 
@@ -316,8 +345,7 @@ def test_baseline_command_and_the_ci_gate(tmp_path):
     committed = ROOT / "baselines/cpu-tiny.json"
     data = json.loads(committed.read_text())
     assert data["baseline"]["by"] == "probe baseline" and data["complete"] is True
-    assert all(c["decode_ops_by_op"] and c["decode_ops"] == sum(c["decode_ops_by_op"].values())
-               for c in data["cells"])
+    assert all(c["decode_ops_by_op"] and c["decode_ops"] == sum(c["decode_ops_by_op"].values()) for c in data["cells"])
     current = tmp_path / "current.json"
     made = run_probe("baseline", "--runs", "1", "--warmup", "0", "--out", str(current))
     assert made.returncode == 0, made.stderr

@@ -20,15 +20,17 @@ def tokens(engine, prompt, n):
 @pytest.mark.parametrize("length", [1, 16, 200])
 def test_cached_matches_naive(tiny, length):
     prompt = prompt_ids(length, 1, tiny.config.vocab_size)
-    assert torch.equal(tokens(engine_class("naive")(tiny), prompt, 24), tokens(engine_class("cached")(tiny), prompt, 24))
+    assert torch.equal(
+        tokens(engine_class("naive")(tiny), prompt, 24), tokens(engine_class("cached")(tiny), prompt, 24)
+    )
 
 
 def test_batched_rows_match_their_own_runs(tiny):
     prompt = prompt_ids(32, 3, tiny.config.vocab_size)
     both = tokens(CachedEngine(tiny), prompt, 12)
     for row in range(3):
-        alone = tokens(engine_class("naive")(tiny), prompt[row:row + 1], 12)
-        assert torch.equal(both[row:row + 1], alone)
+        alone = tokens(engine_class("naive")(tiny), prompt[row : row + 1], 12)
+        assert torch.equal(both[row : row + 1], alone)
 
 
 def test_tokens_are_diverse(tiny):
@@ -98,9 +100,12 @@ def test_config_json_builds_random_weights(tmp_path):
 def test_qwen_preset_is_the_real_architecture():
     cfg = load_config("qwen2.5-1.5b")
     assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads) == (
-        1536, 28, 12, 2)
-    assert (cfg.head_dim, cfg.intermediate_size, cfg.vocab_size, cfg.tie_word_embeddings) == (
-        128, 8960, 151936, True)
+        1536,
+        28,
+        12,
+        2,
+    )
+    assert (cfg.head_dim, cfg.intermediate_size, cfg.vocab_size, cfg.tie_word_embeddings) == (128, 8960, 151936, True)
     with torch.device("meta"):
         from transformers import AutoModelForCausalLM
 
@@ -109,11 +114,14 @@ def test_qwen_preset_is_the_real_architecture():
     assert model.model.layers[0].self_attn.q_proj.bias is not None
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("gpt-17", "unknown model"),
-    ("/nonexistent/model", "does not exist"),
-    ("./nope/config.json", "does not exist"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("gpt-17", "unknown model"),
+        ("/nonexistent/model", "does not exist"),
+        ("./nope/config.json", "does not exist"),
+    ],
+)
 def test_bad_model_specs(spec, message):
     with pytest.raises(ModelError, match=message):
         resolve(spec)

@@ -61,7 +61,7 @@ def test_batched_rows_match_their_own_batch1_runs(tiny):
     prompt = prompt_ids(20, 4, tiny.config.vocab_size)
     out = generate(BatchedEngine(tiny), prompt, 10).tokens
     for row in range(4):
-        assert torch.equal(out[row:row + 1], naive_tokens(tiny, prompt[row:row + 1], 10))
+        assert torch.equal(out[row : row + 1], naive_tokens(tiny, prompt[row : row + 1], 10))
 
 
 def test_batched_admits_ragged_prompts(tiny):
@@ -76,7 +76,7 @@ def test_batched_admits_ragged_prompts(tiny):
             out.append(token)
     tokens = torch.cat(out, 1)
     for row, prompt in enumerate(prompts):
-        assert torch.equal(tokens[row:row + 1], naive_tokens(tiny, prompt[None], 9))
+        assert torch.equal(tokens[row : row + 1], naive_tokens(tiny, prompt[None], 9))
     assert engine.cache.lengths == [3 + 8, 17 + 8, 41 + 8]
 
 
@@ -84,9 +84,16 @@ def test_bench_batch_sweep_checks_each_row(tmp_path):
     from probe.capture.bench import bench
     from probe.capture.config import BenchConfig
 
-    results = bench(BenchConfig(engines=("cached", "batched"), prompts=(12,), batch=(1, 3), new_tokens=5, runs=1,
-                                warmup=0, device="cpu"))
-    assert [(c.engine, c.batch) for c in results.cells] == [("cached", 1), ("batched", 1), ("cached", 3),
-                                                            ("batched", 3)]
+    results = bench(
+        BenchConfig(
+            engines=("cached", "batched"), prompts=(12,), batch=(1, 3), new_tokens=5, runs=1, warmup=0, device="cpu"
+        )
+    )
+    assert [(c.engine, c.batch) for c in results.cells] == [
+        ("cached", 1),
+        ("batched", 1),
+        ("cached", 3),
+        ("batched", 3),
+    ]
     assert all(c.tokens_match_naive for c in results.cells)
     assert len(results.cells[2].tokens) == 3  # one token list per sequence

@@ -17,8 +17,16 @@ LATE_IMPORTS = {
     ("engines/configs.py", "transformers"),
 }
 # The torch-free side: every module here must import, and the analysis commands must run, without torch.
-TORCH_FREE = ("probe.analysis", "probe.explorer", "probe.render", "probe.flags", "probe.vocabulary", "probe.cli",
-              "probe.capture.config", "engines.configs")
+TORCH_FREE = (
+    "probe.analysis",
+    "probe.explorer",
+    "probe.render",
+    "probe.flags",
+    "probe.vocabulary",
+    "probe.cli",
+    "probe.capture.config",
+    "engines.configs",
+)
 
 HIDE_TORCH = """
 import importlib.machinery, sys
@@ -76,7 +84,7 @@ def test_no_import_cycle_counting_imports_inside_functions():
         stack.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                cycle = stack[stack.index(nxt):] + [nxt]
+                cycle = stack[stack.index(nxt) :] + [nxt]
                 raise AssertionError("import cycle: " + " -> ".join(cycle))
             if nxt not in state:
                 visit(nxt)
@@ -105,15 +113,18 @@ def test_only_commands_import_inside_functions():
 
 
 def _without_torch(code: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", HIDE_TORCH + code], capture_output=True, text=True, cwd=cwd,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", HIDE_TORCH + code], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
 
 
 def test_the_analysis_core_imports_without_torch():
     names = [n for n in _modules() if n.startswith(TORCH_FREE)]
-    code = ("import importlib\n"
-            f"for name in {names!r}:\n    importlib.import_module(name)\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
+    code = (
+        "import importlib\n"
+        f"for name in {names!r}:\n    importlib.import_module(name)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
+    )
     result = _without_torch(code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]"
@@ -122,8 +133,12 @@ def test_the_analysis_core_imports_without_torch():
 def test_analyze_compare_and_roofline_run_without_torch(tmp_path):
     trace = DATA / "rocm_vllm_decode_cudagraph.trace.json.gz"
     baseline = ROOT / "baselines" / "cpu-tiny.json"
-    calls = [["analyze", str(trace), "--json"], ["compare", str(baseline), str(baseline), "--counts-only"],
-             ["roofline", "--model", "tiny", "--dtype", "float32"], ["roofline", "--check"]]
+    calls = [
+        ["analyze", str(trace), "--json"],
+        ["compare", str(baseline), str(baseline), "--counts-only"],
+        ["roofline", "--model", "tiny", "--dtype", "float32"],
+        ["roofline", "--check"],
+    ]
     for argv in calls:
         code = f"from probe.cli import main\nrc = main({argv!r})\nassert 'torch' not in sys.modules\nsys.exit(rc)"
         result = _without_torch(code, tmp_path)

@@ -42,7 +42,10 @@ def hand():
 
 def test_hand_steps_are_ours_not_the_profiler_step(hand):
     assert [(s.name, s.kind, s.index, s.position) for s in hand.steps] == [
-        ("prefill", "prefill", 0, 0), ("decode#0", "decode", 0, 1), ("decode#1", "decode", 1, 2)]
+        ("prefill", "prefill", 0, 0),
+        ("decode#0", "decode", 0, 1),
+        ("decode#1", "decode", 1, 2),
+    ]
     assert [(s.start_us, s.wall_us) for s in hand.steps] == [(0.0, 100.0), (110.0, 90.0), (210.0, 50.0)]
     assert {(s.pid, s.tid) for s in hand.steps} == {(100, 100)}
 
@@ -55,22 +58,37 @@ def test_hand_prefill(hand):
     assert s.gpu_busy_ns == 48_000
     # Idle on stream 7: cat waits 10 us after embedding (its launch at 33 > 30: host), flash 15 us (launch 50
     # > 45: host), argmax 2 us (launch 84 < 90: not host, >= 30 ns: other). embedding is the stream's first.
-    assert (s.idle_host_wait_ns, s.idle_kernel_wait_ns, s.idle_other_ns, s.gpu_idle_ns) == (25_000, 0, 2_000,
-                                                                                          27_000)
+    assert (s.idle_host_wait_ns, s.idle_kernel_wait_ns, s.idle_other_ns, s.gpu_idle_ns) == (25_000, 0, 2_000, 27_000)
     # Host: sync 91-99 (the cudaDeviceSynchronize inside adds nothing), sample 81-90, cache.update 30-40,
     # seq_length 13-15, mask_sizes 18-20, mask 16-26 less mask_sizes = 8, sdpa 45-70, embedding 2-12 (cat
     # and argmax sit inside cache.update and sample), and 100 - 74 = 26 us that nothing covers.
-    assert s.host_parts_ns == {"sync": 8_000, "sample": 9_000, "cache_update": 10_000, "cache_seq_length": 2_000,
-                               "cache_mask_sizes": 2_000, "mask": 8_000, "attention": 25_000, "ops": 10_000,
-                               "unattributed": 26_000}
+    assert s.host_parts_ns == {
+        "sync": 8_000,
+        "sample": 9_000,
+        "cache_update": 10_000,
+        "cache_seq_length": 2_000,
+        "cache_mask_sizes": 2_000,
+        "mask": 8_000,
+        "attention": 25_000,
+        "ops": 10_000,
+        "unattributed": 26_000,
+    }
     assert s.cache_ns == 14_000 and s.closure == 1.0
     assert (s.top_level_ops, s.cpu_ops) == (4, 5)
-    assert s.op_counts == {"aten::embedding": 1, "aten::cat": 1, "aten::scaled_dot_product_attention": 1,
-                           "aten::argmax": 1}
+    assert s.op_counts == {
+        "aten::embedding": 1,
+        "aten::cat": 1,
+        "aten::scaled_dot_product_attention": 1,
+        "aten::argmax": 1,
+    }
     # Self time: sdpa 25 us less its child _flash_attention_forward 21 us = 4 us.
     assert [(o.name, o.self_ns, o.calls) for o in s.top_ops] == [
-        ("aten::_flash_attention_forward", 21_000, 1), ("aten::embedding", 10_000, 1), ("aten::cat", 8_000, 1),
-        ("aten::argmax", 7_000, 1), ("aten::scaled_dot_product_attention", 4_000, 1)]
+        ("aten::_flash_attention_forward", 21_000, 1),
+        ("aten::embedding", 10_000, 1),
+        ("aten::cat", 8_000, 1),
+        ("aten::argmax", 7_000, 1),
+        ("aten::scaled_dot_product_attention", 4_000, 1),
+    ]
 
 
 def test_hand_decode0_graph_launch_memcpy_memset(hand):
@@ -84,12 +102,24 @@ def test_hand_decode0_graph_launch_memcpy_memset(hand):
     assert (s.idle_host_wait_ns, s.idle_kernel_wait_ns, s.idle_other_ns) == (50_000, 10, 2_000)
     # Host: sync 181-199 (cudaStreamSynchronize inside), sample 171-180, cache.update 135-150 (it holds the
     # memset call and copy_), ops: linear 112-130 and the graph launch 155-165 outside any op = 28 us.
-    assert s.host_parts_ns == {"sync": 18_000, "sample": 9_000, "cache_update": 15_000, "cache_seq_length": 0,
-                               "cache_mask_sizes": 0, "mask": 0, "attention": 0, "ops": 28_000,
-                               "unattributed": 20_000}
+    assert s.host_parts_ns == {
+        "sync": 18_000,
+        "sample": 9_000,
+        "cache_update": 15_000,
+        "cache_seq_length": 0,
+        "cache_mask_sizes": 0,
+        "mask": 0,
+        "attention": 0,
+        "ops": 28_000,
+        "unattributed": 20_000,
+    }
     assert s.op_counts == {"aten::linear": 1, "aten::copy_": 1, "aten::argmax": 1}
-    assert [(o.name, o.self_ns) for o in s.top_ops] == [("aten::addmm", 16_000), ("aten::copy_", 8_000),
-                                                        ("aten::argmax", 6_000), ("aten::linear", 2_000)]
+    assert [(o.name, o.self_ns) for o in s.top_ops] == [
+        ("aten::addmm", 16_000),
+        ("aten::copy_", 8_000),
+        ("aten::argmax", 6_000),
+        ("aten::linear", 2_000),
+    ]
 
 
 def test_hand_last_step_is_kept_with_unknown_runtime_and_old_kernel_category(hand):
@@ -100,15 +130,30 @@ def test_hand_last_step_is_kept_with_unknown_runtime_and_old_kernel_category(han
     assert s.gpu_busy_ns == 5_000 + 20 + 10_000
     # add waits 54 us (host: launched at 214 > 176), tiny 1 us and old_style 3.98 us (other).
     assert (s.idle_host_wait_ns, s.idle_kernel_wait_ns, s.idle_other_ns) == (54_000, 0, 4_980)
-    assert s.host_parts_ns == {"sync": 8_000, "sample": 10_000, "cache_update": 0, "cache_seq_length": 0,
-                               "cache_mask_sizes": 0, "mask": 0, "attention": 0, "ops": 14_000,
-                               "unattributed": 18_000}
+    assert s.host_parts_ns == {
+        "sync": 8_000,
+        "sample": 10_000,
+        "cache_update": 0,
+        "cache_seq_length": 0,
+        "cache_mask_sizes": 0,
+        "mask": 0,
+        "attention": 0,
+        "ops": 14_000,
+        "unattributed": 18_000,
+    }
 
 
 def test_hand_totals_and_summary(hand):
     t = hand.totals
     assert (t.events, t.kernels, t.launches, t.graph_launches, t.gpu_ops, t.runtime_calls, t.cpu_ops) == (
-        54, 11, 7, 1, 13, 13, 10)
+        54,
+        11,
+        7,
+        1,
+        13,
+        13,
+        10,
+    )
     assert t.gpu_busy_ns == 48_000 + 28_990 + 15_020 + 10_000  # + the orphan kernel 300-310
     assert t.unattributed_gpu_ops == 1  # the orphan: its launch (corr 999) is not in the trace
     assert t.span_ns == 310_000
@@ -142,10 +187,33 @@ def test_hand_json_has_the_documented_keys(hand):
     out = json.loads(json.dumps(hand.to_json()))
     assert out["format"] == "torch_chrome"
     step = out["steps"][1]
-    for key in ("name", "kind", "index", "start_us", "wall_us", "launches", "graph_launches", "kernels",
-                "gpu_busy_us", "gpu_idle_us", "idle_host_wait_us", "idle_kernel_wait_us", "top_ops", "cache_us",
-                "cache_update_us", "cache_seq_length_us", "cache_mask_sizes_us", "mask_us", "sample_us", "sync_us",
-                "attention_us", "ops_us", "unattributed_us", "op_counts", "closure"):
+    for key in (
+        "name",
+        "kind",
+        "index",
+        "start_us",
+        "wall_us",
+        "launches",
+        "graph_launches",
+        "kernels",
+        "gpu_busy_us",
+        "gpu_idle_us",
+        "idle_host_wait_us",
+        "idle_kernel_wait_us",
+        "top_ops",
+        "cache_us",
+        "cache_update_us",
+        "cache_seq_length_us",
+        "cache_mask_sizes_us",
+        "mask_us",
+        "sample_us",
+        "sync_us",
+        "attention_us",
+        "ops_us",
+        "unattributed_us",
+        "op_counts",
+        "closure",
+    ):
         assert key in step, key
     assert (step["wall_us"], step["gpu_busy_us"], step["cache_us"]) == (90.0, 28.99, 15.0)
     assert set(out["totals"]) >= {"events", "kernels", "launches", "graph_launches", "gpu_ops", "gpu_busy_us"}
@@ -165,8 +233,7 @@ def _without(names: set[str], tmp: Path) -> Path:
 
 def test_profiler_step_when_no_ranges_of_ours(tmp_path):
     a = analyze(load_trace(_without({"prefill", "decode#0", "decode#1"}, tmp_path)))
-    assert [(s.name, s.kind, s.index, s.wall_us) for s in a.steps] == [("ProfilerStep#3", "profiler_step", 3,
-                                                                         260.0)]
+    assert [(s.name, s.kind, s.index, s.wall_us) for s in a.steps] == [("ProfilerStep#3", "profiler_step", 3, 260.0)]
     assert a.steps[0].kernels == 10 and a.steps[0].launches == 7
 
 
@@ -200,9 +267,17 @@ def test_nsys_hand_fixture(tmp_path):
     assert (d0.launches, d0.graph_launches, d0.runtime_calls, d0.kernels, d0.gpu_ops) == (2, 0, 5, 2, 4)
     assert d0.gpu_busy_ns == 2_000 + 990 + 500 + 200
     assert (d0.idle_host_wait_ns, d0.idle_kernel_wait_ns, d0.idle_other_ns) == (0, 10, 1_000)
-    assert d0.host_parts_ns == {"sync": 1_800, "sample": 900, "cache_update": 1_000, "cache_seq_length": 0,
-                                "cache_mask_sizes": 200, "mask": 800, "attention": 0, "ops": 600,
-                                "unattributed": 4_700}
+    assert d0.host_parts_ns == {
+        "sync": 1_800,
+        "sample": 900,
+        "cache_update": 1_000,
+        "cache_seq_length": 0,
+        "cache_mask_sizes": 200,
+        "mask": 800,
+        "attention": 0,
+        "ops": 600,
+        "unattributed": 4_700,
+    }
     # decode#1: a graph launch replaying two kernels, and cuLaunchKernel from the worker thread (counted: the
     # launch is inside the window; its time is not in the main thread's host partition).
     assert (d1.launches, d1.graph_launches, d1.runtime_calls, d1.kernels, d1.gpu_ops) == (1, 1, 2, 3, 3)
@@ -212,7 +287,13 @@ def test_nsys_hand_fixture(tmp_path):
     t = a.totals
     # Process 777 reuses correlation id 1: its kernel must not join process 4242's launch, so it is in no step.
     assert (t.kernels, t.launches, t.graph_launches, t.gpu_ops, t.gpu_busy_ns, t.unattributed_gpu_ops) == (
-        6, 4, 1, 8, 100 + 3_690 + 2_400, 1)
+        6,
+        4,
+        1,
+        8,
+        100 + 3_690 + 2_400,
+        1,
+    )
 
 
 # --- the public traces: the shared README's reference figures -------------------------------------------
@@ -300,8 +381,10 @@ def _stack_nesting(starts, ends):
     """The obvious algorithm: walk in (start, -end) order with a stack of open intervals."""
     depth, parent, stack = [], [], []
     for i, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
-        while stack and not (s < ends[stack[-1]] or (s == starts[stack[-1]] and e <= ends[stack[-1]]
-                                                      and ends[stack[-1]] > starts[stack[-1]])):
+        while stack and not (
+            s < ends[stack[-1]]
+            or (s == starts[stack[-1]] and e <= ends[stack[-1]] and ends[stack[-1]] > starts[stack[-1]])
+        ):
             stack.pop()
         depth.append(len(stack))
         parent.append(stack[-1] if stack else -1)
@@ -345,12 +428,16 @@ def test_host_partition_against_painting(tmp_path):
         for name in tiers:
             s, e = _random_intervals(rnd, rnd.randrange(0, 4), span=330)
             truth[name] = (s, e)
-            events += [{"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1, "ts": int(a),
-                        "dur": int(b - a)} for a, b in zip(s, e, strict=True)]
+            events += [
+                {"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1, "ts": int(a), "dur": int(b - a)}
+                for a, b in zip(s, e, strict=True)
+            ]
         ops = sorted(set(_random_tree(rnd, 0, 330)), key=lambda se: (se[0], -se[1]))
         names = [rnd.choice(["aten::mm", "aten::scaled_dot_product_attention"]) for _ in ops]
-        events += [{"ph": "X", "cat": "cpu_op", "name": n, "pid": 1, "tid": 1, "ts": a, "dur": b - a}
-                   for (a, b), n in zip(ops, names, strict=True)]
+        events += [
+            {"ph": "X", "cat": "cpu_op", "name": n, "pid": 1, "tid": 1, "ts": a, "dur": b - a}
+            for (a, b), n in zip(ops, names, strict=True)
+        ]
         events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 0, "dur": 400})
         path = tmp_path / f"t{trial}.json"
         path.write_text(json.dumps({"traceEvents": events}))
@@ -359,13 +446,21 @@ def test_host_partition_against_painting(tmp_path):
         window = slice(10, 310)
         taken = np.zeros(400, bool)
         want = {}
-        depth, _ = nesting(np.array([a for a, _ in ops], np.int64), np.array([b for _, b in ops], np.int64)) \
-            if ops else (np.zeros(0, np.int64), None)
+        depth, _ = (
+            nesting(np.array([a for a, _ in ops], np.int64), np.array([b for _, b in ops], np.int64))
+            if ops
+            else (np.zeros(0, np.int64), None)
+        )
         attn = [(a, b) for (a, b), n in zip(ops, names, strict=True) if n.endswith("attention")]
         top = [(a, b) for (a, b), d in zip(ops, depth.tolist(), strict=True) if d == 0]
-        sets = {"sync": [truth["sync"]], "sample": [truth["sample"]], "cache_update": [truth["cache.update#0"]],
-                "cache_seq_length": [truth["cache.seq_length"]], "cache_mask_sizes": [truth["cache.mask_sizes"]],
-                "mask": [truth["mask"]]}
+        sets = {
+            "sync": [truth["sync"]],
+            "sample": [truth["sample"]],
+            "cache_update": [truth["cache.update#0"]],
+            "cache_seq_length": [truth["cache.seq_length"]],
+            "cache_mask_sizes": [truth["cache.mask_sizes"]],
+            "mask": [truth["mask"]],
+        }
         for p in HOST_PARTS:
             grid = np.zeros(400, bool)
             for s, e in sets.get(p, []):
@@ -381,8 +476,9 @@ def test_host_partition_against_painting(tmp_path):
             taken |= grid
         want["unattributed"] = int((~taken)[window].sum()) * 1000
         assert step.host_parts_ns == want, trial
-        assert step.top_level_ops == sum(1 for (a, _), d in zip(ops, depth.tolist(), strict=True)
-                                         if d == 0 and 10 <= a <= 310)
+        assert step.top_level_ops == sum(
+            1 for (a, _), d in zip(ops, depth.tolist(), strict=True) if d == 0 and 10 <= a <= 310
+        )
 
 
 # --- our own engine's CPU traces ------------------------------------------------------------------------
@@ -402,8 +498,11 @@ def own_cpu_trace(tmp_path_factory):
 
 def _ranges_in(trace, lo, hi, names):
     rows = trace.rows(Kind.USER_RANGE)
-    keep = [r for r in rows.tolist() if lo <= trace.ts_ns[r] and trace.end_ns[r] <= hi
-            and trace.name(r).split("#")[0] in names]
+    keep = [
+        r
+        for r in rows.tolist()
+        if lo <= trace.ts_ns[r] and trace.end_ns[r] <= hi and trace.name(r).split("#")[0] in names
+    ]
     return keep
 
 
@@ -419,15 +518,18 @@ def test_own_cpu_trace_ledger(own_cpu_trace):
         hi = lo + s.wall_ns
         # Computed another way: our cache ranges never nest in each other, sample or sync, so the cache part
         # is their plain sum; mask is its range less the cache queries inside it.
-        cache = sum(int(trace.dur_ns[r]) for r in _ranges_in(trace, lo, hi, {"cache.update", "cache.seq_length",
-                                                                             "cache.mask_sizes"}))
+        cache = sum(
+            int(trace.dur_ns[r])
+            for r in _ranges_in(trace, lo, hi, {"cache.update", "cache.seq_length", "cache.mask_sizes"})
+        )
         assert s.cache_ns == cache > 0
         (sample,) = _ranges_in(trace, lo, hi, {"sample"})
         (sync,) = _ranges_in(trace, lo, hi, {"sync"})
         assert (s.sample_ns, s.sync_ns) == (int(trace.dur_ns[sample]), int(trace.dur_ns[sync]))
         (mask,) = _ranges_in(trace, lo, hi, {"mask"})
-        inner = _ranges_in(trace, int(trace.ts_ns[mask]), int(trace.end_ns[mask]),
-                           {"cache.seq_length", "cache.mask_sizes"})
+        inner = _ranges_in(
+            trace, int(trace.ts_ns[mask]), int(trace.end_ns[mask]), {"cache.seq_length", "cache.mask_sizes"}
+        )
         assert s.mask_ns == int(trace.dur_ns[mask]) - sum(int(trace.dur_ns[r]) for r in inner)
         assert s.attention_ns > 0 and s.ops_ns > 0 and s.unattributed_ns > 0
     # The dispatched op count is the same every decode step (the machine facts: a TorchDispatchMode count).
@@ -469,8 +571,20 @@ def nsys_available() -> bool:
 @pytest.mark.skipif(not (IN_CI or nsys_available()), reason="nsys not installed (scripts/install-nsys.sh)")
 def test_own_nsys_cpu_export(tmp_path):
     """A live CPU nsys run of our loop: no CUPTI tables, our NVTX ranges become the steps."""
-    result = run_probe("profile", "--nsys", "--engine", "cached", "--prompt", "16", "--new-tokens", "3",
-                       "--device", "cpu", "--out", str(tmp_path))
+    result = run_probe(
+        "profile",
+        "--nsys",
+        "--engine",
+        "cached",
+        "--prompt",
+        "16",
+        "--new-tokens",
+        "3",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path),
+    )
     assert result.returncode == 0, result.stderr
     a = analyze(load_trace(tmp_path / "tiny_cached_cpu_p16_n3.sqlite"))
     assert [s.name for s in a.steps] == ["prefill", "decode#0", "decode#1"]
@@ -486,7 +600,6 @@ def test_committed_nsys_cpu_export():
         assert s.cache_seq_length_ns > 0 and s.cache_mask_sizes_ns > 0 and s.cache_update_ns > 0
         assert abs(s.closure - 1) <= 0.01
         assert s.top_level_ops == 0 and s.ops_ns == 0  # nsys on a CPU sees our ranges only
-
 
 
 def test_find_steps_is_one_window_for_an_empty_step_set():

@@ -15,9 +15,18 @@ TINY = arch_for("tiny")
 
 def cell(engine: str, prompt: int, itl_ms: float, batch: int = 1, new_tokens: int = 9) -> Cell:
     steps = [[itl_ms] * (new_tokens - 1)]
-    return Cell.from_runs(engine=engine, prompt_tokens=prompt, batch=batch, ttft_ms=[1.0], itl_ms=steps,
-                          total_ms=[1.0 + itl_ms * (new_tokens - 1)], tokens=[[[1] * new_tokens] * batch],
-                          peak_mem_bytes=1, peak_mem_kind="cpu_rss", reference=None)
+    return Cell.from_runs(
+        engine=engine,
+        prompt_tokens=prompt,
+        batch=batch,
+        ttft_ms=[1.0],
+        itl_ms=steps,
+        total_ms=[1.0 + itl_ms * (new_tokens - 1)],
+        tokens=[[[1] * new_tokens] * batch],
+        peak_mem_bytes=1,
+        peak_mem_kind="cpu_rss",
+        reference=None,
+    )
 
 
 def results(*cells: Cell) -> BenchResults:

@@ -40,33 +40,123 @@ SEEDS = ROOT / "docs" / "seeds"  # the two write-ups, copied verbatim from share
 
 # Small configs of each family, written to config.json by the tests. Odd sizes, so no term hides another.
 SMALL = {
-    "qwen2_tied": dict(model_type="qwen2", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2, vocab_size=300, max_position_embeddings=128,
-                       tie_word_embeddings=True),
-    "qwen2_untied": dict(model_type="qwen2", hidden_size=64, intermediate_size=160, num_hidden_layers=3,
-                         num_attention_heads=8, num_key_value_heads=8, vocab_size=301, max_position_embeddings=128,
-                         tie_word_embeddings=False),
-    "llama_biases": dict(model_type="llama", hidden_size=64, intermediate_size=176, num_hidden_layers=3,
-                         num_attention_heads=8, num_key_value_heads=2, head_dim=16, vocab_size=257,
-                         max_position_embeddings=64, attention_bias=True, mlp_bias=True, tie_word_embeddings=False),
-    "llama_tied": dict(model_type="llama", hidden_size=48, intermediate_size=100, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=1, vocab_size=97, max_position_embeddings=64,
-                       tie_word_embeddings=True),
-    "mistral": dict(model_type="mistral", hidden_size=96, intermediate_size=128, num_hidden_layers=2,
-                    num_attention_heads=6, num_key_value_heads=3, vocab_size=211, max_position_embeddings=256,
-                    tie_word_embeddings=False),
-    "qwen3": dict(model_type="qwen3", hidden_size=64, head_dim=32, intermediate_size=100, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, vocab_size=199, max_position_embeddings=128,
-                  attention_bias=True, tie_word_embeddings=True),
-    "gemma": dict(model_type="gemma", hidden_size=64, head_dim=24, intermediate_size=90, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=1, vocab_size=180, max_position_embeddings=64),
-    "phi3": dict(model_type="phi3", hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, vocab_size=150, max_position_embeddings=64, pad_token_id=0,
-                 bos_token_id=1, eos_token_id=2),
-    "gpt2": dict(model_type="gpt2", n_embd=48, n_layer=2, n_head=4, n_positions=40, vocab_size=111,
-                 bos_token_id=0, eos_token_id=0),
-    "gpt2_inner_untied": dict(model_type="gpt2", n_embd=40, n_layer=3, n_head=5, n_positions=50, n_inner=72,
-                              vocab_size=123, tie_word_embeddings=False, bos_token_id=0, eos_token_id=0),
+    "qwen2_tied": dict(
+        model_type="qwen2",
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=300,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+    ),
+    "qwen2_untied": dict(
+        model_type="qwen2",
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=3,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        vocab_size=301,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+    ),
+    "llama_biases": dict(
+        model_type="llama",
+        hidden_size=64,
+        intermediate_size=176,
+        num_hidden_layers=3,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=257,
+        max_position_embeddings=64,
+        attention_bias=True,
+        mlp_bias=True,
+        tie_word_embeddings=False,
+    ),
+    "llama_tied": dict(
+        model_type="llama",
+        hidden_size=48,
+        intermediate_size=100,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        vocab_size=97,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+    ),
+    "mistral": dict(
+        model_type="mistral",
+        hidden_size=96,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=3,
+        vocab_size=211,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+    ),
+    "qwen3": dict(
+        model_type="qwen3",
+        hidden_size=64,
+        head_dim=32,
+        intermediate_size=100,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=199,
+        max_position_embeddings=128,
+        attention_bias=True,
+        tie_word_embeddings=True,
+    ),
+    "gemma": dict(
+        model_type="gemma",
+        hidden_size=64,
+        head_dim=24,
+        intermediate_size=90,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        vocab_size=180,
+        max_position_embeddings=64,
+    ),
+    "phi3": dict(
+        model_type="phi3",
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=150,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    ),
+    "gpt2": dict(
+        model_type="gpt2",
+        n_embd=48,
+        n_layer=2,
+        n_head=4,
+        n_positions=40,
+        vocab_size=111,
+        bos_token_id=0,
+        eos_token_id=0,
+    ),
+    "gpt2_inner_untied": dict(
+        model_type="gpt2",
+        n_embd=40,
+        n_layer=3,
+        n_head=5,
+        n_positions=50,
+        n_inner=72,
+        vocab_size=123,
+        tie_word_embeddings=False,
+        bos_token_id=0,
+        eos_token_id=0,
+    ),
 }
 
 
@@ -176,8 +266,11 @@ def test_batch_limit_is_the_largest_batch_that_fits_the_step():
     limit = batch_limit(arch, "float16", 22, 512, A10)
     assert limit.step_bytes == 13.2e9 and limit.cache_budget_bytes == 13.2e9 - 3_087_428_608
     assert (limit.max_cached_positions, limit.max_batch) == (352_698, 688)
-    assert decode_step(arch, "float16", 512, 688, A10).traffic_ms <= 22 < \
-        decode_step(arch, "float16", 512, 689, A10).traffic_ms
+    assert (
+        decode_step(arch, "float16", 512, 688, A10).traffic_ms
+        <= 22
+        < decode_step(arch, "float16", 512, 689, A10).traffic_ms
+    )
     assert batch_limit(arch, "float16", 1, 512, A10).max_batch == 0  # the weights alone overrun 1 ms
 
 
@@ -216,13 +309,27 @@ def test_device_table_cites_a_source_per_entry():
         hardware.device("Z80")
 
 
-@pytest.mark.parametrize("gpu_name, entry", [
-    ("NVIDIA A10", "A10"), ("NVIDIA A10G", "A10G"), ("NVIDIA L4", "L4"), ("NVIDIA L40S", "L40S"),
-    ("Tesla T4", "T4"), ("NVIDIA A100-SXM4-80GB", "A100-80GB-SXM"), ("NVIDIA A100 80GB PCIe", "A100-80GB-PCIe"),
-    ("NVIDIA A100-PCIE-40GB", "A100-40GB"), ("NVIDIA H100 80GB HBM3", "H100-SXM"), ("NVIDIA H100 PCIe", "H100-PCIe"),
-    ("NVIDIA H100 NVL", "H100-NVL"), ("NVIDIA H200", "H200"), ("NVIDIA B200", "B200"),
-    ("AMD Instinct MI300X", "MI300X"), ("NVIDIA GeForce RTX 4090", None), ("NVIDIA GH200 480GB", None),
-])
+@pytest.mark.parametrize(
+    "gpu_name, entry",
+    [
+        ("NVIDIA A10", "A10"),
+        ("NVIDIA A10G", "A10G"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA L40S", "L40S"),
+        ("Tesla T4", "T4"),
+        ("NVIDIA A100-SXM4-80GB", "A100-80GB-SXM"),
+        ("NVIDIA A100 80GB PCIe", "A100-80GB-PCIe"),
+        ("NVIDIA A100-PCIE-40GB", "A100-40GB"),
+        ("NVIDIA H100 80GB HBM3", "H100-SXM"),
+        ("NVIDIA H100 PCIe", "H100-PCIe"),
+        ("NVIDIA H100 NVL", "H100-NVL"),
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA B200", "B200"),
+        ("AMD Instinct MI300X", "MI300X"),
+        ("NVIDIA GeForce RTX 4090", None),
+        ("NVIDIA GH200 480GB", None),
+    ],
+)
 def test_match_device_maps_torch_names(gpu_name, entry):
     found = hardware.match_device(gpu_name)
     assert (found.name if found else None) == entry
@@ -280,8 +387,9 @@ def test_a_discrepancy_the_formulas_now_reproduce_is_stale(tmp_path, capsys):
 
 
 def test_a_drifted_device_table_fails_the_check(monkeypatch, capsys):
-    drifted = tuple(d if d.name != "A10" else hardware.Device("A10", 610 * 10**9, d.source, d.pattern)
-                    for d in hardware.DEVICES)
+    drifted = tuple(
+        d if d.name != "A10" else hardware.Device("A10", 610 * 10**9, d.source, d.pattern) for d in hardware.DEVICES
+    )
     monkeypatch.setattr(hardware, "DEVICES", drifted)
     assert main(["roofline", "--check"]) == 1
     assert "p1_bandwidth_gb_s" in capsys.readouterr().out
@@ -301,14 +409,15 @@ def test_every_quote_is_verbatim_in_its_write_up():
 def test_json_has_every_field(capsys):
     assert main(["roofline", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert (data["params"], data["weights_bytes"], data["kv_bytes_per_token"]) == (1_543_714_304, 3_087_428_608,
-                                                                                    28_672)
-    assert (data["cache_bytes"], data["naive_token_forwards"], data["cached_token_forwards"]) == (7_798_784, 36_736,
-                                                                                                   272)
+    assert (data["params"], data["weights_bytes"], data["kv_bytes_per_token"]) == (1_543_714_304, 3_087_428_608, 28_672)
+    assert (data["cache_bytes"], data["naive_token_forwards"], data["cached_token_forwards"]) == (
+        7_798_784,
+        36_736,
+        272,
+    )
     assert data["recompute_ratio"] == 36_736 / 272
     step = data["decode_step"]
-    assert set(step) >= {"weight_bytes", "kv_read_bytes", "traffic_bytes", "traffic_ms", "kv_read_ms",
-                         "ceiling_tok_s"}
+    assert set(step) >= {"weight_bytes", "kv_read_bytes", "traffic_bytes", "traffic_ms", "kv_read_ms", "ceiling_tok_s"}
     assert step["context"] == 272 and step["kv_read_bytes"] == 7_798_784  # C defaults to P + L
     assert data["batch_limit"]["max_cached_positions"] == 352_698
     assert data["bandwidth_bytes_s"] == A10 and "A10" in data["bandwidth_source"]
@@ -316,8 +425,26 @@ def test_json_has_every_field(capsys):
 
 def test_flags_reach_the_report(capsys, tmp_path):
     spec = write_config(tmp_path / "m", SMALL["mistral"])
-    argv = ["roofline", "--model", spec, "--dtype", "bfloat16", "--prompt", "20", "--new-tokens", "10",
-            "--batch", "3", "--context", "25", "--bandwidth", "1e12", "--step-ms", "0.5", "--json"]
+    argv = [
+        "roofline",
+        "--model",
+        spec,
+        "--dtype",
+        "bfloat16",
+        "--prompt",
+        "20",
+        "--new-tokens",
+        "10",
+        "--batch",
+        "3",
+        "--context",
+        "25",
+        "--bandwidth",
+        "1e12",
+        "--step-ms",
+        "0.5",
+        "--json",
+    ]
     assert main(argv) == 0
     data = json.loads(capsys.readouterr().out)
     arch = arch_for(spec)
@@ -344,18 +471,21 @@ def test_measure_flag(capsys, monkeypatch):
     assert data["bandwidth_bytes_s"] > 0 and data["bandwidth_source"].startswith("measured on")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--model", "nope"], "unknown model"),
-    (["--prompt", "0"], "--prompt must be at least 1"),
-    (["--context", "0"], "--context must be at least 1"),
-    (["--bandwidth", "-5"], "--bandwidth must be a positive number"),
-    (["--bandwidth", "nan"], "--bandwidth must be a positive number"),
-    (["--step-ms", "0"], "--step-ms must be a positive number"),
-    (["--device", "Z80"], "unknown device"),
-    (["--device", "A10", "--measure"], "give one"),
-    (["--dtype", "int4"], "invalid choice"),
-    (["--prompt", "131000"], "exceed the model's maximum of 131072"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--model", "nope"], "unknown model"),
+        (["--prompt", "0"], "--prompt must be at least 1"),
+        (["--context", "0"], "--context must be at least 1"),
+        (["--bandwidth", "-5"], "--bandwidth must be a positive number"),
+        (["--bandwidth", "nan"], "--bandwidth must be a positive number"),
+        (["--step-ms", "0"], "--step-ms must be a positive number"),
+        (["--device", "Z80"], "unknown device"),
+        (["--device", "A10", "--measure"], "give one"),
+        (["--dtype", "int4"], "invalid choice"),
+        (["--prompt", "131000"], "exceed the model's maximum of 131072"),
+    ],
+)
 def test_bad_input_is_one_line(argv, message, capsys):
     assert main(["roofline", *argv]) == 2
     err = capsys.readouterr().err
@@ -366,15 +496,19 @@ def test_unknown_family_and_bad_published_file_are_one_line(tmp_path, capsys):
     spec = write_config(tmp_path / "bert", {"model_type": "bert", "hidden_size": 64})
     assert main(["roofline", "--model", spec]) == 2
     assert "not of model_type 'bert'" in capsys.readouterr().err
-    for path in (tmp_path / "missing.json",
-                 _edited(tmp_path, lambda t: _value(t, "p1_naive_p16").update(quantity="nope"))):
+    for path in (
+        tmp_path / "missing.json",
+        _edited(tmp_path, lambda t: _value(t, "p1_naive_p16").update(quantity="nope")),
+    ):
         assert main(["roofline", "--check", "--published", str(path)]) == 2
         err = capsys.readouterr().err
         assert err.startswith("probe: error:") and err.count("\n") == 1
 
 
 def test_importing_the_command_loads_no_torch():
-    code = ("import argparse, sys, probe.commands.roofline as r; r.add_arguments(argparse.ArgumentParser()); "
-            "print('torch' in sys.modules)")
+    code = (
+        "import argparse, sys, probe.commands.roofline as r; r.add_arguments(argparse.ArgumentParser()); "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "False"

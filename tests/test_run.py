@@ -11,15 +11,36 @@ from tests.conftest import floor_ops_by_profiler, run_probe
 
 def test_probe_run_writes_the_whole_report(tmp_path):
     out = tmp_path / "run"
-    result = run_probe("run", "--prompts", "8,32", "--new-tokens", "5", "--runs", "2", "--warmup", "1",
-                       "--device", "cpu", "--out", str(out))
+    result = run_probe(
+        "run",
+        "--prompts",
+        "8,32",
+        "--new-tokens",
+        "5",
+        "--runs",
+        "2",
+        "--warmup",
+        "1",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr
-    for text in ("prediction vs measurement", "where a decode step goes", "the next steps: static and batched",
-                 "report folder:"):
+    for text in (
+        "prediction vs measurement",
+        "where a decode step goes",
+        "the next steps: static and batched",
+        "report folder:",
+    ):
         assert text in result.stdout
     results = load_results(out)
-    assert [(c.engine, c.prompt_tokens) for c in results.cells] == [("naive", 8), ("cached", 8), ("naive", 32),
-                                                                     ("cached", 32)]
+    assert [(c.engine, c.prompt_tokens) for c in results.cells] == [
+        ("naive", 8),
+        ("cached", 8),
+        ("naive", 32),
+        ("cached", 32),
+    ]
     assert all(c.tokens_match_naive for c in results.cells)
     nxt = load_results(out / "next-batched")
     assert [c.batch for c in nxt.cells] == [1, 2, 4, 8] and all(c.tokens_match_naive for c in nxt.cells)

@@ -43,8 +43,14 @@ class FakeNvml:
     NVMLError = FakeNVMLError
     NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_FI_DEV_POWER_INSTANT = 1, 2, 186
 
-    def __init__(self, clock: FakeClock, counter: bool = True, instant: bool = True, counter_scale: float = 1.0,
-                 init_error: Exception | None = None):
+    def __init__(
+        self,
+        clock: FakeClock,
+        counter: bool = True,
+        instant: bool = True,
+        counter_scale: float = 1.0,
+        init_error: Exception | None = None,
+    ):
         self.clock, self.counter, self.instant, self.scale = clock, counter, instant, counter_scale
         self.init_error, self.inits = init_error, 0
 
@@ -114,9 +120,15 @@ def test_nvml_figures_names_and_units():
     clock = FakeClock()
     clock.now = T0 + 500 * MS
     row = B.NvmlBackend(nvml=FakeNvml(clock)).read()
-    assert row == {"gpu_mem_used_bytes": 2.0 * 2**30, "gpu_util_pct": 87.0, "mem_util_pct": 40.0,
-                   "sm_clock_mhz": 1980.0, "mem_clock_mhz": 3201.0, "power_w": 105.0,
-                   "energy_j": 5000.0 + 100 * 0.5 + 5 * 0.25}
+    assert row == {
+        "gpu_mem_used_bytes": 2.0 * 2**30,
+        "gpu_util_pct": 87.0,
+        "mem_util_pct": 40.0,
+        "sm_clock_mhz": 1980.0,
+        "mem_clock_mhz": 3201.0,
+        "power_w": 105.0,
+        "energy_j": 5000.0 + 100 * 0.5 + 5 * 0.25,
+    }
     assert set(row) <= set(T.FIGURES)
 
 
@@ -192,8 +204,14 @@ def test_missing_figures_are_none_never_zero():
     rows = [{"t_ns": T0 + i * 10 * MS, "rss_bytes": 1e9, "proc_cpu_pct": math.nan} for i in range(5)]
     figures = T.cell_telemetry(rows, [(T0 + 5 * MS, T0 + 35 * MS)], tokens=10)
     assert figures.rss_bytes_mean == 1e9
-    for key in ("power_w_mean", "gpu_util_pct_peak", "proc_cpu_pct_mean", "decode_energy_j",
-                "energy_per_token_j", "energy_source"):
+    for key in (
+        "power_w_mean",
+        "gpu_util_pct_peak",
+        "proc_cpu_pct_mean",
+        "decode_energy_j",
+        "energy_per_token_j",
+        "energy_source",
+    ):
         assert getattr(figures, key) is None, key
 
 

@@ -50,11 +50,27 @@ def test_float_trap_value_is_read_exactly():
     assert first.tolist() == [4497900028327853]
 
 
-@pytest.mark.parametrize("text", [
-    "5082703139188.524", "0.039", "43425283", "-1.5", "1712195495519695.8", "0", "12.", "-0.001", "-0",
-    "9007199254740.993",  # past 2**53 ns: a float cannot even tell neighbouring values apart
-    "1.2345", "0.0005", "0.0015", "2.5e-3", "1E3", "9223372036854775.807",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "5082703139188.524",
+        "0.039",
+        "43425283",
+        "-1.5",
+        "1712195495519695.8",
+        "0",
+        "12.",
+        "-0.001",
+        "-0",
+        "9007199254740.993",  # past 2**53 ns: a float cannot even tell neighbouring values apart
+        "1.2345",
+        "0.0005",
+        "0.0015",
+        "2.5e-3",
+        "1E3",
+        "9223372036854775.807",
+    ],
+)
 def test_decimal_text_to_ns_matches_decimal(text):
     assert decimal_text_to_ns([text.encode()]).tolist() == [exact_ns(text)]
 
@@ -76,10 +92,17 @@ def test_out_of_range_time_is_a_value_error():
         decimal_text_to_ns([b"1.000", b"9223372036854775.808"])  # three decimals, one ns past int64
 
 
-@pytest.mark.parametrize("texts", [
-    [b"1.000", b"2.500", b"-0.001", b"5082703139188.524"],  # all torch-style: the fast reader
-    [b"1.000", b"2.5"], [b"1.000", b"3"], [b"1.000", b"1.0005"], [b"1.000", b"1.000e3"], [b"12.", b"1.000"],
-])
+@pytest.mark.parametrize(
+    "texts",
+    [
+        [b"1.000", b"2.500", b"-0.001", b"5082703139188.524"],  # all torch-style: the fast reader
+        [b"1.000", b"2.5"],
+        [b"1.000", b"3"],
+        [b"1.000", b"1.0005"],
+        [b"1.000", b"1.000e3"],
+        [b"12.", b"1.000"],
+    ],
+)
 def test_torch_style_fast_reader_and_its_fallbacks(texts):
     assert decimal_text_to_ns(texts).tolist() == [exact_ns(t.decode()) for t in texts]
 
@@ -103,11 +126,13 @@ def test_nested_ts_key_falls_back_to_the_exact_slow_path(tmp_path, monkeypatch):
     slow = T._read_chrome_slowly
     monkeypatch.setattr(T, "_read_chrome_slowly", lambda p: calls.append(p) or slow(p))
     path = tmp_path / "t.json"
-    path.write_text('{"traceEvents": [\n'
-                    '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 4497900028327.853, '
-                    '"dur": 2.5, "args": {"ts": 1.0}},\n'
-                    '{"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 1, "ts": 4497900028330.001, '
-                    '"dur": 1.0004}]}')
+    path.write_text(
+        '{"traceEvents": [\n'
+        '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 4497900028327.853, '
+        '"dur": 2.5, "args": {"ts": 1.0}},\n'
+        '{"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 1, "ts": 4497900028330.001, '
+        '"dur": 1.0004}]}'
+    )
     trace = load_trace(path)
     assert calls == [path]
     assert trace.ts_ns.tolist() == [4497900028327853, 4497900028330001]
@@ -116,8 +141,7 @@ def test_nested_ts_key_falls_back_to_the_exact_slow_path(tmp_path, monkeypatch):
 
 def test_json_array_format_and_relative_float_times(tmp_path):
     path = tmp_path / "list.json"
-    path.write_text('[{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, '
-                    '"ts": 0.5, "dur": 1.25}]')
+    path.write_text('[{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0.5, "dur": 1.25}]')
     trace = load_trace(path)
     assert (trace.ts_ns.tolist(), trace.dur_ns.tolist(), trace.base_ns) == ([500], [1250], None)
 
@@ -133,8 +157,18 @@ def test_hand_trace_columns():
     assert trace.skipped == {"M": 1, "i": 1, "s": 1, "f": 1}
     assert trace.dropped == {} and trace.warnings == ()
     counts = {k.label: int(np.sum(trace.kind == k)) for k in Kind}
-    assert counts == {"cpu_op": 10, "user_range": 16, "profiler_step": 1, "runtime": 13, "kernel": 11,
-                      "gpu_memcpy": 1, "gpu_memset": 1, "gpu_range": 1, "python": 0, "other": 0}
+    assert counts == {
+        "cpu_op": 10,
+        "user_range": 16,
+        "profiler_step": 1,
+        "runtime": 13,
+        "kernel": 11,
+        "gpu_memcpy": 1,
+        "gpu_memset": 1,
+        "gpu_range": 1,
+        "python": 0,
+        "other": 0,
+    }
     assert np.all(np.diff(trace.ts_ns) >= 0)  # sorted by start
     gpu = np.isin(trace.kind, [Kind.KERNEL, Kind.GPU_MEMCPY, Kind.GPU_MEMSET, Kind.GPU_RANGE])
     assert set(trace.stream[gpu].tolist()) == {7} and set(trace.device[gpu].tolist()) == {0}
@@ -183,8 +217,7 @@ def test_nsys_hand_fixture_table(hand_nsys):
     assert "mask" in names and "marker" not in names  # unregistered text read; marks are not ranges
     assert {"cudaLaunchKernel_v7000", "Memcpy HtoD", "Memset", "graph_kernel_a"} <= names
     ranges = trace.kind == Kind.USER_RANGE
-    assert set(zip(trace.pid[ranges].tolist(), trace.tid[ranges].tolist(), strict=True)) == {(4242, 4242),
-                                                                                            (4242, 4243)}
+    assert set(zip(trace.pid[ranges].tolist(), trace.tid[ranges].tolist(), strict=True)) == {(4242, 4242), (4242, 4243)}
     kernels = trace.kind == Kind.KERNEL
     assert sorted(set(trace.pid[kernels].tolist())) == [777, 4242]
     assert trace.dur_ns[trace.name_id == trace.names.index("gemv_kernel")].tolist() == [2000]
@@ -204,8 +237,10 @@ def test_unclosed_nvtx_range_is_dropped_and_said(hand_nsys, tmp_path):
     path = tmp_path / "unclosed.sqlite"
     path.write_bytes(hand_nsys.read_bytes())
     con = sqlite3.connect(str(path))
-    con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES (25000, NULL, 59, "
-                "'decode#2', ?)", (make_nsys_fixture.global_tid(4242, 4242),))
+    con.execute(
+        "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES (25000, NULL, 59, 'decode#2', ?)",
+        (make_nsys_fixture.global_tid(4242, 4242),),
+    )
     con.commit()
     con.close()
     trace = load_trace(path)
@@ -235,8 +270,10 @@ def _bad_files(tmp: Path) -> dict[str, Path]:
         "trace with no events": (tmp / "none.json", b'{"traceEvents": []}'),
         "only metadata": (tmp / "meta.json", b'{"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1}]}'),
         "only negative durations": (tmp / "neg.json", json.dumps({"traceEvents": [x("a", 1.0, -2.0)]}).encode()),
-        "a time past int64": (tmp / "huge.json", b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", '
-                                                 b'"pid": 1, "tid": 1, "ts": 1e30, "dur": 1}]}'),
+        "a time past int64": (
+            tmp / "huge.json",
+            b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1e30, "dur": 1}]}',
+        ),
         "nsys report, not export": (tmp / "r.nsys-rep", b"PK\x03\x04 not really"),
     }
     for path, data in files.values():
@@ -264,10 +301,24 @@ def bad_files(tmp_path_factory):
     return _bad_files(tmp_path_factory.mktemp("bad"))
 
 
-BAD = ["truncated gzip", "empty file", "whitespace only", "not JSON", "JSON not a trace", "JSON list of numbers",
-       "trace with no events", "only metadata", "only negative durations", "a time past int64",
-       "nsys report, not export", "SQLite without nsys tables", "nsys tables without StringIds", "corrupt SQLite",
-       "missing file", "a folder"]
+BAD = [
+    "truncated gzip",
+    "empty file",
+    "whitespace only",
+    "not JSON",
+    "JSON not a trace",
+    "JSON list of numbers",
+    "trace with no events",
+    "only metadata",
+    "only negative durations",
+    "a time past int64",
+    "nsys report, not export",
+    "SQLite without nsys tables",
+    "nsys tables without StringIds",
+    "corrupt SQLite",
+    "missing file",
+    "a folder",
+]
 
 
 @pytest.mark.parametrize("case", BAD)
@@ -298,14 +349,46 @@ def test_odd_json_types_do_not_crash(tmp_path):
     """Names, categories, phases, ids and args of the wrong JSON type: kept where they can be, never a crash."""
     events = [
         {"ph": ["X"], "ts": 1.0},  # a phase that is a list: skipped, counted under its text
-        {"ph": "X", "cat": 7, "name": ["aten::mm"], "pid": {"a": 1}, "tid": "main", "ts": 2.0, "dur": 1.0,
-         "args": [1, 2]},
-        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 3.0, "dur": 1.0,
-         "args": {"correlation": "12", "stream": None, "device": 1.5}},
-        {"ph": "X", "cat": "kernel", "name": "k2", "pid": 0, "tid": 7, "ts": 3.5, "dur": 1.0,
-         "args": {"correlation": 3.0}},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 2.5, "dur": 0.1,
-         "args": {"correlation": 2**70}},
+        {
+            "ph": "X",
+            "cat": 7,
+            "name": ["aten::mm"],
+            "pid": {"a": 1},
+            "tid": "main",
+            "ts": 2.0,
+            "dur": 1.0,
+            "args": [1, 2],
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k",
+            "pid": 0,
+            "tid": 7,
+            "ts": 3.0,
+            "dur": 1.0,
+            "args": {"correlation": "12", "stream": None, "device": 1.5},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k2",
+            "pid": 0,
+            "tid": 7,
+            "ts": 3.5,
+            "dur": 1.0,
+            "args": {"correlation": 3.0},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 2.5,
+            "dur": 0.1,
+            "args": {"correlation": 2**70},
+        },
     ]
     trace = load_trace(write_trace(tmp_path / "odd.json", events))
     assert len(trace) == 4 and trace.skipped == {"['X']": 1}

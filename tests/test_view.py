@@ -110,8 +110,14 @@ def test_list_sources_finds_runs_baselines_and_traces_and_nothing_else(tmp_path)
     found, truncated = sources.list_sources(root)
     assert not truncated
     assert [s.label for s in found] == [
-        "run: baselines/cpu-tiny.json", "run: runs/r1", "run: runs/r1/next-static",
-        "trace: traces/a.trace.json.gz", "trace: traces/b.trace.json", "trace: x.nsys.sqlite.gz", "trace: y.sqlite"]
+        "run: baselines/cpu-tiny.json",
+        "run: runs/r1",
+        "run: runs/r1/next-static",
+        "trace: traces/a.trace.json.gz",
+        "trace: traces/b.trace.json",
+        "trace: x.nsys.sqlite.gz",
+        "trace: y.sqlite",
+    ]
 
 
 def test_list_sources_is_bounded_in_depth_and_count(tmp_path):
@@ -185,7 +191,10 @@ def test_prediction_frame_is_one_row_a_prompt_from_report_json():
     first = next(p for p in report.predictions if p.prompt_tokens == 64)
     row = frame[frame["prompt_tokens"] == 64].iloc[0]
     assert (row["floor_ms"], row["traffic_ms"], row["predicted_ms"]) == (
-        first.floor_ms, first.traffic_ms, first.predicted_ms)
+        first.floor_ms,
+        first.traffic_ms,
+        first.predicted_ms,
+    )
     assert figures.prediction_frame(None).empty
 
 
@@ -281,8 +290,14 @@ def test_timeline_figure_puts_cache_ranges_on_their_own_lane_and_shades_them(cac
 
 def test_telemetry_samples_become_one_panel_a_figure(tmp_path):
     t0 = 5_000_000_000
-    frame = pd.DataFrame({"t_ns": [t0, t0 + 10_000_000, t0 + 20_000_000], "rss_bytes": [1.0, 2.0, 3.0],
-                          "gpu_util_pct": [np.nan] * 3, "sys_cpu_pct": [50.0, 60.0, 55.0]})
+    frame = pd.DataFrame(
+        {
+            "t_ns": [t0, t0 + 10_000_000, t0 + 20_000_000],
+            "rss_bytes": [1.0, 2.0, 3.0],
+            "gpu_util_pct": [np.nan] * 3,
+            "sys_cpu_pct": [50.0, 60.0, 55.0],
+        }
+    )
     path = tmp_path / "telemetry.parquet"
     frame.to_parquet(path, index=False)
     (tmp_path / "cells.parquet").write_bytes(b"")  # not telemetry

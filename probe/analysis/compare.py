@@ -101,15 +101,20 @@ def cell_key(c: Cell) -> str:
 
 def cell_unit(c: Cell) -> Unit:
     counts, ops = {}, {}
-    for metric, total, by_op in ((DECODE_LAUNCHES, c.decode_ops, c.decode_ops_by_op),
-                                 (PREFILL_LAUNCHES, c.prefill_ops, c.prefill_ops_by_op)):
+    for metric, total, by_op in (
+        (DECODE_LAUNCHES, c.decode_ops, c.decode_ops_by_op),
+        (PREFILL_LAUNCHES, c.prefill_ops, c.prefill_ops_by_op),
+    ):
         if total is not None:  # None: a compiled or captured step, whose ops are not dispatched one by one
             counts[metric.name] = float(total)
             if by_op:
                 ops[metric.name] = {k: float(v) for k, v in by_op.items()}
     tok_s = [t for run in c.itl_runs_ms if (t := decode_tok_s(c.batch, run)) is not None]
-    samples = {HOST_US.name: tuple(x * 1e3 for run in c.itl_runs_ms for x in run),
-               TTFT_MS.name: tuple(c.ttft_runs_ms), TOK_S.name: tuple(tok_s)}
+    samples = {
+        HOST_US.name: tuple(x * 1e3 for run in c.itl_runs_ms for x in run),
+        TTFT_MS.name: tuple(c.ttft_runs_ms),
+        TOK_S.name: tuple(tok_s),
+    }
     return Unit(cell_key(c), counts, ops, samples)
 
 
@@ -123,8 +128,10 @@ def from_results(results: BenchResults, source: str, kind: str = "results") -> S
             raise ProbeError(f"{source}: two cells for {unit.key}")
         units[unit.key] = unit
     config = {"model": results.config.get("model"), "dtype": results.env.get("dtype", results.config.get("dtype"))}
-    notes = (f"{CACHE_US.label}: not in bench results (only a trace's ledger measures cache bookkeeping; "
-             "record one with probe profile)",)
+    notes = (
+        f"{CACHE_US.label}: not in bench results (only a trace's ledger measures cache bookkeeping; "
+        "record one with probe profile)",
+    )
     if not results.complete:
         notes += (f"{source}: an interrupted sweep (complete: false); only its finished cells are compared",)
     return SampleSet(source, kind, dict(results.env), config, units, notes)
@@ -253,14 +260,23 @@ class Comparison:
         return bool(self.alerts)
 
     def to_json(self) -> dict:
-        return _finite({
-            "baseline": self.baseline, "current": self.current, "regression": self.regressed,
-            "threshold": self.threshold, "alpha": self.alpha, "min_samples": self.min_samples,
-            "counts_only": self.counts_only, "versions_differ": self.versions_differ,
-            "warnings": list(self.warnings), "notes": list(self.notes),
-            "alerts": [asdict(a) for a in self.alerts], "rows": [asdict(r) for r in self.rows],
-            "count_diffs": {k: {op: list(v) for op, v in d.items()} for k, d in self.count_diffs.items()},
-        })
+        return _finite(
+            {
+                "baseline": self.baseline,
+                "current": self.current,
+                "regression": self.regressed,
+                "threshold": self.threshold,
+                "alpha": self.alpha,
+                "min_samples": self.min_samples,
+                "counts_only": self.counts_only,
+                "versions_differ": self.versions_differ,
+                "warnings": list(self.warnings),
+                "notes": list(self.notes),
+                "alerts": [asdict(a) for a in self.alerts],
+                "rows": [asdict(r) for r in self.rows],
+                "count_diffs": {k: {op: list(v) for op, v in d.items()} for k, d in self.count_diffs.items()},
+            }
+        )
 
     def to_markdown(self) -> str:
         return markdown(self)
@@ -300,8 +316,17 @@ def bootstrap_ratio(base: Sequence[float], cur: Sequence[float]) -> tuple[float,
     if "rng" not in stats.bootstrap.__code__.co_varnames:  # scipy < 1.15 names it random_state
         seed = {"random_state": np.random.default_rng(SEED)}
     with np.errstate(divide="ignore", invalid="ignore"):
-        res = stats.bootstrap((a, b), statistic, n_resamples=RESAMPLES, vectorized=True, paired=False,
-                              confidence_level=CONFIDENCE, method="percentile", batch=500, **seed)
+        res = stats.bootstrap(
+            (a, b),
+            statistic,
+            n_resamples=RESAMPLES,
+            vectorized=True,
+            paired=False,
+            confidence_level=CONFIDENCE,
+            method="percentile",
+            batch=500,
+            **seed,
+        )
     low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
     return (low, high) if math.isfinite(low) and math.isfinite(high) else (None, None)
 
@@ -312,17 +337,47 @@ def mann_whitney_p(base: Sequence[float], cur: Sequence[float]) -> float:
     return float(stats.mannwhitneyu(base, cur, alternative="two-sided").pvalue)
 
 
-def timing_row(key: str, metric: Metric, base: Sequence[float], cur: Sequence[float], threshold: float,
-               alpha: float, min_samples: int) -> Row:
+def timing_row(
+    key: str,
+    metric: Metric,
+    base: Sequence[float],
+    cur: Sequence[float],
+    threshold: float,
+    alpha: float,
+    min_samples: int,
+) -> Row:
     n_b, n_c = len(base), len(cur)
-    common = dict(key=key, metric=metric.name, label=metric.label, kind=metric.kind,
-                  higher_is_worse=metric.higher_is_worse, n_baseline=n_b, n_current=n_c)
+    common = dict(
+        key=key,
+        metric=metric.name,
+        label=metric.label,
+        kind=metric.kind,
+        higher_is_worse=metric.higher_is_worse,
+        n_baseline=n_b,
+        n_current=n_c,
+    )
     if not n_b or not n_c:
-        return Row(**common, baseline=_median(base) if n_b else None, current=_median(cur) if n_c else None,
-                   ratio=None, ci_low=None, ci_high=None, p_value=None, verdict="too few samples")
+        return Row(
+            **common,
+            baseline=_median(base) if n_b else None,
+            current=_median(cur) if n_c else None,
+            ratio=None,
+            ci_low=None,
+            ci_high=None,
+            p_value=None,
+            verdict="too few samples",
+        )
     ratio = ratio_of_medians(base, cur)
-    row = Row(**common, baseline=_median(base), current=_median(cur), ratio=ratio, ci_low=None, ci_high=None,
-              p_value=None, verdict="too few samples")
+    row = Row(
+        **common,
+        baseline=_median(base),
+        current=_median(cur),
+        ratio=ratio,
+        ci_low=None,
+        ci_high=None,
+        p_value=None,
+        verdict="too few samples",
+    )
     if min(n_b, n_c) < min_samples or not can_reach(n_b, n_c, alpha) or ratio is None:
         return row
     p = mann_whitney_p(base, cur)
@@ -344,9 +399,22 @@ def count_row(key: str, metric: Metric, base: float, cur: float, versions_differ
         verdict = "regression"
     elif cur < base:
         verdict = "improvement"
-    return Row(key=key, metric=metric.name, label=metric.label, kind=metric.kind, higher_is_worse=True,
-               baseline=base, current=cur, ratio=cur / base if base else None, ci_low=None, ci_high=None,
-               p_value=None, n_baseline=1, n_current=1, verdict=verdict)
+    return Row(
+        key=key,
+        metric=metric.name,
+        label=metric.label,
+        kind=metric.kind,
+        higher_is_worse=True,
+        baseline=base,
+        current=cur,
+        ratio=cur / base if base else None,
+        ci_low=None,
+        ci_high=None,
+        p_value=None,
+        n_baseline=1,
+        n_current=1,
+        verdict=verdict,
+    )
 
 
 def grown_ops(base: dict[str, float], cur: dict[str, float]) -> dict[str, tuple[float, float]]:
@@ -360,25 +428,37 @@ def fmt_count(x: float) -> str:
 
 
 def describe_ops(grown: dict[str, tuple[float, float]]) -> str:
-    parts = [f"{op} {fmt_count(b)} -> {fmt_count(c)} " + ("(new)" if b == 0 else f"(+{fmt_count(c - b)})")
-             for op, (b, c) in grown.items()]
+    parts = [
+        f"{op} {fmt_count(b)} -> {fmt_count(c)} " + ("(new)" if b == 0 else f"(+{fmt_count(c - b)})")
+        for op, (b, c) in grown.items()
+    ]
     return ", ".join(parts)
 
 
 def count_alert(row: Row, grown: dict[str, tuple[float, float]], has_breakdown: bool) -> Alert:
     delta = row.current - row.baseline
-    what = describe_ops(grown) if grown else (
-        "ops by name not recorded for this count" if not has_breakdown else "no single op grew")
-    return Alert(row.key, row.metric, f"{row.label} {fmt_count(row.baseline)} -> {fmt_count(row.current)} "
-                                      f"(+{fmt_count(delta)}): {what}")
+    what = (
+        describe_ops(grown)
+        if grown
+        else ("ops by name not recorded for this count" if not has_breakdown else "no single op grew")
+    )
+    return Alert(
+        row.key,
+        row.metric,
+        f"{row.label} {fmt_count(row.baseline)} -> {fmt_count(row.current)} (+{fmt_count(delta)}): {what}",
+    )
 
 
 def timing_alert(row: Row) -> Alert:
     direction = "dropped" if not row.higher_is_worse else "rose"
     ci = f", 95% CI {row.ci_low:.3f}..{row.ci_high:.3f}" if row.ci_low is not None else ""
-    return Alert(row.key, row.metric, f"{row.label} {direction}: median {fmt_value(row.baseline)} -> "
-                                      f"{fmt_value(row.current)} (x{row.ratio:.3f}{ci}; Mann-Whitney p = "
-                                      f"{row.p_value:.2g}, n = {row.n_baseline}/{row.n_current})")
+    return Alert(
+        row.key,
+        row.metric,
+        f"{row.label} {direction}: median {fmt_value(row.baseline)} -> "
+        f"{fmt_value(row.current)} (x{row.ratio:.3f}{ci}; Mann-Whitney p = "
+        f"{row.p_value:.2g}, n = {row.n_baseline}/{row.n_current})",
+    )
 
 
 def fmt_value(x: float | None) -> str:
@@ -405,8 +485,10 @@ def environment_warnings(base: SampleSet, cur: SampleSet, timings: bool = True) 
     warnings, differ = [], False
     for side in (base, cur) if base.source != cur.source else (base,):
         if not side.env:
-            warnings.append(f"{side.source} records no environment (no .meta.json next to the trace): torch, "
-                            "transformers and device cannot be checked")
+            warnings.append(
+                f"{side.source} records no environment (no .meta.json next to the trace): torch, "
+                "transformers and device cannot be checked"
+            )
     if not (base.env and cur.env):
         return warnings, differ
     fields = {k: (base.env.get(k), cur.env.get(k)) for k in VERSION_KEYS}
@@ -414,28 +496,39 @@ def environment_warnings(base: SampleSet, cur: SampleSet, timings: bool = True) 
     for name, (b, c) in fields.items():
         if b != c:
             differ = True
-            warnings.append(f"{name} differs: {b} (baseline) vs {c} (current). Launch counts change with "
-                            "versions and devices, so they are shown but not gated")
+            warnings.append(
+                f"{name} differs: {b} (baseline) vs {c} (current). Launch counts change with "
+                "versions and devices, so they are shown but not gated"
+            )
     for name in ("cpu_model", "torch_threads") if timings else ():
         b, c = base.env.get(name), cur.env.get(name)
         if b is not None and c is not None and b != c:
-            warnings.append(f"{name} differs: {b} (baseline) vs {c} (current): timings are from different "
-                            "machines or settings")
+            warnings.append(
+                f"{name} differs: {b} (baseline) vs {c} (current): timings are from different machines or settings"
+            )
     return warnings, differ
 
 
 def check_configs(base: SampleSet, cur: SampleSet) -> None:
     if base.family != cur.family:
-        raise ProbeError(f"cannot compare a {base.family} input ({base.source}) with a {cur.family} input "
-                         f"({cur.source}): compare results with results, traces with traces")
+        raise ProbeError(
+            f"cannot compare a {base.family} input ({base.source}) with a {cur.family} input "
+            f"({cur.source}): compare results with results, traces with traces"
+        )
     for name in sorted(set(base.config) & set(cur.config)):
         b, c = base.config[name], cur.config[name]
         if b is not None and c is not None and b != c:
             raise ProbeError(f"mismatched configs: {name} is {b} in {base.source} but {c} in {cur.source}")
 
 
-def compare(baseline: SampleSet | str | Path, current: SampleSet | str | Path, threshold: float = THRESHOLD,
-            alpha: float = ALPHA, min_samples: int = MIN_SAMPLES, counts_only: bool = False) -> Comparison:
+def compare(
+    baseline: SampleSet | str | Path,
+    current: SampleSet | str | Path,
+    threshold: float = THRESHOLD,
+    alpha: float = ALPHA,
+    min_samples: int = MIN_SAMPLES,
+    counts_only: bool = False,
+) -> Comparison:
     """Every key both sides share, every metric both measured. Raises ProbeError on unusable input."""
     base = baseline if isinstance(baseline, SampleSet) else load_samples(baseline)
     cur = current if isinstance(current, SampleSet) else load_samples(current)
@@ -446,8 +539,10 @@ def compare(baseline: SampleSet | str | Path, current: SampleSet | str | Path, t
     check_configs(base, cur)
     keys = [k for k in base.units if k in cur.units]
     if not keys:
-        raise ProbeError(f"mismatched configs: no {'step kind' if base.family == 'trace' else 'cell'} in common "
-                         f"(baseline: {', '.join(base.units)}; current: {', '.join(cur.units)})")
+        raise ProbeError(
+            f"mismatched configs: no {'step kind' if base.family == 'trace' else 'cell'} in common "
+            f"(baseline: {', '.join(base.units)}; current: {', '.join(cur.units)})"
+        )
     warnings, differ = environment_warnings(base, cur, timings=not counts_only)
     notes = list(dict.fromkeys(base.notes + cur.notes))
     for side, other, name in ((base, cur, "baseline"), (cur, base, "current")):
@@ -478,8 +573,20 @@ def compare(baseline: SampleSet | str | Path, current: SampleSet | str | Path, t
             rows.append(row)
             if row.verdict == "regression":
                 alerts.append(timing_alert(row))
-    return Comparison(base.source, cur.source, threshold, alpha, min_samples, counts_only, tuple(rows),
-                      tuple(alerts), diffs, tuple(warnings), tuple(notes), differ)
+    return Comparison(
+        base.source,
+        cur.source,
+        threshold,
+        alpha,
+        min_samples,
+        counts_only,
+        tuple(rows),
+        tuple(alerts),
+        diffs,
+        tuple(warnings),
+        tuple(notes),
+        differ,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -509,9 +616,13 @@ def _md(text: str) -> str:
 
 def markdown(c: Comparison) -> str:
     head = "REGRESSION" if c.regressed else "no regression"
-    lines = [f"### probe compare: {head}", "",
-             f"`{_md(c.baseline)}` (baseline) vs `{_md(c.current)}` (current); timing regressions need a ratio of "
-             f"medians past {c.threshold:g} and Mann-Whitney p < {c.alpha:g}; launch counts are exact.", ""]
+    lines = [
+        f"### probe compare: {head}",
+        "",
+        f"`{_md(c.baseline)}` (baseline) vs `{_md(c.current)}` (current); timing regressions need a ratio of "
+        f"medians past {c.threshold:g} and Mann-Whitney p < {c.alpha:g}; launch counts are exact.",
+        "",
+    ]
     for w in c.warnings:
         lines += [f"> **WARNING: {_md(w)}**", ">"]
     if c.warnings:
@@ -535,5 +646,19 @@ def markdown(c: Comparison) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-__all__ = ["ALPHA", "MIN_SAMPLES", "THRESHOLD", "Alert", "Comparison", "Metric", "Row", "SampleSet", "Unit",
-           "compare", "from_analysis", "from_results", "load_samples", "markdown"]
+__all__ = [
+    "ALPHA",
+    "MIN_SAMPLES",
+    "THRESHOLD",
+    "Alert",
+    "Comparison",
+    "Metric",
+    "Row",
+    "SampleSet",
+    "Unit",
+    "compare",
+    "from_analysis",
+    "from_results",
+    "load_samples",
+    "markdown",
+]

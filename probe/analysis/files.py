@@ -20,8 +20,16 @@ GZIP_MAGIC = b"\x1f\x8b"
 NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep", ".qdstrm")
 TRACE_SUFFIXES = (".trace.json", ".json.gz", ".sqlite", ".sqlite.gz")  # what the explorer lists as traces
 # A trace's sidecars share its stem: <stem>.meta.json, <stem>.telemetry.parquet.
-_STEM_SUFFIXES = (".trace.json.gz", ".trace.json", ".nsys.sqlite.gz", ".nsys.sqlite", ".json.gz", ".json",
-                  ".sqlite.gz", ".sqlite")
+_STEM_SUFFIXES = (
+    ".trace.json.gz",
+    ".trace.json",
+    ".nsys.sqlite.gz",
+    ".nsys.sqlite",
+    ".json.gz",
+    ".json",
+    ".sqlite.gz",
+    ".sqlite",
+)
 
 NSYS_SQLITE, CHROME, JSON, NSYS_REPORT, UNKNOWN = "nsys_sqlite", "chrome", "json", "nsys_report", "unknown"
 

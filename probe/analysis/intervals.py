@@ -93,4 +93,3 @@ def nesting(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarra
     found = keys[np.maximum(k, 0)]
     parent = np.where((depth > 0) & (k >= 0) & (found // n == depth - 1), found % n, -1)
     return depth, parent
-

@@ -57,11 +57,16 @@ from probe.analysis.trace import (
     api_base_name,
 )
 
-ATTENTION_OPS = frozenset({
-    "aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention",
-    "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention",
-    "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_attention_math",
-})
+ATTENTION_OPS = frozenset(
+    {
+        "aten::scaled_dot_product_attention",
+        "aten::_scaled_dot_product_flash_attention",
+        "aten::_scaled_dot_product_efficient_attention",
+        "aten::_scaled_dot_product_cudnn_attention",
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "aten::_scaled_dot_product_attention_math",
+    }
+)
 KERNEL_WAIT_NS = 30  # HTA's consecutive_kernel_delay default: gaps below this are launch-to-launch delay
 
 # The host partition in priority order: a nanosecond covered by two of these goes to the first.
@@ -74,8 +79,11 @@ TOP_OPS_KEPT = 20  # per step; op_counts keeps every name
 # results
 
 
-_NS_FIELDS = ("start_ns", "wall_ns", "gpu_busy_ns", "gpu_idle_ns", "idle_host_wait_ns", "idle_kernel_wait_ns",
-              "idle_other_ns") + tuple(f"{p}_ns" for p in HOST_PARTS) + ("unattributed_ns",)
+_NS_FIELDS = (
+    ("start_ns", "wall_ns", "gpu_busy_ns", "gpu_idle_ns", "idle_host_wait_ns", "idle_kernel_wait_ns", "idle_other_ns")
+    + tuple(f"{p}_ns" for p in HOST_PARTS)
+    + ("unattributed_ns",)
+)
 
 
 @dataclass(frozen=True)
@@ -147,8 +155,14 @@ class StepLedger:
         return self.gpu_busy_ns / self.wall_ns if self.wall_ns else 0.0
 
     def to_json(self) -> dict:
-        out = {"name": self.name, "kind": self.kind, "index": self.index, "position": self.position,
-               "pid": self.pid, "tid": self.tid}
+        out = {
+            "name": self.name,
+            "kind": self.kind,
+            "index": self.index,
+            "position": self.position,
+            "pid": self.pid,
+            "tid": self.tid,
+        }
         for f in dataclasses.fields(self):
             if f.name.endswith("_ns"):
                 out[f.name[:-3] + "_us"] = getattr(self, f.name) / 1000
@@ -236,11 +250,16 @@ class TraceAnalysis:
         raise KeyError(key)
 
     def to_json(self) -> dict:
-        return {"format": self.format, "source": self.source, "on_gpu": self.on_gpu,
-                "origin_epoch_ns": self.origin_epoch_ns,
-                "steps": [s.to_json() for s in self.steps],
-                "totals": self.totals.to_json(), "summary": self.summary.to_json(),
-                "warnings": list(self.warnings)}
+        return {
+            "format": self.format,
+            "source": self.source,
+            "on_gpu": self.on_gpu,
+            "origin_epoch_ns": self.origin_epoch_ns,
+            "steps": [s.to_json() for s in self.steps],
+            "totals": self.totals.to_json(),
+            "summary": self.summary.to_json(),
+            "warnings": list(self.warnings),
+        }
 
 
 @dataclass(frozen=True)
@@ -306,11 +325,25 @@ def find_steps(trace: Trace) -> _Steps:
         kinds = ["profiler_step"] * len(rows)
         indices = [V.split_label(trace.names[i])[1] or 0 for i in trace.name_id[rows]]
     if len(rows):
-        return _Steps(names=[trace.names[i] for i in trace.name_id[rows]], kinds=kinds, indices=indices,
-                      start=trace.ts_ns[rows], end=trace.end_ns[rows], pid=trace.pid[rows], tid=trace.tid[rows])
+        return _Steps(
+            names=[trace.names[i] for i in trace.name_id[rows]],
+            kinds=kinds,
+            indices=indices,
+            start=trace.ts_ns[rows],
+            end=trace.end_ns[rows],
+            pid=trace.pid[rows],
+            tid=trace.tid[rows],
+        )
     pid, tid = _main_thread(trace)
-    return _Steps(names=["trace"], kinds=["window"], indices=[0], start=np.array([trace.start_ns]),
-                  end=np.array([int(trace.end_ns.max())]), pid=np.array([pid]), tid=np.array([tid]))
+    return _Steps(
+        names=["trace"],
+        kinds=["window"],
+        indices=[0],
+        start=np.array([trace.start_ns]),
+        end=np.array([int(trace.end_ns.max())]),
+        pid=np.array([pid]),
+        tid=np.array([tid]),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -421,8 +454,9 @@ def _part_masks(trace: Trace) -> dict[str, np.ndarray]:
     return by_name
 
 
-def _host_partition(trace: Trace, steps: _Steps, sel: np.ndarray, ops: _Ops, masks: dict[str, np.ndarray],
-                    parts: dict[str, np.ndarray]) -> None:
+def _host_partition(
+    trace: Trace, steps: _Steps, sel: np.ndarray, ops: _Ops, masks: dict[str, np.ndarray], parts: dict[str, np.ndarray]
+) -> None:
     """Fill parts[p][sel] for the steps `sel`, which all run on the thread `ops` was taken from."""
     pid, tid = int(steps.pid[sel[0]]), int(steps.tid[sel[0]])
     lo, hi = steps.start[sel], steps.end[sel]
@@ -480,9 +514,15 @@ def analyze(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> TraceAnalysis
     """The per-step ledger of every step, the whole-trace totals and a steady-state summary."""
     steps = find_steps(trace)
     order = np.argsort(steps.start, kind="stable")
-    steps = _Steps([steps.names[i] for i in order], [steps.kinds[i] for i in order],
-                   [steps.indices[i] for i in order], steps.start[order], steps.end[order], steps.pid[order],
-                   steps.tid[order])
+    steps = _Steps(
+        [steps.names[i] for i in order],
+        [steps.kinds[i] for i in order],
+        [steps.indices[i] for i in order],
+        steps.start[order],
+        steps.end[order],
+        steps.pid[order],
+        steps.tid[order],
+    )
     n = len(steps.start)
     warnings = list(trace.warnings)
     if n > 1 and np.any(steps.start[1:] < steps.end[:-1]):
@@ -527,33 +567,59 @@ def analyze(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> TraceAnalysis
     t0 = trace.start_ns
     ledgers = [
         StepLedger(
-            name=steps.names[i], kind=steps.kinds[i], index=steps.indices[i], position=i,
-            pid=int(steps.pid[i]), tid=int(steps.tid[i]), start_ns=int(steps.start[i]) - t0,
-            wall_ns=int(steps.end[i] - steps.start[i]), launches=int(launches[i]), graph_launches=int(graphs[i]),
-            runtime_calls=int(runtime_calls[i]), kernels=int(kernels[i]), gpu_ops=int(gpu_ops[i]),
-            gpu_busy_ns=int(busy[i]), gpu_idle_ns=int(idle_host[i] + idle_kernel[i] + idle_other[i]),
-            idle_host_wait_ns=int(idle_host[i]), idle_kernel_wait_ns=int(idle_kernel[i]),
-            idle_other_ns=int(idle_other[i]), top_level_ops=int(top_counts[i]), dispatched=int(dispatched[i]),
+            name=steps.names[i],
+            kind=steps.kinds[i],
+            index=steps.indices[i],
+            position=i,
+            pid=int(steps.pid[i]),
+            tid=int(steps.tid[i]),
+            start_ns=int(steps.start[i]) - t0,
+            wall_ns=int(steps.end[i] - steps.start[i]),
+            launches=int(launches[i]),
+            graph_launches=int(graphs[i]),
+            runtime_calls=int(runtime_calls[i]),
+            kernels=int(kernels[i]),
+            gpu_ops=int(gpu_ops[i]),
+            gpu_busy_ns=int(busy[i]),
+            gpu_idle_ns=int(idle_host[i] + idle_kernel[i] + idle_other[i]),
+            idle_host_wait_ns=int(idle_host[i]),
+            idle_kernel_wait_ns=int(idle_kernel[i]),
+            idle_other_ns=int(idle_other[i]),
+            top_level_ops=int(top_counts[i]),
+            dispatched=int(dispatched[i]),
             cpu_ops=int(all_counts[i]),
             **{f"{p}_ns": int(parts[p][i]) for p in HOST_PARTS + ("unattributed",)},
-            op_counts=op_counts[i], top_ops=top_ops[i],
+            op_counts=op_counts[i],
+            top_ops=top_ops[i],
         )
         for i in range(n)
     ]
     origin = None if trace.base_ns is None or not len(trace) else int(trace.base_ns + trace.start_ns)
-    return TraceAnalysis(format=trace.format, source=trace.source, steps=ledgers, totals=totals,
-                         summary=summarize(ledgers, on_gpu), on_gpu=on_gpu, warnings=tuple(warnings),
-                         origin_epoch_ns=origin)
+    return TraceAnalysis(
+        format=trace.format,
+        source=trace.source,
+        steps=ledgers,
+        totals=totals,
+        summary=summarize(ledgers, on_gpu),
+        on_gpu=on_gpu,
+        warnings=tuple(warnings),
+        origin_epoch_ns=origin,
+    )
 
 
 def _totals(trace: Trace, gpu: _Gpu, launch_names: np.ndarray, graph_names: np.ndarray) -> Totals:
     names = trace.name_id[gpu.rt_rows]
     ms, me = merge(trace.ts_ns[gpu.op_rows], trace.end_ns[gpu.op_rows])
     return Totals(
-        events=len(trace), kernels=int(np.sum(trace.kind == Kind.KERNEL)),
-        launches=int(launch_names[names].sum()), graph_launches=int(graph_names[names].sum()),
-        gpu_ops=len(gpu.op_rows), gpu_busy_ns=int((me - ms).sum()), runtime_calls=len(gpu.rt_rows),
-        cpu_ops=int(np.sum(trace.kind == Kind.CPU_OP)), span_ns=int(trace.end_ns.max() - trace.start_ns),
+        events=len(trace),
+        kernels=int(np.sum(trace.kind == Kind.KERNEL)),
+        launches=int(launch_names[names].sum()),
+        graph_launches=int(graph_names[names].sum()),
+        gpu_ops=len(gpu.op_rows),
+        gpu_busy_ns=int((me - ms).sum()),
+        runtime_calls=len(gpu.rt_rows),
+        cpu_ops=int(np.sum(trace.kind == Kind.CPU_OP)),
+        span_ns=int(trace.end_ns.max() - trace.start_ns),
         unattributed_gpu_ops=int(np.sum(gpu.op_step < 0)),
     )
 
@@ -572,8 +638,10 @@ def summarize(steps: list[StepLedger], on_gpu: bool) -> Summary:
             a[1] += o.calls
     top = tuple(OpTime(k, v[0], v[1]) for k, v in sorted(agg.items(), key=lambda kv: (-kv[1][0], kv[0]))[:10])
     return Summary(
-        steps_used="decode" if decode else "all", steps=len(used),
-        step_p50_us=float(np.percentile(walls, 50)), step_p90_us=float(np.percentile(walls, 90)),
+        steps_used="decode" if decode else "all",
+        steps=len(used),
+        step_p50_us=float(np.percentile(walls, 50)),
+        step_p90_us=float(np.percentile(walls, 90)),
         launches_per_step=float(np.median([s.dispatched for s in used])),
         dispatch="launches" if on_gpu else "top-level ops",
         busy_fraction=sum(s.gpu_busy_ns for s in used) / wall if wall else 0.0,
@@ -603,8 +671,11 @@ def step_timeline(trace: Trace, step: StepLedger) -> list[TimelineItem]:
         range_part[r] = next((p for p in HOST_PARTS if p in masks and masks[p][name_id]), "range")
 
     def enclosing(start: int, end: int, fallback: str) -> str:
-        inside = [range_part[r] for r in range_part if range_part[r] != "range"
-                  and trace.ts_ns[r] <= start and end <= trace.end_ns[r]]
+        inside = [
+            range_part[r]
+            for r in range_part
+            if range_part[r] != "range" and trace.ts_ns[r] <= start and end <= trace.end_ns[r]
+        ]
         return min(inside, key=HOST_PARTS.index) if inside else fallback
 
     items: list[tuple[int, int, str, str, str]] = []
@@ -662,10 +733,15 @@ def digest(analysis: TraceAnalysis) -> StepDigest:
     """The median steady-state step of `analysis`."""
     steps = steady_steps(analysis)
     parts = {p: float(np.median([s.host_parts_ns[p] for s in steps])) / 1e3 for p in steps[0].host_parts_ns}
-    return StepDigest(source=analysis.source, steps=len(steps), dispatch=analysis.summary.dispatch,
-                      wall_us=float(np.median([s.wall_ns for s in steps])) / 1e3, parts_us=parts,
-                      dispatched=float(np.median([s.dispatched for s in steps])),
-                      gpu_busy_us=float(np.median([s.gpu_busy_ns for s in steps])) / 1e3 if analysis.on_gpu else None)
+    return StepDigest(
+        source=analysis.source,
+        steps=len(steps),
+        dispatch=analysis.summary.dispatch,
+        wall_us=float(np.median([s.wall_ns for s in steps])) / 1e3,
+        parts_us=parts,
+        dispatched=float(np.median([s.dispatched for s in steps])),
+        gpu_busy_us=float(np.median([s.gpu_busy_ns for s in steps])) / 1e3 if analysis.on_gpu else None,
+    )
 
 
 def steady_steps(analysis: TraceAnalysis) -> list[StepLedger]:
@@ -675,5 +751,19 @@ def steady_steps(analysis: TraceAnalysis) -> list[StepLedger]:
     return list(analysis.steps)
 
 
-__all__ = ["PROFILER_STEP_PREFIX", "OpTime", "StepLedger", "Summary", "TimelineItem", "TraceAnalysis", "Totals",
-           "StepDigest", "analyze", "digest", "find_steps", "steady_steps", "step_timeline", "summarize"]
+__all__ = [
+    "PROFILER_STEP_PREFIX",
+    "OpTime",
+    "StepLedger",
+    "Summary",
+    "TimelineItem",
+    "TraceAnalysis",
+    "Totals",
+    "StepDigest",
+    "analyze",
+    "digest",
+    "find_steps",
+    "steady_steps",
+    "step_timeline",
+    "summarize",
+]

@@ -81,11 +81,23 @@ def predictions(results: BenchResults, arch, machine: Machine) -> list[Predictio
     for c in results.cells:
         context = c.prompt_tokens + c.new_tokens // 2
         traffic = predict_step_ms(arch, dtype, context, c.batch, machine.bandwidth_bytes_s, 0.0)[0]
-        predicted, binding = predict_step_ms(arch, dtype, context, c.batch, machine.bandwidth_bytes_s,
-                                             machine.floor_ms)
+        predicted, binding = predict_step_ms(arch, dtype, context, c.batch, machine.bandwidth_bytes_s, machine.floor_ms)
         ratio = c.itl_p50_ms / predicted
-        rows.append(Prediction(c.engine, c.prompt_tokens, c.batch, context, traffic, machine.floor_ms, predicted,
-                               binding, c.itl_p50_ms, ratio, points_at(ratio, binding, c.recomputes)))
+        rows.append(
+            Prediction(
+                c.engine,
+                c.prompt_tokens,
+                c.batch,
+                context,
+                traffic,
+                machine.floor_ms,
+                predicted,
+                binding,
+                c.itl_p50_ms,
+                ratio,
+                points_at(ratio, binding, c.recomputes),
+            )
+        )
     return rows
 
 
@@ -104,11 +116,19 @@ def host_overhead_verdict(results: BenchResults) -> Verdict:
     naive, cached, static = (_cell(results, e, short) for e in ("naive", "cached", "static"))
     cache_gain = naive.itl_p50_ms / cached.itl_p50_ms
     static_gain = cached.itl_p50_ms / static.itl_p50_ms
-    numbers = {"prompt": short, "naive_itl_ms": naive.itl_p50_ms, "cached_itl_ms": cached.itl_p50_ms,
-               "static_itl_ms": static.itl_p50_ms, "cache_speedup": cache_gain, "static_speedup": static_gain}
-    evidence = (f"at p{short}: the cache took the step from {naive.itl_p50_ms:.2f} to {cached.itl_p50_ms:.2f} ms "
-                f"({cache_gain:.2f}x); a static step took it from {cached.itl_p50_ms:.2f} to "
-                f"{static.itl_p50_ms:.2f} ms ({static_gain:.2f}x)")
+    numbers = {
+        "prompt": short,
+        "naive_itl_ms": naive.itl_p50_ms,
+        "cached_itl_ms": cached.itl_p50_ms,
+        "static_itl_ms": static.itl_p50_ms,
+        "cache_speedup": cache_gain,
+        "static_speedup": static_gain,
+    }
+    evidence = (
+        f"at p{short}: the cache took the step from {naive.itl_p50_ms:.2f} to {cached.itl_p50_ms:.2f} ms "
+        f"({cache_gain:.2f}x); a static step took it from {cached.itl_p50_ms:.2f} to "
+        f"{static.itl_p50_ms:.2f} ms ({static_gain:.2f}x)"
+    )
     return Verdict(claim, source, static_gain > cache_gain, evidence, numbers)
 
 
@@ -117,24 +137,41 @@ def batching_verdict(results: BenchResults, arch, machine: Machine, engine: str 
     claim = "with B sequences per forward the step stays near flat and throughput grows about B x"
     source = "Part 2, Bottleneck and Prediction"
     cells = sorted((c for c in results.cells if c.engine == engine), key=lambda c: (c.prompt_tokens, c.batch))
-    prompt = next((c.prompt_tokens for c in cells if c.batch == 1 and
-                   sum(d.prompt_tokens == c.prompt_tokens for d in cells) > 1), None)
+    prompt = next(
+        (c.prompt_tokens for c in cells if c.batch == 1 and sum(d.prompt_tokens == c.prompt_tokens for d in cells) > 1),
+        None,
+    )
     if prompt is None:
         return Verdict(claim, source, None, f"needs {engine} cells at batch 1 and larger at one prompt length")
     by_batch = {c.batch: c for c in cells if c.prompt_tokens == prompt}
     one = by_batch[1]
-    rows = {b: {"itl_ms": c.itl_p50_ms, "step_ratio": c.itl_p50_ms / one.itl_p50_ms, "tok_s": c.decode_tok_s,
-                "scaling": c.decode_tok_s / (b * one.decode_tok_s)} for b, c in sorted(by_batch.items())}
+    rows = {
+        b: {
+            "itl_ms": c.itl_p50_ms,
+            "step_ratio": c.itl_p50_ms / one.itl_p50_ms,
+            "tok_s": c.decode_tok_s,
+            "scaling": c.decode_tok_s / (b * one.decode_tok_s),
+        }
+        for b, c in sorted(by_batch.items())
+    }
     dtype = results.config.get("dtype", results.env.get("dtype"))
     limit = batch_limit(arch, dtype, one.itl_p50_ms, prompt + one.new_tokens, machine.bandwidth_bytes_s)
     holds = {b: r["step_ratio"] <= FLAT and r["scaling"] >= LINEAR for b, r in rows.items()}
-    parts = ", ".join(f"B={b}: {r['itl_ms']:.2f} ms ({r['step_ratio']:.2f}x), {r['tok_s']:.0f} tok/s "
-                      f"({r['scaling']:.0%} of B x single)" for b, r in rows.items())
+    parts = ", ".join(
+        f"B={b}: {r['itl_ms']:.2f} ms ({r['step_ratio']:.2f}x), {r['tok_s']:.0f} tok/s "
+        f"({r['scaling']:.0%} of B x single)"
+        for b, r in rows.items()
+    )
     upto = max((b for b in rows if all(holds[c] for c in rows if c <= b)), default=1)
-    reach = ("it holds at every B measured" if all(holds.values()) else
-             f"it holds up to B={upto} (step within {FLAT:.2f}x, throughput at least {LINEAR:.0%} of B x single)")
-    evidence = (f"at p{prompt}: {parts}; {reach}. Bandwidth allows B up to {limit.max_batch} within a "
-                f"{one.itl_p50_ms:.2f} ms step at {machine.bandwidth_bytes_s / 1e9:.1f} GB/s")
+    reach = (
+        "it holds at every B measured"
+        if all(holds.values())
+        else f"it holds up to B={upto} (step within {FLAT:.2f}x, throughput at least {LINEAR:.0%} of B x single)"
+    )
+    evidence = (
+        f"at p{prompt}: {parts}; {reach}. Bandwidth allows B up to {limit.max_batch} within a "
+        f"{one.itl_p50_ms:.2f} ms step at {machine.bandwidth_bytes_s / 1e9:.1f} GB/s"
+    )
     numbers = {"prompt": prompt, "by_batch": rows, "holds_up_to_batch": upto, "bandwidth_max_batch": limit.max_batch}
     return Verdict(claim, source, all(holds.values()), evidence, numbers)
 
@@ -187,7 +224,6 @@ class OverheadReport:
         return cls(**fields)
 
 
-
 REPORT_FILE = "report.json"
 
 
@@ -200,19 +236,24 @@ class Report:
     ledgers: dict[str, StepDigest] = field(default_factory=dict)  # engine -> its profiled median decode step
 
     def to_json(self) -> dict:
-        return {"machine": dataclasses.asdict(self.machine),
-                "predictions": [dataclasses.asdict(p) for p in self.predictions],
-                "verdicts": [dataclasses.asdict(v) for v in self.verdicts],
-                "overhead": self.overhead.to_json() if self.overhead else None,
-                "ledgers": {engine: d.to_json() for engine, d in self.ledgers.items()}}
+        return {
+            "machine": dataclasses.asdict(self.machine),
+            "predictions": [dataclasses.asdict(p) for p in self.predictions],
+            "verdicts": [dataclasses.asdict(v) for v in self.verdicts],
+            "overhead": self.overhead.to_json() if self.overhead else None,
+            "ledgers": {engine: d.to_json() for engine, d in self.ledgers.items()},
+        }
 
     @classmethod
     def from_json(cls, doc: dict) -> Report:
         overhead = doc.get("overhead")
-        return cls(Machine(**doc["machine"]), [Prediction(**p) for p in doc["predictions"]],
-                   [Verdict(**v) for v in doc.get("verdicts", [])],
-                   OverheadReport.from_json(overhead) if overhead else None,
-                   {engine: StepDigest.from_json(d) for engine, d in doc.get("ledgers", {}).items()})
+        return cls(
+            Machine(**doc["machine"]),
+            [Prediction(**p) for p in doc["predictions"]],
+            [Verdict(**v) for v in doc.get("verdicts", [])],
+            OverheadReport.from_json(overhead) if overhead else None,
+            {engine: StepDigest.from_json(d) for engine, d in doc.get("ledgers", {}).items()},
+        )
 
 
 def load_report(folder) -> Report | None:

@@ -71,23 +71,45 @@ class Cell:
         return self.engine, self.prompt_tokens, self.new_tokens, self.batch
 
     @classmethod
-    def from_runs(cls, engine: str, prompt_tokens: int, batch: int, ttft_ms: list[float],
-                  itl_ms: list[list[float]], total_ms: list[float], tokens: list[list[list[int]]],
-                  peak_mem_bytes: int, peak_mem_kind: str, reference: list[list[int]] | None,
-                  sync_overhead_ms: float | None = None) -> Cell:
+    def from_runs(
+        cls,
+        engine: str,
+        prompt_tokens: int,
+        batch: int,
+        ttft_ms: list[float],
+        itl_ms: list[list[float]],
+        total_ms: list[float],
+        tokens: list[list[list[int]]],
+        peak_mem_bytes: int,
+        peak_mem_kind: str,
+        reference: list[list[int]] | None,
+        sync_overhead_ms: float | None = None,
+    ) -> Cell:
         new_tokens = len(itl_ms[0]) + 1
         tok_s = [decode_tok_s(batch, steps) for steps in itl_ms]
         flat = [x for steps in itl_ms for x in steps]
         mid = statistics.median(tok_s)
         return cls(
-            engine=engine, prompt_tokens=prompt_tokens, new_tokens=new_tokens, batch=batch, runs=len(ttft_ms),
-            ttft_ms=statistics.median(ttft_ms), itl_p50_ms=float(np.percentile(flat, 50)),
-            itl_p90_ms=float(np.percentile(flat, 90)), decode_tok_s=mid, total_ms=statistics.fmean(total_ms),
-            peak_mem_bytes=peak_mem_bytes, peak_mem_kind=peak_mem_kind,
+            engine=engine,
+            prompt_tokens=prompt_tokens,
+            new_tokens=new_tokens,
+            batch=batch,
+            runs=len(ttft_ms),
+            ttft_ms=statistics.median(ttft_ms),
+            itl_p50_ms=float(np.percentile(flat, 50)),
+            itl_p90_ms=float(np.percentile(flat, 90)),
+            decode_tok_s=mid,
+            total_ms=statistics.fmean(total_ms),
+            peak_mem_bytes=peak_mem_bytes,
+            peak_mem_kind=peak_mem_kind,
             spread_pct=100 * (max(tok_s) - min(tok_s)) / mid,
             tokens_match_naive=None if reference is None else tokens[0] == reference,
-            deterministic=all(t == tokens[0] for t in tokens), sync_overhead_ms=sync_overhead_ms,
-            ttft_runs_ms=ttft_ms, itl_runs_ms=itl_ms, total_runs_ms=total_ms, tokens=tokens[0],
+            deterministic=all(t == tokens[0] for t in tokens),
+            sync_overhead_ms=sync_overhead_ms,
+            ttft_runs_ms=ttft_ms,
+            itl_runs_ms=itl_ms,
+            total_runs_ms=total_ms,
+            tokens=tokens[0],
         )
 
     def to_json(self) -> dict:
@@ -107,8 +129,16 @@ class Cell:
 
 
 _CELL_FIELDS = frozenset(f.name for f in dataclasses.fields(Cell))
-RAW_FIELDS = ("ttft_runs_ms", "itl_runs_ms", "total_runs_ms", "tokens", "decode_ops_by_op", "prefill_ops_by_op",
-              "telemetry", "decode_windows_ns")
+RAW_FIELDS = (
+    "ttft_runs_ms",
+    "itl_runs_ms",
+    "total_runs_ms",
+    "tokens",
+    "decode_ops_by_op",
+    "prefill_ops_by_op",
+    "telemetry",
+    "decode_windows_ns",
+)
 
 
 @dataclass
@@ -120,9 +150,14 @@ class BenchResults:
     clock: Clock | None = None  # lines telemetry rows (perf_counter_ns) up with traces (epoch ns)
 
     def to_json(self) -> dict:
-        return {"version": SCHEMA_VERSION, "complete": self.complete, "config": self.config, "env": self.env,
-                "clock": dataclasses.asdict(self.clock) if self.clock else None,
-                "cells": [c.to_json() for c in self.cells]}
+        return {
+            "version": SCHEMA_VERSION,
+            "complete": self.complete,
+            "config": self.config,
+            "env": self.env,
+            "clock": dataclasses.asdict(self.clock) if self.clock else None,
+            "cells": [c.to_json() for c in self.cells],
+        }
 
     def save(self, folder: Path) -> None:
         """Write results.json and cells.parquet, each atomically (a Ctrl-C never leaves half a file)."""
@@ -155,5 +190,10 @@ def load_results(path: str | Path) -> BenchResults:
     except TypeError as e:
         raise ProbeError(f"{p}: malformed cell: {e}") from None
     clock = data.get("clock") or (data.get("extra") or {}).get("clock")
-    return BenchResults(cells, data["env"], data.get("config", {}), bool(data.get("complete")),
-                        Clock(**clock) if isinstance(clock, dict) else None)
+    return BenchResults(
+        cells,
+        data["env"],
+        data.get("config", {}),
+        bool(data.get("complete")),
+        Clock(**clock) if isinstance(clock, dict) else None,
+    )

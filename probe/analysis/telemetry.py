@@ -22,13 +22,20 @@ from probe.analysis.intervals import merge
 
 LEVEL, RATE, COUNTER = "level", "rate", "counter"
 FIGURES: dict[str, str] = {
-    "gpu_mem_used_bytes": LEVEL, "gpu_util_pct": LEVEL, "mem_util_pct": LEVEL, "sm_clock_mhz": LEVEL,
-    "mem_clock_mhz": LEVEL, "power_w": LEVEL, "energy_j": COUNTER,
-    "rss_bytes": LEVEL, "proc_cpu_pct": RATE, "sys_cpu_pct": RATE, "threads": LEVEL,
+    "gpu_mem_used_bytes": LEVEL,
+    "gpu_util_pct": LEVEL,
+    "mem_util_pct": LEVEL,
+    "sm_clock_mhz": LEVEL,
+    "mem_clock_mhz": LEVEL,
+    "power_w": LEVEL,
+    "energy_j": COUNTER,
+    "rss_bytes": LEVEL,
+    "proc_cpu_pct": RATE,
+    "sys_cpu_pct": RATE,
+    "threads": LEVEL,
 }
 Row = dict[str, float]  # "t_ns" (an int, perf_counter_ns) plus figures
 Window = tuple[int, int]  # [start_ns, end_ns] in perf_counter_ns
-
 
 
 def decode_windows(generations: Iterable) -> list[Window]:
@@ -196,9 +203,13 @@ def cell_telemetry(samples, windows: Iterable[Window], tokens: int) -> Telemetry
     t, _ = _columns(samples)
     inside = sum(int(np.count_nonzero((t >= a) & (t <= b))) for a, b in _merge(windows))
     figures = {k: v for k, v in summarize(samples, windows).items() if k in _SUMMARY_FIELDS}
-    return TelemetrySummary(**figures, decode_energy_j=joules, energy_source=source,
-                            energy_per_token_j=joules / tokens if joules is not None and tokens > 0 else None,
-                            samples_in_windows=inside)
+    return TelemetrySummary(
+        **figures,
+        decode_energy_j=joules,
+        energy_source=source,
+        energy_per_token_j=joules / tokens if joules is not None and tokens > 0 else None,
+        samples_in_windows=inside,
+    )
 
 
 _SUMMARY_FIELDS = frozenset(f.name for f in dataclasses.fields(TelemetrySummary))

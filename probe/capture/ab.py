@@ -42,13 +42,14 @@ def interleaved(cfg: BenchConfig, base: str, current: str, flip: bool = False) -
             gens: dict[str, list[Generation]] = {"base": [], "current": []}
             for i in range(cfg.warmup + cfg.runs):
                 sides = order if i % 2 == 0 else order[::-1]
-                for side, gen in zip(sides, lockstep([engines[s] for s in sides], prompt, cfg.new_tokens),
-                                     strict=True):
+                for side, gen in zip(sides, lockstep([engines[s] for s in sides], prompt, cfg.new_tokens), strict=True):
                     if i >= cfg.warmup:
                         gens[side].append(gen)
             for side in cells:
                 cells[side].append(measured_cell(engines[side], prompt, gens[side], None, 0, "not measured"))
     env = environment(device, cfg.dtype)
     config = {"model": cfg.model, "dtype": cfg.dtype}
-    return tuple(from_results(BenchResults(cells[side], env, config, complete=True), name)
-                 for side, name in (("base", base), ("current", current)))
+    return tuple(
+        from_results(BenchResults(cells[side], env, config, complete=True), name)
+        for side, name in (("base", base), ("current", current))
+    )

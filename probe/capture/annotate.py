@@ -141,8 +141,10 @@ def instrument(model: torch.nn.Module, annotator, captured: bool = False) -> Ite
         for fn_name in MASK_FUNCTIONS:
             if callable(getattr(module, fn_name, None)):
                 targets.append((module, fn_name, _wrap(getattr(module, fn_name), annotator, MASK)))
-    saved = [(owner, attr, owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr))
-             for owner, attr, _ in targets]
+    saved = [
+        (owner, attr, owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr))
+        for owner, attr, _ in targets
+    ]
     try:
         for owner, attr, wrapped in targets:
             setattr(owner, attr, wrapped)

@@ -92,17 +92,27 @@ class Telemetry:
         windows = decode_windows(gens)
         tokens = sum(g.tokens.shape[0] * (g.tokens.shape[1] - 1) for g in gens)  # decode tokens only
         self.rows.extend({**r, "cell": cell_index} for r in sampler.samples)
-        return {"telemetry": cell_telemetry(sampler.samples, windows, tokens),
-                "decode_windows_ns": [list(w) for w in windows]}
+        return {
+            "telemetry": cell_telemetry(sampler.samples, windows, tokens),
+            "decode_windows_ns": [list(w) for w in windows],
+        }
 
     def save(self, out: Path) -> None:
         if self.rows:
             write_samples(self.rows, out / TELEMETRY_FILE)
 
 
-def run_cell(engine: Engine, prompt: torch.Tensor, cfg: BenchConfig, mem: PeakMemory, annotator,
-             reference: list[list[int]] | None, progress: ProgressFn, telemetry: Telemetry,
-             cell_index: int) -> Cell:
+def run_cell(
+    engine: Engine,
+    prompt: torch.Tensor,
+    cfg: BenchConfig,
+    mem: PeakMemory,
+    annotator,
+    reference: list[list[int]] | None,
+    progress: ProgressFn,
+    telemetry: Telemetry,
+    cell_index: int,
+) -> Cell:
     label = f"{engine.name} p{prompt.shape[1]}"
     with telemetry.sampler() as sampler:  # its rows span the warmups too; summaries keep the decode phases
         for _ in range(cfg.warmup):
@@ -125,23 +135,41 @@ def run_cell(engine: Engine, prompt: torch.Tensor, cfg: BenchConfig, mem: PeakMe
     return measured_cell(engine, prompt, gens, reference, peak, mem.kind, sync_cost, extra)
 
 
-def measured_cell(engine: Engine, prompt: torch.Tensor, gens: list[Generation], reference: list[list[int]] | None,
-                  peak_mem_bytes: int, peak_mem_kind: str, sync_overhead_ms: float | None = None,
-                  extra: dict | None = None) -> Cell:
+def measured_cell(
+    engine: Engine,
+    prompt: torch.Tensor,
+    gens: list[Generation],
+    reference: list[list[int]] | None,
+    peak_mem_bytes: int,
+    peak_mem_kind: str,
+    sync_overhead_ms: float | None = None,
+    extra: dict | None = None,
+) -> Cell:
     """A cell from recorded runs, with the engine's deterministic op counts (none for a captured step)."""
     cell = Cell.from_runs(
-        engine=engine.name, prompt_tokens=prompt.shape[1], batch=prompt.shape[0],
-        ttft_ms=[g.ttft_ns / 1e6 for g in gens], itl_ms=[[s / 1e6 for s in g.step_ns] for g in gens],
-        total_ms=[g.total_ns / 1e6 for g in gens], tokens=[g.tokens.tolist() for g in gens],
-        peak_mem_bytes=peak_mem_bytes, peak_mem_kind=peak_mem_kind, reference=reference,
+        engine=engine.name,
+        prompt_tokens=prompt.shape[1],
+        batch=prompt.shape[0],
+        ttft_ms=[g.ttft_ns / 1e6 for g in gens],
+        itl_ms=[[s / 1e6 for s in g.step_ns] for g in gens],
+        total_ms=[g.total_ns / 1e6 for g in gens],
+        tokens=[g.tokens.tolist() for g in gens],
+        peak_mem_bytes=peak_mem_bytes,
+        peak_mem_kind=peak_mem_kind,
+        reference=reference,
         sync_overhead_ms=sync_overhead_ms,
     )
     cell = dataclasses.replace(cell, recomputes=engine.recomputes, **(extra or {}))
     if engine.captures_decode:
         return cell
     counts = count_forward_ops(engine, prompt)
-    return dataclasses.replace(cell, decode_ops=counts.decode_ops, prefill_ops=counts.prefill_ops,
-                               decode_ops_by_op=counts.decode_by_op, prefill_ops_by_op=counts.prefill_by_op)
+    return dataclasses.replace(
+        cell,
+        decode_ops=counts.decode_ops,
+        prefill_ops=counts.prefill_ops,
+        decode_ops_by_op=counts.decode_by_op,
+        prefill_ops_by_op=counts.prefill_by_op,
+    )
 
 
 def runs_per_cell(cfg: BenchConfig, device: torch.device) -> int:
@@ -173,8 +201,12 @@ class References:
         return [self.tokens[(length, row)] for row in range(batch)]
 
 
-def bench(cfg: BenchConfig, out: Path | None = None, progress: ProgressFn = lambda d, n: None,
-          on_cell: Callable[[BenchResults], None] = lambda r: None) -> BenchResults:
+def bench(
+    cfg: BenchConfig,
+    out: Path | None = None,
+    progress: ProgressFn = lambda d, n: None,
+    on_cell: Callable[[BenchResults], None] = lambda r: None,
+) -> BenchResults:
     """Run the sweep. With `out`, results are saved after every cell."""
     classes, device = validate(cfg), resolve_device(cfg.device)
     if out is not None:
@@ -198,8 +230,7 @@ def bench(cfg: BenchConfig, out: Path | None = None, progress: ProgressFn = lamb
                 engine = classes[name](model)
                 own_reference = engine.name == "naive" and batch == 1
                 reference = None if own_reference else references.rows(length, batch)
-                cell = run_cell(engine, prompt, cfg, mem, annotator, reference, progress, telemetry,
-                                len(results.cells))
+                cell = run_cell(engine, prompt, cfg, mem, annotator, reference, progress, telemetry, len(results.cells))
                 if own_reference:
                     references.store(length, cell.tokens)
                     cell = dataclasses.replace(cell, tokens_match_naive=True)

@@ -79,6 +79,8 @@ def validate(cfg: BenchConfig) -> dict[str, type]:
     limit = max_positions(config)
     longest = max(cfg.prompts) + cfg.new_tokens
     if limit is not None and longest > limit:
-        raise ProbeError(f"prompt {max(cfg.prompts)} + {cfg.new_tokens} new tokens = {longest} positions exceeds "
-                         f"the model's maximum of {limit}")
+        raise ProbeError(
+            f"prompt {max(cfg.prompts)} + {cfg.new_tokens} new tokens = {longest} positions exceeds "
+            f"the model's maximum of {limit}"
+        )
     return classes

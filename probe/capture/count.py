@@ -50,5 +50,11 @@ def count_forward_ops(engine: Engine, prompt: torch.Tensor, warm_steps: int = 1)
             token = engine.decode(token).argmax(-1, keepdim=True)
         with OpCounter() as decode:
             engine.decode(token)
-    return ForwardCounts(engine.name, length, sum(prefill.counts.values()), sum(decode.counts.values()),
-                         dict(sorted(prefill.counts.items())), dict(sorted(decode.counts.items())))
+    return ForwardCounts(
+        engine.name,
+        length,
+        sum(prefill.counts.values()),
+        sum(decode.counts.values()),
+        dict(sorted(prefill.counts.items())),
+        dict(sorted(decode.counts.items())),
+    )

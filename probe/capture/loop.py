@@ -74,8 +74,9 @@ class decode_steps:
     """The loop itself, one step per `next()`: the prefill first, then each decode step. `.result` holds the
     Generation once it is exhausted. Wrap it in `torch.inference_mode()`."""
 
-    def __init__(self, engine: Engine, prompt: torch.Tensor, new_tokens: int, annotator=A.NULL,
-                 sync_each_step: bool = True):
+    def __init__(
+        self, engine: Engine, prompt: torch.Tensor, new_tokens: int, annotator=A.NULL, sync_each_step: bool = True
+    ):
         self.result: Generation | None = None
         self._gen = self._loop(engine, prompt, new_tokens, annotator, sync_each_step)
 

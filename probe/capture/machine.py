@@ -147,10 +147,20 @@ def interleaved_floor_and_steps(model, cached, prompt: torch.Tensor, steps: int,
     return issue, total
 
 
-def measure(model_spec: str = "tiny", dtype: str = "float32", device: str = "cpu", context: int = 64,
-            steps: int = 64, reps: int = 50, seed: int = 0) -> OverheadReport:
-    validate(BenchConfig(engines=("cached",), prompts=(context,), new_tokens=steps + 1, model=model_spec,
-             dtype=dtype, device=device))
+def measure(
+    model_spec: str = "tiny",
+    dtype: str = "float32",
+    device: str = "cpu",
+    context: int = 64,
+    steps: int = 64,
+    reps: int = 50,
+    seed: int = 0,
+) -> OverheadReport:
+    validate(
+        BenchConfig(
+            engines=("cached",), prompts=(context,), new_tokens=steps + 1, model=model_spec, dtype=dtype, device=device
+        )
+    )
     dev = resolve_device(device)
     model = load_model(model_spec, dtype, str(dev), seed)
     naive, cached = engine_class("naive")(model), engine_class("cached")(model)
@@ -172,12 +182,24 @@ def measure(model_spec: str = "tiny", dtype: str = "float32", device: str = "cpu
     step = profiled_step(cached, prompt)
     parts, wall = step.parts_us, step.wall_us
     return OverheadReport(
-        model=model_spec, dtype=dtype, device=str(dev), context_tokens=context, floor_ms=floor_ms,
-        floor_issue_ms=issue_ms, floor_wait_ms=floor_ms - issue_ms, launches_per_forward=launches,
-        launch_kind="aten ops dispatched", host_us_per_launch=issue_ms * 1e3 / launches,
-        cached_step_ms=step_ms, cached_launches_per_forward=cached_ops, pieces=pieces, bookkeeping_ms=bookkeeping,
-        gap_ms=gap, explained_pct=100 * bookkeeping / gap if gap > 0 else float("nan"),
-        step_dispatch=step.dispatch, step_dispatched=step.dispatched,
+        model=model_spec,
+        dtype=dtype,
+        device=str(dev),
+        context_tokens=context,
+        floor_ms=floor_ms,
+        floor_issue_ms=issue_ms,
+        floor_wait_ms=floor_ms - issue_ms,
+        launches_per_forward=launches,
+        launch_kind="aten ops dispatched",
+        host_us_per_launch=issue_ms * 1e3 / launches,
+        cached_step_ms=step_ms,
+        cached_launches_per_forward=cached_ops,
+        pieces=pieces,
+        bookkeeping_ms=bookkeeping,
+        gap_ms=gap,
+        explained_pct=100 * bookkeeping / gap if gap > 0 else float("nan"),
+        step_dispatch=step.dispatch,
+        step_dispatched=step.dispatched,
         host_pct=100 * (wall - parts["sync"]) / wall,
         device_pct=100 * step.gpu_busy_us / wall if step.on_gpu else None,
         compute_in_ops_pct=100 * (parts["ops"] + parts["attention"]) / wall,

@@ -41,8 +41,10 @@ from probe.capture.loop import generate
 from probe.capture.telemetry.samplers import make_sampler
 from probe.errors import ProbeError
 
-NSYS_HINT = ("nsys not found: run scripts/install-nsys.sh (Debian's nsight-systems 2022.4, non-free) "
-             "and set PROBE_NSYS to the path it prints, or put nsys on PATH")
+NSYS_HINT = (
+    "nsys not found: run scripts/install-nsys.sh (Debian's nsight-systems 2022.4, non-free) "
+    "and set PROBE_NSYS to the path it prints, or put nsys on PATH"
+)
 
 
 def stem(cfg: ProfileConfig, device: torch.device) -> str:
@@ -59,9 +61,18 @@ class Capture:
 
 
 def _prepare(cfg: ProfileConfig, model=None):
-    bench_cfg = BenchConfig(engines=(cfg.engine,), prompts=(cfg.prompt,), new_tokens=cfg.new_tokens, runs=1,
-                            warmup=cfg.warmup, batch=(cfg.batch,), model=cfg.model, dtype=cfg.dtype,
-                            device=cfg.device, seed=cfg.seed)
+    bench_cfg = BenchConfig(
+        engines=(cfg.engine,),
+        prompts=(cfg.prompt,),
+        new_tokens=cfg.new_tokens,
+        runs=1,
+        warmup=cfg.warmup,
+        batch=(cfg.batch,),
+        model=cfg.model,
+        dtype=cfg.dtype,
+        device=cfg.device,
+        seed=cfg.seed,
+    )
     classes, device = validate(bench_cfg), resolve_device(cfg.device)
     if model is None:
         model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
@@ -101,9 +112,19 @@ def profile_torch(cfg: ProfileConfig, out: Path, model=None) -> Capture:
             shutil.copyfileobj(src, dst)
     meta = out / f"{name}.meta.json"
     telemetry = cell_telemetry(sampler.samples, decode_windows([gen]), tokens)
-    _write_meta(meta, cfg, device, tool="torch.profiler", trace=trace.name, clock=dataclasses.asdict(clock),
-                start_ns=gen.start_ns, ttft_ms=gen.ttft_ns / 1e6, itl_ms=[s / 1e6 for s in gen.step_ns],
-                tokens=gen.tokens.tolist(), telemetry=telemetry.to_json())
+    _write_meta(
+        meta,
+        cfg,
+        device,
+        tool="torch.profiler",
+        trace=trace.name,
+        clock=dataclasses.asdict(clock),
+        start_ns=gen.start_ns,
+        ttft_ms=gen.ttft_ns / 1e6,
+        itl_ms=[s / 1e6 for s in gen.step_ns],
+        tokens=gen.tokens.tolist(),
+        telemetry=telemetry.to_json(),
+    )
     return Capture(trace, meta)
 
 
@@ -119,8 +140,11 @@ def run_annotated(cfg: ProfileConfig) -> None:
 
 
 def find_nsys() -> str:
-    for candidate in (os.environ.get("PROBE_NSYS"), shutil.which("nsys"),
-                      str(Path.home() / ".cache/probe/nsys/usr/bin/nsys")):
+    for candidate in (
+        os.environ.get("PROBE_NSYS"),
+        shutil.which("nsys"),
+        str(Path.home() / ".cache/probe/nsys/usr/bin/nsys"),
+    ):
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return candidate
     raise ProbeError(NSYS_HINT)
@@ -134,8 +158,9 @@ def check_nvtx_for(nsys: str) -> None:
     out = subprocess.run([nsys, "--version"], capture_output=True, text=True).stdout
     nsys_year = int(m.group(1)) if (m := re.search(r"version (\d{4})\.", out)) else 9999
     if version >= (0, 2, 12) and nsys_year < 2023:
-        raise ProbeError(f"nvtx {'.'.join(map(str, version))} records no ranges under nsys {nsys_year}: "
-                         "pip install 'nvtx<0.2.12'")
+        raise ProbeError(
+            f"nvtx {'.'.join(map(str, version))} records no ranges under nsys {nsys_year}: pip install 'nvtx<0.2.12'"
+        )
 
 
 def profile_nsys(cfg: ProfileConfig, out: Path) -> Capture:
@@ -143,28 +168,68 @@ def profile_nsys(cfg: ProfileConfig, out: Path) -> Capture:
     nsys = find_nsys()
     check_nvtx_for(nsys)
     check_writable(out)
-    validate(BenchConfig(engines=(cfg.engine,), prompts=(cfg.prompt,), new_tokens=cfg.new_tokens,
-             model=cfg.model, dtype=cfg.dtype, device=cfg.device))
+    validate(
+        BenchConfig(
+            engines=(cfg.engine,),
+            prompts=(cfg.prompt,),
+            new_tokens=cfg.new_tokens,
+            model=cfg.model,
+            dtype=cfg.dtype,
+            device=cfg.device,
+        )
+    )
     device = resolve_device(cfg.device)
     base = out / stem(cfg, device)
     traces = "nvtx,osrt" + (",cuda" if device.type == "cuda" else "")
-    inner = [sys.executable, "-m", "probe", "profile", "--annotated-run",
-             "--engine", cfg.engine, "--prompt", str(cfg.prompt), "--new-tokens", str(cfg.new_tokens),
-             "--model", cfg.model, "--dtype", cfg.dtype, "--device", str(device), "--batch", str(cfg.batch),
-             "--seed", str(cfg.seed), "--warmup", str(cfg.warmup)]
-    cmd = [nsys, "profile", f"--trace={traces}", "--sample=none", "--cpuctxsw=none", "--force-overwrite=true",
-           "-o", str(base), *inner]
+    inner = [
+        sys.executable,
+        "-m",
+        "probe",
+        "profile",
+        "--annotated-run",
+        "--engine",
+        cfg.engine,
+        "--prompt",
+        str(cfg.prompt),
+        "--new-tokens",
+        str(cfg.new_tokens),
+        "--model",
+        cfg.model,
+        "--dtype",
+        cfg.dtype,
+        "--device",
+        str(device),
+        "--batch",
+        str(cfg.batch),
+        "--seed",
+        str(cfg.seed),
+        "--warmup",
+        str(cfg.warmup),
+    ]
+    cmd = [
+        nsys,
+        "profile",
+        f"--trace={traces}",
+        "--sample=none",
+        "--cpuctxsw=none",
+        "--force-overwrite=true",
+        "-o",
+        str(base),
+        *inner,
+    ]
     run = subprocess.run(cmd, capture_output=True, text=True)
     rep = base.with_suffix(".nsys-rep")
     if run.returncode != 0 or not rep.exists():
         tail = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
         raise ProbeError(f"nsys profile failed (exit {run.returncode}): {tail[0]}")
     sqlite = base.with_suffix(".sqlite")
-    export = subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(sqlite),
-                             str(rep)], capture_output=True, text=True)
+    export = subprocess.run(
+        [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(sqlite), str(rep)],
+        capture_output=True,
+        text=True,
+    )
     if export.returncode != 0 or not sqlite.exists():
         raise ProbeError(f"nsys export failed (exit {export.returncode}): {export.stderr.strip()[:200]}")
     meta = out / f"{stem(cfg, device)}.nsys.meta.json"
-    _write_meta(meta, cfg, device, tool="nsys", nsys=nsys, nsys_rep=rep.name, sqlite=sqlite.name,
-                command=cmd)
+    _write_meta(meta, cfg, device, tool="nsys", nsys=nsys, nsys_rep=rep.name, sqlite=sqlite.name, command=cmd)
     return Capture(None, meta, rep, sqlite)

@@ -19,15 +19,17 @@ from probe.flags import from_args
 
 HELP = "A/B two engines interleaved in one process; exit 1 if the second regressed"
 # Why these: two prompt lengths, 32 tokens x 6 runs a side (186 step samples each) in about 20 s on 2 cores.
-AB_DEFAULTS = dict(prompts=(16, 64), new_tokens=32, runs=6, warmup=1, model="tiny", dtype="float32", device="cpu",
-                   threads=1)
+AB_DEFAULTS = dict(
+    prompts=(16, 64), new_tokens=32, runs=6, warmup=1, model="tiny", dtype="float32", device="cpu", threads=1
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("base", help="the reference engine (name or module:Class)")
     p.add_argument("current", help="the engine under test (name or module:Class)")
-    add_config_arguments(p, BenchConfig, overrides_only=True, skip=("engines", "allow_mismatch", "annotate",
-                                                                     "telemetry_ms"))
+    add_config_arguments(
+        p, BenchConfig, overrides_only=True, skip=("engines", "allow_mismatch", "annotate", "telemetry_ms")
+    )
     p.add_argument("--threshold", type=float, default=THRESHOLD, help=f"ratio of medians (default: {THRESHOLD})")
     p.add_argument("--alpha", type=float, default=ALPHA, help=f"U test significance level (default: {ALPHA})")
     p.add_argument("--markdown", help="also write the report as Markdown")

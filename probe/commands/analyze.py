@@ -22,8 +22,11 @@ HELP = "per-step ledger of a trace: wall, launches, kernels, GPU busy/idle, host
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", type=Path, help="a .json / .json.gz chrome trace or an nsys .sqlite export")
     p.add_argument("--json", action="store_true", help="print the analysis as JSON instead of tables")
-    p.add_argument("--step", metavar="N", help="show one step in detail, with its timeline: its position in "
-                                               "the table (0, 1, ...) or its name (decode#3)")
+    p.add_argument(
+        "--step",
+        metavar="N",
+        help="show one step in detail, with its timeline: its position in the table (0, 1, ...) or its name (decode#3)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -62,8 +65,9 @@ def _pick(result, key: str):
         return result.step(int(key) if key.isdigit() else key)
     except KeyError:
         names = ", ".join(s.name for s in result.steps[:6]) + (", ..." if len(result.steps) > 6 else "")
-        raise ProbeError(f"no step {key!r} in this trace: use a position 0..{len(result.steps) - 1} "
-                         f"or a name ({names})") from None
+        raise ProbeError(
+            f"no step {key!r} in this trace: use a position 0..{len(result.steps) - 1} or a name ({names})"
+        ) from None
 
 
 def _ms(ns: int) -> str:
@@ -79,20 +83,36 @@ def steps_table(result):
     from rich.table import Table
 
     gpu = result.summary.dispatch == "launches"
-    table = Table(title=f"{result.source}  ({result.format}, {len(result.steps)} steps; times in ms)",
-                  title_justify="left")
+    table = Table(
+        title=f"{result.source}  ({result.format}, {len(result.steps)} steps; times in ms)", title_justify="left"
+    )
     cols = ["#", "step", "start", "wall"]
-    cols += ["launches", "graphs", "kernels", "GPU busy", "busy %", "idle", "host wait", "kern wait",
-             "idle other"] if gpu else ["top-level ops", "cpu ops"]
+    cols += (
+        ["launches", "graphs", "kernels", "GPU busy", "busy %", "idle", "host wait", "kern wait", "idle other"]
+        if gpu
+        else ["top-level ops", "cpu ops"]
+    )
     for c in cols:
-        table.add_column(c, justify="left" if c == "step" else "right", no_wrap=True,
-                         min_width=len(c) if c != "step" else max(4, *(len(s.name) for s in result.steps)))
+        table.add_column(
+            c,
+            justify="left" if c == "step" else "right",
+            no_wrap=True,
+            min_width=len(c) if c != "step" else max(4, *(len(s.name) for s in result.steps)),
+        )
     for s in result.steps:
         row = [str(s.position), s.name, _ms(s.start_ns), _ms(s.wall_ns)]
         if gpu:
-            row += [str(s.launches), str(s.graph_launches), str(s.kernels), _ms(s.gpu_busy_ns),
-                    _pct(s.busy_fraction), _ms(s.gpu_idle_ns), _ms(s.idle_host_wait_ns),
-                    _ms(s.idle_kernel_wait_ns), _ms(s.idle_other_ns)]
+            row += [
+                str(s.launches),
+                str(s.graph_launches),
+                str(s.kernels),
+                _ms(s.gpu_busy_ns),
+                _pct(s.busy_fraction),
+                _ms(s.gpu_idle_ns),
+                _ms(s.idle_host_wait_ns),
+                _ms(s.idle_kernel_wait_ns),
+                _ms(s.idle_other_ns),
+            ]
         else:
             row += [str(s.top_level_ops), str(s.cpu_ops)]
         table.add_row(*row)
@@ -103,15 +123,23 @@ def host_table(result):
     """One row a step: the host partition of its wall time, which closes to the wall by construction."""
     from rich.table import Table
 
-    table = Table(title="host time on each step's thread, by part (ms; the parts add up to wall)",
-                  title_justify="left")
-    for c in ("#", "step", "wall", "sync", "sample", "cache", "mask", "attention", "ops", "unattributed",
-              "closure"):
+    table = Table(title="host time on each step's thread, by part (ms; the parts add up to wall)", title_justify="left")
+    for c in ("#", "step", "wall", "sync", "sample", "cache", "mask", "attention", "ops", "unattributed", "closure"):
         table.add_column(c, justify="left" if c == "step" else "right", no_wrap=True, min_width=len(c))
     for s in result.steps:
-        table.add_row(str(s.position), s.name, _ms(s.wall_ns), _ms(s.sync_ns), _ms(s.sample_ns), _ms(s.cache_ns),
-                      _ms(s.mask_ns), _ms(s.attention_ns), _ms(s.ops_ns), _ms(s.unattributed_ns),
-                      f"{s.closure:.4f}")
+        table.add_row(
+            str(s.position),
+            s.name,
+            _ms(s.wall_ns),
+            _ms(s.sync_ns),
+            _ms(s.sample_ns),
+            _ms(s.cache_ns),
+            _ms(s.mask_ns),
+            _ms(s.attention_ns),
+            _ms(s.ops_ns),
+            _ms(s.unattributed_ns),
+            f"{s.closure:.4f}",
+        )
     return table
 
 
@@ -122,13 +150,22 @@ def step_table(s):
     table.add_column("", justify="left")
     table.add_column("value", justify="right")
     table.add_column("% of wall", justify="right")
-    rows = [("start ms", _ms(s.start_ns), ""), ("wall ms", _ms(s.wall_ns), "100.0"),
-            ("launches", str(s.launches), ""), ("graph launches", str(s.graph_launches), ""),
-            ("runtime calls", str(s.runtime_calls), ""), ("kernels", str(s.kernels), ""),
-            ("GPU ops", str(s.gpu_ops), ""), ("GPU busy ms", _ms(s.gpu_busy_ns), _pct(s.busy_fraction)),
-            ("GPU idle ms", _ms(s.gpu_idle_ns), ""), ("  host wait ms", _ms(s.idle_host_wait_ns), ""),
-            ("  kernel wait ms", _ms(s.idle_kernel_wait_ns), ""), ("  other ms", _ms(s.idle_other_ns), ""),
-            ("top-level ops", str(s.top_level_ops), ""), ("cpu ops (all depths)", str(s.cpu_ops), "")]
+    rows = [
+        ("start ms", _ms(s.start_ns), ""),
+        ("wall ms", _ms(s.wall_ns), "100.0"),
+        ("launches", str(s.launches), ""),
+        ("graph launches", str(s.graph_launches), ""),
+        ("runtime calls", str(s.runtime_calls), ""),
+        ("kernels", str(s.kernels), ""),
+        ("GPU ops", str(s.gpu_ops), ""),
+        ("GPU busy ms", _ms(s.gpu_busy_ns), _pct(s.busy_fraction)),
+        ("GPU idle ms", _ms(s.gpu_idle_ns), ""),
+        ("  host wait ms", _ms(s.idle_host_wait_ns), ""),
+        ("  kernel wait ms", _ms(s.idle_kernel_wait_ns), ""),
+        ("  other ms", _ms(s.idle_other_ns), ""),
+        ("top-level ops", str(s.top_level_ops), ""),
+        ("cpu ops (all depths)", str(s.cpu_ops), ""),
+    ]
     for part, ns in s.host_parts_ns.items():
         rows.append((f"host: {part} ms", _ms(ns), _pct(ns / s.wall_ns if s.wall_ns else 0)))
     rows.append(("host: cache total ms", _ms(s.cache_ns), _pct(s.cache_ns / s.wall_ns if s.wall_ns else 0)))
@@ -143,8 +180,10 @@ def step_table(s):
 def timeline_table(items, s):
     from rich.table import Table
 
-    table = Table(title=f"{s.name}: top-level ops, calls outside ops and ranges, in order (us from step start)",
-                  title_justify="left")
+    table = Table(
+        title=f"{s.name}: top-level ops, calls outside ops and ranges, in order (us from step start)",
+        title_justify="left",
+    )
     for c in ("start us", "dur us", "kind", "part", "name"):
         table.add_column(c, justify="left" if c in ("kind", "part", "name") else "right")
     for it in items:
@@ -157,18 +196,25 @@ def summary_table(result):
     from rich.table import Table
 
     s, t = result.summary, result.totals
-    table = Table(title=f"summary over {s.steps} {'decode ' if s.steps_used == 'decode' else ''}step(s)",
-                  title_justify="left")
+    table = Table(
+        title=f"summary over {s.steps} {'decode ' if s.steps_used == 'decode' else ''}step(s)", title_justify="left"
+    )
     table.add_column("", justify="left")
     table.add_column("value", justify="right")
-    rows = [("step time p50 ms", f"{s.step_p50_us / 1000:.3f}"), ("step time p90 ms", f"{s.step_p90_us / 1000:.3f}"),
-            (f"{s.dispatch} per step (median)", f"{s.launches_per_step:g}"),
-            ("GPU busy fraction", f"{_pct(s.busy_fraction)} %"), ("cache share of wall", f"{_pct(s.cache_share)} %"),
-            ("unattributed share of wall", f"{_pct(s.unattributed_share)} %"),
-            ("trace: events / kernels / launches / graph launches", f"{t.events} / {t.kernels} / {t.launches} / "
-                                                                    f"{t.graph_launches}"),
-            ("trace: GPU ops / GPU busy ms", f"{t.gpu_ops} / {t.gpu_busy_ns / 1e6:.3f}"),
-            ("trace: GPU ops launched outside every step", str(t.unattributed_gpu_ops))]
+    rows = [
+        ("step time p50 ms", f"{s.step_p50_us / 1000:.3f}"),
+        ("step time p90 ms", f"{s.step_p90_us / 1000:.3f}"),
+        (f"{s.dispatch} per step (median)", f"{s.launches_per_step:g}"),
+        ("GPU busy fraction", f"{_pct(s.busy_fraction)} %"),
+        ("cache share of wall", f"{_pct(s.cache_share)} %"),
+        ("unattributed share of wall", f"{_pct(s.unattributed_share)} %"),
+        (
+            "trace: events / kernels / launches / graph launches",
+            f"{t.events} / {t.kernels} / {t.launches} / {t.graph_launches}",
+        ),
+        ("trace: GPU ops / GPU busy ms", f"{t.gpu_ops} / {t.gpu_busy_ns / 1e6:.3f}"),
+        ("trace: GPU ops launched outside every step", str(t.unattributed_gpu_ops)),
+    ]
     for o in s.top_ops:
         rows.append((f"top host op: {o.name} (x{o.calls})", f"{o.self_ns / 1e6:.3f} ms"))
     for name, value in rows:

@@ -20,18 +20,42 @@ PORT = 8501  # Streamlit's own default
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--root", type=Path, default=Path("."),
-                   help="folder whose run folders and traces the app shows (default: the current folder)")
+    p.add_argument(
+        "--root",
+        type=Path,
+        default=Path("."),
+        help="folder whose run folders and traces the app shows (default: the current folder)",
+    )
     p.add_argument("--port", type=int, default=PORT, help=f"port to serve on (default: {PORT})")
-    p.add_argument("--address", default=ADDRESS,
-                   help=f"address to bind (default: {ADDRESS}; anything else exposes the root's files)")
+    p.add_argument(
+        "--address",
+        default=ADDRESS,
+        help=f"address to bind (default: {ADDRESS}; anything else exposes the root's files)",
+    )
 
 
 def streamlit_command(root: Path, port: int, address: str = ADDRESS) -> list[str]:
     # No file watcher: it would watch the whole checkout (.venv included) for edits nobody makes here.
-    return [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", address,
-            "--server.port", str(port), "--server.headless", "true", "--server.fileWatcherType", "none",
-            "--browser.gatherUsageStats", "false", "--", "--root", str(root.resolve())]
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(APP),
+        "--server.address",
+        address,
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--server.fileWatcherType",
+        "none",
+        "--browser.gatherUsageStats",
+        "false",
+        "--",
+        "--root",
+        str(root.resolve()),
+    ]
 
 
 def main(args: argparse.Namespace) -> int:

@@ -26,8 +26,17 @@ DEFAULT_OUT = Path("baselines/cpu-tiny.json")
 # minute on 2 cores.
 # One intra-op thread: on a shared 2-core machine two threads stall at every op's barrier whenever another
 # job holds a core (measured here: cached p16 steps of 264 ms with 2 threads, 8 ms with 1, same load).
-BASELINE_DEFAULTS = dict(engines=("naive", "cached"), prompts=(16, 64), new_tokens=32, runs=5, warmup=1,
-                         model="tiny", dtype="float32", device="cpu", threads=1)
+BASELINE_DEFAULTS = dict(
+    engines=("naive", "cached"),
+    prompts=(16, 64),
+    new_tokens=32,
+    runs=5,
+    warmup=1,
+    model="tiny",
+    dtype="float32",
+    device="cpu",
+    threads=1,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,11 +60,14 @@ def main(args: argparse.Namespace) -> int:
     results = bench(cfg)
     bad = mismatches(results)
     if bad and not cfg.allow_mismatch:
-        raise ProbeError(f"tokens differ from naive for {', '.join(c.engine for c in bad)}: not a baseline",
-                         exit_code=1)
+        raise ProbeError(
+            f"tokens differ from naive for {', '.join(c.engine for c in bad)}: not a baseline", exit_code=1
+        )
     atomic_write(args.out, json.dumps(baseline_json(results), indent=1) + "\n")
     for c in results.cells:
-        print(f"{c.engine:>8} p{c.prompt_tokens:<5} launches/decode step {c.decode_ops}  "
-              f"host {c.itl_p50_ms * 1e3:,.0f} us/step  TTFT {c.ttft_ms:.2f} ms  {c.decode_tok_s:,.1f} tok/s")
+        print(
+            f"{c.engine:>8} p{c.prompt_tokens:<5} launches/decode step {c.decode_ops}  "
+            f"host {c.itl_p50_ms * 1e3:,.0f} us/step  TTFT {c.ttft_ms:.2f} ms  {c.decode_tok_s:,.1f} tok/s"
+        )
     print(f"baseline written to {args.out} ({time.perf_counter() - start:.0f} s)")
     return 0

@@ -52,8 +52,7 @@ def execute(cfg: BenchConfig, out: Path | None, output: str = "table", title: st
     bad = mismatches(results)
     if bad and not cfg.allow_mismatch:
         names = ", ".join(f"{c.engine}@p{c.prompt_tokens}" + (f"b{c.batch}" if c.batch > 1 else "") for c in bad)
-        print(f"probe: error: tokens differ from naive for {names} (use --allow-mismatch to accept)",
-              file=sys.stderr)
+        print(f"probe: error: tokens differ from naive for {names} (use --allow-mismatch to accept)", file=sys.stderr)
         return results, 1
     return results, 0
 

@@ -23,12 +23,23 @@ HELP = "compare against a baseline: exact launch counts, noise-aware timings; ex
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("baseline", type=Path, help="results folder, results.json, baseline file or trace")
     p.add_argument("current", type=Path, help="the same kind of input, measured now")
-    p.add_argument("--threshold", type=float, default=THRESHOLD,
-                   help=f"ratio of medians a timing must pass to alert (default: {THRESHOLD})")
-    p.add_argument("--alpha", type=float, default=ALPHA,
-                   help=f"Mann-Whitney U significance level a timing must pass to alert (default: {ALPHA})")
-    p.add_argument("--counts-only", action="store_true",
-                   help="gate only on the deterministic launch counts (CI: machines differ in speed)")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=THRESHOLD,
+        help=f"ratio of medians a timing must pass to alert (default: {THRESHOLD})",
+    )
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=ALPHA,
+        help=f"Mann-Whitney U significance level a timing must pass to alert (default: {ALPHA})",
+    )
+    p.add_argument(
+        "--counts-only",
+        action="store_true",
+        help="gate only on the deterministic launch counts (CI: machines differ in speed)",
+    )
     p.add_argument("--markdown", type=Path, metavar="FILE", help="also write the report as Markdown (a CI comment)")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
 
@@ -36,8 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from probe.analysis.compare import compare
 
-    result = compare(args.baseline, args.current, threshold=args.threshold, alpha=args.alpha,
-                     counts_only=args.counts_only)
+    result = compare(
+        args.baseline, args.current, threshold=args.threshold, alpha=args.alpha, counts_only=args.counts_only
+    )
     for w in result.warnings:  # stderr, one line each, so they stand out in a CI log whatever the format
         print(f"probe: WARNING: {w}", file=sys.stderr)
     if args.markdown is not None:
@@ -63,10 +75,16 @@ def print_report(result) -> None:
     from probe import render
     from probe.analysis.compare import COLUMNS, row_cells
 
-    style = {"regression": "bold red", "improvement": "green", "ok": "", "too few samples": "yellow",
-             "skipped: versions differ": "bold yellow"}
-    table = Table(title=f"probe compare: {result.baseline} (baseline) vs {result.current} (current)",
-                  title_justify="left")
+    style = {
+        "regression": "bold red",
+        "improvement": "green",
+        "ok": "",
+        "too few samples": "yellow",
+        "skipped: versions differ": "bold yellow",
+    }
+    table = Table(
+        title=f"probe compare: {result.baseline} (baseline) vs {result.current} (current)", title_justify="left"
+    )
     for col in COLUMNS:
         table.add_column(col, justify="left" if col in ("cell", "metric", "verdict") else "right")
     for r in result.rows:

@@ -34,12 +34,23 @@ def main(args: argparse.Namespace) -> int:
     from probe.capture.config import BenchConfig, validate
     from probe.capture.count import count_forward_ops
 
-    classes = validate(BenchConfig(engines=args.engines, prompts=args.prompts, new_tokens=2,
-                                   model=args.model, dtype=args.dtype, device=args.device))
+    classes = validate(
+        BenchConfig(
+            engines=args.engines,
+            prompts=args.prompts,
+            new_tokens=2,
+            model=args.model,
+            dtype=args.dtype,
+            device=args.device,
+        )
+    )
     device = resolve_device(args.device)
     model = load_model(args.model, args.dtype, str(device))
-    counts = [count_forward_ops(classes[name](model), prompt_ids(p, 1, model.config.vocab_size).to(device))
-              for p in sorted(args.prompts) for name in args.engines]
+    counts = [
+        count_forward_ops(classes[name](model), prompt_ids(p, 1, model.config.vocab_size).to(device))
+        for p in sorted(args.prompts)
+        for name in args.engines
+    ]
     if args.json:
         print(json.dumps([dataclasses.asdict(c) for c in counts], indent=1))
         return 0
@@ -52,6 +63,8 @@ def main(args: argparse.Namespace) -> int:
     console.print(table)
     if args.by_op:
         for c in counts:
-            console.print(f"{c.engine} p{c.prompt_tokens} decode: " +
-                          ", ".join(f"{k.removeprefix('aten::')} {v}" for k, v in c.decode_by_op.items()))
+            console.print(
+                f"{c.engine} p{c.prompt_tokens} decode: "
+                + ", ".join(f"{k.removeprefix('aten::')} {v}" for k, v in c.decode_by_op.items())
+            )
     return 0

@@ -32,8 +32,11 @@ class RooflineConfig:
     new_tokens: int = knob(256, "generated tokens, L")
     batch: int = knob(1, "sequences per step, B")
     context: int | None = knob(None, "positions one decode step reads, C (default: P+L, the cache in full)")
-    device: str | None = knob(None, f"bandwidth from the device table: {', '.join(d.name for d in DEVICES)} "
-                                    f"(default: {DEFAULT_DEVICE}, the write-ups' card)")
+    device: str | None = knob(
+        None,
+        f"bandwidth from the device table: {', '.join(d.name for d in DEVICES)} "
+        f"(default: {DEFAULT_DEVICE}, the write-ups' card)",
+    )
     bandwidth: float | None = knob(None, "memory bandwidth in bytes/s, e.g. 600e9 (instead of --device)")
     measure: bool = knob(False, "measure this machine's copy bandwidth, CUDA when available (instead of --device)")
     step_ms: float = knob(22.0, "step budget for the batch limit, ms (the write-ups' cached step)")
@@ -47,8 +50,15 @@ class RooflineConfig:
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise ProbeError(f"--{name.replace('_', '-')} must be a positive number, got {value}")
-        chosen = [f for f, on in (("--device", self.device is not None), ("--bandwidth", self.bandwidth is not None),
-                                  ("--measure", self.measure)) if on]
+        chosen = [
+            f
+            for f, on in (
+                ("--device", self.device is not None),
+                ("--bandwidth", self.bandwidth is not None),
+                ("--measure", self.measure),
+            )
+            if on
+        ]
         if len(chosen) > 1:
             raise ProbeError(f"{' and '.join(chosen)} each set the bandwidth: give one")
 
@@ -56,10 +66,17 @@ class RooflineConfig:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p, RooflineConfig)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.add_argument("--check", action="store_true",
-                   help="recompute every number the write-ups derive; exit 1 on drift (other flags are ignored)")
-    p.add_argument("--published", type=Path, default=None,
-                   help="the published values --check reads (default: probe/analysis/roofline/published.json)")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="recompute every number the write-ups derive; exit 1 on drift (other flags are ignored)",
+    )
+    p.add_argument(
+        "--published",
+        type=Path,
+        default=None,
+        help="the published values --check reads (default: probe/analysis/roofline/published.json)",
+    )
 
 
 def bandwidth_of(cfg: RooflineConfig) -> tuple[float, str]:
@@ -75,8 +92,10 @@ def bandwidth_of(cfg: RooflineConfig) -> tuple[float, str]:
 
         dev = resolve_device("auto")
         measured = measure_copy_bandwidth(str(dev), COPY_BYTES, COPY_REPEATS)
-        return measured, (f"measured on {device_name(dev)}: copy of {COPY_BYTES // 2**20} MiB, bytes read + written,"
-                          f" median of {COPY_REPEATS}")
+        return measured, (
+            f"measured on {device_name(dev)}: copy of {COPY_BYTES // 2**20} MiB, bytes read + written,"
+            f" median of {COPY_REPEATS}"
+        )
     entry = device(cfg.device or DEFAULT_DEVICE)
     return entry.memory_bandwidth_bytes_s, f"{entry.name}: {entry.source}"
 
@@ -93,9 +112,18 @@ def main(args: argparse.Namespace) -> int:
     if arch.max_positions is not None and longest > arch.max_positions:
         raise ProbeError(f"{longest} positions exceed the model's maximum of {arch.max_positions}")
     bandwidth, source = bandwidth_of(cfg)
-    report = roofline(arch, cfg.dtype, prompt=cfg.prompt, new_tokens=cfg.new_tokens, batch=cfg.batch,
-                      context=cfg.context, bandwidth_bytes_s=bandwidth, bandwidth_source=source,
-                      step_ms=cfg.step_ms, model=cfg.model)
+    report = roofline(
+        arch,
+        cfg.dtype,
+        prompt=cfg.prompt,
+        new_tokens=cfg.new_tokens,
+        batch=cfg.batch,
+        context=cfg.context,
+        bandwidth_bytes_s=bandwidth,
+        bandwidth_source=source,
+        step_ms=cfg.step_ms,
+        model=cfg.model,
+    )
     if args.json:
         print(json.dumps(report.to_json(), indent=1))
     else:
@@ -115,18 +143,28 @@ def table(r):
     from rich.table import Table
 
     a, step, limit = r.arch, r.decode_step, r.batch_limit
-    t = Table(title=f"roofline: {r.model} {r.dtype}, P={r.prompt} L={r.new_tokens} B={r.batch} C={r.context}",
-              title_justify="left", caption_justify="left",
-              caption=f"bandwidth {r.bandwidth_bytes_s / 1e9:,.1f} GB/s from {r.bandwidth_source}")
+    t = Table(
+        title=f"roofline: {r.model} {r.dtype}, P={r.prompt} L={r.new_tokens} B={r.batch} C={r.context}",
+        title_justify="left",
+        caption_justify="left",
+        caption=f"bandwidth {r.bandwidth_bytes_s / 1e9:,.1f} GB/s from {r.bandwidth_source}",
+    )
     for col in ("quantity", "value", "how"):
         t.add_column(col, justify="right" if col == "value" else "left")
     rows = [
-        ("parameters", f"{r.params:,}", f"{a.model_type}: {a.layers} layers, hidden {a.hidden}, "
-                                         f"{a.heads}/{a.kv_heads} heads x {a.head_dim}, tied={a.tied}"),
+        (
+            "parameters",
+            f"{r.params:,}",
+            f"{a.model_type}: {a.layers} layers, hidden {a.hidden}, "
+            f"{a.heads}/{a.kv_heads} heads x {a.head_dim}, tied={a.tied}",
+        ),
         ("weights read per pass", _bytes(r.weights_bytes), "layers + final norm + LM head; gathered tables left out"),
         ("weights resident", f"{_bytes(r.resident_bytes)} = {r.resident_bytes / 2**30:.2f} GiB", "parameters x dtype"),
-        ("KV cache per position", f"{r.kv_bytes_per_token:,} B ({r.kv_bytes_per_token / 2**10:.1f} KiB)",
-         "2 x layers x kv_heads x head_dim x dtype"),
+        (
+            "KV cache per position",
+            f"{r.kv_bytes_per_token:,} B ({r.kv_bytes_per_token / 2**10:.1f} KiB)",
+            "2 x layers x kv_heads x head_dim x dtype",
+        ),
         ("KV cache", f"{_bytes(r.cache_bytes)} = {r.cache_bytes / 2**20:.1f} MiB", "B x (P+L) positions"),
         ("token forwards, no cache", f"{r.naive_token_forwards:,}", "per sequence: sum over i < L of (P + i)"),
         ("token forwards, cached", f"{r.cached_token_forwards:,}", "per sequence: P + L"),
@@ -153,17 +191,24 @@ def check(path: Path | None, as_json: bool) -> int:
     checks = check_published(path)
     failed = [c for c in checks if not c.passed]
     if as_json:
-        print(json.dumps({"passed": not failed, "checks": [dataclasses.asdict(c) | {"passed": c.passed}
-                                                              for c in checks]}, indent=1, ensure_ascii=False))
+        print(
+            json.dumps(
+                {"passed": not failed, "checks": [dataclasses.asdict(c) | {"passed": c.passed} for c in checks]},
+                indent=1,
+                ensure_ascii=False,
+            )
+        )
     else:
         render.stdout().print(check_table(checks))
         for c in checks:
             if c.why:
                 print(f"{c.id} ({c.status}): published {_num(c.published)}, formulas give {_num(c.shown)}. {c.why}")
         known = sum(c.status == "known" for c in checks)
-        print(f"{len(checks)} published values: {len(checks) - known - len(failed)} reproduce, {known} are "
-              f"recorded discrepancies that still compute as recorded, {len(failed)} drifted"
-              + (f": {', '.join(c.id for c in failed)}" if failed else ""))
+        print(
+            f"{len(checks)} published values: {len(checks) - known - len(failed)} reproduce, {known} are "
+            f"recorded discrepancies that still compute as recorded, {len(failed)} drifted"
+            + (f": {', '.join(c.id for c in failed)}" if failed else "")
+        )
     return 1 if failed else 0
 
 
@@ -179,6 +224,5 @@ def check_table(checks):
         t.add_column(col, justify="right" if col in ("published", "computed") else "left")
     style = {"ok": "green", "known": "yellow", "drift": "bold red", "stale": "bold red"}
     for c in checks:
-        t.add_row(c.id, _num(c.published), _num(c.computed), c.unit, f"[{style[c.status]}]{c.status}[/]",
-                  c.file)
+        t.add_row(c.id, _num(c.published), _num(c.computed), c.unit, f"[{style[c.status]}]{c.status}[/]", c.file)
     return t

@@ -23,8 +23,9 @@ HELP = "the default sweep (naive vs cached) with predictions, written to a repor
 # Why these: the CPU budget keeps the whole job to a few minutes on 2 cores while still spanning the
 # range where naive's recomputation overtakes the host floor; the GPU budget is the write-ups' own.
 CPU_DEFAULTS = dict(model="tiny", dtype="float32", prompts=(16, 64, 256, 1024), new_tokens=128, runs=5, warmup=2)
-GPU_DEFAULTS = dict(model="qwen2.5-1.5b", dtype="float16", prompts=(16, 64, 256, 1024, 4096), new_tokens=256,
-                    runs=5, warmup=2)
+GPU_DEFAULTS = dict(
+    model="qwen2.5-1.5b", dtype="float16", prompts=(16, 64, 256, 1024, 4096), new_tokens=256, runs=5, warmup=2
+)
 NEXT_BATCHES = (1, 2, 4, 8)  # Part 2's prediction: B sequences per forward
 
 
@@ -32,8 +33,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p, BenchConfig, overrides_only=True)
     p.add_argument("--out", type=Path, help="report folder (default: runs/run-<timestamp>)")
     p.add_argument("--json", action="store_true", help="print the results JSON instead of the tables")
-    p.add_argument("--no-next", action="store_true",
-                   help="skip the static and batched sweeps that test the write-ups' closing predictions")
+    p.add_argument(
+        "--no-next",
+        action="store_true",
+        help="skip the static and batched sweeps that test the write-ups' closing predictions",
+    )
 
 
 def defaults_for(device: str) -> dict:
@@ -53,8 +57,15 @@ def profile_engines(cfg, folder: Path) -> dict:
     model = load_model(cfg.model, cfg.dtype, cfg.device, cfg.seed)
     digests = {}
     for engine in cfg.engines:
-        pcfg = ProfileConfig(engine=engine, prompt=min(cfg.prompts), new_tokens=9, model=cfg.model, dtype=cfg.dtype,
-                             device=cfg.device, seed=cfg.seed)
+        pcfg = ProfileConfig(
+            engine=engine,
+            prompt=min(cfg.prompts),
+            new_tokens=9,
+            model=cfg.model,
+            dtype=cfg.dtype,
+            device=cfg.device,
+            seed=cfg.seed,
+        )
         capture = profile_torch(pcfg, folder, model)
         digests[engine] = digest(analyze(load_trace(capture.trace)))
     return digests
@@ -79,19 +90,33 @@ def main(args: argparse.Namespace) -> int:
         # The write-ups' closing predictions: a static (captured) step at the shortest prompt, and B sequences
         # per forward there. Recorded in their own folder so the main sweep's cells stay as they were.
         short = min(cfg.prompts)
-        nxt = [dataclasses.replace(cfg, engines=("static",), prompts=(short,)),
-               dataclasses.replace(cfg, engines=("batched",), prompts=(short,), batch=NEXT_BATCHES)]
+        nxt = [
+            dataclasses.replace(cfg, engines=("static",), prompts=(short,)),
+            dataclasses.replace(cfg, engines=("batched",), prompts=(short,), batch=NEXT_BATCHES),
+        ]
         extra = [execute(c, out / f"next-{c.engines[0]}", "none")[0] for c in nxt]
-        combined = BenchResults(results.cells + [c for r in extra for c in r.cells], results.env, results.config,
-                                results.complete and all(r.complete for r in extra))
+        combined = BenchResults(
+            results.cells + [c for r in extra for c in r.cells],
+            results.env,
+            results.config,
+            results.complete and all(r.complete for r in extra),
+        )
         if not args.json:
-            console.print(render.cells_table(BenchResults(combined.cells[len(results.cells):], results.env,
-                                                          results.config), "the next steps: static and batched"))
+            console.print(
+                render.cells_table(
+                    BenchResults(combined.cells[len(results.cells) :], results.env, results.config),
+                    "the next steps: static and batched",
+                )
+            )
     machine, overhead = measure_machine(cfg.model, cfg.dtype, cfg.device, results.env["device_name"])
     arch = arch_for(cfg.model)
-    report = Report(machine, predictions(results, arch, machine),
-                    [host_overhead_verdict(combined), batching_verdict(combined, arch, machine)],
-                    overhead=overhead, ledgers=profile_engines(cfg, out / "traces"))
+    report = Report(
+        machine,
+        predictions(results, arch, machine),
+        [host_overhead_verdict(combined), batching_verdict(combined, arch, machine)],
+        overhead=overhead,
+        ledgers=profile_engines(cfg, out / "traces"),
+    )
     atomic_write(out / REPORT_FILE, json.dumps(report.to_json(), indent=1))
     atomic_write(out / "report.md", render.report_markdown(combined, report))
     if not args.json:

@@ -25,13 +25,30 @@ from probe.errors import ProbeError
 MAX_SHADED = 200  # cache ranges shaded on one timeline; beyond this the bars' own colour carries it
 
 # The ledger's host partition as the app groups it (probe.analysis.ledger.HOST_PARTS, the three cache parts as one).
-HOST_CATEGORIES = (("ops", "model ops"), ("attention", "attention"), ("cache", "cache bookkeeping"),
-                   ("mask", "mask"), ("sample", "sampling"), ("sync", "sync"), ("unattributed", "unattributed"))
+HOST_CATEGORIES = (
+    ("ops", "model ops"),
+    ("attention", "attention"),
+    ("cache", "cache bookkeeping"),
+    ("mask", "mask"),
+    ("sample", "sampling"),
+    ("sync", "sync"),
+    ("unattributed", "unattributed"),
+)
 GPU_CATEGORIES = (("gpu_busy", "GPU busy"), ("gpu_idle", "GPU idle"))
 COLORS = {
-    "ops": "#9aa5b1", "attention": "#7b61ff", "cache": "#e4572e", "cache_update": "#e4572e",
-    "cache_seq_length": "#f29e4c", "cache_mask_sizes": "#f6c344", "mask": "#e98ebf", "sample": "#2ca58d",
-    "sync": "#8c564b", "unattributed": "#d9dde2", "range": "#a7c7e7", "gpu_busy": "#1f77b4", "gpu_idle": "#aec7e8",
+    "ops": "#9aa5b1",
+    "attention": "#7b61ff",
+    "cache": "#e4572e",
+    "cache_update": "#e4572e",
+    "cache_seq_length": "#f29e4c",
+    "cache_mask_sizes": "#f6c344",
+    "mask": "#e98ebf",
+    "sample": "#2ca58d",
+    "sync": "#8c564b",
+    "unattributed": "#d9dde2",
+    "range": "#a7c7e7",
+    "gpu_busy": "#1f77b4",
+    "gpu_idle": "#aec7e8",
 }
 SWEEP_METRICS = (("decode_tok_s", "decode tokens/s"), ("itl_p50_ms", "ITL p50 (ms)"), ("ttft_ms", "TTFT (ms)"))
 NONE = "(none)"
@@ -68,24 +85,44 @@ def sweep_figure(results: BenchResults, report: Report | None = None) -> go.Figu
     """Tokens/s, ITL and TTFT against prompt length, one line per engine, log x; the host floor and the
     bandwidth roofline dashed; cells whose tokens differ from naive's circled in red."""
     frame, pred = sweep_frame(results), prediction_frame(report)
-    fig = make_subplots(rows=1, cols=3, subplot_titles=[label for _, label in SWEEP_METRICS],
-                        horizontal_spacing=0.07)
+    fig = make_subplots(rows=1, cols=3, subplot_titles=[label for _, label in SWEEP_METRICS], horizontal_spacing=0.07)
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#bcbd22", "#7f7f7f"]
     for i, (line, cells) in enumerate(frame.groupby("line", sort=False)):
         color = palette[i % len(palette)]
         for col, (metric, _) in enumerate(SWEEP_METRICS, start=1):
-            fig.add_trace(go.Scatter(
-                x=cells["prompt_tokens"], y=cells[metric], mode="lines+markers", name=line, legendgroup=line,
-                showlegend=col == 1, line={"color": color}, customdata=cells[["engine", "batch"]],
-                hovertemplate=f"{line}<br>prompt %{{x}}<br>%{{y:.3g}}<extra></extra>"), row=1, col=col)
+            fig.add_trace(
+                go.Scatter(
+                    x=cells["prompt_tokens"],
+                    y=cells[metric],
+                    mode="lines+markers",
+                    name=line,
+                    legendgroup=line,
+                    showlegend=col == 1,
+                    line={"color": color},
+                    customdata=cells[["engine", "batch"]],
+                    hovertemplate=f"{line}<br>prompt %{{x}}<br>%{{y:.3g}}<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
     _add_predictions(fig, pred)
     bad = frame[frame["mismatch"]]
     for col, (metric, _) in enumerate(SWEEP_METRICS, start=1):
-        fig.add_trace(go.Scatter(
-            x=bad["prompt_tokens"], y=bad[metric], mode="markers", name="tokens differ from naive",
-            legendgroup="mismatch", showlegend=col == 1 and not bad.empty, text=bad["line"],
-            marker={"symbol": "circle-open", "size": 16, "color": "red", "line": {"width": 3}},
-            hovertemplate="%{text}: tokens differ from naive<extra></extra>"), row=1, col=col)
+        fig.add_trace(
+            go.Scatter(
+                x=bad["prompt_tokens"],
+                y=bad[metric],
+                mode="markers",
+                name="tokens differ from naive",
+                legendgroup="mismatch",
+                showlegend=col == 1 and not bad.empty,
+                text=bad["line"],
+                marker={"symbol": "circle-open", "size": 16, "color": "red", "line": {"width": 3}},
+                hovertemplate="%{text}: tokens differ from naive<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
     prompts = sorted(set(frame["prompt_tokens"]))
     fig.update_xaxes(type="log", title_text="prompt tokens", tickvals=prompts, ticktext=[str(p) for p in prompts])
     fig.update_layout(height=440, margin={"t": 40, "b": 10}, legend={"orientation": "h", "y": -0.25})
@@ -98,13 +135,34 @@ def _add_predictions(fig: go.Figure, pred: pd.DataFrame) -> None:
     if pred.empty:
         return
     x = pred["prompt_tokens"]
-    for name, ms, color, dash in (("host floor", pred["floor_ms"], "#555555", "dash"),
-                                  ("bandwidth roofline", pred["traffic_ms"], "#d62728", "dot")):
-        fig.add_trace(go.Scatter(x=x, y=ms, mode="lines", name=name, line={"color": color, "dash": dash},
-                                 hovertemplate=f"{name}: %{{y:.3g}} ms<extra></extra>"), row=1, col=2)
-    fig.add_trace(go.Scatter(x=x, y=1e3 / pred["predicted_ms"], mode="lines", name="prediction",
-                             line={"color": "#555555", "dash": "dashdot"},
-                             hovertemplate="max(floor, traffic): %{y:.3g} tok/s<extra></extra>"), row=1, col=1)
+    for name, ms, color, dash in (
+        ("host floor", pred["floor_ms"], "#555555", "dash"),
+        ("bandwidth roofline", pred["traffic_ms"], "#d62728", "dot"),
+    ):
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=ms,
+                mode="lines",
+                name=name,
+                line={"color": color, "dash": dash},
+                hovertemplate=f"{name}: %{{y:.3g}} ms<extra></extra>",
+            ),
+            row=1,
+            col=2,
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=1e3 / pred["predicted_ms"],
+            mode="lines",
+            name="prediction",
+            line={"color": "#555555", "dash": "dashdot"},
+            hovertemplate="max(floor, traffic): %{y:.3g} tok/s<extra></extra>",
+        ),
+        row=1,
+        col=1,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -124,8 +182,14 @@ def ledger_frame(analysis) -> pd.DataFrame:
     (the host columns add up to wall_ms), and the dispatch count."""
     rows = []
     for s in analysis.steps:
-        row = {"position": s.position, "step": s.name, "kind": s.kind, "wall_ms": s.wall_ns / 1e6,
-               "gpu_busy_ms": s.gpu_busy_ns / 1e6, "gpu_idle_ms": s.gpu_idle_ns / 1e6}
+        row = {
+            "position": s.position,
+            "step": s.name,
+            "kind": s.kind,
+            "wall_ms": s.wall_ns / 1e6,
+            "gpu_busy_ms": s.gpu_busy_ns / 1e6,
+            "gpu_idle_ms": s.gpu_idle_ns / 1e6,
+        }
         row |= {f"{key}_ms": getattr(s, f"{key}_ns") / 1e6 for key, _ in HOST_CATEGORIES}
         row["dispatch"] = s.dispatched
         rows.append(row)
@@ -142,14 +206,34 @@ def ledger_figure(analysis) -> go.Figure:
     _stack(fig, x, frame, HOST_CATEGORIES, "host", "host: ")
     if gpu:
         _stack(fig, x, frame, GPU_CATEGORIES, "gpu", "")
-    fig.add_trace(go.Scatter(x=x, y=frame["dispatch"], mode="lines+markers", name=dispatch_label(analysis),
-                             line={"color": "black", "width": 1.5}, marker={"size": 6}), secondary_y=True)
-    fig.update_layout(barmode="group", bargap=0.25, height=460, margin={"t": 30, "b": 10},
-                      legend={"orientation": "h", "y": -0.18}, hovermode="x unified")
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=frame["dispatch"],
+            mode="lines+markers",
+            name=dispatch_label(analysis),
+            line={"color": "black", "width": 1.5},
+            marker={"size": 6},
+        ),
+        secondary_y=True,
+    )
+    fig.update_layout(
+        barmode="group",
+        bargap=0.25,
+        height=460,
+        margin={"t": 30, "b": 10},
+        legend={"orientation": "h", "y": -0.18},
+        hovermode="x unified",
+    )
     fig.update_yaxes(title_text="ms per step", secondary_y=False)
     top = float(frame["dispatch"].max()) if len(frame) else 0.0
-    fig.update_yaxes(title_text="launches / step" if gpu else "top-level ops / step", secondary_y=True,
-                     range=[0, 1.15 * top or 1], showgrid=False, tickformat=",d")
+    fig.update_yaxes(
+        title_text="launches / step" if gpu else "top-level ops / step",
+        secondary_y=True,
+        range=[0, 1.15 * top or 1],
+        showgrid=False,
+        tickformat=",d",
+    )
     return fig
 
 
@@ -158,8 +242,18 @@ def _stack(fig: go.Figure, x, frame: pd.DataFrame, categories, group: str, prefi
     base = pd.Series(0.0, index=frame.index)
     for key, label in categories:
         y = frame[f"{key}_ms"]
-        fig.add_trace(go.Bar(x=x, y=y, base=base.copy(), name=prefix + label, offsetgroup=group,
-                             marker_color=COLORS[key], hovertemplate="%{y:.3f} ms"), secondary_y=False)
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=y,
+                base=base.copy(),
+                name=prefix + label,
+                offsetgroup=group,
+                marker_color=COLORS[key],
+                hovertemplate="%{y:.3f} ms",
+            ),
+            secondary_y=False,
+        )
         base = base + y
 
 
@@ -192,16 +286,31 @@ def timeline_figure(items, title: str = "") -> go.Figure:
     frame.loc[frame["cache"] & (frame["kind"] == "range"), "lane"] = "cache"
     fig = go.Figure()
     for part, rows in frame.groupby("part", sort=False):
-        fig.add_trace(go.Bar(
-            y=rows["lane"], x=rows["dur_us"], base=rows["start_us"], orientation="h", name=part,
-            marker_color=COLORS.get(part, "#c0c0c0"), customdata=rows[["name", "start_us"]],
-            hovertemplate="%{customdata[0]}<br>start %{customdata[1]:.1f} µs, %{x:.1f} µs<extra>" + part
-                          + "</extra>"))
+        fig.add_trace(
+            go.Bar(
+                y=rows["lane"],
+                x=rows["dur_us"],
+                base=rows["start_us"],
+                orientation="h",
+                name=part,
+                marker_color=COLORS.get(part, "#c0c0c0"),
+                customdata=rows[["name", "start_us"]],
+                hovertemplate="%{customdata[0]}<br>start %{customdata[1]:.1f} µs, %{x:.1f} µs<extra>"
+                + part
+                + "</extra>",
+            )
+        )
     shaded = frame[frame["cache"] & (frame["kind"] == "range")].head(MAX_SHADED)
     for start, dur, part in zip(shaded["start_us"], shaded["dur_us"], shaded["part"], strict=True):
         fig.add_vrect(x0=start, x1=start + dur, fillcolor=COLORS[part], opacity=0.18, line_width=0)
-    fig.update_layout(barmode="overlay", height=300, title=title, margin={"t": 40 if title else 10, "b": 10},
-                      legend={"orientation": "h", "y": -0.35}, xaxis_title="µs from the step's start")
+    fig.update_layout(
+        barmode="overlay",
+        height=300,
+        title=title,
+        margin={"t": 40 if title else 10, "b": 10},
+        legend={"orientation": "h", "y": -0.35},
+        xaxis_title="µs from the step's start",
+    )
     fig.update_yaxes(categoryorder="array", categoryarray=list(TIMELINE_LANES))
     return fig
 
@@ -239,16 +348,28 @@ def telemetry_figure(frame: pd.DataFrame, steps: Sequence = ()) -> go.Figure:
     aligned = "t_ms" in frame.columns
     x = frame["t_ms"] if aligned else frame["t_s"]
     figures = [c for c in frame.columns if c not in ("t_s", "t_ms", "t_ns")]
-    fig = make_subplots(rows=max(len(figures), 1), cols=1, shared_xaxes=True, subplot_titles=figures,
-                        vertical_spacing=0.08 if len(figures) < 6 else 0.03)
+    fig = make_subplots(
+        rows=max(len(figures), 1),
+        cols=1,
+        shared_xaxes=True,
+        subplot_titles=figures,
+        vertical_spacing=0.08 if len(figures) < 6 else 0.03,
+    )
     for i, name in enumerate(figures, start=1):
-        fig.add_trace(go.Scatter(x=x, y=frame[name], mode="lines+markers", name=name, showlegend=False),
-                      row=i, col=1)
+        fig.add_trace(go.Scatter(x=x, y=frame[name], mode="lines+markers", name=name, showlegend=False), row=i, col=1)
     for k, step in enumerate(steps if aligned else ()):
-        fig.add_vrect(x0=step.start_ns / 1e6, x1=(step.start_ns + step.wall_ns) / 1e6, line_width=0,
-                      fillcolor="#1f77b4" if step.kind == "prefill" else "#7f7f7f", opacity=0.25 if k % 2 else 0.12)
-    fig.update_xaxes(title_text="ms from the trace's first event (steps shaded)" if aligned else
-                     "s from the first sample", row=max(len(figures), 1), col=1)
+        fig.add_vrect(
+            x0=step.start_ns / 1e6,
+            x1=(step.start_ns + step.wall_ns) / 1e6,
+            line_width=0,
+            fillcolor="#1f77b4" if step.kind == "prefill" else "#7f7f7f",
+            opacity=0.25 if k % 2 else 0.12,
+        )
+    fig.update_xaxes(
+        title_text="ms from the trace's first event (steps shaded)" if aligned else "s from the first sample",
+        row=max(len(figures), 1),
+        col=1,
+    )
     fig.update_layout(height=140 * max(len(figures), 1) + 60, margin={"t": 30, "b": 10})
     return fig
 
@@ -259,19 +380,37 @@ def telemetry_figure(frame: pd.DataFrame, steps: Sequence = ()) -> go.Figure:
 
 def top_ops_frame(ops) -> pd.DataFrame:
     """Ops (probe.ledger.OpTime) ranked by host self time: ms, calls, and µs a call."""
-    rows = [{"op": o.name, "self_ms": o.self_ns / 1e6, "calls": o.calls,
-             "us_per_call": o.self_ns / 1e3 / o.calls if o.calls else 0.0} for o in ops]
+    rows = [
+        {
+            "op": o.name,
+            "self_ms": o.self_ns / 1e6,
+            "calls": o.calls,
+            "us_per_call": o.self_ns / 1e3 / o.calls if o.calls else 0.0,
+        }
+        for o in ops
+    ]
     frame = pd.DataFrame(rows, columns=["op", "self_ms", "calls", "us_per_call"])
     return frame.sort_values(["self_ms", "op"], ascending=[False, True], kind="stable").reset_index(drop=True)
 
 
 def top_ops_figure(ops, title: str = "") -> go.Figure:
     frame = top_ops_frame(ops).iloc[::-1]  # plotly draws the first bar at the bottom
-    fig = go.Figure(go.Bar(x=frame["self_ms"], y=frame["op"], orientation="h", marker_color=COLORS["attention"],
-                           customdata=frame["calls"], hovertemplate="%{y}: %{x:.3f} ms in %{customdata} "
-                                                                    "call(s)<extra></extra>"))
-    fig.update_layout(height=max(260, 26 * len(frame) + 80), title=title, xaxis_title="host self time (ms)",
-                      margin={"t": 40 if title else 10, "b": 10, "l": 10})
+    fig = go.Figure(
+        go.Bar(
+            x=frame["self_ms"],
+            y=frame["op"],
+            orientation="h",
+            marker_color=COLORS["attention"],
+            customdata=frame["calls"],
+            hovertemplate="%{y}: %{x:.3f} ms in %{customdata} call(s)<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        height=max(260, 26 * len(frame) + 80),
+        title=title,
+        xaxis_title="host self time (ms)",
+        margin={"t": 40 if title else 10, "b": 10, "l": 10},
+    )
     return fig
 
 
@@ -302,8 +441,15 @@ def delta_frame(base: Mapping[str, float], cur: Mapping[str, float], labels: Map
         if key not in base or key not in cur:
             continue
         b, c = base[key], cur[key]
-        rows.append({"what": label, "baseline": b, "current": c, "delta": c - b,
-                     "delta_pct": 100 * (c - b) / b if b else float("nan")})
+        rows.append(
+            {
+                "what": label,
+                "baseline": b,
+                "current": c,
+                "delta": c - b,
+                "delta_pct": 100 * (c - b) / b if b else float("nan"),
+            }
+        )
     return pd.DataFrame(rows, columns=["what", "baseline", "current", "delta", "delta_pct"])
 
 
@@ -315,15 +461,26 @@ def trace_compare_figure(frame: pd.DataFrame, base_name: str, cur_name: str) -> 
     """Per-category ms per step side by side, baseline against current, the change written on each pair."""
     times = frame[frame["what"] != CATEGORY_LABELS["dispatch"]]
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=times["what"], y=times["baseline"], name=f"baseline: {base_name}",
-                         marker_color="#9aa5b1"))
-    fig.add_trace(go.Bar(x=times["what"], y=times["current"], name=f"current: {cur_name}", marker_color="#1f77b4",
-                         text=[_signed(d, p) for d, p in zip(times["delta"], times["delta_pct"], strict=True)],
-                         textposition="outside"))
+    fig.add_trace(go.Bar(x=times["what"], y=times["baseline"], name=f"baseline: {base_name}", marker_color="#9aa5b1"))
+    fig.add_trace(
+        go.Bar(
+            x=times["what"],
+            y=times["current"],
+            name=f"current: {cur_name}",
+            marker_color="#1f77b4",
+            text=[_signed(d, p) for d, p in zip(times["delta"], times["delta_pct"], strict=True)],
+            textposition="outside",
+        )
+    )
     fig.update_traces(cliponaxis=False)
-    fig.update_layout(barmode="group", height=420, yaxis_title="ms per step (mean over steady-state steps)",
-                      legend={"orientation": "h", "y": -0.2}, margin={"t": 30, "b": 10},
-                      uniformtext={"minsize": 11, "mode": "show"})
+    fig.update_layout(
+        barmode="group",
+        height=420,
+        yaxis_title="ms per step (mean over steady-state steps)",
+        legend={"orientation": "h", "y": -0.2},
+        margin={"t": 30, "b": 10},
+        uniformtext={"minsize": 11, "mode": "show"},
+    )
     return fig
 
 
@@ -341,9 +498,16 @@ def run_compare_frame(base: BenchResults, cur: BenchResults) -> pd.DataFrame:
             continue
         for metric, label in SWEEP_METRICS:
             bv, cv = getattr(b, metric), getattr(c, metric)
-            rows.append({"cell": f"{line_name(b.engine, b.batch)} p{b.prompt_tokens} n{b.new_tokens}",
-                         "metric": label, "baseline": bv, "current": cv, "delta": cv - bv,
-                         "delta_pct": 100 * (cv - bv) / bv if bv else float("nan")})
+            rows.append(
+                {
+                    "cell": f"{line_name(b.engine, b.batch)} p{b.prompt_tokens} n{b.new_tokens}",
+                    "metric": label,
+                    "baseline": bv,
+                    "current": cv,
+                    "delta": cv - bv,
+                    "delta_pct": 100 * (cv - bv) / bv if bv else float("nan"),
+                }
+            )
     return pd.DataFrame(rows, columns=["cell", "metric", "baseline", "current", "delta", "delta_pct"])
 
 
@@ -353,10 +517,19 @@ def run_compare_figure(frame: pd.DataFrame, base_name: str, cur_name: str) -> go
     for col, (_, label) in enumerate(SWEEP_METRICS, start=1):
         rows = frame[frame["metric"] == label]
         for side, name, color in (("baseline", base_name, "#9aa5b1"), ("current", cur_name, "#1f77b4")):
-            fig.add_trace(go.Bar(x=rows["cell"], y=rows[side], name=f"{side}: {name}", marker_color=color,
-                                 legendgroup=side, showlegend=col == 1), row=1, col=col)
-    fig.update_layout(barmode="group", height=420, legend={"orientation": "h", "y": -0.35},
-                      margin={"t": 40, "b": 10})
+            fig.add_trace(
+                go.Bar(
+                    x=rows["cell"],
+                    y=rows[side],
+                    name=f"{side}: {name}",
+                    marker_color=color,
+                    legendgroup=side,
+                    showlegend=col == 1,
+                ),
+                row=1,
+                col=col,
+            )
+    fig.update_layout(barmode="group", height=420, legend={"orientation": "h", "y": -0.35}, margin={"t": 40, "b": 10})
     return fig
 
 

@@ -87,24 +87,37 @@ def _us(ns: int) -> str:
 
 def _event(cat: str, name: str, pid: int, tid: int, start: int, end: int, args: dict) -> str:
     arg_text = ", ".join(f'"{k}": {v}' for k, v in args.items())
-    return (f'  {{\n    "ph": "X",\n    "cat": "{cat}",\n    "name": "{name}",\n    "pid": {pid},\n'
-            f'    "tid": {tid},\n    "ts": {_us(T0_NS + start)},\n    "dur": {_us(end - start)}\n    ,\n'
-            f'    "args": {{\n      {arg_text}\n    }}\n  }}')
+    return (
+        f'  {{\n    "ph": "X",\n    "cat": "{cat}",\n    "name": "{name}",\n    "pid": {pid},\n'
+        f'    "tid": {tid},\n    "ts": {_us(T0_NS + start)},\n    "dur": {_us(end - start)}\n    ,\n'
+        f'    "args": {{\n      {arg_text}\n    }}\n  }}'
+    )
 
 
 def render() -> bytes:
     events = [_event(cat, name, PID, TID, s, e, a) for cat, name, s, e, a in HOST]
-    events += [_event(cat, name, GPU_PID, STREAM, s, e, {"device": GPU_PID, "stream": STREAM, **a})
-               for cat, name, s, e, a in GPU]
+    events += [
+        _event(cat, name, GPU_PID, STREAM, s, e, {"device": GPU_PID, "stream": STREAM, **a})
+        for cat, name, s, e, a in GPU
+    ]
     # What the parser must skip: metadata, an instant and a flow arrow pair.
-    events.insert(0, f'  {{\n    "ph": "M", "name": "process_name", "ts": {_us(T0_NS)}, "pid": {PID}, "tid": 0,\n'
-                     '    "args": {"name": "python"}\n  }')
-    events.append(f'  {{\n    "ph": "i", "s": "g", "name": "Record Window End", "pid": "", "tid": "",\n'
-                  f'    "ts": {_us(T0_NS + 320_000)}\n  }}')
-    events.append(f'  {{"ph": "s", "id": 1, "pid": {PID}, "tid": {TID}, "ts": {_us(T0_NS + 4_000)}, '
-                  '"cat": "ac2g", "name": "ac2g"}')
-    events.append(f'  {{"ph": "f", "id": 1, "pid": {GPU_PID}, "tid": {STREAM}, "ts": {_us(T0_NS + 20_000)}, '
-                  '"cat": "ac2g", "name": "ac2g", "bp": "e"}')
+    events.insert(
+        0,
+        f'  {{\n    "ph": "M", "name": "process_name", "ts": {_us(T0_NS)}, "pid": {PID}, "tid": 0,\n'
+        '    "args": {"name": "python"}\n  }',
+    )
+    events.append(
+        f'  {{\n    "ph": "i", "s": "g", "name": "Record Window End", "pid": "", "tid": "",\n'
+        f'    "ts": {_us(T0_NS + 320_000)}\n  }}'
+    )
+    events.append(
+        f'  {{"ph": "s", "id": 1, "pid": {PID}, "tid": {TID}, "ts": {_us(T0_NS + 4_000)}, '
+        '"cat": "ac2g", "name": "ac2g"}'
+    )
+    events.append(
+        f'  {{"ph": "f", "id": 1, "pid": {GPU_PID}, "tid": {STREAM}, "ts": {_us(T0_NS + 20_000)}, '
+        '"cat": "ac2g", "name": "ac2g", "bp": "e"}'
+    )
     head = '{\n  "schemaVersion": 1,\n  "deviceProperties": [],\n  "baseTimeNanoseconds": 1700000000000000000,\n'
     return (head + '  "traceEvents": [\n' + ",\n".join(events) + '\n  ],\n  "traceName": "hand" }').encode()
 

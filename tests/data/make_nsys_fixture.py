@@ -199,42 +199,64 @@ def build(path: Path) -> Path:
 
     for sql in SCHEMA:
         con.execute(sql)
-    con.execute("INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (?, ?, ?)",
-                (SESSION_START_NS, "2023-11-14T22:13:20", "2023-11-14T22:13:20"))
+    con.execute(
+        "INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (?, ?, ?)",
+        (SESSION_START_NS, "2023-11-14T22:13:20", "2023-11-14T22:13:20"),
+    )
     for start, end, name, tid in NVTX:
         text, text_id = (name[5:], None) if name.startswith("text:") else (None, sid(name))
-        con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, color, text, globalTid, textId, domainId) "
-                    "VALUES (?, ?, ?, 255, ?, ?, ?, 0)", (start, end, NVTX_PUSH_POP, text, global_tid(PID_A, tid),
-                                                           text_id))
+        con.execute(
+            "INSERT INTO NVTX_EVENTS (start, end, eventType, color, text, globalTid, textId, domainId) "
+            "VALUES (?, ?, ?, 255, ?, ?, ?, 0)",
+            (start, end, NVTX_PUSH_POP, text, global_tid(PID_A, tid), text_id),
+        )
     for start, name, tid in MARKS:
-        con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, textId, globalTid) VALUES (?, NULL, ?, ?, ?)",
-                    (start, NVTX_MARK, sid(name), global_tid(PID_A, tid)))
+        con.execute(
+            "INSERT INTO NVTX_EVENTS (start, end, eventType, textId, globalTid) VALUES (?, NULL, ?, ?, ?)",
+            (start, NVTX_MARK, sid(name), global_tid(PID_A, tid)),
+        )
     for start, end, cls, pid, tid, corr, name in CALLS:
-        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?, ?, 0, NULL)",
-                    (start, end, cls, global_tid(pid, tid), corr, sid(name)))
+        con.execute(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?, ?, 0, NULL)",
+            (start, end, cls, global_tid(pid, tid), corr, sid(name)),
+        )
     for grid, (start, end, device, stream, corr, pid, name) in enumerate(KERNELS):
-        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, "
-                    "correlationId, globalPid, demangledName, shortName, registersPerThread, gridX, gridY, gridZ, "
-                    "blockX, blockY, blockZ, staticSharedMemory, dynamicSharedMemory, localMemoryPerThread, "
-                    "localMemoryTotal, gridId) VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, "
-                    "0, ?)", (start, end, device, stream, corr, global_pid(pid), sid(name), sid(name), grid))
+        con.execute(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, "
+            "correlationId, globalPid, demangledName, shortName, registersPerThread, gridX, gridY, gridZ, "
+            "blockX, blockY, blockZ, staticSharedMemory, dynamicSharedMemory, localMemoryPerThread, "
+            "localMemoryTotal, gridId) VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, "
+            "0, ?)",
+            (start, end, device, stream, corr, global_pid(pid), sid(name), sid(name), grid),
+        )
     for start, end, device, stream, corr, pid, kind in MEMCPYS:
-        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY (start, end, deviceId, contextId, streamId, "
-                    "correlationId, globalPid, bytes, copyKind) VALUES (?, ?, ?, 1, ?, ?, ?, 4096, ?)",
-                    (start, end, device, stream, corr, global_pid(pid), kind))
+        con.execute(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY (start, end, deviceId, contextId, streamId, "
+            "correlationId, globalPid, bytes, copyKind) VALUES (?, ?, ?, 1, ?, ?, ?, 4096, ?)",
+            (start, end, device, stream, corr, global_pid(pid), kind),
+        )
     for start, end, device, stream, corr, pid in MEMSETS:
-        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET (start, end, deviceId, contextId, streamId, "
-                    "correlationId, globalPid, value, bytes) VALUES (?, ?, ?, 1, ?, ?, ?, 0, 1024)",
-                    (start, end, device, stream, corr, global_pid(pid)))
+        con.execute(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET (start, end, deviceId, contextId, streamId, "
+            "correlationId, globalPid, value, bytes) VALUES (?, ?, ?, 1, ?, ?, ?, 0, 1024)",
+            (start, end, device, stream, corr, global_pid(pid)),
+        )
     con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, s) for s, i in strings.items()])
     con.commit()
     con.close()
     return path
 
 
-KEEP_TABLES = ("NVTX_EVENTS", "StringIds", "TARGET_INFO_SESSION_START_TIME", "ENUM_NSYS_EVENT_TYPE",
-               "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
-               "CUPTI_ACTIVITY_KIND_MEMSET")
+KEEP_TABLES = (
+    "NVTX_EVENTS",
+    "StringIds",
+    "TARGET_INFO_SESSION_START_TIME",
+    "ENUM_NSYS_EVENT_TYPE",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+)
 
 
 def strip(src: Path, dst: Path) -> None:
@@ -248,8 +270,11 @@ def strip(src: Path, dst: Path) -> None:
             if t not in KEEP_TABLES and not t.startswith("sqlite_"):
                 con.execute(f"DROP TABLE {t}")
         used = {r[0] for r in con.execute("SELECT textId FROM NVTX_EVENTS WHERE textId IS NOT NULL")}
-        for table, col in (("CUPTI_ACTIVITY_KIND_RUNTIME", "nameId"), ("CUPTI_ACTIVITY_KIND_KERNEL", "demangledName"),
-                           ("CUPTI_ACTIVITY_KIND_KERNEL", "shortName")):
+        for table, col in (
+            ("CUPTI_ACTIVITY_KIND_RUNTIME", "nameId"),
+            ("CUPTI_ACTIVITY_KIND_KERNEL", "demangledName"),
+            ("CUPTI_ACTIVITY_KIND_KERNEL", "shortName"),
+        ):
             if table in tables:
                 used |= {r[0] for r in con.execute(f"SELECT {col} FROM {table}")}
         con.execute(f"DELETE FROM StringIds WHERE id NOT IN ({','.join(str(i) for i in sorted(used)) or 'NULL'})")

@@ -24,12 +24,30 @@ HERE = Path(__file__).parent
 DEFAULT_SOURCE = HERE.parent.parent.parent / "shared" / "traces" / "public"
 LIMIT = 300_000
 KEEP_ARGS = ("correlation", "External id", "stream", "device")
-KEEP_KEYS = ("schemaVersion", "deviceProperties", "distributedInfo", "displayTimeUnit", "baseTimeNanoseconds",
-             "traceEvents", "traceName")
+KEEP_KEYS = (
+    "schemaVersion",
+    "deviceProperties",
+    "distributedInfo",
+    "displayTimeUnit",
+    "baseTimeNanoseconds",
+    "traceEvents",
+    "traceName",
+)
 DROP_CATS = ("python_function",)
-LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
-            "cudaLaunchCooperativeKernel", "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel",
-            "hipExtModuleLaunchKernel", "hipLaunchCooperativeKernel", "cudaGraphLaunch", "hipGraphLaunch")
+LAUNCHES = (
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cuLaunchKernel",
+    "cuLaunchKernelEx",
+    "cudaLaunchCooperativeKernel",
+    "hipLaunchKernel",
+    "hipExtLaunchKernel",
+    "hipModuleLaunchKernel",
+    "hipExtModuleLaunchKernel",
+    "hipLaunchCooperativeKernel",
+    "cudaGraphLaunch",
+    "hipGraphLaunch",
+)
 GPU_CATS = ("kernel", "Kernel", "gpu_memcpy", "gpu_memset")
 
 
@@ -67,15 +85,19 @@ def strip(src: Path, dst: Path) -> None:
 
 def _figures_only(events: list[dict]) -> list[dict]:
     """What the reference figures depend on: GPU ops, their launchers, launches, and the step ranges."""
-    launchers = {str(e["args"]["correlation"]) for e in events
-                 if e.get("cat") in GPU_CATS and "correlation" in e.get("args", {})}
+    launchers = {
+        str(e["args"]["correlation"]) for e in events if e.get("cat") in GPU_CATS and "correlation" in e.get("args", {})
+    }
     keep = []
     for e in events:
         cat = e.get("cat")
         if e.get("ph") in ("s", "f") or cat == "cpu_op":
             continue
-        if cat in ("cuda_runtime", "cuda_driver") and e.get("name") not in LAUNCHES \
-                and str(e.get("args", {}).get("correlation")) not in launchers:
+        if (
+            cat in ("cuda_runtime", "cuda_driver")
+            and e.get("name") not in LAUNCHES
+            and str(e.get("args", {}).get("correlation")) not in launchers
+        ):
             continue
         keep.append(e)
     return keep

@@ -87,16 +87,18 @@ class Arch:
             cfg = config_from_dict(dict(cfg))
         model_type = getattr(cfg, "model_type", None)
         if model_type not in LAYOUTS:
-            raise ProbeError(f"roofline knows the layer layout of {', '.join(sorted(LAYOUTS))}; "
-                             f"not of model_type {model_type!r}")
+            raise ProbeError(
+                f"roofline knows the layer layout of {', '.join(sorted(LAYOUTS))}; not of model_type {model_type!r}"
+            )
         layout = LAYOUTS[model_type]
         hidden = _first(cfg, "hidden_size", "n_embd", "d_model")
         heads = _first(cfg, "num_attention_heads", "n_head", "num_heads")
         if layout.biases is not None:
             biases = layout.biases
         else:
-            biases = ((ATTENTION if getattr(cfg, "attention_bias", False) else ())
-                      + (GATED_MLP if getattr(cfg, "mlp_bias", False) else ()))
+            biases = (ATTENTION if getattr(cfg, "attention_bias", False) else ()) + (
+                GATED_MLP if getattr(cfg, "mlp_bias", False) else ()
+            )
         arch = cls(
             model_type=model_type,
             layers=_first(cfg, "num_hidden_layers", "n_layer", "num_layers"),
@@ -232,9 +234,16 @@ def decode_step(arch: Arch, dtype: str, context: int, batch: int, bandwidth_byte
     weight = weights_bytes(arch, dtype)
     kv = cache_bytes(arch, dtype, context, batch)
     traffic_ms = (weight + kv) / bandwidth_bytes_s * 1e3
-    return DecodeStep(context=context, batch=batch, weight_bytes=weight, kv_read_bytes=kv,
-                      traffic_bytes=weight + kv, traffic_ms=traffic_ms,
-                      kv_read_ms=kv / bandwidth_bytes_s * 1e3, ceiling_tok_s=batch * 1e3 / traffic_ms)
+    return DecodeStep(
+        context=context,
+        batch=batch,
+        weight_bytes=weight,
+        kv_read_bytes=kv,
+        traffic_bytes=weight + kv,
+        traffic_ms=traffic_ms,
+        kv_read_ms=kv / bandwidth_bytes_s * 1e3,
+        ceiling_tok_s=batch * 1e3 / traffic_ms,
+    )
 
 
 @dataclass(frozen=True)
@@ -249,18 +258,23 @@ class BatchLimit:
     max_batch: int
 
 
-def batch_limit(arch: Arch, dtype: str, step_ms: float, sequence_tokens: int,
-                bandwidth_bytes_s: float) -> BatchLimit:
+def batch_limit(arch: Arch, dtype: str, step_ms: float, sequence_tokens: int, bandwidth_bytes_s: float) -> BatchLimit:
     step_bytes = bandwidth_bytes_s * step_ms / 1e3
     budget = step_bytes - weights_bytes(arch, dtype)
     positions = max(0, math.floor(budget / kv_bytes_per_token(arch, dtype)))
-    return BatchLimit(step_ms=step_ms, sequence_tokens=sequence_tokens, step_bytes=step_bytes,
-                      cache_budget_bytes=budget, max_cached_positions=positions,
-                      max_batch=positions // sequence_tokens)
+    return BatchLimit(
+        step_ms=step_ms,
+        sequence_tokens=sequence_tokens,
+        step_bytes=step_bytes,
+        cache_budget_bytes=budget,
+        max_cached_positions=positions,
+        max_batch=positions // sequence_tokens,
+    )
 
 
-def predict_step_ms(arch: Arch, dtype: str, context: int, batch: int, bandwidth_bytes_s: float,
-                    floor_ms: float) -> tuple[float, str]:
+def predict_step_ms(
+    arch: Arch, dtype: str, context: int, batch: int, bandwidth_bytes_s: float, floor_ms: float
+) -> tuple[float, str]:
     """The write-ups' step model: max(host floor, traffic / bandwidth), and which term binds.
 
     Returns (predicted_ms, "host") when the floor is at least the traffic time (a tie goes to the host,
@@ -299,18 +313,39 @@ class Roofline:
         return json.loads(json.dumps(dataclasses.asdict(self)))  # tuples become lists
 
 
-def roofline(arch: Arch, dtype: str, *, prompt: int, new_tokens: int, batch: int, context: int | None,
-             bandwidth_bytes_s: float, bandwidth_source: str, step_ms: float, model: str = "") -> Roofline:
+def roofline(
+    arch: Arch,
+    dtype: str,
+    *,
+    prompt: int,
+    new_tokens: int,
+    batch: int,
+    context: int | None,
+    bandwidth_bytes_s: float,
+    bandwidth_source: str,
+    step_ms: float,
+    model: str = "",
+) -> Roofline:
     """Every figure for one configuration; `context` defaults to P + L, the cache in full."""
     context = prompt + new_tokens if context is None else context
     forwards = token_forwards(prompt, new_tokens)
     return Roofline(
-        model=model, dtype=dtype, arch=arch, prompt=prompt, new_tokens=new_tokens, batch=batch, context=context,
-        bandwidth_bytes_s=bandwidth_bytes_s, bandwidth_source=bandwidth_source,
-        params=params(arch), weights_bytes=weights_bytes(arch, dtype), resident_bytes=resident_bytes(arch, dtype),
+        model=model,
+        dtype=dtype,
+        arch=arch,
+        prompt=prompt,
+        new_tokens=new_tokens,
+        batch=batch,
+        context=context,
+        bandwidth_bytes_s=bandwidth_bytes_s,
+        bandwidth_source=bandwidth_source,
+        params=params(arch),
+        weights_bytes=weights_bytes(arch, dtype),
+        resident_bytes=resident_bytes(arch, dtype),
         kv_bytes_per_token=kv_bytes_per_token(arch, dtype),
         cache_bytes=cache_bytes(arch, dtype, prompt + new_tokens, batch),
-        naive_token_forwards=forwards.naive, cached_token_forwards=forwards.cached,
+        naive_token_forwards=forwards.naive,
+        cached_token_forwards=forwards.cached,
         recompute_ratio=forwards.recompute_ratio,
         decode_step=decode_step(arch, dtype, context, batch, bandwidth_bytes_s),
         batch_limit=batch_limit(arch, dtype, step_ms, context, bandwidth_bytes_s),

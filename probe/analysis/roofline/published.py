@@ -35,8 +35,21 @@ from probe.errors import ProbeError
 
 PUBLISHED = Path(__file__).parent / "published.json"
 
-UNITS = {"": 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "MB": 1e6, "GB": 1e9, "GB/s": 1e9, "ms": 1,
-         "µs": 1, "tok/s": 1, "x": 1, "%": 0.01}
+UNITS = {
+    "": 1,
+    "B": 1,
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+    "MB": 1e6,
+    "GB": 1e9,
+    "GB/s": 1e9,
+    "ms": 1,
+    "µs": 1,
+    "tok/s": 1,
+    "x": 1,
+    "%": 0.01,
+}
 
 
 def _step(arch, dtype, context, batch, bandwidth_bytes_s) -> DecodeStep:
@@ -62,36 +75,46 @@ QUANTITIES: dict[str, Callable[..., float]] = {
     "resident_bytes": lambda arch, dtype: resident_bytes(arch, dtype),
     "kv_bytes_per_token": lambda arch, dtype: kv_bytes_per_token(arch, dtype),
     "bandwidth_bytes_s": lambda bandwidth_bytes_s: bandwidth_bytes_s,
-    "cache_bytes": lambda arch, dtype, prompt, new_tokens, batch:
-        cache_bytes(arch, dtype, prompt + new_tokens, batch),
-    "traffic_ms": lambda arch, dtype, context, batch, bandwidth_bytes_s:
-        _step(arch, dtype, context, batch, bandwidth_bytes_s).traffic_ms,
-    "ceiling_tok_s": lambda arch, dtype, context, batch, bandwidth_bytes_s:
-        _step(arch, dtype, context, batch, bandwidth_bytes_s).ceiling_tok_s,
+    "cache_bytes": lambda arch, dtype, prompt, new_tokens, batch: cache_bytes(arch, dtype, prompt + new_tokens, batch),
+    "traffic_ms": lambda arch, dtype, context, batch, bandwidth_bytes_s: (
+        _step(arch, dtype, context, batch, bandwidth_bytes_s).traffic_ms
+    ),
+    "ceiling_tok_s": lambda arch, dtype, context, batch, bandwidth_bytes_s: (
+        _step(arch, dtype, context, batch, bandwidth_bytes_s).ceiling_tok_s
+    ),
     # share of a measured step the traffic fills, and the rest: the GPU idle, waiting on the host
-    "traffic_share": lambda arch, dtype, context, batch, bandwidth_bytes_s, step_ms:
-        _step(arch, dtype, context, batch, bandwidth_bytes_s).traffic_ms / step_ms,
-    "idle_share": lambda arch, dtype, context, batch, bandwidth_bytes_s, step_ms:
-        1 - _step(arch, dtype, context, batch, bandwidth_bytes_s).traffic_ms / step_ms,
-    "throughput_share": lambda arch, dtype, context, batch, bandwidth_bytes_s, tok_s:
-        tok_s / _step(arch, dtype, context, batch, bandwidth_bytes_s).ceiling_tok_s,
-    "step_bytes": lambda arch, dtype, step_ms, sequence_tokens, bandwidth_bytes_s:
-        _limit(arch, dtype, step_ms, sequence_tokens, bandwidth_bytes_s).step_bytes,
-    "cache_budget_bytes": lambda arch, dtype, step_ms, sequence_tokens, bandwidth_bytes_s:
-        _limit(arch, dtype, step_ms, sequence_tokens, bandwidth_bytes_s).cache_budget_bytes,
-    "max_cached_positions": lambda arch, dtype, step_ms, sequence_tokens, bandwidth_bytes_s:
-        _limit(arch, dtype, step_ms, sequence_tokens, bandwidth_bytes_s).max_cached_positions,
-    "max_batch": lambda arch, dtype, step_ms, sequence_tokens, bandwidth_bytes_s:
-        _limit(arch, dtype, step_ms, sequence_tokens, bandwidth_bytes_s).max_batch,
+    "traffic_share": lambda arch, dtype, context, batch, bandwidth_bytes_s, step_ms: (
+        _step(arch, dtype, context, batch, bandwidth_bytes_s).traffic_ms / step_ms
+    ),
+    "idle_share": lambda arch, dtype, context, batch, bandwidth_bytes_s, step_ms: (
+        1 - _step(arch, dtype, context, batch, bandwidth_bytes_s).traffic_ms / step_ms
+    ),
+    "throughput_share": lambda arch, dtype, context, batch, bandwidth_bytes_s, tok_s: (
+        tok_s / _step(arch, dtype, context, batch, bandwidth_bytes_s).ceiling_tok_s
+    ),
+    "step_bytes": lambda arch, dtype, step_ms, sequence_tokens, bandwidth_bytes_s: (
+        _limit(arch, dtype, step_ms, sequence_tokens, bandwidth_bytes_s).step_bytes
+    ),
+    "cache_budget_bytes": lambda arch, dtype, step_ms, sequence_tokens, bandwidth_bytes_s: (
+        _limit(arch, dtype, step_ms, sequence_tokens, bandwidth_bytes_s).cache_budget_bytes
+    ),
+    "max_cached_positions": lambda arch, dtype, step_ms, sequence_tokens, bandwidth_bytes_s: (
+        _limit(arch, dtype, step_ms, sequence_tokens, bandwidth_bytes_s).max_cached_positions
+    ),
+    "max_batch": lambda arch, dtype, step_ms, sequence_tokens, bandwidth_bytes_s: (
+        _limit(arch, dtype, step_ms, sequence_tokens, bandwidth_bytes_s).max_batch
+    ),
     "naive_token_forwards": lambda prompt, new_tokens: _naive(prompt, new_tokens),
     # 256·P + 32,640: the prompt term's slope and the generated tokens' constant
     "naive_forwards_per_prompt_token": lambda new_tokens: _naive(1, new_tokens) - _naive(0, new_tokens),
     "naive_forwards_constant": lambda new_tokens: _naive(0, new_tokens),
     "naive_forwards_prompt_term": lambda prompt, new_tokens: _naive(prompt, new_tokens) - _naive(0, new_tokens),
-    "prompt_where_prompt_term_wins": lambda new_tokens:
-        _naive(0, new_tokens) / (_naive(1, new_tokens) - _naive(0, new_tokens)),
-    "naive_forwards_growth": lambda prompt, versus_prompt, new_tokens:
-        _naive(prompt, new_tokens) / _naive(versus_prompt, new_tokens),
+    "prompt_where_prompt_term_wins": lambda new_tokens: (
+        _naive(0, new_tokens) / (_naive(1, new_tokens) - _naive(0, new_tokens))
+    ),
+    "naive_forwards_growth": lambda prompt, versus_prompt, new_tokens: (
+        _naive(prompt, new_tokens) / _naive(versus_prompt, new_tokens)
+    ),
     "cached_token_forwards": lambda prompt, new_tokens: token_forwards(prompt, new_tokens).cached,
     "recompute_ratio": lambda prompt, new_tokens: token_forwards(prompt, new_tokens).recompute_ratio,
     "recomputed_share": lambda prompt, new_tokens: 1 - 1 / token_forwards(prompt, new_tokens).recompute_ratio,
@@ -102,10 +125,12 @@ QUANTITIES: dict[str, Callable[..., float]] = {
     "above_floor": lambda step_ms, floor_ms: step_ms / floor_ms - 1,
     "above_floor_ms": lambda tok_s, floor_ms: 1e3 / tok_s - floor_ms,
     "predicted_step_ms": _predicted_ms,
-    "predicted_tok_s": lambda arch, dtype, context, batch, bandwidth_bytes_s, floor_ms:
-        batch * 1e3 / _predicted_ms(arch, dtype, context, batch, bandwidth_bytes_s, floor_ms),
-    "shortfall": lambda arch, dtype, context, batch, bandwidth_bytes_s, floor_ms, tok_s:
-        1 - tok_s / (batch * 1e3 / _predicted_ms(arch, dtype, context, batch, bandwidth_bytes_s, floor_ms)),
+    "predicted_tok_s": lambda arch, dtype, context, batch, bandwidth_bytes_s, floor_ms: (
+        batch * 1e3 / _predicted_ms(arch, dtype, context, batch, bandwidth_bytes_s, floor_ms)
+    ),
+    "shortfall": lambda arch, dtype, context, batch, bandwidth_bytes_s, floor_ms, tok_s: (
+        1 - tok_s / (batch * 1e3 / _predicted_ms(arch, dtype, context, batch, bandwidth_bytes_s, floor_ms))
+    ),
 }
 
 
@@ -189,8 +214,9 @@ def _check_one(entry: dict, inputs: dict) -> Check:
     feeds_context = "context" in wanted and "context" not in given  # then `prompt` gave the context
     unused = [k for k in given if k not in wanted and not (k == "prompt" and feeds_context)]
     if missing or unused:
-        raise ProbeError(f"published value {name!r}: {quantity} needs {', '.join(wanted)}; "
-                         f"missing {missing}, unused {unused}")
+        raise ProbeError(
+            f"published value {name!r}: {quantity} needs {', '.join(wanted)}; missing {missing}, unused {unused}"
+        )
     computed = fn(**{p: inputs[p] for p in wanted}) / UNITS[entry["unit"]]
     shown = rounded(computed, entry["decimals"])
     known = entry.get("discrepancy")
@@ -202,6 +228,16 @@ def _check_one(entry: dict, inputs: dict) -> Check:
             status = "stale"  # the formulas now give the published value: the recorded discrepancy is wrong
         else:
             status = "known" if shown == known["reproduces_as"] else "drift"
-    return Check(id=name, quantity=quantity, published=entry["published"], unit=entry["unit"],
-                 decimals=entry["decimals"], computed=computed, shown=shown, status=status,
-                 file=entry["source"]["file"], quote=entry["source"]["quote"], why=why)
+    return Check(
+        id=name,
+        quantity=quantity,
+        published=entry["published"],
+        unit=entry["unit"],
+        decimals=entry["decimals"],
+        computed=computed,
+        shown=shown,
+        status=status,
+        file=entry["source"]["file"],
+        quote=entry["source"]["quote"],
+        why=why,
+    )

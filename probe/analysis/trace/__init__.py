@@ -45,5 +45,14 @@ def load_trace(path: str | Path) -> Trace:
     return read_chrome(p)
 
 
-__all__ = ["COLUMNS", "GPU_OP_KINDS", "GRAPH_LAUNCH_NAMES", "LAUNCH_NAMES", "PROFILER_STEP_PREFIX", "Kind", "Trace",
-           "api_base_name", "load_trace"]
+__all__ = [
+    "COLUMNS",
+    "GPU_OP_KINDS",
+    "GRAPH_LAUNCH_NAMES",
+    "LAUNCH_NAMES",
+    "PROFILER_STEP_PREFIX",
+    "Kind",
+    "Trace",
+    "api_base_name",
+    "load_trace",
+]

@@ -28,16 +28,23 @@ from probe.analysis.trace.table import ON_STREAM, PROFILER_STEP_PREFIX, Kind, Tr
 from probe.errors import ProbeError
 
 _CHROME_KINDS = {
-    "cpu_op": Kind.CPU_OP, "operator": Kind.CPU_OP,
+    "cpu_op": Kind.CPU_OP,
+    "operator": Kind.CPU_OP,
     "user_annotation": Kind.USER_RANGE,
     "gpu_user_annotation": Kind.GPU_RANGE,
-    "cuda_runtime": Kind.RUNTIME, "cuda_driver": Kind.RUNTIME, "runtime": Kind.RUNTIME,
-    "hip_runtime": Kind.RUNTIME, "hip_driver": Kind.RUNTIME,
+    "cuda_runtime": Kind.RUNTIME,
+    "cuda_driver": Kind.RUNTIME,
+    "runtime": Kind.RUNTIME,
+    "hip_runtime": Kind.RUNTIME,
+    "hip_driver": Kind.RUNTIME,
     "kernel": Kind.KERNEL,
-    "gpu_memcpy": Kind.GPU_MEMCPY, "memcpy": Kind.GPU_MEMCPY,
-    "gpu_memset": Kind.GPU_MEMSET, "memset": Kind.GPU_MEMSET,
+    "gpu_memcpy": Kind.GPU_MEMCPY,
+    "memcpy": Kind.GPU_MEMCPY,
+    "gpu_memset": Kind.GPU_MEMSET,
+    "memset": Kind.GPU_MEMSET,
     "python_function": Kind.PYTHON,
 }
+
 
 def read_text(p: Path) -> bytes:
     """The file's bytes, gunzipped when gzipped. Raises ProbeError for a broken gzip or an empty file."""
@@ -52,7 +59,6 @@ def read_text(p: Path) -> bytes:
     if not data.strip():
         raise ProbeError(f"{p}: empty file")
     return data
-
 
 
 _TS_TEXT = re.compile(rb'"ts"\s*:\s*(-?[0-9][0-9.eE+-]*)')
@@ -72,7 +78,6 @@ class _Columns:
         self.n_ts = self.n_dur = 0  # how many numeric "ts" / "dur" values the file holds, all phases
         self.skipped: dict[str, int] = {}
         self.dropped: dict[str, int] = {}
-
 
 
 _NUMBER = frozenset({int, float, Decimal})
@@ -138,8 +143,9 @@ def _ints(values: list, default: int = -1) -> np.ndarray:
         arr = None
     if arr is not None and arr.dtype == np.int64 and arr.ndim == 1:
         return arr  # every value an integer: the common case, with no Python loop
-    return np.fromiter((v if type(v) is int and -(2**63) <= v < 2**63 else default for v in values),
-                       dtype=np.int64, count=len(values))
+    return np.fromiter(
+        (v if type(v) is int and -(2**63) <= v < 2**63 else default for v in values), dtype=np.int64, count=len(values)
+    )
 
 
 def decimal_text_to_ns(texts: list[bytes]) -> np.ndarray:
@@ -181,8 +187,13 @@ def _three_decimals_to_ns(texts: list[bytes]) -> np.ndarray | None:
     chars = np.frombuffer(blob, np.uint8)
     ends = np.flatnonzero(chars == 32)
     dots = chars == 46
-    if len(ends) != len(texts) or np.count_nonzero(dots) != len(texts) or np.any(ends < 4) \
-            or not np.all(dots[ends - 4]) or np.any((chars == 101) | (chars == 69) | (chars == 43)):
+    if (
+        len(ends) != len(texts)
+        or np.count_nonzero(dots) != len(texts)
+        or np.any(ends < 4)
+        or not np.all(dots[ends - 4])
+        or np.any((chars == 101) | (chars == 69) | (chars == 43))
+    ):
         return None  # a missing dot, other than 3 decimals, or an exponent
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # numpy only warns when it stops early; make that an error
@@ -323,8 +334,19 @@ def read_chrome(source: Path) -> Trace:
     pid, tid = _ints(c.pid), _ints(c.tid)
     on_stream = np.isin(kind, np.asarray(ON_STREAM, dtype=np.int8))
     stream, device = np.where(on_stream, tid, -1), np.where(on_stream, pid, -1)
-    cols = dict(ts_ns=ts_ns, dur_ns=dur_ns, kind=kind, name_id=name_id, cat_id=cat_id, pid=pid, tid=tid,
-                stream=stream, device=device, correlation=_ints(c.corr), external_id=_ints(c.ext))
+    cols = dict(
+        ts_ns=ts_ns,
+        dur_ns=dur_ns,
+        kind=kind,
+        name_id=name_id,
+        cat_id=cat_id,
+        pid=pid,
+        tid=tid,
+        stream=stream,
+        device=device,
+        correlation=_ints(c.corr),
+        external_id=_ints(c.ext),
+    )
     return finish("torch_chrome", source, base, names, cols, c.skipped, c.dropped)
 
 
@@ -338,8 +360,10 @@ def _read_chrome_slowly(source: Path) -> tuple[tuple[np.ndarray, np.ndarray], _C
     c = _collect(events)
     del doc, events
     try:
-        exact = (np.fromiter((_decimal_to_ns(v) for v in c.ts_raw), np.int64, len(c.ts_raw)),
-                 np.fromiter((_decimal_to_ns(v) for v in c.dur_raw), np.int64, len(c.dur_raw)))
+        exact = (
+            np.fromiter((_decimal_to_ns(v) for v in c.ts_raw), np.int64, len(c.ts_raw)),
+            np.fromiter((_decimal_to_ns(v) for v in c.dur_raw), np.int64, len(c.dur_raw)),
+        )
     except ValueError as e:
         raise ProbeError(f"{source}: {e}") from None
     return exact, c, base
@@ -347,4 +371,3 @@ def _read_chrome_slowly(source: Path) -> tuple[tuple[np.ndarray, np.ndarray], _C
 
 def _chrome_kind(cat: str) -> Kind:
     return _CHROME_KINDS.get(cat.lower(), Kind.OTHER)
-

@@ -12,10 +12,25 @@ from probe.analysis.trace.table import COLUMNS, PROFILER_STEP_PREFIX, Kind, Trac
 from probe.errors import ProbeError
 
 _NVTX_RANGE_TYPES = (59, 60, 70, 71)  # NvtxPushPopRange, NvtxStartEndRange and their NVTXT twins
-_EVENT_TABLES = ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL",
-                 "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
-_MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD",
-                 9: "HtoH", 10: "PtoP"}
+_EVENT_TABLES = (
+    "NVTX_EVENTS",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+)
+_MEMCPY_KINDS = {
+    1: "HtoD",
+    2: "DtoH",
+    3: "HtoA",
+    4: "AtoH",
+    5: "AtoA",
+    6: "AtoD",
+    7: "DtoA",
+    8: "DtoD",
+    9: "HtoH",
+    10: "PtoP",
+}
 
 
 def _gid_pid(gid: np.ndarray) -> np.ndarray:
@@ -64,8 +79,7 @@ def _read_nsys_tables(con: sqlite3.Connection, source: Path) -> Trace:
     tables = {r[0] for r in _query(con, "SELECT name FROM sqlite_master WHERE type='table'")}
     present = [t for t in _EVENT_TABLES if t in tables]
     if not present:
-        raise ProbeError(f"{source}: SQLite but not an Nsight Systems export "
-                         f"(none of {', '.join(_EVENT_TABLES)})")
+        raise ProbeError(f"{source}: SQLite but not an Nsight Systems export (none of {', '.join(_EVENT_TABLES)})")
     if "StringIds" not in tables:
         raise ProbeError(f"{source}: Nsight Systems export without its StringIds table")
     strings = dict(_query(con, "SELECT id, value FROM StringIds"))
@@ -77,8 +91,7 @@ def _read_nsys_tables(con: sqlite3.Connection, source: Path) -> Trace:
 
     def part(rows: list[tuple], kind, names: list[str], cat: str, **cols) -> None:
         n = len(rows)
-        base = dict(kind=np.full(n, kind, np.int8), name_id=ids(names),
-                    cat_id=np.full(n, intern(table, cat), np.int32))
+        base = dict(kind=np.full(n, kind, np.int8), name_id=ids(names), cat_id=np.full(n, intern(table, cat), np.int32))
         for col in COLUMNS:
             base.setdefault(col, np.full(n, -1, np.int64))
         base.update(cols)
@@ -89,25 +102,47 @@ def _read_nsys_tables(con: sqlite3.Connection, source: Path) -> Trace:
 
     dropped: dict[str, int] = {}
     if "NVTX_EVENTS" in tables:
-        unclosed = _query(con, f"SELECT COUNT(*) FROM NVTX_EVENTS WHERE end IS NULL AND eventType IN "
-                               f"{_NVTX_RANGE_TYPES}")[0][0]
+        unclosed = _query(
+            con, f"SELECT COUNT(*) FROM NVTX_EVENTS WHERE end IS NULL AND eventType IN {_NVTX_RANGE_TYPES}"
+        )[0][0]
         if unclosed:
             dropped["NVTX range never closed"] = unclosed
-        rows = _query(con, "SELECT start, end, text, textId, globalTid FROM NVTX_EVENTS "
-                           f"WHERE end IS NOT NULL AND eventType IN {_NVTX_RANGE_TYPES}")
+        rows = _query(
+            con,
+            "SELECT start, end, text, textId, globalTid FROM NVTX_EVENTS "
+            f"WHERE end IS NOT NULL AND eventType IN {_NVTX_RANGE_TYPES}",
+        )
         names = [r[2] if r[2] is not None else strings.get(r[3], "") for r in rows]
         start, gid = ints(rows, 0), ints(rows, 4)
-        kind = np.array([Kind.PROFILER_STEP if s.startswith(PROFILER_STEP_PREFIX) else Kind.USER_RANGE
-                         for s in names], dtype=np.int8)
-        part(rows, Kind.USER_RANGE, names, "NVTX_EVENTS", ts_ns=start, dur_ns=ints(rows, 1) - start,
-             pid=np.where(gid >= 0, _gid_pid(gid), -1), tid=np.where(gid >= 0, _gid_tid(gid), -1))
+        kind = np.array(
+            [Kind.PROFILER_STEP if s.startswith(PROFILER_STEP_PREFIX) else Kind.USER_RANGE for s in names],
+            dtype=np.int8,
+        )
+        part(
+            rows,
+            Kind.USER_RANGE,
+            names,
+            "NVTX_EVENTS",
+            ts_ns=start,
+            dur_ns=ints(rows, 1) - start,
+            pid=np.where(gid >= 0, _gid_pid(gid), -1),
+            tid=np.where(gid >= 0, _gid_tid(gid), -1),
+        )
         parts[-1]["kind"] = kind
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
         rows = _query(con, "SELECT start, end, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME")
         start, gid = ints(rows, 0), ints(rows, 2)
-        part(rows, Kind.RUNTIME, [strings.get(r[4], "") for r in rows], "CUPTI_ACTIVITY_KIND_RUNTIME",
-             ts_ns=start, dur_ns=ints(rows, 1) - start, pid=_gid_pid(gid), tid=_gid_tid(gid),
-             correlation=ints(rows, 3))
+        part(
+            rows,
+            Kind.RUNTIME,
+            [strings.get(r[4], "") for r in rows],
+            "CUPTI_ACTIVITY_KIND_RUNTIME",
+            ts_ns=start,
+            dur_ns=ints(rows, 1) - start,
+            pid=_gid_pid(gid),
+            tid=_gid_tid(gid),
+            correlation=ints(rows, 3),
+        )
     gpu_tables = (
         ("CUPTI_ACTIVITY_KIND_KERNEL", Kind.KERNEL, "demangledName"),
         ("CUPTI_ACTIVITY_KIND_MEMCPY", Kind.GPU_MEMCPY, "copyKind"),
@@ -125,8 +160,19 @@ def _read_nsys_tables(con: sqlite3.Connection, source: Path) -> Trace:
         else:
             names = ["Memset"] * len(rows)
         stream, device = ints(rows, 3), ints(rows, 2)
-        part(rows, kind, names, name, ts_ns=start, dur_ns=ints(rows, 1) - start, pid=_gid_pid(ints(rows, 5)),
-             tid=stream, stream=stream, device=device, correlation=ints(rows, 4))
+        part(
+            rows,
+            kind,
+            names,
+            name,
+            ts_ns=start,
+            dur_ns=ints(rows, 1) - start,
+            pid=_gid_pid(ints(rows, 5)),
+            tid=stream,
+            stream=stream,
+            device=device,
+            correlation=ints(rows, 4),
+        )
     cols = {c: np.concatenate([p[c] for p in parts]) for c in COLUMNS}
     base = None
     if "TARGET_INFO_SESSION_START_TIME" in tables:

@@ -76,11 +76,20 @@ GPU_OP_KINDS = (Kind.KERNEL, Kind.GPU_MEMCPY, Kind.GPU_MEMSET)
 ON_STREAM = (Kind.KERNEL, Kind.GPU_MEMCPY, Kind.GPU_MEMSET, Kind.GPU_RANGE)
 
 # The reference definitions of tests/data/PROVENANCE.md, exactly: what counts as a kernel launch and as a graph launch.
-LAUNCH_NAMES = frozenset({
-    "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchCooperativeKernel",
-    "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel",
-    "hipLaunchCooperativeKernel",
-})
+LAUNCH_NAMES = frozenset(
+    {
+        "cudaLaunchKernel",
+        "cudaLaunchKernelExC",
+        "cuLaunchKernel",
+        "cuLaunchKernelEx",
+        "cudaLaunchCooperativeKernel",
+        "hipLaunchKernel",
+        "hipExtLaunchKernel",
+        "hipModuleLaunchKernel",
+        "hipExtModuleLaunchKernel",
+        "hipLaunchCooperativeKernel",
+    }
+)
 GRAPH_LAUNCH_NAMES = frozenset({"cudaGraphLaunch", "hipGraphLaunch"})
 # nsys names API calls with a version and sometimes a per-thread-stream suffix: cudaLaunchKernel_ptsz_v7000.
 _API_SUFFIX = re.compile(r"(?:_v\d+)?$")
@@ -94,8 +103,19 @@ def api_base_name(name: str) -> str:
     return _STREAM_SUFFIX.sub("", _API_SUFFIX.sub("", name, count=1), count=1)
 
 
-COLUMNS = ("ts_ns", "dur_ns", "kind", "name_id", "cat_id", "pid", "tid", "stream", "device", "correlation",
-           "external_id")
+COLUMNS = (
+    "ts_ns",
+    "dur_ns",
+    "kind",
+    "name_id",
+    "cat_id",
+    "pid",
+    "tid",
+    "stream",
+    "device",
+    "correlation",
+    "external_id",
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -148,7 +168,6 @@ class Trace:
         return np.flatnonzero(np.isin(self.kind, np.asarray(kinds, dtype=np.int8)))
 
 
-
 def intern(strings: dict[str, int], s) -> int:
     """The id of `s` in a string table being built (`str()` of anything that is not a string)."""
     if not isinstance(s, str):
@@ -159,8 +178,15 @@ def intern(strings: dict[str, int], s) -> int:
     return i
 
 
-def finish(fmt: str, source: Path, base: int | None, names: tuple[str, ...], cols: dict[str, np.ndarray],
-            skipped: dict[str, int], dropped: dict[str, int]) -> Trace:
+def finish(
+    fmt: str,
+    source: Path,
+    base: int | None,
+    names: tuple[str, ...],
+    cols: dict[str, np.ndarray],
+    skipped: dict[str, int],
+    dropped: dict[str, int],
+) -> Trace:
     """Drop rows that cannot be kept honestly, sort by start, and wrap up with warnings."""
     dropped = dict(dropped)
     negative = cols["dur_ns"] < 0
@@ -174,8 +200,16 @@ def finish(fmt: str, source: Path, base: int | None, names: tuple[str, ...], col
         extra = f" ({describe(dropped)} dropped)" if dropped else ""
         raise ProbeError(f"{source}: trace has {what}{extra}")
     warnings = tuple(f"dropped {n} event(s): {why}" for why, n in sorted(dropped.items()))
-    return Trace(format=fmt, source=str(source), base_ns=base, names=names, skipped=dict(skipped),
-                 dropped=dropped, warnings=warnings, **cols)
+    return Trace(
+        format=fmt,
+        source=str(source),
+        base_ns=base,
+        names=names,
+        skipped=dict(skipped),
+        dropped=dropped,
+        warnings=warnings,
+        **cols,
+    )
 
 
 def describe(counts: dict[str, int]) -> str:

@@ -31,4 +31,3 @@ window is exact but for the two rows at its edges. Likewise the kernel brings an
 up to date only at its scheduler ticks, so a single 10 ms `proc_cpu_pct` row can even read above 100 x cores:
 the errors cancel in the mean, not in the peak, so read rate peaks as "busiest 10 ms, give or take a tick".
 """
-

@@ -121,8 +121,7 @@ class CpuBackend:
         wall, own, raw = snapshot
         rss, threads, busy, total, cpu_ns = self._counters(raw) if self._procfs else raw
         cpu = own if own is not None else cpu_ns  # another process's CPU time comes in clock ticks
-        row = {"rss_bytes": float(rss), "threads": float(threads), "proc_cpu_pct": math.nan,
-               "sys_cpu_pct": math.nan}
+        row = {"rss_bytes": float(rss), "threads": float(threads), "proc_cpu_pct": math.nan, "sys_cpu_pct": math.nan}
         if self._prev is not None:
             wall0, cpu0, busy0, total0 = self._prev
             if wall > wall0:
@@ -135,7 +134,7 @@ class CpuBackend:
     def _counters(self, raw: tuple[bytes, bytes]) -> tuple[int, int, float, float, float]:
         """(rss bytes, threads, machine busy, machine total (any one unit), process CPU ns) from /proc text."""
         stat, machine = raw
-        fields = stat[stat.rindex(b")") + 2:].split(None, 22)  # the name may hold spaces; [0] is field 3
+        fields = stat[stat.rindex(b")") + 2 :].split(None, 22)  # the name may hold spaces; [0] is field 3
         threads, rss = int(fields[17]), int(fields[21]) * self._page_bytes
         cpu_ns = (int(fields[11]) + int(fields[12])) * self._tick_ns  # utime + stime
         # "cpu  user nice system idle iowait irq softirq steal guest guest_nice": guest is inside user
@@ -175,8 +174,10 @@ def _nvml_reads(n, h) -> list[tuple[Callable[[], dict[str, float]], ...]]:
         return {"gpu_util_pct": float(u.gpu), "mem_util_pct": float(u.memory)}
 
     def clocks():
-        return {"sm_clock_mhz": float(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM)),
-                "mem_clock_mhz": float(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM))}
+        return {
+            "sm_clock_mhz": float(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM)),
+            "mem_clock_mhz": float(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM)),
+        }
 
     def power_instant():  # GetPowerUsage averages over 1 s on Ampere+; 10 ms rows want the instant value
         v = n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_POWER_INSTANT])[0]
@@ -275,4 +276,3 @@ def open_backends(device: object = "cpu", nvml=None) -> tuple[list[Backend], str
         note = f"{note}; " if note else "telemetry: "
         note += f"CPU figures unavailable ({_one_line(e)})"
     return backends, note
-

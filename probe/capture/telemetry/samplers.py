@@ -71,8 +71,13 @@ class Sampler(_Sampling):
     dropped with a one-line note; the others go on. The sampler closes its backends on exit.
     """
 
-    def __init__(self, interval_ms: float = DEFAULT_INTERVAL_MS, backends: Sequence[Backend] | None = None,
-                 clock: Callable[[], int] = time.perf_counter_ns, on_note: Callable[[str], None] = _print_note):
+    def __init__(
+        self,
+        interval_ms: float = DEFAULT_INTERVAL_MS,
+        backends: Sequence[Backend] | None = None,
+        clock: Callable[[], int] = time.perf_counter_ns,
+        on_note: Callable[[str], None] = _print_note,
+    ):
         if not interval_ms > 0:
             raise ValueError(f"interval_ms must be positive, got {interval_ms}")
         self.interval_ns = round(interval_ms * 1e6)
@@ -174,8 +179,12 @@ class ProcessSampler(_Sampling):
     The child takes its first row before the block starts and its last after it ends.
     """
 
-    def __init__(self, interval_ms: float = DEFAULT_INTERVAL_MS, device: object = "cpu",
-                 on_note: Callable[[str], None] = _print_note):
+    def __init__(
+        self,
+        interval_ms: float = DEFAULT_INTERVAL_MS,
+        device: object = "cpu",
+        on_note: Callable[[str], None] = _print_note,
+    ):
         if not interval_ms > 0:
             raise ValueError(f"interval_ms must be positive, got {interval_ms}")
         self.interval_ms, self.device, self.on_note = interval_ms, str(device), on_note
@@ -190,13 +199,23 @@ class ProcessSampler(_Sampling):
         return list(self._rows)
 
     def start(self) -> ProcessSampler:
-        cmd = [sys.executable, "-m", "probe.capture.telemetry.samplers", "--pid", str(os.getpid()), "--interval-ms",
-               repr(self.interval_ms), "--device", self.device]
+        cmd = [
+            sys.executable,
+            "-m",
+            "probe.capture.telemetry.samplers",
+            "--pid",
+            str(os.getpid()),
+            "--interval-ms",
+            repr(self.interval_ms),
+            "--device",
+            self.device,
+        ]
         if self.device.startswith("cuda"):
             index, uuid = _cuda_ids(self.device)  # torch is already loaded here; the child must not load it
             cmd += ["--gpu-index", str(index)] + (["--gpu-uuid", uuid] if uuid else [])
-        self._child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                       start_new_session=True)  # Ctrl-C goes to the loop, which stops us
+        self._child = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True
+        )  # Ctrl-C goes to the loop, which stops us
         if self._child.stdout.readline().strip() != "ready":
             self._finish()
         return self
@@ -226,9 +245,7 @@ class ProcessSampler(_Sampling):
             self._note(note)
 
 
-
-def make_sampler(interval_ms: float, device: object, busy_cores: int,
-                 on_note: Callable[[str], None] = _print_note):
+def make_sampler(interval_ms: float, device: object, busy_cores: int, on_note: Callable[[str], None] = _print_note):
     """The sampler bench and profile use, chosen by what benchmarks/telemetry_overhead.py measured here:
 
     - a core to spare (a GPU run, whose host loop is one thread; or fewer torch threads than cores): a child
@@ -261,8 +278,9 @@ def _child_main(argv: list[str] | None = None) -> None:
         try:
             backends.append(NvmlBackend(args.gpu_index, args.gpu_uuid))
         except Exception as e:
-            notes.append(f"telemetry: NVML unavailable ({_one_line(e)}); recording CPU figures only, "
-                         "no GPU figures or energy")
+            notes.append(
+                f"telemetry: NVML unavailable ({_one_line(e)}); recording CPU figures only, no GPU figures or energy"
+            )
     else:
         notes.append(f"telemetry: device {args.device} has no NVML figures; recording CPU figures only")
     cpu = CpuBackend(pid=args.pid)
@@ -309,8 +327,7 @@ def _child_main(argv: list[str] | None = None) -> None:
     rows = [{"t_ns": snap[0], **cpu.parse(snap), **gpu} for snap, gpu in zip(snapshots, gpu_rows, strict=True)]
     for backend in (*backends, cpu):
         backend.close()
-    print(json.dumps({"rows": rows, "notes": notes, "missed": missed, "thread_cpu_ns": loop_cpu_ns}),
-          flush=True)
+    print(json.dumps({"rows": rows, "notes": notes, "missed": missed, "thread_cpu_ns": loop_cpu_ns}), flush=True)
 
 
 if __name__ == "__main__":
