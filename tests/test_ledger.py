@@ -12,17 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from probe.analysis.ledger import (
-    HOST_PARTS,
-    analyze,
-    assign,
-    covered,
-    find_steps,
-    merge,
-    nesting,
-    step_timeline,
-    union_by_group,
-)
+from probe.analysis.intervals import assign, covered, merge, nesting, union_by_group
+from probe.analysis.ledger import HOST_PARTS, analyze, step_timeline
+from probe.analysis.steps import find_steps
 from probe.analysis.trace import Kind, load_trace
 from tests.conftest import IN_CI, run_probe
 
@@ -58,7 +50,13 @@ def test_hand_prefill(hand):
     assert s.gpu_busy_ns == 48_000
     # Idle on stream 7: cat waits 10 us after embedding (its launch at 33 > 30: host), flash 15 us (launch 50
     # > 45: host), argmax 2 us (launch 84 < 90: not host, >= 30 ns: other). embedding is the stream's first.
+    # The GPU window runs from embedding's start to argmax's end: 20-95 us; busy 48 of its 75 us.
+    assert (s.gpu_start_ns, s.gpu_window_ns, s.busy_fraction) == (20_000, 75_000, 48 / 75)
     assert (s.idle_host_wait_ns, s.idle_kernel_wait_ns, s.idle_other_ns, s.gpu_idle_ns) == (25_000, 0, 2_000, 27_000)
+    # Launch calls 5 + 3 + 5 + 2 us; delays launch -> kernel 16, 7, 10, 8 us: p50 9, p90 10 + 0.7 x 6 = 14.2 (numpy's
+    # linear interpolation); one kernel under 5 us (argmax, 3 us; cat is 5 us exactly).
+    assert (s.launch_cpu_ns, s.launch_delay_p50_ns, s.short_kernels) == (15_000, 9_000, 1)
+    assert s.launch_delay_p90_ns == pytest.approx(14_200, abs=1e-6)
     # Host: sync 91-99 (the cudaDeviceSynchronize inside adds nothing), sample 81-90, cache.update 30-40,
     # seq_length 13-15, mask_sizes 18-20, mask 16-26 less mask_sizes = 8, sdpa 45-70, embedding 2-12 (cat
     # and argmax sit inside cache.update and sample), and 100 - 74 = 26 us that nothing covers.
@@ -71,9 +69,10 @@ def test_hand_prefill(hand):
         "mask": 8_000,
         "attention": 25_000,
         "ops": 10_000,
+        "python": 0,
         "unattributed": 26_000,
     }
-    assert s.cache_ns == 14_000 and s.closure == 1.0
+    assert s.cache_ns == 14_000
     assert (s.top_level_ops, s.cpu_ops) == (4, 5)
     assert s.op_counts == {
         "aten::embedding": 1,
@@ -97,9 +96,20 @@ def test_hand_decode0_graph_launch_memcpy_memset(hand):
     assert (s.launches, s.graph_launches, s.runtime_calls, s.kernels, s.gpu_ops) == (1, 1, 5, 3, 5)
     # gemv 125-140, memcpy 141-143, memset 144-146, graph a 166-170, graph b 170.010-176: 15+2+2+4+5.99 us.
     assert s.gpu_busy_ns == 28_990
-    # gemv waits 30 us after argmax (host: launched at 115 > 95), memcpy 1 us and memset 1 us (other),
-    # graph a 20 us (host: graph launched at 155 > 146), graph b 10 ns after graph a: kernel wait (< 30 ns).
-    assert (s.idle_host_wait_ns, s.idle_kernel_wait_ns, s.idle_other_ns) == (50_000, 10, 2_000)
+    # The GPU window is gemv's start to graph b's end, 125-176 us: the 30 us before gemv belong to no step's GPU
+    # window. In it: memcpy 1 us and memset 1 us after the op before (other), graph a 20 us (host: the graph was
+    # launched at 155 > 146), graph b 10 ns after graph a: kernel wait (< 30 ns). 20 + 0.01 + 2 = 51 - 28.99.
+    assert (s.gpu_start_ns, s.gpu_window_ns, s.gpu_idle_ns) == (125_000, 51_000, 22_010)
+    assert (s.idle_host_wait_ns, s.idle_kernel_wait_ns, s.idle_other_ns) == (20_000, 10, 2_000)
+    # Launch calls: cudaLaunchKernel 5 us + cudaGraphLaunch 10 us; the one direct kernel launch waited 10 us
+    # (graph replays are left out); graph a (4 us) is the one kernel under 5 us.
+    assert (s.launch_cpu_ns, s.launch_delay_p50_ns, s.launch_delay_p90_ns, s.short_kernels) == (
+        15_000,
+        10_000,
+        10_000,
+        1,
+    )
+    assert s.kernels_by_category == {"gemm": 15_000, "other": 9_990, "memcpy": 2_000, "memset": 2_000}
     # Host: sync 181-199 (cudaStreamSynchronize inside), sample 171-180, cache.update 135-150 (it holds the
     # memset call and copy_), ops: linear 112-130 and the graph launch 155-165 outside any op = 28 us.
     assert s.host_parts_ns == {
@@ -111,6 +121,7 @@ def test_hand_decode0_graph_launch_memcpy_memset(hand):
         "mask": 0,
         "attention": 0,
         "ops": 28_000,
+        "python": 0,
         "unattributed": 20_000,
     }
     assert s.op_counts == {"aten::linear": 1, "aten::copy_": 1, "aten::argmax": 1}
@@ -128,8 +139,12 @@ def test_hand_last_step_is_kept_with_unknown_runtime_and_old_kernel_category(han
     # launched is still this step's (joined on correlation), as is the "Kernel"-category one.
     assert (s.launches, s.graph_launches, s.runtime_calls, s.kernels, s.gpu_ops) == (2, 0, 3, 3, 3)
     assert s.gpu_busy_ns == 5_000 + 20 + 10_000
-    # add waits 54 us (host: launched at 214 > 176), tiny 1 us and old_style 3.98 us (other).
-    assert (s.idle_host_wait_ns, s.idle_kernel_wait_ns, s.idle_other_ns) == (54_000, 0, 4_980)
+    # The window is add's start to old_style's end, 230-250 us; tiny waits 1 us and old_style 3.98 us (other).
+    assert (s.gpu_window_ns, s.idle_host_wait_ns, s.idle_kernel_wait_ns, s.idle_other_ns) == (20_000, 0, 0, 4_980)
+    # Launch calls cudaLaunchKernel 4 us + cuLaunchKernel 2 us (cudaFooBar is no launch call); delays 16 and 13 us:
+    # p50 14.5, p90 13 + 0.9 x 3 = 15.7 (tiny, launched by cudaFooBar, is left out); tiny is under 5 us.
+    assert (s.launch_cpu_ns, s.launch_delay_p50_ns, s.short_kernels) == (6_000, 14_500, 1)
+    assert s.launch_delay_p90_ns == pytest.approx(15_700, abs=1e-6)
     assert s.host_parts_ns == {
         "sync": 8_000,
         "sample": 10_000,
@@ -139,6 +154,7 @@ def test_hand_last_step_is_kept_with_unknown_runtime_and_old_kernel_category(han
         "mask": 0,
         "attention": 0,
         "ops": 14_000,
+        "python": 0,
         "unattributed": 18_000,
     }
 
@@ -161,7 +177,7 @@ def test_hand_totals_and_summary(hand):
     assert (s.steps_used, s.steps, s.dispatch) == ("decode", 2, "launches")
     assert (s.step_p50_us, s.step_p90_us) == (70.0, 86.0)  # decode walls 90 and 50 us, linear interpolation
     assert s.launches_per_step == 2.0  # (1 + 1) and (2 + 0)
-    assert s.busy_fraction == pytest.approx((28_990 + 15_020) / 140_000, abs=1e-12)
+    assert s.busy_fraction == pytest.approx((28_990 + 15_020) / (51_000 + 20_000), abs=1e-12)  # of the GPU windows
     assert s.cache_share == pytest.approx(15_000 / 140_000, abs=1e-12)
     assert [o.name for o in s.top_ops][:2] == ["aten::addmm", "aten::add"]
 
@@ -212,7 +228,17 @@ def test_hand_json_has_the_documented_keys(hand):
         "ops_us",
         "unattributed_us",
         "op_counts",
-        "closure",
+        "gpu_window_us",
+        "gpu_start_us",
+        "busy_fraction",
+        "python_us",
+        "top_frames",
+        "kernels_by_category",
+        "top_kernels",
+        "launch_cpu_us",
+        "launch_delay_p50_us",
+        "launch_delay_p90_us",
+        "short_kernels",
     ):
         assert key in step, key
     assert (step["wall_us"], step["gpu_busy_us"], step["cache_us"]) == (90.0, 28.99, 15.0)
@@ -237,12 +263,24 @@ def test_profiler_step_when_no_ranges_of_ours(tmp_path):
     assert a.steps[0].kernels == 10 and a.steps[0].launches == 7
 
 
-def test_whole_trace_window_when_no_steps(tmp_path):
+def test_graph_launches_start_steps_when_nothing_else_marks_them(tmp_path):
     a = analyze(load_trace(_without({"prefill", "decode#0", "decode#1", "ProfilerStep#3"}, tmp_path)))
+    assert a.step_rule == "graph launches"
+    (s,) = a.steps  # from the one cudaGraphLaunch (155 us) to the end of the thread's last event (sync, 259 us)
+    assert (s.name, s.kind, s.start_ns, s.wall_ns) == ("graph#0", "graph", 154_000, 104_000)
+    # The calls from 155 us on: the graph launch (2 replayed kernels), cudaStreamSynchronize, cudaLaunchKernel
+    # (add), cudaFooBar (tiny) and cuLaunchKernel (old_style).
+    assert (s.graph_launches, s.launches, s.kernels, s.gpu_ops) == (1, 2, 5, 5)
+
+
+def test_whole_trace_window_when_no_steps(tmp_path):
+    path = _without({"prefill", "decode#0", "decode#1", "ProfilerStep#3", "cudaGraphLaunch"}, tmp_path)
+    a = analyze(load_trace(path))
     (s,) = a.steps  # from the first event left (forward, at 1 us) to the orphan kernel's end (310 us)
-    assert (s.name, s.kind, s.start_ns, s.wall_ns, s.kernels, s.gpu_ops) == ("trace", "window", 0, 309_000, 10, 12)
+    assert (s.name, s.kind, s.start_ns, s.wall_ns, s.kernels, s.gpu_ops) == ("trace", "window", 0, 309_000, 8, 10)
     assert (s.pid, s.tid) == (100, 100)
-    assert a.totals.unattributed_gpu_ops == 1
+    assert a.step_rule == "whole trace" and any("--steps REGEX" in w for w in a.warnings)
+    assert a.totals.unattributed_gpu_ops == 3  # the orphan, and the two graph kernels whose launch is gone
 
 
 def test_overlapping_steps_are_said(tmp_path):
@@ -266,7 +304,9 @@ def test_nsys_hand_fixture(tmp_path):
     # memcpy call and the unknown cudaFooBar. K2 starts 10 ns after K1: kernel wait; memcpy 1 us: other.
     assert (d0.launches, d0.graph_launches, d0.runtime_calls, d0.kernels, d0.gpu_ops) == (2, 0, 5, 2, 4)
     assert d0.gpu_busy_ns == 2_000 + 990 + 500 + 200
-    assert (d0.idle_host_wait_ns, d0.idle_kernel_wait_ns, d0.idle_other_ns) == (0, 10, 1_000)
+    # The GPU window is 2-7.2 us: the union's gaps are 10 ns (kernel wait), 1 us before the memcpy (its call at 5
+    # us started as rms_norm ended: not late) and 0.5 us before the memset on stream 8 (called at 5.3 us: other).
+    assert (d0.gpu_window_ns, d0.idle_host_wait_ns, d0.idle_kernel_wait_ns, d0.idle_other_ns) == (5_200, 0, 10, 1_500)
     assert d0.host_parts_ns == {
         "sync": 1_800,
         "sample": 900,
@@ -276,13 +316,16 @@ def test_nsys_hand_fixture(tmp_path):
         "mask": 800,
         "attention": 0,
         "ops": 600,
+        "python": 0,
         "unattributed": 4_700,
     }
     # decode#1: a graph launch replaying two kernels, and cuLaunchKernel from the worker thread (counted: the
     # launch is inside the window; its time is not in the main thread's host partition).
     assert (d1.launches, d1.graph_launches, d1.runtime_calls, d1.kernels, d1.gpu_ops) == (1, 1, 2, 3, 3)
     assert d1.gpu_busy_ns == 1_000 + 900 + 500
-    assert (d1.idle_host_wait_ns, d1.idle_kernel_wait_ns, d1.idle_other_ns) == (7_500, 0, 1_100)
+    # The window starts at graph a (14 us): the 7.5 us since the memcpy are no step's GPU time. Then b 0.1 us after
+    # a and argmax 1 us after b, each launched before the gap began: other.
+    assert (d1.gpu_window_ns, d1.idle_host_wait_ns, d1.idle_kernel_wait_ns, d1.idle_other_ns) == (3_500, 0, 0, 1_100)
     assert (d1.sync_ns, d1.sample_ns, d1.ops_ns, d1.unattributed_ns) == (900, 1_000, 500, 5_600)
     t = a.totals
     # Process 777 reuses correlation id 1: its kernel must not join process 4242's launch, so it is in no step.
@@ -314,13 +357,11 @@ def _check_reference(path: Path, figures) -> None:
     t = a.totals
     assert (t.kernels, t.launches, t.graph_launches, t.gpu_ops) == (kernels, launches, graphs, gpu_ops)
     assert t.gpu_busy_us == pytest.approx(busy_us, rel=1e-4, abs=1e-9)
-    if per_step is None:
-        assert [s.kind for s in a.steps] == ["window"]
-    else:
+    if per_step is not None:
         assert [s.kind for s in a.steps] == ["profiler_step"] * len(per_step)  # the last one too
         assert [s.kernels for s in a.steps] == per_step
     for s in a.steps:
-        assert abs(s.closure - 1) <= 0.01
+        assert 0 <= s.gpu_busy_ns <= s.gpu_window_ns and 0 <= s.busy_fraction <= 1
 
 
 @pytest.mark.parametrize("name", sorted(REFERENCE))
@@ -512,7 +553,6 @@ def test_own_cpu_trace_ledger(own_cpu_trace):
     assert [s.name for s in a.steps] == ["prefill"] + [f"decode#{i}" for i in range(NEW_TOKENS - 1)]
     decode = a.steps[1:]
     for s in a.steps:
-        assert abs(s.closure - 1) <= 0.01
         assert (s.launches, s.kernels, s.gpu_busy_ns, s.gpu_idle_ns) == (0, 0, 0, 0)
         lo = trace.start_ns + s.start_ns
         hi = lo + s.wall_ns
@@ -590,7 +630,7 @@ def test_own_nsys_cpu_export(tmp_path):
     assert [s.name for s in a.steps] == ["prefill", "decode#0", "decode#1"]
     for s in a.steps:
         assert s.cache_update_ns > 0 and s.sample_ns > 0 and s.sync_ns > 0 and s.mask_ns > 0
-        assert abs(s.closure - 1) <= 0.01 and s.kernels == 0
+        assert s.kernels == 0
 
 
 def test_committed_nsys_cpu_export():
@@ -598,10 +638,10 @@ def test_committed_nsys_cpu_export():
     assert [s.name for s in a.steps] == ["prefill", "decode#0", "decode#1"]
     for s in a.steps:
         assert s.cache_seq_length_ns > 0 and s.cache_mask_sizes_ns > 0 and s.cache_update_ns > 0
-        assert abs(s.closure - 1) <= 0.01
         assert s.top_level_ops == 0 and s.ops_ns == 0  # nsys on a CPU sees our ranges only
 
 
-def test_find_steps_is_one_window_for_an_empty_step_set():
-    steps = find_steps(load_trace(DATA / "b200_eager.trace.json.gz"))
-    assert steps.names == ["trace"] and steps.kinds == ["window"]
+def test_find_steps_is_one_window_for_a_trace_without_markers():
+    steps = find_steps(load_trace(DATA / "cuda_alexnet.trace.json.gz"))
+    assert steps.names == ["trace"] and steps.kinds == ["window"] and steps.rule == "whole trace"
+    assert any("--steps" in w for w in steps.warnings)

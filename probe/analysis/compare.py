@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from probe.analysis.files import CHROME, NSYS_SQLITE, sniff, trace_stem
+from probe.analysis.files import CHROME, NSYS_SQLITE, sniff, trace_meta
 from probe.analysis.ledger import analyze
 from probe.analysis.results import RESULTS_FILE, BenchResults, Cell, decode_tok_s, load_results
 from probe.analysis.trace import load_trace
@@ -162,19 +162,6 @@ def from_analysis(analysis, source: str, meta: dict | None) -> SampleSet:
     # The engine is left out: a changed engine (a module:Class spec) against the stock one is the point.
     config = {k: cfg.get(k) for k in ("model", "dtype", "prompt", "batch") if k in cfg}
     return SampleSet(source, "trace", dict(meta.get("env", {})), config, units, notes)
-
-
-def trace_meta(path: Path) -> dict | None:
-    """The sidecar `probe profile` writes next to a trace: <stem>.meta.json, or <stem>.nsys.meta.json."""
-    stem = trace_stem(path.name)
-    for candidate in (path.with_name(f"{stem}.meta.json"), path.with_name(f"{stem}.nsys.meta.json")):
-        if candidate.is_file():
-            try:
-                meta = json.loads(candidate.read_text())
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-                raise ProbeError(f"cannot read {candidate}: {str(e).splitlines()[0]}") from None
-            return meta if isinstance(meta, dict) else None
-    return None
 
 
 def load_trace_samples(path: Path) -> SampleSet:

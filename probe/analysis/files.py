@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import json
 import os
 import tempfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+
+from probe.errors import ProbeError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -71,6 +74,20 @@ def trace_stem(name: str) -> str:
         if name.endswith(suffix):
             return name[: -len(suffix)]
     return Path(name).stem
+
+
+def trace_meta(path: Path) -> dict | None:
+    """The sidecar `probe profile` writes next to a trace, <stem>.meta.json or <stem>.nsys.meta.json, when one
+    is there: the run's config and environment, its clock anchor and the profiler's cost per event."""
+    stem = trace_stem(path.name)
+    for candidate in (path.with_name(f"{stem}.meta.json"), path.with_name(f"{stem}.nsys.meta.json")):
+        if candidate.is_file():
+            try:
+                meta = json.loads(candidate.read_text())
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise ProbeError(f"cannot read {candidate}: {str(e).splitlines()[0]}") from None
+            return meta if isinstance(meta, dict) else None
+    return None
 
 
 @contextlib.contextmanager

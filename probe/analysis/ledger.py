@@ -1,89 +1,116 @@
-"""Per-step ledgers: where every step's time went, exactly, from one `Trace`.
+"""Per-step ledgers: where every step's time went, exactly, from one `Trace` of any engine.
 
-`analyze(trace) -> TraceAnalysis` and `step_timeline(trace, step) -> list[TimelineItem]` are stateless; all
-interval work is vectorized over sorted numpy arrays (searchsorted, cumulative sums), so the cost is
-O(events log events) whatever the number of steps.
+`analyze(trace, options) -> TraceAnalysis` and `step_timeline(trace, step) -> list[TimelineItem]` are stateless;
+all interval work is vectorized over sorted numpy arrays (searchsorted, cumulative sums), so the cost is
+O(events log events) whatever the number of steps or the depth of nesting.
 
-Steps. Our own ranges when present (`prefill`, `decode#i`, user ranges on the host); otherwise the trace's
-`ProfilerStep#N` ranges (the GPU-side copies are ignored); otherwise one window from the first event's start
-to the last event's end, on the host thread with the most cpu_ops. Every step is kept, the last one included.
-A step's window is [start, end], both ends included, as in the shared README's per-step definition.
+Steps: probe.analysis.steps finds them (`--steps`, probe's ranges, ProfilerStep#N, engine markers, graph
+launches, else the whole trace) and `TraceAnalysis.step_rule` says which rule did. Every step is kept, the last
+one included. A step's host window is its range, [start, end], both ends included.
 
 What a step's ledger says (times are integer ns inside; `_us` values are ns / 1000, never rounded):
 
-- `wall`: the step range's own duration.
-- `launches`: runtime calls named in the shared README's launch list (cudaLaunchKernel, cuLaunchKernelEx,
-  hipLaunchKernel, ...; nsys's `_v7000` / `_ptsz` suffixes are stripped first) that start inside the window,
-  on any thread. `graph_launches`: cudaGraphLaunch / hipGraphLaunch the same way. `runtime_calls`: all of them.
+- `wall`: the step range's own duration: the host window.
+- `launches`: kernel launch calls (cudaLaunchKernel, cudaLaunchKernelExC, cuLaunchKernel, cuLaunchKernelEx,
+  cudaLaunchCooperativeKernel, hipLaunchKernel, hipExtLaunchKernel, hipModuleLaunchKernel,
+  hipExtModuleLaunchKernel, hipLaunchCooperativeKernel; nsys's `_v7000` / `_ptsz` suffixes stripped first) that
+  start inside the window, on any thread. `graph_launches`: cudaGraphLaunch / hipGraphLaunch the same way.
+  `runtime_calls`: all runtime calls. `dispatched`: launches + graph launches on a GPU trace; on a CPU-only trace
+  the top-level ops, the dispatched aten ops that stand in for launches.
 - `kernels`, `gpu_ops`: GPU work whose launching runtime call starts inside the window, joined on correlation
   id (what nsys's nvtx_gpu_proj_trace does, with the window in place of the NVTX range). A kernel replayed
   from a graph carries the graph launch's correlation, so it lands in the step that launched the graph.
   `gpu_ops` = kernels + memcpy + memset.
-- `gpu_busy`: length of the union of those GPU ops' [start, end] intervals.
-- `gpu_idle`, split as HTA's idle time breakdown: on each stream, the gap between a GPU op and the previous op
-  on that stream is charged to the step the later op belongs to. `host_wait`: the op's launch call started
-  after the previous op had finished (the host was late). `kernel_wait`: otherwise, when the gap is under
-  `kernel_wait_ns` (HTA's `consecutive_kernel_delay`, 30 ns). `other`: the rest. Negative gaps count as 0.
-  Summed over streams, as HTA does.
-- The host partition, on the step's own thread: every ns of [start, end] goes to the first of these that
-  covers it, so the parts add up to `wall` exactly (`closure` = parts / wall = 1):
-  `sync` (our `sync` range, and runtime calls whose name contains "Synchronize"), `sample` (our `sample`),
-  `cache_update`, `cache_seq_length`, `cache_mask_sizes` (our `cache.*` ranges: the cache bookkeeping),
-  `mask` (our `mask` range, less the cache query nested in it), `attention` (scaled_dot_product_attention and
-  what it calls), `ops` (every other top-level cpu_op, and runtime calls outside any op), `unattributed`
-  (what no op or range covers: Python, the framework between ops, the profiler's own gaps).
+- The GPU window: from the first of the step's GPU ops to start to the last to end (`gpu_start`,
+  `gpu_window`). With async scheduling, training, or a graph replayed later, a step's GPU work runs after its
+  host window has closed; the GPU window follows the work, so busy and idle are measured there.
+  `gpu_busy`: the length of the union of the step's GPU ops. `gpu_idle` = `gpu_window` - `gpu_busy`, the gaps
+  of that union, each classified as HTA's idle time breakdown classifies a gap, by the op that ends it:
+  `host_wait` when that op's launch call started after the gap began (the host was late), else `kernel_wait`
+  when the gap is under `kernel_wait_ns` (HTA's `consecutive_kernel_delay`, 30 ns), else `other`. So
+  `busy_fraction` = busy / window is in [0, 1], and host wait + kernel wait + other = idle exactly.
+- Launch statistics: `launch_cpu`, the host time inside the step's launch and graph-launch calls;
+  `launch_delay_p50` / `_p90`, from a kernel launch call's start to its kernel's start (graph replays left out:
+  one launch starts many kernels); `short_kernels`, the step's kernels under 5 us.
+- Kernels: `top_kernels` by name (count, total, mean, p50, max, share of the step's GPU busy) and
+  `kernels_by_category` (probe.analysis.kernels), memcpy and memset included as categories.
+- The host partition (probe.analysis.host): every ns of the window on the step's own thread goes to the first of
+  the user's `--part`s, `sync`, `sample`, `cache_update`, `cache_seq_length`, `cache_mask_sizes`, `mask`,
+  `attention`, `ops`, `python` that covers it; the rest is `unattributed`. The parts add up to `wall` exactly.
+  `top_frames`: the `python` part by innermost Python frame.
 - `top_level_ops`: cpu_ops on the step's thread, starting in the window, not nested in another cpu_op (on a
-  CPU trace this is the dispatched aten op count, the CPU stand-in for launches). `op_counts`: the same by
-  name. `top_ops`: host self time (duration less direct cpu_op children) per op name over every cpu_op on
-  the step's thread that starts in the window, largest first.
+  CPU trace this is the dispatched aten op count). `op_counts`: the same by name. `top_ops`: host self time
+  (duration less direct cpu_op children) per op name over every cpu_op on the step's thread in the window.
+- `host_events`: events recorded on the step's thread in its window (ops, ranges, runtime calls, frames). With
+  the profiler's cost per recorded event (`AnalyzeOptions.event_cost_ns`, measured by `probe profile`),
+  `unprofiled_estimate` = wall - host_events x cost: the step as it would run without the profiler.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from probe import vocabulary as V
-from probe.analysis.intervals import assign, covered, merge, nesting, union_by_group
-from probe.analysis.trace import (
-    GPU_OP_KINDS,
-    GRAPH_LAUNCH_NAMES,
-    LAUNCH_NAMES,
-    PROFILER_STEP_PREFIX,
-    Kind,
-    Trace,
-    api_base_name,
+from probe.analysis import kernels as K
+from probe.analysis.host import (
+    BUILTIN_PARTS,
+    UNATTRIBUTED,
+    FrameTime,
+    PartTable,
+    ThreadOps,
+    UserPart,
+    parse_part,
+    split_host,
+    thread_ops,
+    thread_rows,
 )
+from probe.analysis.intervals import assign, covered, merge, union_by_group
+from probe.analysis.steps import StepSet, compile_steps_regex, find_steps
+from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
+from probe.errors import ProbeError
 
-ATTENTION_OPS = frozenset(
-    {
-        "aten::scaled_dot_product_attention",
-        "aten::_scaled_dot_product_flash_attention",
-        "aten::_scaled_dot_product_efficient_attention",
-        "aten::_scaled_dot_product_cudnn_attention",
-        "aten::_scaled_dot_product_flash_attention_for_cpu",
-        "aten::_scaled_dot_product_attention_math",
-    }
-)
 KERNEL_WAIT_NS = 30  # HTA's consecutive_kernel_delay default: gaps below this are launch-to-launch delay
-
-# The host partition in priority order: a nanosecond covered by two of these goes to the first.
-HOST_PARTS = ("sync", "sample", "cache_update", "cache_seq_length", "cache_mask_sizes", "mask", "attention", "ops")
-STEP_KINDS = ("prefill", "decode", "profiler_step", "window")
 TOP_OPS_KEPT = 20  # per step; op_counts keeps every name
+TOP_KERNELS_KEPT = 10  # per step; the trace's list keeps every name
+TOP_FRAMES_KEPT = 10  # per step; the trace's list keeps every name
+HOST_PARTS = tuple(p for p in BUILTIN_PARTS)  # the built-in host parts, in priority order
 
 
-# ---------------------------------------------------------------------------------------------------------
-# results
+@dataclass(frozen=True)
+class AnalyzeOptions:
+    """How to read a trace: which ranges are steps, the user's own parts and kernel categories, and the
+    profiler's cost per recorded event when it is known."""
 
+    steps: re.Pattern | None = None  # --steps
+    parts: tuple[UserPart, ...] = ()  # --part NAME=REGEX, in priority order
+    kernel_rules: tuple[tuple[str, str], ...] = ()  # --kernel-category CATEGORY=REGEX, before the built-in rules
+    event_cost_ns: float | None = None  # the profiler's cost per recorded host event (probe.capture.profile)
+    kernel_wait_ns: int = KERNEL_WAIT_NS
 
-_NS_FIELDS = (
-    ("start_ns", "wall_ns", "gpu_busy_ns", "gpu_idle_ns", "idle_host_wait_ns", "idle_kernel_wait_ns", "idle_other_ns")
-    + tuple(f"{p}_ns" for p in HOST_PARTS)
-    + ("unattributed_ns",)
-)
+    @classmethod
+    def parse(
+        cls,
+        steps: str | None = None,
+        parts: Sequence[str] = (),
+        kernel_categories: Sequence[str] = (),
+        event_cost_ns: float | None = None,
+    ) -> AnalyzeOptions:
+        """From the command line's (or the explorer's) text; a one-line ProbeError for anything malformed."""
+        reserved = frozenset(_RESERVED)
+        user = tuple(parse_part(text, reserved) for text in parts)
+        names = [p.name for p in user]
+        if len(set(names)) < len(names):
+            raise ProbeError(f"--part names must differ: {', '.join(names)}")
+        if event_cost_ns is not None and not (math.isfinite(event_cost_ns) and event_cost_ns >= 0):
+            raise ProbeError(f"--event-cost-ns must be a non-negative number, got {event_cost_ns}")
+        rules = tuple(K.parse_category_rule(text) for text in kernel_categories)
+        K.Rules.build(rules)  # checks the patterns now, before any trace is read
+        return cls(compile_steps_regex(steps), user, rules, event_cost_ns)
 
 
 @dataclass(frozen=True)
@@ -101,9 +128,9 @@ class OpTime:
 class StepLedger:
     """One step. Fields ending in `_ns` are exact integers; each has a `_us` twin (ns / 1000)."""
 
-    name: str  # the range's label: "decode#3", "prefill", "ProfilerStep#6", or "trace" for the whole window
-    kind: str  # "prefill" | "decode" | "profiler_step" | "window"
-    index: int  # i of decode#i / ProfilerStep#i; 0 for prefill and for the window
+    name: str  # the range's label: "decode#3", "prefill", "ProfilerStep#6", "execute_...", or "trace"
+    kind: str  # "prefill" | "decode" | "mixed" | "profiler_step" | "step" | "graph" | "window" | an engine's mode
+    index: int  # i of decode#i / ProfilerStep#i; the step's position for markers without one
     position: int  # 0-based order of the step in the trace
     pid: int
     tid: int  # the step's own thread: the host partition and the op counts are taken there
@@ -112,16 +139,23 @@ class StepLedger:
     launches: int
     graph_launches: int
     runtime_calls: int
+    dispatched: int  # launches + graph launches on a GPU trace; top-level ops on a CPU-only one
     kernels: int
     gpu_ops: int
+    gpu_start_ns: int | None  # the step's first GPU op start, from the trace's first event; None without GPU ops
+    gpu_window_ns: int
     gpu_busy_ns: int
-    gpu_idle_ns: int  # = idle_host_wait_ns + idle_kernel_wait_ns + idle_other_ns
+    gpu_idle_ns: int  # = gpu_window_ns - gpu_busy_ns = idle_host_wait_ns + idle_kernel_wait_ns + idle_other_ns
     idle_host_wait_ns: int
     idle_kernel_wait_ns: int
     idle_other_ns: int
+    launch_cpu_ns: int
+    launch_delay_p50_ns: float | None
+    launch_delay_p90_ns: float | None
+    short_kernels: int
     top_level_ops: int
-    dispatched: int  # launches + graph launches on a GPU trace; top-level ops on a CPU-only one
     cpu_ops: int  # every cpu_op on the step's thread that starts in the window, nested ones included
+    host_events: int
     sync_ns: int
     sample_ns: int
     cache_update_ns: int
@@ -130,9 +164,16 @@ class StepLedger:
     mask_ns: int
     attention_ns: int
     ops_ns: int
+    python_ns: int
     unattributed_ns: int
+    user_parts_ns: dict[str, int] = field(default_factory=dict)  # --part name -> ns, in priority order
+    unprofiled_estimate_ns: float | None = None
     op_counts: dict[str, int] = field(default_factory=dict)  # top-level op name -> calls in this step
     top_ops: tuple[OpTime, ...] = ()  # largest host self time first, at most TOP_OPS_KEPT
+    kernel_counts: dict[str, int] = field(default_factory=dict)  # kernel name -> launches of it in this step
+    kernels_by_category: dict[str, int] = field(default_factory=dict)  # category -> GPU time, ns
+    top_kernels: tuple[K.KernelStat, ...] = ()  # largest total first, at most TOP_KERNELS_KEPT
+    top_frames: tuple[FrameTime, ...] = ()  # largest self time first, at most TOP_FRAMES_KEPT
 
     @property
     def cache_ns(self) -> int:
@@ -140,53 +181,68 @@ class StepLedger:
 
     @property
     def host_parts_ns(self) -> dict[str, int]:
-        """The partition of wall: every part, unattributed last. Sums to wall_ns."""
-        parts = {p: getattr(self, f"{p}_ns") for p in HOST_PARTS}
-        parts["unattributed"] = self.unattributed_ns
+        """The partition of wall: the user's parts, every built-in part, unattributed last. Sums to wall_ns."""
+        parts = dict(self.user_parts_ns)
+        parts.update({p: getattr(self, f"{p}_ns") for p in BUILTIN_PARTS})
+        parts[UNATTRIBUTED] = self.unattributed_ns
         return parts
 
     @property
-    def closure(self) -> float:
-        """Sum of the host parts over wall time (1.0 when the partition closes)."""
-        return sum(self.host_parts_ns.values()) / self.wall_ns if self.wall_ns else 1.0
-
-    @property
     def busy_fraction(self) -> float:
-        return self.gpu_busy_ns / self.wall_ns if self.wall_ns else 0.0
+        """GPU busy over the step's GPU window: in [0, 1]; 0 for a step without GPU work."""
+        return self.gpu_busy_ns / self.gpu_window_ns if self.gpu_window_ns else 0.0
 
     def to_json(self) -> dict:
-        out = {
-            "name": self.name,
-            "kind": self.kind,
-            "index": self.index,
-            "position": self.position,
-            "pid": self.pid,
-            "tid": self.tid,
-        }
+        skip = (
+            "op_counts",
+            "top_ops",
+            "user_parts_ns",
+            "kernel_counts",
+            "kernels_by_category",
+            "top_kernels",
+            "top_frames",
+        )
+        out = {}
         for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in skip:
+                continue
             if f.name.endswith("_ns"):
-                out[f.name[:-3] + "_us"] = getattr(self, f.name) / 1000
-            elif f.name not in out and f.name not in ("op_counts", "top_ops"):
-                out[f.name] = getattr(self, f.name)
+                out[f.name[:-3] + "_us"] = None if value is None else value / 1000
+            else:
+                out[f.name] = value
+        out.update({f"{name}_us": ns / 1000 for name, ns in self.user_parts_ns.items()})
         out["cache_us"] = self.cache_ns / 1000
-        out["closure"] = self.closure
         out["busy_fraction"] = self.busy_fraction
         out["op_counts"] = dict(self.op_counts)
         out["top_ops"] = [{"name": o.name, "self_us": o.self_us, "calls": o.calls} for o in self.top_ops]
+        out["kernel_counts"] = dict(self.kernel_counts)
+        out["kernels_by_category"] = {c: ns / 1000 for c, ns in self.kernels_by_category.items()}
+        out["top_kernels"] = [k.to_json() for k in self.top_kernels]
+        out["top_frames"] = [f.to_json() for f in self.top_frames]
         return out
 
 
+_NS_FIELDS = tuple(f.name for f in dataclasses.fields(StepLedger) if f.name.endswith("_ns")) + ("cache_ns",)
+
+
 def _us_property(ns_field: str) -> property:
-    return property(lambda self: getattr(self, ns_field) / 1000, doc=f"{ns_field} / 1000")
+    def get(self):
+        value = getattr(self, ns_field)
+        return None if value is None else value / 1000
+
+    return property(get, doc=f"{ns_field} / 1000")
 
 
-for _f in _NS_FIELDS + ("cache_ns",):
+for _f in _NS_FIELDS:
     setattr(StepLedger, _f[:-3] + "_us", _us_property(_f))
+# A user part NAME becomes the JSON key NAME_us: it must not shadow a key a step already has.
+_RESERVED = {f.name.removesuffix("_ns") for f in dataclasses.fields(StepLedger)} | {"cache", "busy_fraction"}
 
 
 @dataclass(frozen=True)
 class Totals:
-    """Whole-trace counts, with the shared README's definitions exactly."""
+    """Whole-trace counts, by the reference definitions of tests/data/PROVENANCE.md exactly."""
 
     events: int  # rows of the event table (complete events)
     kernels: int
@@ -196,6 +252,7 @@ class Totals:
     gpu_busy_ns: int  # union of every GPU op's interval
     runtime_calls: int
     cpu_ops: int
+    python_frames: int
     span_ns: int  # first event start to last event end
     unattributed_gpu_ops: int  # GPU ops whose launch is in no step (or could not be found)
 
@@ -218,10 +275,11 @@ class Summary:
     steps: int
     step_p50_us: float
     step_p90_us: float
-    launches_per_step: float  # median; on a CPU-only trace, top-level ops per step (see `dispatch`)
+    launches_per_step: float  # median of StepLedger.dispatched (see `dispatch`)
     dispatch: str  # "launches" | "top-level ops"
-    busy_fraction: float  # sum of GPU busy over sum of wall
+    busy_fraction: float  # sum of GPU busy over sum of GPU windows
     cache_share: float  # sum of cache bookkeeping over sum of wall
+    python_share: float
     unattributed_share: float
     top_ops: tuple[OpTime, ...]  # host self time summed over those steps, largest first
 
@@ -235,10 +293,17 @@ class Summary:
 class TraceAnalysis:
     format: str
     source: str
+    step_rule: str  # which rule found the steps (probe.analysis.steps)
     steps: list[StepLedger]
     totals: Totals
     summary: Summary
     on_gpu: bool  # the trace has GPU work or launches: the one definition of "a GPU trace"
+    kernels: tuple[K.KernelStat, ...] = ()  # every GPU op name over the whole trace, largest total first
+    kernel_categories: dict[str, int] = field(default_factory=dict)  # category -> ns over the whole trace
+    python_frames: tuple[FrameTime, ...] = ()  # the python part of every step by frame, largest first
+    user_parts: tuple[str, ...] = ()
+    event_cost_ns: float | None = None
+    rank: int | None = None  # distributedInfo.rank of the trace, when it says
     warnings: tuple[str, ...] = ()
     origin_epoch_ns: int | None = None  # epoch ns of the first event (steps' start_ns count from it), when known
 
@@ -253,11 +318,18 @@ class TraceAnalysis:
         return {
             "format": self.format,
             "source": self.source,
+            "rank": self.rank,
+            "step_rule": self.step_rule,
             "on_gpu": self.on_gpu,
             "origin_epoch_ns": self.origin_epoch_ns,
+            "user_parts": list(self.user_parts),
+            "event_cost_ns": self.event_cost_ns,
             "steps": [s.to_json() for s in self.steps],
             "totals": self.totals.to_json(),
             "summary": self.summary.to_json(),
+            "kernels": [k.to_json() for k in self.kernels],
+            "kernel_categories": {c: ns / 1000 for c, ns in self.kernel_categories.items()},
+            "python_frames": [f.to_json() for f in self.python_frames],
             "warnings": list(self.warnings),
         }
 
@@ -272,82 +344,7 @@ class TimelineItem:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# steps
-
-
-@dataclass
-class _Steps:
-    names: list[str]
-    kinds: list[str]
-    indices: list[int]
-    start: np.ndarray
-    end: np.ndarray
-    pid: np.ndarray
-    tid: np.ndarray
-
-
-def _label_kinds(names: tuple[str, ...]) -> list[tuple[str, int] | None]:
-    out = []
-    for text in names:
-        base, index = V.split_label(text)
-        if text == V.PREFILL:
-            out.append(("prefill", 0))
-        elif base == V.DECODE and index is not None:
-            out.append(("decode", index))
-        else:
-            out.append(None)
-    return out
-
-
-def _main_thread(trace: Trace) -> tuple[int, int]:
-    """The host thread that did the most: most cpu_ops, else most ranges and runtime calls, else most rows."""
-    for kinds in ((Kind.CPU_OP,), (Kind.USER_RANGE, Kind.PROFILER_STEP, Kind.RUNTIME), tuple(Kind)):
-        rows = trace.rows(*kinds)
-        rows = rows[trace.stream[rows] < 0]
-        if len(rows):
-            pairs, counts = np.unique(np.stack([trace.pid[rows], trace.tid[rows]]), axis=1, return_counts=True)
-            best = int(np.argmax(counts))
-            return int(pairs[0, best]), int(pairs[1, best])
-    return -1, -1
-
-
-def find_steps(trace: Trace) -> _Steps:
-    """Our prefill / decode#i ranges; else ProfilerStep#N; else one window over the whole trace."""
-    labels = _label_kinds(trace.names)
-    ranges = trace.rows(Kind.USER_RANGE)
-    ours = ranges[np.fromiter((labels[i] is not None for i in trace.name_id[ranges]), bool, len(ranges))]
-    if len(ours):
-        rows = ours
-        kinds = [labels[i][0] for i in trace.name_id[rows]]
-        indices = [labels[i][1] for i in trace.name_id[rows]]
-    else:
-        rows = trace.rows(Kind.PROFILER_STEP)
-        kinds = ["profiler_step"] * len(rows)
-        indices = [V.split_label(trace.names[i])[1] or 0 for i in trace.name_id[rows]]
-    if len(rows):
-        return _Steps(
-            names=[trace.names[i] for i in trace.name_id[rows]],
-            kinds=kinds,
-            indices=indices,
-            start=trace.ts_ns[rows],
-            end=trace.end_ns[rows],
-            pid=trace.pid[rows],
-            tid=trace.tid[rows],
-        )
-    pid, tid = _main_thread(trace)
-    return _Steps(
-        names=["trace"],
-        kinds=["window"],
-        indices=[0],
-        start=np.array([trace.start_ns]),
-        end=np.array([int(trace.end_ns.max())]),
-        pid=np.array([pid]),
-        tid=np.array([tid]),
-    )
-
-
-# ---------------------------------------------------------------------------------------------------------
-# the analysis
+# the GPU side
 
 
 def _correlation_keys(trace: Trace, rows: np.ndarray) -> np.ndarray:
@@ -364,11 +361,10 @@ class _Gpu:
     rt_step: np.ndarray
     op_rows: np.ndarray
     op_step: np.ndarray
-    op_launch_ts: np.ndarray  # ts of the runtime call that launched each GPU op; -1 when unknown
-    op_known: np.ndarray  # whether that call was found
+    op_launch: np.ndarray  # row of the runtime call that launched each GPU op; -1 when unknown
 
 
-def _gpu_attribution(trace: Trace, steps: _Steps) -> _Gpu:
+def _gpu_attribution(trace: Trace, steps: StepSet) -> _Gpu:
     rt = trace.rows(Kind.RUNTIME)
     rt_step = assign(trace.ts_ns[rt], steps.start, steps.end)
     ops = trace.rows(*GPU_OP_KINDS)
@@ -382,116 +378,72 @@ def _gpu_attribution(trace: Trace, steps: _Steps) -> _Gpu:
     known = (op_keys >= 0) & (k < len(uniq)) & (uniq[kc] == op_keys) if len(uniq) else np.zeros(len(ops), bool)
     launch = np.where(known, rt_with[kc] if len(uniq) else -1, -1)
     op_step = np.where(known, rt_step[np.maximum(launch, 0)] if len(rt) else -1, -1)
-    launch_ts = np.where(known, trace.ts_ns[rt[np.maximum(launch, 0)]] if len(rt) else -1, -1)
-    return _Gpu(rt, rt_step, ops, op_step, launch_ts, known)
+    return _Gpu(rt, rt_step, ops, op_step, np.where(known, rt[np.maximum(launch, 0)] if len(rt) else -1, -1))
 
 
-def _idle(trace: Trace, gpu: _Gpu, n: int, kernel_wait_ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """HTA's idle breakdown per stream, each gap charged to the step of the op that ends it."""
-    ops = gpu.op_rows
-    host = np.zeros(n, np.int64)
-    kern = np.zeros(n, np.int64)
-    other = np.zeros(n, np.int64)
-    if len(ops) < 2:
-        return host, kern, other
-    order = np.lexsort((trace.ts_ns[ops], trace.stream[ops], trace.device[ops]))
-    ts, end = trace.ts_ns[ops][order], trace.end_ns[ops][order]
-    stream, device = trace.stream[ops][order], trace.device[ops][order]
-    step, launch_ts, known = gpu.op_step[order], gpu.op_launch_ts[order], gpu.op_known[order]
-    same = (stream[1:] == stream[:-1]) & (device[1:] == device[:-1])
-    prev_end = end[:-1]
-    gap = np.maximum(ts[1:] - prev_end, 0)
-    is_host = known[1:] & (launch_ts[1:] > prev_end)
-    is_kernel = ~is_host & (ts[1:] - prev_end < kernel_wait_ns)
-    charged = same & (step[1:] >= 0)
-    for out, sel in ((host, is_host), (kern, is_kernel & ~is_host), (other, ~is_host & ~is_kernel)):
-        m = charged & sel
-        np.add.at(out, step[1:][m], gap[m])
-    return host, kern, other
+def _merged_by_group(group: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+    """Each group's union as disjoint intervals: (group, start, end) arrays sorted by group then start."""
+    keep = group >= 0
+    group, starts, ends = group[keep], starts[keep], ends[keep]
+    if not len(starts):
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty
+    order = np.lexsort((starts, group))
+    g, s, e = group[order], starts[order], ends[order]
+    new_group = np.concatenate(([True], g[1:] != g[:-1]))
+    # the running end within each group: offset each group above the previous one so one accumulate serves all
+    span = int(e.max()) - int(s.min()) + 1
+    offset = (np.cumsum(new_group) - 1).astype(np.int64) * span - int(s.min())
+    reach = np.maximum.accumulate(e + offset) - offset
+    opens = new_group.copy()
+    opens[1:] |= s[1:] > reach[:-1]
+    first = np.flatnonzero(opens)
+    last = np.append(first[1:] - 1, len(s) - 1)
+    return g[first], s[first], reach[last]
 
 
-def _thread_rows(trace: Trace, rows: np.ndarray, pid: int, tid: int) -> np.ndarray:
-    return rows[(trace.pid[rows] == pid) & (trace.tid[rows] == tid)]
+def _gpu_windows(trace: Trace, gpu: _Gpu, n: int, kernel_wait_ns: int):
+    """Per step: GPU window start and length, busy, and the idle gaps classified (host, kernel, other)."""
+    op_start, op_end = trace.ts_ns[gpu.op_rows], trace.end_ns[gpu.op_rows]
+    step = gpu.op_step
+    inside = step >= 0
+    first = np.full(n, np.iinfo(np.int64).max, np.int64)
+    last = np.full(n, np.iinfo(np.int64).min, np.int64)
+    np.minimum.at(first, step[inside], op_start[inside])
+    np.maximum.at(last, step[inside], op_end[inside])
+    has = first <= last
+    window = np.where(has, last - first, 0)
+    busy = union_by_group(step, op_start, op_end, n)
+    g, s, e = _merged_by_group(step, op_start, op_end)
+    host, kern, other = (np.zeros(n, np.int64) for _ in range(3))
+    gaps = np.flatnonzero(np.concatenate(([False], g[1:] == g[:-1])))  # intervals with a gap before, in-step
+    if len(gaps):
+        gap = s[gaps] - e[gaps - 1]
+        # The op that ends each gap: of the step's ops starting exactly there, the one launched first.
+        launch_ts = np.where(gpu.op_launch >= 0, trace.ts_ns[np.maximum(gpu.op_launch, 0)], np.iinfo(np.int64).max)
+        base, span = int(op_start.min()), int(op_start.max() - op_start.min()) + 1
+        op_key = step[inside].astype(np.int64) * span + (op_start[inside] - base)
+        keys, inverse = np.unique(op_key, return_inverse=True)
+        first_launch = np.full(len(keys), np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(first_launch, inverse, launch_ts[inside])
+        launched = first_launch[np.searchsorted(keys, g[gaps].astype(np.int64) * span + (s[gaps] - base))]
+        is_host = launched > e[gaps - 1]
+        is_kernel = ~is_host & (gap < kernel_wait_ns)
+        for out, sel in ((host, is_host), (kern, is_kernel), (other, ~is_host & ~is_kernel)):
+            np.add.at(out, g[gaps][sel], gap[sel])
+    return np.where(has, first, -1), window, busy, host, kern, other
 
 
-@dataclass
-class _Ops:
-    """The cpu_ops of one thread, sorted by (start asc, end desc), with their nesting."""
-
-    rows: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-    depth: np.ndarray
-    self_ns: np.ndarray
+# ---------------------------------------------------------------------------------------------------------
+# the host side
 
 
-def _thread_ops(trace: Trace, pid: int, tid: int) -> _Ops:
-    rows = _thread_rows(trace, trace.rows(Kind.CPU_OP), pid, tid)
-    start, end = trace.ts_ns[rows], trace.end_ns[rows]
-    order = np.lexsort((-end, start))
-    rows, start, end = rows[order], start[order], end[order]
-    depth, parent = nesting(start, end)
-    dur = end - start
-    child = np.zeros(len(rows), np.int64)
-    has = parent >= 0
-    np.add.at(child, parent[has], dur[has])
-    return _Ops(rows, start, end, depth, np.maximum(dur - child, 0))
-
-
-def _part_masks(trace: Trace) -> dict[str, np.ndarray]:
-    """Per name id: which host part a range or op of that name feeds."""
-    split = [V.split_label(n)[0] for n in trace.names]
-    by_name = {
-        "sync": np.array([n == V.SYNC for n in split], bool),
-        "sample": np.array([n == V.SAMPLE for n in split], bool),
-        "cache_update": np.array([n == V.CACHE_UPDATE for n in split], bool),
-        "cache_seq_length": np.array([n == V.CACHE_SEQ_LENGTH for n in split], bool),
-        "cache_mask_sizes": np.array([n == V.CACHE_MASK_SIZES for n in split], bool),
-        "mask": np.array([n == V.MASK for n in split], bool),
-        "attention": np.array([n in ATTENTION_OPS for n in trace.names], bool),
-        "sync_api": np.array(["Synchronize" in n for n in trace.names], bool),
-    }
-    return by_name
-
-
-def _host_partition(
-    trace: Trace, steps: _Steps, sel: np.ndarray, ops: _Ops, masks: dict[str, np.ndarray], parts: dict[str, np.ndarray]
-) -> None:
-    """Fill parts[p][sel] for the steps `sel`, which all run on the thread `ops` was taken from."""
-    pid, tid = int(steps.pid[sel[0]]), int(steps.tid[sel[0]])
-    lo, hi = steps.start[sel], steps.end[sel]
-    ranges = _thread_rows(trace, trace.rows(Kind.USER_RANGE), pid, tid)
-    runtime = _thread_rows(trace, trace.rows(Kind.RUNTIME), pid, tid)
-    r_name, rt_name, op_name = trace.name_id[ranges], trace.name_id[runtime], trace.name_id[ops.rows]
-
-    def spans(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return trace.ts_ns[rows], trace.end_ns[rows]
-
-    tiers = {
-        "sync": [spans(ranges[masks["sync"][r_name]]), spans(runtime[masks["sync_api"][rt_name]])],
-        "attention": [(ops.start[masks["attention"][op_name]], ops.end[masks["attention"][op_name]])],
-        "ops": [(ops.start[ops.depth == 0], ops.end[ops.depth == 0]), spans(runtime)],
-    }
-    for p in ("sample", "cache_update", "cache_seq_length", "cache_mask_sizes", "mask"):
-        tiers[p] = [spans(ranges[masks[p][r_name]])]
-    acc_s, acc_e = np.zeros(0, np.int64), np.zeros(0, np.int64)
-    before = np.zeros(len(lo), np.int64)
-    for p in HOST_PARTS:
-        acc_s = np.concatenate([acc_s] + [s for s, _ in tiers[p]])
-        acc_e = np.concatenate([acc_e] + [e for _, e in tiers[p]])
-        acc_s, acc_e = merge(acc_s, acc_e)
-        now = covered(acc_s, acc_e, lo, hi)
-        parts[p][sel] = now - before
-        before = now
-    parts["unattributed"][sel] = (hi - lo) - before
-
-
-def _op_tables(trace: Trace, steps: _Steps, sel: np.ndarray, ops: _Ops):
-    """Per step in `sel`: top-level count, all-op count, op_counts dict and top_ops tuple."""
-    step = assign(ops.start, steps.start[sel], steps.end[sel])
+def _op_tables(trace: Trace, lo: np.ndarray, hi: np.ndarray, ops: ThreadOps):
+    """Per step: top-level count, all-op count, op_counts dict and top_ops tuple."""
+    step = assign(ops.start, lo, hi)
     inside = step >= 0
     names = trace.name_id[ops.rows]
-    n = len(sel)
+    n = len(lo)
     top = inside & (ops.depth == 0)
     top_counts = np.bincount(step[top], minlength=n)
     all_counts = np.bincount(step[inside], minlength=n)
@@ -510,21 +462,30 @@ def _op_tables(trace: Trace, steps: _Steps, sel: np.ndarray, ops: _Ops):
     return top_counts, all_counts, op_counts, top_ops
 
 
-def analyze(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> TraceAnalysis:
-    """The per-step ledger of every step, the whole-trace totals and a steady-state summary."""
-    steps = find_steps(trace)
-    order = np.argsort(steps.start, kind="stable")
-    steps = _Steps(
-        [steps.names[i] for i in order],
-        [steps.kinds[i] for i in order],
-        [steps.indices[i] for i in order],
-        steps.start[order],
-        steps.end[order],
-        steps.pid[order],
-        steps.tid[order],
-    )
-    n = len(steps.start)
-    warnings = list(trace.warnings)
+def _host_events(trace: Trace, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    rows = thread_rows(trace, trace.rows(Kind.CPU_OP, Kind.USER_RANGE, Kind.RUNTIME, Kind.PYTHON), pid, tid)
+    step = assign(trace.ts_ns[rows], lo, hi)
+    return np.bincount(step[step >= 0], minlength=len(lo))
+
+
+def _frames(table: PartTable, step, fid, self_ns, calls, n: int, keep: int | None):
+    out: list[list[FrameTime]] = [[] for _ in range(n)]
+    for s, f, ns, c in zip(step.tolist(), fid.tolist(), self_ns.tolist(), calls.tolist(), strict=True):
+        if ns > 0 or c > 0:
+            out[s].append(FrameTime(table.frames[f], ns, c))
+    return [tuple(sorted(lst, key=lambda x: (-x.self_ns, x.frame))[:keep]) for lst in out]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the analysis
+
+
+def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysis:
+    """The per-step ledger of every step, the whole-trace totals and kernels, and a steady-state summary."""
+    options = options or AnalyzeOptions()
+    steps = find_steps(trace, options.steps)
+    n = len(steps)
+    warnings = list(trace.warnings) + steps.warnings
     if n > 1 and np.any(steps.start[1:] < steps.end[:-1]):
         warnings.append("steps overlap in time: an event in the overlap is counted in the later step only")
 
@@ -534,37 +495,85 @@ def analyze(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> TraceAnalysis
     rt_names = trace.name_id[gpu.rt_rows]
     in_step = gpu.rt_step >= 0
 
-    def per_step(mask: np.ndarray) -> np.ndarray:
-        return np.bincount(gpu.rt_step[in_step & mask], minlength=n)
+    def per_step(mask: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+        sel = in_step & mask
+        w = None if weights is None else weights[sel]
+        return np.bincount(gpu.rt_step[sel], weights=w, minlength=n)
 
-    launches, graphs = per_step(launch_names[rt_names]), per_step(graph_names[rt_names])
+    is_launch, is_graph = launch_names[rt_names], graph_names[rt_names]
+    launches, graphs = per_step(is_launch), per_step(is_graph)
     runtime_calls = per_step(np.ones(len(gpu.rt_rows), bool))
+    launch_cpu = per_step(is_launch | is_graph, trace.dur_ns[gpu.rt_rows].astype(np.float64)).astype(np.int64)
     op_kind = trace.kind[gpu.op_rows]
     attributed = gpu.op_step >= 0
-    kernels = np.bincount(gpu.op_step[attributed & (op_kind == Kind.KERNEL)], minlength=n)
+    is_kernel = op_kind == Kind.KERNEL
+    kernels = np.bincount(gpu.op_step[attributed & is_kernel], minlength=n)
     gpu_ops = np.bincount(gpu.op_step[attributed], minlength=n)
-    busy = union_by_group(gpu.op_step, trace.ts_ns[gpu.op_rows], trace.end_ns[gpu.op_rows], n)
-    idle_host, idle_kernel, idle_other = _idle(trace, gpu, n, kernel_wait_ns)
+    gpu_start, window, busy, idle_host, idle_kernel, idle_other = _gpu_windows(trace, gpu, n, options.kernel_wait_ns)
+    op_dur = trace.dur_ns[gpu.op_rows]
+    short = np.bincount(gpu.op_step[attributed & is_kernel & (op_dur < K.SHORT_KERNEL_NS)], minlength=n)
+    delay_p50, delay_p90 = _launch_delays(trace, gpu, is_kernel, launch_names, n)
 
-    parts = {p: np.zeros(n, np.int64) for p in HOST_PARTS + ("unattributed",)}
-    top_counts, all_counts = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    # kernels by name and category, per step and over the whole trace
+    rules = K.Rules.build(options.kernel_rules)
+    names = trace.names
+    category_of_name = np.array(
+        [rules.category(s) if k else "" for s, k in zip(names, _gpu_names(trace), strict=True)], dtype=object
+    )
+    category_of_name = _with_op_kinds(trace, category_of_name)
+    op_name = trace.name_id[gpu.op_rows]
+    op_category = category_of_name[op_name]
+    top_kernels = K.kernel_stats(gpu.op_step, op_name, op_dur, n, names, category_of_name, busy, TOP_KERNELS_KEPT)
+    by_category = K.category_totals(gpu.op_step, op_category, op_dur, n)
+    kernel_counts = _kernel_counts(trace, gpu.op_step, op_name, is_kernel & attributed, n)
+    totals = _totals(trace, gpu, launch_names, graph_names)
+    everything = np.zeros(len(gpu.op_rows), np.int64)
+    (all_kernels,) = K.kernel_stats(
+        everything, op_name, op_dur, 1, names, category_of_name, np.array([totals.gpu_busy_ns])
+    )
+    (all_categories,) = K.category_totals(everything, op_category, op_dur, 1)
+
+    # the host side, one pass per step thread (usually one), never per step
+    table = PartTable.build(trace, options.parts)
+    part_names = (*table.order, UNATTRIBUTED)
+    parts = {p: np.zeros(n, np.int64) for p in part_names}
+    top_counts, all_counts, events = (np.zeros(n, np.int64) for _ in range(3))
     op_counts: list[dict[str, int]] = [{} for _ in range(n)]
     top_ops: list[tuple[OpTime, ...]] = [() for _ in range(n)]
-    masks = _part_masks(trace)
+    frame_rows = []
     threads = np.unique(np.stack([steps.pid, steps.tid]), axis=1)
-    for pid, tid in threads.T.tolist():  # one pass per step thread (usually one), never per step
+    for pid, tid in threads.T.tolist():
         sel = np.flatnonzero((steps.pid == pid) & (steps.tid == tid))
-        ops = _thread_ops(trace, pid, tid)
-        _host_partition(trace, steps, sel, ops, masks, parts)
-        tc, ac, oc, to = _op_tables(trace, steps, sel, ops)
+        lo, hi = steps.start[sel], steps.end[sel]
+        ops = thread_ops(trace, pid, tid)
+        split = split_host(trace, table, pid, tid, lo, hi, ops)
+        for p in part_names:
+            parts[p][sel] = split.parts[p]
+        frame_rows.append((sel[split.frame_step], split.frame_id, split.frame_self_ns, split.frame_calls))
+        tc, ac, oc, to = _op_tables(trace, lo, hi, ops)
         top_counts[sel], all_counts[sel] = tc, ac
+        events[sel] = _host_events(trace, pid, tid, lo, hi)
         for j, s in enumerate(sel.tolist()):
             op_counts[s], top_ops[s] = oc[j], to[j]
+    f_step, f_id, f_self, f_calls = (
+        np.concatenate(x) if x else np.zeros(0, np.int64) for x in zip(*frame_rows, strict=True)
+    )
+    top_frames = _frames(table, f_step, f_id, f_self, f_calls, n, TOP_FRAMES_KEPT)
+    key, inverse = np.unique(f_id, return_inverse=True)
+    (python_frames,) = _frames(
+        table,
+        np.zeros(len(key), np.int64),
+        key,
+        np.bincount(inverse, weights=f_self, minlength=len(key)).astype(np.int64),
+        np.bincount(inverse, weights=f_calls, minlength=len(key)).astype(np.int64),
+        1,
+        None,
+    )
 
-    totals = _totals(trace, gpu, launch_names, graph_names)
     on_gpu = totals.gpu_ops + totals.launches + totals.graph_launches > 0
     dispatched = launches + graphs if on_gpu else top_counts
     t0 = trace.start_ns
+    cost = options.event_cost_ns
     ledgers = [
         StepLedger(
             name=steps.names[i],
@@ -578,19 +587,32 @@ def analyze(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> TraceAnalysis
             launches=int(launches[i]),
             graph_launches=int(graphs[i]),
             runtime_calls=int(runtime_calls[i]),
+            dispatched=int(dispatched[i]),
             kernels=int(kernels[i]),
             gpu_ops=int(gpu_ops[i]),
+            gpu_start_ns=int(gpu_start[i]) - t0 if gpu_start[i] >= 0 else None,
+            gpu_window_ns=int(window[i]),
             gpu_busy_ns=int(busy[i]),
-            gpu_idle_ns=int(idle_host[i] + idle_kernel[i] + idle_other[i]),
+            gpu_idle_ns=int(window[i] - busy[i]),
             idle_host_wait_ns=int(idle_host[i]),
             idle_kernel_wait_ns=int(idle_kernel[i]),
             idle_other_ns=int(idle_other[i]),
+            launch_cpu_ns=int(launch_cpu[i]),
+            launch_delay_p50_ns=delay_p50[i],
+            launch_delay_p90_ns=delay_p90[i],
+            short_kernels=int(short[i]),
             top_level_ops=int(top_counts[i]),
-            dispatched=int(dispatched[i]),
             cpu_ops=int(all_counts[i]),
-            **{f"{p}_ns": int(parts[p][i]) for p in HOST_PARTS + ("unattributed",)},
+            host_events=int(events[i]),
+            **{f"{p}_ns": int(parts[p][i]) for p in (*BUILTIN_PARTS, UNATTRIBUTED)},
+            user_parts_ns={p.name: int(parts[p.name][i]) for p in options.parts},
+            unprofiled_estimate_ns=None if cost is None else float(steps.end[i] - steps.start[i]) - events[i] * cost,
             op_counts=op_counts[i],
             top_ops=top_ops[i],
+            kernel_counts=kernel_counts[i],
+            kernels_by_category=by_category[i],
+            top_kernels=tuple(top_kernels[i]),
+            top_frames=top_frames[i],
         )
         for i in range(n)
     ]
@@ -598,13 +620,62 @@ def analyze(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> TraceAnalysis
     return TraceAnalysis(
         format=trace.format,
         source=trace.source,
+        step_rule=steps.rule,
         steps=ledgers,
         totals=totals,
         summary=summarize(ledgers, on_gpu),
         on_gpu=on_gpu,
+        kernels=tuple(all_kernels),
+        kernel_categories=all_categories,
+        python_frames=python_frames,
+        user_parts=tuple(p.name for p in options.parts),
+        event_cost_ns=cost,
+        rank=getattr(trace, "rank", None),
         warnings=tuple(warnings),
         origin_epoch_ns=origin,
     )
+
+
+def _gpu_names(trace: Trace) -> np.ndarray:
+    """Per name id: whether some GPU op carries the name (only those get a category)."""
+    out = np.zeros(len(trace.names), bool)
+    out[trace.name_id[trace.rows(*GPU_OP_KINDS)]] = True
+    return out
+
+
+def _with_op_kinds(trace: Trace, category_of_name: np.ndarray) -> np.ndarray:
+    """memcpy and memset rows are their own categories, whatever their names."""
+    out = category_of_name.copy()
+    for kind, category in ((Kind.GPU_MEMCPY, K.MEMCPY), (Kind.GPU_MEMSET, K.MEMSET)):
+        out[np.unique(trace.name_id[trace.kind == kind])] = category
+    return out
+
+
+def _kernel_counts(trace: Trace, step: np.ndarray, name: np.ndarray, sel: np.ndarray, n: int) -> list[dict[str, int]]:
+    out: list[dict[str, int]] = [{} for _ in range(n)]
+    width = len(trace.names)
+    keys, counts = np.unique(step[sel].astype(np.int64) * width + name[sel], return_counts=True)
+    for key, count in zip(keys.tolist(), counts.tolist(), strict=True):
+        out[key // width][trace.names[key % width]] = count
+    return out
+
+
+def _launch_delays(trace: Trace, gpu: _Gpu, is_kernel: np.ndarray, launch_names: np.ndarray, n: int):
+    """Per step: p50 and p90 of (kernel start - its launch call's start), kernel launches only."""
+    known = gpu.op_launch >= 0
+    direct = known & is_kernel & (gpu.op_step >= 0)
+    direct &= launch_names[trace.name_id[np.maximum(gpu.op_launch, 0)]]
+    step = gpu.op_step[direct]
+    delay = trace.ts_ns[gpu.op_rows[direct]] - trace.ts_ns[gpu.op_launch[direct]]
+    p50: list[float | None] = [None] * n
+    p90: list[float | None] = [None] * n
+    if len(step):
+        order = np.argsort(step, kind="stable")
+        step, delay = step[order], delay[order]
+        bounds = np.flatnonzero(np.concatenate(([True], step[1:] != step[:-1], [True])))
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            p50[step[a]], p90[step[a]] = (float(x) for x in np.percentile(delay[a:b], [50, 90]))
+    return p50, p90
 
 
 def _totals(trace: Trace, gpu: _Gpu, launch_names: np.ndarray, graph_names: np.ndarray) -> Totals:
@@ -619,6 +690,7 @@ def _totals(trace: Trace, gpu: _Gpu, launch_names: np.ndarray, graph_names: np.n
         gpu_busy_ns=int((me - ms).sum()),
         runtime_calls=len(gpu.rt_rows),
         cpu_ops=int(np.sum(trace.kind == Kind.CPU_OP)),
+        python_frames=int(np.sum(trace.kind == Kind.PYTHON)),
         span_ns=int(trace.end_ns.max() - trace.start_ns),
         unattributed_gpu_ops=int(np.sum(gpu.op_step < 0)),
     )
@@ -630,6 +702,7 @@ def summarize(steps: list[StepLedger], on_gpu: bool) -> Summary:
     used = decode or steps
     walls = [s.wall_ns / 1000 for s in used]
     wall = sum(s.wall_ns for s in used)
+    window = sum(s.gpu_window_ns for s in used)
     agg: dict[str, list[int]] = {}
     for s in used:
         for o in s.top_ops:
@@ -644,8 +717,9 @@ def summarize(steps: list[StepLedger], on_gpu: bool) -> Summary:
         step_p90_us=float(np.percentile(walls, 90)),
         launches_per_step=float(np.median([s.dispatched for s in used])),
         dispatch="launches" if on_gpu else "top-level ops",
-        busy_fraction=sum(s.gpu_busy_ns for s in used) / wall if wall else 0.0,
+        busy_fraction=sum(s.gpu_busy_ns for s in used) / window if window else 0.0,
         cache_share=sum(s.cache_ns for s in used) / wall if wall else 0.0,
+        python_share=sum(s.python_ns for s in used) / wall if wall else 0.0,
         unattributed_share=sum(s.unattributed_ns for s in used) / wall if wall else 0.0,
         top_ops=top,
     )
@@ -660,15 +734,15 @@ def step_timeline(trace: Trace, step: StepLedger) -> list[TimelineItem]:
     """
     lo = trace.start_ns + step.start_ns
     hi = lo + step.wall_ns
-    ops = _thread_ops(trace, step.pid, step.tid)
-    masks = _part_masks(trace)
-    ranges = _thread_rows(trace, trace.rows(Kind.USER_RANGE), step.pid, step.tid)
+    ops = thread_ops(trace, step.pid, step.tid)
+    table = PartTable.build(trace)
+    ranges = thread_rows(trace, trace.rows(Kind.USER_RANGE), step.pid, step.tid)
     ranges = ranges[(trace.ts_ns[ranges] >= lo) & (trace.end_ns[ranges] <= hi)]
     ranges = ranges[~((trace.ts_ns[ranges] == lo) & (trace.end_ns[ranges] == hi))]  # the step's own range
     range_part = {}
     for r in ranges.tolist():
         name_id = int(trace.name_id[r])
-        range_part[r] = next((p for p in HOST_PARTS if p in masks and masks[p][name_id]), "range")
+        range_part[r] = next((p for p in BUILTIN_PARTS if p in table.by_name and table.by_name[p][name_id]), "range")
 
     def enclosing(start: int, end: int, fallback: str) -> str:
         inside = [
@@ -676,27 +750,31 @@ def step_timeline(trace: Trace, step: StepLedger) -> list[TimelineItem]:
             for r in range_part
             if range_part[r] != "range" and trace.ts_ns[r] <= start and end <= trace.end_ns[r]
         ]
-        return min(inside, key=HOST_PARTS.index) if inside else fallback
+        return min(inside, key=BUILTIN_PARTS.index) if inside else fallback
 
     items: list[tuple[int, int, str, str, str]] = []
     top = np.flatnonzero((ops.depth == 0) & (ops.start >= lo) & (ops.start <= hi))
     for i in top.tolist():
         name_id = int(trace.name_id[ops.rows[i]])
         start, end = int(ops.start[i]), int(ops.end[i])
-        own = "attention" if masks["attention"][name_id] else "ops"
+        own = "attention" if table.by_name["attention"][name_id] else "ops"
         items.append((start, end - start, trace.names[name_id], "op", enclosing(start, end, own)))
     ms, me = merge(ops.start[ops.depth == 0], ops.end[ops.depth == 0])
-    calls = _thread_rows(trace, trace.rows(Kind.RUNTIME), step.pid, step.tid)
+    calls = thread_rows(trace, trace.rows(Kind.RUNTIME), step.pid, step.tid)
     calls = calls[(trace.ts_ns[calls] >= lo) & (trace.ts_ns[calls] <= hi)]
     calls = calls[covered(ms, me, trace.ts_ns[calls], trace.end_ns[calls]) < trace.dur_ns[calls]]
     for c in calls.tolist():
         start, end = int(trace.ts_ns[c]), int(trace.end_ns[c])
-        own = "sync" if masks["sync_api"][trace.name_id[c]] else "ops"
+        own = "sync" if table.by_name["sync_call"][trace.name_id[c]] else "ops"
         items.append((start, end - start, trace.name(c), "runtime", enclosing(start, end, own)))
     for r, part in range_part.items():
         items.append((int(trace.ts_ns[r]), int(trace.dur_ns[r]), trace.name(r), "range", part))
     items.sort(key=lambda it: (it[0], -it[1]))
     return [TimelineItem(name, kind, part, (start - lo) / 1000, dur / 1000) for start, dur, name, kind, part in items]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the median step
 
 
 @dataclass(frozen=True)
@@ -752,14 +830,15 @@ def steady_steps(analysis: TraceAnalysis) -> list[StepLedger]:
 
 
 __all__ = [
-    "PROFILER_STEP_PREFIX",
+    "HOST_PARTS",
+    "AnalyzeOptions",
     "OpTime",
+    "StepDigest",
     "StepLedger",
     "Summary",
     "TimelineItem",
     "TraceAnalysis",
     "Totals",
-    "StepDigest",
     "analyze",
     "digest",
     "find_steps",

@@ -1,13 +1,15 @@
 """Where every step's time went, from any trace: a torch.profiler chrome trace (.json, .json.gz) or an Nsight
-Systems SQLite export (.sqlite, .sqlite.gz).
+Systems SQLite export (.sqlite, .sqlite.gz), from probe, vLLM, SGLang, HF generate or your own loop.
 
-One row a step (our prefill / decode#i ranges, else ProfilerStep#N, else the whole trace): wall time; kernel
-launches, graph launches and kernels (joined on correlation); GPU busy and idle, idle split HTA's way into host
-wait, kernel wait and other; then the host side of the step split into sync, sample, cache bookkeeping,
-mask, attention, other ops and unattributed time (Python and framework), which add up to the wall time.
-Then a summary over the decode steps: median and p90 step time, launches per step, GPU busy fraction, cache
-share and the top host ops by self time. On a CPU-only trace, launches are 0 and the dispatched op count
-(top-level ops) stands in for them. The definitions are in probe/ledger.py.
+Steps: --steps REGEX when given, else probe's prefill / decode#i ranges, else ProfilerStep#N, else the
+per-iteration markers of vLLM, SGLang and TensorRT-LLM, else one step per graph launch, else the whole trace;
+the header says which rule found them. One row a step: wall time; kernel launches, graph launches and kernels
+(joined on correlation); the step's GPU window, GPU busy in it and idle split HTA's way into host wait, kernel
+wait and other; launch statistics. Then the host side of each step split into your --part's, sync, sample,
+cache bookkeeping, mask, attention, other ops, Python (the innermost frame's self time, on traces recorded
+with_stack) and unattributed time, which add up to the wall time; the kernels by name and category; the top
+Python frames; a summary. On a CPU-only trace the dispatched op count (top-level ops) stands in for launches.
+The definitions are in probe/analysis/ledger.py.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import argparse
 import json
 from pathlib import Path
 
-HELP = "per-step ledger of a trace: wall, launches, kernels, GPU busy/idle, host time by part"
+HELP = "per-step ledger of any trace: steps, launches, kernels, GPU window busy/idle, host time by part"
+KERNEL_NAME_WIDTH = 70  # the table cuts kernel names here; --json keeps them whole
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,14 +30,56 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="show one step in detail, with its timeline: its position in the table (0, 1, ...) or its name (decode#3)",
     )
+    p.add_argument(
+        "--steps",
+        metavar="REGEX",
+        help="ranges whose whole name matches are the steps (torch "
+        "user annotations, NVTX ranges); overrides the built-in rules",
+    )
+    p.add_argument(
+        "--part",
+        metavar="NAME=REGEX",
+        action="append",
+        default=[],
+        help="make ranges, ops and Python frames matching REGEX a host part of their own (repeatable; "
+        "first given wins)",
+    )
+    p.add_argument(
+        "--kernel-category",
+        metavar="CATEGORY=REGEX",
+        action="append",
+        default=[],
+        help="kernels whose name matches REGEX go to CATEGORY, before the built-in rules (repeatable)",
+    )
+    p.add_argument(
+        "--event-cost-ns",
+        type=float,
+        metavar="NS",
+        help="the profiler's cost per recorded event, for the unprofiled-step estimate (default: the "
+        "trace's .meta.json, written by probe profile)",
+    )
+
+
+def options_from(args: argparse.Namespace, trace_path: Path):
+    """AnalyzeOptions from the flags; the event cost from the trace's sidecar when the flag does not give it."""
+    from probe.analysis.files import trace_meta
+    from probe.analysis.ledger import AnalyzeOptions
+
+    cost = args.event_cost_ns
+    if cost is None:
+        cost = (trace_meta(trace_path) or {}).get("event_cost_ns")
+    return AnalyzeOptions.parse(
+        args.steps, args.part, args.kernel_category, cost if isinstance(cost, int | float) else None
+    )
 
 
 def main(args: argparse.Namespace) -> int:
     from probe.analysis.ledger import analyze, step_timeline
     from probe.analysis.trace import load_trace
 
+    options = options_from(args, args.trace)  # bad flags fail before the trace is read
     trace = load_trace(args.trace)
-    result = analyze(trace)
+    result = analyze(trace, options)
     step = _pick(result, args.step) if args.step is not None else None
     if args.json:
         out = result.to_json()
@@ -48,10 +93,20 @@ def main(args: argparse.Namespace) -> int:
     console = render.stdout()
     if step is None:
         console.print(steps_table(result))
+        if result.on_gpu:
+            console.print(idle_table(result))
         console.print(host_table(result))
+        if result.on_gpu:
+            console.print(kernels_table(result.kernels[:15], f"top GPU ops of {result.source} by total time"))
+            console.print(categories_table(result.kernel_categories, result.totals.gpu_busy_ns))
     else:
-        console.print(step_table(step))
+        console.print(step_table(step, result))
+        if step.top_kernels:
+            console.print(kernels_table(step.top_kernels, f"{step.name}: top GPU ops by total time"))
         console.print(timeline_table(step_timeline(trace, step), step))
+    frames = step.top_frames if step is not None else result.python_frames[:15]
+    if frames:
+        console.print(frames_table(frames, "Python frames by self time (the python part)"))
     console.print(summary_table(result))
     for w in result.warnings:
         console.print(f"[yellow]warning:[/] {w}")
@@ -62,7 +117,7 @@ def _pick(result, key: str):
     from probe.errors import ProbeError
 
     try:
-        return result.step(int(key) if key.isdigit() else key)
+        return result.step(int(key) if key.isascii() and key.isdigit() else key)
     except KeyError:
         names = ", ".join(s.name for s in result.steps[:6]) + (", ..." if len(result.steps) > 6 else "")
         raise ProbeError(
@@ -70,48 +125,54 @@ def _pick(result, key: str):
         ) from None
 
 
-def _ms(ns: int) -> str:
-    return f"{ns / 1e6:.3f}"
+def _ms(ns: int | float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.3f}"
+
+
+def _us(ns: int | float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e3:.1f}"
 
 
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}"
 
 
-def steps_table(result):
-    """One row a step: wall time, what it dispatched, and the GPU side (on a GPU trace)."""
+def _short(name: str, width: int = KERNEL_NAME_WIDTH) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def _table(title: str, columns, left=("step", "name", "frame", "category", "kind", "part", "")):
     from rich.table import Table
 
-    gpu = result.summary.dispatch == "launches"
-    table = Table(
-        title=f"{result.source}  ({result.format}, {len(result.steps)} steps; times in ms)", title_justify="left"
-    )
-    cols = ["#", "step", "start", "wall"]
+    table = Table(title=title, title_justify="left")
+    for c in columns:
+        table.add_column(c, justify="left" if c in left else "right", no_wrap=c not in ("name", "frame"))
+    return table
+
+
+def steps_table(result):
+    """One row a step: wall time, what it dispatched, and its GPU window (on a GPU trace)."""
+    gpu, estimate = result.on_gpu, result.event_cost_ns is not None
+    rank = f", rank {result.rank}" if result.rank is not None else ""
+    cols = ["#", "step", "kind", "start", "wall"] + (["unprofiled est."] if estimate else [])
     cols += (
-        ["launches", "graphs", "kernels", "GPU busy", "busy %", "idle", "host wait", "kern wait", "idle other"]
-        if gpu
-        else ["top-level ops", "cpu ops"]
+        ["launches", "graphs", "kernels", "GPU window", "GPU busy", "busy %"] if gpu else ["top-level ops", "cpu ops"]
     )
-    for c in cols:
-        table.add_column(
-            c,
-            justify="left" if c == "step" else "right",
-            no_wrap=True,
-            min_width=len(c) if c != "step" else max(4, *(len(s.name) for s in result.steps)),
-        )
+    table = _table(
+        f"{result.source}  ({result.format}{rank}; {len(result.steps)} steps found by {result.step_rule}; times in ms)",
+        cols,
+    )
     for s in result.steps:
-        row = [str(s.position), s.name, _ms(s.start_ns), _ms(s.wall_ns)]
+        row = [str(s.position), _short(s.name, 40), s.kind, _ms(s.start_ns), _ms(s.wall_ns)]
+        row += [_ms(s.unprofiled_estimate_ns)] if estimate else []
         if gpu:
             row += [
                 str(s.launches),
                 str(s.graph_launches),
                 str(s.kernels),
+                _ms(s.gpu_window_ns),
                 _ms(s.gpu_busy_ns),
                 _pct(s.busy_fraction),
-                _ms(s.gpu_idle_ns),
-                _ms(s.idle_host_wait_ns),
-                _ms(s.idle_kernel_wait_ns),
-                _ms(s.idle_other_ns),
             ]
         else:
             row += [str(s.top_level_ops), str(s.cpu_ops)]
@@ -119,37 +180,84 @@ def steps_table(result):
     return table
 
 
-def host_table(result):
-    """One row a step: the host partition of its wall time, which closes to the wall by construction."""
-    from rich.table import Table
-
-    table = Table(title="host time on each step's thread, by part (ms; the parts add up to wall)", title_justify="left")
-    for c in ("#", "step", "wall", "sync", "sample", "cache", "mask", "attention", "ops", "unattributed", "closure"):
-        table.add_column(c, justify="left" if c == "step" else "right", no_wrap=True, min_width=len(c))
+def idle_table(result):
+    """One row a step: the GPU window's idle time split HTA's way, and the launch statistics."""
+    table = _table(
+        "GPU idle in each step's GPU window, and its launches (ms unless marked)",
+        [
+            "#",
+            "step",
+            "GPU idle",
+            "host wait",
+            "kernel wait",
+            "other",
+            "launch calls",
+            "delay p50 us",
+            "delay p90 us",
+            "kernels < 5 us",
+        ],
+    )
     for s in result.steps:
         table.add_row(
             str(s.position),
-            s.name,
-            _ms(s.wall_ns),
-            _ms(s.sync_ns),
-            _ms(s.sample_ns),
-            _ms(s.cache_ns),
-            _ms(s.mask_ns),
-            _ms(s.attention_ns),
-            _ms(s.ops_ns),
-            _ms(s.unattributed_ns),
-            f"{s.closure:.4f}",
+            _short(s.name, 40),
+            _ms(s.gpu_idle_ns),
+            _ms(s.idle_host_wait_ns),
+            _ms(s.idle_kernel_wait_ns),
+            _ms(s.idle_other_ns),
+            _ms(s.launch_cpu_ns),
+            _us(s.launch_delay_p50_ns),
+            _us(s.launch_delay_p90_ns),
+            str(s.short_kernels),
         )
     return table
 
 
-def step_table(s):
-    from rich.table import Table
+def host_table(result):
+    """One row a step: the host partition of its wall time, which adds up to the wall."""
+    parts = list(result.user_parts) + ["sync", "sample", "cache", "mask", "attention", "ops", "python", "unattributed"]
+    table = _table(
+        "host time on each step's thread, by part (ms; the parts add up to wall)", ["#", "step", "wall", *parts]
+    )
+    for s in result.steps:
+        values = {**s.user_parts_ns, **{p: getattr(s, f"{p}_ns") for p in parts if p not in s.user_parts_ns}}
+        table.add_row(str(s.position), _short(s.name, 40), _ms(s.wall_ns), *(_ms(values[p]) for p in parts))
+    return table
 
-    table = Table(title=f"step {s.position}: {s.name} ({s.kind}), thread {s.pid}/{s.tid}", title_justify="left")
-    table.add_column("", justify="left")
-    table.add_column("value", justify="right")
-    table.add_column("% of wall", justify="right")
+
+def kernels_table(stats, title: str):
+    table = _table(title, ["name", "category", "count", "total ms", "mean us", "p50 us", "max us", "% of busy"])
+    for k in stats:
+        table.add_row(
+            _short(k.name),
+            k.category,
+            str(k.count),
+            _ms(k.total_ns),
+            _us(k.mean_ns),
+            _us(k.p50_ns),
+            _us(k.max_ns),
+            _pct(k.share_of_busy),
+        )
+    return table
+
+
+def categories_table(categories: dict[str, int], busy_ns: int):
+    table = _table("GPU time by kernel category (whole trace)", ["category", "total ms", "% of busy"])
+    for category, ns in sorted(categories.items(), key=lambda kv: -kv[1]):
+        table.add_row(category, _ms(ns), _pct(ns / busy_ns if busy_ns else 0.0))
+    return table
+
+
+def frames_table(frames, title: str):
+    table = _table(title, ["frame", "self ms", "count"])
+    for f in frames:
+        table.add_row(_short(f.frame, 100), _ms(f.self_ns), str(f.count))
+    return table
+
+
+def step_table(s, result):
+    table = _table(f"step {s.position}: {s.name} ({s.kind}), thread {s.pid}/{s.tid}", ["", "value", "% of wall"])
+    wall = s.wall_ns or 1
     rows = [
         ("start ms", _ms(s.start_ns), ""),
         ("wall ms", _ms(s.wall_ns), "100.0"),
@@ -158,22 +266,37 @@ def step_table(s):
         ("runtime calls", str(s.runtime_calls), ""),
         ("kernels", str(s.kernels), ""),
         ("GPU ops", str(s.gpu_ops), ""),
-        ("GPU busy ms", _ms(s.gpu_busy_ns), _pct(s.busy_fraction)),
+        ("GPU window start ms", _ms(s.gpu_start_ns), ""),
+        ("GPU window ms", _ms(s.gpu_window_ns), ""),
+        ("GPU busy ms", _ms(s.gpu_busy_ns), f"{_pct(s.busy_fraction)} of the window"),
         ("GPU idle ms", _ms(s.gpu_idle_ns), ""),
         ("  host wait ms", _ms(s.idle_host_wait_ns), ""),
         ("  kernel wait ms", _ms(s.idle_kernel_wait_ns), ""),
         ("  other ms", _ms(s.idle_other_ns), ""),
+        ("launch calls ms", _ms(s.launch_cpu_ns), ""),
+        ("launch delay p50 / p90 us", f"{_us(s.launch_delay_p50_ns)} / {_us(s.launch_delay_p90_ns)}", ""),
+        ("kernels under 5 us", str(s.short_kernels), ""),
         ("top-level ops", str(s.top_level_ops), ""),
         ("cpu ops (all depths)", str(s.cpu_ops), ""),
+        ("host events recorded", str(s.host_events), ""),
     ]
+    if s.unprofiled_estimate_ns is not None:
+        rows.append(
+            (
+                f"unprofiled estimate ms ({result.event_cost_ns:.0f} ns an event)",
+                _ms(s.unprofiled_estimate_ns),
+                _pct(s.unprofiled_estimate_ns / wall),
+            )
+        )
     for part, ns in s.host_parts_ns.items():
-        rows.append((f"host: {part} ms", _ms(ns), _pct(ns / s.wall_ns if s.wall_ns else 0)))
-    rows.append(("host: cache total ms", _ms(s.cache_ns), _pct(s.cache_ns / s.wall_ns if s.wall_ns else 0)))
-    rows.append(("closure", f"{s.closure:.6f}", ""))
+        rows.append((f"host: {part} ms", _ms(ns), _pct(ns / wall)))
+    rows.append(("host: cache total ms", _ms(s.cache_ns), _pct(s.cache_ns / wall)))
+    for category, ns in s.kernels_by_category.items():
+        rows.append((f"GPU: {category} ms", _ms(ns), ""))
     for name, value, share in rows:
         table.add_row(name, value, share)
     for o in s.top_ops[:10]:
-        table.add_row(f"self: {o.name} (x{o.calls})", _ms(o.self_ns), _pct(o.self_ns / s.wall_ns if s.wall_ns else 0))
+        table.add_row(f"self: {o.name} (x{o.calls})", _ms(o.self_ns), _pct(o.self_ns / wall))
     return table
 
 
@@ -193,20 +316,16 @@ def timeline_table(items, s):
 
 
 def summary_table(result):
-    from rich.table import Table
-
     s, t = result.summary, result.totals
-    table = Table(
-        title=f"summary over {s.steps} {'decode ' if s.steps_used == 'decode' else ''}step(s)", title_justify="left"
-    )
-    table.add_column("", justify="left")
-    table.add_column("value", justify="right")
+    table = _table(f"summary over {s.steps} {'decode ' if s.steps_used == 'decode' else ''}step(s)", ["", "value"])
     rows = [
+        ("steps found by", result.step_rule),
         ("step time p50 ms", f"{s.step_p50_us / 1000:.3f}"),
         ("step time p90 ms", f"{s.step_p90_us / 1000:.3f}"),
         (f"{s.dispatch} per step (median)", f"{s.launches_per_step:g}"),
-        ("GPU busy fraction", f"{_pct(s.busy_fraction)} %"),
+        ("GPU busy fraction (of the GPU windows)", f"{_pct(s.busy_fraction)} %"),
         ("cache share of wall", f"{_pct(s.cache_share)} %"),
+        ("python share of wall", f"{_pct(s.python_share)} %"),
         ("unattributed share of wall", f"{_pct(s.unattributed_share)} %"),
         (
             "trace: events / kernels / launches / graph launches",

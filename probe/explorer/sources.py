@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from probe.analysis.compare import SampleSet, from_analysis, from_results
-from probe.analysis.compare import trace_meta as read_trace_meta
 from probe.analysis.files import is_trace_name, trace_stem
+from probe.analysis.files import trace_meta as read_trace_meta
 from probe.analysis.report import REPORT_FILE
 from probe.analysis.results import RESULTS_FILE
 from probe.errors import ProbeError

@@ -2,13 +2,13 @@
 
     python tests/data/make_public_fixtures.py [SOURCE_DIR]
 
-Small files are copied byte for byte. Files over 300 KB are rewritten with only what the parser reads:
-`python_function` events are left out, each event's `args` keeps only `correlation`, `External id`,
-`stream` and `device`, and only the trace-level keys the parser or a reader needs stay (the recording
-job's user, host and scheduler fields go). Every number is written back as the exact text it had.
-A file still over the limit after that (the 5-step training trace) also loses what no reference figure
-depends on: cpu_op events, flow arrows, and runtime calls that are neither kernel launches nor the
-launcher of any GPU op. Kernels, memcpy, memset, launches and ProfilerStep ranges all stay.
+Small files are copied byte for byte. Files over 300 KB are rewritten with only what the parser reads, in
+steps, stopping at the first that fits: (1) flow arrows and instant events go, each event's `args` keeps only
+`correlation`, `External id`, `stream` and `device`, and only the trace-level keys the parser or a reader
+needs stay (the recording job's user, host and scheduler fields go); (2) `python_function` events go too;
+(3) what no reference figure depends on goes: cpu_op events, and runtime calls that are neither kernel
+launches nor the launcher of any GPU op. Kernels, memcpy, memset, launches, the step ranges and the engine
+markers always stay. Every number is written back as the exact text it had.
 See PROVENANCE.md for what each file is and where it came from.
 """
 
@@ -69,17 +69,17 @@ def strip(src: Path, dst: Path) -> None:
     doc = json.loads(gzip.decompress(src.read_bytes()), parse_float=Raw, parse_int=Raw)
     events = []
     for e in doc["traceEvents"]:
-        if e.get("cat") in DROP_CATS:
+        if e.get("ph") in ("s", "f", "i"):
             continue
         if isinstance(e.get("args"), dict):
             e["args"] = {k: v for k, v in e["args"].items() if k in KEEP_ARGS}
         events.append(e)
     doc = {k: v for k, v in doc.items() if k in KEEP_KEYS}
-    doc["traceEvents"] = events
-    data = gzip.compress(dump(doc).encode(), compresslevel=9, mtime=0)
-    if len(data) > LIMIT:
-        doc["traceEvents"] = _figures_only(events)
+    for keep in (events, [e for e in events if e.get("cat") not in DROP_CATS], None):
+        doc["traceEvents"] = keep if keep is not None else _figures_only(doc["traceEvents"])
         data = gzip.compress(dump(doc).encode(), compresslevel=9, mtime=0)
+        if len(data) <= LIMIT:
+            break
     dst.write_bytes(data)
 
 

@@ -1,0 +1,208 @@
+"""GPU kernels by name and by category, and the launch statistics of a step.
+
+Categories come from one ordered table of regular expressions over the kernel's full name, first match wins
+(`KERNEL_RULES`); a user puts their own rules in front of it (`probe analyze --kernel-category CAT=REGEX`). The
+rules were written against the kernel names of every real trace in tests/data and ../shared/traces/public
+(cuBLAS / cuBLASLt `sm90_xmma_gemm`, `nvjet`; CUTLASS; cuDNN; FlashAttention; FlashInfer; Triton; hipBLASLt
+`Cijk_`; `ck_tile`; aiter; vLLM and SGLang custom kernels), and tests/test_kernels.py checks every one of those
+names against a category assigned by hand. memcpy and memset are their own GPU op kinds, so they need no rule.
+
+Why the order matters: a KV-cache write named `reshape_and_cache_flash_kernel` must not fall to attention's
+`flash`; a fused `add_rmsnorm_quant` is a norm before it is a quantization; cuDNN's `implicit_gemm` convolutions
+are convolutions, not GEMMs; and an argmax is a `reduce_kernel` that samples.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from probe.errors import ProbeError
+
+GEMM, ATTENTION, NORM, ELEMENTWISE, ROTARY = "gemm", "attention", "norm", "elementwise", "rotary"
+KV_CACHE, REDUCTION, SAMPLING, COMMUNICATION = "kv_cache", "reduction", "sampling", "communication"
+MEMCPY, MEMSET, MOE, CONV, QUANTIZE, OTHER = "memcpy", "memset", "moe", "conv", "quantize", "other"
+CATEGORIES = (
+    GEMM,
+    ATTENTION,
+    NORM,
+    ELEMENTWISE,
+    ROTARY,
+    KV_CACHE,
+    REDUCTION,
+    SAMPLING,
+    COMMUNICATION,
+    MOE,
+    CONV,
+    QUANTIZE,
+    MEMCPY,
+    MEMSET,
+    OTHER,
+)
+
+# (category, pattern), first match wins. Patterns are case-insensitive unless they say (?-i:...).
+KERNEL_RULES: tuple[tuple[str, str], ...] = (
+    # NCCL / RCCL collectives, torch symmetric-memory and custom all-reduce kernels
+    (
+        COMMUNICATION,
+        r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|multimem|custom_ar|"
+        r"cross_device_reduce|quick_?reduce|mscclpp",
+    ),
+    # writing new keys and values into the cache, and the page/index bookkeeping of paged caches
+    (
+        KV_CACHE,
+        r"reshape_and_cache|concat_and_cache|store_kvcache|append_paged_kv_cache|kv_cache_update|"
+        r"kv_indices|page_indices|write_to_kv",
+    ),
+    (
+        ATTENTION,
+        r"fmha|flash_?attn|flash_fwd|flash_bwd|flash_?decod|attn_fwd|attention|mha_|\bmla_|"
+        r"xformers|flashinfer.*(prefill|decode)|batch_?prefill|paged_?attn",
+    ),
+    (ROTARY, r"rotary|\brope\b|rope_|apply_rope"),
+    (NORM, r"rms_?norm|layer_?norm|group_?norm|batch_?norm|instance_?norm|\bbn_(fw|bw)|norm_kernel|l2_?norm"),
+    (QUANTIZE, r"quant"),
+    (MOE, r"\bmoe|_moe|moe_|routing|expert|_finalize_matmul_scatter|bitmatrix|_topk_forward"),
+    # convolutions (cuDNN and its helpers) before GEMM: their implicit GEMMs are convolutions
+    (
+        CONV,
+        r"conv|fprop|dgrad|wgrad|scudnn|winograd|fft2d|implicit_gemm|cask_cudnn|nchwToNhwc|nhwcToNchw|"
+        r"im2col|cudnn::cnn|cudnn::ops",
+    ),
+    (GEMM, r"gemm|gemv|matmul|(?-i:Cijk_)|nvjet|\bbmm_|cublas|hipblaslt|splitKreduce|cutlass.*(sgemm|tensorop)"),
+    (SAMPLING, r"argmax|argmin|top_?k|top_?p|sampling|sampler|multinomial|gumbel|exponential_"),
+    (REDUCTION, r"softmax|reduce|cumsum|\bscan|segment|pool|norm_?stats|welford"),
+    (
+        ELEMENTWISE,
+        r"elementwise|triton_poi|act_and_mul|silu|gelu|relu|swiglu|CatArray|copy_kernel|fill|"
+        r"index|gather|scatter|masked|dropout|multi_tensor_apply|distribution|arange|pad|clamp|"
+        r"where|position|token_ids|cast|convert|transpose|permute",
+    ),
+)
+SHORT_KERNEL_NS = 5_000  # a kernel under 5 us does less work than its launch costs the host
+
+
+@dataclass(frozen=True)
+class Rules:
+    """A compiled rule table: user rules first, then KERNEL_RULES."""
+
+    rules: tuple[tuple[str, re.Pattern], ...]
+
+    @classmethod
+    def build(cls, extra: tuple[tuple[str, str], ...] = ()) -> Rules:
+        compiled = []
+        for category, pattern in (*extra, *KERNEL_RULES):
+            try:
+                compiled.append((category, re.compile(pattern, re.IGNORECASE)))
+            except re.error as e:
+                raise ProbeError(f"--kernel-category {category}={pattern}: not a regular expression ({e})") from None
+        return cls(tuple(compiled))
+
+    def category(self, name: str) -> str:
+        for category, pattern in self.rules:
+            if pattern.search(name):
+                return category
+        return OTHER
+
+
+DEFAULT_RULES = Rules.build()
+
+
+def parse_category_rule(text: str) -> tuple[str, str]:
+    """`CATEGORY=REGEX` from the command line; the category may be new or one of CATEGORIES."""
+    category, sep, pattern = text.partition("=")
+    if not sep or not category.strip() or not pattern:
+        raise ProbeError(f"--kernel-category {text!r}: use CATEGORY=REGEX")
+    return category.strip(), pattern
+
+
+@dataclass(frozen=True)
+class KernelStat:
+    """One GPU op name over a scope (a step, or the whole trace). Times in integer ns; `_us` twins below."""
+
+    name: str  # the full name as the trace writes it
+    category: str
+    count: int
+    total_ns: int
+    mean_ns: float
+    p50_ns: float
+    max_ns: int
+    share_of_busy: float  # total / the scope's GPU busy time (kernels on parallel streams can sum past 1)
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "category": self.category,
+            "count": self.count,
+            "total_us": self.total_ns / 1e3,
+            "mean_us": self.mean_ns / 1e3,
+            "p50_us": self.p50_ns / 1e3,
+            "max_us": self.max_ns / 1e3,
+            "share_of_busy": self.share_of_busy,
+        }
+
+
+def grouped_medians(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted unique keys, the median of `values` within each key), numpy's interpolation for even counts."""
+    if len(keys) == 0:
+        return np.zeros(0, keys.dtype), np.zeros(0, np.float64)
+    order = np.lexsort((values, keys))
+    k, v = keys[order], values[order]
+    first = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
+    counts = np.diff(np.append(first, len(k)))
+    lo = first + (counts - 1) // 2
+    hi = first + counts // 2
+    return k[first], (v[lo].astype(np.float64) + v[hi].astype(np.float64)) / 2
+
+
+def kernel_stats(
+    group: np.ndarray,
+    name_id: np.ndarray,
+    dur_ns: np.ndarray,
+    groups: int,
+    names: tuple[str, ...],
+    categories: np.ndarray,
+    busy_ns: np.ndarray,
+    keep: int | None = None,
+) -> list[list[KernelStat]]:
+    """Per group (a step; or one group for the whole trace): every op name's statistics, largest total first,
+    at most `keep` of them. `categories[name_id]` is each name's category; `busy_ns[g]` the group's busy time."""
+    out: list[list[KernelStat]] = [[] for _ in range(groups)]
+    sel = group >= 0
+    if not sel.any():
+        return out
+    width = len(names)
+    key = group[sel].astype(np.int64) * width + name_id[sel]
+    dur = dur_ns[sel]
+    uniq, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
+    totals = np.bincount(inverse, weights=dur, minlength=len(uniq)).astype(np.int64)
+    maxima = np.full(len(uniq), np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(maxima, inverse, dur)
+    _, medians = grouped_medians(key, dur)
+    for k, n, total, p50, top in zip(
+        uniq.tolist(), counts.tolist(), totals.tolist(), medians.tolist(), maxima.tolist(), strict=True
+    ):
+        g, name = divmod(k, width)
+        busy = int(busy_ns[g])
+        out[g].append(
+            KernelStat(names[name], str(categories[name]), n, total, total / n, p50, top, total / busy if busy else 0.0)
+        )
+    for g in range(groups):
+        out[g].sort(key=lambda s: (-s.total_ns, s.name))
+        if keep is not None:
+            out[g] = out[g][:keep]
+    return out
+
+
+def category_totals(
+    group: np.ndarray, category_of_op: np.ndarray, dur_ns: np.ndarray, groups: int
+) -> list[dict[str, int]]:
+    """Per group: total GPU-op time by category (ns), categories in CATEGORIES order, then any user ones."""
+    out: list[dict[str, int]] = [{} for _ in range(groups)]
+    sel = group >= 0
+    for g, cat, d in zip(group[sel].tolist(), category_of_op[sel].tolist(), dur_ns[sel].tolist(), strict=True):
+        out[g][cat] = out[g].get(cat, 0) + d
+    order = {c: i for i, c in enumerate(CATEGORIES)}
+    return [dict(sorted(d.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))) for d in out]

@@ -1,0 +1,285 @@
+"""Finding the steps of any trace, and saying which rule found them.
+
+The rules, tried in this order; the first that finds anything wins, and `StepSet.rule` names it:
+
+1. `--steps REGEX` when given: every host range (a torch `user_annotation`, an NVTX range in an nsys export)
+   whose whole name matches. An explicit request comes first; one that matches nothing is a warning, and the
+   rules below apply.
+2. probe's own ranges: `prefill` and `decode#i` (probe.vocabulary).
+3. `ProfilerStep#N`, torch's own marker (`profile.step()`).
+4. The per-iteration markers real engines emit, in `MARKERS` (each with the trace it was found in).
+5. When a trace replays graphs and has none of the above: each graph launch (cudaGraphLaunch, hipGraphLaunch)
+   starts a step, which lasts until the next graph launch on its thread (the last one until that thread's last
+   event ends).
+6. Otherwise the whole trace is one step (from the first event to the last), with a warning naming `--steps`.
+
+Where markers nest (an outer and an inner marker for the same iteration, as SGLang's `step[...]` inside its
+scheduler's batch range), only the outermost counts, so one iteration is one step. Steps run on the thread of
+their range; a step's window is [start, end], both ends included.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from probe import vocabulary as V
+from probe.analysis.trace import GRAPH_LAUNCH_NAMES, PROFILER_STEP_PREFIX, Kind, Trace, api_base_name
+from probe.errors import ProbeError
+
+RULE_STEPS, RULE_PROBE, RULE_PROFILER, RULE_GRAPH, RULE_WINDOW = (
+    "--steps",
+    "probe ranges",
+    "ProfilerStep",
+    "graph launches",
+    "whole trace",
+)
+MIXED, STEP = "mixed", "step"
+
+
+def _phase(context: int, generation: int) -> str:
+    """An iteration's kind from its request counts: prompts only, decodes only, or both."""
+    if context and not generation:
+        return V.PREFILL
+    if generation and not context:
+        return V.DECODE
+    return MIXED
+
+
+def _vllm_kind(m: re.Match) -> str:
+    if m["new"] is not None:
+        return _phase(int(m["new"]), int(m["cached"]))
+    return _phase(int(m["ctx"]), int(m["gen"]))
+
+
+_SGLANG_MODES = {
+    "EXTEND": V.PREFILL,
+    "PREFILL": V.PREFILL,
+    "SPLIT_PREFILL": V.PREFILL,
+    "DLLM_EXTEND": V.PREFILL,
+    "DECODE": V.DECODE,
+    "MIXED": MIXED,
+}
+
+
+@dataclass(frozen=True)
+class Marker:
+    """One engine's per-iteration range: what it is called, what one covers, where it was seen."""
+
+    label: str  # how the step rule names it
+    pattern: re.Pattern
+    covers: str
+    source: str  # the code that emits it
+    seen_in: str  # a trace that holds it
+    kind: Callable[[re.Match], str] = lambda m: STEP
+
+
+MARKERS: tuple[Marker, ...] = (
+    Marker(
+        "vLLM execute_* (also TraceLens-patched SGLang)",
+        re.compile(
+            r"execute_(?:new_(?P<new>\d+)_cached_(?P<cached>\d+)|(?:\d+_)?context_(?P<ctx>\d+)"
+            r"\([^)]*\)_generation_(?P<gen>\d+)\([^)]*\))"
+        ),
+        "one Worker.execute_model call: one scheduler step on one rank (input prep, forward, postprocess; "
+        "sampling runs after it)",
+        "vllm/v1/worker/gpu_worker.py Worker.annotate_profile: execute_new_N_cached_M (v0.11.1-0.13), "
+        "execute_context_R(N)_generation_R(N) (v0.14+), the detailed execute_T_context_..(sq..sk..) form "
+        "(v0.26+ detailed_trace_annotation, and TraceLens's vLLM and SGLang patches)",
+        "tests/data/rocm_vllm_decode_cudagraph (detailed form), b200_eager (a patched v0.13 form), "
+        "rocm_sglang_qwen3_8b_extend_step (TraceLens's SGLang patch)",
+        _vllm_kind,
+    ),
+    Marker(
+        "SGLang scheduler.run_batch",
+        re.compile(r"scheduler\.run_batch"),
+        "one Scheduler.run_batch: one scheduler iteration, every forward of the batch",
+        "python/sglang/srt/managers/scheduler.py (v0.5.14+)",
+        "none of ours (SGLang 0.5.14+ traces)",
+    ),
+    Marker(
+        "SGLang step[...]",
+        re.compile(r"step\[(?P<mode>[A-Z_]+)(?: [a-z_]+=\d+)*\]"),
+        "one ModelRunner.forward: one model forward (speculative decoding runs several an iteration)",
+        "python/sglang/srt/model_executor/model_runner.py (v0.5.11+; srt/utils/profile_utils.py from 0.5.16)",
+        "tests/data/rocm_sglang_qwen3_8b_extend_step (inside the execute_.. range)",
+        lambda m: _SGLANG_MODES.get(m["mode"], m["mode"].lower()),
+    ),
+    Marker(
+        "TensorRT-LLM _forward_step",
+        re.compile(r"\[Executor\] _forward_step \d+: (?P<ctx>\d+) ctx reqs, (?P<gen>\d+) gen reqs"),
+        "one executor iteration (an NVTX range: nsys exports only)",
+        "tensorrt_llm/_torch/pyexecutor/py_executor.py",
+        "none of ours",
+        lambda m: _phase(int(m["ctx"]), int(m["gen"])),
+    ),
+)
+
+
+@dataclass
+class StepSet:
+    """The steps of a trace, sorted by start, and how they were found."""
+
+    rule: str  # RULE_* or "engine markers: <engine>"
+    names: list[str]
+    kinds: list[str]
+    indices: list[int]
+    start: np.ndarray
+    end: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+    warnings: list[str]
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+def compile_steps_regex(text: str | None) -> re.Pattern | None:
+    if text is None:
+        return None
+    try:
+        return re.compile(text)
+    except re.error as e:
+        raise ProbeError(f"--steps {text!r}: not a regular expression ({e})") from None
+
+
+def find_steps(trace: Trace, steps: re.Pattern | None = None) -> StepSet:
+    """The trace's steps by the first rule that finds any (see the module docstring)."""
+    warnings: list[str] = []
+    ranges = trace.rows(Kind.USER_RANGE, Kind.PROFILER_STEP)
+    if steps is not None:
+        match = trace.name_ids(lambda s: steps.fullmatch(s) is not None)
+        rows = _outermost(trace, ranges[match[trace.name_id[ranges]]])
+        if len(rows):
+            return _from_rows(trace, rows, RULE_STEPS, _kinds_of(trace, rows), warnings)
+        warnings.append(f"--steps {steps.pattern!r} matched no range; steps found by the rules below it instead")
+    ours = trace.name_ids(lambda s: s == V.PREFILL or _decode_index(s) is not None)
+    rows = ranges[ours[trace.name_id[ranges]] & (trace.kind[ranges] == Kind.USER_RANGE)]
+    if len(rows):
+        return _from_rows(trace, rows, RULE_PROBE, _kinds_of(trace, rows), warnings)
+    rows = trace.rows(Kind.PROFILER_STEP)
+    if len(rows):
+        return _from_rows(trace, rows, RULE_PROFILER, ["profiler_step"] * len(rows), warnings)
+    hit = trace.name_ids(lambda s: any(m.pattern.fullmatch(s) for m in MARKERS))
+    rows = _outermost(trace, ranges[hit[trace.name_id[ranges]]])
+    if len(rows):
+        found = {trace.names[i] for i in trace.name_id[rows].tolist()}
+        labels = [m.label for m in MARKERS if any(m.pattern.fullmatch(text) for text in found)]
+        return _from_rows(trace, rows, f"engine markers: {', '.join(labels)}", _kinds_of(trace, rows), warnings)
+    graph = _graph_steps(trace, warnings)
+    if graph is not None:
+        return graph
+    pid, tid = main_thread(trace)
+    warnings.append(
+        "no step markers found: the whole trace is one step. Name the ranges that mark a step with --steps REGEX"
+    )
+    return StepSet(
+        RULE_WINDOW,
+        ["trace"],
+        ["window"],
+        [0],
+        np.array([trace.start_ns]),
+        np.array([int(trace.end_ns.max())]),
+        np.array([pid]),
+        np.array([tid]),
+        warnings,
+    )
+
+
+def _decode_index(text: str) -> int | None:
+    base, index = V.split_label(text)
+    return index if base == V.DECODE else None
+
+
+def _kinds_of(trace: Trace, rows: np.ndarray) -> list[str]:
+    """probe's own labels, then each engine marker's own classification; `step` for anything else."""
+    out = []
+    for i in trace.name_id[rows].tolist():
+        text = trace.names[i]
+        if text == V.PREFILL:
+            out.append(V.PREFILL)
+        elif _decode_index(text) is not None:
+            out.append(V.DECODE)
+        elif text.startswith(PROFILER_STEP_PREFIX):
+            out.append("profiler_step")
+        else:
+            out.append(next((m.kind(hit) for m in MARKERS if (hit := m.pattern.fullmatch(text))), STEP))
+    return out
+
+
+def _outermost(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """The rows not inside another of `rows` on the same thread: one step per iteration where markers nest."""
+    if len(rows) < 2:
+        return rows
+    order = np.lexsort((-trace.end_ns[rows], trace.ts_ns[rows], trace.tid[rows], trace.pid[rows]))
+    rows = rows[order]
+    pid, tid, end = trace.pid[rows], trace.tid[rows], trace.end_ns[rows]
+    first = np.flatnonzero(np.concatenate(([True], (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1]))))
+    keep = np.ones(len(rows), bool)
+    for a, b in zip(first.tolist(), np.append(first[1:], len(rows)).tolist(), strict=True):  # one pass a thread
+        # Sorted by start, longest first: a range that ends no later than one before it lies inside that one.
+        reach = np.maximum.accumulate(end[a:b])
+        keep[a + 1 : b] = end[a + 1 : b] > reach[:-1]
+    return rows[keep]
+
+
+def _from_rows(trace: Trace, rows: np.ndarray, rule: str, kinds: list[str], warnings: list[str]) -> StepSet:
+    order = np.argsort(trace.ts_ns[rows], kind="stable")
+    rows = rows[order]
+    kinds = [kinds[i] for i in order.tolist()]
+    names = [trace.names[i] for i in trace.name_id[rows].tolist()]
+    indices = []
+    for position, text in enumerate(names):
+        index = V.split_label(text)[1]
+        indices.append(index if index is not None else (0 if text == V.PREFILL else position))
+    return StepSet(
+        rule, names, kinds, indices, trace.ts_ns[rows], trace.end_ns[rows], trace.pid[rows], trace.tid[rows], warnings
+    )
+
+
+def _graph_steps(trace: Trace, warnings: list[str]) -> StepSet | None:
+    runtime = trace.rows(Kind.RUNTIME)
+    graph = trace.name_ids(lambda s: api_base_name(s) in GRAPH_LAUNCH_NAMES)
+    rows = runtime[graph[trace.name_id[runtime]]]
+    if not len(rows):
+        return None
+    host = trace.stream < 0
+    starts, ends, pids, tids = [], [], [], []
+    for pid, tid in sorted({(int(p), int(t)) for p, t in zip(trace.pid[rows], trace.tid[rows], strict=True)}):
+        mine = rows[(trace.pid[rows] == pid) & (trace.tid[rows] == tid)]
+        on_thread = host & (trace.pid == pid) & (trace.tid == tid)
+        last = int(trace.end_ns[on_thread].max())
+        s = trace.ts_ns[mine]
+        starts.append(s)
+        ends.append(np.append(s[1:], last))
+        pids.append(np.full(len(mine), pid))
+        tids.append(np.full(len(mine), tid))
+    start, end = np.concatenate(starts), np.concatenate(ends)
+    order = np.argsort(start, kind="stable")
+    n = len(start)
+    return StepSet(
+        RULE_GRAPH,
+        [f"graph#{i}" for i in range(n)],
+        ["graph"] * n,
+        list(range(n)),
+        start[order],
+        end[order],
+        np.concatenate(pids)[order],
+        np.concatenate(tids)[order],
+        warnings,
+    )
+
+
+def main_thread(trace: Trace) -> tuple[int, int]:
+    """The host thread that did the most: most cpu_ops, else most ranges and runtime calls, else most rows."""
+    for kinds in ((Kind.CPU_OP,), (Kind.USER_RANGE, Kind.PROFILER_STEP, Kind.RUNTIME), tuple(Kind)):
+        rows = trace.rows(*kinds)
+        rows = rows[trace.stream[rows] < 0]
+        if len(rows):
+            pairs, counts = np.unique(np.stack([trace.pid[rows], trace.tid[rows]]), axis=1, return_counts=True)
+            best = int(np.argmax(counts))
+            return int(pairs[0, best]), int(pairs[1, best])
+    return -1, -1
