@@ -45,7 +45,7 @@ def _id(path: Path) -> str:
     return ("public/" if path.parent == PUBLIC else "data/") + path.name.removesuffix(".trace.json.gz")
 
 
-def _check_against_oracle(path: Path, options: AnalyzeOptions = AnalyzeOptions(), user=()) -> None:
+def _check_against_oracle(path: Path, options: AnalyzeOptions | None = None, user=()) -> None:
     trace = load_trace(path)
     analysis = analyze(trace, options)
     events = oracle.read(path)

@@ -222,7 +222,8 @@ def test_sweep_figure_lines_predictions_and_flags():
 def test_ledger_frame_matches_the_hand_worked_ledger(hand):
     frame = figures.ledger_frame(hand).set_index("step")
     d0 = frame.loc["decode#0"]
-    # tests/test_ledger.py works these out by hand: wall 90 us, cache 15, unattributed 20, busy 28.99, idle 22.01 (51 us GPU window less the busy time).
+    # tests/test_ledger.py works these out by hand: wall 90 us, cache 15, unattributed 20, busy 28.99, idle 22.01
+    # (the 51 us GPU window less the busy time).
     assert (d0["wall_ms"], d0["cache_ms"], d0["unattributed_ms"]) == (0.09, 0.015, 0.02)
     assert (d0["gpu_busy_ms"], d0["gpu_idle_ms"]) == (0.02899, 0.02201)
     assert d0["dispatch"] == 2  # one kernel launch + one graph launch
