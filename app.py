@@ -15,7 +15,7 @@ from pathlib import Path
 import streamlit as st
 
 from probe.analysis.compare import compare
-from probe.analysis.ledger import analyze, step_timeline
+from probe.analysis.ledger import AnalyzeOptions, EventCost, analyze, step_timeline
 from probe.analysis.report import load_report
 from probe.analysis.results import load_results
 from probe.analysis.trace import load_trace as parse
@@ -37,13 +37,17 @@ def load_trace(path: str, stamp: tuple):
 
 
 @st.cache_data(max_entries=16, show_spinner="Building the ledger")
-def load_analysis(path: str, stamp: tuple):
-    return analyze(load_trace(path, stamp))
+def load_analysis(path: str, stamp: tuple, how: tuple = ()):
+    """`how`: the sidebar's (steps regex, parts, kernel categories), the `probe analyze` flags as text."""
+    steps, parts, categories = how or (None, (), ())
+    cost = EventCost.from_json((sources.trace_meta(ROOT, Path(path)) or {}).get("event_cost_ns"))
+    options = AnalyzeOptions.parse(steps, parts, categories, cost)
+    return analyze(load_trace(path, stamp), options)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def load_timeline(path: str, stamp: tuple, position: int):
-    return step_timeline(load_trace(path, stamp), load_analysis(path, stamp).step(position))
+def load_timeline(path: str, stamp: tuple, position: int, how: tuple = ()):
+    return step_timeline(load_trace(path, stamp), load_analysis(path, stamp, how).step(position))
 
 
 @st.cache_data(max_entries=16, show_spinner="Comparing")
@@ -65,7 +69,7 @@ def load_source(root, source: sources.Source):
     if source.kind == "run":
         results, report = load_run(str(path), sources.stamp(path))
         return results, report, path
-    return load_analysis(str(path), sources.stamp(path)), None, path
+    return load_analysis(str(path), sources.stamp(path), HOW), None, path
 
 
 def show_telemetry(folder) -> None:
@@ -124,8 +128,24 @@ baseline_label = st.sidebar.selectbox(
     "Baseline (for Compare and Alerts)", [figures.NONE, *others], key="baseline", bind="query-params"
 )
 baseline = by_label.get(baseline_label)
+HOW: tuple = ()  # how traces are read: `probe analyze`'s --steps, --part and --kernel-category, from the sidebar
+if source.kind == "trace":
+    with st.sidebar.expander("Reading the trace (probe analyze flags)"):
+        steps_regex = st.text_input("Steps: ranges matching (--steps REGEX)", key="steps", bind="query-params")
+        parts_text = st.text_area("Parts: NAME=REGEX, one a line (--part)", key="parts", bind="query-params")
+        categories_text = st.text_area(
+            "Kernel categories: CATEGORY=REGEX, one a line", key="kernel_categories", bind="query-params"
+        )
+    HOW = (
+        steps_regex.strip() or None,
+        tuple(x.strip() for x in parts_text.splitlines() if x.strip()),
+        tuple(x.strip() for x in categories_text.splitlines() if x.strip()),
+    )
 
-VIEWS = {"run": ["Sweep", "Compare", "Alerts"], "trace": ["Step ledger", "One step", "Top ops", "Compare", "Alerts"]}
+VIEWS = {
+    "run": ["Sweep", "Compare", "Alerts"],
+    "trace": ["Step ledger", "One step", "Kernels", "Top ops", "Compare", "Alerts"],
+}
 chosen = st.radio(
     "View", VIEWS[source.kind], key="view", bind="query-params", horizontal=True, label_visibility="collapsed"
 )
@@ -170,13 +190,17 @@ if chosen == "Sweep":
 elif chosen == "Step ledger":
     s = loaded.summary
     cols = st.columns(4)
+    st.caption(f"{len(loaded.steps)} step(s), found by {figures.md_escape(loaded.step_rule)}.")
     cols[0].metric("step p50", f"{s.step_p50_us / 1e3:.3f} ms")
     cols[1].metric(s.dispatch + " / step", f"{s.launches_per_step:g}")
     if loaded.on_gpu:
-        cols[2].metric("GPU busy / wall", f"{100 * s.busy_fraction:.1f} %")
+        cols[2].metric("GPU busy / GPU window", f"{100 * s.busy_fraction:.1f} %")
     else:
         cols[2].metric("unattributed", f"{100 * s.unattributed_share:.1f} % of wall")
-    cols[3].metric("cache bookkeeping", f"{100 * s.cache_share:.1f} % of wall")
+    cols[3].metric(
+        "Python frames" if s.python_share else "cache bookkeeping",
+        f"{100 * (s.python_share or s.cache_share):.1f} % of wall",
+    )
     st.plotly_chart(figures.ledger_figure(loaded), key="ledger_chart")
     st.caption(
         "Each step's left bar is its wall time split into host parts (they add up to the wall); the right "
@@ -193,7 +217,7 @@ elif chosen == "One step":
     steps = {figures.step_label(s): s for s in loaded.steps}
     default = next((i for i, s in enumerate(loaded.steps) if s.kind == "decode"), 0)
     step = steps[st.selectbox("Step", list(steps), index=default, key="step", bind="query-params")]
-    items = load_timeline(str(path), sources.stamp(path), step.position)
+    items = load_timeline(str(path), sources.stamp(path), step.position, HOW)
     cols = st.columns(4)
     cols[0].metric("wall", f"{step.wall_ns / 1e6:.3f} ms")
     cols[1].metric("launches" if loaded.on_gpu else "top-level ops", step.dispatched)
@@ -227,6 +251,32 @@ elif chosen == "Top ops":
     else:
         st.plotly_chart(figures.top_ops_figure(ops), key="top_ops_chart")
         st.dataframe(figures.top_ops_frame(ops), key="top_ops_table", hide_index=True)
+    frames = loaded.python_frames[:20] if scope == scopes[0] else loaded.step(int(scope.split(":")[0])).top_frames
+    if frames:
+        st.subheader("Python frames by self time")
+        st.caption(
+            "The python part of the ledger: host time inside a Python frame that no op, range or runtime "
+            "call covers, given to the innermost frame."
+        )
+        st.plotly_chart(figures.frames_figure(frames), key="frames_chart")
+        st.dataframe(figures.frames_frame(frames), key="frames_table", hide_index=True)
+
+# ---- 4b. kernels ---------------------------------------------------------------------------------------------
+
+elif chosen == "Kernels":
+    if not loaded.kernels:
+        st.info("No GPU work in this trace, so no kernels: a CPU trace dispatches aten ops (see Top ops).")
+        st.stop()
+    st.plotly_chart(figures.kernel_category_figure(loaded), key="kernel_categories_chart")
+    st.caption(
+        "Each step's GPU time by kernel category (probe/analysis/kernels.py; add your own in the sidebar); "
+        "the line is the step's GPU busy time."
+    )
+    scopes = ["whole trace"] + [figures.step_label(s) for s in loaded.steps]
+    scope = st.selectbox("Top kernels over", scopes, key="kernels_scope", bind="query-params")
+    stats = loaded.kernels[:20] if scope == scopes[0] else loaded.step(int(scope.split(":")[0])).top_kernels
+    st.plotly_chart(figures.kernels_figure(stats), key="kernels_chart")
+    st.dataframe(figures.kernels_frame(stats), key="kernels_table", hide_index=True)
 
 # ---- 5. compare and 6. alerts: a baseline against this source --------------------------------------------------
 

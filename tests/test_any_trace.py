@@ -398,3 +398,68 @@ def test_a_steps_regex_that_matches_nothing_warns_and_falls_back():
     result = run_probe("analyze", str(DATA / "hand_decode.trace.json.gz"), "--steps", "nothing-here")
     assert result.returncode == 0, result.stderr
     assert "matched no range" in result.stdout and "found by probe ranges" in re.sub(r"\s+", " ", result.stdout)
+
+
+# --- kernels in probe compare ----------------------------------------------------------------------------
+
+
+def _with_extra_kernel(path: Path, out: Path, name: str) -> Path:
+    """The trace plus one more launch of kernel `name` inside its step: a hipLaunchKernel call on the step's
+    thread and the kernel it launched, on a new correlation id."""
+    doc = json.loads(gzip.decompress(path.read_bytes()), parse_float=Decimal)
+    events = doc["traceEvents"]
+    step = next(e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("execute_"))
+    kernel = next(e for e in events if e.get("cat") == "kernel" and e["name"] == name)
+    corr = 1 + max(int(e["args"]["correlation"]) for e in events if "correlation" in (e.get("args") or {}))
+    ts = Decimal(step["ts"]) + Decimal("10")
+    events.append(
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "hipLaunchKernel",
+            "pid": step["pid"],
+            "tid": step["tid"],
+            "ts": ts,
+            "dur": Decimal("3"),
+            "args": {"correlation": corr},
+        }
+    )
+    events.append(dict(kernel, ts=Decimal(kernel["ts"]) + Decimal("1"), args={"correlation": corr}))
+    target = out / "more.json"
+    target.write_text(_dump(doc))
+    return target
+
+
+def test_compare_alerts_on_a_kernel_that_grows_and_names_it(tmp_path):
+    base = DATA / "rocm_vllm_decode_cudagraph.trace.json.gz"
+    name = (
+        "void vllm::rotary_embedding_kernel<c10::BFloat16, true>(long const*, c10::BFloat16*, c10::BFloat16*, "
+        "c10::BFloat16 const*, int, long, long, long, int, int, int)"
+    )
+    current = _with_extra_kernel(base, tmp_path, name)
+    result = run_probe("compare", str(base), str(current), "--counts-only", "--json")
+    assert result.returncode == 1, result.stderr
+    doc = json.loads(result.stdout)
+    kernel_alerts = [a for a in doc["alerts"] if a["metric"] == "kernels"]
+    assert len(kernel_alerts) == 1
+    assert "kernels/step 425 -> 426 (+1)" in kernel_alerts[0]["message"]
+    assert f"{name} 24 -> 25 (+1)" in kernel_alerts[0]["message"]
+    assert doc["count_diffs"]["decode (kernels)"] == {name: [24.0, 25.0]}
+
+
+# --- the unprofiled estimate -----------------------------------------------------------------------------
+
+
+def test_unprofiled_estimate_is_wall_less_the_profilers_cost_per_event():
+    """decode#0 of the hand trace records, on its thread: 4 cpu_ops (linear, addmm, copy_, argmax), 5 runtime
+    calls, and 4 ranges besides its own (forward, cache.update#0, sample, sync; decode#0 itself makes 5)."""
+    from probe.analysis.ledger import EventCost
+
+    cost = EventCost(op_ns=100.0, range_ns=1_000.0)
+    step = analyze(load_trace(DATA / "hand_decode.trace.json.gz"), AnalyzeOptions(event_cost=cost)).steps[1]
+    assert (step.host_events, step.host_ranges) == (9, 5)
+    assert step.unprofiled_estimate_ns == 90_000 - 9 * 100 - 5 * 1_000
+    result = run_probe("analyze", str(DATA / "hand_decode.trace.json.gz"), "--event-cost-ns", "100,1000", "--json")
+    assert json.loads(result.stdout)["steps"][1]["unprofiled_estimate_us"] == 84.1
+    bad = run_probe("analyze", str(DATA / "hand_decode.trace.json.gz"), "--event-cost-ns", "lots")
+    assert bad.returncode == 2 and "use OP,RANGE" in bad.stderr

@@ -149,7 +149,7 @@ def test_sweep_flags_cells_whose_tokens_differ(monkeypatch, tmp_path):
 
 def test_step_ledger_of_our_cpu_trace(monkeypatch):
     at = app(monkeypatch, DATA, CACHED)
-    assert at.radio(key="view").options == ["Step ledger", "One step", "Top ops", "Compare", "Alerts"]
+    assert at.radio(key="view").options == ["Step ledger", "One step", "Kernels", "Top ops", "Compare", "Alerts"]
     traces = chart(at, "ledger_chart")
     steps = ["prefill"] + [f"decode#{i}" for i in range(5)]
     cache = named(traces, "host: cache bookkeeping")[0]
@@ -282,3 +282,41 @@ def test_alerts_on_configs_that_cannot_be_compared_is_an_error_box(monkeypatch, 
 def test_every_run_view_renders_without_an_exception(monkeypatch, view):
     at = app(monkeypatch, DATA, RUN_A, view, baseline=RUN_B)
     assert not at.error or view == "Alerts"
+
+
+# ---- any trace: kernels, Python frames, the analyze flags in the sidebar ----------------------------------------
+
+VLLM = "trace: rocm_vllm_decode_cudagraph.trace.json.gz"
+
+
+def test_kernels_view_draws_categories_per_step_and_top_kernels(monkeypatch):
+    at = app(monkeypatch, DATA, VLLM, "Kernels")
+    bars = {t["name"]: t["y"] for t in chart(at, "kernel_categories_chart") if t["type"] == "bar"}
+    # tests/test_any_trace.py holds these to a brute-force oracle; here the view must draw what the ledger says
+    from probe.analysis.ledger import analyze
+    from probe.analysis.trace import load_trace
+
+    (step,) = analyze(load_trace(DATA / "rocm_vllm_decode_cudagraph.trace.json.gz")).steps
+    assert {name: y[0] for name, y in bars.items()} == pytest.approx(
+        {c: ns / 1e6 for c, ns in step.kernels_by_category.items()}
+    )
+    top = at.dataframe[-1].value
+    assert top["kernel"][0].startswith("_matmul_ogs") and top["category"][0] == "gemm"
+
+
+def test_top_ops_view_shows_the_python_frames(monkeypatch):
+    at = app(monkeypatch, DATA, VLLM, "Top ops")
+    frames = at.dataframe[-1].value
+    assert frames["frame"][0] == "vllm/v1/worker/gpu_model_runner.py(931): _update_states"
+    assert "frames_chart" in charts(at)
+
+
+def test_the_sidebar_sets_the_steps_regex_and_parts(monkeypatch):
+    at = app(monkeypatch, DATA, VLLM, "Step ledger")
+    at.text_input(key="steps").set_value("forward|execute_.*").run()
+    at.text_area(key="parts").set_value("inputs=_prepare_inputs").run()
+    assert not at.exception
+    assert "found by --steps" in " ".join(c.value for c in at.caption).replace("\\", "")
+    assert any(t["name"] == "host: part: inputs" for t in chart(at, "ledger_chart"))
+    at.text_input(key="steps").set_value("(").run()
+    assert "not a regular expression" in at.error[0].value and not at.exception

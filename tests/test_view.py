@@ -242,15 +242,16 @@ def test_ledger_frame_on_a_cpu_trace_counts_top_level_ops(cached):
 def test_ledger_figure_on_a_gpu_trace_stacks_host_and_gpu_side_by_side(gpu):
     fig = figures.ledger_figure(gpu)
     names = [t.name for t in fig.data]
-    assert names[:7] == ["host: " + label for _, label in figures.HOST_CATEGORIES]
-    assert names[7:9] == ["GPU busy", "GPU idle"] and names[9].startswith("kernel launches per step")
+    n = len(figures.HOST_CATEGORIES)
+    assert names[:n] == ["host: " + label for _, label in figures.HOST_CATEGORIES]
+    assert names[n : n + 2] == ["GPU busy", "GPU idle"] and names[n + 2].startswith("kernel launches per step")
     busy, idle = _traces(fig, "GPU busy")[0], _traces(fig, "GPU idle")[0]
     assert busy.offsetgroup == idle.offsetgroup == "gpu" and fig.data[0].offsetgroup == "host"
     assert np.allclose(np.asarray(idle.base), np.asarray(busy.y))  # idle sits on busy
     ops, attention = fig.data[0], fig.data[1]
     assert np.allclose(np.asarray(attention.base), np.asarray(ops.y))
-    assert list(fig.data[9].y) == [s.launches + s.graph_launches for s in gpu.steps] == [870] * 5
-    assert fig.data[9].yaxis == "y2"
+    assert list(fig.data[n + 2].y) == [s.launches + s.graph_launches for s in gpu.steps] == [870] * 5
+    assert fig.data[n + 2].yaxis == "y2"
 
 
 def test_ledger_figure_on_a_cpu_trace_says_top_level_ops(cached):

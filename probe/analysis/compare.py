@@ -60,11 +60,12 @@ class Metric:
 DECODE_LAUNCHES = Metric("decode_launches", "launches/decode step", "count")
 PREFILL_LAUNCHES = Metric("prefill_launches", "launches/prefill", "count")
 LAUNCHES = Metric("launches", "launches/step", "count")
+KERNELS = Metric("kernels", "kernels/step", "count")  # GPU traces: kernels launched per step, by name
 HOST_US = Metric("host_us_per_step", "host us/step", "timing")
 CACHE_US = Metric("cache_us_per_step", "cache us/step", "timing")
 TTFT_MS = Metric("ttft_ms", "TTFT ms", "timing")
 TOK_S = Metric("decode_tok_s", "decode tok/s", "timing", higher_is_worse=False)
-METRICS = {m.name: m for m in (DECODE_LAUNCHES, PREFILL_LAUNCHES, LAUNCHES, HOST_US, CACHE_US, TTFT_MS, TOK_S)}
+METRICS = {m.name: m for m in (DECODE_LAUNCHES, PREFILL_LAUNCHES, LAUNCHES, KERNELS, HOST_US, CACHE_US, TTFT_MS, TOK_S)}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -152,10 +153,15 @@ def from_analysis(analysis, source: str, meta: dict | None) -> SampleSet:
         launches = [s.dispatched for s in mine]
         names = sorted({n for s in mine for n in s.op_counts})
         ops = {LAUNCHES.name: {n: _median(s.op_counts.get(n, 0) for s in mine) for n in names}}
+        counts = {LAUNCHES.name: _median(launches)}
+        if analysis.on_gpu:  # which kernels run, and how often: a kernel that appears or multiplies alerts by name
+            kernels = sorted({n for s in mine for n in s.kernel_counts})
+            counts[KERNELS.name] = _median(s.kernels for s in mine)
+            ops[KERNELS.name] = {n: _median(s.kernel_counts.get(n, 0) for s in mine) for n in kernels}
         samples = {HOST_US.name: tuple(s.wall_ns / 1e3 for s in mine)}
         if timed_cache:
             samples[CACHE_US.name] = tuple(s.cache_ns / 1e3 for s in mine)
-        units[kind] = Unit(kind, {LAUNCHES.name: _median(launches)}, ops, samples)
+        units[kind] = Unit(kind, counts, ops, samples)
     notes = () if timed_cache else (f"{source}: no cache ranges in the trace, so {CACHE_US.label} is absent",)
     meta = meta or {}
     cfg = meta.get("config", {})
@@ -547,6 +553,8 @@ def compare(
             grown = grown_ops(b.ops.get(name, {}), c.ops.get(name, {}))
             if grown and name in (DECODE_LAUNCHES.name, LAUNCHES.name):
                 diffs[key] = grown
+            elif grown and name == KERNELS.name:
+                diffs[f"{key} (kernels)"] = grown
             row = count_row(key, METRICS[name], b.counts[name], c.counts[name], differ)
             rows.append(row)
             if row.verdict == "regression":

@@ -41,9 +41,10 @@ What a step's ledger says (times are integer ns inside; `_us` values are ns / 10
 - `top_level_ops`: cpu_ops on the step's thread, starting in the window, not nested in another cpu_op (on a
   CPU trace this is the dispatched aten op count). `op_counts`: the same by name. `top_ops`: host self time
   (duration less direct cpu_op children) per op name over every cpu_op on the step's thread in the window.
-- `host_events`: events recorded on the step's thread in its window (ops, ranges, runtime calls, frames). With
-  the profiler's cost per recorded event (`AnalyzeOptions.event_cost_ns`, measured by `probe profile`),
-  `unprofiled_estimate` = wall - host_events x cost: the step as it would run without the profiler.
+- `host_events`, `host_ranges`: the ops, runtime calls and Python frames, and the ranges, recorded on the step's
+  thread in its window. With the profiler's cost per recorded event (`AnalyzeOptions.event_cost`, measured by
+  probe.capture.calibrate when `probe profile` records), `unprofiled_estimate` = wall - host_events x op cost -
+  host_ranges x range cost: the step as it would have run without the profiler.
 """
 
 from __future__ import annotations
@@ -82,6 +83,25 @@ HOST_PARTS = tuple(p for p in BUILTIN_PARTS)  # the built-in host parts, in prio
 
 
 @dataclass(frozen=True)
+class EventCost:
+    """What torch.profiler costs the host per event it records (probe.capture.calibrate measures it): an op or
+    runtime call the dispatcher records, and a range opened from Python (record_function)."""
+
+    op_ns: float
+    range_ns: float
+
+    @classmethod
+    def from_json(cls, doc) -> EventCost | None:
+        """From a sidecar's `event_cost_ns`: {"op": ns, "range": ns}; None when absent or malformed."""
+        if isinstance(doc, dict) and all(isinstance(doc.get(k), int | float) for k in ("op", "range")):
+            return cls(float(doc["op"]), float(doc["range"]))
+        return None
+
+    def to_json(self) -> dict:
+        return {"op": self.op_ns, "range": self.range_ns}
+
+
+@dataclass(frozen=True)
 class AnalyzeOptions:
     """How to read a trace: which ranges are steps, the user's own parts and kernel categories, and the
     profiler's cost per recorded event when it is known."""
@@ -89,7 +109,7 @@ class AnalyzeOptions:
     steps: re.Pattern | None = None  # --steps
     parts: tuple[UserPart, ...] = ()  # --part NAME=REGEX, in priority order
     kernel_rules: tuple[tuple[str, str], ...] = ()  # --kernel-category CATEGORY=REGEX, before the built-in rules
-    event_cost_ns: float | None = None  # the profiler's cost per recorded host event (probe.capture.profile)
+    event_cost: EventCost | None = None  # the profiler's cost per recorded event (probe.capture.calibrate)
     kernel_wait_ns: int = KERNEL_WAIT_NS
 
     @classmethod
@@ -98,7 +118,7 @@ class AnalyzeOptions:
         steps: str | None = None,
         parts: Sequence[str] = (),
         kernel_categories: Sequence[str] = (),
-        event_cost_ns: float | None = None,
+        event_cost: EventCost | None = None,
     ) -> AnalyzeOptions:
         """From the command line's (or the explorer's) text; a one-line ProbeError for anything malformed."""
         reserved = frozenset(_RESERVED)
@@ -106,11 +126,12 @@ class AnalyzeOptions:
         names = [p.name for p in user]
         if len(set(names)) < len(names):
             raise ProbeError(f"--part names must differ: {', '.join(names)}")
-        if event_cost_ns is not None and not (math.isfinite(event_cost_ns) and event_cost_ns >= 0):
-            raise ProbeError(f"--event-cost-ns must be a non-negative number, got {event_cost_ns}")
+        costs = () if event_cost is None else (event_cost.op_ns, event_cost.range_ns)
+        if not all(math.isfinite(x) and x >= 0 for x in costs):
+            raise ProbeError(f"--event-cost-ns: costs must be non-negative numbers, got {', '.join(map(str, costs))}")
         rules = tuple(K.parse_category_rule(text) for text in kernel_categories)
         K.Rules.build(rules)  # checks the patterns now, before any trace is read
-        return cls(compile_steps_regex(steps), user, rules, event_cost_ns)
+        return cls(compile_steps_regex(steps), user, rules, event_cost)
 
 
 @dataclass(frozen=True)
@@ -155,7 +176,8 @@ class StepLedger:
     short_kernels: int
     top_level_ops: int
     cpu_ops: int  # every cpu_op on the step's thread that starts in the window, nested ones included
-    host_events: int
+    host_events: int  # ops, runtime calls and Python frames recorded on the step's thread in its window
+    host_ranges: int  # the ranges recorded there (record_function, NVTX)
     sync_ns: int
     sample_ns: int
     cache_update_ns: int
@@ -302,7 +324,7 @@ class TraceAnalysis:
     kernel_categories: dict[str, int] = field(default_factory=dict)  # category -> ns over the whole trace
     python_frames: tuple[FrameTime, ...] = ()  # the python part of every step by frame, largest first
     user_parts: tuple[str, ...] = ()
-    event_cost_ns: float | None = None
+    event_cost: EventCost | None = None
     rank: int | None = None  # distributedInfo.rank of the trace, when it says
     warnings: tuple[str, ...] = ()
     origin_epoch_ns: int | None = None  # epoch ns of the first event (steps' start_ns count from it), when known
@@ -323,7 +345,7 @@ class TraceAnalysis:
             "on_gpu": self.on_gpu,
             "origin_epoch_ns": self.origin_epoch_ns,
             "user_parts": list(self.user_parts),
-            "event_cost_ns": self.event_cost_ns,
+            "event_cost_ns": self.event_cost.to_json() if self.event_cost else None,
             "steps": [s.to_json() for s in self.steps],
             "totals": self.totals.to_json(),
             "summary": self.summary.to_json(),
@@ -462,8 +484,8 @@ def _op_tables(trace: Trace, lo: np.ndarray, hi: np.ndarray, ops: ThreadOps):
     return top_counts, all_counts, op_counts, top_ops
 
 
-def _host_events(trace: Trace, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    rows = thread_rows(trace, trace.rows(Kind.CPU_OP, Kind.USER_RANGE, Kind.RUNTIME, Kind.PYTHON), pid, tid)
+def _host_events(trace: Trace, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray, *kinds: Kind) -> np.ndarray:
+    rows = thread_rows(trace, trace.rows(*kinds), pid, tid)
     step = assign(trace.ts_ns[rows], lo, hi)
     return np.bincount(step[step >= 0], minlength=len(lo))
 
@@ -537,7 +559,7 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysi
     table = PartTable.build(trace, options.parts)
     part_names = (*table.order, UNATTRIBUTED)
     parts = {p: np.zeros(n, np.int64) for p in part_names}
-    top_counts, all_counts, events = (np.zeros(n, np.int64) for _ in range(3))
+    top_counts, all_counts, events, ranges = (np.zeros(n, np.int64) for _ in range(4))
     op_counts: list[dict[str, int]] = [{} for _ in range(n)]
     top_ops: list[tuple[OpTime, ...]] = [() for _ in range(n)]
     frame_rows = []
@@ -552,7 +574,8 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysi
         frame_rows.append((sel[split.frame_step], split.frame_id, split.frame_self_ns, split.frame_calls))
         tc, ac, oc, to = _op_tables(trace, lo, hi, ops)
         top_counts[sel], all_counts[sel] = tc, ac
-        events[sel] = _host_events(trace, pid, tid, lo, hi)
+        events[sel] = _host_events(trace, pid, tid, lo, hi, Kind.CPU_OP, Kind.RUNTIME, Kind.PYTHON)
+        ranges[sel] = _host_events(trace, pid, tid, lo, hi, Kind.USER_RANGE, Kind.PROFILER_STEP)
         for j, s in enumerate(sel.tolist()):
             op_counts[s], top_ops[s] = oc[j], to[j]
     f_step, f_id, f_self, f_calls = (
@@ -573,7 +596,7 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysi
     on_gpu = totals.gpu_ops + totals.launches + totals.graph_launches > 0
     dispatched = launches + graphs if on_gpu else top_counts
     t0 = trace.start_ns
-    cost = options.event_cost_ns
+    cost = options.event_cost
     ledgers = [
         StepLedger(
             name=steps.names[i],
@@ -604,9 +627,12 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysi
             top_level_ops=int(top_counts[i]),
             cpu_ops=int(all_counts[i]),
             host_events=int(events[i]),
+            host_ranges=int(ranges[i]),
             **{f"{p}_ns": int(parts[p][i]) for p in (*BUILTIN_PARTS, UNATTRIBUTED)},
             user_parts_ns={p.name: int(parts[p.name][i]) for p in options.parts},
-            unprofiled_estimate_ns=None if cost is None else float(steps.end[i] - steps.start[i]) - events[i] * cost,
+            unprofiled_estimate_ns=None
+            if cost is None
+            else float(steps.end[i] - steps.start[i] - events[i] * cost.op_ns - ranges[i] * cost.range_ns),
             op_counts=op_counts[i],
             top_ops=top_ops[i],
             kernel_counts=kernel_counts[i],
@@ -629,7 +655,7 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysi
         kernel_categories=all_categories,
         python_frames=python_frames,
         user_parts=tuple(p.name for p in options.parts),
-        event_cost_ns=cost,
+        event_cost=cost,
         rank=getattr(trace, "rank", None),
         warnings=tuple(warnings),
         origin_epoch_ns=origin,
@@ -832,6 +858,7 @@ def steady_steps(analysis: TraceAnalysis) -> list[StepLedger]:
 __all__ = [
     "HOST_PARTS",
     "AnalyzeOptions",
+    "EventCost",
     "OpTime",
     "StepDigest",
     "StepLedger",

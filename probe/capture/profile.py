@@ -35,6 +35,7 @@ from probe.analysis.results import Clock
 from probe.analysis.telemetry import cell_telemetry, decode_windows, write_samples
 from probe.capture import annotate as A
 from probe.capture.bench import check_writable
+from probe.capture.calibrate import event_costs
 from probe.capture.config import BenchConfig, ProfileConfig, validate
 from probe.capture.env import environment
 from probe.capture.loop import generate
@@ -124,6 +125,8 @@ def profile_torch(cfg: ProfileConfig, out: Path, model=None) -> Capture:
         itl_ms=[s / 1e6 for s in gen.step_ns],
         tokens=gen.tokens.tolist(),
         telemetry=telemetry.to_json(),
+        # after the recorded run, so calibrating cannot warm what the run measured; probe analyze reads it
+        event_cost_ns=event_costs(device).to_json(),
     )
     return Capture(trace, meta)
 

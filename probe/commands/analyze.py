@@ -53,24 +53,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--event-cost-ns",
-        type=float,
-        metavar="NS",
-        help="the profiler's cost per recorded event, for the unprofiled-step estimate (default: the "
-        "trace's .meta.json, written by probe profile)",
+        metavar="OP,RANGE",
+        help="the profiler's cost per recorded op and per range, ns, for the unprofiled-step estimate (default: "
+        "the trace's .meta.json, which probe profile writes)",
     )
 
 
 def options_from(args: argparse.Namespace, trace_path: Path):
     """AnalyzeOptions from the flags; the event cost from the trace's sidecar when the flag does not give it."""
     from probe.analysis.files import trace_meta
-    from probe.analysis.ledger import AnalyzeOptions
+    from probe.analysis.ledger import AnalyzeOptions, EventCost
 
-    cost = args.event_cost_ns
-    if cost is None:
-        cost = (trace_meta(trace_path) or {}).get("event_cost_ns")
-    return AnalyzeOptions.parse(
-        args.steps, args.part, args.kernel_category, cost if isinstance(cost, int | float) else None
-    )
+    if args.event_cost_ns is not None:
+        cost = parse_event_cost(args.event_cost_ns)
+    else:
+        cost = EventCost.from_json((trace_meta(trace_path) or {}).get("event_cost_ns"))
+    return AnalyzeOptions.parse(args.steps, args.part, args.kernel_category, cost)
+
+
+def parse_event_cost(text: str):
+    from probe.analysis.ledger import EventCost
+    from probe.errors import ProbeError
+
+    try:
+        op, _, rng = text.partition(",")
+        return EventCost(float(op), float(rng or op))
+    except ValueError:
+        raise ProbeError(f"--event-cost-ns {text!r}: use OP,RANGE in ns (e.g. 180,5000)") from None
 
 
 def main(args: argparse.Namespace) -> int:
@@ -152,7 +161,7 @@ def _table(title: str, columns, left=("step", "name", "frame", "category", "kind
 
 def steps_table(result):
     """One row a step: wall time, what it dispatched, and its GPU window (on a GPU trace)."""
-    gpu, estimate = result.on_gpu, result.event_cost_ns is not None
+    gpu, estimate = result.on_gpu, result.event_cost is not None
     rank = f", rank {result.rank}" if result.rank is not None else ""
     cols = ["#", "step", "kind", "start", "wall"] + (["unprofiled est."] if estimate else [])
     cols += (
@@ -278,12 +287,13 @@ def step_table(s, result):
         ("kernels under 5 us", str(s.short_kernels), ""),
         ("top-level ops", str(s.top_level_ops), ""),
         ("cpu ops (all depths)", str(s.cpu_ops), ""),
-        ("host events recorded", str(s.host_events), ""),
+        ("host events recorded (ops, calls, frames / ranges)", f"{s.host_events} / {s.host_ranges}", ""),
     ]
     if s.unprofiled_estimate_ns is not None:
         rows.append(
             (
-                f"unprofiled estimate ms ({result.event_cost_ns:.0f} ns an event)",
+                f"unprofiled estimate ms ({s.host_events} events x {result.event_cost.op_ns:.0f} ns, "
+                f"{s.host_ranges} ranges x {result.event_cost.range_ns:.0f} ns)",
                 _ms(s.unprofiled_estimate_ns),
                 _pct(s.unprofiled_estimate_ns / wall),
             )

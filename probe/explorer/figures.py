@@ -25,6 +25,7 @@ from probe.errors import ProbeError
 MAX_SHADED = 200  # cache ranges shaded on one timeline; beyond this the bars' own colour carries it
 
 # The ledger's host partition as the app groups it (probe.analysis.ledger.HOST_PARTS, the three cache parts as one).
+# A trace analyzed with --part gets the user's parts in front (host_categories).
 HOST_CATEGORIES = (
     ("ops", "model ops"),
     ("attention", "attention"),
@@ -32,8 +33,11 @@ HOST_CATEGORIES = (
     ("mask", "mask"),
     ("sample", "sampling"),
     ("sync", "sync"),
+    ("python", "Python frames"),
     ("unattributed", "unattributed"),
 )
+USER_PART_COLORS = ("#17becf", "#bcbd22", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
+KERNEL_NAME_WIDTH = 60  # on an axis; the hover and the tables carry the whole name
 GPU_CATEGORIES = (("gpu_busy", "GPU busy"), ("gpu_idle", "GPU idle"))
 COLORS = {
     "ops": "#9aa5b1",
@@ -46,6 +50,7 @@ COLORS = {
     "sample": "#2ca58d",
     "sync": "#8c564b",
     "unattributed": "#d9dde2",
+    "python": "#c9a227",
     "range": "#a7c7e7",
     "gpu_busy": "#1f77b4",
     "gpu_idle": "#aec7e8",
@@ -187,13 +192,27 @@ def ledger_frame(analysis) -> pd.DataFrame:
             "step": s.name,
             "kind": s.kind,
             "wall_ms": s.wall_ns / 1e6,
+            "gpu_window_ms": s.gpu_window_ns / 1e6,
             "gpu_busy_ms": s.gpu_busy_ns / 1e6,
             "gpu_idle_ms": s.gpu_idle_ns / 1e6,
         }
+        row |= {f"{key}_ms": ns / 1e6 for key, ns in s.user_parts_ns.items()}
         row |= {f"{key}_ms": getattr(s, f"{key}_ns") / 1e6 for key, _ in HOST_CATEGORIES}
         row["dispatch"] = s.dispatched
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def host_categories(analysis) -> tuple[tuple[str, str], ...]:
+    """The host parts as the app draws them: the user's --part's first, then HOST_CATEGORIES."""
+    return tuple((p, f"part: {p}") for p in analysis.user_parts) + HOST_CATEGORIES
+
+
+def color_of(key: str, analysis=None) -> str:
+    if key in COLORS:
+        return COLORS[key]
+    parts = list(analysis.user_parts) if analysis is not None else []
+    return USER_PART_COLORS[parts.index(key) % len(USER_PART_COLORS)] if key in parts else "#c0c0c0"
 
 
 def ledger_figure(analysis) -> go.Figure:
@@ -203,9 +222,9 @@ def ledger_figure(analysis) -> go.Figure:
     gpu = analysis.on_gpu
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     x = frame["step"]
-    _stack(fig, x, frame, HOST_CATEGORIES, "host", "host: ")
+    _stack(fig, x, frame, host_categories(analysis), "host", "host: ", analysis)
     if gpu:
-        _stack(fig, x, frame, GPU_CATEGORIES, "gpu", "")
+        _stack(fig, x, frame, GPU_CATEGORIES, "gpu", "", analysis)
     fig.add_trace(
         go.Scatter(
             x=x,
@@ -237,7 +256,7 @@ def ledger_figure(analysis) -> go.Figure:
     return fig
 
 
-def _stack(fig: go.Figure, x, frame: pd.DataFrame, categories, group: str, prefix: str) -> None:
+def _stack(fig: go.Figure, x, frame: pd.DataFrame, categories, group: str, prefix: str, analysis=None) -> None:
     """Bars of one offset group stacked by explicit bases, so two stacks can stand side by side."""
     base = pd.Series(0.0, index=frame.index)
     for key, label in categories:
@@ -249,7 +268,7 @@ def _stack(fig: go.Figure, x, frame: pd.DataFrame, categories, group: str, prefi
                 base=base.copy(),
                 name=prefix + label,
                 offsetgroup=group,
-                marker_color=COLORS[key],
+                marker_color=color_of(key, analysis),
                 hovertemplate="%{y:.3f} ms",
             ),
             secondary_y=False,
@@ -414,6 +433,148 @@ def top_ops_figure(ops, title: str = "") -> go.Figure:
     return fig
 
 
+def frames_frame(frames) -> pd.DataFrame:
+    """Python frames (probe.analysis.host.FrameTime) by self time: the python part of the ledger, by frame."""
+    rows = [{"frame": f.frame, "self_ms": f.self_ns / 1e6, "count": f.count} for f in frames]
+    return pd.DataFrame(rows, columns=["frame", "self_ms", "count"])
+
+
+def frames_figure(frames, title: str = "") -> go.Figure:
+    frame = frames_frame(frames).iloc[::-1]
+    fig = go.Figure(
+        go.Bar(
+            x=frame["self_ms"],
+            y=[_short(f) for f in frame["frame"]],
+            orientation="h",
+            marker_color=COLORS["python"],
+            customdata=frame[["frame", "count"]],
+            hovertemplate="%{customdata[0]}: %{x:.3f} ms self, %{customdata[1]} call(s)<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        height=max(260, 26 * len(frame) + 80),
+        title=title,
+        xaxis_title="Python self time (ms)",
+        margin={"t": 40 if title else 10, "b": 10, "l": 10},
+    )
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 4b. kernels
+
+KERNEL_COLORS = {
+    "gemm": "#1f77b4",
+    "attention": "#7b61ff",
+    "norm": "#e98ebf",
+    "elementwise": "#9aa5b1",
+    "rotary": "#bcbd22",
+    "kv_cache": "#e4572e",
+    "reduction": "#17becf",
+    "sampling": "#2ca58d",
+    "communication": "#8c564b",
+    "moe": "#ff7f0e",
+    "conv": "#2ca02c",
+    "quantize": "#f6c344",
+    "memcpy": "#aec7e8",
+    "memset": "#c5b0d5",
+    "other": "#d9dde2",
+}
+
+
+def _short(name: str, width: int = KERNEL_NAME_WIDTH) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def kernels_frame(stats) -> pd.DataFrame:
+    """Kernels (probe.analysis.kernels.KernelStat) by total GPU time, with the full name."""
+    rows = [
+        {
+            "kernel": k.name,
+            "category": k.category,
+            "count": k.count,
+            "total_ms": k.total_ns / 1e6,
+            "mean_us": k.mean_ns / 1e3,
+            "p50_us": k.p50_ns / 1e3,
+            "max_us": k.max_ns / 1e3,
+            "share_of_busy": k.share_of_busy,
+        }
+        for k in stats
+    ]
+    columns = ["kernel", "category", "count", "total_ms", "mean_us", "p50_us", "max_us", "share_of_busy"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def kernels_figure(stats, title: str = "") -> go.Figure:
+    """Top kernels by total time, coloured by category; the hover has the whole name."""
+    frame = kernels_frame(stats).iloc[::-1]
+    fig = go.Figure(
+        go.Bar(
+            x=frame["total_ms"],
+            y=[f"{i}. {_short(n)}" for i, n in zip(range(len(frame), 0, -1), frame["kernel"], strict=True)],
+            orientation="h",
+            marker_color=[KERNEL_COLORS.get(c, "#c0c0c0") for c in frame["category"]],
+            customdata=frame[["kernel", "category", "count"]],
+            hovertemplate="%{customdata[0]}<br>%{customdata[1]}: %{x:.3f} ms in %{customdata[2]} launch(es)"
+            "<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        height=max(280, 26 * len(frame) + 80),
+        title=title,
+        xaxis_title="GPU time (ms)",
+        margin={"t": 40 if title else 10, "b": 10, "l": 10},
+    )
+    return fig
+
+
+def kernel_category_frame(analysis) -> pd.DataFrame:
+    """One row a step and category: the step's GPU time in kernels of that category (ms)."""
+    rows = [
+        {"position": s.position, "step": s.name, "category": c, "ms": ns / 1e6}
+        for s in analysis.steps
+        for c, ns in s.kernels_by_category.items()
+    ]
+    return pd.DataFrame(rows, columns=["position", "step", "category", "ms"])
+
+
+def kernel_category_figure(analysis) -> go.Figure:
+    """One stacked bar a step: its GPU time by kernel category; the step's GPU busy time as a line (categories
+    can sum past it when kernels overlap on several streams)."""
+    frame = kernel_category_frame(analysis)
+    fig = go.Figure()
+    steps = [s.name for s in analysis.steps]
+    for category, rows in frame.groupby("category", sort=False):
+        by_step = dict(zip(rows["step"], rows["ms"], strict=True))
+        fig.add_trace(
+            go.Bar(
+                x=steps,
+                y=[by_step.get(s, 0.0) for s in steps],
+                name=category,
+                marker_color=KERNEL_COLORS.get(category, "#c0c0c0"),
+                hovertemplate="%{y:.3f} ms",
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=steps,
+            y=[s.gpu_busy_ns / 1e6 for s in analysis.steps],
+            mode="lines+markers",
+            name="GPU busy",
+            line={"color": "black", "width": 1.5},
+        )
+    )
+    fig.update_layout(
+        barmode="stack",
+        height=420,
+        margin={"t": 30, "b": 10},
+        legend={"orientation": "h", "y": -0.2},
+        yaxis_title="GPU ms per step",
+        hovermode="x unified",
+    )
+    return fig
+
+
 # ---------------------------------------------------------------------------------------------------------
 # 5. compare
 
@@ -423,7 +584,7 @@ def trace_categories(analysis) -> dict[str, float]:
     the dispatch count. Means, not medians, so the host categories still add up to the wall time."""
     frame = ledger_frame(analysis)
     frame = frame[frame["position"].isin([s.position for s in steady_steps(analysis)])]
-    keys = ["wall"] + [k for k, _ in HOST_CATEGORIES]
+    keys = ["wall"] + [k for k, _ in host_categories(analysis)]
     if analysis.on_gpu:  # a CPU-only trace has no GPU side to compare
         keys += [k for k, _ in GPU_CATEGORIES]
     out = {k: float(frame[f"{k}_ms"].mean()) for k in keys}
@@ -432,6 +593,7 @@ def trace_categories(analysis) -> dict[str, float]:
 
 
 CATEGORY_LABELS = {"wall": "wall", **dict(HOST_CATEGORIES), **dict(GPU_CATEGORIES), "dispatch": "dispatch / step"}
+# (a trace analyzed with --part adds its parts: trace_compare_frame)
 
 
 def delta_frame(base: Mapping[str, float], cur: Mapping[str, float], labels: Mapping[str, str]) -> pd.DataFrame:
@@ -454,7 +616,13 @@ def delta_frame(base: Mapping[str, float], cur: Mapping[str, float], labels: Map
 
 
 def trace_compare_frame(base_analysis, cur_analysis) -> pd.DataFrame:
-    return delta_frame(trace_categories(base_analysis), trace_categories(cur_analysis), CATEGORY_LABELS)
+    labels = {
+        "wall": "wall",
+        **dict(host_categories(cur_analysis)),
+        **dict(GPU_CATEGORIES),
+        "dispatch": "dispatch / step",
+    }
+    return delta_frame(trace_categories(base_analysis), trace_categories(cur_analysis), labels)
 
 
 def trace_compare_figure(frame: pd.DataFrame, base_name: str, cur_name: str) -> go.Figure:

@@ -1,0 +1,83 @@
+"""What torch.profiler itself costs the host, per event it records, on this machine.
+
+A profiled step is slower than an unprofiled one: every op, range and runtime call the profiler records costs
+the host a little, and the ledger finds that cost in the step's wall time (mostly as `unattributed`, the gaps
+between events the profiler widens). Two kinds of event cost very different amounts, so each gets
+its own figure: an op the dispatcher records (aten ops, runtime calls) costs a fraction of a microsecond, while a
+range opened from Python (`record_function`, what probe's annotations become under the profiler) costs several.
+`event_costs` measures both: a small workload of nested aten ops, and a loop of probe's own ranges, each run
+with and without the profiler, alternating, the extra time divided by the events recorded. `probe profile`
+writes them into the trace's sidecar; `probe analyze` then shows, beside each step, wall - ops x op cost -
+ranges x range cost: the step as it would have run unprofiled (benchmarks/reconcile.py checks that against the
+bench's own ITL).
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+
+import torch
+
+from probe.analysis.ledger import EventCost
+from probe.capture import annotate as A
+
+CALIBRATION_REPS = 15  # alternating pairs: the median of the pairs' differences shrugs off a preempted run
+WORKLOAD_ITERS = 200  # each iteration records 10 ops, 5 of them nested: linear (t, addmm), relu, add, sum
+RANGE_ITERS = 1000  # probe ranges a calibration run opens
+
+
+def _workload(x: torch.Tensor, w: torch.Tensor, iters: int) -> None:
+    for _ in range(iters):
+        y = torch.nn.functional.linear(x, w)  # aten::linear -> aten::t -> aten::transpose, aten::addmm ...
+        y = torch.relu(y)
+        x = (x + y).sum(dim=0, keepdim=True).expand_as(x).contiguous()
+
+
+def _timed(fn) -> int:
+    t0 = time.perf_counter_ns()
+    fn()
+    return time.perf_counter_ns() - t0
+
+
+def _per_event(run, activities, reps: int, kind) -> float:
+    """(profiled - plain) / events recorded of `kind`, the median over alternating pairs."""
+    run()  # warm
+    with torch.profiler.profile(activities=activities) as prof:  # count what one run records
+        run()
+    events = sum(1 for e in prof.events() if kind(e))
+    diffs = []
+    for _ in range(reps):
+        plain = _timed(run)
+        with torch.profiler.profile(activities=activities):
+            profiled = _timed(run)
+        diffs.append(profiled - plain)
+    return max(statistics.median(diffs), 0) / max(events, 1)
+
+
+@functools.cache  # once a process and device: probe run profiles several engines
+def event_costs(device: torch.device, reps: int = CALIBRATION_REPS) -> EventCost:
+    """The profiler's host cost per recorded op and per probe range (ns), with the activities `probe profile`
+    uses on `device`."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    x = torch.randn(4, 64, device=device)
+    w = torch.randn(64, 64, device=device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    annotator = A.Annotator(nvtx=False)
+
+    def ops() -> None:
+        _workload(x, w, WORKLOAD_ITERS)
+        sync()
+
+    def ranges() -> None:
+        for i in range(RANGE_ITERS):
+            with annotator("calibrate", i):  # a no-op unless the profiler runs, as in the decode loop
+                pass
+
+    with torch.inference_mode():
+        op_ns = _per_event(ops, activities, reps, lambda e: e.device_type == torch.autograd.DeviceType.CPU)
+        range_ns = _per_event(ranges, activities, reps, lambda e: e.name.startswith("calibrate"))
+    return EventCost(op_ns=op_ns, range_ns=range_ns)
