@@ -203,16 +203,28 @@ def test_the_app_draws_every_kind_of_chart_in_chromium(browser, capsys, tmp_path
         compare = open_view(
             page, url, alerts, "current: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz", SCREENSHOTS / "compare.png"
         )
-        assert [t["n"] for t in compare[0]] == [8, 8]  # wall and the 7 host categories: a CPU trace has no GPU
+        assert [t["n"] for t in compare[0]] == [9, 9]  # wall and the 8 host categories: a CPU trace has no GPU
+
+        kernels = open_view(
+            page,
+            url,
+            {"source": "trace: rocm_vllm_decode_cudagraph.trace.json.gz", "view": "Kernels"},
+            "gemm",
+            SCREENSHOTS / "kernels.png",
+        )
+        categories = {t["name"] for t in kernels[0]}
+        assert {"gemm", "attention", "kv_cache", "GPU busy"} <= categories
+        assert len(kernels[1]) == 1 and kernels[1][0]["n"] == 20  # the top 20 kernels of the trace
         assert not errors, errors
     with capsys.disabled():
         print(f"\napp screenshots: {SCREENSHOTS}")
-    for name in ("sweep", "ledger-cpu", "one-step", "ledger-gpu", "compare"):
+    for name in ("sweep", "ledger-cpu", "one-step", "ledger-gpu", "compare", "kernels"):
         assert (SCREENSHOTS / f"{name}.png").stat().st_size > 10_000
 
 
-def readme_screenshots(root: Path, out: Path, run: str, trace: str) -> None:
-    """The README's pictures: the sweep of a run and the step ledger of a trace, on this machine's data."""
+def readme_screenshots(root: Path, out: Path, run: str, trace: str, gpu_trace: str | None = None) -> None:
+    """The README's pictures: the sweep of a run and the step ledger of a trace, on this machine's data, and the
+    Kernels view of a GPU trace."""
     from playwright.sync_api import sync_playwright
 
     with serve(root, out / "streamlit.log") as (url, _), sync_playwright() as pw:
@@ -220,6 +232,8 @@ def readme_screenshots(root: Path, out: Path, run: str, trace: str) -> None:
         page = b.new_page(viewport={"width": 1400, "height": 860})
         open_view(page, url, {"source": f"run: {run}"}, run.split("/")[-1] and "cached", out / "app-sweep.png")
         open_view(page, url, {"source": f"trace: {trace}"}, "host: model ops", out / "app-ledger.png")
+        if gpu_trace:
+            open_view(page, url, {"source": f"trace: {gpu_trace}", "view": "Kernels"}, "gemm", out / "app-kernels.png")
         b.close()
     (out / "streamlit.log").unlink()
 
@@ -229,6 +243,7 @@ if __name__ == "__main__":
     cli.add_argument("--root", type=Path, required=True)
     cli.add_argument("--run", required=True, help="run folder, relative to the root")
     cli.add_argument("--trace", required=True, help="trace file, relative to the root")
+    cli.add_argument("--gpu-trace", help="a GPU trace for the Kernels view, relative to the root")
     cli.add_argument("--out", type=Path, default=ROOT / "docs")
     a = cli.parse_args()
-    readme_screenshots(a.root, a.out, a.run, a.trace)
+    readme_screenshots(a.root, a.out, a.run, a.trace, a.gpu_trace)
