@@ -463,3 +463,17 @@ def test_unprofiled_estimate_is_wall_less_the_profilers_cost_per_event():
     assert json.loads(result.stdout)["steps"][1]["unprofiled_estimate_us"] == 84.1
     bad = run_probe("analyze", str(DATA / "hand_decode.trace.json.gz"), "--event-cost-ns", "lots")
     assert bad.returncode == 2 and "use OP,RANGE" in bad.stderr
+
+
+def test_a_graph_launch_without_its_kernels_is_said(tmp_path):
+    """A graph replayed while the profiler could not see it: the step's GPU side would read as idle. decode#0 of
+    the hand trace launches gemv directly and replays a graph of two kernels; drop those two."""
+    assert not any("launched a graph" in w for w in analyze(load_trace(DATA / "hand_decode.trace.json.gz")).warnings)
+    doc = json.loads(gzip.decompress((DATA / "hand_decode.trace.json.gz").read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("graph_kernel")]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    a = analyze(load_trace(path))
+    assert (a.steps[1].graph_launches, a.steps[1].kernels) == (1, 1)  # gemv only
+    (warning,) = [w for w in a.warnings if "launched a graph" in w]
+    assert warning.startswith("1 step(s) launched a graph but hold none of its kernels (decode#0)")

@@ -642,6 +642,16 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysi
         )
         for i in range(n)
     ]
+    # a graph launch none of whose replayed kernels is in the trace: the profiler missed the replay
+    replayed = np.isin(gpu.rt_rows, gpu.op_launch[gpu.op_launch >= 0])
+    blind_steps = np.unique(gpu.rt_step[in_step & is_graph & ~replayed])
+    blind = [ledgers[i].name for i in blind_steps.tolist()]
+    if blind:
+        warnings.append(
+            f"{len(blind)} step(s) launched a graph but hold none of its kernels ({', '.join(blind[:3])}"
+            f"{', ...' if len(blind) > 3 else ''}): the profiler did not record the replays, so their GPU "
+            "side reads as idle. Initialise it for graphs before the graph is captured"
+        )
     origin = None if trace.base_ns is None or not len(trace) else int(trace.base_ns + trace.start_ns)
     return TraceAnalysis(
         format=trace.format,
