@@ -194,3 +194,21 @@ def _host(events, lo, hi, pid, tid, user):
     covered_to = min(hi, marks[-1][0]) if marks else hi
     parts["unattributed"] += (covered_from - lo) + (hi - max(covered_to, covered_from))
     return parts, frames
+
+
+def top_level_ops(events: list[Event], lo: int, hi: int, pid, tid) -> int:
+    """cpu_ops on the thread starting in [lo, hi] and not inside another cpu_op: walk them in start order."""
+    count, open_until = 0, None
+    for e in sorted(
+        (e for e in events if e.cat in ("cpu_op", "operator") and e.pid == pid and e.tid == tid),
+        key=lambda e: (e.start, -e.end),
+    ):
+        if open_until is None or e.start >= open_until:
+            count += lo <= e.start <= hi
+        open_until = e.end if open_until is None else max(open_until, e.end)
+    return count
+
+
+def step_ranges(events: list[Event], names) -> list[Event]:
+    """The user ranges with these names, in start order (probe's prefill and decode#i, say)."""
+    return sorted((e for e in events if e.cat == "user_annotation" and e.name in names), key=lambda e: e.start)

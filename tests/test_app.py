@@ -17,6 +17,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from probe.explorer.sources import ROOT_ENV
+from tests import oracle
 
 ROOT = Path(__file__).resolve().parents[1]
 APP_PY = ROOT / "app.py"
@@ -61,6 +62,13 @@ def _decode(value):
 
 def named(traces: list[dict], name: str) -> list[dict]:
     return [t for t in traces if t.get("name") == name]
+
+
+def top_level_ops_per_step(source: str) -> list[int]:
+    """Each prefill / decode#i step's top-level cpu_ops, counted from the trace's events by tests/oracle.py."""
+    events = oracle.read(DATA / source.removeprefix("trace: "))
+    steps = oracle.step_ranges(events, {"prefill", *(f"decode#{i}" for i in range(64))})
+    return [oracle.top_level_ops(events, s.start, s.end, s.pid, s.tid) for s in steps]
 
 
 # ---- empty, missing and hostile roots ------------------------------------------------------------------------
@@ -155,9 +163,10 @@ def test_step_ledger_of_our_cpu_trace(monkeypatch):
     cache = named(traces, "host: cache bookkeeping")[0]
     assert cache["x"] == steps and all(y > 0 for y in cache["y"])
     line = [t for t in traces if t["type"] == "scatter"][0]
-    assert line["name"].startswith("top-level ops per step") and line["y"] == [271] + [263] * 5
+    counts = top_level_ops_per_step(CACHED)  # a stack walk over the trace's own events, step by step
+    assert line["name"].startswith("top-level ops per step") and line["y"] == counts
     assert not named(traces, "GPU busy")
-    assert at.metric[1].label == "top-level ops / step" and at.metric[1].value == "263"
+    assert at.metric[1].label == "top-level ops / step" and at.metric[1].value == f"{counts[-1]}"
 
 
 def test_step_ledger_of_a_public_gpu_trace(monkeypatch):
@@ -231,7 +240,9 @@ def test_compare_two_traces_by_category(monkeypatch):
     assert [t["name"] for t in traces] == [f"baseline: {NAIVE[7:]}", f"current: {CACHED[7:]}"]
     table = at.dataframe[0].value.set_index("what")
     assert table.loc["cache bookkeeping", "baseline"] == 0 and table.loc["cache bookkeeping", "current"] > 0
-    assert table.loc["dispatch / step", "delta"] == 263 - 249
+    decode = slice(1, None)  # the decode steps: their mean is what the comparison holds
+    cached, naive = top_level_ops_per_step(CACHED)[decode], top_level_ops_per_step(NAIVE)[decode]
+    assert table.loc["dispatch / step", "delta"] == sum(cached) / len(cached) - sum(naive) / len(naive)
 
 
 def test_compare_two_runs_cell_by_cell(monkeypatch):
@@ -248,7 +259,8 @@ def test_alerts_name_the_ops_that_grew(monkeypatch):
     at = app(monkeypatch, DATA, CACHED, "Alerts", baseline=NAIVE)
     assert at.error[0].value == "REGRESSION: 2 alert(s)"
     alerts = [m.value for m in at.markdown if m.value.startswith("- ")]
-    assert len(alerts) == 2 and "**decode** launches/step 249" in alerts[1] and "aten::copy\\_" in alerts[1]
+    naive = top_level_ops_per_step(NAIVE)[-1]
+    assert len(alerts) == 2 and f"**decode** launches/step {naive}" in alerts[1] and "aten::copy\\_" in alerts[1]
     assert "launches/step" in at.dataframe[0].value["metric"].tolist()
 
 

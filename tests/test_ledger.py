@@ -339,7 +339,7 @@ def test_nsys_hand_fixture(tmp_path):
     )
 
 
-# --- the public traces: the shared README's reference figures -------------------------------------------
+# --- the public traces: their reference figures (tests/data/PROVENANCE.md) -----------------------------------
 
 REFERENCE = {  # file: (kernels, launches, graph_launches, gpu_ops, gpu_busy_us, [kernels per ProfilerStep])
     "h100_hf_qwen1.5-0.5b_prefill_b16": (1465, 1029, 0, 1707, 45647.311, [1029]),
