@@ -26,6 +26,11 @@ st.set_page_config(page_title="probe explorer", layout="wide")
 LOAD_ERRORS = (ProbeError, OSError)  # probe's loaders turn bad input into a one-line ProbeError
 
 
+def md(value) -> str:
+    """Any text the app did not write (file names, model names, error messages) as plain text in Markdown."""
+    return figures.md_escape(str(value))
+
+
 @st.cache_data(max_entries=16, show_spinner="Reading the run")
 def load_run(path: str, stamp: tuple):
     return load_results(path), load_report(Path(path))
@@ -83,7 +88,7 @@ def show_telemetry(folder) -> None:
                 figures.telemetry_figure(load_telemetry(str(f), sources.stamp(f))), key=f"telemetry_{f.name}"
             )
         except ProbeError as e:
-            st.error(figures.md_escape(str(e)))
+            st.error(md(e))
 
 
 def show_trace_telemetry(path: Path, analysis) -> None:
@@ -99,21 +104,21 @@ def show_trace_telemetry(path: Path, analysis) -> None:
         if offset is None:
             st.caption("No clock anchor in the sidecar, so the samples are drawn from their own start.")
     except ProbeError as e:
-        st.error(figures.md_escape(str(e)))
+        st.error(md(e))
 
 
 # ---- the root and what lies under it ------------------------------------------------------------------------
 
 ROOT = sources.app_root(sys.argv, os.environ)
 st.sidebar.title("probe explorer")
-st.sidebar.caption(f"root: `{ROOT}`")
+st.sidebar.caption(f"root: {md(ROOT)}")
 if not ROOT.is_dir():
-    st.error(f"The root `{ROOT}` is not a folder. Start the app with `probe app --root DIR`.")
+    st.error(f"The root {md(ROOT)} is not a folder. Start the app with `probe app --root DIR`.")
     st.stop()
 found, truncated = sources.list_sources(ROOT)
 if not found:
     st.info(
-        f"Nothing to show under `{ROOT}`: no run folders (results.json) and no traces (.trace.json, .json.gz, "
+        f"Nothing to show under {md(ROOT)}: no run folders (results.json) and no traces (.trace.json, .json.gz, "
         ".sqlite). Record some with `probe run` or `probe profile`, or point the app elsewhere with "
         "`probe app --root DIR`."
     )
@@ -153,20 +158,20 @@ chosen = st.radio(
 try:
     loaded, report, path = load_source(ROOT, source)
 except LOAD_ERRORS as e:
-    st.error(f"Cannot show `{source.rel}`: {figures.md_escape(str(e))}")
+    st.error(f"Cannot show {md(source.rel)}: {md(e)}")
     st.stop()
 
 # ---- 1. sweep ------------------------------------------------------------------------------------------------
 
 if chosen == "Sweep":
     env = loaded.env
-    st.subheader(f"{loaded.config.get('model', '?')} {env.get('dtype', '')} on {env.get('device_name', '?')}")
+    st.subheader(md(f"{loaded.config.get('model', '?')} {env.get('dtype', '')} on {env.get('device_name', '?')}"))
     st.plotly_chart(figures.sweep_figure(loaded, report), key="sweep_chart")
     frame = figures.sweep_frame(loaded)
     if frame["mismatch"].any():
         st.error(
             "Tokens differ from naive's for: "
-            + ", ".join(f"{r.line} p{r.prompt_tokens}" for r in frame[frame["mismatch"]].itertuples())
+            + md(", ".join(f"{r.line} p{r.prompt_tokens}" for r in frame[frame["mismatch"]].itertuples()))
         )
     if report is None:
         st.caption(
@@ -175,9 +180,9 @@ if chosen == "Sweep":
     else:
         m = report.machine
         st.caption(
-            f"Dashed on ITL: the host floor, {m.floor_ms:.2f} ms ({m.floor_source}), and the "
+            f"Dashed on ITL: the host floor, {m.floor_ms:.2f} ms ({md(m.floor_source)}), and the "
             f"bandwidth roofline, the step's memory traffic at {m.bandwidth_bytes_s / 1e9:.1f} GB/s "
-            f"({m.bandwidth_source}). Dash-dot on tokens/s: the prediction they make together, "
+            f"({md(m.bandwidth_source)}). Dash-dot on tokens/s: the prediction they make together, "
             "1000 / max(floor, traffic)."
         )
     if not loaded.complete:
@@ -190,7 +195,7 @@ if chosen == "Sweep":
 elif chosen == "Step ledger":
     s = loaded.summary
     cols = st.columns(4)
-    st.caption(f"{len(loaded.steps)} step(s), found by {figures.md_escape(loaded.step_rule)}.")
+    st.caption(f"{len(loaded.steps)} step(s), found by {md(loaded.step_rule)}.")
     cols[0].metric("step p50", f"{s.step_p50_us / 1e3:.3f} ms")
     cols[1].metric(s.dispatch + " / step", f"{s.launches_per_step:g}")
     if loaded.on_gpu:
@@ -208,7 +213,7 @@ elif chosen == "Step ledger":
     )
     st.dataframe(figures.ledger_frame(loaded), key="ledger_table", hide_index=True)
     for w in loaded.warnings:
-        st.warning(figures.md_escape(w))
+        st.warning(md(w))
     show_trace_telemetry(path, loaded)
 
 # ---- 3. one step ---------------------------------------------------------------------------------------------
@@ -227,7 +232,7 @@ elif chosen == "One step":
     else:
         cols[3].metric("unattributed", f"{step.unattributed_ns / 1e6:.3f} ms")
     if not items:
-        st.info(f"{step.name} has no top-level ops or ranges on its thread to draw.")
+        st.info(f"{md(step.name)} has no top-level ops or ranges on its thread to draw.")
     else:
         st.plotly_chart(figures.timeline_figure(items), key="timeline_chart")
         frame = figures.timeline_frame(items)
@@ -291,7 +296,7 @@ elif chosen == "Compare":
     try:
         base, _, base_path = load_source(ROOT, baseline)
     except LOAD_ERRORS as e:
-        st.error(f"Cannot show the baseline `{baseline.rel}`: {figures.md_escape(str(e))}")
+        st.error(f"Cannot show the baseline {md(baseline.rel)}: {md(e)}")
         st.stop()
     if source.kind == "run":
         frame = figures.run_compare_frame(base, loaded)
@@ -319,16 +324,16 @@ elif chosen == "Alerts":
             source.kind,
         )
     except LOAD_ERRORS as e:
-        st.error(f"probe compare cannot compare these: {figures.md_escape(str(e))}")
+        st.error(f"probe compare cannot compare these: {md(e)}")
         st.stop()
     for w in result.warnings:
-        st.warning(figures.md_escape(w))
+        st.warning(md(w))
     if result.alerts:
         st.error(f"REGRESSION: {len(result.alerts)} alert(s)")
         for a in result.alerts:
-            st.markdown(f"- **{figures.md_escape(a.key)}** {figures.md_escape(a.message)}")
+            st.markdown(f"- **{md(a.key)}** {md(a.message)}")
     else:
         st.success("No regression.")
     st.dataframe(figures.comparison_frame(result), key="alerts_table", hide_index=True)
     for note in result.notes:
-        st.caption(figures.md_escape(note))
+        st.caption(md(note))

@@ -7,6 +7,7 @@ without torch, and an engine class is imported the first time it is asked for.
 from __future__ import annotations
 
 import importlib
+import re
 
 # name -> "module:Class"; `engine_class` imports on demand.
 BUILTIN: dict[str, str] = {
@@ -18,6 +19,9 @@ BUILTIN: dict[str, str] = {
 }
 
 
+_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")  # package.module:ClassName
+
+
 class EngineError(ValueError):
     """An engine name that cannot be resolved; one line, fit for a CLI error."""
 
@@ -25,7 +29,7 @@ class EngineError(ValueError):
 def engine_class(name: str):
     """A registered engine by name, or any Engine subclass as `package.module:ClassName`."""
     spec = BUILTIN.get(name, name)
-    if ":" not in spec:
+    if not _SPEC.fullmatch(spec):
         raise EngineError(f"unknown engine {name!r}: use one of {', '.join(BUILTIN)} or module:Class")
     module, _, attr = spec.partition(":")
     try:

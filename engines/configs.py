@@ -13,6 +13,21 @@ from pathlib import Path
 PRESET_DIR = Path(__file__).parent / "presets"
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt")
+SHAPE_KEYS = (
+    "num_hidden_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "max_position_embeddings",
+    "n_layer",
+    "n_embd",
+    "n_head",
+    "n_positions",
+    "n_inner",
+)
 
 
 class ModelError(ValueError):
@@ -61,9 +76,14 @@ def config_from_dict(raw: dict, where: str = "config"):
     if not isinstance(raw, dict) or "model_type" not in raw:
         raise ModelError(f"{where} has no model_type")
     try:
-        return AutoConfig.for_model(**raw)
-    except (ValueError, KeyError, TypeError) as e:
-        raise ModelError(f"{where}: {str(e).splitlines()[0]}") from None
+        config = AutoConfig.for_model(**raw)
+    except Exception as e:  # transformers validates in its own ways (huggingface_hub's strict dataclasses, ...)
+        raise ModelError(f"{where}: {' '.join(str(e).split())[:300]}") from None
+    for key in SHAPE_KEYS:  # transformers takes any JSON value here; a model built from a string would not
+        value = getattr(config, key, None)
+        if value is not None and (type(value) is not int or value < 1):
+            raise ModelError(f"{where}: {key} must be a positive integer, got {value!r}")
+    return config
 
 
 def load_config(spec: str):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import torch
@@ -47,3 +48,14 @@ def test_unknown_engine_is_a_one_line_error():
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
         "probe: error: unknown engine 'turbo': use one of naive, cached, static, static-eager, batched or module:Class"
     ]
+
+
+def test_two_differently_named_engines_meet_cell_by_cell():
+    """naive against cached, the comparison the command exists for: their cells meet by prompt and tokens."""
+    result = run_probe("ab", "naive", "cached", *SMALL, "--json")
+    assert result.returncode in (0, 1), result.stderr
+    doc = json.loads(result.stdout)
+    assert {r["key"] for r in doc["rows"]} == {"p8 n12"}  # SMALL: one prompt length, 12 new tokens
+    # The cache adds bookkeeping ops to every decode forward: an exact, named count alert.
+    alerts = [a for a in doc["alerts"] if a["metric"] == "decode_launches"]
+    assert alerts and "launches/decode step" in alerts[0]["message"]

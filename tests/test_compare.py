@@ -24,7 +24,7 @@ from probe.capture.bench import bench
 from probe.capture.config import BenchConfig
 from probe.capture.loop import generate
 from probe.errors import ProbeError
-from tests.conftest import ROOT, run_probe
+from tests.conftest import DATA, ROOT, run_probe
 from tests.variants import SLOW_US_VAR, ExtraOpCacheEngine, SlowCachedEngine
 
 SMALL = dict(prompts=(8,), new_tokens=6, runs=3, warmup=1, device="cpu")
@@ -366,3 +366,56 @@ def test_variants_do_what_their_names_say(tiny, monkeypatch):
     monkeypatch.setenv(SLOW_US_VAR, "3000")
     gen = generate(SlowCachedEngine(tiny), prompt, 4)
     assert min(gen.step_ns) >= 3_000_000  # a floor, not a timing claim: the wait alone lasts this long
+
+
+# malformed but valid JSON, impossible values, incomplete runs, a dependency bump: unusable input, never a verdict
+
+
+@pytest.mark.parametrize(
+    ("what", "edit", "why"),
+    [
+        ("cells not objects", lambda d: d.__setitem__("cells", [1, 2]), "malformed cell 0: a cell is a JSON object"),
+        ("env a list", lambda d: d.__setitem__("env", ["torch"]), "env is a list, not an object"),
+        ("a string time", lambda d: d["cells"][0].__setitem__("ttft_ms", "fast"), "Expected `float`, got `str`"),
+        ("a string sample", lambda d: d["cells"][0]["itl_runs_ms"][0].__setitem__(0, "x"), "$.itl_runs_ms[0][0]"),
+        ("a NaN time", lambda d: d["cells"][0].__setitem__("itl_p50_ms", float("nan")), "impossible value"),
+        ("a negative time", lambda d: d["cells"][0]["itl_runs_ms"][0].__setitem__(0, -1.0), "impossible value"),
+        ("a negative count", lambda d: d["cells"][0].__setitem__("runs", -3), "impossible value in `runs`"),
+    ],
+)
+def test_malformed_results_are_exit_2_not_a_verdict(folders, tmp_path, what, edit, why):
+    bad = edited(folders["base"], tmp_path, "bad.json", edit)
+    for argv in ((str(folders["base"]), bad), (bad, str(folders["base"])), (bad, bad)):
+        line = one_line_error(run_probe("compare", *argv, "--counts-only"))
+        assert why in line, (what, line)
+
+
+def test_a_malformed_sidecar_is_exit_2(tmp_path):
+    trace = tmp_path / "t.trace.json.gz"
+    trace.write_bytes((DATA / "hand_decode.trace.json.gz").read_bytes())
+    (tmp_path / "t.meta.json").write_text('{"config": ["engine"], "env": {}}')
+    line = one_line_error(run_probe("compare", str(trace), str(trace)))
+    assert "not a probe sidecar" in line
+
+
+def test_an_incomplete_run_fails_the_count_gate(folders, tmp_path):
+    base = str(folders["base"])
+    interrupted = edited(folders["base"], tmp_path, "cut.json", lambda d: d.__setitem__("complete", False))
+    assert "incomplete: an interrupted sweep" in one_line_error(
+        run_probe("compare", base, interrupted, "--counts-only")
+    )
+
+    def other_prompt(d):
+        d["cells"].append(dict(d["cells"][0], prompt_tokens=16))
+
+    two_cells = edited(folders["base"], tmp_path, "two.json", other_prompt)
+    line = one_line_error(run_probe("compare", two_cells, base, "--counts-only"))
+    assert "incomplete: 1 of the baseline's 2 cells missing (cached p16 n6)" in line
+    assert run_probe("compare", two_cells, base).returncode in (0, 1)  # a timing comparison of what both have
+
+
+def test_require_same_env_makes_a_dependency_bump_unusable_input(folders, tmp_path):
+    bumped = edited(folders["base"], tmp_path, "bumped.json", lambda d: d["env"].__setitem__("torch", "9.9.9"))
+    line = one_line_error(run_probe("compare", str(folders["base"]), bumped, "--counts-only", "--require-same-env"))
+    assert "--require-same-env: torch differs" in line
+    assert run_probe("compare", str(folders["base"]), bumped, "--counts-only").returncode == 0  # the old behaviour

@@ -90,17 +90,20 @@ class SampleSet:
     config: dict  # what must agree for a comparison to mean anything: model, dtype (traces: engine, prompt, ...)
     units: dict[str, Unit]
     notes: tuple[str, ...] = ()
+    complete: bool = True  # False for an interrupted sweep: cells it never reached are missing
 
     @property
     def family(self) -> str:
         return "trace" if self.kind == "trace" else "results"
 
 
-def cell_key(c: Cell) -> str:
-    return f"{c.engine} p{c.prompt_tokens} n{c.new_tokens}" + (f" b{c.batch}" if c.batch > 1 else "")
+def cell_key(c: Cell, with_engine: bool = True) -> str:
+    """A cell's identity across runs; without the engine when two different engines are held to each other."""
+    where = f"p{c.prompt_tokens} n{c.new_tokens}" + (f" b{c.batch}" if c.batch > 1 else "")
+    return f"{c.engine} {where}" if with_engine else where
 
 
-def cell_unit(c: Cell) -> Unit:
+def cell_unit(c: Cell, with_engine: bool = True) -> Unit:
     counts, ops = {}, {}
     for metric, total, by_op in (
         (DECODE_LAUNCHES, c.decode_ops, c.decode_ops_by_op),
@@ -116,15 +119,17 @@ def cell_unit(c: Cell) -> Unit:
         TTFT_MS.name: tuple(c.ttft_runs_ms),
         TOK_S.name: tuple(tok_s),
     }
-    return Unit(cell_key(c), counts, ops, samples)
+    return Unit(cell_key(c, with_engine), counts, ops, samples)
 
 
-def from_results(results: BenchResults, source: str, kind: str = "results") -> SampleSet:
+def from_results(results: BenchResults, source: str, kind: str = "results", with_engine: bool = True) -> SampleSet:
+    """A results file's cells as units; `with_engine=False` keys them by prompt, tokens and batch alone, so two
+    different engines' cells meet (probe ab)."""
     if not results.cells:
         raise ProbeError(f"{source}: has no cells")
     units: dict[str, Unit] = {}
     for c in results.cells:
-        unit = cell_unit(c)
+        unit = cell_unit(c, with_engine)
         if unit.key in units:
             raise ProbeError(f"{source}: two cells for {unit.key}")
         units[unit.key] = unit
@@ -135,7 +140,7 @@ def from_results(results: BenchResults, source: str, kind: str = "results") -> S
     )
     if not results.complete:
         notes += (f"{source}: an interrupted sweep (complete: false); only its finished cells are compared",)
-    return SampleSet(source, kind, dict(results.env), config, units, notes)
+    return SampleSet(source, kind, dict(results.env), config, units, notes, results.complete)
 
 
 def _median(values: Iterable[float]) -> float:
@@ -521,8 +526,11 @@ def compare(
     alpha: float = ALPHA,
     min_samples: int = MIN_SAMPLES,
     counts_only: bool = False,
+    require_same_env: bool = False,
 ) -> Comparison:
-    """Every key both sides share, every metric both measured. Raises ProbeError on unusable input."""
+    """Every key both sides share, every metric both measured. Raises ProbeError on unusable input: with
+    `counts_only` (the CI gate) that includes a current run missing any of the baseline's cells, and with
+    `require_same_env` torch, transformers or a device that differ (the gate would otherwise switch itself off)."""
     base = baseline if isinstance(baseline, SampleSet) else load_samples(baseline)
     cur = current if isinstance(current, SampleSet) else load_samples(current)
     if not threshold > 1:
@@ -537,6 +545,17 @@ def compare(
             f"(baseline: {', '.join(base.units)}; current: {', '.join(cur.units)})"
         )
     warnings, differ = environment_warnings(base, cur, timings=not counts_only)
+    if require_same_env and differ:
+        raise ProbeError("--require-same-env: " + next(w for w in warnings if "differs" in w).split(". ")[0])
+    missing = [k for k in base.units if k not in cur.units]
+    if counts_only and (missing or not cur.complete):
+        what = (
+            f"{len(missing)} of the baseline's {len(base.units)} cells missing ({', '.join(missing[:4])}"
+            + (", ...)" if len(missing) > 4 else ")")
+            if missing
+            else "an interrupted sweep (complete: false)"
+        )
+        raise ProbeError(f"{cur.source} is incomplete: {what}; the count gate needs every cell")
     notes = list(dict.fromkeys(base.notes + cur.notes))
     for side, other, name in ((base, cur, "baseline"), (cur, base, "current")):
         only = [k for k in side.units if k not in other.units]

@@ -86,7 +86,11 @@ def trace_meta(path: Path) -> dict | None:
                 meta = json.loads(candidate.read_text())
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
                 raise ProbeError(f"cannot read {candidate}: {str(e).splitlines()[0]}") from None
-            return meta if isinstance(meta, dict) else None
+            if not isinstance(meta, dict) or not all(isinstance(meta.get(k, {}), dict) for k in ("config", "env")):
+                raise ProbeError(
+                    f"{candidate}: not a probe sidecar (expected an object whose config and env are objects)"
+                )
+            return meta
     return None
 
 

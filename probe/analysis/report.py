@@ -19,6 +19,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
+
 from probe.analysis.ledger import StepDigest
 from probe.analysis.results import BenchResults, Cell
 from probe.analysis.roofline.formulas import batch_limit, predict_step_ms
@@ -245,15 +247,23 @@ class Report:
         }
 
     @classmethod
-    def from_json(cls, doc: dict) -> Report:
-        overhead = doc.get("overhead")
-        return cls(
-            Machine(**doc["machine"]),
-            [Prediction(**p) for p in doc["predictions"]],
-            [Verdict(**v) for v in doc.get("verdicts", [])],
-            OverheadReport.from_json(overhead) if overhead else None,
-            {engine: StepDigest.from_json(d) for engine, d in doc.get("ledgers", {}).items()},
-        )
+    def from_json(cls, doc) -> Report:
+        """report.json, its types checked field by field (msgspec); ValueError naming the field when malformed."""
+        if not isinstance(doc, dict):
+            raise ValueError("a report is a JSON object")
+        overhead, ledgers = doc.get("overhead"), doc.get("ledgers") or {}
+        if not isinstance(ledgers, dict):
+            raise ValueError("`ledgers` is not an object")
+        try:
+            return cls(
+                msgspec.convert(doc.get("machine"), Machine),
+                msgspec.convert(doc.get("predictions"), list[Prediction]),
+                msgspec.convert(doc.get("verdicts") or [], list[Verdict]),
+                OverheadReport.from_json(overhead) if overhead else None,
+                {str(engine): StepDigest.from_json(d) for engine, d in ledgers.items()},
+            )
+        except (msgspec.ValidationError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(str(e)) from None
 
 
 def load_report(folder) -> Report | None:
@@ -265,5 +275,5 @@ def load_report(folder) -> Report | None:
         return Report.from_json(json.loads(path.read_text()))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ProbeError(f"cannot read {path}: {str(e).splitlines()[0]}") from None
-    except (KeyError, TypeError) as e:
-        raise ProbeError(f"{path} is not a probe report (expected machine and predictions: {e})") from None
+    except ValueError as e:
+        raise ProbeError(f"{path} is not a probe report ({e})") from None

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -118,14 +120,49 @@ class Cell:
         return out
 
     @classmethod
-    def from_json(cls, doc: dict) -> Cell:
-        """A cell as results.json holds it; fields it does not know are ignored. TypeError when malformed."""
+    def from_json(cls, doc) -> Cell:
+        """A cell as results.json holds it, its types checked field by field; fields it does not know are
+        ignored. ValueError, naming the field, for anything malformed or impossible (a NaN or negative time)."""
+        if not isinstance(doc, dict):
+            raise ValueError(f"a cell is a JSON object, not {type(doc).__name__}")
         known = {k: v for k, v in doc.items() if k in _CELL_FIELDS}
-        if "extra" in doc and isinstance(doc["extra"], dict):  # schema 1 kept these two in a loose dict
-            known.setdefault("telemetry", doc["extra"].get("telemetry"))
-            known.setdefault("decode_windows_ns", doc["extra"].get("decode_windows_ns", []))
-        known["telemetry"] = TelemetrySummary.from_json(known.get("telemetry"))
-        return cls(**known)
+        extra = doc.get("extra")
+        if isinstance(extra, dict):  # schema 1 kept these two in a loose dict
+            known.setdefault("telemetry", extra.get("telemetry"))
+            known.setdefault("decode_windows_ns", extra.get("decode_windows_ns") or [])
+        try:
+            cell = msgspec.convert(known, cls)
+        except msgspec.ValidationError as e:
+            raise ValueError(str(e)) from None
+        cell.check()
+        return cell
+
+    def check(self) -> None:
+        """Times and sizes a measurement can have: finite, and not negative. ValueError naming the field."""
+        for name in _NON_NEGATIVE:
+            value = getattr(self, name)
+            values = value if isinstance(value, list) else [value]
+            flat = [x for v in values for x in (v if isinstance(v, list) else [v])]
+            if any(not math.isfinite(x) or x < 0 for x in flat if x is not None):
+                raise ValueError(f"impossible value in `{name}`: {value!r} (times and sizes are finite and >= 0)")
+
+
+_NON_NEGATIVE = (
+    "ttft_ms",
+    "itl_p50_ms",
+    "itl_p90_ms",
+    "decode_tok_s",
+    "total_ms",
+    "peak_mem_bytes",
+    "spread_pct",
+    "ttft_runs_ms",
+    "itl_runs_ms",
+    "total_runs_ms",
+    "runs",
+    "prompt_tokens",
+    "new_tokens",
+    "batch",
+)
 
 
 _CELL_FIELDS = frozenset(f.name for f in dataclasses.fields(Cell))
@@ -185,15 +222,19 @@ def load_results(path: str | Path) -> BenchResults:
         raise ProbeError(f"cannot read {p}: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list) or "env" not in data:
         raise ProbeError(f"{p} is not a probe results file (expected an object with cells and env)")
+    for key in ("env", "config"):
+        if not isinstance(data.get(key, {}), dict):
+            raise ProbeError(f"{p}: malformed results file: {key} is a {type(data[key]).__name__}, not an object")
+    cells = []
+    for i, c in enumerate(data["cells"]):
+        try:
+            cells.append(Cell.from_json(c))
+        except ValueError as e:
+            raise ProbeError(f"{p}: malformed cell {i}: {e}") from None
+    extra = data.get("extra")
+    clock = data.get("clock") or (extra.get("clock") if isinstance(extra, dict) else None)
     try:
-        cells = [Cell.from_json(c) for c in data["cells"]]
-    except TypeError as e:
-        raise ProbeError(f"{p}: malformed cell: {e}") from None
-    clock = data.get("clock") or (data.get("extra") or {}).get("clock")
-    return BenchResults(
-        cells,
-        data["env"],
-        data.get("config", {}),
-        bool(data.get("complete")),
-        Clock(**clock) if isinstance(clock, dict) else None,
-    )
+        clock = msgspec.convert(clock, Clock) if clock is not None else None
+    except msgspec.ValidationError as e:
+        raise ProbeError(f"{p}: malformed clock: {e}") from None
+    return BenchResults(cells, data["env"], data.get("config", {}), data.get("complete") is True, clock)

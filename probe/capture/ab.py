@@ -50,6 +50,6 @@ def interleaved(cfg: BenchConfig, base: str, current: str, flip: bool = False) -
     env = environment(device, cfg.dtype)
     config = {"model": cfg.model, "dtype": cfg.dtype}
     return tuple(
-        from_results(BenchResults(cells[side], env, config, complete=True), name)
+        from_results(BenchResults(cells[side], env, config, complete=True), name, with_engine=False)
         for side, name in (("base", base), ("current", current))
     )

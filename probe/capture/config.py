@@ -4,6 +4,7 @@ build its flags from it; `validate` loads the engines it names."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from engines import engine_class
@@ -41,7 +42,7 @@ class BenchConfig:
             raise ProbeError(f"--warmup must be 0 or more, got {self.warmup}")
         if self.threads < 0:
             raise ProbeError(f"--threads must be 0 (torch's default) or more, got {self.threads}")
-        if self.telemetry_ms < 0:
+        if not math.isfinite(self.telemetry_ms) or self.telemetry_ms < 0:
             raise ProbeError(f"--telemetry-ms must be 0 (off) or more, got {self.telemetry_ms}")
         if not self.prompts or min(self.prompts) < 1:
             raise ProbeError(f"--prompts must be positive token counts, got {self.prompts}")

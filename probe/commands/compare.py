@@ -4,7 +4,8 @@ Inputs: results folders, results.json or baseline files (probe baseline), or tra
 .sqlite). Launches per step are exact, so any increase is a regression and the alert names the ops that
 appeared or grew. Timings (host time per step, cache bookkeeping per step, TTFT, decode tokens/s) alert only
 when the ratio of medians is past --threshold and a Mann-Whitney U test on the raw samples gives p < --alpha.
-Across torch / transformers versions or devices a loud warning is printed and counts are not gated.
+Across torch / transformers versions or devices a loud warning is printed and counts are not gated, unless
+--require-same-env makes that unusable input. With --counts-only, a current run missing any baseline cell fails.
 Exit codes: 0 no regression, 1 regression, 2 unusable input (missing or corrupt file, mismatched configs).
 """
 
@@ -40,6 +41,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="gate only on the deterministic launch counts (CI: machines differ in speed)",
     )
+    p.add_argument(
+        "--require-same-env",
+        action="store_true",
+        help="exit 2 when torch, transformers or the device differ from the baseline's, instead of showing the "
+        "counts ungated (CI: a dependency bump must not switch the gate off silently)",
+    )
     p.add_argument("--markdown", type=Path, metavar="FILE", help="also write the report as Markdown (a CI comment)")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
 
@@ -48,7 +55,12 @@ def main(args: argparse.Namespace) -> int:
     from probe.analysis.compare import compare
 
     result = compare(
-        args.baseline, args.current, threshold=args.threshold, alpha=args.alpha, counts_only=args.counts_only
+        args.baseline,
+        args.current,
+        threshold=args.threshold,
+        alpha=args.alpha,
+        counts_only=args.counts_only,
+        require_same_env=args.require_same_env,
     )
     for w in result.warnings:  # stderr, one line each, so they stand out in a CI log whatever the format
         print(f"probe: WARNING: {w}", file=sys.stderr)
