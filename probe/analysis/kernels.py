@@ -200,9 +200,17 @@ def category_totals(
     group: np.ndarray, category_of_op: np.ndarray, dur_ns: np.ndarray, groups: int
 ) -> list[dict[str, int]]:
     """Per group: total GPU-op time by category (ns), categories in CATEGORIES order, then any user ones."""
-    out: list[dict[str, int]] = [{} for _ in range(groups)]
     sel = group >= 0
-    for g, cat, d in zip(group[sel].tolist(), category_of_op[sel].tolist(), dur_ns[sel].tolist(), strict=True):
-        out[g][cat] = out[g].get(cat, 0) + d
+    names, category = np.unique(category_of_op[sel].astype(str), return_inverse=True)
+    width = max(len(names), 1)
+    totals = (
+        np.bincount(group[sel].astype(np.int64) * width + category, weights=dur_ns[sel], minlength=groups * width)
+        .astype(np.int64)
+        .reshape(groups, width)
+    )
+    counts = np.bincount(group[sel].astype(np.int64) * width + category, minlength=groups * width).reshape(
+        groups, width
+    )
     order = {c: i for i, c in enumerate(CATEGORIES)}
-    return [dict(sorted(d.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))) for d in out]
+    ranked = sorted(range(len(names)), key=lambda i: (order.get(str(names[i]), len(order)), str(names[i])))
+    return [{str(names[i]): int(totals[g, i]) for i in ranked if counts[g, i]} for g in range(groups)]
