@@ -79,7 +79,7 @@ KERNEL_WAIT_NS = 30  # HTA's consecutive_kernel_delay default: gaps below this a
 TOP_OPS_KEPT = 20  # per step; op_counts keeps every name
 TOP_KERNELS_KEPT = 10  # per step; the trace's list keeps every name
 TOP_FRAMES_KEPT = 10  # per step; the trace's list keeps every name
-HOST_PARTS = tuple(p for p in BUILTIN_PARTS)  # the built-in host parts, in priority order
+HOST_PARTS = BUILTIN_PARTS  # the built-in host parts, in priority order
 
 
 @dataclass(frozen=True)
