@@ -1,0 +1,90 @@
+"""A chrome trace read in pieces, so that a file of any size costs the memory of one piece at a time.
+
+A trace is `FRAME [e1, e2, ..., en] REST`: FRAME is everything up to the `[` of its `traceEvents` array (just
+`[` in the JSON Array Format), REST the array's end and whatever keys follow it. The events in between are cut
+into pieces of about PIECE_BYTES at a `}, {` between two events; the last events stay with REST, and
+`FRAME + (last events) + REST` is itself a whole JSON document: the trace with only its last events, from which
+the top-level keys are read wherever they sit.
+
+A cut is only a guess (`}, {` can sit inside a string, or between objects nested in an event's args); the
+consumer decodes `[piece]` and says whether it was whole values. `[prefix]` decodes only when the prefix ends
+exactly between two top-level events, so every accepted cut is a true one, and a refused piece is merged with
+the next one, its size at least doubled each time (linear work). Text that finds no true cut within
+MAX_UNCUT_BYTES is refused with a one-line error, so no input makes the reader hold more than that.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import BinaryIO
+
+from probe.errors import ProbeError
+
+PIECE_BYTES = 8 << 20  # ~30k torch events: small next to the table they fill, large enough to amortize a decode
+MAX_UNCUT_BYTES = 512 << 20  # no event, nor a trace's keys, is near this; a stream of text without cuts stops here
+_FRAME = re.compile(rb'\A\s*(?:\[|\{.*?"traceEvents"\s*:\s*\[)', re.DOTALL)
+_CUT = re.compile(rb"\}\s*,\s*\{")
+_LOOKAHEAD = 1 << 20  # read this far past a piece's end before looking for its cut
+_BOM = b"\xef\xbb\xbf"
+
+
+def split(stream: BinaryIO, whole: Callable[[bytes], bool], source: str, frame_ok: Callable[[bytes], bool]) -> bytes:
+    """Hand each middle piece of the events array to `whole` (False: not whole values, try a longer piece) and
+    return the rest as one document: FRAME + last events + REST (the whole file when no frame is found)."""
+    buf = bytearray(_read(stream, PIECE_BYTES))
+    if buf.startswith(_BOM):
+        del buf[:3]
+    m = _FRAME.match(buf)
+    if m is None or not frame_ok(bytes(buf[: m.end()])):
+        return bytes(_read_rest(stream, buf, source))  # not laid out as a trace: read it whole, the decoder says why
+    frame = bytes(buf[: m.end()])
+    del buf[: m.end()]
+    want, eof = PIECE_BYTES, False
+    start = want  # where the search for the next cut resumes
+    while True:
+        while not eof and len(buf) < want + _LOOKAHEAD:
+            eof = _fill(stream, buf, source)
+        cut = _CUT.search(buf, min(start, len(buf)))
+        if cut is None:
+            if eof:
+                return frame + bytes(buf)
+            start = max(want, buf.rfind(b"}"))  # a cut still to come starts at the last "}" or later
+            eof = _fill(stream, buf, source)
+            continue
+        piece = bytes(buf[: cut.start() + 1])
+        if whole(piece):
+            del buf[: cut.end() - 1]
+            want = PIECE_BYTES
+        else:
+            want = 2 * len(piece)
+        start = want
+
+
+def _read(stream: BinaryIO, n: int) -> bytes:
+    return stream.read(n) or b""
+
+
+def _fill(stream: BinaryIO, buf: bytearray, source: str) -> bool:
+    """Append the next block to `buf`; True at the end of the stream."""
+    block = _read(stream, PIECE_BYTES)
+    buf += block
+    if len(buf) > MAX_UNCUT_BYTES:
+        raise ProbeError(f"{source}: not JSON, or not a trace: no event boundary in {_mib(len(buf))} of text")
+    return not block
+
+
+def _read_rest(stream: BinaryIO, buf: bytearray, source: str) -> bytearray:
+    """The whole document, for a file not laid out as a trace (the decoder then says what it is instead)."""
+    while block := _read(stream, PIECE_BYTES):
+        buf += block
+        if len(buf) > MAX_UNCUT_BYTES:
+            raise ProbeError(
+                f"{source}: not a trace this reader can stream (no traceEvents array in its first "
+                f"{_mib(PIECE_BYTES)}) and over {_mib(MAX_UNCUT_BYTES)}"
+            )
+    return buf
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB"
