@@ -195,7 +195,7 @@ def _gpu(con, names: _Names, dropped: Counter, table: str, kind: Kind, label: st
         ids = [intern(names.table, f"Memcpy {_MEMCPY_KINDS.get(int(k), int(k))}") for k in distinct]
         name_id = np.asarray(ids, np.int32)[inverse] if n else np.zeros(0, np.int32)
     else:
-        name_id = names.of_one("Memset", n)
+        name_id = names.of_one("Memset", n) if n else np.zeros(0, np.int32)
     return _part(
         kind,
         name_id,

@@ -2,7 +2,8 @@
 
 A trace is `FRAME [e1, e2, ..., en] REST`: FRAME is everything up to the `[` of its `traceEvents` array (just
 `[` in the JSON Array Format), REST the array's end and whatever keys follow it. The events in between are cut
-into pieces of about PIECE_BYTES at a `}, {` between two events; the last events stay with REST, and
+into pieces of about PIECE_BYTES at a `}, {` between two events, each handed on as `[piece]`; the last events
+stay with REST, and
 `FRAME + (last events) + REST` is itself a whole JSON document: the trace with only its last events, from which
 the top-level keys are read wherever they sit.
 
@@ -30,8 +31,9 @@ _BOM = b"\xef\xbb\xbf"
 
 
 def split(stream: BinaryIO, whole: Callable[[bytes], bool], source: str, frame_ok: Callable[[bytes], bool]) -> bytes:
-    """Hand each middle piece of the events array to `whole` (False: not whole values, try a longer piece) and
-    return the rest as one document: FRAME + last events + REST (the whole file when no frame is found)."""
+    """Hand each middle piece of the events array to `whole`, as the text of a JSON array (`whole` returns False
+    when it is not whole values: then a longer piece is tried), and return the rest as one document:
+    FRAME + last events + REST (the whole file when no frame is found)."""
     buf = bytearray(_read(stream, PIECE_BYTES))
     if buf.startswith(_BOM):
         del buf[:3]
@@ -52,13 +54,19 @@ def split(stream: BinaryIO, whole: Callable[[bytes], bool], source: str, frame_o
             start = max(want, buf.rfind(b"}"))  # a cut still to come starts at the last "}" or later
             eof = _fill(stream, buf, source)
             continue
-        piece = bytes(buf[: cut.start() + 1])
-        if whole(piece):
+        end = cut.start() + 1
+        if whole(_array(buf, end)):
             del buf[: cut.end() - 1]
             want = PIECE_BYTES
         else:
-            want = 2 * len(piece)
+            want = 2 * end
         start = want
+
+
+def _array(buf: bytearray, end: int) -> bytes:
+    """`[` + buf[:end] + `]`, copied once (the views are released before `buf` changes again)."""
+    with memoryview(buf) as view, view[:end] as piece:
+        return b"".join((b"[", piece, b"]"))
 
 
 def _read(stream: BinaryIO, n: int) -> bytes:
