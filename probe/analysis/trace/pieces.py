@@ -3,9 +3,8 @@
 A trace is `FRAME [e1, e2, ..., en] REST`: FRAME is everything up to the `[` of its `traceEvents` array (just
 `[` in the JSON Array Format), REST the array's end and whatever keys follow it. The events in between are cut
 into pieces of about PIECE_BYTES at a `}, {` between two events, each handed on as `[piece]`; the last events
-stay with REST, and
-`FRAME + (last events) + REST` is itself a whole JSON document: the trace with only its last events, from which
-the top-level keys are read wherever they sit.
+stay with REST, and `FRAME + (last events) + REST` is itself a whole JSON document: the trace with only its last
+events, from which the top-level keys are read wherever they sit.
 
 A cut is only a guess (`}, {` can sit inside a string, or between objects nested in an event's args); the
 consumer decodes `[piece]` and says whether it was whole values. `[prefix]` decodes only when the prefix ends
@@ -42,25 +41,34 @@ def split(stream: BinaryIO, whole: Callable[[bytes], bool], source: str, frame_o
         return bytes(_read_rest(stream, buf, source))  # not laid out as a trace: read it whole, the decoder says why
     frame = bytes(buf[: m.end()])
     del buf[: m.end()]
-    want, eof = PIECE_BYTES, False
-    start = want  # where the search for the next cut resumes
-    while True:
-        while not eof and len(buf) < want + _LOOKAHEAD:
-            eof = _fill(stream, buf, source)
-        cut = _CUT.search(buf, min(start, len(buf)))
-        if cut is None:
-            if eof:
-                return frame + bytes(buf)
-            start = max(want, buf.rfind(b"}"))  # a cut still to come starts at the last "}" or later
-            eof = _fill(stream, buf, source)
-            continue
-        end = cut.start() + 1
+    cuts = _Cuts(stream, buf, source)
+    want = PIECE_BYTES
+    while (cut := cuts.after(want)) is not None:
+        end = cut.start() + 1  # the piece ends with the event's "}"
         if whole(_array(buf, end)):
-            del buf[: cut.end() - 1]
+            del buf[: cut.end() - 1]  # the next piece starts with the next event's "{"
             want = PIECE_BYTES
         else:
             want = 2 * end
-        start = want
+    return frame + bytes(buf)
+
+
+class _Cuts:
+    """Finds the next possible cut in a buffer that it fills from the stream as far as the search needs."""
+
+    def __init__(self, stream: BinaryIO, buf: bytearray, source: str):
+        self.stream, self.buf, self.source = stream, buf, source
+        self.eof = False
+
+    def after(self, want: int) -> re.Match | None:
+        """The first `}, {` at or after `want` (reading on as needed); None when the stream ends first."""
+        buf, start = self.buf, want
+        while not self.eof and len(buf) < want + _LOOKAHEAD:
+            self.eof = _fill(self.stream, buf, self.source)
+        while (cut := _CUT.search(buf, min(start, len(buf)))) is None and not self.eof:
+            start = max(want, buf.rfind(b"}"))  # a cut still to come starts at the last "}" or later
+            self.eof = _fill(self.stream, buf, self.source)
+        return cut
 
 
 def _array(buf: bytearray, end: int) -> bytes:
