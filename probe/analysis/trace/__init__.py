@@ -1,7 +1,8 @@
 """The event table every analysis reads, and the readers that fill it (see `table` for every column).
 
 `load_trace(path)` reads torch.profiler chrome JSON (`.json`, `.json.gz`) and Nsight Systems SQLite exports
-(`.sqlite`, or gzipped), deciding by content, not by suffix.
+(`.sqlite`, or gzipped), deciding by content, not by suffix. Chrome JSON is streamed (`chrome`, `pieces`): memory
+follows the event table, not the size of the document. Only regular files are read, gzip within a limit (`files`).
 """
 
 from __future__ import annotations

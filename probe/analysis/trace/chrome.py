@@ -132,7 +132,7 @@ class _Table:
     def __init__(self, source: Path):
         self.source = source
         self.strings: dict[str, int] = {}  # the name table: string -> id, in first-seen order
-        self.parts: list[dict[str, np.ndarray]] = []
+        self.columns = _Growing()
         self.skipped: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
         self.replaced = 0  # characters that were not UTF-8, now U+FFFD
@@ -263,7 +263,7 @@ class _Table:
         if not keep.all():
             self._count_dropped(ts_status, dur_status)
             part = {k: v[keep] for k, v in part.items()}
-        self.parts.append(part)
+        self.columns.append(part)
 
     def _count_dropped(self, ts_status: np.ndarray, dur_status: np.ndarray) -> None:
         no_ts = ts_status == NOT_A_NUMBER
@@ -287,11 +287,10 @@ class _Table:
             return np.array(list(map(self.strings.__getitem__, values)), np.int32).reshape(-1)
 
     def finish(self, base: int | None, rank: int | None) -> Trace:
-        if not self.parts:
+        if not self.columns.n:
             self._add(*[[] for _ in range(8)])  # empty columns of the right types: finish() says why
         names = tuple(self.strings)
-        cols = {k: np.concatenate([p.pop(k) for p in self.parts]) for k in list(self.parts[0])}
-        self.parts.clear()
+        cols = self.columns.take()
         kind_of_cat = np.array([_chrome_kind(s) for s in names], dtype=np.int8)
         kind = kind_of_cat[cols["cat_id"]] if len(names) else np.zeros(0, np.int8)
         step_names = np.array([s.startswith(PROFILER_STEP_PREFIX) for s in names], dtype=bool)
@@ -314,6 +313,36 @@ class _Table:
             rank=rank,
             notes=notes,
         )
+
+
+class _Growing:
+    """Columns filled piece by piece, in arrays that double when full. Each growth copies one column at a time into
+    a fresh large allocation (mmap'd, so the old one goes back to the system when freed): memory holds the table
+    and one column. A list of per-piece arrays joined at the end held the table twice, the second copy stranded
+    in the heap."""
+
+    def __init__(self):
+        self.cols: dict[str, np.ndarray] = {}
+        self.n = 0  # rows filled
+
+    def append(self, part: dict[str, np.ndarray]) -> None:
+        m = len(part["ts_ns"])
+        if not self.cols:
+            self.cols = {k: np.empty(max(m, 1 << 16), v.dtype) for k, v in part.items()}
+        size = len(self.cols["ts_ns"])
+        if self.n + m > size:
+            size = max(2 * size, self.n + m)
+            for k in list(self.cols):
+                grown = np.empty(size, self.cols[k].dtype)
+                grown[: self.n] = self.cols[k][: self.n]
+                self.cols[k] = grown  # the old column is freed here, before the next one grows
+        for k, v in part.items():
+            self.cols[k][self.n : self.n + m] = v
+        self.n += m
+
+    def take(self) -> dict[str, np.ndarray]:
+        """The columns cut to their rows, one at a time (each copy replaces its padded column)."""
+        return {k: self.cols.pop(k)[: self.n].copy() for k in list(self.cols)}
 
 
 def _common_fields(xs: list) -> tuple[list, ...]:
