@@ -131,7 +131,7 @@ class _Table:
 
     def __init__(self, source: Path):
         self.source = source
-        self.strings: dict[str, int] = {}  # the name table: string -> id, in first-seen order
+        self.strings = _NameTable()
         self.columns = _Growing()
         self.skipped: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
@@ -278,13 +278,7 @@ class _Table:
                 self.dropped[why] += int(mask.sum())
 
     def _ids(self, values: list[str]) -> np.ndarray:
-        """Ids of the strings in the name table, adding the new ones (one hash lookup a value when none is new)."""
-        try:
-            return np.array(list(map(self.strings.get, values)), np.int32).reshape(-1)
-        except TypeError:  # a None: a string the table does not have yet
-            for s in dict.fromkeys(values):  # each distinct string once, in order
-                self.strings.setdefault(s, len(self.strings))
-            return np.array(list(map(self.strings.__getitem__, values)), np.int32).reshape(-1)
+        return np.array(list(map(self.strings.__getitem__, values)), np.int32).reshape(-1)
 
     def finish(self, base: int | None, rank: int | None) -> Trace:
         if not self.columns.n:
@@ -313,6 +307,15 @@ class _Table:
             rank=rank,
             notes=notes,
         )
+
+
+class _NameTable(dict):
+    """string -> id, in first-seen order; a string it lacks gets the next id as it is looked up, so a piece's ids
+    are one C-level pass over its names (`map(table.__getitem__, names)`) whether they are new or not."""
+
+    def __missing__(self, s: str) -> int:
+        i = self[s] = len(self)
+        return i
 
 
 class _Growing:
