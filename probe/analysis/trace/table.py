@@ -48,6 +48,7 @@ difference of any two of them inside int64, so no interval arithmetic downstream
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,9 +153,13 @@ class Trace:
     def __repr__(self) -> str:
         return f"Trace({self.format}, {len(self)} events, {len(self.names)} names, {self.source!r})"
 
-    @property
+    @functools.cached_property
     def end_ns(self) -> np.ndarray:
-        return self.ts_ns + self.dur_ns
+        """ts_ns + dur_ns, added once and kept read-only: code reading one row's end at a time (step_timeline does,
+        a row per runtime call) paid a whole-table addition for each, quadratic in the rows."""
+        end = self.ts_ns + self.dur_ns
+        end.flags.writeable = False
+        return end
 
     @property
     def start_ns(self) -> int:
