@@ -6,9 +6,10 @@ columns, so memory holds one piece and the table, never the document. msgspec de
 and `dur` as their own JSON text (`Raw`), which `timetext` turns into exact integer ns.
 
 Lenient where the file is odd, piece by piece: a piece whose events have other types than torch writes (a list
-for a name, a string id, a non-object event) is decoded again with every field untyped; a byte that is not
-UTF-8 is replaced (U+FFFD) in that piece only, and the trace's warnings say so. Malformed events are dropped
-and counted, never fatal; only a file that is not JSON, or not a trace, is refused, with a one-line reason.
+for a name, a string id, no phase or an unknown one, a non-object event) is decoded again with every field
+untyped; a byte that is not UTF-8 is replaced (U+FFFD) in that piece only, and the trace's warnings say so.
+Malformed events are dropped and counted, never fatal; only a file that is not JSON, or not a trace, is refused,
+with a one-line reason.
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def _frame_ok(frame: bytes) -> bool:
 
 
 class _Table:
-    """The columns built so far, one part per piece, and what was left out along the way."""
+    """The columns built so far, the name table, and what was left out along the way."""
 
     def __init__(self, source: Path):
         self.source = source

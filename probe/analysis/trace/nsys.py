@@ -6,7 +6,7 @@ another file, or open read-write and create one. A gzipped export is gunzipped (
 `files.open_content`) into a temporary file rather than memory.
 
 Columns are read in bulk: one `group_concat` a column over a chunk of rows, parsed by numpy, so no Python object
-is made a value (three times faster than fetching rows). A value of the wrong SQLite type reads as -1 (a time:
+is made a value (twice as fast as fetching rows). A value of the wrong SQLite type reads as -1 (a time:
 the row is dropped and counted); names are looked up once per distinct id.
 """
 
