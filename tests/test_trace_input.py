@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from probe.analysis import files
-from probe.analysis.trace import load_trace
+from probe.analysis.trace import load_trace, pieces
 from probe.errors import ProbeError
 from tests.conftest import run_probe
 
@@ -187,6 +187,37 @@ def test_nsys_values_of_the_wrong_sqlite_type_are_dropped_or_minus_one(hand_nsys
     assert trace.dropped == {"non-integer start or end": 1}
     odd = trace.ts_ns == 123
     assert trace.correlation[odd].tolist() == [-1] and trace.names[trace.name_id[odd][0]] == ""
+
+
+def test_a_large_file_that_is_not_json_is_refused_from_its_first_block(tmp_path, monkeypatch):
+    monkeypatch.setattr(pieces, "PIECE_BYTES", 4096)
+    monkeypatch.setattr(pieces, "MAX_UNCUT_BYTES", 2**20)  # reading on would stop here with another message
+    path = tmp_path / "big.json"
+    path.write_bytes(b"x" * 2**22)
+    assert "not JSON" in one_line_error(path)
+
+
+# --- JSON nested past any decoder's depth --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("depth", [50, 5_000, 1_000_000])
+@pytest.mark.parametrize("where", ["args", "events", "array format"])
+def test_deeply_nested_json_is_read_or_one_line(tmp_path, depth, where):
+    """msgspec raises RecursionError (not a DecodeError) past its depth: that too must be one line, not a crash."""
+    deep = "[" * depth + "]" * depth
+    text = {
+        "args": '{"traceEvents": [' + event() + ', {"ph": "X", "ts": 2, "dur": 1, "args": {"x": ' + deep + "}}]}",
+        "events": '{"traceEvents": [' + event() + ", " + deep + "]}",
+        "array format": "[" + event() + ", " + deep + "]",
+    }[where]
+    path = tmp_path / "deep.json"
+    path.write_text(text)
+    if depth > 50:
+        assert "nested deeper than the decoder allows" in one_line_error(path)
+    elif where == "array format":  # a list among the first events: JSON, but not the JSON Array Format
+        assert "JSON but not a trace" in one_line_error(path)
+    else:
+        assert len(load_trace(path)) == (2 if where == "args" else 1)
 
 
 # --- generated input: a Trace or one line, never a traceback ----------------------------------------------

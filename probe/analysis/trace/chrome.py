@@ -100,6 +100,7 @@ class _AnyDoc(msgspec.Struct, gc=False):
 
 
 _EVENTS = msgspec.json.Decoder(list[_ANY_PHASE])
+_ANY_JSON = msgspec.json.Decoder()
 _RAW = msgspec.json.Decoder(msgspec.Raw)  # validates any JSON, builds nothing
 _RAW_ITEMS = msgspec.json.Decoder(list[msgspec.Raw])
 _ANY_EVENT = msgspec.json.Decoder(_AnyEvent)
@@ -120,11 +121,21 @@ def _frame_ok(frame: bytes) -> bool:
     (`"traceEvents": [` can also sit inside a string or be the tail of a longer key.)"""
     if frame.lstrip().startswith(b"["):
         return True
+    doc, error = _decode(_ANY_JSON, frame + b"]}")
+    return not error and isinstance(doc, dict) and doc.get("traceEvents") == []
+
+
+def _decode(decoder: msgspec.json.Decoder, text: bytes) -> tuple[Any, str]:
+    """(value, "") or (None, why the text is not whole JSON); a ValidationError (valid JSON of other types)
+    propagates. msgspec raises RecursionError, not DecodeError, for JSON nested past its depth limit."""
     try:
-        doc = msgspec.json.decode(frame + b"]}")
-    except msgspec.DecodeError:
-        return False
-    return isinstance(doc, dict) and doc.get("traceEvents") == []
+        return decoder.decode(text), ""
+    except msgspec.ValidationError:
+        raise
+    except msgspec.DecodeError as e:
+        return None, str(e).splitlines()[0] or "not decodable"
+    except RecursionError:
+        return None, "nested deeper than the decoder allows"
 
 
 class _Table:
@@ -202,23 +213,13 @@ class _Table:
     def _decode(self, decoder: msgspec.json.Decoder, text: bytes):
         """decoder.decode(text), with bytes that are not UTF-8 replaced when that is what stops it; None (and
         `self.error`) when the text is not whole JSON. A ValidationError (valid JSON, other types) propagates."""
-        try:
-            return decoder.decode(text)
-        except msgspec.ValidationError:
-            raise
-        except msgspec.DecodeError as e:
-            if "UTF-8" not in str(e):
-                self.error = str(e).splitlines()[0]
-                return None
+        out, self.error = _decode(decoder, text)
+        if "UTF-8" not in self.error:
+            return out
         fixed = text.decode("utf-8", "replace").encode()
-        try:
-            out = decoder.decode(fixed)
-        except msgspec.ValidationError:
-            raise
-        except msgspec.DecodeError as e:
-            self.error = str(e).splitlines()[0]
-            return None
-        self.replaced += fixed.count("\ufffd".encode()) - text.count("\ufffd".encode())
+        out, self.error = _decode(decoder, fixed)
+        if not self.error:
+            self.replaced += fixed.count("\ufffd".encode()) - text.count("\ufffd".encode())
         return out
 
     def _add_typed(self, events: list) -> None:

@@ -36,6 +36,8 @@ def split(stream: BinaryIO, whole: Callable[[bytes], bool], source: str, frame_o
     buf = bytearray(_read(stream, PIECE_BYTES))
     if buf.startswith(_BOM):
         del buf[:3]
+    if buf.lstrip()[:1] not in (b"{", b"["):
+        return bytes(buf)  # not a JSON object or array: the first block is enough for the decoder to say what it is
     m = _FRAME.match(buf)
     if m is None or not frame_ok(bytes(buf[: m.end()])):
         return bytes(_read_rest(stream, buf, source))  # not laid out as a trace: read it whole, the decoder says why
