@@ -228,6 +228,7 @@ JSON_VALUES = st.recursive(
     max_leaves=12,
 )
 NUMBER_TEXT = st.from_regex(r"-?(0|[1-9][0-9]{0,21})(\.[0-9]{1,5})?([eE][+-]?[0-9]{1,3})?", fullmatch=True)
+DEEP = st.integers(1, 3000).map(lambda depth: "[" * depth + "]" * depth)  # past msgspec's depth limit
 FIELD = st.sampled_from(["ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id"])
 
 
@@ -245,7 +246,7 @@ def event_texts(draw) -> str:
     keys = draw(st.lists(FIELD, max_size=8))
     parts = []
     for key in keys:
-        value = draw(usual.get(key, st.nothing()) | JSON_VALUES.map(json.dumps))
+        value = draw(usual.get(key, st.nothing()) | JSON_VALUES.map(json.dumps) | DEEP)
         parts.append(f'"{key}": {value}')
     return "{" + ", ".join(parts) + "}"
 
@@ -258,7 +259,7 @@ TRACE_TEXTS = st.builds(
         + ", ".join(events)
         + "]}"
     ),
-    st.lists(event_texts() | JSON_VALUES.map(json.dumps), max_size=12),
+    st.lists(event_texts() | JSON_VALUES.map(json.dumps) | DEEP, max_size=12),
     st.dictionaries(st.sampled_from(["baseTimeNanoseconds", "distributedInfo", "traceName"]), JSON_VALUES, max_size=3),
 )
 SQL_VALUES = (
