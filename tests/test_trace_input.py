@@ -94,6 +94,10 @@ def test_a_device_is_refused(device):
     assert "not a regular file" in one_line_error(Path(device))
 
 
+def test_a_name_with_a_nul_byte_is_one_line(tmp_path):
+    assert "cannot open" in one_line_error(tmp_path / "a\0b.json")
+
+
 def test_a_folder_is_refused(tmp_path):
     assert "is a folder" in one_line_error(tmp_path)
 

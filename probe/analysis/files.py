@@ -59,6 +59,8 @@ def open_regular(path: Path) -> BinaryIO:
         raise ProbeError(f"{path}: no such file") from None
     except OSError as e:
         raise ProbeError(f"{path}: cannot open ({e.strerror or e})") from None
+    except ValueError as e:  # a NUL byte in the name
+        raise ProbeError(f"{path!r}: cannot open ({e})") from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
