@@ -61,15 +61,27 @@ class _Cuts:
     def __init__(self, stream: BinaryIO, buf: bytearray, source: str):
         self.stream, self.buf, self.source = stream, buf, source
         self.eof = False
+        self.block = bytearray(PIECE_BYTES)  # read into the same memory each time: no fresh pages to fault in
+
+    def fill(self) -> None:
+        """Append the next block of the stream to the buffer (or note its end)."""
+        n = self.stream.readinto(self.block) or 0
+        self.eof = n == 0
+        with memoryview(self.block) as view, view[:n] as block:
+            self.buf += block
+        if len(self.buf) > MAX_UNCUT_BYTES:
+            raise ProbeError(
+                f"{self.source}: not JSON, or not a trace: no event boundary in {_mib(len(self.buf))} of text"
+            )
 
     def after(self, want: int) -> re.Match | None:
         """The first `}, {` at or after `want` (reading on as needed); None when the stream ends first."""
         buf, start = self.buf, want
         while not self.eof and len(buf) < want + _LOOKAHEAD:
-            self.eof = _fill(self.stream, buf, self.source)
+            self.fill()
         while (cut := _CUT.search(buf, min(start, len(buf)))) is None and not self.eof:
             start = max(want, buf.rfind(b"}"))  # a cut still to come starts at the last "}" or later
-            self.eof = _fill(self.stream, buf, self.source)
+            self.fill()
         return cut
 
 
@@ -81,15 +93,6 @@ def _array(buf: bytearray, end: int) -> bytes:
 
 def _read(stream: BinaryIO, n: int) -> bytes:
     return stream.read(n) or b""
-
-
-def _fill(stream: BinaryIO, buf: bytearray, source: str) -> bool:
-    """Append the next block to `buf`; True at the end of the stream."""
-    block = _read(stream, PIECE_BYTES)
-    buf += block
-    if len(buf) > MAX_UNCUT_BYTES:
-        raise ProbeError(f"{source}: not JSON, or not a trace: no event boundary in {_mib(len(buf))} of text")
-    return not block
 
 
 def _read_rest(stream: BinaryIO, buf: bytearray, source: str) -> bytearray:
