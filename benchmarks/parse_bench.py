@@ -221,7 +221,7 @@ def print_nesting(tmp: Path, n: int) -> None:
             for layout in ("flat", "nested"):
                 path = tmp / f"{layout}{count}.json"
                 make(layout, str(path), str(count), kind)
-                done, p = measure("ours", path)
+                done, p = measure("timeline", path)
                 cells = (
                     [done.failed, "", ""]
                     if done.failed
