@@ -1,20 +1,49 @@
-"""Parse-plus-ledger speed and memory on a synthetic decode-shaped trace of ~400k events.
+"""Trace reading speed and memory, whole processes, beside HTA on the same files.
 
-    python benchmarks/parse_bench.py                 # 20 and 1000 steps, ours and HTA (if installed)
-    python benchmarks/parse_bench.py --no-hta        # ours only
-    python benchmarks/parse_bench.py --events 100000 --steps 20 1000
-    python benchmarks/parse_bench.py --hta-python /tmp/hta-venv/bin/python   # HTA in a pandas<3 venv
+    python -m benchmarks.parse_bench --hta-python /tmp/hta-venv/bin/python   # the table below, HTA in its venv
+    python -m benchmarks.parse_bench --no-hta                                # ours only
+    python -m benchmarks.parse_bench --big-gb 3                              # also stream a 3 GB trace
+    python -m benchmarks.parse_bench --steps 20 --nsys-events 0 --nesting 0  # one row, nothing else
 
-The trace imitates what torch 2.13 writes for a CUDA decode loop under our annotations: one key a line,
-`"ts": 5082905510131.070`, and per step the `decode#i` range (and its GPU copy), `forward`, per layer the
-`cache.update#l` range and attention, groups of op -> child op -> cudaLaunchKernel -> kernel with their
-`ac2g` flow arrows, then `sample` and `sync` with a cudaDeviceSynchronize. The event count is held fixed
-while the step count changes, so a parser whose cost grows with the number of steps shows it.
+1. Decode traces of ~400k events (benchmarks/synthetic_traces.py) at 20 and 1000 steps: `probe analyze FILE
+   --json` as a user runs it, from interpreter start to exit, against HTA's TraceAnalysis() load plus
+   get_temporal_breakdown() in its own process, with each one's peak RSS. The event count is fixed while the
+   step count changes, so a cost that grows with the steps shows. A second run of ours splits parse and ledger.
+2. An Nsight Systems export of ~1M events: load_trace alone, and `probe analyze` whole.
+3. N cpu_ops, user ranges or runtime calls nested N deep against N side by side, in one step: parse, ledger and
+   one step's timeline (`probe analyze --step`), at N and 2N, so a superlinear cost shows.
+4. With --big-gb: a trace of that many GB (uncompressed, written to a temp folder and deleted after) through
+   `probe analyze`, with its peak RSS: the document is streamed, so memory follows the event table, not the file.
 
-Each case runs in a fresh subprocess, which reports its wall and CPU time and its peak RSS (VmHWM). The
-machine is shared, so the load average at the start is printed with the table. HTA (the
-`traceinsight` package, imported as `hta`) is timed the same way on the same file: TraceAnalysis() load plus
-get_temporal_breakdown(). No figure here is asserted anywhere; this script only reports.
+Every process is a child of this small one, measured by os.wait4 (wall from spawn to reap, CPU, peak RSS: the
+kernel's ru_maxrss, which for a child also counts this parent's pages at spawn, so the parent's own peak is
+printed as the floor under every figure). The machine is shared: the load average is printed with the tables.
+No figure here is asserted anywhere; this script only reports.
+
+What the readers were built from, measured here (2 shared cores; this VM drifts by a third between processes,
+so each line is a best of a few). The 400k-event, 20-step file (97 MB); parse = load_trace in process:
+
+| chrome reader | parse s | peak MiB | why |
+|---|---|---|---|
+| orjson.loads, a dict walk, a regex pass for exact ts/dur (before) | 1.1-1.2 | 700 | whole process 2.4 s, 840 MiB |
+| orjson.loads alone | 0.4-1.1 | 685 | 400k dicts of ~10 keys, and the whole text, at once |
+| msgspec.json.decode, untyped | 1.3 | 465 | the same dicts, built by msgspec |
+| msgspec, a typed Struct an event, Raw ts/dur, whole file | 0.17 + 0.12 | 346 | keys not read are never built |
+| the same, streamed in 8 MiB pieces | 0.43 | 120 | one piece in memory at a time (whole process) |
+| + other phases as empty structs, one hash a name, one copy a piece (now) | 0.34 | 90 | flows: a third |
+
+The profile that led there (cProfile of the old load_trace + ledger, 1.9 s under the profiler): the dict walk
+0.63 s own time (3.7M dict.get, 2.7M list.append), orjson.loads 0.38 s, the regex pass for ts/dur 0.12 s; the
+ledger 0.05 s. And of the old `probe analyze` process, 1.0 s and 170 MiB went to importing scipy and pandas for
+`compare` before the trace was opened. Now (per stage, summed over pieces): decode 0.10-0.12 s, name ids 0.04,
+six field lists 0.04, exact times 0.04, integer columns 0.03, reading 0.04.
+
+| nsys reader, 1M events | load_trace s |
+|---|---|
+| fetchall, a Python generator a column (before) | 1.4 |
+| fetchall, numpy on the rows | ~1.1 |
+| ADBC SQLite driver to Arrow | 0.3, plus 0.36 to import it |
+| one group_concat a column per 256k rows, parsed by numpy (now, no new dependency) | 0.8 |
 """
 
 from __future__ import annotations
@@ -22,220 +51,99 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-# Why these: 4 layers like the tiny preset; ~400k events is where HTA's load time was measured (10.7 s at
-# 20 steps, 118 s at 1000 on this machine kind), so the two numbers can be set side by side.
-DEFAULT_EVENTS = 400_000
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_EVENTS = 400_000  # where HTA's load time was first measured (10.7 s at 20 steps, 118 s at 1000)
 DEFAULT_STEPS = (20, 1000)
-LAYERS = 4
-PID = TID = 5469
-STREAM = 7
-T0_NS = 5_082_905_510_131_070  # torch 2.13's ts scale: ~5e12 us, where a float64 cannot hold the ns
+NSYS_EVENTS = 1_000_000
+NESTING = 30_000  # and twice that
 
 
-def _event(ph: str, cat: str, name: str, pid, tid, ts_ns: int, dur_ns: int | None, args: str) -> str:
-    lines = [
-        "  {",
-        f'    "ph": "{ph}",',
-        f'    "cat": "{cat}",',
-        f'    "name": "{name}",',
-        f'    "pid": {pid},',
-        f'    "tid": {tid},',
-        f'    "ts": {ts_ns // 1000}.{ts_ns % 1000:03d}',
-    ]
-    if dur_ns is not None:
-        lines[-1] += ","
-        lines.append(f'    "dur": {dur_ns // 1000}.{dur_ns % 1000:03d}')
-    lines.append("    ,")
-    lines.append(f'    "args": {{\n      {args}\n    }}')
-    return "\n".join(lines) + "\n  }"
+@dataclass(frozen=True)
+class Run:
+    """One child process, measured from outside."""
+
+    code: int
+    wall_s: float
+    cpu_s: float
+    peak_mib: float
+    stdout: str
+    stderr: str
+
+    @property
+    def failed(self) -> str:
+        return "" if self.code == 0 else f"exit {self.code}: {(self.stderr.strip().splitlines() or [''])[-1][:60]}"
 
 
-def _flow(ph: str, ident: int, pid, tid, ts_ns: int) -> str:
-    extra = ',\n    "bp": "e"' if ph == "f" else ""
-    return (
-        f'  {{\n    "ph": "{ph}",\n    "id": {ident},\n    "pid": {pid},\n    "tid": {tid},\n'
-        f'    "ts": {ts_ns // 1000}.{ts_ns % 1000:03d},\n    "cat": "ac2g",\n    "name": "ac2g"{extra}\n  }}'
-    )
-
-
-class _Writer:
-    def __init__(self, seed: int):
-        self.rnd = random.Random(seed)
-        self.out: list[str] = []
-        self.t = T0_NS  # host clock
-        self.gpu_t = T0_NS  # the stream's clock: kernels queue behind each other
-        self.ext = 1
-        self.corr = 1
-
-    def op(self, cat: str, name: str, ts: int, dur: int) -> None:
-        self.out.append(
-            _event(
-                "X",
-                cat,
-                name,
-                PID,
-                TID,
-                ts,
-                dur,
-                f'"External id": {self.ext},"Record function id": 0, "Ev Idx": {self.ext}',
-            )
+def run(cmd: list[str], timeout: float) -> Run:
+    """Run `cmd` with output to files (no pipe to fill) and reap it with wait4 for its own resource usage."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ROOT)
+        killer = threading.Timer(timeout, proc.kill)
+        killer.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        killer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        return Run(
+            code=proc.returncode,
+            wall_s=wall,
+            cpu_s=usage.ru_utime + usage.ru_stime,
+            peak_mib=usage.ru_maxrss / 1024,  # KiB on Linux
+            stdout=out.read().decode(errors="replace"),
+            stderr=err.read().decode(errors="replace"),
         )
-        self.ext += 1
-
-    def launch_group(self, name: str, kernel: str) -> None:
-        """A top-level op, its child, the child's cudaLaunchKernel, the kernel, and the flow arrows."""
-        rnd, t = self.rnd, self.t
-        dur = rnd.randint(8_000, 20_000)
-        self.op("cpu_op", name, t, dur)
-        self.op("cpu_op", "aten::addmm" if name == "aten::linear" else name + "_out", t + 1_000, dur - 2_000)
-        launch = t + 2_500
-        self.out.append(
-            _event(
-                "X",
-                "cuda_runtime",
-                "cudaLaunchKernel",
-                PID,
-                TID,
-                launch,
-                4_000,
-                f'"External id": {self.ext - 1},"cbid": 211, "correlation": {self.corr}',
-            )
-        )
-        self.out.append(_flow("s", self.corr, PID, TID, launch))
-        self.gpu_t = max(self.gpu_t, launch + 6_000)
-        kd = rnd.randint(2_000, 9_000)
-        self.out.append(
-            _event(
-                "X",
-                "kernel",
-                kernel,
-                0,
-                STREAM,
-                self.gpu_t,
-                kd,
-                f'"queued": 0, "device": 0, "context": 1,"stream": {STREAM}, "correlation": {self.corr}, '
-                '"registers per thread": 32, "shared memory": 0, "blocks per SM": 0.5, "warps per SM": 2.0, '
-                '"grid": [66, 1, 1], "block": [128, 1, 1], "est. achieved occupancy %": 3',
-            )
-        )
-        self.out.append(_flow("f", self.corr, 0, STREAM, self.gpu_t))
-        self.gpu_t += kd
-        self.corr += 1
-        self.t += dur + rnd.randint(1_000, 3_000)  # the Python between ops
-
-    def range(self, name: str, ts: int, dur: int) -> None:
-        self.op("user_annotation", name, ts, dur)
 
 
-def make_trace(steps: int, events: int = DEFAULT_EVENTS, seed: int = 0) -> bytes:
-    """A torch-2.13-style chrome trace with `steps` decode steps and about `events` events in all."""
-    w = _Writer(seed)
-    fixed = 10 + 2 * LAYERS  # ranges per step outside the launch groups
-    groups = max(LAYERS * 2, (events // steps - fixed) // 6)
-    per_layer = groups // LAYERS
-    for i in range(steps):
-        start = w.t
-        first_kernel = len(w.out)
-        w.t += 3_000
-        fwd = w.t
-        for layer in range(LAYERS):
-            for g in range(per_layer):
-                if g == per_layer // 2:
-                    t = w.t
-                    w.launch_group("aten::cat", "CatArrayBatchedCopy")
-                    w.range(f"cache.update#{layer}", t - 500, w.t - t)
-                elif g == per_layer // 2 + 1:
-                    w.launch_group("aten::scaled_dot_product_attention", "flash_fwd_kernel")
-                else:
-                    w.launch_group("aten::linear", "gemv_kernel")
-        w.range("forward", fwd, w.t - fwd)
-        t = w.t
-        w.launch_group("aten::argmax", "reduce_kernel")
-        w.range("sample", t - 200, w.t - t + 200)
-        t = w.t
-        sync = max(w.gpu_t - t, 5_000)
-        w.out.append(
-            _event(
-                "X",
-                "cuda_runtime",
-                "cudaDeviceSynchronize",
-                PID,
-                TID,
-                t + 500,
-                sync,
-                f'"cbid": 165, "correlation": {w.corr}',
-            )
-        )
-        w.corr += 1
-        w.t += sync + 1_000
-        w.range("sync", t, w.t - t)
-        w.out.insert(
-            first_kernel,
-            _event("X", "user_annotation", f"decode#{i}", PID, TID, start, w.t - start, f'"External id": {w.ext}'),
-        )
-        w.out.append(
-            _event(
-                "X",
-                "gpu_user_annotation",
-                f"decode#{i}",
-                0,
-                STREAM,
-                start + 9_000,
-                w.gpu_t - start - 9_000,
-                f'"External id": {w.ext}',
-            )
-        )
-        w.ext += 1
-        w.t += 2_000
-    head = (
-        '{\n  "schemaVersion": 1,\n  "deviceProperties": [],\n  "distributedInfo": {"rank": 0},\n'
-        '  "displayTimeUnit": "ms",\n  "baseTimeNanoseconds": 1790857026000000000,\n  "traceEvents": [\n'
-    )
-    return (head + ",\n".join(w.out) + '\n  ],"traceName": "synthetic" }').encode()
+def make(*args: str) -> str:
+    done = run([sys.executable, "-m", "benchmarks.synthetic_traces", *args], timeout=3600)
+    if done.code:
+        raise SystemExit(f"making {args}: {done.failed}")
+    return done.stdout.strip()
 
 
-def _peak_rss_bytes() -> int:
-    """This process's peak resident set (probe.capture.telemetry.backends.peak_rss_bytes, repeated here because
-    the HTA child runs under another venv's python, where probe is not importable). VmHWM, because ru_maxrss
-    survives exec on Linux and would report the parent's peak (it held the generated trace) when larger."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+def analyze(path: Path) -> Run:
+    return run([sys.executable, "-m", "probe", "analyze", str(path), "--json"], timeout=3600)
 
 
-def measure_ours(path: str) -> dict:
-    from probe.analysis.ledger import analyze
+def measure(who: str, path: Path, python: str = sys.executable, timeout: float = 600) -> tuple[Run, dict]:
+    """A child that times its own parts (parse, ledger) in process; its JSON line, or {} when it failed."""
+    cmd = [python, "-m", "benchmarks.parse_bench", "--measure", who, str(path)]
+    if who == "hta":  # HTA's venv has no probe: run this file by path, it imports nothing of ours at the top
+        cmd = [python, str(Path(__file__).resolve()), "--measure", who, str(path)]
+    done = run(cmd, timeout)
+    return done, (json.loads(done.stdout.strip().splitlines()[-1]) if done.code == 0 else {})
+
+
+# --- in the child ------------------------------------------------------------------------------------------
+
+
+def measure_ours(path: str, timeline: bool = False) -> dict:
+    from probe.analysis.ledger import analyze as ledger
+    from probe.analysis.ledger import step_timeline
     from probe.analysis.trace import load_trace
 
-    before = _peak_rss_bytes()
-    c0, t0 = time.process_time(), time.perf_counter()
+    t0 = time.perf_counter()
     trace = load_trace(path)
     t1 = time.perf_counter()
-    result = analyze(trace)
-    c2, t2 = time.process_time(), time.perf_counter()
-    return {
-        "parse_s": t1 - t0,
-        "ledger_s": t2 - t1,
-        "total_s": t2 - t0,
-        "cpu_s": c2 - c0,
-        "peak_rss_bytes": _peak_rss_bytes(),
-        "rss_before_bytes": before,
-        "events": len(trace),
-        "steps": len(result.steps),
-        "kernels": result.totals.kernels,
-    }
+    result = ledger(trace)
+    t2 = time.perf_counter()
+    out = {"parse_s": t1 - t0, "ledger_s": t2 - t1, "events": len(trace), "steps": len(result.steps)}
+    if timeline:  # what `probe analyze --step 0` adds; not by default: the ledger's step_timeline is quadratic in
+        # (runtime calls x enclosing ranges), hours for a 1M-event nsys export read as one window
+        step_timeline(trace, result.steps[0])
+        out["timeline_s"] = time.perf_counter() - t2
+    return out
 
 
 def measure_hta(path: str) -> dict:
@@ -244,103 +152,134 @@ def measure_hta(path: str) -> dict:
     logging.disable(logging.WARNING)
     from hta.trace_analysis import TraceAnalysis
 
-    c0, t0 = time.process_time(), time.perf_counter()
+    t0 = time.perf_counter()
     analysis = TraceAnalysis(trace_dir=str(Path(path).parent))
     t1 = time.perf_counter()
     analysis.get_temporal_breakdown(visualize=False)
-    c2, t2 = time.process_time(), time.perf_counter()
-    return {
-        "parse_s": t1 - t0,
-        "ledger_s": t2 - t1,
-        "total_s": t2 - t0,
-        "cpu_s": c2 - c0,
-        "peak_rss_bytes": _peak_rss_bytes(),
-    }
+    t2 = time.perf_counter()
+    return {"parse_s": t1 - t0, "ledger_s": t2 - t1}
 
 
-def _run_child(which: str, path: Path, timeout: float, python: str = sys.executable) -> dict:
-    cmd = [python, __file__, "--measure", which, str(path)]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    if done.returncode != 0:
-        return {"error": (done.stderr.strip().splitlines() or ["failed"])[-1][:60]}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+# --- the tables --------------------------------------------------------------------------------------------
 
 
-def _hta_available(python: str) -> bool:
-    done = subprocess.run([python, "-c", "import hta.trace_analysis"], capture_output=True)
-    return done.returncode == 0
+def decode_rows(tmp: Path, steps: list[int], events: int, hta_python: str | None, hta_timeout: float) -> list:
+    rows = []
+    for n in steps:
+        folder = tmp / f"s{n}"  # HTA reads every trace in a folder: one a folder
+        folder.mkdir()
+        path = folder / "trace.json"
+        make("decode", str(path), str(n), str(events))
+        ours = analyze(path)
+        _, parts = measure("ours", path)
+        row = {"steps": n, "file_mb": path.stat().st_size / 1e6, "ours": ours, "parts": parts}
+        if hta_python:
+            row["hta"], row["hta_parts"] = measure("hta", path, hta_python, hta_timeout)
+        rows.append(row)
+        path.unlink()
+    return rows
+
+
+def print_decode(rows: list) -> None:
+    print(f"\n## probe analyze vs HTA, ~{rows[0]['parts'].get('events', 0):,} events kept, whole processes\n")
+    print("| steps | file MB | probe s | probe peak MiB | HTA s | HTA peak MiB | speed | memory | parse s | ledger s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        ours, hta, p = r["ours"], r.get("hta"), r["parts"]
+        cells = [str(r["steps"]), f"{r['file_mb']:.0f}"]
+        cells += [ours.failed or f"{ours.wall_s:.2f}", f"{ours.peak_mib:.0f}"]
+        if hta is None or hta.failed or ours.failed:
+            cells += [hta.failed if hta else "-", "", "", ""]
+        else:
+            cells += [f"{hta.wall_s:.1f}", f"{hta.peak_mib:.0f}"]
+            cells += [f"{hta.wall_s / ours.wall_s:.0f}x", f"{ours.peak_mib / hta.peak_mib:.2f}x HTA"]
+        cells += [f"{p.get('parse_s', float('nan')):.2f}", f"{p.get('ledger_s', float('nan')):.2f}"]
+        print("| " + " | ".join(cells) + " |")
+
+
+def print_nsys(tmp: Path, events: int) -> None:
+    path = tmp / "export.sqlite"
+    make("nsys", str(path), str(events))
+    done, parts = measure("ours", path)
+    whole = analyze(path)
+    print(f"\n## nsys SQLite export, {events:,} events, {path.stat().st_size / 1e6:.0f} MB\n")
+    print("| load_trace s | ledger s | probe analyze s | peak MiB |")
+    print("|---|---|---|---|")
+    if done.failed or whole.failed:
+        print(f"| {done.failed or whole.failed} | | | |")
+    else:
+        print(f"| {parts['parse_s']:.2f} | {parts['ledger_s']:.2f} | {whole.wall_s:.2f} | {whole.peak_mib:.0f} |")
+    path.unlink()
+
+
+def print_nesting(tmp: Path, n: int) -> None:
+    print(f"\n## {n:,} and {2 * n:,} events nested inside each other, or side by side, in one step\n")
+    print("| events | what | layout | parse s | ledger s | one step's timeline s |")
+    print("|---|---|---|---|---|---|")
+    for kind in ("ops", "ranges", "calls"):
+        for count in (n, 2 * n):
+            for layout in ("flat", "nested"):
+                path = tmp / f"{layout}{count}.json"
+                make(layout, str(path), str(count), kind)
+                done, p = measure("timeline", path)
+                cells = (
+                    [done.failed, "", ""]
+                    if done.failed
+                    else [f"{p[k]:.3f}" for k in ("parse_s", "ledger_s", "timeline_s")]
+                )
+                print(f"| {count:,} | {kind} | {layout} | " + " | ".join(cells) + " |")
+                path.unlink()
+
+
+def print_big(tmp: Path, gb: float) -> None:
+    path = tmp / "big.trace.json"
+    steps = int(make("big", str(path), str(gb)))
+    size = path.stat().st_size
+    done = analyze(path)
+    path.unlink()
+    print(f"\n## a {size / 1e9:.1f} GB trace ({steps:,} steps), streamed\n")
+    print("| probe analyze s | CPU s | peak MiB |")
+    print("|---|---|---|")
+    print(f"| {done.failed or f'{done.wall_s:.1f}'} | {done.cpu_s:.1f} | {done.peak_mib:.0f} |")
+
+
+def _own_peak_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--events", type=int, default=DEFAULT_EVENTS, help="events in each synthetic trace")
+    p.add_argument("--events", type=int, default=DEFAULT_EVENTS, help="events in each decode trace")
     p.add_argument("--steps", type=int, nargs="+", default=list(DEFAULT_STEPS), help="step counts to try")
     p.add_argument("--no-hta", action="store_true", help="skip HTA even if it is installed")
     p.add_argument("--hta-timeout", type=float, default=600, help="seconds before an HTA run is abandoned")
     # HTA 0.6.1 (traceinsight) breaks under pandas 3 on traces past 32k events (an int16 index column can no
     # longer be upcast in place), so its side may need its own environment: a venv with pandas<3.
-    p.add_argument(
-        "--hta-python", default=sys.executable, help="interpreter that has HTA installed (default: this one)"
-    )
+    p.add_argument("--hta-python", default=sys.executable, help="interpreter that has HTA installed")
+    p.add_argument("--nsys-events", type=int, default=NSYS_EVENTS, help="events in the nsys export (0: skip)")
+    p.add_argument("--nesting", type=int, default=NESTING, help="ops nested / side by side (0: skip)")
+    p.add_argument("--big-gb", type=float, default=0, help="also stream a trace of this many GB (0: skip)")
     p.add_argument("--measure", nargs=2, metavar=("WHO", "PATH"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.measure:
         who, path = args.measure
-        print(json.dumps(measure_ours(path) if who == "ours" else measure_hta(path)))
+        print(json.dumps(measure_hta(path) if who == "hta" else measure_ours(path, timeline=who == "timeline")))
         return 0
-
-    from rich.console import Console
-    from rich.table import Table
-
-    hta = not args.no_hta and _hta_available(args.hta_python)
-    table = Table(
-        title=f"parse + ledger, ~{args.events:,} events (load average {os.getloadavg()[0]:.1f})", title_justify="left"
-    )
-    for col in ("steps", "file MB", "events kept", "parse s", "ledger s", "total s", "CPU s", "peak RSS MiB"):
-        table.add_column(col, justify="right")
-    if hta:
-        for col in ("HTA s", "HTA CPU s", "HTA peak MiB", "HTA / ours"):
-            table.add_column(col, justify="right")
-    rows = []
+    has_hta = not args.no_hta and run([args.hta_python, "-c", "import hta.trace_analysis"], 120).code == 0
+    print(f"load average {os.getloadavg()[0]:.1f}; HTA {'from ' + args.hta_python if has_hta else 'not run'}")
     with tempfile.TemporaryDirectory(prefix="probe-bench-") as tmp:
-        for steps in args.steps:
-            folder = Path(tmp) / f"s{steps}"
-            folder.mkdir()
-            path = folder / "trace.json"
-            path.write_bytes(make_trace(steps, args.events))
-            ours = _run_child("ours", path, timeout=600)
-            row = [str(steps), f"{path.stat().st_size / 1e6:.0f}"]
-            if "error" in ours:
-                row += [ours["error"], "", "", "", "", ""]
-            else:
-                row += [
-                    f"{ours['events']:,}",
-                    f"{ours['parse_s']:.2f}",
-                    f"{ours['ledger_s']:.2f}",
-                    f"{ours['total_s']:.2f}",
-                    f"{ours['cpu_s']:.2f}",
-                    f"{ours['peak_rss_bytes'] / 2**20:.0f}",
-                ]
-            result = {"steps": steps, "ours": ours}
-            if hta:
-                theirs = _run_child("hta", path, timeout=args.hta_timeout, python=args.hta_python)
-                result["hta"] = theirs
-                if "error" in theirs or "error" in ours:
-                    row += [theirs.get("error", ""), "", "", ""]
-                else:
-                    row += [
-                        f"{theirs['total_s']:.1f}",
-                        f"{theirs['cpu_s']:.1f}",
-                        f"{theirs['peak_rss_bytes'] / 2**20:.0f}",
-                        f"{theirs['total_s'] / ours['total_s']:.1f}x",
-                    ]
-            table.add_row(*row)
-            rows.append(result)
-    Console(highlight=False, width=150).print(table)
-    print(json.dumps(rows))
+        rows = decode_rows(Path(tmp), args.steps, args.events, args.hta_python if has_hta else None, args.hta_timeout)
+        print_decode(rows)
+        if args.nsys_events:
+            print_nsys(Path(tmp), args.nsys_events)
+        if args.nesting:
+            print_nesting(Path(tmp), args.nesting)
+        if args.big_gb:
+            print_big(Path(tmp), args.big_gb)
+    print(f"\nthis parent's own peak: {_own_peak_mib():.0f} MiB; load average now {os.getloadavg()[0]:.1f}")
     return 0
 
 

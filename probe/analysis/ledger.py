@@ -666,7 +666,7 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysi
         python_frames=python_frames,
         user_parts=tuple(p.name for p in options.parts),
         event_cost=cost,
-        rank=getattr(trace, "rank", None),
+        rank=trace.rank,
         warnings=tuple(warnings),
         origin_epoch_ns=origin,
     )

@@ -1,15 +1,17 @@
 """The event table every analysis reads, and the readers that fill it (see `table` for every column).
 
 `load_trace(path)` reads torch.profiler chrome JSON (`.json`, `.json.gz`) and Nsight Systems SQLite exports
-(`.sqlite`, or gzipped), deciding by content, not by suffix.
+(`.sqlite`, or gzipped), deciding by content, not by suffix. Chrome JSON is streamed (`chrome`, `pieces`): memory
+follows the event table, not the size of the document. Only regular files are read, gzip within a limit (`files`).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from probe.analysis import files
-from probe.analysis.trace.chrome import read_chrome, read_text
+from probe.analysis.trace.chrome import decimal_text_to_ns, read_chrome
 from probe.analysis.trace.nsys import read_nsys
 from probe.analysis.trace.table import (
     COLUMNS,
@@ -26,22 +28,18 @@ from probe.errors import ProbeError
 
 def load_trace(path: str | Path) -> Trace:
     """Read a torch.profiler chrome trace (.json / .json.gz) or an nsys SQLite export (.sqlite, or gzipped)
-    into a `Trace`. Raises ProbeError, with a one-line reason, for a missing, empty, truncated or foreign file.
+    into a `Trace`. Raises ProbeError, with a one-line reason, for a missing, empty, truncated or foreign file,
+    and for anything but a regular file (a folder, a FIFO, a device), before reading a byte of it.
     """
     p = Path(path)
-    if not p.exists():
-        raise ProbeError(f"{p}: no such file")
-    if p.is_dir():
-        raise ProbeError(f"{p}: is a folder, not a trace file")
-    if p.stat().st_size == 0:
-        raise ProbeError(f"{p}: empty file")
+    with files.open_regular(p) as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            raise ProbeError(f"{p}: empty file")
     kind = files.sniff(p)
     if kind == files.NSYS_REPORT:
         raise ProbeError(f"{p}: an Nsight Systems report; export it first: nsys export --type sqlite {p}")
     if kind == files.NSYS_SQLITE:
-        with open(p, "rb") as f:
-            gzipped = f.read(2) == files.GZIP_MAGIC
-        return read_nsys(p, read_text(p) if gzipped else None)
+        return read_nsys(p)
     return read_chrome(p)
 
 
@@ -54,5 +52,8 @@ __all__ = [
     "Kind",
     "Trace",
     "api_base_name",
+    "decimal_text_to_ns",
     "load_trace",
+    "read_chrome",
+    "read_nsys",
 ]

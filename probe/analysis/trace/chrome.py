@@ -1,30 +1,30 @@
 """torch.profiler chrome traces (`.json`, `.json.gz`, or the JSON Array Format) into the event table.
 
-Exact time. torch writes `"ts": 5082703139188.524`, microseconds with three decimals around 5e12, and a float64
-cannot hold that (its spacing there is ~0.001 us), so `round(float(ts) * 1000)` can land 1 ns off. The parser
-therefore reads the digits: one regex pass finds every `"ts"` / `"dur"` number in document order, the digits are
-turned into integer ns with numpy (no float involved), and the values are matched to the events orjson parsed,
-checked against orjson's floats. If that check fails (a `"ts"` key nested in args, a string-valued time) the
-file is parsed again with the standard library and `Decimal`, slower but just as exact. Values with more than
-three decimals are rounded half-to-even to whole ns.
+The file is streamed (`pieces`): gunzipped on the fly, its events decoded a piece of ~8 MiB at a time into
+columns, so memory holds one piece and the table, never the document. msgspec decodes each event into a typed
+`_Event` that holds only the fields the table reads (every other key is skipped, never built), and keeps `ts`
+and `dur` as their own JSON text (`Raw`), which `timetext` turns into exact integer ns.
+
+Lenient where the file is odd, piece by piece: a piece whose events have other types than torch writes (a list
+for a name, a string id, no phase or an unknown one, a non-object event) is decoded again with every field
+untyped; a byte that is not UTF-8 is replaced (U+FFFD) in that piece only, and the trace's warnings say so.
+Malformed events are dropped and counted, never fatal; only a file that is not JSON, or not a trace, is refused,
+with a one-line reason.
 """
 
 from __future__ import annotations
 
-import gc
-import gzip
-import json
-import re
-import warnings
-import zlib
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from collections import Counter
 from pathlib import Path
+from typing import Any, Union
 
+import msgspec
 import numpy as np
-import orjson
 
-from probe.analysis.files import GZIP_MAGIC
-from probe.analysis.trace.table import ON_STREAM, PROFILER_STEP_PREFIX, Kind, Trace, finish, intern
+from probe.analysis import files
+from probe.analysis.trace import pieces
+from probe.analysis.trace.table import ON_STREAM, OUT_OF_RANGE, PROFILER_STEP_PREFIX, Kind, Trace, finish
+from probe.analysis.trace.timetext import NOT_A_NUMBER, NUMBER, decimal_text_to_ns, times_ns
 from probe.errors import ProbeError
 
 _CHROME_KINDS = {
@@ -44,330 +44,353 @@ _CHROME_KINDS = {
     "memset": Kind.GPU_MEMSET,
     "python_function": Kind.PYTHON,
 }
-
-
-def read_text(p: Path) -> bytes:
-    """The file's bytes, gunzipped when gzipped. Raises ProbeError for a broken gzip or an empty file."""
-    data = p.read_bytes()
-    if data[:2] == GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except (EOFError, OSError, zlib.error) as e:
-            raise ProbeError(f"{p}: truncated or corrupt gzip ({e})") from None
-    if data[:3] == b"\xef\xbb\xbf":
-        data = data[3:]
-    if not data.strip():
-        raise ProbeError(f"{p}: empty file")
-    return data
-
-
-_TS_TEXT = re.compile(rb'"ts"\s*:\s*(-?[0-9][0-9.eE+-]*)')
-_DUR_TEXT = re.compile(rb'"dur"\s*:\s*(-?[0-9][0-9.eE+-]*)')
-_POW10 = 10 ** np.arange(4, dtype=np.int64)
-
-
-class _Columns:
-    """What one pass over the parsed events collects; times stay raw until the exact conversion."""
-
-    def __init__(self):
-        self.strings: dict[str, int] = {}
-        self.name_id, self.cat_id, self.pid, self.tid = [], [], [], []
-        self.corr, self.ext = [], []
-        self.ts_raw, self.dur_raw = [], []  # X events' own values, whatever type the JSON parser gave
-        self.ts_pos, self.dur_pos = [], []  # their ordinals among all numeric "ts" / "dur" values in the file
-        self.n_ts = self.n_dur = 0  # how many numeric "ts" / "dur" values the file holds, all phases
-        self.skipped: dict[str, int] = {}
-        self.dropped: dict[str, int] = {}
-
-
-_NUMBER = frozenset({int, float, Decimal})
-
-
-def _collect(events: list) -> _Columns:
-    """One pass over the events. Hot loop (~1 us an event), so it stays flat and uses locals."""
-    c = _Columns()
-    strings = c.strings
-    ts_pos, dur_pos, ts_raw, dur_raw = c.ts_pos, c.dur_pos, c.ts_raw, c.dur_raw
-    name_id, cat_id, pids, tids = c.name_id, c.cat_id, c.pid, c.tid
-    corr, ext = c.corr, c.ext
-    skipped, dropped = c.skipped, c.dropped
-    number = _NUMBER
-    n_ts = n_dur = 0
-    for e in events:
-        if type(e) is not dict:
-            dropped["not an object"] = dropped.get("not an object", 0) + 1
-            continue
-        ts = e.get("ts")
-        ts_ok = type(ts) in number
-        n_ts += ts_ok
-        dur = e.get("dur")
-        dur_ok = type(dur) in number
-        n_dur += dur_ok
-        ph = e.get("ph")
-        if ph != "X":
-            key = ph if type(ph) is str else str(ph)
-            skipped[key] = skipped.get(key, 0) + 1
-            continue
-        if not (ts_ok and dur_ok):
-            reason = "missing or non-numeric ts" if not ts_ok else "missing or non-numeric dur"
-            dropped[reason] = dropped.get(reason, 0) + 1
-            continue
-        ts_raw.append(ts)
-        dur_raw.append(dur)
-        ts_pos.append(n_ts - 1)
-        dur_pos.append(n_dur - 1)
-        name = e.get("name")
-        i = strings.get(name) if type(name) is str else None  # a list or dict name would not hash
-        name_id.append(i if i is not None else intern(strings, name))
-        cat = e.get("cat")
-        i = strings.get(cat) if type(cat) is str else None
-        cat_id.append(i if i is not None else intern(strings, cat))
-        pids.append(e.get("pid", -1))
-        tids.append(e.get("tid", -1))
-        a = e.get("args")
-        if type(a) is dict:
-            corr.append(a.get("correlation", -1))
-            ext.append(a.get("External id", -1))
-        else:
-            corr.append(-1)
-            ext.append(-1)
-    c.n_ts, c.n_dur = n_ts, n_dur
-    return c
-
-
-def _ints(values: list, default: int = -1) -> np.ndarray:
-    """A list of JSON values as int64, with `default` wherever a value is missing or not an integer."""
-    try:
-        arr = np.array(values) if values else np.zeros(0, np.int64)
-    except (ValueError, OverflowError):  # ragged lists
-        arr = None
-    if arr is not None and arr.dtype == np.int64 and arr.ndim == 1:
-        return arr  # every value an integer: the common case, with no Python loop
-    return np.fromiter(
-        (v if type(v) is int and -(2**63) <= v < 2**63 else default for v in values), dtype=np.int64, count=len(values)
-    )
-
-
-def decimal_text_to_ns(texts: list[bytes]) -> np.ndarray:
-    """Microsecond numbers as JSON text (`b"5082703139188.524"`) to exact int64 nanoseconds.
-
-    Plain decimals (`[-]digits[.digits]`, at most three fractional digits, fitting int64 ns) are converted by
-    numpy alone; anything else (more digits, an exponent) goes through Decimal, rounded half-to-even to ns.
-    Raises ValueError for a value that is not a number or does not fit int64 ns.
-    """
-    n = len(texts)
-    if n == 0:
-        return np.zeros(0, np.int64)
-    torch_style = _three_decimals_to_ns(texts)
-    if torch_style is not None:
-        return torch_style
-    whole, _, frac = np.strings.partition(np.array(texts), b".")
-    if frac.dtype.itemsize <= 3:
-        try:
-            w = whole.astype(np.int64)  # raises unless every row's whole part is an integer
-        except (ValueError, OverflowError):
-            w = None
-        if w is not None and np.all(np.abs(w) < _MAX_US):
-            d = _frac_digits(frac, n)
-            if d is not None:
-                negative = np.ascontiguousarray(whole).view(np.uint8).reshape(n, -1)[:, 0] == 45  # "-0.5"
-                magnitude = np.abs(w) * 1000 + d
-                return np.where(negative, -magnitude, magnitude)
-    return _decimal_text_to_ns_rowwise(texts, whole, frac)
-
-
-_MAX_US = 9223372036854775  # whole microseconds that still fit int64 ns after x 1000 (plus <1000 ns)
-
-
-def _three_decimals_to_ns(texts: list[bytes]) -> np.ndarray | None:
-    """The common case, twice as fast: every value has exactly three decimals (torch writes "%.3f"), so
-    dropping the dot leaves the ns as an integer, which numpy's text reader parses exactly (no float).
-    None when any value is written another way."""
-    blob = b" ".join(texts) + b" "
-    chars = np.frombuffer(blob, np.uint8)
-    ends = np.flatnonzero(chars == 32)
-    dots = chars == 46
-    if (
-        len(ends) != len(texts)
-        or np.count_nonzero(dots) != len(texts)
-        or np.any(ends < 4)
-        or not np.all(dots[ends - 4])
-        or np.any((chars == 101) | (chars == 69) | (chars == 43))
-    ):
-        return None  # a missing dot, other than 3 decimals, or an exponent
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # numpy only warns when it stops early; make that an error
-        try:
-            ns = np.fromstring(blob.replace(b".", b""), dtype=np.int64, sep=" ")
-        except (ValueError, DeprecationWarning, OverflowError):
-            return None
-    if len(ns) != len(texts) or np.any((ns == _I64.max) | (ns == _I64.min)):
-        return None  # the reader saturates out-of-range values instead of failing: leave those to the slow path
-    return ns
-
-
 _I64 = np.iinfo(np.int64)
+_MISSING = msgspec.Raw()  # an absent ts / dur: empty text, which is not a number
 
 
-def _frac_digits(frac: np.ndarray, n: int) -> np.ndarray | None:
-    """Up to three fractional digits as ns (NUL padding reads as 0); None if any byte is not a digit."""
-    width = frac.dtype.itemsize
-    d = np.zeros((n, 3), np.int64)
-    if width:
-        raw = np.ascontiguousarray(frac).view(np.uint8).reshape(n, width)
-        if not np.all(((raw >= 48) & (raw <= 57)) | (raw == 0)):
-            return None
-        d[:, :width] = np.where(raw == 0, 0, raw.astype(np.int64) - 48)
-    return d[:, 0] * 100 + d[:, 1] * 10 + d[:, 2]
+class _Args(msgspec.Struct, frozen=True, gc=False):
+    correlation: int = -1
+    external_id: int = msgspec.field(default=-1, name="External id")
 
 
-def _decimal_text_to_ns_rowwise(texts: list[bytes], whole: np.ndarray, frac: np.ndarray) -> np.ndarray:
-    """The rare path: validate row by row; plain rows stay vectorized, the others go through Decimal."""
-    negative = np.strings.startswith(whole, b"-")
-    body = np.strings.lstrip(whole, b"-")
-    body_len, frac_len = np.strings.str_len(body), np.strings.str_len(frac)
-    ok = np.strings.isdigit(body) & (np.strings.str_len(whole) - body_len <= 1) & (frac_len <= 3)
-    ok &= (body_len < 16) | ((body_len == 16) & (body < b"9223372036854775"))
-    ok &= np.strings.isdigit(frac) | (frac_len == 0)
-    n = len(texts)
-    ns = np.zeros(n, np.int64)
-    if ok.any():
-        w = np.where(ok, body, b"0").astype(np.int64)
-        d = _frac_digits(np.where(ok, frac, b"").astype("S3"), n)
-        magnitude = w * 1000 + d
-        ns = np.where(ok, np.where(negative, -magnitude, magnitude), 0)
-    for i in np.flatnonzero(~ok):
-        ns[i] = _decimal_to_ns(texts[i].decode("ascii", "replace"))
-    return ns
+class _Event(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+    """A complete event as torch writes it. gc=False: these hold no cycles, so the collector need not track them."""
+
+    cat: str = ""
+    name: str = ""
+    pid: int | str = -1
+    tid: int | str = -1
+    ts: msgspec.Raw = _MISSING
+    dur: msgspec.Raw = _MISSING
+    args: _Args = _Args()
 
 
-def _decimal_to_ns(value) -> int:
-    """One microsecond value (int, Decimal, or numeric text) to integer ns, half-to-even."""
-    try:
-        d = value if isinstance(value, Decimal) else Decimal(str(value))
-        ns = int((d * 1000).to_integral_value(rounding=ROUND_HALF_EVEN))
-    except (InvalidOperation, ValueError, OverflowError) as e:
-        raise ValueError(f"not a time: {value!r}") from e
-    if not -(2**63) <= ns < 2**63:
-        raise ValueError(f"time out of range: {value!r} us")
-    return ns
+# Every other phase of the Trace Event Format, as an empty struct: its keys are skipped, never built (flow arrows
+# are a third of a torch trace). An event with no phase, or another one, sends its piece to the untyped decode.
+_OTHER_PHASES = {
+    msgspec.defstruct(f"_Phase{i}", [], tag_field="ph", tag=ph, gc=False): ph
+    for i, ph in enumerate("BEiICbnestfPONDMVvRc()")
+}
+_ANY_PHASE = Union[(_Event, *_OTHER_PHASES)]  # a union built from a tuple
 
 
-def _numbers_in_text(data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
-    """Every numeric "ts" and "dur" value in the file, in document order, as exact ns (None if one is bad)."""
-    try:
-        return decimal_text_to_ns(_TS_TEXT.findall(data)), decimal_text_to_ns(_DUR_TEXT.findall(data))
-    except ValueError:
-        return None
+class _AnyEvent(msgspec.Struct, gc=False):
+    """The same fields with any JSON type, for a piece the typed decode refused."""
+
+    ph: Any = None
+    cat: Any = ""
+    name: Any = ""
+    pid: Any = -1
+    tid: Any = -1
+    ts: msgspec.Raw = _MISSING
+    dur: msgspec.Raw = _MISSING
+    args: Any = None
 
 
-def _align(numbers: tuple[np.ndarray, np.ndarray] | None, c: _Columns) -> tuple[np.ndarray, np.ndarray] | None:
-    """The X events' ts and dur from the text's numbers; None when the text and the parse disagree."""
-    if numbers is None:
-        return None
-    out = []
-    pairs = zip(numbers, (c.n_ts, c.n_dur), (c.ts_pos, c.dur_pos), (c.ts_raw, c.dur_raw), strict=True)
-    for every, count, pos, raw in pairs:
-        if len(every) != count:
-            return None
-        mine = every[np.asarray(pos, dtype=np.int64)]
-        try:
-            theirs = np.asarray(raw, dtype=np.float64)
-        except (TypeError, ValueError, OverflowError):
-            return None
-        # The k-th number in the text must be the k-th number orjson saw. The two agree to float rounding
-        # (< 4e-16 relative); a match shifted by one event would be off by that event's spacing.
-        tol = np.maximum(np.abs(theirs) * 1e-15, 1e-9)
-        if not np.all(np.abs(mine / 1000.0 - theirs) <= tol):
-            return None
-        out.append(mine)
-    return out[0], out[1]
+class _Doc(msgspec.Struct, gc=False):
+    traceEvents: list[_ANY_PHASE] | None = None  # the file's own keys, as written
+    baseTimeNanoseconds: Any = None
+    distributedInfo: Any = None
 
 
-def _parse_json(data: bytes, source: Path):
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        raise ProbeError(f"{source}: not JSON ({str(e).splitlines()[0]})") from None
+class _AnyDoc(msgspec.Struct, gc=False):
+    traceEvents: msgspec.Raw = _MISSING
+    baseTimeNanoseconds: Any = None
+    distributedInfo: Any = None
 
 
-def _events_of(doc, source: Path) -> tuple[list, int | None]:
-    if isinstance(doc, dict):
-        events = doc.get("traceEvents")
-        if not isinstance(events, list):
-            raise ProbeError(f"{source}: JSON but not a trace (no traceEvents list)")
-        base = doc.get("baseTimeNanoseconds")
-        return events, base if type(base) is int else None
-    if isinstance(doc, list) and all(isinstance(e, dict) for e in doc[:100]) and doc:
-        return doc, None  # the JSON Array Format: a bare list of events
-    raise ProbeError(f"{source}: JSON but not a trace (expected an object with traceEvents)")
+_EVENTS = msgspec.json.Decoder(list[_ANY_PHASE])
+_ANY_JSON = msgspec.json.Decoder()
+_RAW = msgspec.json.Decoder(msgspec.Raw)  # validates any JSON, builds nothing
+_RAW_ITEMS = msgspec.json.Decoder(list[msgspec.Raw])
+_ANY_EVENT = msgspec.json.Decoder(_AnyEvent)
+_DOC = msgspec.json.Decoder(_Doc)
+_ANY_DOC = msgspec.json.Decoder(_AnyDoc)
 
 
 def read_chrome(source: Path) -> Trace:
-    data = read_text(source)
-    numbers = _numbers_in_text(data)  # first, so the text can be let go before the big event lists exist
-    gc_was = gc.isenabled()
-    gc.disable()  # ~400k small dicts: the cyclic collector would walk them again and again for nothing
-    try:
-        doc = _parse_json(data, source)
-        if numbers is not None:
-            del data
-        events, base = _events_of(doc, source)
-        c = _collect(events)
-        del doc, events  # freed by reference counting while the collector is still off: no full sweep of them
-    finally:
-        if gc_was:
-            gc.enable()
-    exact = _align(numbers, c)
-    if exact is None:
-        exact, c, base = _read_chrome_slowly(source)
-    ts_ns, dur_ns = exact
-    names = tuple(c.strings)
-    name_id = np.asarray(c.name_id, dtype=np.int32)
-    cat_id = np.asarray(c.cat_id, dtype=np.int32)
-    kind_of_cat = np.array([_chrome_kind(s) for s in names], dtype=np.int8)
-    kind = kind_of_cat[cat_id] if len(cat_id) else np.zeros(0, np.int8)
-    step_names = np.array([s.startswith(PROFILER_STEP_PREFIX) for s in names], dtype=bool)
-    if len(name_id):
-        is_step = step_names[name_id] & ((kind == Kind.USER_RANGE) | (kind == Kind.CPU_OP))
-        kind[is_step] = Kind.PROFILER_STEP
-    pid, tid = _ints(c.pid), _ints(c.tid)
-    on_stream = np.isin(kind, np.asarray(ON_STREAM, dtype=np.int8))
-    stream, device = np.where(on_stream, tid, -1), np.where(on_stream, pid, -1)
-    cols = dict(
-        ts_ns=ts_ns,
-        dur_ns=dur_ns,
-        kind=kind,
-        name_id=name_id,
-        cat_id=cat_id,
-        pid=pid,
-        tid=tid,
-        stream=stream,
-        device=device,
-        correlation=_ints(c.corr),
-        external_id=_ints(c.ext),
-    )
-    return finish("torch_chrome", source, base, names, cols, c.skipped, c.dropped)
+    table = _Table(source)
+    with files.open_content(source) as stream:
+        rest = pieces.split(stream, table.add_piece, str(source), _frame_ok)
+    base, rank = table.add_document(rest)
+    return table.finish(base, rank)
 
 
-def _read_chrome_slowly(source: Path) -> tuple[tuple[np.ndarray, np.ndarray], _Columns, int | None]:
-    """Slow but exact: the standard library hands every number over as Decimal."""
+def _frame_ok(frame: bytes) -> bool:
+    """Whether `frame` really opens the events array: `{... "traceEvents": [` closed is `{... "traceEvents": []}`.
+    (`"traceEvents": [` can also sit inside a string or be the tail of a longer key.)"""
+    if frame.lstrip().startswith(b"["):
+        return True
+    doc, error = _decode(_ANY_JSON, frame + b"]}")
+    return not error and isinstance(doc, dict) and doc.get("traceEvents") == []
+
+
+def _decode(decoder: msgspec.json.Decoder, text: bytes) -> tuple[Any, str]:
+    """(value, "") or (None, why the text is not whole JSON); a ValidationError (valid JSON of other types)
+    propagates. msgspec raises RecursionError, not DecodeError, for JSON nested past its depth limit."""
     try:
-        doc = json.loads(read_text(source).decode("utf-8", "replace"), parse_float=Decimal)
-    except ValueError as e:
-        raise ProbeError(f"{source}: not JSON ({e})") from None
-    events, base = _events_of(doc, source)
-    c = _collect(events)
-    del doc, events
-    try:
-        exact = (
-            np.fromiter((_decimal_to_ns(v) for v in c.ts_raw), np.int64, len(c.ts_raw)),
-            np.fromiter((_decimal_to_ns(v) for v in c.dur_raw), np.int64, len(c.dur_raw)),
+        return decoder.decode(text), ""
+    except msgspec.ValidationError:
+        raise
+    except msgspec.DecodeError as e:
+        return None, str(e).splitlines()[0] or "not decodable"
+    except RecursionError:
+        return None, "nested deeper than the decoder allows"
+
+
+class _Table:
+    """The columns built so far, the name table, and what was left out along the way."""
+
+    def __init__(self, source: Path):
+        self.source = source
+        self.strings = _NameTable()
+        self.columns = _Growing()
+        self.skipped: Counter[str] = Counter()
+        self.dropped: Counter[str] = Counter()
+        self.replaced = 0  # characters that were not UTF-8, now U+FFFD
+        self.error = ""  # why the last text did not decode
+        self.items = 0  # array items seen, events or not
+        self.odd_start = False  # one of the first 100 items is not an object
+
+    def add_piece(self, array: bytes) -> bool:
+        """pieces.split's test: True when `array` is a JSON array of whole events (then they are in the table)."""
+        return self._add_events(array)
+
+    def add_document(self, doc: bytes) -> tuple[int | None, int | None]:
+        """The trace's last events and its top-level keys: (baseTimeNanoseconds, distributedInfo.rank)."""
+        head = doc.lstrip()[:1]
+        if not head:
+            raise ProbeError(f"{self.source}: empty file")
+        if head == b"[":
+            if not self._add_events(doc):
+                raise ProbeError(f"{self.source}: not JSON ({self.error})")
+            if self.items == 0 or self.odd_start:  # [1, 2, 3] is JSON, not a trace in the JSON Array Format
+                raise ProbeError(self._not_a_trace())
+            return None, None
+        if head != b"{":  # a string, a number, true / false / null: JSON, or not
+            valid = self._decode(_RAW, doc) is not None
+            raise ProbeError(self._not_a_trace() if valid else f"{self.source}: not JSON ({self.error})")
+        top = self._top_keys(doc)
+        if top is None:
+            raise ProbeError(f"{self.source}: not JSON ({self.error})")
+        if top.traceEvents is None:
+            raise ProbeError(f"{self.source}: JSON but not a trace (no traceEvents list)")
+        return _int64_or_none(top.baseTimeNanoseconds), _rank(top.distributedInfo)
+
+    def _not_a_trace(self) -> str:
+        return f"{self.source}: JSON but not a trace (expected an object with traceEvents)"
+
+    def _top_keys(self, doc: bytes) -> _Doc | _AnyDoc | None:
+        """Decode the document's object, adding its events; `traceEvents` is None on the result when it has no
+        list of events. None when the document is not JSON."""
+        try:
+            top = self._decode(_DOC, doc)
+            if top is not None and top.traceEvents is not None:
+                self._add_typed(top.traceEvents)
+            return top
+        except msgspec.ValidationError:  # odd types: the events one by one, the keys as they come
+            top = self._decode(_ANY_DOC, doc)
+        if top is not None:
+            events = bytes(top.traceEvents)
+            if not (events.startswith(b"[") and self._add_events(events)):
+                top.traceEvents = None
+        return top
+
+    def _add_events(self, text: bytes) -> bool:
+        """Decode a JSON list of events into the table; False when the text is not whole JSON."""
+        try:
+            events = self._decode(_EVENTS, text)
+            if events is not None:
+                self._add_typed(events)
+        except msgspec.ValidationError:  # odd types somewhere: take every event as it comes
+            items = self._decode(_RAW_ITEMS, text)
+            if items is None:
+                return False
+            self._add_untyped(items)
+            return True
+        return events is not None
+
+    def _decode(self, decoder: msgspec.json.Decoder, text: bytes):
+        """decoder.decode(text), with bytes that are not UTF-8 replaced when that is what stops it; None (and
+        `self.error`) when the text is not whole JSON. A ValidationError (valid JSON, other types) propagates."""
+        out, self.error = _decode(decoder, text)
+        if "UTF-8" not in self.error:
+            return out
+        fixed = text.decode("utf-8", "replace").encode()
+        out, self.error = _decode(decoder, fixed)
+        if not self.error:
+            self.replaced += fixed.count("\ufffd".encode()) - text.count("\ufffd".encode())
+        return out
+
+    def _add_typed(self, events: list) -> None:
+        self.items += len(events)
+        phases = Counter(map(type, events))
+        if phases.pop(_Event, 0) < len(events):
+            self.skipped.update({_OTHER_PHASES[cls]: n for cls, n in phases.items()})
+        xs = [e for e in events if type(e) is _Event]
+        self._add(*_common_fields(xs), [e.args.correlation for e in xs], [e.args.external_id for e in xs])
+
+    def _add_untyped(self, items: list[msgspec.Raw]) -> None:
+        events = []
+        for i, raw in enumerate(map(bytes, items), start=self.items):
+            event = self._decode(_ANY_EVENT, raw) if raw.startswith(b"{") else None
+            if event is None:
+                self.dropped["not an object"] += 1
+                self.odd_start |= i < 100
+            else:
+                events.append(event)
+        self.items += len(items)
+        xs = [e for e in events if e.ph == "X"]
+        self.skipped.update(str(e.ph) for e in events if e.ph != "X")
+        ts, dur, name, cat, pid, tid = _common_fields(xs)
+        args = [e.args if type(e.args) is dict else {} for e in xs]
+        corr = [a.get("correlation", -1) for a in args]
+        ext = [a.get("External id", -1) for a in args]
+        self._add(ts, dur, list(map(_text, name)), list(map(_text, cat)), pid, tid, corr, ext)
+
+    def _add(self, ts: list, dur: list, name: list, cat: list, pid: list, tid: list, corr: list, ext: list) -> None:
+        ts_ns, ts_status = times_ns(ts)
+        dur_ns, dur_status = times_ns(dur)
+        keep = (ts_status == NUMBER) & (dur_status == NUMBER)
+        part = dict(
+            ts_ns=ts_ns,
+            dur_ns=dur_ns,
+            name_id=self._ids(name),
+            cat_id=self._ids(cat),
+            pid=_ints(pid),
+            tid=_ints(tid),
+            correlation=_ints(corr),
+            external_id=_ints(ext),
         )
-    except ValueError as e:
-        raise ProbeError(f"{source}: {e}") from None
-    return exact, c, base
+        if not keep.all():
+            self._count_dropped(ts_status, dur_status)
+            part = {k: v[keep] for k, v in part.items()}
+        self.columns.append(part)
+
+    def _count_dropped(self, ts_status: np.ndarray, dur_status: np.ndarray) -> None:
+        no_ts = ts_status == NOT_A_NUMBER
+        no_dur = ~no_ts & (dur_status == NOT_A_NUMBER)
+        far = ~no_ts & ~no_dur & ((ts_status != NUMBER) | (dur_status != NUMBER))
+        for why, mask in (
+            ("missing or non-numeric ts", no_ts),
+            ("missing or non-numeric dur", no_dur),
+            (OUT_OF_RANGE, far),
+        ):
+            if mask.any():
+                self.dropped[why] += int(mask.sum())
+
+    def _ids(self, values: list[str]) -> np.ndarray:
+        return np.array(list(map(self.strings.__getitem__, values)), np.int32).reshape(-1)
+
+    def finish(self, base: int | None, rank: int | None) -> Trace:
+        if not self.columns.n:
+            self._add(*[[] for _ in range(8)])  # empty columns of the right types: finish() says why
+        names = tuple(self.strings)
+        cols = self.columns.take()
+        kind_of_cat = np.array([_chrome_kind(s) for s in names], dtype=np.int8)
+        kind = kind_of_cat[cols["cat_id"]] if len(names) else np.zeros(0, np.int8)
+        step_names = np.array([s.startswith(PROFILER_STEP_PREFIX) for s in names], dtype=bool)
+        if len(names):
+            is_step = step_names[cols["name_id"]] & ((kind == Kind.USER_RANGE) | (kind == Kind.CPU_OP))
+            kind[is_step] = Kind.PROFILER_STEP
+        on_stream = np.isin(kind, np.asarray(ON_STREAM, dtype=np.int8))
+        cols["kind"] = kind
+        cols["stream"] = np.where(on_stream, cols["tid"], -1)
+        cols["device"] = np.where(on_stream, cols["pid"], -1)
+        notes = (f"replaced {self.replaced} character(s) that were not UTF-8 with U+FFFD",) if self.replaced else ()
+        return finish(
+            "torch_chrome",
+            self.source,
+            base,
+            names,
+            cols,
+            dict(self.skipped),
+            dict(self.dropped),
+            rank=rank,
+            notes=notes,
+        )
+
+
+class _NameTable(dict):
+    """string -> id, in first-seen order; a string it lacks gets the next id as it is looked up, so a piece's ids
+    are one C-level pass over its names (`map(table.__getitem__, names)`) whether they are new or not."""
+
+    def __missing__(self, s: str) -> int:
+        i = self[s] = len(self)
+        return i
+
+
+class _Growing:
+    """Columns filled piece by piece, in arrays that double when full. Each growth copies one column at a time into
+    a fresh large allocation (mmap'd, so the old one goes back to the system when freed): memory holds the table
+    and one column. A list of per-piece arrays joined at the end held the table twice, the second copy stranded
+    in the heap."""
+
+    def __init__(self):
+        self.cols: dict[str, np.ndarray] = {}
+        self.n = 0  # rows filled
+
+    def append(self, part: dict[str, np.ndarray]) -> None:
+        m = len(part["ts_ns"])
+        if not self.cols:
+            self.cols = {k: np.empty(max(m, 1 << 16), v.dtype) for k, v in part.items()}
+        size = len(self.cols["ts_ns"])
+        if self.n + m > size:
+            size = max(2 * size, self.n + m)
+            for k in list(self.cols):
+                grown = np.empty(size, self.cols[k].dtype)
+                grown[: self.n] = self.cols[k][: self.n]
+                self.cols[k] = grown  # the old column is freed here, before the next one grows
+        for k, v in part.items():
+            self.cols[k][self.n : self.n + m] = v
+        self.n += m
+
+    def take(self) -> dict[str, np.ndarray]:
+        """The columns cut to their rows, one at a time (each copy replaces its padded column)."""
+        return {k: self.cols.pop(k)[: self.n].copy() for k in list(self.cols)}
+
+
+def _common_fields(xs: list) -> tuple[list, ...]:
+    """ts, dur, name, cat, pid, tid of the events, a list each (a comprehension a field is the fastest way)."""
+    return (
+        [e.ts for e in xs],
+        [e.dur for e in xs],
+        [e.name for e in xs],
+        [e.cat for e in xs],
+        [e.pid for e in xs],
+        [e.tid for e in xs],
+    )
+
+
+def _text(v) -> str:
+    """A name or category of any JSON type as text (a list name is kept as its repr, as before)."""
+    return v if type(v) is str else "" if v is None else str(v)
+
+
+def _ints(values: list, default: int = -1) -> np.ndarray:
+    """JSON values as int64, with `default` wherever a value is missing or not an integer that fits."""
+    if set(map(type, values)) <= {int}:  # (not bool, not float: fromiter would take True and 3.0 as 1 and 3)
+        try:
+            return np.fromiter(values, np.int64, len(values))  # every value an integer: the common case
+        except OverflowError:  # an integer past int64
+            pass
+    return np.fromiter(
+        (v if type(v) is int and _I64.min <= v <= _I64.max else default for v in values),
+        dtype=np.int64,
+        count=len(values),
+    )
+
+
+def _int64_or_none(v) -> int | None:
+    return v if type(v) is int and _I64.min <= v <= _I64.max else None
+
+
+def _rank(info) -> int | None:
+    return _int64_or_none(info.get("rank")) if isinstance(info, dict) else None
 
 
 def _chrome_kind(cat: str) -> Kind:
     return _CHROME_KINDS.get(cat.lower(), Kind.OTHER)
+
+
+__all__ = ["decimal_text_to_ns", "read_chrome"]

@@ -1,13 +1,26 @@
-"""Nsight Systems SQLite exports (`nsys export --type sqlite`, plain or gzipped) into the event table."""
+"""Nsight Systems SQLite exports (`nsys export --type sqlite`, plain or gzipped) into the event table.
+
+The export is opened read-only and immutable through a `file:` URI built by `Path.as_uri()`, which escapes
+`%`, `#` and `?`: SQLite decodes `%2F` in a URI and stops the path at `#` or `?`, so an unescaped name can open
+another file, or open read-write and create one. A gzipped export is gunzipped (within the limit of
+`files.open_content`) into a temporary file rather than memory.
+
+Columns are read in bulk: one `group_concat` a column over a chunk of rows, parsed by numpy, so no Python object
+is made a value (twice as fast as fetching rows). A value of the wrong SQLite type reads as -1 (a time:
+the row is dropped and counted); names are looked up once per distinct id.
+"""
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
+from probe.analysis import files
 from probe.analysis.trace.table import COLUMNS, PROFILER_STEP_PREFIX, Kind, Trace, finish, intern
 from probe.errors import ProbeError
 
@@ -18,6 +31,11 @@ _EVENT_TABLES = (
     "CUPTI_ACTIVITY_KIND_KERNEL",
     "CUPTI_ACTIVITY_KIND_MEMCPY",
     "CUPTI_ACTIVITY_KIND_MEMSET",
+)
+_GPU_TABLES = (
+    ("CUPTI_ACTIVITY_KIND_KERNEL", Kind.KERNEL, "demangledName"),
+    ("CUPTI_ACTIVITY_KIND_MEMCPY", Kind.GPU_MEMCPY, "copyKind"),
+    ("CUPTI_ACTIVITY_KIND_MEMSET", Kind.GPU_MEMSET, "0"),
 )
 _MEMCPY_KINDS = {
     1: "HtoD",
@@ -31,6 +49,215 @@ _MEMCPY_KINDS = {
     9: "HtoH",
     10: "PtoP",
 }
+_CHUNK_ROWS = 1 << 18  # rows a group_concat: ~20 MB of text a column, far below SQLite's 1 GB string limit
+_TIMED = "typeof(start) = 'integer' AND typeof(end) = 'integer'"
+
+
+def read_nsys(source: Path, data: bytes | None = None) -> Trace:
+    """Read an export in place, read-only; a gzipped one (or `data`, its bytes) through a temporary copy."""
+    source = Path(source)
+    if data is None and not files.is_gzipped(source):
+        return _read_file(source, source)
+    with tempfile.TemporaryDirectory(prefix="probe-") as tmp:
+        copy = Path(tmp) / "export.sqlite"
+        if data is not None:
+            copy.write_bytes(data)
+        else:
+            with files.open_content(source) as src, open(copy, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+        return _read_file(copy, source)
+
+
+def _read_file(path: Path, source: Path) -> Trace:
+    files.open_regular(path).close()  # a folder, FIFO or device is refused before SQLite opens it
+    uri = path.resolve().as_uri() + "?mode=ro&immutable=1"
+    try:
+        con = sqlite3.connect(uri, uri=True)
+    except sqlite3.Error as e:
+        raise ProbeError(f"{source}: unreadable SQLite export ({e})") from None
+    con.text_factory = lambda b: b.decode("utf-8", "replace")  # a stray byte in one name must not stop the read
+    try:
+        return _read_tables(con, source)
+    except sqlite3.Error as e:
+        raise ProbeError(f"{source}: unreadable SQLite export ({str(e).splitlines()[0] if str(e) else e!r})") from None
+    finally:
+        con.close()
+
+
+class _Names:
+    """The trace's name table, filled from StringIds ids and from text, one lookup per distinct value."""
+
+    def __init__(self, strings: dict):
+        self.strings = strings  # StringIds: id -> value
+        self.table: dict[str, int] = {}
+
+    def of_ids(self, ids: np.ndarray) -> np.ndarray:
+        """Name ids of StringIds ids ("" for an id it lacks)."""
+        distinct, inverse = np.unique(ids, return_inverse=True)
+        mine = [intern(self.table, self.strings.get(int(i), "")) for i in distinct]
+        return np.asarray(mine, np.int32)[inverse] if len(ids) else np.zeros(0, np.int32)
+
+    def of_texts(self, texts: list) -> np.ndarray:
+        return np.asarray([intern(self.table, t) for t in texts], np.int32).reshape(-1)
+
+    def of_one(self, text: str, n: int) -> np.ndarray:
+        return np.full(n, intern(self.table, text), np.int32)
+
+
+def _read_tables(con: sqlite3.Connection, source: Path) -> Trace:
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    present = [t for t in _EVENT_TABLES if t in tables]
+    if not present:
+        raise ProbeError(f"{source}: SQLite but not an Nsight Systems export (none of {', '.join(_EVENT_TABLES)})")
+    if "StringIds" not in tables:
+        raise ProbeError(f"{source}: Nsight Systems export without its StringIds table")
+    names = _Names(dict(con.execute("SELECT id, value FROM StringIds")))
+    dropped: Counter[str] = Counter()
+    parts = []
+    if "NVTX_EVENTS" in tables:
+        parts.append(_nvtx(con, names, dropped))
+    if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
+        parts.append(_runtime(con, names, dropped))
+    for table, kind, label in _GPU_TABLES:
+        if table in tables:
+            parts.append(_gpu(con, names, dropped, table, kind, label))
+    cols = {c: np.concatenate([p[c] for p in parts]) for c in COLUMNS}
+    base = None
+    if "TARGET_INFO_SESSION_START_TIME" in tables:
+        row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1").fetchone()
+        base = row[0] if row and type(row[0]) is int else None
+    return finish("nsys_sqlite", source, base, tuple(names.table), cols, {}, dict(dropped))
+
+
+def _nvtx(con, names: _Names, dropped: Counter) -> dict[str, np.ndarray]:
+    ranges = f"eventType IN {_NVTX_RANGE_TYPES}"
+    _count(con, dropped, "NVTX range never closed", f"NVTX_EVENTS WHERE end IS NULL AND {ranges}")
+    closed = f"end IS NOT NULL AND {ranges}"
+    _count(con, dropped, "non-integer start or end", f"NVTX_EVENTS WHERE {closed} AND NOT ({_TIMED})")
+    where = f"{closed} AND {_TIMED}"
+    c = _int_columns(con, "NVTX_EVENTS", where, start="start", end="end", gid="globalTid", text_id="textId")
+    name_id = names.of_ids(c["text_id"])
+    # Unregistered strings sit in `text` instead of `textId`: few rows, read as they are.
+    texts = con.execute(f"SELECT rowid, text FROM NVTX_EVENTS WHERE text IS NOT NULL AND {where}").fetchall()
+    if texts:
+        rowid, text = zip(*texts, strict=True)
+        name_id[np.searchsorted(c["rowid"], np.asarray(rowid, np.int64))] = names.of_texts([_text(t) for t in text])
+    gid = c["gid"]
+    part = _part(
+        Kind.USER_RANGE,
+        name_id,
+        names.of_one("NVTX_EVENTS", len(gid)),
+        ts_ns=c["start"],
+        dur_ns=c["end"] - c["start"],
+        pid=np.where(gid >= 0, _gid_pid(gid), -1),
+        tid=np.where(gid >= 0, _gid_tid(gid), -1),
+    )
+    is_step = np.array([s.startswith(PROFILER_STEP_PREFIX) for s in names.table], bool)
+    part["kind"][is_step[name_id]] = Kind.PROFILER_STEP
+    return part
+
+
+def _runtime(con, names: _Names, dropped: Counter) -> dict[str, np.ndarray]:
+    table = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    _count(con, dropped, "non-integer start or end", f"{table} WHERE NOT ({_TIMED})")
+    c = _int_columns(con, table, _TIMED, start="start", end="end", gid="globalTid", corr="correlationId", name="nameId")
+    return _part(
+        Kind.RUNTIME,
+        names.of_ids(c["name"]),
+        names.of_one(table, len(c["start"])),
+        ts_ns=c["start"],
+        dur_ns=c["end"] - c["start"],
+        pid=_gid_pid(c["gid"]),
+        tid=_gid_tid(c["gid"]),
+        correlation=c["corr"],
+    )
+
+
+def _gpu(con, names: _Names, dropped: Counter, table: str, kind: Kind, label: str) -> dict[str, np.ndarray]:
+    _count(con, dropped, "non-integer start or end", f"{table} WHERE NOT ({_TIMED})")
+    c = _int_columns(
+        con,
+        table,
+        _TIMED,
+        start="start",
+        end="end",
+        device="deviceId",
+        stream="streamId",
+        corr="correlationId",
+        gpid="globalPid",
+        label=label,
+    )
+    n = len(c["start"])
+    if kind == Kind.KERNEL:
+        name_id = names.of_ids(c["label"])
+    elif kind == Kind.GPU_MEMCPY:
+        distinct, inverse = np.unique(c["label"], return_inverse=True)
+        ids = [intern(names.table, f"Memcpy {_MEMCPY_KINDS.get(int(k), int(k))}") for k in distinct]
+        name_id = np.asarray(ids, np.int32)[inverse] if n else np.zeros(0, np.int32)
+    else:
+        name_id = names.of_one("Memset", n) if n else np.zeros(0, np.int32)
+    return _part(
+        kind,
+        name_id,
+        names.of_one(table, n),
+        ts_ns=c["start"],
+        dur_ns=c["end"] - c["start"],
+        pid=_gid_pid(c["gpid"]),
+        tid=c["stream"],
+        stream=c["stream"],
+        device=c["device"],
+        correlation=c["corr"],
+    )
+
+
+def _part(kind: Kind, name_id: np.ndarray, cat_id: np.ndarray, **cols: np.ndarray) -> dict[str, np.ndarray]:
+    n = len(name_id)
+    part = {c: np.full(n, -1, np.int64) for c in COLUMNS}
+    part.update(kind=np.full(n, kind, np.int8), name_id=name_id, cat_id=cat_id, **cols)
+    return part
+
+
+def _count(con, dropped: Counter, why: str, rows: str) -> None:
+    n = con.execute(f"SELECT COUNT(*) FROM {rows}").fetchone()[0]
+    if n:
+        dropped[why] += n
+
+
+def _int_columns(con, table: str, where: str, **exprs: str) -> dict[str, np.ndarray]:
+    """Integer columns (and `rowid`) of the rows of `table` that pass `where`, in rowid order; a value that is
+    not an integer reads as -1. All aggregates of one SELECT step through the same rows in the same order, so
+    the columns stay aligned; chunks follow rowid, so each resumes with an index seek."""
+    exprs = {"rowid": "rowid", **exprs}
+    ints = ", ".join(
+        f"CASE WHEN typeof({e}) = 'integer' THEN {e} ELSE -1 END AS c{i}" for i, e in enumerate(exprs.values())
+    )
+    concat = ", ".join(f"group_concat(c{i})" for i in range(len(exprs)))
+    rows = f"FROM {table} WHERE (?1 IS NULL OR rowid > ?1) AND ({where}) ORDER BY rowid LIMIT {_CHUNK_ROWS}"
+    sql = f"SELECT COUNT(*), max(c0), {concat} FROM (SELECT {ints} {rows})"
+    chunks: list[list[np.ndarray]] = []
+    after = None
+    while True:
+        n, last, *texts = con.execute(sql, (after,)).fetchone()
+        if n == 0:
+            break
+        chunks.append([_parse_ints(t, n) for t in texts])
+        if n < _CHUNK_ROWS:
+            break
+        after = last
+    if not chunks:
+        return {k: np.zeros(0, np.int64) for k in exprs}
+    return {k: np.concatenate([c[i] for c in chunks]) for i, k in enumerate(exprs)}
+
+
+def _parse_ints(text: str, n: int) -> np.ndarray:
+    values = np.fromstring(text, dtype=np.int64, sep=",")  # SQLite wrote them: plain decimal integers
+    if len(values) != n:
+        raise ProbeError(f"expected {n} values from SQLite, read {len(values)}")
+    return values
+
+
+def _text(v) -> str:
+    return v if type(v) is str else "" if v is None else str(v)
 
 
 def _gid_pid(gid: np.ndarray) -> np.ndarray:
@@ -40,142 +267,3 @@ def _gid_pid(gid: np.ndarray) -> np.ndarray:
 
 def _gid_tid(gid: np.ndarray) -> np.ndarray:
     return gid & 0xFFFFFF
-
-
-def read_nsys(source: Path, data: bytes | None) -> Trace:
-    """`data` holds the database when it came gzipped; otherwise the file is opened read-only in place."""
-    try:
-        if data is None:
-            con = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
-        elif hasattr(sqlite3.Connection, "deserialize"):  # Python 3.11+
-            con = sqlite3.connect(":memory:")
-            con.deserialize(data)
-        else:
-            return _read_nsys_copy(source, data)
-        try:
-            return _read_nsys_tables(con, source)
-        finally:
-            con.close()
-    except sqlite3.DatabaseError as e:
-        raise ProbeError(f"{source}: unreadable SQLite export ({e})") from None
-
-
-def _read_nsys_copy(source: Path, data: bytes) -> Trace:
-    with tempfile.TemporaryDirectory(prefix="probe-") as tmp:
-        copy = Path(tmp) / "export.sqlite"
-        copy.write_bytes(data)
-        con = sqlite3.connect(str(copy))
-        try:
-            return _read_nsys_tables(con, source)
-        finally:
-            con.close()
-
-
-def _query(con, sql: str) -> list[tuple]:
-    return con.execute(sql).fetchall()
-
-
-def _read_nsys_tables(con: sqlite3.Connection, source: Path) -> Trace:
-    tables = {r[0] for r in _query(con, "SELECT name FROM sqlite_master WHERE type='table'")}
-    present = [t for t in _EVENT_TABLES if t in tables]
-    if not present:
-        raise ProbeError(f"{source}: SQLite but not an Nsight Systems export (none of {', '.join(_EVENT_TABLES)})")
-    if "StringIds" not in tables:
-        raise ProbeError(f"{source}: Nsight Systems export without its StringIds table")
-    strings = dict(_query(con, "SELECT id, value FROM StringIds"))
-    table: dict[str, int] = {}
-    parts: list[dict[str, np.ndarray]] = []
-
-    def ids(values) -> np.ndarray:
-        return np.fromiter((intern(table, v) for v in values), dtype=np.int32, count=len(values))
-
-    def part(rows: list[tuple], kind, names: list[str], cat: str, **cols) -> None:
-        n = len(rows)
-        base = dict(kind=np.full(n, kind, np.int8), name_id=ids(names), cat_id=np.full(n, intern(table, cat), np.int32))
-        for col in COLUMNS:
-            base.setdefault(col, np.full(n, -1, np.int64))
-        base.update(cols)
-        parts.append(base)
-
-    def ints(rows, i) -> np.ndarray:
-        return np.fromiter((-1 if r[i] is None else r[i] for r in rows), dtype=np.int64, count=len(rows))
-
-    dropped: dict[str, int] = {}
-    if "NVTX_EVENTS" in tables:
-        unclosed = _query(
-            con, f"SELECT COUNT(*) FROM NVTX_EVENTS WHERE end IS NULL AND eventType IN {_NVTX_RANGE_TYPES}"
-        )[0][0]
-        if unclosed:
-            dropped["NVTX range never closed"] = unclosed
-        rows = _query(
-            con,
-            "SELECT start, end, text, textId, globalTid FROM NVTX_EVENTS "
-            f"WHERE end IS NOT NULL AND eventType IN {_NVTX_RANGE_TYPES}",
-        )
-        names = [r[2] if r[2] is not None else strings.get(r[3], "") for r in rows]
-        start, gid = ints(rows, 0), ints(rows, 4)
-        kind = np.array(
-            [Kind.PROFILER_STEP if s.startswith(PROFILER_STEP_PREFIX) else Kind.USER_RANGE for s in names],
-            dtype=np.int8,
-        )
-        part(
-            rows,
-            Kind.USER_RANGE,
-            names,
-            "NVTX_EVENTS",
-            ts_ns=start,
-            dur_ns=ints(rows, 1) - start,
-            pid=np.where(gid >= 0, _gid_pid(gid), -1),
-            tid=np.where(gid >= 0, _gid_tid(gid), -1),
-        )
-        parts[-1]["kind"] = kind
-    if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
-        rows = _query(con, "SELECT start, end, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME")
-        start, gid = ints(rows, 0), ints(rows, 2)
-        part(
-            rows,
-            Kind.RUNTIME,
-            [strings.get(r[4], "") for r in rows],
-            "CUPTI_ACTIVITY_KIND_RUNTIME",
-            ts_ns=start,
-            dur_ns=ints(rows, 1) - start,
-            pid=_gid_pid(gid),
-            tid=_gid_tid(gid),
-            correlation=ints(rows, 3),
-        )
-    gpu_tables = (
-        ("CUPTI_ACTIVITY_KIND_KERNEL", Kind.KERNEL, "demangledName"),
-        ("CUPTI_ACTIVITY_KIND_MEMCPY", Kind.GPU_MEMCPY, "copyKind"),
-        ("CUPTI_ACTIVITY_KIND_MEMSET", Kind.GPU_MEMSET, "0"),
-    )
-    for name, kind, label in gpu_tables:
-        if name not in tables:
-            continue
-        rows = _query(con, f"SELECT start, end, deviceId, streamId, correlationId, globalPid, {label} FROM {name}")
-        start = ints(rows, 0)
-        if kind == Kind.KERNEL:
-            names = [strings.get(r[6], "") for r in rows]
-        elif kind == Kind.GPU_MEMCPY:
-            names = [f"Memcpy {_MEMCPY_KINDS.get(r[6], r[6])}" for r in rows]
-        else:
-            names = ["Memset"] * len(rows)
-        stream, device = ints(rows, 3), ints(rows, 2)
-        part(
-            rows,
-            kind,
-            names,
-            name,
-            ts_ns=start,
-            dur_ns=ints(rows, 1) - start,
-            pid=_gid_pid(ints(rows, 5)),
-            tid=stream,
-            stream=stream,
-            device=device,
-            correlation=ints(rows, 4),
-        )
-    cols = {c: np.concatenate([p[c] for p in parts]) for c in COLUMNS}
-    base = None
-    if "TARGET_INFO_SESSION_START_TIME" in tables:
-        row = _query(con, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
-        base = row[0][0] if row and type(row[0][0]) is int else None
-    return finish("nsys_sqlite", source, base, tuple(table), cols, {}, dropped)

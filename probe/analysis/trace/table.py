@@ -20,7 +20,9 @@ Columns, all of length `len(trace)`:
 - `external_id` (int64): chrome `args["External id"]` (ties a cpu_op to its runtime calls); -1 if none.
 
 `Trace.base_ns` is the absolute epoch time of `ts_ns == 0` when the file says it (chrome
-`baseTimeNanoseconds`, nsys `TARGET_INFO_SESSION_START_TIME.utcEpochNs`), else None.
+`baseTimeNanoseconds`, nsys `TARGET_INFO_SESSION_START_TIME.utcEpochNs`), else None. `Trace.rank` is the
+distributed rank that recorded the trace: chrome `distributedInfo.rank` when it is an integer, else None (nsys
+exports do not say: None).
 
 Kinds (`Kind`, stored in `kind`), from chrome's `cat` (case-insensitive) or the nsys table:
 
@@ -38,12 +40,15 @@ Kinds (`Kind`, stored in `kind`), from chrome's `cat` (case-insensitive) or the 
 
 Only complete events (`ph == "X"`) become rows; metadata, instants and flow arrows are counted in
 `Trace.skipped` and left out. Events the table cannot hold honestly are dropped and counted in `Trace.dropped`
-(a negative duration, a missing `ts`/`dur`, a non-numeric time); `Trace.warnings` says so in words.
+(a negative duration, a missing `ts`/`dur`, a non-numeric time, a start or end beyond +-2**62 ns);
+`Trace.warnings` says so in words. The +-2**62 bound (146 years) keeps every start, end, and the sum or
+difference of any two of them inside int64, so no interval arithmetic downstream can wrap to a negative time.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,6 +145,7 @@ class Trace:
     skipped: dict[str, int] = field(default_factory=dict)  # events left out on purpose, by phase
     dropped: dict[str, int] = field(default_factory=dict)  # events that could not be kept, by reason
     warnings: tuple[str, ...] = ()
+    rank: int | None = None  # distributed rank that recorded the trace, when the file says
 
     def __len__(self) -> int:
         return len(self.ts_ns)
@@ -147,9 +153,13 @@ class Trace:
     def __repr__(self) -> str:
         return f"Trace({self.format}, {len(self)} events, {len(self.names)} names, {self.source!r})"
 
-    @property
+    @functools.cached_property
     def end_ns(self) -> np.ndarray:
-        return self.ts_ns + self.dur_ns
+        """ts_ns + dur_ns, added once and kept read-only: code reading one row's end at a time (step_timeline does,
+        a row per runtime call) paid a whole-table addition for each, quadratic in the rows."""
+        end = self.ts_ns + self.dur_ns
+        end.flags.writeable = False
+        return end
 
     @property
     def start_ns(self) -> int:
@@ -178,6 +188,10 @@ def intern(strings: dict[str, int], s) -> int:
     return i
 
 
+MAX_TIME_NS = 2**62  # |start|, |end| below this: any two times add or subtract without leaving int64
+OUT_OF_RANGE = "time beyond +-2**62 ns"
+
+
 def finish(
     fmt: str,
     source: Path,
@@ -186,20 +200,27 @@ def finish(
     cols: dict[str, np.ndarray],
     skipped: dict[str, int],
     dropped: dict[str, int],
+    rank: int | None = None,
+    notes: tuple[str, ...] = (),
 ) -> Trace:
-    """Drop rows that cannot be kept honestly, sort by start, and wrap up with warnings."""
+    """Drop rows that cannot be kept honestly, sort by start, and wrap up with warnings (`notes` first).
+    `cols` is consumed: its arrays are replaced one at a time, so the table is never held twice."""
     dropped = dict(dropped)
-    negative = cols["dur_ns"] < 0
-    if negative.any():
-        dropped["negative duration"] = int(negative.sum())
-        cols = {k: v[~negative] for k, v in cols.items()}
-    order = np.argsort(cols["ts_ns"], kind="stable")
-    cols = {k: np.ascontiguousarray(v[order]) for k, v in cols.items()}
+    reasons = _unkeepable(cols["ts_ns"], cols["dur_ns"])
+    if reasons:
+        keep = np.ones(len(cols["ts_ns"]), bool)
+        for why, bad in reasons.items():
+            dropped[why] = dropped.get(why, 0) + int(bad.sum())
+            keep &= ~bad
+        _take(cols, keep)
+    ts = cols["ts_ns"]
+    if len(ts) > 1 and np.any(ts[1:] < ts[:-1]):
+        _take(cols, np.argsort(ts, kind="stable"))
     if len(cols["ts_ns"]) == 0:
         what = "no complete ('X') events" if fmt == "torch_chrome" else "no events in its tables"
         extra = f" ({describe(dropped)} dropped)" if dropped else ""
         raise ProbeError(f"{source}: trace has {what}{extra}")
-    warnings = tuple(f"dropped {n} event(s): {why}" for why, n in sorted(dropped.items()))
+    warnings = notes + tuple(f"dropped {n} event(s): {why}" for why, n in sorted(dropped.items()))
     return Trace(
         format=fmt,
         source=str(source),
@@ -208,8 +229,25 @@ def finish(
         skipped=dict(skipped),
         dropped=dropped,
         warnings=warnings,
-        **cols,
+        rank=rank,
+        **{k: np.ascontiguousarray(cols.pop(k)) for k in COLUMNS},
     )
+
+
+def _unkeepable(ts: np.ndarray, dur: np.ndarray) -> dict[str, np.ndarray]:
+    """The rows the table cannot hold, by reason (disjoint masks; only reasons that have a row)."""
+    far = (ts >= MAX_TIME_NS) | (ts <= -MAX_TIME_NS) | (dur >= MAX_TIME_NS) | (dur <= -MAX_TIME_NS)
+    if far.any():  # zero those rows out first, so the sum below cannot wrap
+        ts, dur = np.where(far, 0, ts), np.where(far, 0, dur)
+    far |= ts + dur >= MAX_TIME_NS
+    negative = ~far & (dur < 0)
+    return {why: bad for why, bad in ((OUT_OF_RANGE, far), ("negative duration", negative)) if bad.any()}
+
+
+def _take(cols: dict[str, np.ndarray], index: np.ndarray) -> None:
+    """Select rows in place, column by column, freeing each old column before the next copy is made."""
+    for k in list(cols):
+        cols[k] = cols[k][index]
 
 
 def describe(counts: dict[str, int]) -> str:
