@@ -596,3 +596,49 @@ def test_a_run_in_another_environment_is_not_compared(tmp_path, cli):
         time.sleep(0.01)
     proc = ok(cli("history", "check", "--history", str(path)))
     assert "not enough history" in proc.stdout and "1 earlier run(s) of it ran in another environment" in proc.stdout
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the explorer's History view in a real browser: a click on a point opens that run
+
+POINT_JS = """([name, i]) => {
+    const gd = Array.from(document.querySelectorAll('.js-plotly-plot')).find(d =>
+        (d._fullData || []).some(t => t.name === name));
+    const t = gd._fullData.find(t => t.name === name);
+    const xa = gd._fullLayout[t.xaxis.replace('x', 'xaxis')], ya = gd._fullLayout[t.yaxis.replace('y', 'yaxis')];
+    const box = gd.getBoundingClientRect();
+    return {x: box.left + xa._offset + xa.d2p(t.x[i]), y: box.top + ya._offset + ya.d2p(t.y[i])};
+}"""
+
+
+@pytest.mark.browser
+def test_clicking_a_point_of_the_history_opens_that_run(tmp_path):
+    from tests.test_app import HISTORY, history_root
+    from tests.test_app_browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, missing, open_view, serve
+
+    reason = missing()
+    if reason:
+        if os.environ.get("PROBE_CI") == "1":
+            pytest.fail(f"PROBE_CI=1 and {reason}")
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    (tmp_path / "root").mkdir()
+    root = history_root(tmp_path / "root")
+    with serve(root, tmp_path / "streamlit.log") as (url, _), sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        query = {"source": HISTORY, "history_unit": "cached p16 n8"}
+        drawn = open_view(page, url, query, "launches / step", SCREENSHOTS / "history.png")
+        names = {t["name"]: t["n"] for t in drawn[0]}
+        assert names["launches / step"] == 3 and names["alert (probe history check)"] == 2
+        assert "aten::clone" in page.inner_text("body")  # the newest run is open, with its alert
+        point = page.evaluate(POINT_JS, ["launches / step", 0])  # the oldest run
+        page.mouse.click(point["x"], point["y"])
+        page.wait_for_function("() => document.body.innerText.includes('not enough history')", timeout=60_000)
+        assert "is the first run of this configuration" in page.inner_text("body")
+        assert "history_run=20260102-100000" in page.url  # the clicked run, bound to the URL
+        browser.close()
+        assert not errors, errors

@@ -16,7 +16,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from probe.analysis.compare import COLUMNS, row_cells
+from probe.analysis.compare import COLUMNS, fmt_count, row_cells
 from probe.analysis.ledger import steady_steps
 from probe.analysis.report import Report
 from probe.analysis.results import BenchResults
@@ -713,3 +713,147 @@ def md_escape(text: str) -> str:
 def comparison_frame(comparison) -> pd.DataFrame:
     """probe compare's table (its own columns and cell formatting), one row a key and metric."""
     return pd.DataFrame([row_cells(r) for r in comparison.rows], columns=list(COLUMNS))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 7. history
+
+
+HISTORY_PANELS = ("host time per step (µs)", "launches per step", "decode tokens/s")
+ALERT_COLOR = "#d62728"
+
+
+def history_ticks(frame: pd.DataFrame) -> list[str]:
+    """Each run's x label: its commit (a + when tracked files were modified) over the time it ran (UTC)."""
+    return [
+        f"{c.removesuffix('+dirty')[:7]}{'+' if d else ''}<br>{t:%m-%d %H:%M}"
+        for c, d, t in zip(frame["commit"], frame["dirty"], frame["recorded_at"], strict=True)
+    ]
+
+
+def history_parts(frame: pd.DataFrame) -> list[str]:
+    """The host parts a profiled unit's runs were split into (probe.analysis.history.trend's part: columns)."""
+    return [c.removeprefix("part:") for c in frame.columns if c.startswith("part:")]
+
+
+def history_figure(frame: pd.DataFrame, unit: str = "") -> go.Figure:
+    """One configuration's runs in order (x: commit and time): host time per step (stacked by part for a profiled
+    unit, the median step of a bench cell otherwise), launches per step and decode tokens/s, one panel each; runs
+    that `probe history check` flagged marked in red. Every point carries its run id (customdata) for clicks."""
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, subplot_titles=HISTORY_PANELS, vertical_spacing=0.08)
+    x, ids = frame["position"], frame["run_id"]
+    parts = history_parts(frame)
+    hover = "%{customdata}<br>%{y:,.1f}<extra>%{fullData.name}</extra>"
+    for part in parts:
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=frame[f"part:{part}"],
+                name=f"host: {part}",
+                marker_color=color_of(part),
+                customdata=ids,
+                hovertemplate=hover,
+            ),
+            row=1,
+            col=1,
+        )
+    host_name = "host µs/step (median step)" if parts else "host µs/step (median step; a bench cell is not split)"
+    host = go.Scatter if parts else go.Bar
+    style = {"mode": "markers", "marker": {"color": "black", "symbol": "line-ew-open", "size": 14}}
+    if not parts:
+        style = {"marker_color": COLORS["ops"]}
+    fig.add_trace(
+        host(x=x, y=frame["host_us"], name=host_name, customdata=ids, hovertemplate=hover, **style), row=1, col=1
+    )
+    for row, column, name in ((2, "launches", "launches / step"), (3, "decode_tok_s", "decode tok/s")):
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=frame[column],
+                mode="lines+markers+text" if row == 2 else "lines+markers",
+                text=[fmt_count(v) if v == v and v is not None else "" for v in frame[column]] if row == 2 else None,
+                textposition="top center",
+                cliponaxis=False,
+                name=name,
+                line={"color": "black" if row == 2 else "#1f77b4"},
+                customdata=ids,
+                hovertemplate=hover,
+            ),
+            row=row,
+            col=1,
+        )
+    flagged = frame[frame["verdict"] == "regression"]
+    top = pd.concat([frame["host_us"], frame[[f"part:{p}" for p in parts]].sum(axis=1)]).max() if len(frame) else 0
+    fig.add_trace(
+        go.Scatter(
+            x=flagged["position"],
+            y=[1.08 * (top if top == top else 0)] * len(flagged),
+            mode="markers",
+            name="alert (probe history check)",
+            marker={"color": ALERT_COLOR, "symbol": "x", "size": 13},
+            customdata=flagged["run_id"],
+            text=[a.replace("\n", "<br>") for a in flagged["alerts"]],
+            hovertemplate="%{customdata}<br>%{text}<extra>alert</extra>",
+        ),
+        row=1,
+        col=1,
+    )
+    for row, column in ((2, "launches"), (3, "decode_tok_s")):
+        fig.add_trace(
+            go.Scatter(
+                x=flagged["position"],
+                y=flagged[column],
+                mode="markers",
+                marker={"color": ALERT_COLOR, "size": 12, "symbol": "circle-open", "line": {"width": 2}},
+                showlegend=False,
+                name="alert",
+                customdata=flagged["run_id"],
+                hovertemplate="%{customdata}<extra>alert</extra>",
+            ),
+            row=row,
+            col=1,
+        )
+    fig.update_layout(
+        barmode="stack",
+        height=640,
+        margin={"t": 40, "b": 10},
+        legend={"orientation": "h", "y": -0.12},
+        title={"text": unit, "x": 0, "font": {"size": 14}},
+        clickmode="event+select",
+    )
+    if len(frame) and frame["decode_tok_s"].isna().all():
+        fig.add_annotation(
+            text="decode tokens/s: measured by a bench cell, not by a profiled step",
+            xref="x3 domain",
+            yref="y3 domain",
+            x=0.5,
+            y=0.5,
+            showarrow=False,
+            font={"color": "#7f7f7f"},
+        )
+    fig.update_xaxes(tickvals=list(x), ticktext=history_ticks(frame), row=3, col=1)
+    fig.update_yaxes(rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(rangemode="tozero", row=3, col=1)
+    fig.update_yaxes(tickformat=",d", row=2, col=1)  # not from zero: 262 -> 266 must show
+    return fig
+
+
+def clicked_run(event) -> str | None:
+    """The run id of the point clicked in history_figure (Streamlit's selection event), if any."""
+    try:
+        points = event["selection"]["points"]
+    except (KeyError, TypeError):
+        return None
+    for point in points:
+        data = point.get("customdata")
+        if isinstance(data, list | tuple):
+            data = data[0] if data else None
+        if data:
+            return str(data)
+    return None
+
+
+def history_runs_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """The trend's table, newest first: what each run measured and what the check said."""
+    cols = ["run_id", "recorded_at", "commit", "host_us", "launches", "decode_tok_s", "verdict", "alerts"]
+    return frame[cols].iloc[::-1].reset_index(drop=True)
