@@ -322,8 +322,9 @@ elif chosen == "History":
     )
     st.caption(
         "One point a run of this configuration, oldest first (x: commit, + when tracked files were modified, and "
-        "the time in UTC). Red: `probe history check` flagged the run against the runs before it in its "
-        "environment. Click a point to open that run."
+        "the time in UTC). Marked: `probe history check` flagged the run against the runs before it in its "
+        "environment, red on the exact launch counts, orange on timings, which compare separate sessions (settle "
+        "those with `probe ab`). Click a point to open that run."
     )
     clicked = figures.clicked_run(event)
     if clicked and clicked != st.session_state.get("history_clicked"):  # a new click, not the last one again

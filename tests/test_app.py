@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from probe.explorer import figures
 from probe.explorer.sources import ROOT_ENV
 from tests import oracle
 
@@ -380,14 +381,13 @@ def test_history_view_marks_the_runs_check_flagged(monkeypatch, tmp_path):
     launches = named(traces, "launches / step")[0]
     base = launches["y"][0]
     assert launches["x"] == [0, 1, 2] and launches["y"] == [base, base, base + 4]
-    alerts = named(traces, "alert (probe history check)")[0]
-    # run 1 (tiny-cpu-b) against run 0: a slower session, caught by the timing rule; run 2: the added op
-    assert (
-        alerts["x"] == [1, 2] and "host us/step rose" in alerts["text"][0] and "aten::clone 0 -> 4" in alerts["text"][1]
-    )
+    counted, timed = named(traces, figures.COUNT_ALERT)[0], named(traces, figures.TIMING_ALERT)[0]
+    assert counted["x"] == [2] and "step 262 -> 266 (+4): aten::clone 0 -> 4 (new)" in counted["text"][0]
+    # run 1 (tiny-cpu-b) against run 0: a slower session, caught by the timing rule
+    assert timed["x"][0] == 1 and "host us/step rose" in timed["text"][0]
     assert len(named(traces, "host µs/step (median step; a bench cell is not split)")[0]["y"]) == 3
     # the newest run is open: against its predecessor, the op it added
-    assert at.selectbox(key="history_run").value == alerts["customdata"][1]
+    assert at.selectbox(key="history_run").value == counted["customdata"][0]
     assert "REGRESSION" in at.error[0].value
     assert any("aten::clone 0 \\-\\> 4 \\(new\\)" in m.value for m in at.markdown)  # Markdown-escaped
     assert any("extra-op" in m.value and "?source=run" in m.value for m in at.markdown)  # a link to its folder
@@ -403,7 +403,7 @@ def test_history_view_opens_an_older_run_and_splits_a_profiled_step(monkeypatch,
     at.selectbox(key="history_unit").set_value("cached p16 n6 decode").run()
     assert not at.exception
     bars = {t["name"]: t["y"] for t in chart(at, "history_chart") if t["type"] == "bar"}
-    assert {"host: ops", "host: cache_update", "host: unattributed"} <= set(bars)
+    assert {"host: model ops", "host: cache_update", "host: unattributed"} <= set(bars)
     from probe.analysis.ledger import analyze
     from probe.analysis.trace import load_trace
 

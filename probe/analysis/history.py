@@ -58,6 +58,7 @@ import pandas as pd
 
 from probe.analysis.compare import (
     ALPHA,
+    METRICS,
     MIN_SAMPLES,
     THRESHOLD,
     Comparison,
@@ -840,6 +841,13 @@ def pooled(previous: SampleSet, window: Sequence[SampleSet], source: str) -> Sam
     return SampleSet(source, previous.kind, previous.env, {}, units)
 
 
+def cached_sample_set(con: duckdb.DuckDBPyConnection, run: RunInfo, unit: str | None, cache: dict) -> SampleSet:
+    """sample_set, read once per (run, unit) for a caller that judges many runs against overlapping windows."""
+    if (run.run_id, unit) not in cache:
+        cache[(run.run_id, unit)] = sample_set(con, run, unit)
+    return cache[(run.run_id, unit)]
+
+
 def judge(
     con: duckdb.DuckDBPyConnection,
     run: RunInfo,
@@ -853,9 +861,7 @@ def judge(
     cache = {} if cache is None else cache
 
     def samples(r: RunInfo) -> SampleSet:
-        if (r.run_id, unit) not in cache:
-            cache[(r.run_id, unit)] = sample_set(con, r, unit)
-        return cache[(r.run_id, unit)]
+        return cached_sample_set(con, r, unit, cache)
 
     same = [r for r in earlier if r.env_id == run.env_id]
     other = len(earlier) - len(same)
@@ -866,7 +872,8 @@ def judge(
     window = tuple(same[-rules.window :])
     previous = window[-1]
     span = f"{window[0].run_id}..{previous.run_id}" if len(window) > 1 else previous.run_id
-    label = f"{len(window)} earlier runs {span}" if len(window) > 1 else f"{previous.run_id} @ {previous.short_commit}"
+    pooled_window = len(window) > 1 and not rules.counts_only  # with counts only, the previous run is the baseline
+    label = f"{len(window)} earlier runs {span}" if pooled_window else f"{previous.run_id} @ {previous.short_commit}"
     base = pooled(samples(previous), [samples(r) for r in window], label)
     try:
         result = compare(base, samples(run), rules.threshold, rules.alpha, rules.min_samples, rules.counts_only)
@@ -977,7 +984,8 @@ def trend(
 ) -> pd.DataFrame:
     """One row a run of the configuration, oldest first: its commit and time, host time per step (the median
     sample, µs) and, for a profiled unit, its mean by part (`part:<name>` columns, µs, adding up to the mean
-    wall), launches per step, decode tokens/s, and the verdict and alerts `probe history check` gave it then."""
+    wall), launches per step, decode tokens/s, and the verdict `probe history check` gave it then, with its
+    alerts on the exact counts and on the timings apart (those compare sessions: a lead, not a verdict)."""
     runs = runs_of(con, config_id)
     parts = con.execute(
         "SELECT p.run_id, p.part, avg(p.ns) / 1e3 AS us FROM step_parts p JOIN runs r USING (run_id) "
@@ -1000,7 +1008,8 @@ def trend(
     rows = []
     for i, run in enumerate(runs):
         judgement = judge(con, run, runs[:i], rules, unit, cache)
-        u = cache[(run.run_id, unit)].units.get(unit)
+        alerts = judgement.comparison.alerts if judgement.comparison else ()
+        u = cached_sample_set(con, run, unit, cache).units.get(unit)
         host = u.samples.get("host_us_per_step", ()) if u else ()
         launches = next((u.counts[m] for m in ("decode_launches", "launches") if u and m in u.counts), None)
         row = {
@@ -1017,7 +1026,8 @@ def trend(
             "launches": launches,
             "decode_tok_s": tok_s.get(run.run_id),
             "verdict": _verdict(judgement),
-            "alerts": "\n".join(a.message for a in judgement.comparison.alerts) if judgement.comparison else "",
+            "count_alerts": "\n".join(a.message for a in alerts if METRICS[a.metric].kind == "count"),
+            "timing_alerts": "\n".join(a.message for a in alerts if METRICS[a.metric].kind == "timing"),
         }
         mine = parts[parts["run_id"] == run.run_id].set_index("part")["us"]
         row |= {f"part:{p}": float(mine[p]) if p in mine.index else None for (p,) in order}

@@ -721,6 +721,9 @@ def comparison_frame(comparison) -> pd.DataFrame:
 
 HISTORY_PANELS = ("host time per step (µs)", "launches per step", "decode tokens/s")
 ALERT_COLOR = "#d62728"
+TIMING_COLOR = "#ff7f0e"
+COUNT_ALERT = "launch-count alert (exact)"
+TIMING_ALERT = "timing alert (across sessions: a lead)"
 
 
 def history_ticks(frame: pd.DataFrame) -> list[str]:
@@ -738,104 +741,135 @@ def history_parts(frame: pd.DataFrame) -> list[str]:
 
 def history_figure(frame: pd.DataFrame, unit: str = "") -> go.Figure:
     """One configuration's runs in order (x: commit and time): host time per step (stacked by part for a profiled
-    unit, the median step of a bench cell otherwise), launches per step and decode tokens/s, one panel each; runs
-    that `probe history check` flagged marked in red. Every point carries its run id (customdata) for clicks."""
-    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, subplot_titles=HISTORY_PANELS, vertical_spacing=0.08)
-    x, ids = frame["position"], frame["run_id"]
-    parts = history_parts(frame)
-    hover = "%{customdata}<br>%{y:,.1f}<extra>%{fullData.name}</extra>"
+    unit, the median step of a bench cell otherwise), launches per step and, for a bench cell, decode tokens/s,
+    one panel each; runs that `probe history check` flagged marked on top, red for the exact counts, orange for
+    the timings (which compare sessions). Every point carries its run id (customdata) for clicks."""
+    rows = 3 if frame["decode_tok_s"].notna().any() else 2  # a profiled step measures no tokens/s
+    fig = make_subplots(
+        rows=rows,
+        cols=1,
+        shared_xaxes=True,
+        subplot_titles=HISTORY_PANELS[:rows],
+        vertical_spacing=0.08,
+        row_heights=[0.5, 0.25, 0.25] if rows == 3 else [0.6, 0.4],
+    )
+    _history_host(fig, frame)
+    _history_line(fig, frame, "launches", "launches / step", 2, "black", labelled=True)
+    if rows == 3:
+        _history_line(fig, frame, "decode_tok_s", "decode tok/s", 3, "#1f77b4")
+    _history_alerts(fig, frame, rows)
+    title = unit if rows == 3 else f"{unit} (a profiled step: decode tokens/s are measured by the bench cells)"
+    fig.update_layout(
+        barmode="stack",
+        height=640 if rows == 3 else 560,
+        margin={"t": 70, "b": 10},
+        legend={"orientation": "h", "y": -0.12},
+        title={"text": title, "x": 0, "y": 0.98, "font": {"size": 14}},
+        clickmode="event+select",
+    )
+    fig.update_xaxes(tickvals=list(frame["position"]), ticktext=history_ticks(frame), row=rows, col=1)
+    fig.update_yaxes(rangemode="tozero", row=1, col=1)
+    launches = frame["launches"].dropna()
+    if len(launches):  # not from zero: 262 -> 266 must show; room above for the labels
+        low, high = float(launches.min()), float(launches.max())
+        pad = max(1.0, 0.15 * (high - low))
+        fig.update_yaxes(tickformat=",d", range=[low - pad, high + 2 * pad], row=2, col=1)
+    if rows == 3:
+        fig.update_yaxes(rangemode="tozero", row=3, col=1)
+    return fig
+
+
+_HOVER = "%{customdata}<br>%{y:,.1f}<extra>%{fullData.name}</extra>"
+
+
+def _history_host(fig: go.Figure, frame: pd.DataFrame) -> None:
+    """Host time per step: the profiled mean by part, stacked, with the median step as a tick; or the median step."""
+    x, ids, parts = frame["position"], frame["run_id"], history_parts(frame)
+    labels = dict(HOST_CATEGORIES)
     for part in parts:
         fig.add_trace(
             go.Bar(
                 x=x,
                 y=frame[f"part:{part}"],
-                name=f"host: {part}",
+                name=f"host: {labels.get(part, part)}",
                 marker_color=color_of(part),
                 customdata=ids,
-                hovertemplate=hover,
+                hovertemplate=_HOVER,
             ),
             row=1,
             col=1,
         )
-    host_name = "host µs/step (median step)" if parts else "host µs/step (median step; a bench cell is not split)"
-    host = go.Scatter if parts else go.Bar
-    style = {"mode": "markers", "marker": {"color": "black", "symbol": "line-ew-open", "size": 14}}
-    if not parts:
-        style = {"marker_color": COLORS["ops"]}
-    fig.add_trace(
-        host(x=x, y=frame["host_us"], name=host_name, customdata=ids, hovertemplate=hover, **style), row=1, col=1
-    )
-    for row, column, name in ((2, "launches", "launches / step"), (3, "decode_tok_s", "decode tok/s")):
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=frame[column],
-                mode="lines+markers+text" if row == 2 else "lines+markers",
-                text=[fmt_count(v) if v == v and v is not None else "" for v in frame[column]] if row == 2 else None,
-                textposition="top center",
-                cliponaxis=False,
-                name=name,
-                line={"color": "black" if row == 2 else "#1f77b4"},
-                customdata=ids,
-                hovertemplate=hover,
-            ),
-            row=row,
-            col=1,
-        )
-    flagged = frame[frame["verdict"] == "regression"]
-    top = pd.concat([frame["host_us"], frame[[f"part:{p}" for p in parts]].sum(axis=1)]).max() if len(frame) else 0
+    if parts:
+        tick = {"color": "black", "symbol": "line-ew-open", "size": 14}
+        host = go.Scatter(x=x, y=frame["host_us"], mode="markers", marker=tick, name="host µs/step (median step)")
+    else:
+        name = "host µs/step (median step; a bench cell is not split)"
+        host = go.Bar(x=x, y=frame["host_us"], marker_color=COLORS["ops"], name=name)
+    fig.add_trace(host.update(customdata=ids, hovertemplate=_HOVER), row=1, col=1)
+
+
+def _history_line(
+    fig: go.Figure, frame: pd.DataFrame, column: str, name: str, row: int, color: str, labelled: bool = False
+) -> None:
+    values = frame[column]
     fig.add_trace(
         go.Scatter(
-            x=flagged["position"],
-            y=[1.08 * (top if top == top else 0)] * len(flagged),
-            mode="markers",
-            name="alert (probe history check)",
-            marker={"color": ALERT_COLOR, "symbol": "x", "size": 13},
-            customdata=flagged["run_id"],
-            text=[a.replace("\n", "<br>") for a in flagged["alerts"]],
-            hovertemplate="%{customdata}<br>%{text}<extra>alert</extra>",
+            x=frame["position"],
+            y=values,
+            mode="lines+markers+text" if labelled else "lines+markers",
+            text=[fmt_count(v) if pd.notna(v) else "" for v in values] if labelled else None,
+            textposition="top center",
+            cliponaxis=False,
+            name=name,
+            line={"color": color},
+            customdata=frame["run_id"],
+            hovertemplate=_HOVER,
         ),
-        row=1,
+        row=row,
         col=1,
     )
-    for row, column in ((2, "launches"), (3, "decode_tok_s")):
+
+
+def _history_alerts(fig: go.Figure, frame: pd.DataFrame, rows: int) -> None:
+    """The runs check flagged, marked over the host panel and ringed on the panel their alert is about."""
+    parts = [f"part:{p}" for p in history_parts(frame)]
+    top = pd.concat([frame["host_us"], frame[parts].sum(axis=1)]).max() if len(frame) else 0
+    top = top if pd.notna(top) else 0
+    for column, name, color, symbol, height, row, ringed in (
+        ("count_alerts", COUNT_ALERT, ALERT_COLOR, "x", 1.08, 2, "launches"),
+        ("timing_alerts", TIMING_ALERT, TIMING_COLOR, "triangle-up", 1.2, 3, "decode_tok_s"),
+    ):
+        flagged = frame[frame[column] != ""]
         fig.add_trace(
             go.Scatter(
                 x=flagged["position"],
-                y=flagged[column],
+                y=[height * top] * len(flagged),
                 mode="markers",
-                marker={"color": ALERT_COLOR, "size": 12, "symbol": "circle-open", "line": {"width": 2}},
-                showlegend=False,
-                name="alert",
+                name=name,
+                marker={"color": color, "symbol": symbol, "size": 13},
                 customdata=flagged["run_id"],
-                hovertemplate="%{customdata}<extra>alert</extra>",
+                text=[a.replace("\n", "<br>") for a in flagged[column]],
+                hovertemplate="%{customdata}<br>%{text}<extra>alert</extra>",
             ),
-            row=row,
+            row=1,
             col=1,
         )
-    fig.update_layout(
-        barmode="stack",
-        height=640,
-        margin={"t": 40, "b": 10},
-        legend={"orientation": "h", "y": -0.12},
-        title={"text": unit, "x": 0, "font": {"size": 14}},
-        clickmode="event+select",
-    )
-    if len(frame) and frame["decode_tok_s"].isna().all():
-        fig.add_annotation(
-            text="decode tokens/s: measured by a bench cell, not by a profiled step",
-            xref="x3 domain",
-            yref="y3 domain",
-            x=0.5,
-            y=0.5,
-            showarrow=False,
-            font={"color": "#7f7f7f"},
-        )
-    fig.update_xaxes(tickvals=list(x), ticktext=history_ticks(frame), row=3, col=1)
-    fig.update_yaxes(rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(rangemode="tozero", row=3, col=1)
-    fig.update_yaxes(tickformat=",d", row=2, col=1)  # not from zero: 262 -> 266 must show
-    return fig
+        if row <= rows:
+            ring = {"color": color, "size": 12, "symbol": "circle-open", "line": {"width": 2}}
+            fig.add_trace(
+                go.Scatter(
+                    x=flagged["position"],
+                    y=flagged[ringed],
+                    mode="markers",
+                    marker=ring,
+                    showlegend=False,
+                    name=name,
+                    customdata=flagged["run_id"],
+                    hovertemplate="%{customdata}<extra>alert</extra>",
+                ),
+                row=row,
+                col=1,
+            )
 
 
 def clicked_run(event) -> str | None:
@@ -855,5 +889,6 @@ def clicked_run(event) -> str | None:
 
 def history_runs_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """The trend's table, newest first: what each run measured and what the check said."""
-    cols = ["run_id", "recorded_at", "commit", "host_us", "launches", "decode_tok_s", "verdict", "alerts"]
+    cols = ["run_id", "recorded_at", "commit", "host_us", "launches", "decode_tok_s", "verdict", "count_alerts"]
+    cols.append("timing_alerts")
     return frame[cols].iloc[::-1].reset_index(drop=True)
