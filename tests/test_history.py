@@ -566,6 +566,13 @@ def test_bad_history_files_are_one_line_errors(tmp_path, cli):
         con.execute("CREATE TABLE t (x INTEGER)")
     assert "without probe's tables" in one_line_error(cli("history", "list", "--history", str(other)))
     assert "a folder" in one_line_error(cli("history", "list", "--history", str(tmp_path)))
+    corrupt = tmp_path / "corrupt.duckdb"
+    with duckdb.connect(str(corrupt)) as con:
+        con.execute("CREATE TABLE t AS SELECT range AS x FROM range(100000)")
+    with open(corrupt, "r+b") as f:  # a DuckDB header over damaged blocks
+        f.seek(4096)
+        f.write(bytes(range(256)) * 64)
+    assert "Corrupt database file" in one_line_error(cli("history", "list", "--history", str(corrupt)))
     nothing = tmp_path / "nothing.duckdb"
     with history.connect(nothing, write=True):
         pass
@@ -643,3 +650,19 @@ def test_clicking_a_point_of_the_history_opens_that_run(tmp_path):
         assert "history_run=20260102-100000" in page.url  # the clicked run, bound to the URL
         browser.close()
         assert not errors, errors
+
+
+def test_the_history_commands_need_no_torch(tmp_path):
+    from tests.test_layout import HIDE_TORCH
+
+    path = tmp_path / "h.duckdb"
+    code = (
+        "from probe.cli import main\n"
+        f"rc = [main(['history', *argv, '--history', {str(path)!r}]) for argv in "
+        "(['import', " + repr(str(RUN_A)) + "], ['list'], ['check'], ['show', 'latest'])]\n"
+        "assert 'torch' not in sys.modules\n"
+        "sys.exit(max(rc))"
+    )
+    proc = subprocess.run([sys.executable, "-c", HIDE_TORCH + code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "1 run(s) added" in proc.stdout and "not enough history" in proc.stdout

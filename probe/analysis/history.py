@@ -164,9 +164,9 @@ def _open(path: Path, read_only: bool, wait: float) -> duckdb.DuckDBPyConnection
     while True:
         try:
             return duckdb.connect(str(path), read_only=read_only)
-        except duckdb.IOException as e:
+        except duckdb.Error as e:  # a corrupt file raises duckdb.Error itself, a lock an IOException
             message = str(e)
-            if "lock" not in message.lower():
+            if not isinstance(e, duckdb.IOException) or "lock" not in message.lower():
                 raise ProbeError(f"cannot open {path}: {_first_line(message)}") from None
             if time.monotonic() >= deadline:
                 holder = re.search(r"PID (\d+)", message)
