@@ -560,7 +560,7 @@ def test_bad_history_files_are_one_line_errors(tmp_path, cli):
         assert "not a DuckDB database" in one_line_error(cli("history", command, "--history", str(text)))
     empty = tmp_path / "empty.duckdb"
     empty.touch()
-    assert "not a DuckDB database" in one_line_error(cli("history", "list", "--history", str(empty)))
+    assert "not a valid DuckDB database" in one_line_error(cli("history", "list", "--history", str(empty)))
     other = tmp_path / "other.duckdb"
     with duckdb.connect(str(other)) as con:
         con.execute("CREATE TABLE t (x INTEGER)")

@@ -123,7 +123,6 @@ _SCHEMA_2 = (
         ns BIGINT)""",
 )
 MIGRATIONS = (_SCHEMA_1, _SCHEMA_2)  # MIGRATIONS[v] takes a file from schema v to v + 1
-TABLES = ("runs", "cells", "counts", "op_counts", "samples", "steps", "step_parts")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -155,7 +154,8 @@ def _check_file(path: Path) -> None:
         raise ProbeError(f"{path}: a folder, not a history file") from None
     except OSError as e:
         raise ProbeError(f"cannot read {path}: {e.strerror or e}") from None
-    if head[8:12] != DUCKDB_MAGIC:
+    # Shorter than a header: maybe another process is creating it this instant; DuckDB (under its lock) decides.
+    if len(head) == 12 and head[8:12] != DUCKDB_MAGIC:
         raise ProbeError(f"{path}: not a DuckDB database, so not a probe history")
 
 
@@ -398,7 +398,10 @@ def config_label(config: dict) -> str:
 
 
 def _fingerprint(results: Sequence[BenchResults], traces: Sequence[Path]) -> str:
-    parts = [_digest(r.to_json()) for r in results]
+    """Of the measurements: the results as canonical JSON (the same whether in memory or read back from a file)
+    and the traces' bytes."""
+    canonical = (json.dumps(r.to_json(), sort_keys=True, default=str).encode() for r in results)
+    parts = [hashlib.sha256(text).hexdigest() for text in canonical]
     for path in traces:
         h = hashlib.sha256()
         with open(path, "rb") as f:
