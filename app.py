@@ -14,6 +14,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from probe.analysis import history
 from probe.analysis.compare import compare
 from probe.analysis.ledger import AnalyzeOptions, EventCost, analyze, step_timeline
 from probe.analysis.report import load_report
@@ -24,6 +25,7 @@ from probe.explorer import figures, sources
 
 st.set_page_config(page_title="probe explorer", layout="wide")
 LOAD_ERRORS = (ProbeError, OSError)  # probe's loaders turn bad input into a one-line ProbeError
+HISTORY_WAIT_S = 5.0  # how long the app waits on a history a recording job holds, before saying so
 
 
 def md(value) -> str:
@@ -63,6 +65,25 @@ def load_comparison(root: str, base_rel: str, base_stamp: tuple, cur_rel: str, c
     return compare(*(sources.samples_for(root_path, s, x) for s, x in zip(sides, loaded, strict=True)))
 
 
+@st.cache_data(max_entries=8, show_spinner="Reading the history")
+def load_history(path: str, stamp: tuple):
+    # Opened read-only and closed at once: while the app holds the file, no CI job can record.
+    with history.connect(path, wait=HISTORY_WAIT_S) as con:
+        return history.configs(con)
+
+
+@st.cache_data(max_entries=16, show_spinner="Judging each run against the runs before it")
+def load_trend(path: str, stamp: tuple, config_id: str, unit: str):
+    with history.connect(path, wait=HISTORY_WAIT_S) as con:
+        return history.trend(con, config_id, unit)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def load_run_judgement(path: str, stamp: tuple, run_id: str):
+    with history.connect(path, wait=HISTORY_WAIT_S) as con:
+        return history.show(con, run_id)
+
+
 @st.cache_data(max_entries=16, show_spinner=False)
 def load_telemetry(path: str, stamp: tuple, offset_ns: int | None = None):
     return figures.telemetry_frame(Path(path), offset_ns)
@@ -74,6 +95,8 @@ def load_source(root, source: sources.Source):
     if source.kind == "run":
         results, report = load_run(str(path), sources.stamp(path))
         return results, report, path
+    if source.kind == "history":
+        return load_history(str(path), sources.stamp(path)), None, path
     return load_analysis(str(path), sources.stamp(path), HOW), None, path
 
 
@@ -118,9 +141,9 @@ if not ROOT.is_dir():
 found, truncated = sources.list_sources(ROOT)
 if not found:
     st.info(
-        f"Nothing to show under {md(ROOT)}: no run folders (results.json) and no traces (.trace.json, .json.gz, "
-        ".sqlite). Record some with `probe run` or `probe profile`, or point the app elsewhere with "
-        "`probe app --root DIR`."
+        f"Nothing to show under {md(ROOT)}: no run folders (results.json), no traces (.trace.json, .json.gz, "
+        ".sqlite) and no run history (.duckdb). Record some with `probe run` or `probe profile`, or point the app "
+        "elsewhere with `probe app --root DIR`."
     )
     st.stop()
 if truncated:
@@ -128,7 +151,7 @@ if truncated:
 
 by_label = {s.label: s for s in found}
 source = by_label[st.sidebar.selectbox("Run or trace", list(by_label), key="source", bind="query-params")]
-others = [s.label for s in found if s.kind == source.kind and s != source]
+others = [s.label for s in found if s.kind == source.kind and s != source and s.kind != "history"]
 baseline_label = st.sidebar.selectbox(
     "Baseline (for Compare and Alerts)", [figures.NONE, *others], key="baseline", bind="query-params"
 )
@@ -150,6 +173,7 @@ if source.kind == "trace":
 VIEWS = {
     "run": ["Sweep", "Compare", "Alerts"],
     "trace": ["Step ledger", "One step", "Kernels", "Top ops", "Compare", "Alerts"],
+    "history": ["History"],
 }
 chosen = st.radio(
     "View", VIEWS[source.kind], key="view", bind="query-params", horizontal=True, label_visibility="collapsed"
@@ -282,6 +306,65 @@ elif chosen == "Kernels":
     stats = loaded.kernels[:20] if scope == scopes[0] else loaded.step(int(scope.split(":")[0])).top_kernels
     st.plotly_chart(figures.kernels_figure(stats), key="kernels_chart")
     st.dataframe(figures.kernels_frame(stats), key="kernels_table", hide_index=True)
+
+# ---- 4c. history -----------------------------------------------------------------------------------------------
+
+elif chosen == "History":
+    if not loaded:
+        st.info("No runs recorded in this history yet: `probe bench`, `run`, `baseline` and `profile` append them.")
+        st.stop()
+    by_config = {c.label: c for c in loaded}
+    config = by_config[st.selectbox("Configuration", list(by_config), key="history_config", bind="query-params")]
+    unit = st.selectbox("Cell, or profiled step kind", config.units, key="history_unit", bind="query-params")
+    stamp = sources.stamp(path)
+    try:
+        trend = load_trend(str(path), stamp, config.config_id, unit)
+    except LOAD_ERRORS as e:
+        st.error(f"Cannot read {md(source.rel)}: {md(e)}")
+        st.stop()
+    event = st.plotly_chart(
+        figures.history_figure(trend, unit), key="history_chart", on_select="rerun", selection_mode="points"
+    )
+    st.caption(
+        "One point a run of this configuration, oldest first (x: commit, + when tracked files were modified, and "
+        "the time in UTC). Marked: `probe history check` flagged the run against the runs before it in its "
+        "environment, red on the exact launch counts, orange on timings, which compare separate sessions (settle "
+        "those with `probe ab`). Click a point to open that run."
+    )
+    clicked = figures.clicked_run(event)
+    if clicked and clicked != st.session_state.get("history_clicked"):  # a new click, not the last one again
+        st.session_state["history_clicked"] = clicked
+        st.session_state["history_run"] = clicked
+    run_ids = list(reversed(trend["run_id"]))
+    run_id = st.selectbox("Run", run_ids, key="history_run", bind="query-params")
+    judgement = load_run_judgement(str(path), stamp, run_id)
+    run = judgement.run
+    st.subheader(md(f"{run.run_id} @ {run.short_commit}"))
+    st.caption(
+        md(
+            f"probe {run.command} at {run.recorded_at:%Y-%m-%d %H:%M:%S} UTC on {run.device_name or '?'}, torch "
+            f"{run.torch}, transformers {run.transformers}; from {run.source or '-'}"
+        )
+    )
+    recorded = sources.source_of(ROOT, run.source)
+    if recorded is not None and recorded.label in by_label:  # its folder or trace is still here: link to it
+        st.markdown(f"[Open {md(recorded.rel)} in the explorer]({recorded.link})")
+    if judgement.comparison is None:
+        st.info(judgement.reason)
+    else:
+        result = judgement.comparison
+        st.markdown(md(f"Against its predecessor, {judgement.previous.run_id} @ {judgement.previous.short_commit}:"))
+        if result.alerts:
+            st.error(f"REGRESSION: {len(result.alerts)} alert(s)")
+            for a in result.alerts:
+                st.markdown(f"- **{md(a.key)}** {md(a.message)}")
+        else:
+            st.success("No regression against its predecessor.")
+        st.dataframe(figures.comparison_frame(result), key="history_compare_table", hide_index=True)
+        for note in result.notes:
+            st.caption(md(note))
+    with st.expander("Every run of this configuration"):
+        st.dataframe(figures.history_runs_frame(trend), key="history_table", hide_index=True)
 
 # ---- 5. compare and 6. alerts: a baseline against this source --------------------------------------------------
 

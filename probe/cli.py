@@ -13,7 +13,20 @@ import sys
 
 from probe.errors import ProbeError
 
-COMMANDS = ("run", "bench", "profile", "count", "roofline", "overhead", "analyze", "compare", "baseline", "app", "ab")
+COMMANDS = (
+    "run",
+    "bench",
+    "profile",
+    "count",
+    "roofline",
+    "overhead",
+    "analyze",
+    "compare",
+    "baseline",
+    "app",
+    "ab",
+    "history",
+)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -17,6 +17,13 @@ DATA = Path(__file__).parent / "data"
 IN_CI = os.environ.get("PROBE_CI") == "1"  # .ci/run sets it: tools that CI installs must not be skipped
 
 
+@pytest.fixture(scope="session", autouse=True)
+def history_outside_the_checkout(tmp_path_factory):
+    """The commands that measure append every run to a history (./probe-history.duckdb by default): in tests,
+    to a file of the session's own, inherited by every `probe` process a test starts."""
+    os.environ["PROBE_HISTORY"] = str(tmp_path_factory.mktemp("history") / "probe-history.duckdb")
+
+
 @pytest.fixture(scope="session")
 def tiny():
     return load_model("tiny", "float32", "cpu", seed=0)

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from probe.explorer import figures
 from probe.explorer.sources import ROOT_ENV
 from tests import oracle
 
@@ -110,7 +111,7 @@ def test_a_corrupt_file_shows_an_error_box_and_the_app_keeps_working(monkeypatch
     at = app(monkeypatch, tmp_path, "trace: broken.trace.json.gz")
     assert "Cannot show broken\\.trace\\.json\\.gz" in at.error[0].value and not at.get("plotly_chart")
     at.selectbox(key="source").set_value("run: run").run()
-    assert not at.exception and "Cannot show `run`" in at.error[0].value
+    assert not at.exception and "Cannot show run:" in at.error[0].value
     at.selectbox(key="source").set_value("trace: hand_decode.trace.json.gz").run()
     assert not at.exception and not at.error
     assert [t["x"] for t in named(chart(at, "ledger_chart"), "GPU busy")] == [["prefill", "decode#0", "decode#1"]]
@@ -332,3 +333,102 @@ def test_the_sidebar_sets_the_steps_regex_and_parts(monkeypatch):
     assert any(t["name"] == "host: part: inputs" for t in chart(at, "ledger_chart"))
     at.text_input(key="steps").set_value("(").run()
     assert "not a regular expression" in at.error[0].value and not at.exception
+
+
+# ---- 7. history ------------------------------------------------------------------------------------------------
+
+HISTORY = "history: probe-history.duckdb"
+BENCH_CONFIG = "tiny float32 cached,naive p16,64,256 n8"
+
+
+def history_root(tmp_path: Path) -> Path:
+    """A root holding the two committed runs and a copy of the first with one aten::clone per layer added to the
+    cached engine's decode step, recorded in that order at three commits, and a profiled trace before them."""
+    import dataclasses
+    import datetime as dt
+
+    from probe.analysis import history
+
+    for name in ("tiny-cpu-a", "tiny-cpu-b"):
+        shutil.copytree(DATA / "app" / "runs" / name, tmp_path / "runs" / name)
+    shutil.copytree(tmp_path / "runs" / "tiny-cpu-a", tmp_path / "runs" / "extra-op")
+    doc = json.loads((tmp_path / "runs" / "extra-op" / "results.json").read_text())
+    for cell in doc["cells"]:
+        if cell["engine"] == "cached" and cell["prompt_tokens"] == 16:
+            cell["decode_ops"] += 4
+            cell["decode_ops_by_op"]["aten::clone"] = 4
+    (tmp_path / "runs" / "extra-op" / "results.json").write_text(json.dumps(doc))
+    start = dt.datetime(2026, 1, 2, 9, 0)
+    trace = history.file_record(DATA / "app" / "traces" / "tiny_cached_cpu_p16_n6.trace.json.gz")
+    records = [trace] + [history.folder_record(tmp_path / "runs" / n) for n in ("tiny-cpu-a", "tiny-cpu-b", "extra-op")]
+    for i, record in enumerate(records):
+        when = start + dt.timedelta(hours=i)
+        history.append(
+            tmp_path / history.DEFAULT_FILE,
+            dataclasses.replace(record, commit=f"{i}" * 40, dirty=False, recorded_at=when),
+        )
+    return tmp_path
+
+
+def test_history_view_marks_the_runs_check_flagged(monkeypatch, tmp_path):
+    at = app(monkeypatch, history_root(tmp_path), HISTORY)
+    assert at.radio(key="view").options == ["History"]
+    assert at.selectbox(key="history_config").value.startswith(BENCH_CONFIG)  # the most recently run first
+    assert at.selectbox(key="history_unit").options[:2] == ["naive p16 n8", "cached p16 n8"]
+    at.selectbox(key="history_unit").set_value("cached p16 n8").run()
+    assert not at.exception
+    traces = chart(at, "history_chart")
+    launches = named(traces, "launches / step")[0]
+    base = launches["y"][0]
+    assert launches["x"] == [0, 1, 2] and launches["y"] == [base, base, base + 4]
+    counted, timed = named(traces, figures.COUNT_ALERT)[0], named(traces, figures.TIMING_ALERT)[0]
+    assert counted["x"] == [2] and "step 262 -> 266 (+4): aten::clone 0 -> 4 (new)" in counted["text"][0]
+    # run 1 (tiny-cpu-b) against run 0: a slower session, caught by the timing rule
+    assert timed["x"][0] == 1 and "host us/step rose" in timed["text"][0]
+    assert len(named(traces, "host µs/step (median step; a bench cell is not split)")[0]["y"]) == 3
+    # the newest run is open: against its predecessor, the op it added
+    assert at.selectbox(key="history_run").value == counted["customdata"][0]
+    assert "REGRESSION" in at.error[0].value
+    assert any("aten::clone 0 \\-\\> 4 \\(new\\)" in m.value for m in at.markdown)  # Markdown-escaped
+    assert any("extra-op" in m.value and "?source=run" in m.value for m in at.markdown)  # a link to its folder
+
+
+def test_history_view_opens_an_older_run_and_splits_a_profiled_step(monkeypatch, tmp_path):
+    at = app(monkeypatch, history_root(tmp_path), HISTORY)
+    first = at.selectbox(key="history_run").options[-1]
+    at.selectbox(key="history_run").set_value(first).run()
+    assert not at.exception and "not enough history" in at.info[0].value
+    profile = next(o for o in at.selectbox(key="history_config").options if o.startswith("profile"))
+    at.selectbox(key="history_config").set_value(profile).run()
+    at.selectbox(key="history_unit").set_value("cached p16 n6 decode").run()
+    assert not at.exception
+    bars = {t["name"]: t["y"] for t in chart(at, "history_chart") if t["type"] == "bar"}
+    assert {"host: model ops", "host: cache_update", "host: unattributed"} <= set(bars)
+    from probe.analysis.ledger import analyze
+    from probe.analysis.trace import load_trace
+
+    decode = [s for s in analyze(load_trace(DATA / CACHED.removeprefix("trace: "))).steps if s.kind == "decode"]
+    mean_wall_us = sum(s.wall_ns for s in decode) / len(decode) / 1e3
+    assert sum(y[0] for y in bars.values()) == pytest.approx(mean_wall_us)  # the parts add up to the mean step
+
+
+def test_a_broken_or_empty_history_is_an_error_or_a_hint(monkeypatch, tmp_path):
+    from probe.analysis import history
+
+    (tmp_path / "broken.duckdb").write_text("not a database")
+    with history.connect(tmp_path / "empty.duckdb", write=True):
+        pass
+    at = app(monkeypatch, tmp_path, "history: broken.duckdb")
+    assert "not a DuckDB database" in at.error[0].value and not at.get("plotly_chart")
+    at.selectbox(key="source").set_value("history: empty.duckdb").run()
+    assert not at.exception and "No runs recorded" in at.info[0].value
+
+
+def test_a_click_on_the_history_chart_names_its_run():
+    from probe.explorer.figures import clicked_run
+
+    assert clicked_run({"selection": {"points": [{"x": 2, "customdata": "20260102-110000-abcdef"}]}}) == (
+        "20260102-110000-abcdef"
+    )
+    assert clicked_run({"selection": {"points": [{"customdata": ["r1"]}]}}) == "r1"
+    assert clicked_run({"selection": {"points": []}}) is None and clicked_run(None) is None

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from probe.capture.config import BenchConfig
+from probe.commands.history import add_record_arguments, record
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import from_args
 
@@ -42,6 +43,7 @@ BASELINE_DEFAULTS = dict(
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p, BenchConfig, overrides_only=True)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"baseline file to write (default: {DEFAULT_OUT})")
+    add_record_arguments(p)
 
 
 def baseline_json(results) -> dict:
@@ -70,4 +72,4 @@ def main(args: argparse.Namespace) -> int:
             f"host {c.itl_p50_ms * 1e3:,.0f} us/step  TTFT {c.ttft_ms:.2f} ms  {c.decode_tok_s:,.1f} tok/s"
         )
     print(f"baseline written to {args.out} ({time.perf_counter() - start:.0f} s)")
-    return 0
+    return record(args, "baseline", results=results, source=args.out)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from probe.capture.config import BenchConfig
+from probe.commands.history import add_record_arguments, record
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import from_args
 
@@ -18,6 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p, BenchConfig)
     p.add_argument("--out", type=Path, help="folder for results.json and cells.parquet")
     p.add_argument("--json", action="store_true", help="print the results JSON to stdout instead of a table")
+    add_record_arguments(p)
 
 
 def execute(cfg: BenchConfig, out: Path | None, output: str = "table", title: str | None = None):
@@ -59,4 +61,5 @@ def execute(cfg: BenchConfig, out: Path | None, output: str = "table", title: st
 
 def main(args: argparse.Namespace) -> int:
     cfg = from_args(BenchConfig, args)
-    return execute(cfg, args.out, "json" if args.json else "table")[1]
+    results, code = execute(cfg, args.out, "json" if args.json else "table")
+    return record(args, "bench", code, results=results, source=args.out)

@@ -9,6 +9,7 @@ import argparse
 from pathlib import Path
 
 from probe.capture.config import ProfileConfig
+from probe.commands.history import add_record_arguments, record
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import from_args  # noqa: I001
 
@@ -20,6 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("traces"), help="folder for the trace (default: traces)")
     p.add_argument("--nsys", action="store_true", help="run under Nsight Systems and export SQLite")
     p.add_argument("--annotated-run", action="store_true", help=argparse.SUPPRESS)  # the process nsys watches
+    add_record_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -39,4 +41,4 @@ def main(args: argparse.Namespace) -> int:
     from probe.commands.analyze import summary_table
 
     render.stdout().print(summary_table(analyze(load_trace(result.trace or result.sqlite))))
-    return 0
+    return record(args, "profile", traces=[result.trace or result.sqlite])

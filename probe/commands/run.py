@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from probe.capture.config import BenchConfig
+from probe.commands.history import add_record_arguments, record
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import from_args
 
@@ -38,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="skip the static and batched sweeps that test the write-ups' closing predictions",
     )
+    add_record_arguments(p)
 
 
 def defaults_for(device: str) -> dict:
@@ -125,4 +127,4 @@ def main(args: argparse.Namespace) -> int:
         for line in render.verdict_lines(report.verdicts):
             console.print(line)
         console.print(f"report folder: {out}  ({time.perf_counter() - start:.0f} s)")
-    return code
+    return record(args, "run", code, folder=out)

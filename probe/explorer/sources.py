@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from probe.errors import ProbeError
 ROOT_ENV = "PROBE_APP_ROOT"
 TELEMETRY_GLOB = "*telemetry*.parquet"  # probe.analysis.telemetry.write_samples: t_ns plus one column a figure
 BASELINES_DIR = "baselines"  # `probe baseline` writes results files here (baselines/cpu-tiny.json)
+HISTORY_SUFFIX = ".duckdb"  # run histories (probe.analysis.history): probe-history.duckdb by default
 SKIP_DIRS = frozenset({"node_modules", "__pycache__", "site-packages", "venv"})  # and every .hidden folder
 MAX_DEPTH = 6  # runs/run-x/next-static is 3 deep; deeper trees are not probe output
 MAX_SOURCES = 500  # a root such as $HOME must not hang the sidebar
@@ -36,11 +38,16 @@ MAX_SOURCES = 500  # a root such as $HOME must not hang the sidebar
 @dataclass(frozen=True)
 class Source:
     rel: str  # path from the root, "/"-separated
-    kind: str  # "run" (a results folder or file) | "trace"
+    kind: str  # "run" (a results folder or file) | "trace" | "history" (a run history, DuckDB)
 
     @property
     def label(self) -> str:
         return f"{self.kind}: {self.rel}"
+
+    @property
+    def link(self) -> str:
+        """The app's URL query that opens this source."""
+        return "?" + urllib.parse.urlencode({"source": self.label})
 
 
 def app_root(argv: Sequence[str], environ: Mapping[str, str]) -> Path:
@@ -76,11 +83,11 @@ def source_path(root: Path, source: Source) -> Path:
 
 
 def list_sources(root: Path, max_depth: int = MAX_DEPTH, limit: int = MAX_SOURCES) -> tuple[list[Source], bool]:
-    """Run folders, baseline files and traces under root, runs first, each sorted by path; and whether the
-    listing stopped at `limit`. Symlinked folders are not entered; a symlinked file is listed only when it
-    resolves inside root."""
+    """Run folders, baseline files, traces and run histories under root, in that order, each sorted by path; and
+    whether the listing stopped at `limit`. Symlinked folders are not entered; a symlinked file is listed only
+    when it resolves inside root."""
     root = Path(root).resolve()
-    runs, traces = [], []
+    runs, traces, histories = [], [], []
     for folder, dirs, files in os.walk(root):
         here = Path(folder)
         depth = len(here.relative_to(root).parts)
@@ -92,9 +99,15 @@ def list_sources(root: Path, max_depth: int = MAX_DEPTH, limit: int = MAX_SOURCE
                 runs.append(Source(_rel(root, here / name), "run"))
             elif is_trace_name(name) and _inside(root, here / name):
                 traces.append(Source(_rel(root, here / name), "trace"))
-        if len(runs) + len(traces) >= limit:
-            return (sorted(runs, key=_by_rel) + sorted(traces, key=_by_rel))[:limit], True
-    return sorted(runs, key=_by_rel) + sorted(traces, key=_by_rel), False
+            elif name.endswith(HISTORY_SUFFIX) and _inside(root, here / name):
+                histories.append(Source(_rel(root, here / name), "history"))
+        if len(runs) + len(traces) + len(histories) >= limit:
+            return _ordered(runs, traces, histories)[:limit], True
+    return _ordered(runs, traces, histories), False
+
+
+def _ordered(*kinds: list[Source]) -> list[Source]:
+    return [s for kind in kinds for s in sorted(kind, key=_by_rel)]
 
 
 def _by_rel(s: Source) -> str:
@@ -111,6 +124,21 @@ def _inside(root: Path, path: Path) -> bool:
     except ProbeError:
         return False
     return True
+
+
+def source_of(root: Path, path: str | Path | None) -> Source | None:
+    """The source a recorded path is (a history names each run's folder or trace), when it lies inside root."""
+    if not path:
+        return None
+    base = Path(root).resolve()
+    try:
+        rel = Path(path).resolve().relative_to(base)
+    except (ValueError, OSError):
+        return None
+    if not _inside(base, base / rel):
+        return None
+    kind = "trace" if is_trace_name(rel.name) else "run"
+    return Source(rel.as_posix() or ".", kind)
 
 
 def stamp(path: Path) -> tuple:
