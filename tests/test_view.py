@@ -278,6 +278,25 @@ def test_timeline_frame_keeps_order_and_marks_cache(cached):
     assert {"cache.seq_length", "cache.mask_sizes"} <= set(cache_ranges["name"])
 
 
+def test_timeline_parts_match_a_brute_force_enclosing_range(cached):
+    """Each op or call takes the highest-priority part among the ranges that enclose it, checked pair by pair."""
+    from probe.analysis.host import BUILTIN_PARTS
+
+    trace, analysis = cached
+    for step in analysis.steps[:4]:
+        items = step_timeline(trace, step)
+        ranges = [(it.start_us, it.start_us + it.dur_us, it.part) for it in items if it.kind == "range"]
+        for it in items:
+            if it.kind == "range":
+                continue
+            inside = [p for s, e, p in ranges if p != "range" and s <= it.start_us and it.start_us + it.dur_us <= e]
+            if inside:
+                assert it.part == min(inside, key=BUILTIN_PARTS.index), it
+            else:
+                assert it.part in ("ops", "attention", "sync"), it
+        assert any(it.part.startswith("cache") and it.kind == "op" for it in items)
+
+
 def test_timeline_figure_puts_cache_ranges_on_their_own_lane_and_shades_them(cached):
     trace, analysis = cached
     items = step_timeline(trace, analysis.step("decode#1"))

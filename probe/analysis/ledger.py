@@ -780,29 +780,41 @@ def step_timeline(trace: Trace, step: StepLedger) -> list[TimelineItem]:
         name_id = int(trace.name_id[r])
         range_part[r] = next((p for p in BUILTIN_PARTS if p in table.by_name and table.by_name[p][name_id]), "range")
 
-    def enclosing(start: int, end: int, fallback: str) -> str:
-        inside = [
-            range_part[r]
-            for r in range_part
-            if range_part[r] != "range" and trace.ts_ns[r] <= start and end <= trace.end_ns[r]
-        ]
-        return min(inside, key=BUILTIN_PARTS.index) if inside else fallback
+    # per part, its ranges sorted by start and the running max of their ends: an interval [s, e] lies inside one
+    # of them iff the largest end among those starting at or before s reaches e. One searchsorted per part.
+    inside_part = []
+    for part in BUILTIN_PARTS:
+        rows = np.array([r for r, p in range_part.items() if p == part], dtype=np.int64)
+        if rows.size:
+            order = np.argsort(trace.ts_ns[rows], kind="stable")
+            inside_part.append((part, trace.ts_ns[rows][order], np.maximum.accumulate(trace.end_ns[rows][order])))
+
+    def enclosing(starts: np.ndarray, ends: np.ndarray, fallback: list[str]) -> list[str]:
+        out = list(fallback)
+        for part, range_start, reach in reversed(inside_part):  # highest priority last, so it wins
+            k = np.searchsorted(range_start, starts, side="right") - 1
+            hit = (k >= 0) & (reach[np.maximum(k, 0)] >= ends)
+            for i in np.flatnonzero(hit).tolist():
+                out[i] = part
+        return out
 
     items: list[tuple[int, int, str, str, str]] = []
     top = np.flatnonzero((ops.depth == 0) & (ops.start >= lo) & (ops.start <= hi))
-    for i in top.tolist():
-        name_id = int(trace.name_id[ops.rows[i]])
+    names = trace.name_id[ops.rows[top]]
+    own = ["attention" if table.by_name["attention"][n] else "ops" for n in names.tolist()]
+    parts = enclosing(ops.start[top], ops.end[top], own)
+    for i, n, part in zip(top.tolist(), names.tolist(), parts, strict=True):
         start, end = int(ops.start[i]), int(ops.end[i])
-        own = "attention" if table.by_name["attention"][name_id] else "ops"
-        items.append((start, end - start, trace.names[name_id], "op", enclosing(start, end, own)))
+        items.append((start, end - start, trace.names[n], "op", part))
     ms, me = merge(ops.start[ops.depth == 0], ops.end[ops.depth == 0])
     calls = thread_rows(trace, trace.rows(Kind.RUNTIME), step.pid, step.tid)
     calls = calls[(trace.ts_ns[calls] >= lo) & (trace.ts_ns[calls] <= hi)]
     calls = calls[covered(ms, me, trace.ts_ns[calls], trace.end_ns[calls]) < trace.dur_ns[calls]]
-    for c in calls.tolist():
+    own = ["sync" if table.by_name["sync_call"][n] else "ops" for n in trace.name_id[calls].tolist()]
+    parts = enclosing(trace.ts_ns[calls], trace.end_ns[calls], own)
+    for c, part in zip(calls.tolist(), parts, strict=True):
         start, end = int(trace.ts_ns[c]), int(trace.end_ns[c])
-        own = "sync" if table.by_name["sync_call"][trace.name_id[c]] else "ops"
-        items.append((start, end - start, trace.name(c), "runtime", enclosing(start, end, own)))
+        items.append((start, end - start, trace.name(c), "runtime", part))
     for r, part in range_part.items():
         items.append((int(trace.ts_ns[r]), int(trace.dur_ns[r]), trace.name(r), "range", part))
     items.sort(key=lambda it: (it[0], -it[1]))
