@@ -298,7 +298,7 @@ def hand_figures(results: BenchResults, report: Report, prompt: int) -> list[Fig
         return {e: (get(counts[e]) if e in counts and (counts[e].on_gpu or not gpu_only) else None) for e in engines}
 
     gpu = any(c.on_gpu for c in counts.values())
-    traces = ", ".join(sorted({c.trace for c in counts.values()})) or "no trace"
+    traces = _trace_names(counts)
     runs = next((c for c in cells.values() if c is not None), None)
     bench = f"bench at p{prompt}, " + (f"{runs.runs} runs x {runs.new_tokens - 1} steps" if runs else "no cell")
     rows = [
@@ -359,6 +359,15 @@ def hand_figures(results: BenchResults, report: Report, prompt: int) -> list[Fig
         )
     )
     return rows
+
+
+def _trace_names(counts: dict[str, StepCounts]) -> str:
+    """The traces' names, as one pattern when they differ only by the engine's name."""
+    names = sorted({c.trace for c in counts.values()})
+    patterns = {c.trace.replace(f"_{c.engine}_", "_<engine>_", 1) for c in counts.values()}
+    if len(names) > 1 and len(patterns) == 1:
+        return patterns.pop()
+    return ", ".join(names) or "no trace"
 
 
 REPORT_FILE = "report.json"

@@ -11,7 +11,7 @@ import argparse
 import dataclasses
 import json
 
-from probe.capture.config import DTYPE_CHOICES, DTYPE_HELP, MODEL_HELP
+from probe.capture.config import DTYPE_CHOICES, DTYPE_HELP, MODEL_HELP, BenchConfig, settle, validate
 from probe.flags import int_list, str_list
 
 HELP = "count aten ops dispatched per forward (prefill and one decode step)"
@@ -32,7 +32,6 @@ def main(args: argparse.Namespace) -> int:
 
     from engines.models import load_model, prompt_ids, resolve_device
     from probe import render
-    from probe.capture.config import BenchConfig, settle, validate
     from probe.capture.count import count_forward_ops
 
     device = resolve_device(args.device)

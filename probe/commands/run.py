@@ -35,11 +35,17 @@ GPU_DEFAULTS = dict(
 # pass, 2 ABBA pairs for the sync cost. On a GPU naive is timed only up to 512 (at 4096 it is a reference run
 # only); cached and static span the write-ups' 16..4096. docs/gpu/README.md budgets the GPU run.
 QUICK = dict(engines=("naive", "cached", "static"), new_tokens=32, runs=2, warmup=1, sync_pairs=2)
-QUICK_CPU = dict(CPU_DEFAULTS, **QUICK, prompts=(16, 128, 1024))
+# One intra-op thread on a CPU: on a shared 2-core machine two threads stall at every op's barrier whenever another
+# job holds a core (measured here in a --quick run: a static p16 step of 104 ms against 1 ms when profiled alone).
+QUICK_CPU = dict(CPU_DEFAULTS, **QUICK, prompts=(16, 128, 1024), threads=1)
 QUICK_GPU = dict(GPU_DEFAULTS, **QUICK, prompts=(16, 512, 4096), naive_prompts=(16, 512))
 NEXT_BATCHES = (1, 2, 4, 8)  # Part 2's prediction: B sequences per forward
 PROFILE_BATCH = 4  # the batched engine's profiled trace
 PROFILE_NEW_TOKENS = 9  # the full run's profiled traces: 8 decode steps (--quick profiles at the sweep's own length)
+# --quick's Nsight Systems traces. On a GPU only the static engine's: nsys sees each replayed kernel of a graph
+# whether or not torch.profiler does, which is the check that matters there, and each nsys trace is a fresh
+# process (and for static a fresh compile), the most expensive part of the GPU budget (docs/gpu/README.md).
+QUICK_NSYS_GPU = ("static",)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -61,9 +67,9 @@ def defaults_for(device_type: str, quick: bool) -> dict:
     return GPU_DEFAULTS if device_type == "cuda" else CPU_DEFAULTS
 
 
-def profile_engines(cfg, folder: Path, model, engines: list[str], new_tokens: int, nsys: bool):
+def profile_engines(cfg, folder: Path, model, engines: list[str], new_tokens: int, nsys: tuple[str, ...]):
     """One torch.profiler trace per engine at the shortest prompt (the batched one at PROFILE_BATCH), each reduced
-    to its median step; with `nsys` an Nsight Systems trace too. Returns (digests, step counts, notes)."""
+    to its median step; for the engines in `nsys` an Nsight Systems trace too. Returns (digests, counts, notes)."""
     from probe.analysis.ledger import analyze, digest
     from probe.analysis.report import step_counts
     from probe.analysis.trace import load_trace
@@ -87,7 +93,7 @@ def profile_engines(cfg, folder: Path, model, engines: list[str], new_tokens: in
         analysis = analyze(load_trace(capture.trace))
         digests[engine] = digest(analysis)
         counts[engine] = step_counts(engine, analysis, capture.trace.name)
-        if not nsys:
+        if engine not in nsys:
             continue
         try:
             sqlite = profile_nsys(pcfg, folder).sqlite
@@ -119,7 +125,10 @@ def main(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     device = resolve_device(getattr(args, "device", "auto"))
-    cfg = settle(from_args(BenchConfig, args, **defaults_for(device.type, args.quick)), device.type)
+    base = defaults_for(device.type, args.quick)
+    if hasattr(args, "prompts"):  # the user's prompt lengths: naive is timed at all of them unless told otherwise
+        base = {k: v for k, v in base.items() if k != "naive_prompts"}
+    cfg = settle(from_args(BenchConfig, args, **base), device.type)
     prepare_graph_profiling(device)  # before the first CUDA graph is captured in this process
     out = args.out or Path("runs") / time.strftime("run-%Y%m%d-%H%M%S")
     # One model for every part (--quick): a compiled step is guarded on the model it was compiled for.
@@ -159,12 +168,13 @@ def main(args: argparse.Namespace) -> int:
     machine, overhead = measure_machine(cfg.model, cfg.dtype, cfg.device, results.env["device_name"], model)
     arch = arch_for(cfg.model)
     engines = list(cfg.engines) + (["batched"] if args.quick and not args.no_next else [])
-    nsys, missing = args.quick and not args.no_nsys, []
-    if nsys:
+    nsys, missing = (), []
+    if args.quick and not args.no_nsys:
         try:
             find_nsys()
+            nsys = QUICK_NSYS_GPU if device.type == "cuda" else tuple(engines)
         except ProbeError as e:
-            nsys, missing = False, [f"no Nsight Systems traces: {e}"]
+            missing = [f"no Nsight Systems traces: {e}"]
     new_tokens = cfg.new_tokens if args.quick else PROFILE_NEW_TOKENS
     digests, counts, notes = profile_engines(cfg, out / "traces", model, engines, new_tokens, nsys)
     notes = missing + notes
