@@ -3,6 +3,13 @@
 No model hub is reached. A preset is a `config.json` shipped in `engines/presets/`; weights are drawn from
 a seeded normal distribution, which is enough for timing (it does not depend on weight values) and, with the
 preset's `initializer_range`, keeps greedy decoding from collapsing onto one token.
+
+The two presets' ranges, checked on this CPU (seed 0, cached engine, greedy):
+- `tiny` (hidden 256, 4 layers): 0.02 repeats one token forever; 0.1 varies them.
+- `qwen2.5-1.5b` keeps the real model's 0.02: with hidden 1536 and 28 layers the tokens vary. float32, prompt 16:
+  22 distinct of 24; bfloat16: 46 of 48 at prompt 16, 16 of 16 at prompt 256; float16: 46 of 48 and 16 of 16.
+  Every logit finite in both half dtypes, |logit| at most 4.3, the residual stream's largest value 18.9 (float16
+  overflows at 65504). Larger ranges grow activations fast (0.1: residual peak 2374 in float32), for nothing.
 """
 
 from __future__ import annotations

@@ -21,8 +21,24 @@ def stderr() -> Console:
     return Console(stderr=True, highlight=False)
 
 
-def _match(value: bool | None) -> str:
-    return {True: "match", False: "[bold red]MISMATCH[/]", None: "-"}[value]
+def parity_text(c, markup: bool = True) -> str:
+    """A cell's parity verdict in a few words: 'match', 'match (tf, 2 near-ties from step 35)', 'MISMATCH at 7'."""
+    if c.tokens_match_naive is None:
+        return "-"
+    tf = c.parity_mode == "teacher-forced"
+    if c.tokens_match_naive:
+        if not tf:
+            return "match"
+        if not c.differing_steps:
+            return "match (tf)"
+        ties = f"{c.differing_steps} near-tie{'s' * (c.differing_steps > 1)}"
+        return f"match (tf, {ties} from step {c.first_divergence_step})"
+    bad = "[bold red]MISMATCH[/]" if markup else "MISMATCH"
+    if c.nonfinite_steps:
+        return f"{bad}: NaN/inf logits at {c.nonfinite_steps} step{'s' * (c.nonfinite_steps > 1)}"
+    where = f" at step {c.first_divergence_step}" if c.first_divergence_step is not None else ""
+    gap = f", gap {c.worst_gap_ulps:.0f} ulp" if tf and c.worst_gap_ulps is not None else ""
+    return f"{bad}{where}{' (tf' + gap + ')' if tf else ''}"
 
 
 def cells_table(results: BenchResults, title: str | None = None) -> Table:
@@ -60,14 +76,39 @@ def cells_table(results: BenchResults, title: str | None = None) -> Table:
             f"{c.peak_mem_bytes / 2**20:.0f}",
             f"{c.spread_pct:.1f}",
             "-" if c.decode_ops is None else str(c.decode_ops),
-            _match(c.tokens_match_naive),
+            parity_text(c),
         )
     sync = [c.sync_overhead_ms for c in results.cells if c.sync_overhead_ms is not None]
     if sync:
         table.caption = (
             f"per-step sync costs {min(sync):.3f}..{max(sync):.3f} ms "
-            "(runs with one final sync against runs with one per step)"
+            "(runs with one final sync against runs with one per step, ABBA pairs, median)"
         )
+    return table
+
+
+SERVING_COLUMNS = (  # (header, Cell field): vLLM benchmark_serving's definitions, README "Metrics"
+    ("TTFT p50", "ttft_p50_ms"),
+    ("TTFT p99", "ttft_p99_ms"),
+    ("ITL mean", "itl_mean_ms"),
+    ("ITL std", "itl_std_ms"),
+    ("ITL p95", "itl_p95_ms"),
+    ("ITL p99", "itl_p99_ms"),
+    ("TPOT", "tpot_ms"),
+    ("E2E", "e2e_ms"),
+)
+
+
+def serving_table(results: BenchResults) -> Table:
+    """The serving figures per cell, in ms (vLLM's benchmark_serving definitions)."""
+    table = Table(
+        title="serving figures, ms (vLLM benchmark_serving definitions; README, Metrics)", title_justify="left"
+    )
+    for col in ("engine", "prompt", "batch", *(h for h, _ in SERVING_COLUMNS)):
+        table.add_column(col, justify="left" if col == "engine" else "right")
+    for c in results.cells:
+        values = ["-" if (v := getattr(c, name)) is None else f"{v:.2f}" for _, name in SERVING_COLUMNS]
+        table.add_row(c.engine, str(c.prompt_tokens), str(c.batch), *values)
     return table
 
 
@@ -164,10 +205,18 @@ def digest_table(ledgers: dict[str, StepDigest]) -> Table:
     return table
 
 
+def bandwidth_text(machine) -> str:
+    text = f"bandwidth {machine.bandwidth_bytes_s / 1e9:.1f} GB/s ({machine.bandwidth_source})"
+    if machine.datasheet_bandwidth_bytes_s:
+        name = (machine.datasheet_source or "datasheet").split(":")[0]
+        text += f"; {name}: {machine.datasheet_bandwidth_bytes_s / 1e9:.0f} GB/s, not used: no copy reaches it"
+    return text
+
+
 def predictions_table(rows, machine) -> Table:
     table = Table(
         title=f"prediction vs measurement: floor {machine.floor_ms:.2f} ms ({machine.floor_source}), "
-        f"bandwidth {machine.bandwidth_bytes_s / 1e9:.1f} GB/s ({machine.bandwidth_source})",
+        f"{bandwidth_text(machine)}",
         title_justify="left",
     )
     for col in (
@@ -199,13 +248,52 @@ def predictions_table(rows, machine) -> Table:
     return table
 
 
+def _value(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.0f}" if float(v).is_integer() and abs(v) >= 1 else f"{v:.3g}" if abs(v) < 10 else f"{v:.1f}"
+
+
+def figures_table(figures) -> Table:
+    """What the write-ups measured by hand, measured here: one row a figure, one column an engine, its source."""
+    engines = list(dict.fromkeys(e for f in figures for e in f.values))
+    table = Table(title="the write-ups' hand measurements, measured here (- = not measured here)", title_justify="left")
+    for col in ("figure", "unit", *engines, "source"):
+        table.add_column(col, justify="right" if col in engines else "left")
+    for f in figures:
+        table.add_row(f.name, f.unit, *(_value(f.values.get(e)) for e in engines), f.source)
+    return table
+
+
+def floor_lines(report) -> list[str]:
+    """The floor with and without a sync, and the bandwidth beside its datasheet figure, each with its source."""
+    o, m = report.overhead, report.machine
+    lines = []
+    if o is not None:
+        unsynced = f"{o.floor_unsynced_ms:.3f} ms" if o.floor_unsynced_ms is not None else "not measured"
+        lines.append(
+            f"floor ({o.model} {o.dtype}, single-token forward, no cache; probe overhead): {o.floor_ms:.3f} ms with a "
+            f"sync after each forward ({o.floor_issue_ms:.3f} ms issuing, {o.floor_wait_ms:.3f} ms waiting), "
+            f"{unsynced} per forward without one (back to back, one sync at the end); "
+            f"{o.launches_per_forward} {o.launch_kind} per forward"
+        )
+    lines.append(bandwidth_text(m))
+    lines += [f"note: {n}" for n in report.notes]
+    return lines
+
+
 def verdict_lines(verdicts) -> list[str]:
     mark = {True: "[green]supported[/]", False: "[red]not supported[/]", None: "[yellow]not measured[/]"}
     return [f"{mark[v.supported]}: {v.claim} ({v.source}). {v.evidence}" for v in verdicts]
 
 
-def report_markdown(results: BenchResults, report) -> str:
-    """The run report as Markdown: cells, predictions, verdicts, bookkeeping. Tables through pandas."""
+def _engines(figures) -> list[str]:
+    return list(dict.fromkeys(e for f in figures for e in f.values))
+
+
+def report_markdown(results: BenchResults, report, figures=()) -> str:
+    """The run report as Markdown: cells, serving figures, hand measurements, predictions, verdicts, bookkeeping.
+    Tables through pandas."""
     cells = results.cells_frame()[
         [
             "engine",
@@ -219,9 +307,10 @@ def report_markdown(results: BenchResults, report) -> str:
             "peak_mem_bytes",
             "spread_pct",
             "decode_ops",
-            "tokens_match_naive",
         ]
-    ]
+    ].copy()
+    cells["tokens"] = [parity_text(c, markup=False) for c in results.cells]
+    serving = results.cells_frame()[["engine", "prompt_tokens", "batch", *(name for _, name in SERVING_COLUMNS)]]
     preds = pd.DataFrame([dataclasses.asdict(p) for p in report.predictions])
     env = results.env
     lines = [
@@ -234,10 +323,27 @@ def report_markdown(results: BenchResults, report) -> str:
         "",
         cells.to_markdown(index=False, floatfmt=".2f"),
         "",
+        "## Serving figures (ms; vLLM benchmark_serving definitions)",
+        "",
+        serving.to_markdown(index=False, floatfmt=".2f"),
+        "",
+    ]
+    if figures:
+        table = pd.DataFrame(
+            {
+                "figure": f.name,
+                "unit": f.unit,
+                **{e: _value(f.values.get(e)) for e in _engines(figures)},
+                "source": f.source,
+            }
+            for f in figures
+        )
+        lines += ["## The write-ups' hand measurements, measured here", "", table.to_markdown(index=False), ""]
+    lines += [
         "## Prediction vs measurement",
         "",
-        f"Floor {report.machine.floor_ms:.3f} ms ({report.machine.floor_source}); bandwidth "
-        f"{report.machine.bandwidth_bytes_s / 1e9:.2f} GB/s ({report.machine.bandwidth_source}).",
+        f"- prediction floor: {report.machine.floor_ms:.3f} ms ({report.machine.floor_source})",
+        *(f"- {line}" for line in floor_lines(report)),
         "",
     ]
     if not preds.empty:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from engines.models import load_model, prompt_ids
+from engines.naive import no_cache_forward, prepared_masks
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"
@@ -47,8 +48,9 @@ def floor_ops_by_profiler() -> int:
     tree, with no probe code involved."""
     model = load_model("tiny", "float32", "cpu")
     token = prompt_ids(1, 1, model.config.vocab_size)
+    masks = prepared_masks(model)
     with torch.inference_mode():
-        model(input_ids=token, use_cache=False, logits_to_keep=1).logits[:, -1, :]  # warm
+        no_cache_forward(model, token, masks)  # warm
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            model(input_ids=token, use_cache=False, logits_to_keep=1).logits[:, -1, :]
+            no_cache_forward(model, token, masks)
     return sum(1 for e in prof.events() if e.cpu_parent is None and e.name.startswith("aten::"))

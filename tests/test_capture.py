@@ -161,3 +161,29 @@ def test_ranges_cost_one_check_when_no_tool_listens(monkeypatch):
         assert quiet("decode", 1) is not quiet._null  # the profiler runs: a real record_function range
     monkeypatch.setenv("NVTX_INJECTION64_PATH", "/nsys/libToolsInjection64.so")  # what nsys sets for its child
     assert A.Annotator().push is not None
+
+
+def test_profiler_is_initialised_for_cuda_graphs_once_and_only_on_cuda(monkeypatch):
+    """A fake CUDA device (torch.device("cuda") needs no GPU) and a recording stand-in for torch's initialiser."""
+    import torch
+
+    from probe.capture import profile
+
+    calls = []
+    monkeypatch.setattr(torch.profiler._utils, "_init_for_cuda_graphs", lambda: calls.append("init"))
+    monkeypatch.setattr(profile, "_graphs_ready", set())
+    assert profile.prepare_graph_profiling(torch.device("cpu")) is False and calls == []
+    assert profile.prepare_graph_profiling(torch.device("cuda")) is True
+    assert profile.prepare_graph_profiling(torch.device("cuda")) is False and calls == ["init"]
+
+
+def test_profile_prepares_for_graphs_before_any_warmup(monkeypatch, tmp_path):
+    """The static engine captures its graph in the warmup; the profiler must have been initialised before it."""
+    from probe.capture import profile
+
+    order = []
+    real_generate = profile.generate
+    monkeypatch.setattr(profile, "prepare_graph_profiling", lambda device: order.append("prepare"))
+    monkeypatch.setattr(profile, "generate", lambda *a, **k: order.append("run") or real_generate(*a, **k))
+    profile.profile_torch(ProfileConfig(engine="cached", prompt=8, new_tokens=3, warmup=2, device="cpu"), tmp_path)
+    assert order == ["prepare", "run", "run", "run"]  # two warmups, then the recorded run

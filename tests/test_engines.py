@@ -10,7 +10,12 @@ import torch
 from engines import EngineError, engine_class
 from engines.cached import CachedEngine, ContiguousLayer
 from engines.models import ModelError, load_config, load_model, prompt_ids, resolve
+from engines.naive import no_cache_forward, prepared_masks
+from probe.capture.count import OpCounter, count_forward_ops
 from probe.capture.loop import generate
+
+# Ops that read a value back to the host: on CUDA each one is a device-to-host copy and a stream sync.
+READ_BACK_OPS = {"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero", "aten::nonzero", "aten::equal"}
 
 
 def tokens(engine, prompt, n):
@@ -139,3 +144,33 @@ def test_engine_lookup():
 def test_prompts_are_deterministic_and_exact():
     a, b = prompt_ids(100, 2, 1024, seed=0), prompt_ids(100, 2, 1024, seed=0)
     assert a.shape == (2, 100) and torch.equal(a, b) and not torch.equal(a[0], a[1])
+
+
+@pytest.mark.parametrize("name", ["naive", "cached", "static-eager", "batched"])
+def test_no_forward_reads_a_value_back(tiny, name):
+    """A read-back inside a forward is a sync outside the loop's `sync` range. transformers' packed-sequence check
+    put an `is_nonzero` into every forward with neither a cache nor a mask (naive's, and the floor's) until the
+    naive engine handed its masks over built."""
+    counts = count_forward_ops(engine_class(name)(tiny), prompt_ids(16, 1, tiny.config.vocab_size))
+    assert not READ_BACK_OPS & (set(counts.prefill_by_op) | set(counts.decode_by_op))
+
+
+def test_the_floor_forward_reads_nothing_back(tiny):
+    token = prompt_ids(1, 1, tiny.config.vocab_size)
+    with torch.inference_mode(), OpCounter() as ops:
+        no_cache_forward(tiny, token, prepared_masks(tiny))
+    assert not READ_BACK_OPS & set(ops.counts)
+
+
+def test_masks_are_handed_over_only_where_no_mask_is_right(tiny):
+    """No mask means causal SDPA over the whole sequence: right for SDPA with full attention only."""
+    assert prepared_masks(tiny) == {"full_attention": None}
+
+    class Model:  # what prepared_masks reads of a model: its config
+        def __init__(self, attn: str = "sdpa", **changes):
+            self.config = tiny.config.__class__.from_dict(tiny.config.to_dict() | changes)
+            self.config._attn_implementation = attn
+
+    assert prepared_masks(Model()) == {"full_attention": None}
+    assert prepared_masks(Model(attn="eager")) is None  # eager attention with no mask would see the future
+    assert prepared_masks(Model(layer_types=["sliding_attention"] * 4)) is None

@@ -97,3 +97,24 @@ def test_bench_batch_sweep_checks_each_row(tmp_path):
     ]
     assert all(c.tokens_match_naive for c in results.cells)
     assert len(results.cells[2].tokens) == 3  # one token list per sequence
+
+
+@pytest.mark.slow
+def test_static_compiles_each_shape_with_fixed_sizes_before_any_caller_times_it(tiny):
+    """A new (batch, max_len) is compiled, and on CUDA captured and replayed, inside its prefill, so no decode step
+    a caller times compiles; and every size is fixed, so a third shape compiles again rather than running a
+    dynamic graph made for the second (automatic dynamic shapes did that: "size mismatch at index 2")."""
+    engine = StaticEngine(tiny)
+    a, b, c = (prompt_ids(n, 1, tiny.config.vocab_size) for n in (8, 16, 24))
+    assert torch.equal(generate(engine, a, 6).tokens, naive_tokens(tiny, a, 6))
+    with torch.inference_mode():
+        token = engine.prefill(b, 16 + 6).argmax(-1, keepdim=True)  # a second shape: compiled here
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        with torch.inference_mode():
+            out = [token]
+            for _ in range(5):  # what a timed run would do next: no compilation
+                out.append(engine.decode(out[-1]).argmax(-1, keepdim=True))
+        assert torch.equal(torch.cat(out, 1), naive_tokens(tiny, b, 6))
+        assert torch.equal(generate(engine, a, 6).tokens, naive_tokens(tiny, a, 6))  # the first shape: cached
+        with pytest.raises(torch._dynamo.exc.RecompileError):
+            generate(engine, c, 6)  # a third shape must compile: no graph with a symbolic length serves it

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from probe import vocabulary as V
+from probe.analysis.report import OverheadReport
 from probe.capture.machine import PIECES, TimingAnnotator, measure
 from tests.conftest import floor_ops_by_profiler
 
@@ -48,3 +49,34 @@ def test_profiled_step_split(report):
     assert report.step_dispatch == "top-level ops" and report.device_pct is None  # a CPU trace
     assert report.step_dispatched == report.cached_launches_per_forward + 1  # the forward's ops + the argmax
     assert 0 < report.compute_in_ops_pct < 100 and report.host_pct == pytest.approx(100, abs=1)
+
+
+def test_floor_is_taken_with_and_without_a_sync(report):
+    assert report.floor_unsynced_ms is not None and report.floor_unsynced_ms > 0
+
+
+def test_predictions_divide_by_a_measured_copy_with_the_datasheet_beside_it(monkeypatch):
+    """A fake GPU: `measure` and the copy return fakes (no CUDA here) for a device torch would call an H200."""
+    from probe.capture import machine
+
+    fake_overhead = OverheadReport.from_json({"model": "tiny", "dtype": "float16", "device": "cuda:0", **FAKE_FLOOR})
+    monkeypatch.setattr(machine, "measure", lambda *a, **k: fake_overhead)
+    monkeypatch.setattr(machine, "measure_copy_bandwidth", lambda device: 3.9e12)  # a fake measured copy
+    m, _ = machine.measure_machine("tiny", "float16", "cuda", "NVIDIA H200")
+    assert m.bandwidth_bytes_s == 3.9e12 and m.bandwidth_source == "measured copy on NVIDIA H200"
+    assert m.datasheet_bandwidth_bytes_s == 4.8e12 and m.datasheet_source.startswith("H200 datasheet")
+    cpu, _ = machine.measure_machine("tiny", "float16", "cuda", "cpu")
+    assert cpu.datasheet_bandwidth_bytes_s is None
+
+
+FAKE_FLOOR = dict(
+    context_tokens=64,
+    floor_ms=2.0,
+    floor_issue_ms=1.5,
+    floor_wait_ms=0.5,
+    launches_per_forward=100,
+    launch_kind="kernel launches",
+    host_us_per_launch=15.0,
+    cached_step_ms=3.0,
+    cached_launches_per_forward=120,
+)

@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
-from probe.analysis.report import Machine, batching_verdict, host_overhead_verdict, points_at, predictions
+from probe import render
+from probe.analysis.ledger import analyze
+from probe.analysis.report import (
+    Machine,
+    Report,
+    batching_verdict,
+    hand_figures,
+    host_overhead_verdict,
+    points_at,
+    predictions,
+    step_counts,
+)
 from probe.analysis.results import BenchResults, Cell
 from probe.analysis.roofline.formulas import arch_for, decode_step
+from probe.analysis.telemetry import TelemetrySummary
+from probe.analysis.trace import load_trace
 
 TINY = arch_for("tiny")
 
@@ -73,3 +87,86 @@ def test_batching_verdict():
     verdict = batching_verdict(partly, TINY, machine)
     assert verdict.supported is False and verdict.numbers["holds_up_to_batch"] == 4 and "up to B=4" in verdict.evidence
     assert batching_verdict(results(cell("cached", 16, 1.0)), TINY, machine).supported is None
+
+
+def fake_cuda_trace(path, graph: bool, steps: int = 2):
+    """A fake CUDA trace, built here (no GPU): `steps` decode steps of 100 us. Eager (graph=False): three kernel
+    launches a step, one kernel each. Captured (graph=True): one cudaGraphLaunch a step whose three replayed
+    kernels carry its correlation id. Kernels run 10 us each, back to back from 30 us into the step."""
+    events, corr = [], 0
+    for i in range(steps):
+        t0 = i * 200.0
+        events.append(dict(ph="X", cat="user_annotation", name=f"decode#{i}", pid=1, tid=1, ts=t0, dur=100.0))
+        launches = [("cudaGraphLaunch", 3)] if graph else [("cudaLaunchKernel", 1)] * 3
+        kernel = 0
+        for j, (name, kernels) in enumerate(launches):
+            corr += 1
+            events.append(
+                dict(
+                    ph="X",
+                    cat="cuda_runtime",
+                    name=name,
+                    pid=1,
+                    tid=1,
+                    ts=t0 + 5 + 5 * j,
+                    dur=2.0,
+                    args={"correlation": corr},
+                )
+            )
+            for _ in range(kernels):
+                events.append(
+                    dict(
+                        ph="X",
+                        cat="kernel",
+                        name="k",
+                        pid=0,
+                        tid=7,
+                        ts=t0 + 30 + 10 * kernel,
+                        dur=10.0,
+                        args={"correlation": corr, "device": 0, "stream": 7},
+                    )
+                )
+                kernel += 1
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_hand_figures_from_fake_cuda_traces(tmp_path):
+    """The figures the write-ups counted by hand, from fake CUDA traces: per step the eager engine launches 3
+    kernels, the captured one launches 1 graph whose 3 kernels are replayed; 30 us busy of each step's 100 us."""
+    steps = {
+        "cached": step_counts("cached", analyze(load_trace(fake_cuda_trace(tmp_path / "c.json", False))), "c.json"),
+        "static": step_counts("static", analyze(load_trace(fake_cuda_trace(tmp_path / "s.json", True))), "s.json"),
+    }
+    assert (steps["cached"].launches, steps["cached"].graph_launches, steps["cached"].kernels) == (3, 0, 3)
+    assert (steps["static"].launches, steps["static"].graph_launches, steps["static"].kernels) == (0, 1, 3)
+    assert steps["static"].gpu_busy_us == 30 and steps["static"].wall_us == 100
+    energy = TelemetrySummary(energy_per_token_j=0.25, energy_source="counter")
+    res = results(dataclasses.replace(cell("cached", 16, 2.0), telemetry=energy), cell("static", 16, 1.0))
+    report = Report(Machine(1.0, "test", 1e9, "test"), [], [], steps=steps)
+    figures = {f.name: f for f in hand_figures(res, report, 16)}
+    assert figures["kernel launches per step"].values == {"cached": 3, "static": 0}
+    assert figures["graph launches per step"].values == {"cached": 0, "static": 1}
+    assert figures["kernels per step (replayed ones for a graph)"].values == {"cached": 3, "static": 3}
+    assert figures["GPU busy per step"].values == {"cached": 0.03, "static": 0.03}
+    assert figures["step (ITL p50)"].values == {"cached": 2.0, "static": 1.0}
+    assert figures["energy per token"].values == {"cached": 0.25, "static": None}
+    assert "NVML (counter)" in figures["energy per token"].source
+    assert all(f.source for f in figures.values())  # every figure says where it comes from
+    assert "graph launches per step" in render.report_markdown(res, report, list(figures.values()))
+
+
+def test_hand_figures_on_a_cpu_say_what_is_not_measured():
+    report = Report(Machine(1.0, "test", 1e9, "test"), [], [])
+    figures = {f.name: f for f in hand_figures(results(cell("cached", 16, 2.0)), report, 16)}
+    assert "kernel launches per step" not in figures  # no CUDA trace: no GPU rows at all, never zeros
+    assert (
+        figures["energy per token"].values == {"cached": None} and figures["energy per token"].source == "no NVML here"
+    )
+
+
+def test_datasheet_bandwidth_is_shown_beside_the_measured_one():
+    machine = Machine(1.0, "floor", 3.9e12, "measured copy on NVIDIA H200", 4.8e12, "H200 datasheet: NVIDIA ...")
+    text = render.bandwidth_text(machine)
+    assert "3900.0 GB/s (measured copy on NVIDIA H200)" in text and "H200 datasheet: 4800 GB/s" in text
+    assert Report.from_json(Report(machine, [], []).to_json()).machine == machine

@@ -28,9 +28,11 @@ def test_probe_run_writes_the_whole_report(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     for text in (
+        "serving figures",
         "prediction vs measurement",
         "where a decode step goes",
         "the next steps: static and batched",
+        "the write-ups' hand measurements",
         "report folder:",
     ):
         assert text in result.stdout
@@ -54,6 +56,41 @@ def test_probe_run_writes_the_whole_report(tmp_path):
     # The floor's op count (a dispatch-mode count) against torch.profiler's own count of the same forward.
     assert report.overhead.launches_per_forward == floor_ops_by_profiler()
     assert (out / "report.md").read_text().startswith("# probe run: tiny float32 on cpu")
-    assert (out / "telemetry.parquet").exists()
+    assert (out / "telemetry.parquet").exists() and (out / "cells.csv").exists()
     assert len(list((out / "traces").glob("*.trace.json.gz"))) == 2
     json.loads((out / "report.json").read_text())  # well-formed
+
+
+def test_probe_run_quick_prints_the_whole_report(tmp_path):
+    """--quick on a tiny budget: naive, cached and static in one sweep, the batched check, the floor with and
+    without a sync, one trace per engine, and every section of the report on stdout."""
+    out = tmp_path / "quick"
+    result = run_probe(
+        "run", "--quick", "--prompts", "8,32", "--new-tokens", "5", "--runs", "1", "--device", "cpu", "--no-nsys",
+        "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    for text in (
+        "probe run: tiny float32",
+        "serving figures",
+        "the next steps: batched",
+        "where a decode step goes",
+        "the write-ups' hand measurements",
+        "aten ops dispatched per step",
+        "with a sync after each forward",
+        "without one (back to back, one sync at the end)",
+        "measured copy on cpu",
+        "prediction vs measurement",
+        "report folder:",
+    ):
+        assert text in result.stdout, text
+    results = load_results(out)
+    assert [(c.engine, c.prompt_tokens) for c in results.cells] == [
+        (e, p) for p in (8, 32) for e in ("naive", "cached", "static")
+    ]
+    assert all(c.tokens_match_naive and c.parity_mode == "exact" for c in results.cells)
+    report = load_report(out)
+    assert set(report.steps) == {"naive", "cached", "static", "batched"} and report.overhead.floor_unsynced_ms > 0
+    assert [v.supported is not None for v in report.verdicts] == [True, True]
+    assert len(list((out / "traces").glob("*.trace.json.gz"))) == 4
+    assert "## The write-ups' hand measurements, measured here" in (out / "report.md").read_text()

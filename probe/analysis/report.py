@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
+import numpy as np
 
-from probe.analysis.ledger import StepDigest
+from probe.analysis.ledger import StepDigest, TraceAnalysis, steady_steps
 from probe.analysis.results import BenchResults, Cell
 from probe.analysis.roofline.formulas import batch_limit, predict_step_ms
 from probe.errors import ProbeError
@@ -37,8 +38,10 @@ class Machine:
 
     floor_ms: float  # single-token forward, no cache (probe overhead)
     floor_source: str
-    bandwidth_bytes_s: float
+    bandwidth_bytes_s: float  # what predictions divide by: a measured copy
     bandwidth_source: str
+    datasheet_bandwidth_bytes_s: float | None = None  # the vendor's peak, shown beside it on a known GPU
+    datasheet_source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -214,6 +217,7 @@ class OverheadReport:
     host_pct: float = 0.0
     device_pct: float | None = None
     compute_in_ops_pct: float = 0.0
+    floor_unsynced_ms: float | None = None  # per forward, back to back with one sync at the end (None: old files)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -226,6 +230,147 @@ class OverheadReport:
         return cls(**fields)
 
 
+@dataclass(frozen=True)
+class StepCounts:
+    """What one engine's profiled decode step dispatched and kept the GPU doing: medians over the trace's decode
+    steps (`probe analyze`'s ledger). The write-ups counted these by hand from a CUDA trace."""
+
+    engine: str
+    trace: str  # the file's name: the figures' source
+    tool: str  # "torch.profiler" | "nsys"
+    steps: int
+    on_gpu: bool
+    wall_us: float
+    top_level_ops: float  # host ops dispatched (the CPU's stand-in for launches)
+    launches: float  # kernel launch calls
+    graph_launches: float
+    kernels: float  # kernels run for the step; a graph's replayed kernels count in the step that launched it
+    gpu_busy_us: float | None  # None on a CPU trace
+    gpu_idle_us: float | None
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def step_counts(engine: str, analysis: TraceAnalysis, trace: str, tool: str = "torch.profiler") -> StepCounts:
+    steps = steady_steps(analysis)
+
+    def median(name: str) -> float:
+        return float(np.median([getattr(s, name) for s in steps]))
+
+    gpu = analysis.on_gpu
+    return StepCounts(
+        engine,
+        trace,
+        tool,
+        len(steps),
+        gpu,
+        median("wall_ns") / 1e3,
+        median("top_level_ops"),
+        median("launches"),
+        median("graph_launches"),
+        median("kernels"),
+        median("gpu_busy_ns") / 1e3 if gpu else None,
+        median("gpu_idle_ns") / 1e3 if gpu else None,
+    )
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One row of what the write-ups measured by hand: a value per engine (None: not measured here), its source."""
+
+    name: str
+    unit: str
+    values: dict[str, float | None]
+    source: str
+
+
+def hand_figures(results: BenchResults, report: Report, prompt: int) -> list[Figure]:
+    """The write-ups' hand measurements, from this run: per engine at `prompt` (the profiled one), each figure
+    with where it comes from. GPU figures are None on a CPU run, never 0."""
+    counts = {e: c for e, c in report.steps.items() if c.tool == "torch.profiler"}
+    engines = list(counts) or sorted({c.engine for c in results.cells})
+    cells = {e: _cell(results, e, prompt) for e in engines}
+
+    def from_cells(get) -> dict[str, float | None]:
+        return {e: (get(c) if c is not None else None) for e, c in cells.items()}
+
+    def from_counts(get, gpu_only: bool = True) -> dict[str, float | None]:
+        return {e: (get(counts[e]) if e in counts and (counts[e].on_gpu or not gpu_only) else None) for e in engines}
+
+    gpu = any(c.on_gpu for c in counts.values())
+    traces = _trace_names(counts)
+    runs = next((c for c in cells.values() if c is not None), None)
+    bench = f"bench at p{prompt}, " + (f"{runs.runs} runs x {runs.new_tokens - 1} steps" if runs else "no cell")
+    rows = [
+        Figure("step (ITL p50)", "ms", from_cells(lambda c: c.itl_p50_ms), bench),
+        Figure("profiled step", "ms", from_counts(lambda c: c.wall_us / 1e3, False), f"median decode step of {traces}"),
+    ]
+    if gpu:
+        rows += [
+            Figure("kernel launches per step", "", from_counts(lambda c: c.launches), f"CUDA trace: {traces}"),
+            Figure("graph launches per step", "", from_counts(lambda c: c.graph_launches), f"CUDA trace: {traces}"),
+            Figure(
+                "kernels per step (replayed ones for a graph)",
+                "",
+                from_counts(lambda c: c.kernels),
+                f"CUDA trace, joined to their launch by correlation: {traces}",
+            ),
+            Figure("GPU busy per step", "ms", from_counts(lambda c: c.gpu_busy_us / 1e3), f"CUDA trace: {traces}"),
+            Figure("GPU idle per step", "ms", from_counts(lambda c: c.gpu_idle_us / 1e3), f"CUDA trace: {traces}"),
+        ]
+    else:
+        rows.append(
+            Figure(
+                "aten ops dispatched per step (no GPU: the CPU's launches)",
+                "",
+                from_counts(lambda c: c.top_level_ops, False),
+                f"CPU trace: {traces}",
+            )
+        )
+    nsys = {c.engine: c for c in report.steps.values() if c.tool == "nsys" and c.on_gpu}
+    if nsys:
+        where = "Nsight Systems export: " + ", ".join(sorted(c.trace for c in nsys.values()))
+        for label, name in (
+            ("kernel launches", "launches"),
+            ("graph launches", "graph_launches"),
+            ("kernels", "kernels"),
+        ):
+            values = {e: (getattr(nsys[e], name) if e in nsys else None) for e in engines}
+            rows.append(Figure(f"{label} per step (nsys)", "", values, where))
+    energy = from_cells(lambda c: c.telemetry.energy_per_token_j if c.telemetry else None)
+    source = next((c.telemetry.energy_source for c in cells.values() if c and c.telemetry), None)
+    rows.append(
+        Figure(
+            "energy per token",
+            "J",
+            energy,
+            f"NVML ({source}) over the bench's decode phases" if any(energy.values()) else "no NVML here",
+        )
+    )
+    sync = from_cells(lambda c: c.sync_overhead_ms)
+    rows.append(
+        Figure(
+            "per-step sync cost",
+            "ms",
+            sync,
+            "bench: runs synced every step against runs synced once, ABBA pairs, median"
+            if any(v is not None for v in sync.values())
+            else "CUDA only (a CPU has nothing to wait for)",
+        )
+    )
+    return rows
+
+
+def _trace_names(counts: dict[str, StepCounts]) -> str:
+    """The traces' names, as one pattern when they differ only by the engine's name."""
+    names = sorted({c.trace for c in counts.values()})
+    patterns = {c.trace.replace(f"_{c.engine}_", "_<engine>_", 1) for c in counts.values()}
+    if len(names) > 1 and len(patterns) == 1:
+        return patterns.pop()
+    return ", ".join(names) or "no trace"
+
+
 REPORT_FILE = "report.json"
 
 
@@ -236,6 +381,8 @@ class Report:
     verdicts: list[Verdict]
     overhead: OverheadReport | None = None
     ledgers: dict[str, StepDigest] = field(default_factory=dict)  # engine -> its profiled median decode step
+    steps: dict[str, StepCounts] = field(default_factory=dict)  # "engine" or "engine (nsys)" -> its step's counts
+    notes: list[str] = field(default_factory=list)  # what could not be measured, one line each
 
     def to_json(self) -> dict:
         return {
@@ -244,6 +391,8 @@ class Report:
             "verdicts": [dataclasses.asdict(v) for v in self.verdicts],
             "overhead": self.overhead.to_json() if self.overhead else None,
             "ledgers": {engine: d.to_json() for engine, d in self.ledgers.items()},
+            "steps": {key: c.to_json() for key, c in self.steps.items()},
+            "notes": list(self.notes),
         }
 
     @classmethod
@@ -261,6 +410,8 @@ class Report:
                 msgspec.convert(doc.get("verdicts") or [], list[Verdict]),
                 OverheadReport.from_json(overhead) if overhead else None,
                 {str(engine): StepDigest.from_json(d) for engine, d in ledgers.items()},
+                msgspec.convert(doc.get("steps") or {}, dict[str, StepCounts]),
+                msgspec.convert(doc.get("notes") or [], list[str]),
             )
         except (msgspec.ValidationError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(str(e)) from None

@@ -1,4 +1,10 @@
-"""Typed bench results and their files: `results.json` (everything) and `cells.parquet` (one row a cell)."""
+"""Typed bench results and their files: `results.json` (everything), `cells.parquet` and `cells.csv` (one row a
+cell, the same columns).
+
+The serving figures follow vLLM's `benchmark_serving` definitions (README, "Metrics"): a run is one request, TTFT
+its time to first token, ITL the gap between consecutive tokens pooled over every run, TPOT a run's decode time
+over its N-1 tokens after the first, E2E a run's whole latency.
+"""
 
 from __future__ import annotations
 
@@ -18,8 +24,8 @@ from probe.analysis.files import atomic_path, atomic_write
 from probe.analysis.telemetry import TelemetrySummary
 from probe.errors import ProbeError
 
-RESULTS_FILE, CELLS_FILE = "results.json", "cells.parquet"
-SCHEMA_VERSION = 2  # 2: telemetry and decode windows typed on the cell, the clock anchor on the run
+RESULTS_FILE, CELLS_FILE, CELLS_CSV = "results.json", "cells.parquet", "cells.csv"
+SCHEMA_VERSION = 3  # 3: the parity verdict and the serving figures; 2: telemetry typed on the cell, the clock anchor
 
 
 def decode_tok_s(batch: int, steps_ms: Sequence[float]) -> float | None:
@@ -34,6 +40,18 @@ class Clock:
 
     perf_counter_ns: int
     epoch_ns: int
+
+
+@dataclass(frozen=True)
+class Parity:
+    """A cell's tokens against naive's (probe.capture.parity says how each mode judges)."""
+
+    mode: str  # "exact" (float32: free-running tokens identical) | "teacher-forced" (half precision)
+    match: bool
+    first_divergence_step: int | None  # first token (0 = the prefill's) whose argmax is not naive's; None: none
+    differing_steps: int  # steps whose argmax is not naive's token (teacher-forced: near-ties when it matches)
+    worst_gap_ulps: float | None  # teacher-forced: the largest logit gap at those steps, in units in the last place
+    nonfinite_steps: int  # steps with a NaN or inf logit, in this engine's pass or naive's reference
 
 
 @dataclass(frozen=True)
@@ -53,10 +71,25 @@ class Cell:
     peak_mem_bytes: int  # CUDA: max_memory_allocated; CPU: process peak RSS during the recorded runs
     peak_mem_kind: str  # "cuda_allocated" | "cpu_rss"
     spread_pct: float  # run-to-run spread: (max - min) / median of the per-run decode tok/s, in %
-    tokens_match_naive: bool | None  # None when no naive reference exists
+    tokens_match_naive: bool | None  # the parity verdict (Parity.match); None when no naive reference exists
     deterministic: bool  # every recorded run produced the same tokens
-    sync_overhead_ms: float | None  # CUDA: cost per step of the per-step sync (Part 1's 0.23 ms)
+    sync_overhead_ms: float | None  # CUDA: cost per step of the per-step sync (Part 1's 0.23 ms); ABBA pairs, median
     recomputes: bool = False  # the engine runs the whole sequence every step (no cache): naive
+    # Parity with naive, typed (Parity's fields); None where no reference exists (old files: None too).
+    parity_mode: str | None = None
+    first_divergence_step: int | None = None
+    differing_steps: int = 0
+    worst_gap_ulps: float | None = None
+    nonfinite_steps: int = 0
+    # Serving figures, vLLM's benchmark_serving definitions (README, "Metrics"); None in files written before them.
+    ttft_p50_ms: float | None = None  # over runs (= ttft_ms)
+    ttft_p99_ms: float | None = None
+    itl_mean_ms: float | None = None  # over every decode step of every run
+    itl_std_ms: float | None = None  # population standard deviation, as numpy and vLLM take it
+    itl_p95_ms: float | None = None
+    itl_p99_ms: float | None = None
+    tpot_ms: float | None = None  # mean over runs of (e2e - TTFT) / (N - 1): time per output token after the first
+    e2e_ms: float | None = None  # mean over runs of a run's whole latency (= total_ms)
     decode_ops: int | None = None  # aten ops dispatched by one decode forward (None: compiled/captured step)
     prefill_ops: int | None = None
     decode_ops_by_op: dict[str, int] = field(default_factory=dict)
@@ -86,11 +119,17 @@ class Cell:
         peak_mem_kind: str,
         reference: list[list[int]] | None,
         sync_overhead_ms: float | None = None,
+        parity: Parity | None = None,
     ) -> Cell:
+        """A cell from its runs. `parity` is the verdict of probe.capture.parity; without one, `reference` (naive's
+        tokens, one list a sequence) gives an exact verdict on the first run's tokens, and None gives none."""
+        if parity is None and reference is not None:
+            parity = exact_parity(tokens[0], reference)
         new_tokens = len(itl_ms[0]) + 1
         tok_s = [decode_tok_s(batch, steps) for steps in itl_ms]
-        flat = [x for steps in itl_ms for x in steps]
+        flat = np.asarray([x for steps in itl_ms for x in steps], dtype=np.float64)
         mid = statistics.median(tok_s)
+        tpot = [(total - ttft) / (new_tokens - 1) for total, ttft in zip(total_ms, ttft_ms, strict=True)]
         return cls(
             engine=engine,
             prompt_tokens=prompt_tokens,
@@ -105,13 +144,35 @@ class Cell:
             peak_mem_bytes=peak_mem_bytes,
             peak_mem_kind=peak_mem_kind,
             spread_pct=100 * (max(tok_s) - min(tok_s)) / mid,
-            tokens_match_naive=None if reference is None else tokens[0] == reference,
+            tokens_match_naive=None if parity is None else parity.match,
             deterministic=all(t == tokens[0] for t in tokens),
             sync_overhead_ms=sync_overhead_ms,
+            **_parity_fields(parity),
+            ttft_p50_ms=float(np.percentile(ttft_ms, 50)),
+            ttft_p99_ms=float(np.percentile(ttft_ms, 99)),
+            itl_mean_ms=float(flat.mean()),
+            itl_std_ms=float(flat.std()),
+            itl_p95_ms=float(np.percentile(flat, 95)),
+            itl_p99_ms=float(np.percentile(flat, 99)),
+            tpot_ms=statistics.fmean(tpot),
+            e2e_ms=statistics.fmean(total_ms),
             ttft_runs_ms=ttft_ms,
             itl_runs_ms=itl_ms,
             total_runs_ms=total_ms,
             tokens=tokens[0],
+        )
+
+    @property
+    def parity(self) -> Parity | None:
+        if self.parity_mode is None or self.tokens_match_naive is None:
+            return None
+        return Parity(
+            self.parity_mode,
+            self.tokens_match_naive,
+            self.first_divergence_step,
+            self.differing_steps,
+            self.worst_gap_ulps,
+            self.nonfinite_steps,
         )
 
     def to_json(self) -> dict:
@@ -165,6 +226,27 @@ _NON_NEGATIVE = (
 )
 
 
+def exact_parity(tokens: list[list[int]], reference: list[list[int]]) -> Parity:
+    """Exact parity of free-running tokens (one list a sequence) with naive's, judged on the tokens alone."""
+    steps = {
+        i for t, r in zip(tokens, reference, strict=False) for i, (a, b) in enumerate(zip(t, r, strict=False)) if a != b
+    }
+    match = not steps and [len(t) for t in tokens] == [len(r) for r in reference]
+    return Parity("exact", match, min(steps) if steps else None, len(steps), None, 0)
+
+
+def _parity_fields(parity: Parity | None) -> dict:
+    if parity is None:
+        return {}
+    return {
+        "parity_mode": parity.mode,
+        "first_divergence_step": parity.first_divergence_step,
+        "differing_steps": parity.differing_steps,
+        "worst_gap_ulps": parity.worst_gap_ulps,
+        "nonfinite_steps": parity.nonfinite_steps,
+    }
+
+
 _CELL_FIELDS = frozenset(f.name for f in dataclasses.fields(Cell))
 RAW_FIELDS = (
     "ttft_runs_ms",
@@ -197,11 +279,14 @@ class BenchResults:
         }
 
     def save(self, folder: Path) -> None:
-        """Write results.json and cells.parquet, each atomically (a Ctrl-C never leaves half a file)."""
+        """Write results.json, cells.parquet and cells.csv, each atomically (a Ctrl-C never leaves half a file)."""
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write(folder / RESULTS_FILE, json.dumps(self.to_json(), indent=1))
+        frame = self.cells_frame()
         with atomic_path(folder / CELLS_FILE) as tmp:
-            self.cells_frame().to_parquet(tmp, index=False)
+            frame.to_parquet(tmp, index=False)
+        with atomic_path(folder / CELLS_CSV) as tmp:
+            frame.to_csv(tmp, index=False)
 
     def cells_frame(self) -> pd.DataFrame:
         columns = [f.name for f in dataclasses.fields(Cell) if f.name not in RAW_FIELDS]

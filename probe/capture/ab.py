@@ -20,7 +20,7 @@ from engines import engine_class
 from engines.models import load_model, prompt_ids, resolve_device
 from probe.analysis.compare import SampleSet, from_results
 from probe.analysis.results import BenchResults, Cell
-from probe.capture.bench import measured_cell
+from probe.capture.bench import measured_cell, settled
 from probe.capture.config import BenchConfig, validate
 from probe.capture.env import environment
 from probe.capture.loop import Generation, lockstep
@@ -28,6 +28,7 @@ from probe.capture.loop import Generation, lockstep
 
 def interleaved(cfg: BenchConfig, base: str, current: str, flip: bool = False) -> tuple[SampleSet, SampleSet]:
     """Runs of `base` and `current` alternate at every prompt length (`current` first when `flip`)."""
+    cfg = settled(cfg)
     validate(dataclasses.replace(cfg, engines=(base, current)))
     device = resolve_device(cfg.device)
     if cfg.threads:

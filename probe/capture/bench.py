@@ -1,18 +1,24 @@
 """The benchmark runner: W warmup and R recorded runs per (engine, prompt) cell, with token parity.
 
 Conventions are the write-ups': TTFT is the median over runs; ITL p50/p90 are taken over every decode step
-of every run; decode tokens/s excludes prefill; total is the mean wall time of a run. Results are saved
-after every cell, so an interrupted sweep keeps what finished.
+of every run; decode tokens/s excludes prefill; total is the mean wall time of a run. The serving figures beside
+them follow vLLM's definitions (probe.analysis.results). Results are saved after every cell, so an interrupted
+sweep keeps what finished.
+
+The first warmup run of every cell is its parity pass (probe.capture.parity): untimed, it reads every step's
+logits. It runs even with --warmup 0, so a compiled engine never compiles inside a timed run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -20,13 +26,14 @@ import torch
 from engines import engine_class
 from engines.base import Engine
 from engines.models import load_model, prompt_ids, resolve_device
-from probe.analysis.results import BenchResults, Cell, Clock
+from probe.analysis.results import BenchResults, Cell, Clock, Parity
 from probe.analysis.telemetry import cell_telemetry, decode_windows, write_samples
 from probe.capture import annotate as A
-from probe.capture.config import BenchConfig, validate
+from probe.capture.config import BenchConfig, settle, validate
 from probe.capture.count import count_forward_ops
 from probe.capture.env import environment
 from probe.capture.loop import Generation, generate
+from probe.capture.parity import Checked, checked_run, judge, parity_mode
 from probe.capture.telemetry.backends import peak_rss_bytes, reset_peak_rss
 from probe.capture.telemetry.samplers import make_sampler
 from probe.errors import ProbeError
@@ -102,20 +109,33 @@ class Telemetry:
             write_samples(self.rows, out / TELEMETRY_FILE)
 
 
+def settled(cfg):
+    """`cfg` (a BenchConfig or ProfileConfig) with "auto" model and dtype set for the device it will run on."""
+    return settle(cfg, resolve_device(cfg.device).type)
+
+
 def run_cell(
     engine: Engine,
     prompt: torch.Tensor,
     cfg: BenchConfig,
     mem: PeakMemory,
     annotator,
-    reference: list[list[int]] | None,
+    references: References,
     progress: ProgressFn,
     telemetry: Telemetry,
     cell_index: int,
 ) -> Cell:
     label = f"{engine.name} p{prompt.shape[1]}"
+    mode = parity_mode(cfg.dtype)
+    own = engine.name == "naive" and prompt.shape[0] == 1  # naive at batch 1 is its own reference
     with telemetry.sampler() as sampler:  # its rows span the warmups too; summaries keep the decode phases
-        for _ in range(cfg.warmup):
+        reference = None if own else references.rows(prompt.shape[1], prompt.shape[0])
+        forced = None if reference is None or mode == "exact" else reference.tokens
+        checked = checked_run(engine, prompt, cfg.new_tokens, forced)  # the first warmup: untimed
+        progress(f"{label} parity", 1)
+        if own:
+            reference = references.store(prompt.shape[1], checked)
+        for _ in range(cfg.warmup - 1):
             generate(engine, prompt, cfg.new_tokens, annotator)
             progress(f"{label} warmup", 1)
         mem.reset()
@@ -125,14 +145,35 @@ def run_cell(
             progress(f"{label} run", 1)
     peak = mem.peak()
     extra = telemetry.summarize(sampler, gens, cell_index)
+    if mode == "exact":  # exact parity is judged on what the timed runs produced
+        checked = dataclasses.replace(checked, argmax=gens[0].tokens)
+    parity = judge(mode, checked, reference.tokens, reference.finite)
     sync_cost = None
-    if prompt.device.type == "cuda":
-        # Part 1's measurement: a run that syncs only at the end, against the per-step-synced runs.
-        free = generate(engine, prompt, cfg.new_tokens, annotator, sync_each_step=False)
-        synced = sum(g.total_ns for g in gens) / len(gens)
-        sync_cost = (synced - free.total_ns) / (cfg.new_tokens - 1) / 1e6
-        progress(f"{label} sync cost", 1)
-    return measured_cell(engine, prompt, gens, reference, peak, mem.kind, sync_cost, extra)
+    if prompt.device.type == "cuda" and cfg.sync_pairs:
+        sync_cost = sync_cost_ms(
+            lambda: generate(engine, prompt, cfg.new_tokens, annotator).total_ns,
+            lambda: generate(engine, prompt, cfg.new_tokens, annotator, sync_each_step=False).total_ns,
+            cfg.sync_pairs,
+            cfg.new_tokens - 1,
+        )
+        progress(f"{label} sync cost", 2 * cfg.sync_pairs)
+    return measured_cell(engine, prompt, gens, None, peak, mem.kind, sync_cost, extra, parity)
+
+
+def sync_cost_ms(synced: Callable[[], int], unsynced: Callable[[], int], pairs: int, steps: int) -> float:
+    """Part 1's sync cost per step: runs synced every step against runs synced once at the end, `pairs` pairs in
+    ABBA order (synced first, then unsynced first, ...) so drift falls on both alike; the median over pairs of
+    (synced - unsynced) total ns / `steps`, in ms."""
+    diffs = []
+    for i in range(pairs):
+        if i % 2 == 0:
+            a = synced()
+            b = unsynced()
+        else:
+            b = unsynced()
+            a = synced()
+        diffs.append((a - b) / steps)
+    return statistics.median(diffs) / 1e6
 
 
 def measured_cell(
@@ -144,6 +185,7 @@ def measured_cell(
     peak_mem_kind: str,
     sync_overhead_ms: float | None = None,
     extra: dict | None = None,
+    parity: Parity | None = None,
 ) -> Cell:
     """A cell from recorded runs, with the engine's deterministic op counts (none for a captured step)."""
     cell = Cell.from_runs(
@@ -158,6 +200,7 @@ def measured_cell(
         peak_mem_kind=peak_mem_kind,
         reference=reference,
         sync_overhead_ms=sync_overhead_ms,
+        parity=parity,
     )
     cell = dataclasses.replace(cell, recomputes=engine.recomputes, **(extra or {}))
     if engine.captures_decode:
@@ -173,32 +216,44 @@ def measured_cell(
 
 
 def runs_per_cell(cfg: BenchConfig, device: torch.device) -> int:
-    return cfg.warmup + cfg.runs + (1 if device.type == "cuda" else 0)
+    sync_runs = 2 * cfg.sync_pairs if device.type == "cuda" else 0
+    return max(cfg.warmup, 1) + cfg.runs + sync_runs
 
 
 def cell_count(cfg: BenchConfig) -> int:
-    return len(cfg.prompts) * len(cfg.batch) * len(cfg.engines)
+    return sum(cfg.times(e, p) for p in cfg.prompts for e in cfg.engines) * len(cfg.batch)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Naive's free-running tokens for B sequences, each from its own batch-1 run, and whether each step's logits
+    were finite: (B, N) tensors on the CPU."""
+
+    tokens: torch.Tensor
+    finite: torch.Tensor
 
 
 class References:
-    """Each sequence's tokens from its own batch-1 naive run, computed once and only when needed."""
+    """Each sequence's naive reference, computed once (an untimed checked run) and only when needed."""
 
     def __init__(self, model, cfg: BenchConfig, device: torch.device, progress: ProgressFn):
         self.model, self.cfg, self.device, self.progress = model, cfg, device, progress
-        self.tokens: dict[tuple[int, int], list[int]] = {}
+        self.rows_: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def store(self, length: int, rows: list[list[int]]) -> None:
-        for row, tokens in enumerate(rows):
-            self.tokens.setdefault((length, row), tokens)
+    def store(self, length: int, checked: Checked) -> Reference:
+        """A batch-1 naive cell's own parity pass, kept as row 0's reference."""
+        self.rows_.setdefault((length, 0), (checked.argmax[0], checked.finite[0]))
+        return self.rows(length, 1)
 
-    def rows(self, length: int, batch: int) -> list[list[int]]:
+    def rows(self, length: int, batch: int) -> Reference:
         for row in range(batch):
-            if (length, row) not in self.tokens:
+            if (length, row) not in self.rows_:
                 self.progress(f"naive p{length} row {row} reference", 0)
                 prompt = prompt_ids(length, row + 1, self.model.config.vocab_size, self.cfg.seed)[row:].to(self.device)
-                naive = engine_class("naive")(self.model)
-                self.tokens[(length, row)] = generate(naive, prompt, self.cfg.new_tokens).tokens[0].tolist()
-        return [self.tokens[(length, row)] for row in range(batch)]
+                checked = checked_run(engine_class("naive")(self.model), prompt, self.cfg.new_tokens)
+                self.rows_[(length, row)] = (checked.argmax[0], checked.finite[0])
+        rows = [self.rows_[(length, row)] for row in range(batch)]
+        return Reference(torch.stack([t for t, _ in rows]), torch.stack([f for _, f in rows]))
 
 
 def bench(
@@ -206,8 +261,11 @@ def bench(
     out: Path | None = None,
     progress: ProgressFn = lambda d, n: None,
     on_cell: Callable[[BenchResults], None] = lambda r: None,
+    model=None,
 ) -> BenchResults:
-    """Run the sweep. With `out`, results are saved after every cell."""
+    """Run the sweep. With `out`, results are saved after every cell. `model`, when given, is used instead of
+    building cfg's model again (it must be that model, in that dtype, on that device)."""
+    cfg = settled(cfg)
     classes, device = validate(cfg), resolve_device(cfg.device)
     if out is not None:
         check_writable(out)
@@ -218,7 +276,8 @@ def bench(
     clock = Clock(time.perf_counter_ns(), time.time_ns())
     results = BenchResults([], environment(device, cfg.dtype), _config_dict(cfg), clock=clock)
     telemetry = Telemetry(cfg, device)
-    model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
+    if model is None:
+        model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
     mem = PeakMemory(device)
     references = References(model, cfg, device, progress)
     # naive first: at batch 1 its own tokens are every other engine's reference
@@ -227,14 +286,13 @@ def bench(
         for batch in sorted(cfg.batch):
             prompt = prompt_ids(length, batch, model.config.vocab_size, cfg.seed).to(device)
             for name in order:
+                if not cfg.times(classes[name].name, length):
+                    continue
                 engine = classes[name](model)
-                own_reference = engine.name == "naive" and batch == 1
-                reference = None if own_reference else references.rows(length, batch)
-                cell = run_cell(engine, prompt, cfg, mem, annotator, reference, progress, telemetry, len(results.cells))
-                if own_reference:
-                    references.store(length, cell.tokens)
-                    cell = dataclasses.replace(cell, tokens_match_naive=True)
-                results.cells.append(cell)
+                index = len(results.cells)
+                results.cells.append(
+                    run_cell(engine, prompt, cfg, mem, annotator, references, progress, telemetry, index)
+                )
                 if out is not None:
                     results.save(out)
                     telemetry.save(out)
@@ -250,4 +308,6 @@ def _config_dict(cfg: BenchConfig) -> dict:
 
 
 def mismatches(results: BenchResults) -> list[Cell]:
+    """Cells whose parity verdict failed: tokens not naive's (exact) or beyond a near-tie (teacher-forced), or
+    non-finite logits."""
     return [c for c in results.cells if c.tokens_match_naive is False]

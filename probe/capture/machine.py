@@ -3,7 +3,10 @@
 1. The floor: a forward pass over a single token with no cache, where the device has almost no work, so
    what it costs is close to pure overhead. Floor forwards alternate with the cached steps of (2), so the
    two are measured under the same machine state. On a GPU the time until the forward call returns (issuing the
-   work) is separated from the wait for the device to drain, as Part 1 did (18.54 of 19.32 ms was CPU).
+   work) is separated from the wait for the device to drain, as Part 1 did (18.54 of 19.32 ms was CPU), and
+   the floor is also taken without a sync: forwards back to back, one sync at the end, so the host may run
+   ahead of the device. The forward is the naive engine's (`engines.naive.no_cache_forward`), whose masks are
+   handed over built, so no hidden sync sits inside it.
 2. The same single-token forward with the cache attached, i.e. a decode step of the cached engine, timed
    piece by piece through the annotation hook: the forward's own ops, the per-layer cache writes, the
    sequence-length read-back, the mask-size query, the mask construction, sampling and the sync. Each
@@ -12,7 +15,8 @@
 The timing annotator costs about a microsecond a range; the pieces include it, the floor does not.
 
 3. The copy bandwidth the roofline divides by: a tensor copy far larger than any cache, timed with CUDA events
-   on a GPU, and `measure_machine` puts it beside the floor as the report's `Machine`.
+   on a GPU, and `measure_machine` puts it beside the floor as the report's `Machine`, with the datasheet's
+   figure beside it on a known GPU (a copy reaches well below the datasheet, so predictions use the copy).
 """
 
 from __future__ import annotations
@@ -27,15 +31,17 @@ import torch
 
 from engines import engine_class
 from engines.models import load_model, prompt_ids, resolve_device
+from engines.naive import no_cache_forward, prepared_masks
 from probe import vocabulary as V
 from probe.analysis.hardware import match_device
 from probe.analysis.ledger import StepDigest, analyze, digest
 from probe.analysis.report import Machine, OverheadReport, Piece
 from probe.analysis.trace import load_trace
 from probe.capture import annotate as A
-from probe.capture.config import BenchConfig, validate
+from probe.capture.config import BenchConfig, settle, validate
 from probe.capture.count import count_forward_ops
 from probe.capture.loop import decode_steps, device_sync, finish, generate
+from probe.capture.profile import prepare_graph_profiling
 from probe.errors import ProbeError
 
 
@@ -114,37 +120,53 @@ PIECES = (  # (label, range whose self time it is)
 )
 
 
-def floor_forward(model, token: torch.Tensor, sync) -> tuple[int, int]:
+def floor_forward(model, token: torch.Tensor, sync, masks: dict | None) -> tuple[int, int]:
     """One single-token forward with no cache: (ns until the call returned, ns until the device drained)."""
     clock = time.perf_counter_ns
     t0 = clock()
-    model(input_ids=token, use_cache=False, logits_to_keep=1)
+    no_cache_forward(model, token, masks)
     t1 = clock()
     sync()
     return t1 - t0, clock() - t0
 
 
+UNSYNCED_BURST = 10  # floor forwards back to back per unsynced sample
+
+
+def unsynced_floor(model, token: torch.Tensor, sync, masks: dict | None) -> int:
+    """ns per forward of `UNSYNCED_BURST` single-token forwards issued back to back with one sync at the end: the
+    floor when nothing makes the host wait for the device."""
+    t0 = time.perf_counter_ns()
+    for _ in range(UNSYNCED_BURST):
+        no_cache_forward(model, token, masks)
+    sync()
+    return (time.perf_counter_ns() - t0) // UNSYNCED_BURST
+
+
 def interleaved_floor_and_steps(model, cached, prompt: torch.Tensor, steps: int, reps: int, timing: TimingAnnotator):
     """Floor forwards and the cached engine's decode steps, alternating, so both see the same machine (a
-    process's speed here drifts by a third from one minute to the next). Returns the floor's (issue, total)
-    ns; the steps' pieces land in `timing`."""
+    process's speed here drifts by a third from one minute to the next). Returns the floor's (issue, total,
+    unsynced) ns, the last one sample per `UNSYNCED_BURST` floors; the steps' pieces land in `timing`."""
     sync = device_sync(prompt.device)
     token = prompt[:, -1:]
-    issue, total = [], []
+    masks = prepared_masks(model)
+    issue, total, unsynced = [], [], []
     with torch.inference_mode():
         for _ in range(5):  # warm the floor's path
-            floor_forward(model, token, sync)
+            floor_forward(model, token, sync, masks)
         run = decode_steps(cached, prompt, steps + 1, timing)
         next(run)  # the prefill
         for i in range(max(steps, reps)):
             if i < reps:
-                t_issue, t_total = floor_forward(model, token, sync)
+                t_issue, t_total = floor_forward(model, token, sync, masks)
                 issue.append(t_issue)
                 total.append(t_total)
+                if i % UNSYNCED_BURST == 0:
+                    unsynced.append(unsynced_floor(model, token, sync, masks))
             if i < steps:
                 next(run)
         finish(run)
-    return issue, total
+    return issue, total, unsynced
 
 
 def measure(
@@ -155,14 +177,19 @@ def measure(
     steps: int = 64,
     reps: int = 50,
     seed: int = 0,
+    model=None,
 ) -> OverheadReport:
-    validate(
-        BenchConfig(
-            engines=("cached",), prompts=(context,), new_tokens=steps + 1, model=model_spec, dtype=dtype, device=device
-        )
-    )
+    """The floor and a cached step piece by piece. `model` (already built from `model_spec`, `dtype` on `device`)
+    saves a load; "auto" model and dtype take the device's defaults."""
     dev = resolve_device(device)
-    model = load_model(model_spec, dtype, str(dev), seed)
+    cfg = BenchConfig(
+        engines=("cached",), prompts=(context,), new_tokens=steps + 1, model=model_spec, dtype=dtype, device=device
+    )
+    cfg = settle(cfg, dev.type)
+    validate(cfg)
+    model_spec, dtype = cfg.model, cfg.dtype
+    if model is None:
+        model = load_model(model_spec, dtype, str(dev), seed)
     naive, cached = engine_class("naive")(model), engine_class("cached")(model)
     one_token = prompt_ids(1, 1, model.config.vocab_size, seed).to(dev)
     launches = count_forward_ops(naive, one_token).prefill_ops  # the floor forward: one token, no cache
@@ -170,7 +197,7 @@ def measure(
     cached_ops = count_forward_ops(cached, prompt).decode_ops
     generate(cached, prompt, steps + 1)  # warm
     timing = TimingAnnotator()
-    issue, total = interleaved_floor_and_steps(model, cached, prompt, steps, reps, timing)
+    issue, total, unsynced = interleaved_floor_and_steps(model, cached, prompt, steps, reps, timing)
     floor_ms, issue_ms = statistics.median(total) / 1e6, statistics.median(issue) / 1e6
     step_ms = statistics.median(sum(s.values()) for s in timing.steps) / 1e6
     pieces = []
@@ -189,6 +216,7 @@ def measure(
         floor_ms=floor_ms,
         floor_issue_ms=issue_ms,
         floor_wait_ms=floor_ms - issue_ms,
+        floor_unsynced_ms=statistics.median(unsynced) / 1e6,
         launches_per_forward=launches,
         launch_kind="aten ops dispatched",
         host_us_per_launch=issue_ms * 1e3 / launches,
@@ -212,6 +240,7 @@ def profiled_step(engine, prompt: torch.Tensor, steps: int = 8) -> StepDigest:
     activities = [torch.profiler.ProfilerActivity.CPU]
     if prompt.device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
+    prepare_graph_profiling(prompt.device)
     generate(engine, prompt, steps + 1, annotator)
     with torch.profiler.profile(activities=activities) as prof:
         generate(engine, prompt, steps + 1, annotator)
@@ -251,13 +280,22 @@ def _time_copy_s(dst, src) -> float:
     return time.perf_counter() - t0
 
 
-def measure_machine(model: str, dtype: str, device: str, device_name: str) -> tuple[Machine, OverheadReport]:
-    """The floor (`measure`) and the bandwidth: the device table on a known GPU, else a measured copy."""
-    overhead = measure(model, dtype, device, context=64, steps=32, reps=30)
+def measure_machine(
+    model: str, dtype: str, device: str, device_name: str, loaded=None, steps: int = 32, reps: int = 30
+) -> tuple[Machine, OverheadReport]:
+    """The floor (`measure`, on `loaded` when given) and the measured copy bandwidth, the datasheet's beside it on
+    a GPU the device table knows. Predictions divide by the measured copy: the datasheet is a peak no copy reaches."""
+    overhead = measure(model, dtype, device, context=64, steps=steps, reps=reps, model=loaded)
+    measured = measure_copy_bandwidth(overhead.device)
     known = match_device(device_name) if overhead.device.startswith("cuda") else None
-    if known is not None:
-        bandwidth, source = known.memory_bandwidth_bytes_s, f"{known.name} datasheet"
-    else:
-        bandwidth, source = measure_copy_bandwidth(overhead.device), f"measured copy on {device_name}"
-    floor_source = f"single-token forward, {model} {dtype}"
-    return Machine(overhead.floor_ms, floor_source, bandwidth, source), overhead
+    return (
+        Machine(
+            overhead.floor_ms,
+            f"single-token forward, {overhead.model} {overhead.dtype}, synced",
+            measured,
+            f"measured copy on {device_name}",
+            datasheet_bandwidth_bytes_s=known.memory_bandwidth_bytes_s if known else None,
+            datasheet_source=f"{known.name} datasheet: {known.source}" if known else None,
+        ),
+        overhead,
+    )

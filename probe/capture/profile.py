@@ -3,6 +3,10 @@
 Warmup is never recorded. Traces are written as `<model>_<engine>_<device>_p<P>_n<N>.trace.json.gz` with a
 sidecar `<same stem>.meta.json` holding the run config and the environment. The chrome trace is torch's own
 export, gzipped: Perfetto and chrome://tracing open it unchanged.
+
+CUDA graphs: a graph captured before the profiler first ran in the process can replay with its kernels missing
+from the trace (the GPU would then look idle). `prepare_graph_profiling` initialises the profiler for graphs
+before anything is captured; torch.profiler and `probe run` call it ahead of every warmup.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from probe.analysis.files import atomic_path, atomic_write
 from probe.analysis.results import Clock
 from probe.analysis.telemetry import cell_telemetry, decode_windows, write_samples
 from probe.capture import annotate as A
-from probe.capture.bench import check_writable
+from probe.capture.bench import check_writable, settled
 from probe.capture.calibrate import event_costs
 from probe.capture.config import BenchConfig, ProfileConfig, validate
 from probe.capture.env import environment
@@ -46,6 +50,26 @@ NSYS_HINT = (
     "nsys not found: run scripts/install-nsys.sh (Debian's nsight-systems 2022.4, non-free) "
     "and set PROBE_NSYS to the path it prints, or put nsys on PATH"
 )
+
+
+_graphs_ready: set[str] = set()
+
+
+def prepare_graph_profiling(device: torch.device) -> bool:
+    """Initialise torch.profiler for CUDA graphs once per process, before any graph is captured on `device`:
+    the profiler must have run once (`torch.profiler._utils._init_for_cuda_graphs`, in torch since 2.1, which
+    torch.profiler leaves to the caller) or kernels replayed from a graph captured earlier can be missing from
+    every later trace. Returns whether it acted (only on CUDA, the first time)."""
+    if device.type != "cuda" or device.type in _graphs_ready:
+        return False
+    _graphs_ready.add(device.type)
+    init = getattr(torch.profiler._utils, "_init_for_cuda_graphs", None)
+    if init is not None:
+        init()
+    else:  # the same thing spelled out: start and stop the profiler once
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
+            pass
+    return True
 
 
 def stem(cfg: ProfileConfig, device: torch.device) -> str:
@@ -62,6 +86,7 @@ class Capture:
 
 
 def _prepare(cfg: ProfileConfig, model=None):
+    cfg = settled(cfg)
     bench_cfg = BenchConfig(
         engines=(cfg.engine,),
         prompts=(cfg.prompt,),
@@ -79,7 +104,7 @@ def _prepare(cfg: ProfileConfig, model=None):
         model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
     engine = classes[cfg.engine](model)
     prompt = prompt_ids(cfg.prompt, cfg.batch, model.config.vocab_size, cfg.seed).to(device)
-    return engine, prompt, device
+    return cfg, engine, prompt, device
 
 
 def _write_meta(path: Path, cfg: ProfileConfig, device: torch.device, **extra) -> None:
@@ -88,12 +113,13 @@ def _write_meta(path: Path, cfg: ProfileConfig, device: torch.device, **extra) -
 
 
 def profile_torch(cfg: ProfileConfig, out: Path, model=None) -> Capture:
-    """Record one generation under torch.profiler (CPU, plus CUDA when available) after `warmup` runs.
-    `model`, when given, is used instead of loading `cfg.model` again."""
+    """Record one generation under torch.profiler (CPU, plus CUDA when available) after `warmup` runs (at least
+    one for an engine that compiles its step). `model`, when given, is used instead of loading `cfg.model` again."""
     check_writable(out)
-    engine, prompt, device = _prepare(cfg, model)
+    cfg, engine, prompt, device = _prepare(cfg, model)
+    prepare_graph_profiling(device)  # before the warmup captures anything
     annotator = A.Annotator()
-    for _ in range(cfg.warmup):
+    for _ in range(max(cfg.warmup, 1 if engine.captures_decode else 0)):
         generate(engine, prompt, cfg.new_tokens, annotator)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
@@ -133,11 +159,11 @@ def profile_torch(cfg: ProfileConfig, out: Path, model=None) -> Capture:
 
 def run_annotated(cfg: ProfileConfig) -> None:
     """The process nsys watches: warmup, then one annotated generation (no torch.profiler attached)."""
-    engine, prompt, _ = _prepare(cfg)
+    cfg, engine, prompt, _ = _prepare(cfg)
     annotator = A.Annotator(nvtx=True)  # nsys is attached: this process is the one it launched
     if annotator.push is None:
         raise ProbeError("no NVTX emitter: pip install 'nvtx<0.2.12'")
-    for _ in range(cfg.warmup):
+    for _ in range(max(cfg.warmup, 1 if engine.captures_decode else 0)):
         generate(engine, prompt, cfg.new_tokens, A.NULL)
     generate(engine, prompt, cfg.new_tokens, annotator)
 
@@ -151,6 +177,11 @@ def find_nsys() -> str:
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return candidate
     raise ProbeError(NSYS_HINT)
+
+
+def _nsys_has(nsys: str, option: str) -> bool:
+    out = subprocess.run([nsys, "profile", "--help"], capture_output=True, text=True)
+    return option in out.stdout + out.stderr
 
 
 def check_nvtx_for(nsys: str) -> None:
@@ -171,6 +202,7 @@ def profile_nsys(cfg: ProfileConfig, out: Path) -> Capture:
     nsys = find_nsys()
     check_nvtx_for(nsys)
     check_writable(out)
+    cfg = settled(cfg)
     validate(
         BenchConfig(
             engines=(cfg.engine,),
@@ -184,6 +216,8 @@ def profile_nsys(cfg: ProfileConfig, out: Path) -> Capture:
     device = resolve_device(cfg.device)
     base = out / stem(cfg, device)
     traces = "nvtx,osrt" + (",cuda" if device.type == "cuda" else "")
+    # Each kernel of a replayed graph as its own event, where this nsys can (2022.4 can): else one per graph.
+    graph_nodes = ["--cuda-graph-trace=node"] if device.type == "cuda" and _nsys_has(nsys, "--cuda-graph-trace") else []
     inner = [
         sys.executable,
         "-m",
@@ -216,6 +250,7 @@ def profile_nsys(cfg: ProfileConfig, out: Path) -> Capture:
         "--sample=none",
         "--cpuctxsw=none",
         "--force-overwrite=true",
+        *graph_nodes,
         "-o",
         str(base),
         *inner,

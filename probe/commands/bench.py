@@ -22,14 +22,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_record_arguments(p)
 
 
-def execute(cfg: BenchConfig, out: Path | None, output: str = "table", title: str | None = None):
-    """Run a sweep; print its "table" (with a progress bar), its "json", or "none" (with a progress bar).
-    Returns (results, exit code)."""
+def execute(cfg: BenchConfig, out: Path | None, output: str = "table", title: str | None = None, model=None):
+    """Run a sweep (on `model` when given, already built from cfg's model and dtype); print its "table" (with a
+    progress bar), its "json", or "none" (with a progress bar). Returns (results, exit code)."""
     from engines.models import resolve_device
     from probe import render
-    from probe.capture.bench import bench, cell_count, check_writable, mismatches, runs_per_cell
+    from probe.capture.bench import bench, cell_count, check_writable, mismatches, runs_per_cell, settled
     from probe.capture.config import validate
 
+    cfg = settled(cfg)
     validate(cfg)
     device = resolve_device(cfg.device)
     if out is not None:
@@ -38,7 +39,7 @@ def execute(cfg: BenchConfig, out: Path | None, output: str = "table", title: st
     partial = {}
     try:
         with render.ProgressBar(total, enabled=output != "json") as bar:
-            results = bench(cfg, out, progress=bar, on_cell=lambda r: partial.update(results=r))
+            results = bench(cfg, out, progress=bar, on_cell=lambda r: partial.update(results=r), model=model)
     except KeyboardInterrupt:
         kept = len(partial["results"].cells) if partial else 0
         where = f" in {out}" if out else ""

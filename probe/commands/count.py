@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 
+from probe.capture.config import DTYPE_CHOICES, DTYPE_HELP, MODEL_HELP, BenchConfig, settle, validate
 from probe.flags import int_list, str_list
 
 HELP = "count aten ops dispatched per forward (prefill and one decode step)"
@@ -19,9 +20,9 @@ HELP = "count aten ops dispatched per forward (prefill and one decode step)"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engines", type=str_list, default=("naive", "cached"), help="engines (default: naive,cached)")
     p.add_argument("--prompts", type=int_list, default=(16, 256), help="prompt lengths (default: 16,256)")
-    p.add_argument("--model", default="tiny", help="preset, config.json or model folder (default: tiny)")
-    p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
-    p.add_argument("--device", default="cpu", help="device (default: cpu)")
+    p.add_argument("--model", default="auto", help=f"{MODEL_HELP} (default: auto)")
+    p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help=f"{DTYPE_HELP} (default: auto)")
+    p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, ... (default: auto)")
     p.add_argument("--by-op", action="store_true", help="also list the decode step's ops by name")
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -31,21 +32,20 @@ def main(args: argparse.Namespace) -> int:
 
     from engines.models import load_model, prompt_ids, resolve_device
     from probe import render
-    from probe.capture.config import BenchConfig, validate
     from probe.capture.count import count_forward_ops
 
-    classes = validate(
-        BenchConfig(
-            engines=args.engines,
-            prompts=args.prompts,
-            new_tokens=2,
-            model=args.model,
-            dtype=args.dtype,
-            device=args.device,
-        )
-    )
     device = resolve_device(args.device)
-    model = load_model(args.model, args.dtype, str(device))
+    cfg = BenchConfig(
+        engines=args.engines,
+        prompts=args.prompts,
+        new_tokens=2,
+        model=args.model,
+        dtype=args.dtype,
+        device=args.device,
+    )
+    cfg = settle(cfg, device.type)
+    classes = validate(cfg)
+    model = load_model(cfg.model, cfg.dtype, str(device))
     counts = [
         count_forward_ops(classes[name](model), prompt_ids(p, 1, model.config.vocab_size).to(device))
         for p in sorted(args.prompts)
@@ -54,7 +54,7 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([dataclasses.asdict(c) for c in counts], indent=1))
         return 0
-    table = Table(title=f"aten ops per forward: {args.model} {args.dtype} on {device}", title_justify="left")
+    table = Table(title=f"aten ops per forward: {cfg.model} {cfg.dtype} on {device}", title_justify="left")
     for col in ("engine", "prompt", "prefill ops", "decode ops"):
         table.add_column(col, justify="left" if col == "engine" else "right")
     for c in counts:

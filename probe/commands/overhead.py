@@ -8,12 +8,14 @@ from __future__ import annotations
 import argparse
 import json
 
+from probe.capture.config import DTYPE_CHOICES, DTYPE_HELP, MODEL_HELP
+
 HELP = "measure the host floor and time a cached step's bookkeeping piece by piece"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="tiny", help="preset, config.json or model folder (default: tiny)")
-    p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
+    p.add_argument("--model", default="auto", help=f"{MODEL_HELP} (default: auto)")
+    p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help=f"{DTYPE_HELP} (default: auto)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, ... (default: auto)")
     p.add_argument("--context", type=int, default=64, help="prompt length before the timed decode steps (64)")
     p.add_argument("--steps", type=int, default=64, help="decode steps timed piece by piece (64)")
@@ -37,8 +39,9 @@ def main(args: argparse.Namespace) -> int:
     console = render.stdout()
     console.print(f"[bold]floor[/]: single-token forward, no cache, {r.model} {r.dtype} on {r.device}")
     console.print(
-        f"  {r.floor_ms:.3f} ms, of which {r.floor_issue_ms:.3f} ms issuing (host) and "
-        f"{r.floor_wait_ms:.3f} ms waiting for the device"
+        f"  {r.floor_ms:.3f} ms synced, of which {r.floor_issue_ms:.3f} ms issuing (host) and "
+        f"{r.floor_wait_ms:.3f} ms waiting for the device; {r.floor_unsynced_ms:.3f} ms per forward back to back "
+        "with one sync at the end"
     )
     console.print(
         f"  {r.launches_per_forward} {r.launch_kind} per forward x {r.host_us_per_launch:.2f} us "
