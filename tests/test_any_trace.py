@@ -477,3 +477,19 @@ def test_a_graph_launch_without_its_kernels_is_said(tmp_path):
     assert (a.steps[1].graph_launches, a.steps[1].kernels) == (1, 1)  # gemv only
     (warning,) = [w for w in a.warnings if "launched a graph" in w]
     assert warning.startswith("1 step(s) launched a graph but hold none of its kernels (decode#0)")
+
+
+def test_launches_with_no_gpu_activity_at_all_is_said(tmp_path):
+    """A real GPU trace with its device side dropped (a profile without ProfilerActivity.CUDA looks like this):
+    every GPU figure would read as zero, so the analysis says why."""
+    real = DATA / "b200_eager.trace.json.gz"
+    assert not any("no GPU activity" in w for w in analyze(load_trace(real)).warnings)
+    doc = json.loads(gzip.decompress(real.read_bytes()))
+    gpu_cats = {"kernel", "gpu_memcpy", "gpu_memset"}
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in gpu_cats]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    a = analyze(load_trace(path))
+    assert a.totals.gpu_ops == 0 and a.totals.launches > 0
+    (warning,) = [w for w in a.warnings if "no GPU activity" in w]
+    assert warning.startswith(f"the trace holds {a.totals.launches + a.totals.graph_launches} launch calls")

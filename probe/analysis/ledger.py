@@ -652,6 +652,12 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysi
             f"{', ...' if len(blind) > 3 else ''}): the profiler did not record the replays, so their GPU "
             "side reads as idle. Initialise it for graphs before the graph is captured"
         )
+    if totals.launches + totals.graph_launches and not totals.gpu_ops:
+        warnings.append(
+            f"the trace holds {totals.launches + totals.graph_launches} launch calls and no GPU activity at all: "
+            "kernel collection was off or failed (torch.profiler without ProfilerActivity.CUDA, or CUPTI "
+            "unavailable), so every GPU figure reads as zero"
+        )
     origin = None if trace.base_ns is None or not len(trace) else int(trace.base_ns + trace.start_ns)
     return TraceAnalysis(
         format=trace.format,
