@@ -59,3 +59,30 @@ def test_text_from_a_results_file_is_not_markup(monkeypatch, tmp_path):
     assert not at.exception
     heading = at.subheader[0].value
     assert "\\[click\\]\\(http://evil\\.example\\) \\*\\*bold\\*\\*" in heading
+
+
+def test_writes_never_follow_a_planted_symlink(tmp_path):
+    """Symlinks planted in an output folder, at the names a writer there might use (the final file, the fixed
+    write-test and temp names of earlier versions), pointing outside: no write goes through any of them."""
+    from probe.analysis.files import atomic_path, atomic_write
+    from probe.capture.bench import check_writable
+
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    out.mkdir()
+    outside.mkdir()
+    names = ["results.json", "results.json.tmp", ".results.json.tmp", ".probe-write-test", "cells.parquet.tmp"]
+    for name in names:
+        (outside / name).write_text("precious")
+        (out / name).symlink_to(outside / name)
+    check_writable(out)
+    atomic_write(out / "results.json", '{"new": 1}')
+    with atomic_path(out / "cells.parquet") as tmp:
+        tmp.write_bytes(b"PAR1")
+    assert all((outside / name).read_text() == "precious" for name in names)
+    assert not (out / "results.json").is_symlink() and json.loads((out / "results.json").read_text()) == {"new": 1}
+    assert (out / "cells.parquet").read_bytes() == b"PAR1"
+    # a failed write leaves nothing behind
+    before = set(out.iterdir())
+    with pytest.raises(RuntimeError), atomic_path(out / "report.json"):
+        raise RuntimeError("writer failed")
+    assert set(out.iterdir()) == before
