@@ -268,8 +268,10 @@ def test_show_holds_a_run_against_its_predecessor(measured, cli):
     doc = json.loads(cli("history", "show", runs[0]["run_id"], "--json", "--history", path).stdout)
     assert doc["previous"] == runs[3]["run_id"] and doc["window"] == [runs[3]["run_id"]]  # the baseline before it
     assert doc["comparison"]["baseline"] == f"{runs[3]['run_id']} @ {measured['first'][:10]}"
-    same = cli("history", "show", runs[3]["run_id"], "--history", path)  # the baseline against the bench
-    assert same.returncode == 0 and "no regression" in same.stdout
+    # the baseline against the bench: the same code, so the same launch counts. Their timings are two real
+    # measurements on a shared machine and may differ, so only the exact counts are gated here.
+    same = cli("history", "show", runs[3]["run_id"], "--counts-only", "--history", path)
+    assert same.returncode == 0 and "no regression" in same.stdout, same.stdout
     first = ok(cli("history", "show", runs[4]["run_id"], "--history", path))
     assert "not enough history" in first.stdout
     assert "no run 'nope'" in one_line_error(cli("history", "show", "nope", "--history", path))
