@@ -63,6 +63,24 @@ def test_percent_escapes_in_a_name_open_that_file_not_another(hand_nsys, tmp_pat
     assert len(load_trace(target)) == len(load_trace(hand_nsys))
 
 
+def test_bytes_that_are_not_utf8_in_names_are_replaced_not_fatal(hand_nsys, tmp_path):
+    """SQLite stores text as given: a table name and a kernel name with stray bytes still read, with U+FFFD."""
+    copy = tmp_path / "copy.sqlite"
+    copy.write_bytes(hand_nsys.read_bytes())
+    con = sqlite3.connect(str(copy))
+    con.execute("CREATE TABLE Zqqqq (x)")
+    con.commit()
+    con.close()
+    data = copy.read_bytes()
+    assert data.count(b"Zqqqq") >= 1 and data.count(b"gemv_kernel") == 1
+    damaged = tmp_path / "damaged.sqlite"  # same lengths, so every page and record stays well formed
+    damaged.write_bytes(data.replace(b"Zqqqq", b"Z\xff\xfeqq").replace(b"gemv_kernel", b"gemv\xff\xfeernel"))
+    trace = load_trace(damaged)
+    assert len(trace) == len(load_trace(hand_nsys))
+    names = {name for name in trace.names if "gemv" in name}
+    assert names == {"gemv\ufffd\ufffdernel"}
+
+
 @pytest.mark.parametrize("name", ["run#1.sqlite", "what?.sqlite", "50%.sqlite", "sp ace;'\".sqlite"])
 def test_any_character_in_a_name_opens_that_file_read_only(hand_nsys, tmp_path, name):
     """`#` ends a URI's path: `run#1.sqlite` would open `run` read-write, creating it. Nothing new may appear."""
