@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from probe.capture.config import BenchConfig
+from probe.commands.bench import add_sweep_arguments, check_sweep_arguments
 from probe.commands.history import add_record_arguments, record
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import from_args
@@ -58,6 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="skip the static and batched sweeps that test the write-ups' closing predictions",
     )
+    add_sweep_arguments(p)
     add_record_arguments(p)
     p.add_argument("--quick", action="store_true", help="every experiment at reduced size, the whole report")
     p.add_argument("--no-nsys", action="store_true", help="--quick: skip the Nsight Systems traces")
@@ -111,6 +113,7 @@ def main(args: argparse.Namespace) -> int:
     from probe.analysis.files import atomic_write
     from probe.analysis.report import (
         REPORT_FILE,
+        REPORT_MD,
         Report,
         batching_verdict,
         hand_figures,
@@ -119,6 +122,7 @@ def main(args: argparse.Namespace) -> int:
     )
     from probe.analysis.results import BenchResults
     from probe.analysis.roofline.formulas import arch_for
+    from probe.analysis.runfolder import claim
     from probe.capture.config import settle
     from probe.capture.machine import measure_machine
     from probe.capture.profile import find_nsys, prepare_graph_profiling
@@ -126,6 +130,7 @@ def main(args: argparse.Namespace) -> int:
     from probe.errors import ProbeError
 
     start = time.perf_counter()
+    check_sweep_arguments(args)
     device = resolve_device(getattr(args, "device", "auto"))
     base = defaults_for(device.type, args.quick)
     if hasattr(args, "prompts"):  # the user's prompt lengths: naive is timed at all of them unless told otherwise
@@ -133,10 +138,13 @@ def main(args: argparse.Namespace) -> int:
     cfg = settle(from_args(BenchConfig, args, **base), device.type)
     prepare_graph_profiling(device)  # before the first CUDA graph is captured in this process
     out = args.out or Path("runs") / time.strftime("run-%Y%m%d-%H%M%S")
+    claim(out, resume=args.resume, force=args.force)
     # One model for every part (--quick): a compiled step is guarded on the model it was compiled for.
-    model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed) if args.quick else None
+    local = args.executor == "local"
+    model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed) if args.quick and local else None
     output = "json" if args.json else "table"
-    results, code = execute(cfg, out, output, title=f"probe run: {cfg.model} {cfg.dtype}", model=model)
+    sweep = dict(resume=args.resume, executor=args.executor, address=args.address)
+    results, code = execute(cfg, out, output, title=f"probe run: {cfg.model} {cfg.dtype}", model=model, **sweep)
     console = render.stdout() if not args.json else render.stderr()
     if not args.json:
         console.print(render.serving_table(results))
@@ -149,7 +157,7 @@ def main(args: argparse.Namespace) -> int:
         nxt.append(
             dataclasses.replace(cfg, engines=("batched",), prompts=(short,), batch=NEXT_BATCHES, naive_prompts=())
         )
-        runs = [execute(c, out / f"next-{c.engines[0]}", "none", model=model) for c in nxt]
+        runs = [execute(c, out / f"next-{c.engines[0]}", "none", model=model, **sweep) for c in nxt]
         code = max([code, *(c for _, c in runs)])
         extra = [r for r, _ in runs]
         combined = BenchResults(
@@ -157,6 +165,7 @@ def main(args: argparse.Namespace) -> int:
             results.env,
             results.config,
             results.complete and all(r.complete for r in extra),
+            failed=results.failed + [f for r in extra for f in r.failed],
         )
         if not args.json:
             console.print(
@@ -191,7 +200,7 @@ def main(args: argparse.Namespace) -> int:
     )
     figures = hand_figures(combined, report, min(cfg.prompts))
     atomic_write(out / REPORT_FILE, json.dumps(report.to_json(), indent=1))
-    atomic_write(out / "report.md", render.report_markdown(combined, report, figures))
+    atomic_write(out / REPORT_MD, render.report_markdown(combined, report, figures))
     if not args.json:
         console.print(render.digest_table(report.ledgers))
         console.print(render.figures_table(figures))

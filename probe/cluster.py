@@ -1,0 +1,46 @@
+"""Ray, for the commands that take `--executor ray`: joining a cluster (or starting a local instance) and fanning a
+function out over it. Importing this module imports Ray, so only those commands import it, and only when asked.
+
+    ray start --head                          # on the first machine; it prints the address to join
+    ray start --address=HEAD_IP:6379          # on every other machine
+    probe bench ... --executor ray --address HEAD_IP:6379
+
+Without an address a local instance is started for the command (no dashboard) and shut down after it. The
+scheduling is Ray's: probe only says what each task needs (a GPU, a node's CPUs, one CPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator, Sequence
+
+import ray
+
+from probe.errors import ProbeError
+
+
+@contextlib.contextmanager
+def session(address: str | None = None) -> Iterator[None]:
+    """Ray for the block: the cluster at `address`, or a local instance started (and shut down) here. A Ray this
+    process already joined (a test's, a notebook's) is used as it is and left running."""
+    if ray.is_initialized():
+        yield
+        return
+    options = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    try:
+        ray.init(address=address, **options) if address else ray.init(**options)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+        raise ProbeError(f"cannot start or join {where}: {str(e).strip().splitlines()[0]}") from None
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def fan_out(fn: Callable, items: Sequence, num_cpus: float = 1) -> list:
+    """[fn(item) for item in items], each call a Ray task asking for `num_cpus`, in the items' order. `fn` should
+    return its failures rather than raise them; a task Ray itself loses raises here."""
+    task = ray.remote(num_cpus=num_cpus)(fn)
+    return ray.get([task.remote(item) for item in items])
