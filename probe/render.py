@@ -100,7 +100,7 @@ def cells_table(results: BenchResults, title: str | None = None) -> Table:
             *((str(f.batch),) if batched else ()),
             *("-" * (8 + contended)),
             *((f"{f.host} {f.device}",) if hosts else ()),
-            f"[bold red]FAILED[/]: {escape(f.error)}",
+            f"[bold red]FAILED[/]: {escape(f.error if len(f.error) <= 60 else f.error[:59] + '…')}",
         )
     sync = [c.sync_overhead_ms for c in results.cells if c.sync_overhead_ms is not None]
     if sync:

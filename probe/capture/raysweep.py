@@ -15,6 +15,7 @@ restarts it, up to MAX_RESTARTS times, for the cells after it.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 
 import ray
@@ -27,6 +28,7 @@ from probe.cluster import session
 from probe.errors import ProbeError
 
 MAX_RESTARTS = 2  # a worker that died this often is not handed more cells
+RESTART_POLL_S = 0.5  # how often a restarting worker is asked whether it is back
 
 
 class _Worker:
@@ -102,7 +104,9 @@ def _start(cfg: BenchConfig, options: list[dict]):
 
 
 def _error(e: BaseException) -> str:
-    """A Ray error in one line: the exception a task raised, or what happened to its worker."""
+    """A Ray error in one line: the exception a task raised, or that its worker died."""
+    if isinstance(e, ray.exceptions.RayActorError):
+        return f"the worker died under this cell (Ray: {type(e).__name__})"
     cause = getattr(e, "cause", None)
     return one_line(cause) if isinstance(cause, BaseException) else one_line(e)
 
@@ -110,6 +114,7 @@ def _error(e: BaseException) -> str:
 def _dispatch(sweep: Sweep, workers: list, where: dict, progress, on_cell) -> BenchResults:
     pending, idle = list(sweep.todo), list(workers)
     running: dict = {}  # object ref -> (worker, spec)
+    probes: dict = {}  # object ref -> a worker that died: asked where it is until Ray has restarted it
     deaths = dict.fromkeys(workers, 0)
     references: RefRows = {}
     naive = {s.prompt_tokens: s.position for s in pending if s.name == "naive" and s.batch == 1}
@@ -130,22 +135,35 @@ def _dispatch(sweep: Sweep, workers: list, where: dict, progress, on_cell) -> Be
                 rows = {k: v for k, v in references.items() if k[0] == spec.prompt_tokens}
                 running[worker.run.remote(spec, rows)] = (worker, spec)
             report()
-            if not running:  # no worker left alive: what is pending cannot run
+            if not running and not probes:  # no worker left alive: what is pending cannot run
                 for spec in pending:
-                    finished.add(spec.position)
                     on_cell(sweep.add(Outcome(spec, FailedCell(*spec.key, error="no Ray worker left alive"))))
                 break
-            [ref], _ = ray.wait(list(running), num_returns=1)
+            [ref], _ = ray.wait([*running, *probes], num_returns=1)
+            if ref in probes:
+                worker = probes.pop(ref)
+                try:
+                    ray.get(ref)
+                    idle.append(worker)  # restarted, its model built again
+                except ray.exceptions.ActorUnavailableError:  # still restarting
+                    time.sleep(RESTART_POLL_S)
+                    probes[worker.where.remote()] = worker
+                except ray.exceptions.RayError:
+                    pass  # gone for good
+                continue
             worker, spec = running.pop(ref)
             try:
                 outcome = ray.get(ref)
                 idle.append(worker)
-            except ray.exceptions.RayError as e:  # the worker died under this cell (or the cell never reached it)
+            except ray.exceptions.RayError as e:
                 host, device, _ = where[worker]
                 outcome = Outcome(spec, FailedCell(*spec.key, error=_error(e), host=host, device=device))
-                deaths[worker] += 1
-                if deaths[worker] <= MAX_RESTARTS:
-                    idle.append(worker)
+                if not isinstance(e, ray.exceptions.RayActorError):
+                    idle.append(worker)  # the call failed, not the worker
+                else:
+                    deaths[worker] += 1
+                    if deaths[worker] <= MAX_RESTARTS:
+                        probes[worker.where.remote()] = worker
             references.update(outcome.references)
             finished.add(spec.position)
             on_cell(sweep.add(outcome))

@@ -153,7 +153,8 @@ def execute(
             file=sys.stderr,
         )
     if results.failed:
-        names = "; ".join(f"{f.label} on {f.host}: {f.error}" for f in results.failed)
+        names = "; ".join(f"{f.label} on {f.host}: {f.error}" for f in results.failed[:3])
+        names += "; ..." if len(results.failed) > 3 else ""
         print(f"probe: error: {len(results.failed)} of {total} cells failed: {names}", file=sys.stderr)
         code = 1
     bad = mismatches(results)
