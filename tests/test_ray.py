@@ -18,6 +18,7 @@ from probe.capture.bench import bench
 from probe.capture.config import BenchConfig
 from probe.capture.raysweep import bench_on_ray
 from tests.conftest import ROOT, run_probe
+from tests.ranks import make_rank_traces
 from tests.variants import RAISE_AT_PROMPT
 
 SMALL = dict(prompts=(8, 24), new_tokens=5, runs=1, warmup=0, device="cpu")
@@ -118,3 +119,14 @@ def test_on_ray_resume_after_an_interrupt_runs_only_the_missing_cells(cluster, t
     by_key = {c.key: c for c in final.cells}
     for c in kept.cells:  # kept, not run again
         assert by_key[c.key].ttft_runs_ms == c.ttft_runs_ms and by_key[c.key].itl_runs_ms == c.itl_runs_ms
+
+
+def test_analyze_on_ray_names_the_same_straggler_as_the_local_pool(cluster, tmp_path):
+    make_rank_traces(tmp_path / "job", ranks=4, slow_rank=1, stretch=1.5)
+    local = run_probe("analyze", str(tmp_path / "job"), "--json")
+    remote = run_probe("analyze", str(tmp_path / "job"), "--json", "--executor", "ray", "--address", cluster)
+    assert local.returncode == remote.returncode == 0, remote.stderr
+    a, b = json.loads(local.stdout), json.loads(remote.stdout)
+    assert b["by_step"] == a["by_step"] and b["straggler"] == a["straggler"]
+    assert b["straggler"]["rank"] == 1 and b["straggler"]["slowest_steps"] == 5
+    assert b["straggler"]["median_trail_pct"] == pytest.approx(50.0, abs=1e-4)
