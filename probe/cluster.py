@@ -19,6 +19,13 @@ import ray
 
 from probe.errors import ProbeError
 
+try:  # Ray 2.5x's token authentication: what ray.init(address="auto") calls to send the token this machine holds
+    from ray._private.authentication.authentication_token_setup import (
+        maybe_enable_token_auth_if_token_available as send_token,
+    )
+except ImportError:  # a Ray without token authentication
+    send_token = None
+
 
 @contextlib.contextmanager
 def session(address: str | None = None) -> Iterator[None]:
@@ -28,6 +35,11 @@ def session(address: str | None = None) -> Iterator[None]:
         yield
         return
     options = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    if address and send_token is not None:
+        # ray.init sends this machine's token to a cluster it finds by address="auto", not to one named by
+        # address: do what "auto" does, so a `ray start --head` cluster (token authentication is on by default
+        # since Ray 2.5x) can be joined by name. $RAY_AUTH_MODE, when set, still decides.
+        send_token(warn_if_disabled=False)
     try:
         ray.init(address=address, **options) if address else ray.init(**options)
     except (ConnectionError, RuntimeError, ValueError) as e:
