@@ -222,7 +222,7 @@ _SUMMARY_FIELDS = frozenset(f.name for f in dataclasses.fields(TelemetrySummary)
 # the machine's busy CPU time (every core, from /proc/stat) less this process's own (its threads, the sampler's
 # included), in cores, time-weighted; the cell is contended when that is at least CONTENDED_CORES. /proc/stat counts
 # in 10 ms ticks, so phases shorter than MIN_JUDGED_NS in all are not judged (None): measured here, an idle machine
-# reads -0.07..+0.02 cores over 0.12 s of phases, a busy-looping process beside the loop 0.65..1.07.
+# reads -0.07..+0.02 cores over 0.12 s of phases, a busy-looping process beside the loop 0.63..1.07.
 CONTENDED_CORES = 0.25  # a quarter of one core: 3x the idle noise above, a third of what a busy loop takes
 MIN_JUDGED_NS = 100_000_000
 
