@@ -227,6 +227,8 @@ if chosen == "Sweep":
         )
     if not loaded.complete:
         st.warning("An interrupted sweep (complete: false): only its finished cells are here.")
+    for f in loaded.failed:
+        st.error(md(f"{f.label} failed on {f.host or '?'} {f.device or ''}: {f.error}"))
     st.dataframe(frame.drop(columns=["mismatch"]), key="sweep_table", hide_index=True)
     show_telemetry(path if path.is_dir() else path.parent)
 

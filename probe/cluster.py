@@ -41,7 +41,8 @@ def session(address: str | None = None) -> Iterator[None]:
         # since Ray 2.5x) can be joined by name. $RAY_AUTH_MODE, when set, still decides.
         send_token(warn_if_disabled=False)
     try:
-        ray.init(address=address, **options) if address else ray.init(**options)
+        # "local": a new instance, even where a `ray start` cluster runs (ray.init() would join that)
+        ray.init(address=address or "local", **options)
     except (ConnectionError, RuntimeError, ValueError) as e:
         where = f"the Ray cluster at {address}" if address else "a local Ray instance"
         raise ProbeError(f"cannot start or join {where}: {str(e).strip().splitlines()[0]}") from None

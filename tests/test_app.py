@@ -455,3 +455,18 @@ def test_a_folder_of_rank_traces_opens_as_one_job(monkeypatch, tmp_path):
     table = at.dataframe[0].value
     assert list(table["slowest rank"]) == [1] * 5 and table["trails %"].tolist() == pytest.approx([20.0] * 5, abs=1e-4)
     assert any("rank3.trace.json" in e.value.replace("\\", "") for e in at.error)
+
+
+def test_a_sweep_with_a_failed_cell_shows_its_error(monkeypatch, tmp_path):
+    run = tmp_path / "runs" / "r"
+    shutil.copytree(DATA / "app" / "runs" / "tiny-cpu-a", run)
+    results = json.loads((run / "results.json").read_text())
+    failed = {"engine": "cached", "prompt_tokens": 4096, "new_tokens": 8, "batch": 1, "status": "failed"}
+    results["cells"].append(
+        failed | {"error": "OutOfMemoryError: CUDA out of memory", "host": "gpu-7", "device": "cuda:3"}
+    )
+    (run / "results.json").write_text(json.dumps(results))
+    at = app(monkeypatch, tmp_path, "run: runs/r", "Sweep")
+    errors = [e.value.replace("\\", "") for e in at.error]
+    assert any("cached p4096 failed on gpu-7 cuda:3: OutOfMemoryError: CUDA out of memory" in e for e in errors)
+    assert 4096 not in chart(at, "sweep_chart")[0]["x"]  # the figures hold the finished cells only

@@ -26,7 +26,8 @@ SMALL = dict(prompts=(8, 24), new_tokens=5, runs=1, warmup=0, device="cpu")
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # "local": a new instance of the test's own, never a cluster a `ray start` left on this machine
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 

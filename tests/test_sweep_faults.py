@@ -148,7 +148,8 @@ def test_the_contention_rule():
 def test_a_busy_process_beside_the_sweep_flags_its_cells(tmp_path):
     """One torch thread: alone, the machine's busy CPU is this process's; with a busy loop on the other core,
     about one core more."""
-    args = ("bench", "--engines", "cached", "--prompts", "16", "--new-tokens", "64", "--runs", "2", "--warmup", "0")
+    # 2 x 127 decode steps of about 1 ms: phases well past the 0.1 s the rule needs to judge
+    args = ("bench", "--engines", "cached", "--prompts", "16", "--new-tokens", "128", "--runs", "2", "--warmup", "0")
     args += ("--threads", "1", "--device", "cpu", "--no-history")
     calm = run_probe(*args, "--out", str(tmp_path / "calm"))
     assert calm.returncode == 0, calm.stderr

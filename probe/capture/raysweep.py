@@ -1,11 +1,12 @@
 """`probe bench --executor ray`: a sweep's cells spread over a Ray cluster.
 
 Placement is Ray's, from what each worker asks for. On GPUs a worker is an actor holding one whole GPU, so cells
-never share a device; on a CPU-only cluster a worker holds every CPU of its node, so a node runs one cell at a time
-(a cell uses every core). Each worker builds the model once (a `CellRunner`) and runs the cells it is handed, one
-at a time. The driver hands the next cell to whichever worker is free. Naive's tokens travel with the results: a
-cell judged against naive waits until the naive cell of its prompt length has finished (when that cell runs in this
-sweep), and gets its reference rows with it. Every outcome goes into the same results folder a local run writes
+never share a device (and one CPU, for its host loop: Ray then gives it one intra-op thread); on a CPU-only cluster
+a worker holds every CPU of its node, so a node runs one cell at a time (a cell uses every core, one thread each).
+Each worker builds the model once (a `CellRunner`) and runs the cells it is handed, one at a time. The driver hands
+the next cell to whichever worker is free. Naive's tokens travel with the results: a cell judged against naive
+waits until the naive cell of its prompt length has finished (when that cell runs in this sweep), and gets its
+reference rows with it. Every outcome goes into the same results folder a local run writes
 (`probe.capture.bench.Sweep`), each cell with the host and device it ran on.
 
 A worker that dies (killed, or out of memory in a way Python cannot catch) fails the cell it was running; Ray
@@ -22,7 +23,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from probe.analysis.results import BenchResults, FailedCell
-from probe.capture.bench import CellRunner, CellSpec, Outcome, RefRows, Sweep, one_line, plan
+from probe.capture.bench import CellRunner, CellSpec, Outcome, RefRows, Sweep, one_line, plan, precheck_resume
 from probe.capture.config import BenchConfig, settle, validate
 from probe.cluster import session
 from probe.errors import ProbeError
@@ -80,6 +81,8 @@ def bench_on_ray(
         kind, options = placements(cfg.device)
         cfg = settle(cfg, kind)
         specs = plan(cfg, validate(cfg))
+        if resume and out is not None:
+            precheck_resume(cfg, out)  # before any worker builds a model
         on_worker = dataclasses.replace(cfg, device=kind)  # a worker sees its own GPU as cuda:0
         workers, where, env = _start(on_worker, options)
         sweep = Sweep(cfg, specs, env | {"executor": "ray", "workers": len(workers)}, out, resume)

@@ -157,13 +157,17 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
 def main_job(args: argparse.Namespace, paths: list[Path]) -> int:
     """Several traces: each analyzed in parallel, then lined up as the ranks of one job."""
     from probe.analysis.job import TraceFailure, analyze_one, job, pool_map
+    from probe.analysis.ledger import AnalyzeOptions
     from probe.errors import ProbeError
 
-    parse_event_cost(args.event_cost_ns) if args.event_cost_ns is not None else None  # bad flags fail first
+    AnalyzeOptions.parse(args.steps, args.part, args.kernel_category)  # bad flags fail the command, first
+    if args.event_cost_ns is not None:
+        parse_event_cost(args.event_cost_ns)
     items, early = [], {}
     for path in paths:
         try:
-            items.append((str(path.absolute()), options_from(args, path)))
+            where = str(path.absolute()) if args.executor == "ray" else str(path)  # a Ray worker has its own cwd
+            items.append((where, options_from(args, path)))
         except ProbeError as e:  # an unreadable sidecar fails its trace, not the job
             early[str(path)] = TraceFailure(str(path), str(e))
     if args.executor == "ray":
