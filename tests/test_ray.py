@@ -131,3 +131,19 @@ def test_analyze_on_ray_names_the_same_straggler_as_the_local_pool(cluster, tmp_
     assert b["by_step"] == a["by_step"] and b["straggler"] == a["straggler"]
     assert b["straggler"]["rank"] == 1 and b["straggler"]["slowest_steps"] == 5
     assert b["straggler"]["median_trail_pct"] == pytest.approx(50.0, abs=1e-4)
+
+
+def test_probe_run_sends_its_sweeps_to_ray(cluster, tmp_path):
+    out = tmp_path / "run"
+    result = run_probe(
+        "run", "--executor", "ray", "--address", cluster, "--prompts", "8", "--new-tokens", "4", "--runs", "1",
+        "--warmup", "0", "--device", "cpu", "--no-history", "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    main, batched = load_results(out), load_results(out / "next-batched")
+    assert main.env["executor"] == batched.env["executor"] == "ray"
+    assert [(c.engine, c.batch) for c in main.cells + batched.cells] == [
+        ("naive", 1), ("cached", 1), ("batched", 1), ("batched", 2), ("batched", 4), ("batched", 8),
+    ]  # fmt: skip
+    assert all(c.tokens_match_naive and c.host and c.device == "cpu" for c in main.cells + batched.cells)
+    assert (out / "report.json").is_file() and "report folder:" in result.stdout

@@ -14,6 +14,7 @@ is installed), telemetry, and the report with every figure the write-ups measure
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import time
@@ -144,36 +145,42 @@ def main(args: argparse.Namespace) -> int:
     model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed) if args.quick and local else None
     output = "json" if args.json else "table"
     sweep = dict(resume=args.resume, executor=args.executor, address=args.address)
-    results, code = execute(cfg, out, output, title=f"probe run: {cfg.model} {cfg.dtype}", model=model, **sweep)
-    console = render.stdout() if not args.json else render.stderr()
-    if not args.json:
-        console.print(render.serving_table(results))
-    combined = results
-    if not args.no_next:
-        # The write-ups' closing predictions: a static (captured) step at the shortest prompt, and B sequences
-        # per forward there. Recorded in their own folder so the main sweep's cells stay as they were.
-        short = min(cfg.prompts)
-        nxt = [] if "static" in cfg.engines else [dataclasses.replace(cfg, engines=("static",), prompts=(short,))]
-        nxt.append(
-            dataclasses.replace(cfg, engines=("batched",), prompts=(short,), batch=NEXT_BATCHES, naive_prompts=())
-        )
-        runs = [execute(c, out / f"next-{c.engines[0]}", "none", model=model, **sweep) for c in nxt]
-        code = max([code, *(c for _, c in runs)])
-        extra = [r for r, _ in runs]
-        combined = BenchResults(
-            results.cells + [c for r in extra for c in r.cells],
-            results.env,
-            results.config,
-            results.complete and all(r.complete for r in extra),
-            failed=results.failed + [f for r in extra for f in r.failed],
-        )
+    ray = contextlib.nullcontext()
+    if not local:  # one Ray session for every sweep of the run, not one each
+        from probe.cluster import session
+
+        ray = session(args.address)
+    with ray:
+        results, code = execute(cfg, out, output, title=f"probe run: {cfg.model} {cfg.dtype}", model=model, **sweep)
+        console = render.stdout() if not args.json else render.stderr()
         if not args.json:
-            console.print(
-                render.cells_table(
-                    BenchResults(combined.cells[len(results.cells) :], results.env, results.config),
-                    "the next steps: " + " and ".join(c.engines[0] for c in nxt),
-                )
+            console.print(render.serving_table(results))
+        combined = results
+        if not args.no_next:
+            # The write-ups' closing predictions: a static (captured) step at the shortest prompt, and B sequences
+            # per forward there. Recorded in their own folder so the main sweep's cells stay as they were.
+            short = min(cfg.prompts)
+            nxt = [] if "static" in cfg.engines else [dataclasses.replace(cfg, engines=("static",), prompts=(short,))]
+            nxt.append(
+                dataclasses.replace(cfg, engines=("batched",), prompts=(short,), batch=NEXT_BATCHES, naive_prompts=())
             )
+            runs = [execute(c, out / f"next-{c.engines[0]}", "none", model=model, **sweep) for c in nxt]
+            code = max([code, *(c for _, c in runs)])
+            extra = [r for r, _ in runs]
+            combined = BenchResults(
+                results.cells + [c for r in extra for c in r.cells],
+                results.env,
+                results.config,
+                results.complete and all(r.complete for r in extra),
+                failed=results.failed + [f for r in extra for f in r.failed],
+            )
+            if not args.json:
+                console.print(
+                    render.cells_table(
+                        BenchResults(combined.cells[len(results.cells) :], results.env, results.config),
+                        "the next steps: " + " and ".join(c.engines[0] for c in nxt),
+                    )
+                )
     if model is None:
         model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
     machine, overhead = measure_machine(cfg.model, cfg.dtype, cfg.device, results.env["device_name"], model)
