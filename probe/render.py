@@ -98,7 +98,7 @@ def cells_table(results: BenchResults, title: str | None = None) -> Table:
             f.engine,
             str(f.prompt_tokens),
             *((str(f.batch),) if batched else ()),
-            *("-" * (8 + contended)),
+            *(["-"] * (8 + contended)),  # no figures
             *((f"{f.host} {f.device}",) if hosts else ()),
             f"[bold red]FAILED[/]: {escape(f.error if len(f.error) <= 60 else f.error[:59] + '…')}",
         )

@@ -243,7 +243,7 @@ class FailedCell:
     prompt_tokens: int
     new_tokens: int
     batch: int
-    error: str  # "OutOfMemoryError: CUDA out of memory ...", "worker died: ..."
+    error: str  # "OutOfMemoryError: CUDA out of memory ...", "the worker died under this cell (Ray: ...)"
     host: str | None = None
     device: str | None = None
     status: str = FAILED

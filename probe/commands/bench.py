@@ -121,7 +121,10 @@ def execute(
             precheck_resume(cfg, out)
     total = cell_count(cfg)
     partial, stopped = {}, [signal.SIGINT]
-    keep = lambda r: partial.update(results=r)  # noqa: E731
+
+    def keep(results) -> None:  # the last saved state, for the interrupt's message
+        partial["results"] = results
+
     try:
         with _terminate_as_interrupt(stopped):
             if executor == "ray":
