@@ -4,11 +4,7 @@ dashboard; the CLI's processes join it with --address, as they would join a clus
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
 
 import pytest
 import ray
@@ -17,7 +13,7 @@ from probe.analysis.results import load_results
 from probe.capture.bench import bench
 from probe.capture.config import BenchConfig
 from probe.capture.raysweep import bench_on_ray
-from tests.conftest import ROOT, run_probe
+from tests.conftest import interrupt_sweep, run_probe
 from tests.ranks import make_rank_traces
 from tests.variants import RAISE_AT_PROMPT
 
@@ -92,23 +88,10 @@ def test_on_ray_resume_after_an_interrupt_runs_only_the_missing_cells(cluster, t
     out = tmp_path / "sweep"
     args = ["bench", "--executor", "ray", "--address", cluster, "--prompts", "8,16,32,64,128,256"]
     args += ["--new-tokens", "16", "--runs", "2", "--warmup", "0", "--device", "cpu", "--no-history", "--out", str(out)]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "probe", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=os.environ | {"PYTHONUNBUFFERED": "1"},
-    )
     results = out / "results.json"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        if results.exists() and len(json.loads(results.read_text())["cells"]) >= 2:
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
+    stopped = interrupt_sweep(args, out, signal.SIGINT)
+    err = stopped.stderr
+    assert stopped.returncode == 130, err
     kept = load_results(out)
     assert 2 <= len(kept.cells) < 12 and not kept.complete
     assert f"interrupted: {len(kept.cells)} of 12 cells kept in {results}; rerun with --resume to finish" in err

@@ -4,18 +4,16 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 
 import pandas as pd
 import pytest
 
 from probe.analysis.results import load_results
 from probe.analysis.telemetry import CONTENDED_CORES, MIN_JUDGED_NS, TelemetrySummary, contention
-from tests.conftest import ROOT, run_probe
+from tests.conftest import ROOT, interrupt_sweep, run_probe
 from tests.variants import RAISE_AT_PROMPT
 
 TINY = ("--new-tokens", "4", "--runs", "1", "--warmup", "0", "--device", "cpu", "--no-history")
@@ -98,23 +96,10 @@ def test_an_interrupted_sweep_says_what_it_kept_and_resume_runs_only_the_rest(tm
     out = tmp_path / "sweep"
     args = ["bench", "--prompts", "8,16,32,64,128,256", "--new-tokens", "16", "--runs", "2", "--warmup", "0"]
     args += ["--device", "cpu", "--no-history", "--out", str(out)]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "probe", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=os.environ | {"PYTHONUNBUFFERED": "1"},
-    )
     results = out / "results.json"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        if results.exists() and len(json.loads(results.read_text())["cells"]) >= 2:
-            break
-        time.sleep(0.05)
-    proc.send_signal(signum)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signum, err
+    stopped = interrupt_sweep(args, out, signum)
+    err = stopped.stderr
+    assert stopped.returncode == 128 + signum, err
     kept = load_results(out)
     assert kept.complete is False and 2 <= len(kept.cells) < 12
     assert f"interrupted: {len(kept.cells)} of 12 cells kept in {results}; rerun with --resume to finish" in err
