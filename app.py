@@ -16,6 +16,7 @@ import streamlit as st
 
 from probe.analysis import history
 from probe.analysis.compare import compare
+from probe.analysis.job import TraceFailure, job
 from probe.analysis.ledger import AnalyzeOptions, EventCost, analyze, step_timeline
 from probe.analysis.report import load_report
 from probe.analysis.results import load_results
@@ -89,6 +90,18 @@ def load_telemetry(path: str, stamp: tuple, offset_ns: int | None = None):
     return figures.telemetry_frame(Path(path), offset_ns)
 
 
+def load_job(root: Path, folder: Path):
+    """The traces of a job folder, each analyzed (and cached) on its own, lined up as ranks (probe.analysis.job);
+    a trace that cannot be read is named with its error."""
+    analyses = []
+    for trace in sources.job_traces(root, folder):
+        try:
+            analyses.append(load_analysis(str(trace), sources.stamp(trace), HOW))
+        except LOAD_ERRORS as e:
+            analyses.append(TraceFailure(trace.relative_to(root).as_posix(), str(e)))
+    return job(analyses)
+
+
 def load_source(root, source: sources.Source):
     """(results or analysis, report or None, path) for a source; ProbeError for anything unusable."""
     path = sources.source_path(root, source)
@@ -97,6 +110,8 @@ def load_source(root, source: sources.Source):
         return results, report, path
     if source.kind == "history":
         return load_history(str(path), sources.stamp(path)), None, path
+    if source.kind == "job":
+        return load_job(root, path), None, path
     return load_analysis(str(path), sources.stamp(path), HOW), None, path
 
 
@@ -151,13 +166,13 @@ if truncated:
 
 by_label = {s.label: s for s in found}
 source = by_label[st.sidebar.selectbox("Run or trace", list(by_label), key="source", bind="query-params")]
-others = [s.label for s in found if s.kind == source.kind and s != source and s.kind != "history"]
+others = [s.label for s in found if s.kind == source.kind and s != source and s.kind not in ("history", "job")]
 baseline_label = st.sidebar.selectbox(
     "Baseline (for Compare and Alerts)", [figures.NONE, *others], key="baseline", bind="query-params"
 )
 baseline = by_label.get(baseline_label)
 HOW: tuple = ()  # how traces are read: `probe analyze`'s --steps, --part and --kernel-category, from the sidebar
-if source.kind == "trace":
+if source.kind in ("trace", "job"):
     with st.sidebar.expander("Reading the trace (probe analyze flags)"):
         steps_regex = st.text_input("Steps: ranges matching (--steps REGEX)", key="steps", bind="query-params")
         parts_text = st.text_area("Parts: NAME=REGEX, one a line (--part)", key="parts", bind="query-params")
@@ -174,6 +189,7 @@ VIEWS = {
     "run": ["Sweep", "Compare", "Alerts"],
     "trace": ["Step ledger", "One step", "Kernels", "Top ops", "Compare", "Alerts"],
     "history": ["History"],
+    "job": ["Ranks"],
 }
 chosen = st.radio(
     "View", VIEWS[source.kind], key="view", bind="query-params", horizontal=True, label_visibility="collapsed"
@@ -211,6 +227,8 @@ if chosen == "Sweep":
         )
     if not loaded.complete:
         st.warning("An interrupted sweep (complete: false): only its finished cells are here.")
+    for f in loaded.failed:
+        st.error(md(f"{f.label} failed on {f.host or '?'} {f.device or ''}: {f.error}"))
     st.dataframe(frame.drop(columns=["mismatch"]), key="sweep_table", hide_index=True)
     show_telemetry(path if path.is_dir() else path.parent)
 
@@ -365,6 +383,33 @@ elif chosen == "History":
             st.caption(md(note))
     with st.expander("Every run of this configuration"):
         st.dataframe(figures.history_runs_frame(trend), key="history_table", hide_index=True)
+
+# ---- 4d. a job: its traces as ranks, step by step ---------------------------------------------------------------
+
+elif chosen == "Ranks":
+    for f in loaded.failed:
+        st.error(f"Cannot read {md(f.source)}: {md(f.error)}")
+    if not loaded.by_step:
+        st.info("No step to compare across these traces.")
+        st.stop()
+    g = loaded.straggler
+    cols = st.columns(3)
+    cols[0].metric("ranks", len(loaded.ranks))
+    cols[1].metric("straggler", f"rank {g.rank}")
+    cols[2].metric("slowest in", f"{g.slowest_steps} of {g.steps} steps")
+    st.plotly_chart(figures.ranks_figure(loaded), key="ranks_chart")
+    st.caption(
+        f"Each rank's wall time per step (steps matched by position; probe analyze {md(source.rel)}/ gives the "
+        f"same). Circled: the slowest rank of each step. Rank {g.rank} was the slowest in {g.slowest_steps} of "
+        f"{g.steps} steps, by {g.median_trail_pct:.1f}% on the median rank in the median of those steps."
+    )
+    st.dataframe(figures.ranks_frame(loaded), key="ranks_table", hide_index=True)
+    for rank, trace in zip(loaded.ranks, loaded.traces, strict=True):
+        opened = sources.source_of(ROOT, trace.source)
+        if opened is not None:
+            st.markdown(f"rank {rank}: [{md(opened.rel)}]({opened.link})")
+    for w in loaded.warnings:
+        st.warning(md(w))
 
 # ---- 5. compare and 6. alerts: a baseline against this source --------------------------------------------------
 

@@ -6,6 +6,7 @@ import dataclasses
 
 import pandas as pd
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -41,13 +42,23 @@ def parity_text(c, markup: bool = True) -> str:
     return f"{bad}{where}{' (tf' + gap + ')' if tf else ''}"
 
 
+def contention_text(c) -> str:
+    """A contended cell's mark: the CPU other processes used beside it (probe.analysis.telemetry's rule)."""
+    if c.other_cpu_cores is None:
+        return "-"
+    text = f"{c.other_cpu_cores:.2f} cores"
+    return f"[bold yellow]{text} CONTENDED[/]" if c.contended else text
+
+
 def cells_table(results: BenchResults, title: str | None = None) -> Table:
     env = results.env
     table = Table(
         title=title or f"{results.config.get('model')} {env.get('dtype')} on {env.get('device_name')}",
         title_justify="left",
     )
-    batched = any(c.batch > 1 for c in results.cells)
+    batched = any(c.batch > 1 for c in [*results.cells, *results.failed])
+    contended = any(c.contended for c in results.cells)
+    hosts = len({c.host for c in results.cells if c.host}) > 1  # a sweep over a cluster: where each cell ran
     for col in (
         "engine",
         "prompt",
@@ -60,9 +71,11 @@ def cells_table(results: BenchResults, title: str | None = None) -> Table:
         "peak MiB",
         "spread %",
         "ops/fwd",
+        *(("other CPU",) if contended else ()),
+        *(("host",) if hosts else ()),
         "tokens",
     ):
-        table.add_column(col, justify="left" if col in ("engine", "tokens") else "right")
+        table.add_column(col, justify="left" if col in ("engine", "tokens", "host") else "right")
     for c in results.cells:
         table.add_row(
             c.engine,
@@ -76,7 +89,18 @@ def cells_table(results: BenchResults, title: str | None = None) -> Table:
             f"{c.peak_mem_bytes / 2**20:.0f}",
             f"{c.spread_pct:.1f}",
             "-" if c.decode_ops is None else str(c.decode_ops),
+            *((contention_text(c),) if contended else ()),
+            *((f"{c.host} {c.device}",) if hosts else ()),
             parity_text(c),
+        )
+    for f in results.failed:
+        table.add_row(
+            f.engine,
+            str(f.prompt_tokens),
+            *((str(f.batch),) if batched else ()),
+            *(["-"] * (8 + contended)),  # no figures
+            *((f"{f.host} {f.device}",) if hosts else ()),
+            f"[bold red]FAILED[/]: {escape(f.error if len(f.error) <= 60 else f.error[:59] + '…')}",
         )
     sync = [c.sync_overhead_ms for c in results.cells if c.sync_overhead_ms is not None]
     if sync:
@@ -167,6 +191,33 @@ class ProgressBar:
 
     def __call__(self, description: str, advance: int) -> None:
         self._progress.update(self._task, description=description, advance=advance)
+
+
+class CellsProgress:
+    """A sweep spread over workers: cells done of the total, and how many are running and have failed."""
+
+    def __init__(self, total: int, enabled: bool = True):
+        self._progress = Progress(
+            TextColumn("cells"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[running]} running, {task.fields[failed]} failed"),
+            TimeElapsedColumn(),
+            console=stderr(),
+            disable=not enabled,
+            transient=False,
+        )
+        self._task = self._progress.add_task("cells", total=total, running=0, failed=0)
+
+    def __enter__(self):
+        self._progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._progress.__exit__(*exc)
+
+    def __call__(self, done: int, running: int, failed: int) -> None:
+        self._progress.update(self._task, completed=done, running=running, failed=failed)
 
 
 DIGEST_PARTS = (

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -40,6 +42,28 @@ def run_probe(*args: str, timeout: float = 600, **kw) -> subprocess.CompletedPro
         cwd=kw.pop("cwd", ROOT),
         **kw,
     )
+
+
+def interrupt_sweep(args: list[str], out: Path, signum: int, cells: int = 2) -> subprocess.CompletedProcess:
+    """Start `probe ARGS` (a sweep into `out`), send it `signum` once its results.json holds `cells` cells, and
+    return the finished process (returncode, stdout, stderr)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "probe", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )
+    results = out / "results.json"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if results.exists() and len(json.loads(results.read_text())["cells"]) >= cells:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signum)
+    stdout, stderr = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def floor_ops_by_profiler() -> int:

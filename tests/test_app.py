@@ -432,3 +432,41 @@ def test_a_click_on_the_history_chart_names_its_run():
     )
     assert clicked_run({"selection": {"points": [{"customdata": ["r1"]}]}}) == "r1"
     assert clicked_run({"selection": {"points": []}}) is None and clicked_run(None) is None
+
+
+def test_a_folder_of_rank_traces_opens_as_one_job(monkeypatch, tmp_path):
+    """The cross-rank view: each rank's wall per step, the slowest circled, the straggler named; a trace that
+    cannot be read is named and the others still load."""
+    from tests.ranks import make_rank_traces
+
+    make_rank_traces(tmp_path / "job", ranks=3, slow_rank=1, stretch=1.2)
+    (tmp_path / "job" / "rank3.trace.json").write_text("not a trace")
+    at = app(monkeypatch, tmp_path, "job: job", "Ranks")
+    lines = chart(at, "ranks_chart")
+    ranks = [t for t in lines if t["name"].startswith("rank")]
+    walls = {t["name"]: t["y"] for t in ranks if t.get("yaxis", "y") == "y"}
+    busy = {t["name"]: t["y"] for t in ranks if t.get("yaxis") == "y2"}  # a GPU job: busy per step below
+    assert list(walls) == list(busy) == ["rank 0", "rank 1", "rank 2"] and all(len(y) == 5 for y in walls.values())
+    for step in range(5):  # rank 1's events are stretched by 1.2: it is the slowest at every step
+        assert walls["rank 1"][step] == pytest.approx(1.2 * walls["rank 0"][step], rel=1e-6)
+    slowest = next(t for t in lines if t["name"] == "slowest rank")
+    assert slowest["y"] == walls["rank 1"]
+    assert [m.value for m in at.metric] == ["3", "rank 1", "5 of 5 steps"]
+    table = at.dataframe[0].value
+    assert list(table["slowest rank"]) == [1] * 5 and table["trails %"].tolist() == pytest.approx([20.0] * 5, abs=1e-4)
+    assert any("rank3.trace.json" in e.value.replace("\\", "") for e in at.error)
+
+
+def test_a_sweep_with_a_failed_cell_shows_its_error(monkeypatch, tmp_path):
+    run = tmp_path / "runs" / "r"
+    shutil.copytree(DATA / "app" / "runs" / "tiny-cpu-a", run)
+    results = json.loads((run / "results.json").read_text())
+    failed = {"engine": "cached", "prompt_tokens": 4096, "new_tokens": 8, "batch": 1, "status": "failed"}
+    results["cells"].append(
+        failed | {"error": "OutOfMemoryError: CUDA out of memory", "host": "gpu-7", "device": "cuda:3"}
+    )
+    (run / "results.json").write_text(json.dumps(results))
+    at = app(monkeypatch, tmp_path, "run: runs/r", "Sweep")
+    errors = [e.value.replace("\\", "") for e in at.error]
+    assert any("cached p4096 failed on gpu-7 cuda:3: OutOfMemoryError: CUDA out of memory" in e for e in errors)
+    assert 4096 not in chart(at, "sweep_chart")[0]["x"]  # the figures hold the finished cells only

@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import signal
 import statistics
-import subprocess
-import sys
-import time
 
 import pandas as pd
 import pytest
@@ -20,7 +15,7 @@ from probe.capture.bench import bench, mismatches, sync_cost_ms
 from probe.capture.config import BenchConfig, ProfileConfig, settle
 from probe.capture.parity import NEAR_TIE_ULPS, Checked, judge
 from probe.errors import ProbeError
-from tests.conftest import ROOT, run_probe
+from tests.conftest import run_probe
 
 SMALL = dict(prompts=(8, 24), new_tokens=5, runs=2, warmup=1, device="cpu")
 REQUIRED = (
@@ -118,47 +113,6 @@ def test_bad_input_is_one_line_without_traceback(args, message):
 def test_config_validation():
     with pytest.raises(ProbeError):
         BenchConfig(runs=0)
-
-
-def test_ctrl_c_keeps_finished_cells(tmp_path):
-    out = tmp_path / "sweep"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "probe",
-            "bench",
-            "--prompts",
-            "8,16,32,64,128,256",
-            "--new-tokens",
-            "16",
-            "--runs",
-            "2",
-            "--warmup",
-            "0",
-            "--device",
-            "cpu",
-            "--out",
-            str(out),
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=os.environ | {"PYTHONUNBUFFERED": "1"},
-    )
-    results = out / "results.json"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        if results.exists() and len(json.loads(results.read_text())["cells"]) >= 2:
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
-    data = json.loads(results.read_text())
-    assert data["complete"] is False and len(data["cells"]) >= 2
-    assert "finished cell(s) kept" in err and "Traceback" not in err
 
 
 def test_bench_records_telemetry_per_cell_and_raw_samples(tmp_path):

@@ -24,6 +24,7 @@ TORCH_FREE = (
     "probe.flags",
     "probe.vocabulary",
     "probe.cli",
+    "probe.cluster",  # Ray's side: a Ray task that analyzes traces must not need torch either
     "probe.capture.config",
     "engines.configs",
 )

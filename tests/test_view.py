@@ -117,6 +117,8 @@ def test_list_sources_finds_runs_baselines_and_traces_and_nothing_else(tmp_path)
         "trace: traces/b.trace.json",
         "trace: x.nsys.sqlite.gz",
         "trace: y.sqlite",
+        "job: .",  # a folder of two traces or more opens as a job too (the Ranks view)
+        "job: traces",
     ]
 
 

@@ -76,3 +76,30 @@ class NaNLogitsEngine(CachedEngine):
         logits = super().decode(next_ids).clone()
         logits.scatter_(-1, logits.argmax(-1, keepdim=True), float("nan"))
         return logits
+
+
+RAISE_AT_PROMPT = 16  # the prompt length at which RaisingEngine refuses to run
+
+
+class RaisingEngine(CachedEngine):
+    """Raises in its prefill at a prompt of RAISE_AT_PROMPT tokens, as an engine out of memory for one shape does:
+    that cell fails and the others must still finish."""
+
+    name = "raising"
+
+    def prefill(self, input_ids: torch.Tensor, max_len: int) -> torch.Tensor:
+        if input_ids.shape[1] == RAISE_AT_PROMPT:
+            raise RuntimeError(f"out of memory: cannot hold a prompt of {RAISE_AT_PROMPT} tokens (a test's refusal)")
+        return super().prefill(input_ids, max_len)
+
+
+class DyingEngine(CachedEngine):
+    """Ends its whole process in its prefill at a prompt of RAISE_AT_PROMPT tokens, as a worker the OS kills does:
+    on Ray the worker dies under that cell, which fails, and Ray restarts the worker for the cells after it."""
+
+    name = "dying"
+
+    def prefill(self, input_ids: torch.Tensor, max_len: int) -> torch.Tensor:
+        if input_ids.shape[1] == RAISE_AT_PROMPT:
+            os._exit(3)
+        return super().prefill(input_ids, max_len)

@@ -371,7 +371,7 @@ def _trace_names(counts: dict[str, StepCounts]) -> str:
     return ", ".join(names) or "no trace"
 
 
-REPORT_FILE = "report.json"
+REPORT_FILE, REPORT_MD = "report.json", "report.md"
 
 
 @dataclass

@@ -1,6 +1,10 @@
 """Typed bench results and their files: `results.json` (everything), `cells.parquet` and `cells.csv` (one row a
 cell, the same columns).
 
+A cell either finished (`Cell`, `status: "ok"`) or raised (`FailedCell`, `status: "failed"` and its `error`): an
+OOM, a bad config, a dead worker. results.json lists both under "cells"; `BenchResults.cells` holds the finished
+ones (what every analysis reads) and `BenchResults.failed` the others.
+
 The serving figures follow vLLM's `benchmark_serving` definitions (README, "Metrics"): a run is one request, TTFT
 its time to first token, ITL the gap between consecutive tokens pooled over every run, TPOT a run's decode time
 over its N-1 tokens after the first, E2E a run's whole latency.
@@ -25,7 +29,10 @@ from probe.analysis.telemetry import TelemetrySummary
 from probe.errors import ProbeError
 
 RESULTS_FILE, CELLS_FILE, CELLS_CSV = "results.json", "cells.parquet", "cells.csv"
-SCHEMA_VERSION = 3  # 3: the parity verdict and the serving figures; 2: telemetry typed on the cell, the clock anchor
+# 4: failed cells, each cell's host and device, contention; 3: the parity verdict and the serving figures; 2: telemetry
+# typed on the cell, the clock anchor
+SCHEMA_VERSION = 4
+OK, FAILED = "ok", "failed"  # a cell's status
 
 
 def decode_tok_s(batch: int, steps_ms: Sequence[float]) -> float | None:
@@ -100,10 +107,23 @@ class Cell:
     tokens: list[list[int]] = field(default_factory=list)  # first recorded run, one list a sequence
     telemetry: TelemetrySummary | None = None  # over the recorded runs' decode phases
     decode_windows_ns: list[list[int]] = field(default_factory=list)  # each recorded run's decode phase
+    # Where it ran (None in files written before schema 4): the host's name and the device ("cpu", "cuda:3": on a
+    # Ray cluster, the GPU's index on that host).
+    host: str | None = None
+    device: str | None = None
+    # Contention (probe.analysis.telemetry.contention): the CPU other processes used beside this one over the
+    # decode phases, in cores; and whether that passes the rule (None: not judged, telemetry off or too short).
+    other_cpu_cores: float | None = None
+    contended: bool | None = None
+    status: str = OK  # a finished cell; FailedCell is the other kind
 
     @property
     def key(self) -> tuple[str, int, int, int]:
         return self.engine, self.prompt_tokens, self.new_tokens, self.batch
+
+    @property
+    def label(self) -> str:
+        return cell_label(self)
 
     @classmethod
     def from_runs(
@@ -200,12 +220,55 @@ class Cell:
 
     def check(self) -> None:
         """Times and sizes a measurement can have: finite, and not negative. ValueError naming the field."""
+        if self.status != OK:
+            raise ValueError(f"a measured cell has status {OK!r}, not {self.status!r}")
         for name in _NON_NEGATIVE:
             value = getattr(self, name)
             values = value if isinstance(value, list) else [value]
             flat = [x for v in values for x in (v if isinstance(v, list) else [v])]
             if any(not math.isfinite(x) or x < 0 for x in flat if x is not None):
                 raise ValueError(f"impossible value in `{name}`: {value!r} (times and sizes are finite and >= 0)")
+
+
+def cell_label(cell: Cell | FailedCell) -> str:
+    """ "cached p16", or "batched p16 b4" past batch 1: how messages name a cell."""
+    return f"{cell.engine} p{cell.prompt_tokens}" + (f" b{cell.batch}" if cell.batch > 1 else "")
+
+
+@dataclass(frozen=True)
+class FailedCell:
+    """A cell that raised instead of finishing: which one, where, and the error in one line."""
+
+    engine: str
+    prompt_tokens: int
+    new_tokens: int
+    batch: int
+    error: str  # "OutOfMemoryError: CUDA out of memory ...", "the worker died under this cell (Ray: ...)"
+    host: str | None = None
+    device: str | None = None
+    status: str = FAILED
+
+    @property
+    def key(self) -> tuple[str, int, int, int]:
+        return self.engine, self.prompt_tokens, self.new_tokens, self.batch
+
+    @property
+    def label(self) -> str:
+        return cell_label(self)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict) -> FailedCell:
+        known = {k: v for k, v in doc.items() if k in _FAILED_FIELDS}
+        try:
+            return msgspec.convert(known, cls)
+        except msgspec.ValidationError as e:
+            raise ValueError(str(e)) from None
+
+
+_FAILED_FIELDS = frozenset(f.name for f in dataclasses.fields(FailedCell))
 
 
 _NON_NEGATIVE = (
@@ -267,6 +330,7 @@ class BenchResults:
     config: dict
     complete: bool = False
     clock: Clock | None = None  # lines telemetry rows (perf_counter_ns) up with traces (epoch ns)
+    failed: list[FailedCell] = field(default_factory=list)  # cells that raised; results.json lists them after `cells`
 
     def to_json(self) -> dict:
         return {
@@ -275,23 +339,29 @@ class BenchResults:
             "config": self.config,
             "env": self.env,
             "clock": dataclasses.asdict(self.clock) if self.clock else None,
-            "cells": [c.to_json() for c in self.cells],
+            "cells": [c.to_json() for c in self.cells] + [f.to_json() for f in self.failed],
         }
 
     def save(self, folder: Path) -> None:
         """Write results.json, cells.parquet and cells.csv, each atomically (a Ctrl-C never leaves half a file)."""
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write(folder / RESULTS_FILE, json.dumps(self.to_json(), indent=1))
-        frame = self.cells_frame()
+        frame = self.cells_frame(failed=True)
         with atomic_path(folder / CELLS_FILE) as tmp:
             frame.to_parquet(tmp, index=False)
         with atomic_path(folder / CELLS_CSV) as tmp:
             frame.to_csv(tmp, index=False)
 
-    def cells_frame(self) -> pd.DataFrame:
+    def cells_frame(self, failed: bool = False) -> pd.DataFrame:
+        """One row a finished cell; with `failed`, then one a failed cell (its figures empty) and an `error`
+        column: what cells.parquet and cells.csv hold."""
         columns = [f.name for f in dataclasses.fields(Cell) if f.name not in RAW_FIELDS]
         rows = [{k: getattr(c, k) for k in columns} for c in self.cells]
-        return pd.DataFrame(rows, columns=columns)
+        if not failed:
+            return pd.DataFrame(rows, columns=columns)
+        rows += [{k: getattr(f, k, None) for k in columns} for f in self.failed]
+        errors = [None] * len(self.cells) + [f.error for f in self.failed]
+        return pd.DataFrame(rows, columns=columns).assign(error=pd.Series(errors, dtype=object))
 
 
 def load_results(path: str | Path) -> BenchResults:
@@ -310,10 +380,13 @@ def load_results(path: str | Path) -> BenchResults:
     for key in ("env", "config"):
         if not isinstance(data.get(key, {}), dict):
             raise ProbeError(f"{p}: malformed results file: {key} is a {type(data[key]).__name__}, not an object")
-    cells = []
+    cells, failed = [], []
     for i, c in enumerate(data["cells"]):
         try:
-            cells.append(Cell.from_json(c))
+            if isinstance(c, dict) and c.get("status") == FAILED:
+                failed.append(FailedCell.from_json(c))
+            else:
+                cells.append(Cell.from_json(c))
         except ValueError as e:
             raise ProbeError(f"{p}: malformed cell {i}: {e}") from None
     extra = data.get("extra")
@@ -322,4 +395,4 @@ def load_results(path: str | Path) -> BenchResults:
         clock = msgspec.convert(clock, Clock) if clock is not None else None
     except msgspec.ValidationError as e:
         raise ProbeError(f"{p}: malformed clock: {e}") from None
-    return BenchResults(cells, data["env"], data.get("config", {}), data.get("complete") is True, clock)
+    return BenchResults(cells, data["env"], data.get("config", {}), data.get("complete") is True, clock, failed)

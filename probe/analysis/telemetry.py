@@ -20,6 +20,7 @@ import pandas as pd
 from probe.analysis.files import atomic_path
 from probe.analysis.intervals import merge
 
+TELEMETRY_FILE = "telemetry.parquet"  # a run folder's raw samples: t_ns, one column a figure, and the cell's position
 LEVEL, RATE, COUNTER = "level", "rate", "counter"
 FIGURES: dict[str, str] = {
     "gpu_mem_used_bytes": LEVEL,
@@ -213,6 +214,32 @@ def cell_telemetry(samples, windows: Iterable[Window], tokens: int) -> Telemetry
 
 
 _SUMMARY_FIELDS = frozenset(f.name for f in dataclasses.fields(TelemetrySummary))
+
+# Contention: another process competing for the cores makes every timing of a cell unreliable (on this 2-core
+# machine a busy loop beside a 2-thread decode made its steps 4x slower). The rule, over the union of a cell's
+# decode phases (its recorded runs), from the /proc figures every cell samples:
+#     other_cpu_cores = sys_cpu_pct_mean / 100 * cores - proc_cpu_pct_mean / 100
+# the machine's busy CPU time (every core, from /proc/stat) less this process's own (its threads, the sampler's
+# included), in cores, time-weighted; the cell is contended when that is at least CONTENDED_CORES. /proc/stat counts
+# in 10 ms ticks, so phases shorter than MIN_JUDGED_NS in all are not judged (None): measured here, an idle machine
+# reads -0.07..+0.02 cores over 0.12 s of phases, a busy-looping process beside the loop 0.63..1.07.
+CONTENDED_CORES = 0.25  # a quarter of one core: 3x the idle noise above, a third of what a busy loop takes
+MIN_JUDGED_NS = 100_000_000
+
+
+@dataclass(frozen=True)
+class Contention:
+    other_cpu_cores: float | None  # the CPU other processes used beside this one, in cores (None: not measured)
+    contended: bool | None  # other_cpu_cores >= CONTENDED_CORES; None: not judged
+
+
+def contention(summary: TelemetrySummary | None, windows: Iterable[Window], cores: int) -> Contention:
+    """The contention rule above, for a cell's telemetry summary over `windows` on a machine of `cores` cores."""
+    if summary is None or summary.sys_cpu_pct_mean is None or summary.proc_cpu_pct_mean is None:
+        return Contention(None, None)
+    other = summary.sys_cpu_pct_mean / 100 * cores - summary.proc_cpu_pct_mean / 100
+    covered = sum(b - a for a, b in _merge(windows))
+    return Contention(other, other >= CONTENDED_CORES if covered >= MIN_JUDGED_NS else None)
 
 
 def samples_frame(samples) -> pd.DataFrame:

@@ -10,12 +10,19 @@ cache bookkeeping, mask, attention, other ops, Python (the innermost frame's sel
 with_stack) and unattributed time, which add up to the wall time; the kernels by name and category; the top
 Python frames; a summary. On a CPU-only trace the dispatched op count (top-level ops) stands in for launches.
 The definitions are in probe/analysis/ledger.py.
+
+Several traces (files, folders of traces, globs) are analyzed in parallel, in a pool of local processes or, with
+--executor ray, as Ray tasks over a cluster (each reads its trace by path: shared storage). Then each trace's
+ledger, and the job across them step by step (probe/analysis/job.py): every rank's wall, GPU busy and launches,
+the slowest rank and how far it trails the median, and the rank slowest most often. A trace that cannot be read
+is named with its error, the others are analyzed, and the command exits 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 HELP = "per-step ledger of any trace: steps, launches, kernels, GPU window busy/idle, host time by part"
@@ -23,8 +30,19 @@ KERNEL_NAME_WIDTH = 70  # the table cuts kernel names here; --json keeps them wh
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("trace", type=Path, help="a .json / .json.gz chrome trace or an nsys .sqlite export")
+    p.add_argument(
+        "trace",
+        nargs="+",
+        help="a .json / .json.gz chrome trace or an nsys .sqlite export; several (files, folders, globs): a job",
+    )
     p.add_argument("--json", action="store_true", help="print the analysis as JSON instead of tables")
+    p.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="several traces: local, a process per core; ray, a task per trace on a Ray cluster (shared storage)",
+    )
+    p.add_argument("--address", help="--executor ray: the cluster to join (default: start a local Ray instance)")
     p.add_argument(
         "--step",
         metavar="N",
@@ -83,11 +101,25 @@ def parse_event_cost(text: str):
 
 
 def main(args: argparse.Namespace) -> int:
+    from probe.analysis.job import expand
+    from probe.errors import ProbeError
+
+    if args.address and args.executor != "ray":
+        raise ProbeError("--address names a Ray cluster: use it with --executor ray")
+    paths = expand(args.trace)
+    if len(paths) > 1:
+        if args.step is not None:
+            raise ProbeError("--step shows one step of one trace: name a single trace")
+        return main_job(args, paths)
+    return main_one(args, paths[0])
+
+
+def main_one(args: argparse.Namespace, path: Path) -> int:
     from probe.analysis.ledger import analyze, step_timeline
     from probe.analysis.trace import load_trace
 
-    options = options_from(args, args.trace)  # bad flags fail before the trace is read
-    trace = load_trace(args.trace)
+    options = options_from(args, path)  # bad flags fail before the trace is read
+    trace = load_trace(path)
     result = analyze(trace, options)
     step = _pick(result, args.step) if args.step is not None else None
     if args.json:
@@ -120,6 +152,95 @@ def main(args: argparse.Namespace) -> int:
     for w in result.warnings:
         console.print(f"[yellow]warning:[/] {w}")
     return 0
+
+
+def main_job(args: argparse.Namespace, paths: list[Path]) -> int:
+    """Several traces: each analyzed in parallel, then lined up as the ranks of one job."""
+    from probe.analysis.job import TraceFailure, analyze_one, job, pool_map
+    from probe.analysis.ledger import AnalyzeOptions
+    from probe.errors import ProbeError
+
+    AnalyzeOptions.parse(args.steps, args.part, args.kernel_category)  # bad flags fail the command, first
+    if args.event_cost_ns is not None:
+        parse_event_cost(args.event_cost_ns)
+    items, early = [], {}
+    for path in paths:
+        try:
+            where = str(path.absolute()) if args.executor == "ray" else str(path)  # a Ray worker has its own cwd
+            items.append((where, options_from(args, path)))
+        except ProbeError as e:  # an unreadable sidecar fails its trace, not the job
+            early[str(path)] = TraceFailure(str(path), str(e))
+    if args.executor == "ray":
+        from probe.cluster import fan_out, session
+
+        with session(args.address):
+            done = fan_out(analyze_one, items)
+    else:
+        done = pool_map(analyze_one, items)
+    result = job([*done, *early.values()])
+    if not result.traces:
+        raise ProbeError(
+            f"none of the {len(paths)} traces could be read: {result.failed[0].source}: {result.failed[0].error}"
+        )
+    if args.json:
+        print(json.dumps(result.to_json(), indent=1))
+    else:
+        from probe import render
+
+        console = render.stdout()
+        for trace, rank in zip(result.traces, result.ranks, strict=True):
+            console.print(f"[bold]rank {rank}[/]: {_escape(trace.source)}")
+            console.print(steps_table(trace))
+            console.print(host_table(trace))
+        for table in job_tables(result):
+            console.print(table)
+        for w in result.warnings:
+            console.print(f"[yellow]warning:[/] {_escape(w)}")
+    for f in result.failed:
+        print(f"probe: error: {f.source}: {f.error}", file=sys.stderr)
+    return 1 if result.failed else 0
+
+
+def job_tables(result):
+    """The job step by step: each rank's wall (with the slowest rank and its trail), GPU busy and launches; the
+    straggler; the traces that could not be read."""
+    ranks = [f"rank {r}" for r in result.ranks]
+    wall = _table(
+        "wall per step and rank (ms): the slowest rank, and how far it trails the median rank",
+        ["#", "step", *ranks, "slowest", "median", "trails by", "trails %"],
+    )
+    for s in result.by_step:
+        walls = [f"[bold red]{_ms(r.wall_ns)}[/]" if r.rank == s.slowest_rank else _ms(r.wall_ns) for r in s.ranks]
+        row = [str(s.step), _short(s.name, 30), *walls, f"rank {s.slowest_rank}", _ms(s.median_wall_ns)]
+        table_row = row + [_ms(s.trails_median_ns), f"{s.trails_median_pct:.1f}"]
+        wall.add_row(*table_row)
+    if (g := result.straggler) is not None:
+        wall.caption = (
+            f"straggler: rank {g.rank}, the slowest in {g.slowest_steps} of {g.steps} steps "
+            f"(trailing the median rank by {g.median_trail_pct:.1f}% in the median of those steps)"
+        )
+    tables = [wall]
+    if result.on_gpu:
+        busy = _table("GPU busy per step and rank (ms)", ["#", "step", *ranks])
+        for s in result.by_step:
+            busy.add_row(str(s.step), _short(s.name, 30), *(_ms(r.gpu_busy_ns) for r in s.ranks))
+        tables.append(busy)
+    launches = _table(f"{result.traces[0].summary.dispatch} per step and rank", ["#", "step", *ranks])
+    for s in result.by_step:
+        launches.add_row(str(s.step), _short(s.name, 30), *(str(r.launches) for r in s.ranks))
+    tables.append(launches)
+    if result.failed:
+        failed = _table("traces that could not be read", ["trace", "error"], left=("trace", "error"))
+        for f in result.failed:
+            failed.add_row(_escape(f.source), _escape(f.error))
+        tables.append(failed)
+    return tables
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
 
 
 def _pick(result, key: str):

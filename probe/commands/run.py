@@ -14,12 +14,14 @@ is installed), telemetry, and the report with every figure the write-ups measure
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import time
 from pathlib import Path
 
 from probe.capture.config import BenchConfig
+from probe.commands.bench import add_sweep_arguments, check_sweep_arguments
 from probe.commands.history import add_record_arguments, record
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import from_args
@@ -58,6 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="skip the static and batched sweeps that test the write-ups' closing predictions",
     )
+    add_sweep_arguments(p)
     add_record_arguments(p)
     p.add_argument("--quick", action="store_true", help="every experiment at reduced size, the whole report")
     p.add_argument("--no-nsys", action="store_true", help="--quick: skip the Nsight Systems traces")
@@ -111,6 +114,7 @@ def main(args: argparse.Namespace) -> int:
     from probe.analysis.files import atomic_write
     from probe.analysis.report import (
         REPORT_FILE,
+        REPORT_MD,
         Report,
         batching_verdict,
         hand_figures,
@@ -119,6 +123,7 @@ def main(args: argparse.Namespace) -> int:
     )
     from probe.analysis.results import BenchResults
     from probe.analysis.roofline.formulas import arch_for
+    from probe.analysis.runfolder import claim
     from probe.capture.config import settle
     from probe.capture.machine import measure_machine
     from probe.capture.profile import find_nsys, prepare_graph_profiling
@@ -126,6 +131,7 @@ def main(args: argparse.Namespace) -> int:
     from probe.errors import ProbeError
 
     start = time.perf_counter()
+    check_sweep_arguments(args)
     device = resolve_device(getattr(args, "device", "auto"))
     base = defaults_for(device.type, args.quick)
     if hasattr(args, "prompts"):  # the user's prompt lengths: naive is timed at all of them unless told otherwise
@@ -133,38 +139,48 @@ def main(args: argparse.Namespace) -> int:
     cfg = settle(from_args(BenchConfig, args, **base), device.type)
     prepare_graph_profiling(device)  # before the first CUDA graph is captured in this process
     out = args.out or Path("runs") / time.strftime("run-%Y%m%d-%H%M%S")
+    claim(out, resume=args.resume, force=args.force)
     # One model for every part (--quick): a compiled step is guarded on the model it was compiled for.
-    model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed) if args.quick else None
+    local = args.executor == "local"
+    model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed) if args.quick and local else None
     output = "json" if args.json else "table"
-    results, code = execute(cfg, out, output, title=f"probe run: {cfg.model} {cfg.dtype}", model=model)
-    console = render.stdout() if not args.json else render.stderr()
-    if not args.json:
-        console.print(render.serving_table(results))
-    combined = results
-    if not args.no_next:
-        # The write-ups' closing predictions: a static (captured) step at the shortest prompt, and B sequences
-        # per forward there. Recorded in their own folder so the main sweep's cells stay as they were.
-        short = min(cfg.prompts)
-        nxt = [] if "static" in cfg.engines else [dataclasses.replace(cfg, engines=("static",), prompts=(short,))]
-        nxt.append(
-            dataclasses.replace(cfg, engines=("batched",), prompts=(short,), batch=NEXT_BATCHES, naive_prompts=())
-        )
-        runs = [execute(c, out / f"next-{c.engines[0]}", "none", model=model) for c in nxt]
-        code = max([code, *(c for _, c in runs)])
-        extra = [r for r, _ in runs]
-        combined = BenchResults(
-            results.cells + [c for r in extra for c in r.cells],
-            results.env,
-            results.config,
-            results.complete and all(r.complete for r in extra),
-        )
+    sweep = dict(resume=args.resume, executor=args.executor, address=args.address)
+    ray = contextlib.nullcontext()
+    if not local:  # one Ray session for every sweep of the run, not one each
+        from probe.cluster import session
+
+        ray = session(args.address)
+    with ray:
+        results, code = execute(cfg, out, output, title=f"probe run: {cfg.model} {cfg.dtype}", model=model, **sweep)
+        console = render.stdout() if not args.json else render.stderr()
         if not args.json:
-            console.print(
-                render.cells_table(
-                    BenchResults(combined.cells[len(results.cells) :], results.env, results.config),
-                    "the next steps: " + " and ".join(c.engines[0] for c in nxt),
-                )
+            console.print(render.serving_table(results))
+        combined = results
+        if not args.no_next:
+            # The write-ups' closing predictions: a static (captured) step at the shortest prompt, and B sequences
+            # per forward there. Recorded in their own folder so the main sweep's cells stay as they were.
+            short = min(cfg.prompts)
+            nxt = [] if "static" in cfg.engines else [dataclasses.replace(cfg, engines=("static",), prompts=(short,))]
+            nxt.append(
+                dataclasses.replace(cfg, engines=("batched",), prompts=(short,), batch=NEXT_BATCHES, naive_prompts=())
             )
+            runs = [execute(c, out / f"next-{c.engines[0]}", "none", model=model, **sweep) for c in nxt]
+            code = max([code, *(c for _, c in runs)])
+            extra = [r for r, _ in runs]
+            combined = BenchResults(
+                results.cells + [c for r in extra for c in r.cells],
+                results.env,
+                results.config,
+                results.complete and all(r.complete for r in extra),
+                failed=results.failed + [f for r in extra for f in r.failed],
+            )
+            if not args.json:
+                console.print(
+                    render.cells_table(
+                        BenchResults(combined.cells[len(results.cells) :], results.env, results.config),
+                        "the next steps: " + " and ".join(c.engines[0] for c in nxt),
+                    )
+                )
     if model is None:
         model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
     machine, overhead = measure_machine(cfg.model, cfg.dtype, cfg.device, results.env["device_name"], model)
@@ -191,7 +207,7 @@ def main(args: argparse.Namespace) -> int:
     )
     figures = hand_figures(combined, report, min(cfg.prompts))
     atomic_write(out / REPORT_FILE, json.dumps(report.to_json(), indent=1))
-    atomic_write(out / "report.md", render.report_markdown(combined, report, figures))
+    atomic_write(out / REPORT_MD, render.report_markdown(combined, report, figures))
     if not args.json:
         console.print(render.digest_table(report.ledgers))
         console.print(render.figures_table(figures))

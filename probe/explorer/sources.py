@@ -38,7 +38,7 @@ MAX_SOURCES = 500  # a root such as $HOME must not hang the sidebar
 @dataclass(frozen=True)
 class Source:
     rel: str  # path from the root, "/"-separated
-    kind: str  # "run" (a results folder or file) | "trace" | "history" (a run history, DuckDB)
+    kind: str  # "run" (a results folder or file) | "trace" | "history" (a run history, DuckDB) | "job"
 
     @property
     def label(self) -> str:
@@ -83,27 +83,32 @@ def source_path(root: Path, source: Source) -> Path:
 
 
 def list_sources(root: Path, max_depth: int = MAX_DEPTH, limit: int = MAX_SOURCES) -> tuple[list[Source], bool]:
-    """Run folders, baseline files, traces and run histories under root, in that order, each sorted by path; and
-    whether the listing stopped at `limit`. Symlinked folders are not entered; a symlinked file is listed only
-    when it resolves inside root."""
+    """Run folders, baseline files, traces, run histories and jobs (folders holding two traces or more: the ranks
+    of one job, probe analyze's PATH...) under root, in that order, each sorted by path; and whether the listing
+    stopped at `limit`. Symlinked folders are not entered; a symlinked file is listed only when it resolves inside
+    root."""
     root = Path(root).resolve()
-    runs, traces, histories = [], [], []
+    runs, traces, histories, jobs = [], [], [], []
     for folder, dirs, files in os.walk(root):
         here = Path(folder)
         depth = len(here.relative_to(root).parts)
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS and depth < max_depth)
         if RESULTS_FILE in files and _inside(root, here / RESULTS_FILE):
             runs.append(Source(_rel(root, here), "run"))
+        here_traces = 0
         for name in sorted(files):
             if here.name == BASELINES_DIR and name.endswith(".json") and _inside(root, here / name):
                 runs.append(Source(_rel(root, here / name), "run"))
             elif is_trace_name(name) and _inside(root, here / name):
                 traces.append(Source(_rel(root, here / name), "trace"))
+                here_traces += 1
             elif name.endswith(HISTORY_SUFFIX) and _inside(root, here / name):
                 histories.append(Source(_rel(root, here / name), "history"))
-        if len(runs) + len(traces) + len(histories) >= limit:
-            return _ordered(runs, traces, histories)[:limit], True
-    return _ordered(runs, traces, histories), False
+        if here_traces >= 2:
+            jobs.append(Source(_rel(root, here), "job"))
+        if len(runs) + len(traces) + len(histories) + len(jobs) >= limit:
+            return _ordered(runs, traces, histories, jobs)[:limit], True
+    return _ordered(runs, traces, histories, jobs), False
 
 
 def _ordered(*kinds: list[Source]) -> list[Source]:
@@ -139,6 +144,11 @@ def source_of(root: Path, path: str | Path | None) -> Source | None:
         return None
     kind = "trace" if is_trace_name(rel.name) else "run"
     return Source(rel.as_posix() or ".", kind)
+
+
+def job_traces(root: Path, folder: Path) -> list[Path]:
+    """A job's traces: the trace files directly in its folder, inside root, by name."""
+    return sorted(p for p in Path(folder).iterdir() if is_trace_name(p.name) and p.is_file() and _inside(root, p))
 
 
 def stamp(path: Path) -> tuple:
