@@ -14,6 +14,7 @@ The decode trace imitates what torch 2.13 writes for a CUDA decode loop under ou
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import sqlite3
@@ -237,18 +238,32 @@ def make_nsys_export(path: Path, events: int) -> None:
 
 
 def main(argv: list[str]) -> None:
-    what, out, *rest = argv
-    path = Path(out)
-    if what == "decode":
-        path.write_bytes(make_trace(int(rest[0]), int(rest[1])))
-    elif what == "big":
-        print(write_big_trace(path, float(rest[0])))
-    elif what in ("nested", "flat"):
-        path.write_text(nested_trace(int(rest[0]), what == "nested", rest[1]))
-    elif what == "nsys":
-        make_nsys_export(path, int(rest[0]))
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    kinds = p.add_subparsers(dest="what", required=True)
+
+    def kind(name: str, help: str) -> argparse.ArgumentParser:
+        sub = kinds.add_parser(name, help=help)
+        sub.add_argument("out", type=Path, help="the file to write")
+        return sub
+
+    decode = kind("decode", "a decode trace of STEPS steps, ~EVENTS events in all")
+    decode.add_argument("steps", type=int)
+    decode.add_argument("events", type=int)
+    kind("big", "steps of 400 events until GB gigabytes are written").add_argument("gb", type=float)
+    for shape in ("nested", "flat"):
+        one = kind(shape, f"N events {shape} (each inside the last, or side by side)")
+        one.add_argument("n", type=int)
+        one.add_argument("kind", choices=("ops", "ranges", "calls"))
+    kind("nsys", "an Nsight Systems SQLite export of ~EVENTS events").add_argument("events", type=int)
+    args = p.parse_args(argv)
+    if args.what == "decode":
+        args.out.write_bytes(make_trace(args.steps, args.events))
+    elif args.what == "big":
+        print(write_big_trace(args.out, args.gb))
+    elif args.what in ("nested", "flat"):
+        args.out.write_text(nested_trace(args.n, args.what == "nested", args.kind))
     else:
-        sys.exit(__doc__)
+        make_nsys_export(args.out, args.events)
 
 
 if __name__ == "__main__":

@@ -144,3 +144,14 @@ def test_analyze_compare_and_roofline_run_without_torch(tmp_path):
         code = f"from probe.cli import main\nrc = main({argv!r})\nassert 'torch' not in sys.modules\nsys.exit(rc)"
         result = _without_torch(code, tmp_path)
         assert result.returncode == 0, (argv, result.stderr[-2000:])
+
+
+def test_every_benchmark_still_parses_its_flags():
+    """The benchmarks are not run by the suite (they measure); their imports and flags must still follow the API."""
+    scripts = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if p.stem != "__init__")
+    assert "reconcile" in scripts and "many_traces" in scripts
+    for name in scripts:
+        result = subprocess.run(
+            [sys.executable, "-m", f"benchmarks.{name}", "--help"], cwd=ROOT, capture_output=True, text=True
+        )
+        assert result.returncode == 0 and "usage:" in result.stdout, (name, result.stderr[-2000:])
