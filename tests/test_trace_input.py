@@ -219,6 +219,19 @@ def test_a_large_file_that_is_not_json_is_refused_from_its_first_block(tmp_path,
     assert "not JSON" in one_line_error(path)
 
 
+def test_leading_whitespace_longer_than_a_block_is_skipped_not_taken_for_the_whole_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(pieces, "PIECE_BYTES", 4096)
+    body = gzip.decompress((DATA / "hand_decode.trace.json.gz").read_bytes())
+    padded = tmp_path / "padded.json.gz"
+    padded.write_bytes(gzip.compress(b" \n\t\r" * 10_000 + body))  # ten blocks of whitespace, then the trace
+    want = load_trace(DATA / "hand_decode.trace.json.gz")
+    got = load_trace(padded)
+    assert len(got) == len(want) and got.names == want.names
+    blank = tmp_path / "blank.json"
+    blank.write_bytes(b" \n" * 10_000)
+    assert one_line_error(blank).endswith("only whitespace, no JSON")
+
+
 # --- JSON nested past any decoder's depth --------------------------------------------------------------------
 
 

@@ -160,7 +160,7 @@ class _Table:
         """The trace's last events and its top-level keys: (baseTimeNanoseconds, distributedInfo.rank)."""
         head = doc.lstrip()[:1]
         if not head:
-            raise ProbeError(f"{self.source}: empty file")
+            raise ProbeError(f"{self.source}: {'empty file' if not doc else 'only whitespace, no JSON'}")
         if head == b"[":
             if not self._add_events(doc):
                 raise ProbeError(f"{self.source}: not JSON ({self.error})")

@@ -36,6 +36,8 @@ def split(stream: BinaryIO, whole: Callable[[bytes], bool], source: str, frame_o
     buf = bytearray(_read(stream, PIECE_BYTES))
     if buf.startswith(_BOM):
         del buf[:3]
+    while buf and buf.isspace() and (block := _read(stream, PIECE_BYTES)):
+        buf[:] = block  # leading whitespace of any length is JSON's: skipped, a block at a time
     if buf.lstrip()[:1] not in (b"{", b"["):
         return bytes(buf)  # not a JSON object or array: the first block is enough for the decoder to say what it is
     m = _FRAME.match(buf)
