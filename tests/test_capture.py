@@ -187,3 +187,13 @@ def test_profile_prepares_for_graphs_before_any_warmup(monkeypatch, tmp_path):
     monkeypatch.setattr(profile, "generate", lambda *a, **k: order.append("run") or real_generate(*a, **k))
     profile.profile_torch(ProfileConfig(engine="cached", prompt=8, new_tokens=3, warmup=2, device="cpu"), tmp_path)
     assert order == ["prepare", "run", "run", "run"]  # two warmups, then the recorded run
+
+
+def test_kinetos_per_session_lines_are_quiet_unless_asked_for(tmp_path):
+    argv = ["profile", "--engine", "cached", "--prompt", "8", "--new-tokens", "3", "--device", "cpu", "--no-history"]
+    unset = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}  # this process imported probe.capture
+    quiet = run_probe(*argv, "--out", str(tmp_path / "a"), env=unset)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "USDT:" not in quiet.stderr
+    asked = run_probe(*argv, "--out", str(tmp_path / "b"), env=os.environ | {"KINETO_LOG_LEVEL": "0"})
+    assert asked.returncode == 0 and "profiler_start" in asked.stderr  # the user's setting wins
