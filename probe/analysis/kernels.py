@@ -157,6 +157,27 @@ def grouped_medians(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, n
     return k[first], (v[lo].astype(np.float64) + v[hi].astype(np.float64)) / 2
 
 
+def grouped_quantiles(keys: np.ndarray, values: np.ndarray, qs: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted unique keys, an array of len(qs) rows: each key's quantile q of `values`), with np.percentile's
+    default ("linear") method and arithmetic, so each figure equals np.percentile(group, 100 * q)."""
+    if len(keys) == 0:
+        return np.zeros(0, keys.dtype), np.zeros((len(qs), 0), np.float64)
+    order = np.lexsort((values, keys))
+    k, v = keys[order], values[order]
+    first = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
+    last = np.append(first[1:], len(k)) - 1
+    out = np.empty((len(qs), len(first)), np.float64)
+    for row, q in enumerate(qs):
+        at = (last - first) * q  # numpy's virtual index, (n - 1) q
+        below = np.floor(at).astype(np.int64)
+        t = at - below
+        a = v[first + below]
+        b = v[np.minimum(first + below + 1, last)]
+        step = b - a
+        out[row] = np.where(t >= 0.5, b - step * (1 - t), a + step * t)  # numpy's _lerp, both halves
+    return k[first], out
+
+
 def kernel_stats(
     group: np.ndarray,
     name_id: np.ndarray,

@@ -711,12 +711,9 @@ def _launch_delays(trace: Trace, gpu: _Gpu, is_kernel: np.ndarray, launch_names:
     delay = trace.ts_ns[gpu.op_rows[direct]] - trace.ts_ns[gpu.op_launch[direct]]
     p50: list[float | None] = [None] * n
     p90: list[float | None] = [None] * n
-    if len(step):
-        order = np.argsort(step, kind="stable")
-        step, delay = step[order], delay[order]
-        bounds = np.flatnonzero(np.concatenate(([True], step[1:] != step[:-1], [True])))
-        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-            p50[step[a]], p90[step[a]] = (float(x) for x in np.percentile(delay[a:b], [50, 90]))
+    steps, (q50, q90) = K.grouped_quantiles(step, delay, (0.5, 0.9))
+    for i, a, b in zip(steps.tolist(), q50.tolist(), q90.tolist(), strict=True):
+        p50[i], p90[i] = a, b
     return p50, p90
 
 
