@@ -9,11 +9,11 @@ session is only good for the counts. Exit codes: 0 no regression, 1 regression, 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from probe.analysis.compare import ALPHA, THRESHOLD
 from probe.capture.config import BenchConfig
+from probe.commands import print_json
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import from_args
 
@@ -52,7 +52,7 @@ def main(args: argparse.Namespace) -> int:
 
         atomic_write(Path(args.markdown), result.to_markdown())
     if args.json:
-        print(json.dumps(result.to_json(), indent=1))
+        print_json(result.to_json())
     else:
         print_report(result)
     return 1 if result.regressed else 0

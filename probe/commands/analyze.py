@@ -21,9 +21,10 @@ is named with its error, the others are analyzed, and the command exits 1.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
+
+from probe.commands import print_json
 
 HELP = "per-step ledger of any trace: steps, launches, kernels, GPU window busy/idle, host time by part"
 KERNEL_NAME_WIDTH = 70  # the table cuts kernel names here; --json keeps them whole
@@ -127,7 +128,7 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
         if step is not None:
             out["steps"] = [step.to_json()]
             out["timeline"] = [vars(it) for it in step_timeline(trace, step)]
-        print(json.dumps(out, indent=1))
+        print_json(out)
         return 0
     from probe import render
 
@@ -183,7 +184,7 @@ def main_job(args: argparse.Namespace, paths: list[Path]) -> int:
             f"none of the {len(paths)} traces could be read: {result.failed[0].source}: {result.failed[0].error}"
         )
     if args.json:
-        print(json.dumps(result.to_json(), indent=1))
+        print_json(result.to_json())
     else:
         from probe import render
 

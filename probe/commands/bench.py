@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import signal
 import sys
 from pathlib import Path
 
 from probe.capture.config import BenchConfig
+from probe.commands import print_json
 from probe.commands.history import add_record_arguments, record
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import from_args
@@ -141,7 +141,7 @@ def execute(
         print(f"probe: {interrupted_message(out, done, total)}", file=sys.stderr)
         raise SystemExit(128 + stopped[0]) from None
     if output == "json":
-        print(json.dumps(results.to_json(), indent=1))
+        print_json(results.to_json())
     elif output == "table":
         console = render.stdout()
         console.print(render.cells_table(results, title))

@@ -12,11 +12,11 @@ Exit codes: 0 no regression, 1 regression, 2 unusable input (missing or corrupt 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from probe.analysis.compare import ALPHA, THRESHOLD
+from probe.commands import print_json
 
 HELP = "compare against a baseline: exact launch counts, noise-aware timings; exit 1 on a regression"
 
@@ -74,7 +74,7 @@ def main(args: argparse.Namespace) -> int:
 
             raise ProbeError(f"cannot write {args.markdown}: {e.strerror or e}") from None
     if args.json:
-        print(json.dumps(result.to_json(), indent=1))
+        print_json(result.to_json())
     else:
         print_report(result)
     return 1 if result.regressed else 0

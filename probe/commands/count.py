@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 
 from probe.capture.config import DTYPE_CHOICES, DTYPE_HELP, MODEL_HELP, BenchConfig, settle, validate
+from probe.commands import print_json
 from probe.flags import int_list, str_list
 
 HELP = "count aten ops dispatched per forward (prefill and one decode step)"
@@ -52,7 +52,7 @@ def main(args: argparse.Namespace) -> int:
         for name in args.engines
     ]
     if args.json:
-        print(json.dumps([dataclasses.asdict(c) for c in counts], indent=1))
+        print_json([dataclasses.asdict(c) for c in counts])
         return 0
     table = Table(title=f"aten ops per forward: {cfg.model} {cfg.dtype} on {device}", title_justify="left")
     for col in ("engine", "prompt", "prefill ops", "decode ops"):

@@ -18,9 +18,10 @@ $PROBE_HISTORY) a failed write exits 2, so that CI notices.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
+
+from probe.commands import print_json
 
 HELP = "the run history (DuckDB): list runs, check the trend of every configuration, show a run, import runs"
 
@@ -87,7 +88,7 @@ def main(args: argparse.Namespace) -> int:
 
 def list_runs(runs, as_json: bool, path: Path) -> int:
     if as_json:
-        print(json.dumps([r.to_json() for r in runs], indent=1))
+        print_json([r.to_json() for r in runs])
         return 0
     from rich.markup import escape
     from rich.table import Table
@@ -110,7 +111,7 @@ def show_run(judgement, as_json: bool) -> int:
     from probe.commands.compare import print_report
 
     if as_json:
-        print(json.dumps(judgement.to_json(), indent=1))
+        print_json(judgement.to_json())
     elif judgement.comparison is None:
         print(f"run {judgement.run.run_id} @ {judgement.run.short_commit}: {judgement.run.config}")
         print(judgement.reason)
@@ -134,7 +135,7 @@ def report_check(result, as_json: bool, markdown: Path | None) -> int:
         except OSError as e:
             raise ProbeError(f"cannot write {markdown}: {e.strerror or e}") from None
     if as_json:
-        print(json.dumps(result.to_json(), indent=1))
+        print_json(result.to_json())
         return 1 if result.regressed else 0
     console = render.stdout()
     for j in result.judgements:

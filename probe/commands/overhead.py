@@ -6,9 +6,9 @@ construction, sampling, sync), so the gap between the two is measured rather tha
 from __future__ import annotations
 
 import argparse
-import json
 
 from probe.capture.config import DTYPE_CHOICES, DTYPE_HELP, MODEL_HELP
+from probe.commands import print_json
 
 HELP = "measure the host floor and time a cached step's bookkeeping piece by piece"
 
@@ -34,7 +34,7 @@ def main(args: argparse.Namespace) -> int:
         raise ProbeError("--context, --steps and --reps must be at least 1")
     r = measure(args.model, args.dtype, args.device, args.context, args.steps, args.reps)
     if args.json:
-        print(json.dumps(r.to_json(), indent=1))
+        print_json(r.to_json())
         return 0
     console = render.stdout()
     console.print(f"[bold]floor[/]: single-token forward, no cache, {r.model} {r.dtype} on {r.device}")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from probe.analysis.hardware import DEVICES
+from probe.commands import print_json
 from probe.errors import ProbeError
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import from_args, knob
@@ -125,7 +126,7 @@ def main(args: argparse.Namespace) -> int:
         model=cfg.model,
     )
     if args.json:
-        print(json.dumps(report.to_json(), indent=1))
+        print_json(report.to_json())
     else:
         render.stdout().print(table(report))
     return 0
