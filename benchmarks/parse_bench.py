@@ -49,8 +49,8 @@ What grew with the step count at 1000 steps (cProfile of `probe analyze --json`,
 
 | stage | before | now |
 |---|---|---|
-| launch delays: np.percentile called once a step | ledger 0.125 s | one grouped pass (kernels.grouped_quantiles): 0.10 s |
-| `--json` written by json.dumps (0.41 s of a 1.03 s profile) | process 0.63 s, 120 MiB | msgspec: 0.59 s, 102 MiB |
+| launch delays: np.percentile once a step | ledger 0.125 s | one grouped pass (grouped_quantiles): 0.10 s |
+| `--json` by json.dumps (0.41 s of a 1.03 s profile) | process 0.63 s, 120 MiB | msgspec: 0.59 s, 102 MiB |
 """
 
 from __future__ import annotations
