@@ -47,7 +47,7 @@ def device_name(device: torch.device) -> str:
 
 def environment(device: torch.device, dtype: str) -> dict:
     return {
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # a TorchVersion, a str subclass: plain text for every encoder
         "transformers": transformers.__version__,
         "python": platform.python_version(),
         "device": str(device),
