@@ -342,6 +342,11 @@ def _engines(figures) -> list[str]:
     return list(dict.fromkeys(e for f in figures for e in f.values))
 
 
+def _markdown(frame: pd.DataFrame, floatfmt: str) -> str:
+    """A table for report.md: a figure that was not measured (NaN, None) is a dash, not `nan`."""
+    return frame.astype(object).where(frame.notna(), None).to_markdown(index=False, floatfmt=floatfmt, missingval="-")
+
+
 def report_markdown(results: BenchResults, report, figures=()) -> str:
     """The run report as Markdown: cells, serving figures, hand measurements, predictions, verdicts, bookkeeping.
     Tables through pandas."""
@@ -360,6 +365,7 @@ def report_markdown(results: BenchResults, report, figures=()) -> str:
             "decode_ops",
         ]
     ].copy()
+    cells["decode_ops"] = cells["decode_ops"].astype("Int64")  # a count, or none where it was not measured (static)
     cells["tokens"] = [parity_text(c, markup=False) for c in results.cells]
     serving = results.cells_frame()[["engine", "prompt_tokens", "batch", *(name for _, name in SERVING_COLUMNS)]]
     preds = pd.DataFrame([dataclasses.asdict(p) for p in report.predictions])
@@ -372,11 +378,11 @@ def report_markdown(results: BenchResults, report, figures=()) -> str:
         "",
         "## Cells",
         "",
-        cells.to_markdown(index=False, floatfmt=".2f"),
+        _markdown(cells, ".2f"),
         "",
         "## Serving figures (ms; vLLM benchmark_serving definitions)",
         "",
-        serving.to_markdown(index=False, floatfmt=".2f"),
+        _markdown(serving, ".2f"),
         "",
     ]
     if figures:
@@ -398,7 +404,7 @@ def report_markdown(results: BenchResults, report, figures=()) -> str:
         "",
     ]
     if not preds.empty:
-        lines.append(preds.to_markdown(index=False, floatfmt=".3f"))
+        lines.append(_markdown(preds, ".3f"))
     if report.ledgers:
         digest = pd.DataFrame(
             [
@@ -410,7 +416,7 @@ def report_markdown(results: BenchResults, report, figures=()) -> str:
             "",
             "## Where a decode step goes (median decode step of a profiled run, us)",
             "",
-            digest.to_markdown(index=False, floatfmt=".1f"),
+            _markdown(digest, ".1f"),
         ]
     lines += ["", "## The write-ups' predictions, checked here", ""]
     word = {True: "supported", False: "not supported", None: "not measured"}
@@ -426,6 +432,6 @@ def report_markdown(results: BenchResults, report, figures=()) -> str:
             f"Cached step at context {o.context_tokens}: {o.cached_step_ms:.3f} ms; "
             f"bookkeeping {o.bookkeeping_ms:.3f} ms of a {o.gap_ms:.3f} ms gap.",
             "",
-            pd.DataFrame([dataclasses.asdict(p) for p in o.pieces]).to_markdown(index=False, floatfmt=".1f"),
+            _markdown(pd.DataFrame([dataclasses.asdict(p) for p in o.pieces]), ".1f"),
         ]
     return "\n".join(lines) + "\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from probe.analysis.report import load_report
 from probe.analysis.results import load_results
@@ -93,4 +94,8 @@ def test_probe_run_quick_prints_the_whole_report(tmp_path):
     assert set(report.steps) == {"naive", "cached", "static", "batched"} and report.overhead.floor_unsynced_ms > 0
     assert [v.supported is not None for v in report.verdicts] == [True, True]
     assert len(list((out / "traces").glob("*.trace.json.gz"))) == 4
-    assert "## The write-ups' hand measurements, measured here" in (out / "report.md").read_text()
+    markdown = (out / "report.md").read_text()
+    assert "## The write-ups' hand measurements, measured here" in markdown
+    assert not re.search(r"\bnan\b", markdown, re.IGNORECASE)  # static's op count is not measured: a dash
+    static_row = next(line for line in markdown.splitlines() if line.startswith("| static   |"))
+    assert static_row.split("|")[-3].strip() == "-"
