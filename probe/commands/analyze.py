@@ -289,8 +289,9 @@ def steps_table(result):
     cols += (
         ["launches", "graphs", "kernels", "GPU window", "GPU busy", "busy %"] if gpu else ["top-level ops", "cpu ops"]
     )
+    n = len(result.steps)
     table = _table(
-        f"{result.source}  ({result.format}{rank}; {len(result.steps)} steps found by {result.step_rule}; times in ms)",
+        f"{result.source}  ({result.format}{rank}; {n} step{'s' * (n != 1)} found by {result.step_rule}; times in ms)",
         cols,
     )
     for s in result.steps:
