@@ -81,6 +81,15 @@ def test_bytes_that_are_not_utf8_in_names_are_replaced_not_fatal(hand_nsys, tmp_
     assert names == {"gemv\ufffd\ufffdernel"}
 
 
+def test_a_damaged_schema_quoted_in_sqlites_error_is_one_line(hand_nsys, tmp_path):
+    """SQLite's error for a damaged CREATE TABLE quotes its bytes; Python decodes that message as strict UTF-8."""
+    data = hand_nsys.read_bytes()
+    at = data.index(b"NULL", data.index(b"CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY"))
+    damaged = tmp_path / "damaged.sqlite"
+    damaged.write_bytes(data[:at] + b"\x80" + data[at + 1 :])  # 'NULL' -> '\x80ULL': a syntax error in the schema
+    assert "malformed database schema" in one_line_error(damaged)
+
+
 @pytest.mark.parametrize("name", ["run#1.sqlite", "what?.sqlite", "50%.sqlite", "sp ace;'\".sqlite"])
 def test_any_character_in_a_name_opens_that_file_read_only(hand_nsys, tmp_path, name):
     """`#` ends a URI's path: `run#1.sqlite` would open `run` read-write, creating it. Nothing new may appear."""

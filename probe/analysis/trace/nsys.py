@@ -80,6 +80,9 @@ def _read_file(path: Path, source: Path) -> Trace:
         return _read_tables(con, source)
     except sqlite3.Error as e:
         raise ProbeError(f"{source}: unreadable SQLite export ({str(e).splitlines()[0] if str(e) else e!r})") from None
+    except UnicodeDecodeError as e:  # SQLite's own error message quoting a damaged schema's bytes
+        why = e.object.decode("utf-8", "replace").splitlines()[0] if isinstance(e.object, bytes) else str(e)
+        raise ProbeError(f"{source}: unreadable SQLite export ({why})") from None
     finally:
         con.close()
 
