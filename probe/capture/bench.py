@@ -20,10 +20,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import signal
 import socket
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -410,12 +412,39 @@ class Sweep:
         self.results.cells = [self.done[i] for i in order if isinstance(self.done[i], Cell)]
         self.results.failed = [self.done[i] for i in order if isinstance(self.done[i], FailedCell)]
         if self.out is not None:
-            self.results.save(self.out)
             kept = [i for i in order if isinstance(self.done[i], Cell)]
             rows = [{**r, "cell": n} for n, i in enumerate(kept) for r in self.samples.get(i, ())]
-            if rows:
-                write_samples(rows, self.out / TELEMETRY_FILE)
+            with _signals_deferred():  # an interrupt lands after both files, never between them
+                if rows:
+                    write_samples(rows, self.out / TELEMETRY_FILE)
+                self.results.save(self.out)  # last: results.json is what --resume and readers trust
         return self.results
+
+
+@contextlib.contextmanager
+def _signals_deferred():
+    """SIGINT and SIGTERM that arrive during the block are handled when it ends, by the handlers that were in place
+    (Python runs signal handlers in the main thread only, so elsewhere nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[tuple[int, object]] = []
+
+    def note(n, frame):
+        caught.append((n, frame))
+
+    held = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
+        for n, frame in caught[:1]:  # one interrupt is enough to stop
+            handler = held[n]
+            if callable(handler):
+                handler(n, frame)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(n)
 
 
 # What --resume may change: the cells (it adds the missing ones) and what is done with a parity verdict.
