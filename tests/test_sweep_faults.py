@@ -14,6 +14,7 @@ import pytest
 
 from probe.analysis.results import load_results
 from probe.analysis.telemetry import CONTENDED_CORES, MIN_JUDGED_NS, TelemetrySummary, contention
+from probe.capture.bench import _signals_deferred
 from tests.conftest import ROOT, interrupt_sweep, run_probe
 from tests.variants import RAISE_AT_PROMPT
 
@@ -168,10 +169,8 @@ def test_without_an_executor_ray_is_never_imported(tmp_path):
 
 
 def test_an_interrupt_during_a_save_lands_after_it(tmp_path):
-    """results.json and telemetry.parquet are written with SIGINT and SIGTERM held: a signal sent between the two
+    """results.json and telemetry.parquet are written with SIGINT and SIGTERM deferred: a signal sent between the two
     writes is delivered after both (a resumed sweep once found a kept cell without its telemetry)."""
-    from probe.capture.bench import _signals_deferred
-
     written = []
     with pytest.raises(KeyboardInterrupt):
         with _signals_deferred():

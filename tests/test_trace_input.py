@@ -63,8 +63,9 @@ def test_percent_escapes_in_a_name_open_that_file_not_another(hand_nsys, tmp_pat
     assert len(load_trace(target)) == len(load_trace(hand_nsys))
 
 
-def test_bytes_that_are_not_utf8_in_names_are_replaced_not_fatal(hand_nsys, tmp_path):
-    """SQLite stores text as given: a table name and a kernel name with stray bytes still read, with U+FFFD."""
+def test_a_table_name_that_is_not_utf8_does_not_stop_the_read(hand_nsys, tmp_path):
+    """SQLite stores text as given, and the reader lists the tables first: a stray byte in the name of a table it
+    does not read still loads the export (a stray byte in a kernel's name: test_trace.py)."""
     copy = tmp_path / "copy.sqlite"
     copy.write_bytes(hand_nsys.read_bytes())
     con = sqlite3.connect(str(copy))
@@ -72,13 +73,10 @@ def test_bytes_that_are_not_utf8_in_names_are_replaced_not_fatal(hand_nsys, tmp_
     con.commit()
     con.close()
     data = copy.read_bytes()
-    assert data.count(b"Zqqqq") >= 1 and data.count(b"gemv_kernel") == 1
-    damaged = tmp_path / "damaged.sqlite"  # same lengths, so every page and record stays well formed
-    damaged.write_bytes(data.replace(b"Zqqqq", b"Z\xff\xfeqq").replace(b"gemv_kernel", b"gemv\xff\xfeernel"))
-    trace = load_trace(damaged)
-    assert len(trace) == len(load_trace(hand_nsys))
-    names = {name for name in trace.names if "gemv" in name}
-    assert names == {"gemv\ufffd\ufffdernel"}
+    assert data.count(b"Zqqqq") >= 1
+    damaged = tmp_path / "damaged.sqlite"  # the same length, so every page and record stays well formed
+    damaged.write_bytes(data.replace(b"Zqqqq", b"Z\xff\xfeqq"))
+    assert len(load_trace(damaged)) == len(load_trace(hand_nsys))
 
 
 def test_a_damaged_schema_quoted_in_sqlites_error_is_one_line(hand_nsys, tmp_path):

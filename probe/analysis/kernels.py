@@ -144,16 +144,21 @@ class KernelStat:
         }
 
 
+def _sorted_groups(keys: np.ndarray, values: np.ndarray):
+    """Keys and values sorted by key, then value; and each key's first and last index (keys must not be empty)."""
+    order = np.lexsort((values, keys))
+    k, v = keys[order], values[order]
+    first = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
+    return k, v, first, np.append(first[1:], len(k)) - 1
+
+
 def grouped_medians(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sorted unique keys, the median of `values` within each key), numpy's interpolation for even counts."""
     if len(keys) == 0:
         return np.zeros(0, keys.dtype), np.zeros(0, np.float64)
-    order = np.lexsort((values, keys))
-    k, v = keys[order], values[order]
-    first = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
-    counts = np.diff(np.append(first, len(k)))
-    lo = first + (counts - 1) // 2
-    hi = first + counts // 2
+    k, v, first, last = _sorted_groups(keys, values)
+    lo = first + (last - first) // 2
+    hi = first + (last - first + 1) // 2
     return k[first], (v[lo].astype(np.float64) + v[hi].astype(np.float64)) / 2
 
 
@@ -162,10 +167,7 @@ def grouped_quantiles(keys: np.ndarray, values: np.ndarray, qs: tuple[float, ...
     default ("linear") method and arithmetic, so each figure equals np.percentile(group, 100 * q)."""
     if len(keys) == 0:
         return np.zeros(0, keys.dtype), np.zeros((len(qs), 0), np.float64)
-    order = np.lexsort((values, keys))
-    k, v = keys[order], values[order]
-    first = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
-    last = np.append(first[1:], len(k)) - 1
+    k, v, first, last = _sorted_groups(keys, values)
     out = np.empty((len(qs), len(first)), np.float64)
     for row, q in enumerate(qs):
         at = (last - first) * q  # numpy's virtual index, (n - 1) q

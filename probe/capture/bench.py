@@ -428,23 +428,15 @@ def _signals_deferred():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    caught: list[tuple[int, object]] = []
-
-    def note(n, frame):
-        caught.append((n, frame))
-
-    held = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
+    caught: list[int] = []
+    held = {sig: signal.signal(sig, lambda n, _: caught.append(n)) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
         for sig, handler in held.items():
             signal.signal(sig, handler)
-        for n, frame in caught[:1]:  # one interrupt is enough to stop
-            handler = held[n]
-            if callable(handler):
-                handler(n, frame)
-            elif handler == signal.SIG_DFL:
-                signal.raise_signal(n)
+        if caught:  # sent again, now to the handler that was in place; one interrupt is enough to stop
+            signal.raise_signal(caught[0])
 
 
 # What --resume may change: the cells (it adds the missing ones) and what is done with a parity verdict.

@@ -81,7 +81,7 @@ def _read_file(path: Path, source: Path) -> Trace:
     except sqlite3.Error as e:
         raise ProbeError(f"{source}: unreadable SQLite export ({str(e).splitlines()[0] if str(e) else e!r})") from None
     except UnicodeDecodeError as e:  # SQLite's own error message quoting a damaged schema's bytes
-        why = e.object.decode("utf-8", "replace").splitlines()[0] if isinstance(e.object, bytes) else str(e)
+        why = bytes(e.object).decode("utf-8", "replace").splitlines()[0]
         raise ProbeError(f"{source}: unreadable SQLite export ({why})") from None
     finally:
         con.close()
