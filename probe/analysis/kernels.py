@@ -237,3 +237,87 @@ def category_totals(
     order = {c: i for i, c in enumerate(CATEGORIES)}
     ranked = sorted(range(len(names)), key=lambda i: (order.get(str(names[i]), len(order)), str(names[i])))
     return [{str(names[i]): int(totals[g, i]) for i in ranked if counts[g, i]} for g in range(groups)]
+
+
+_MANGLED_PART = re.compile(r"(\d+)")
+
+
+def _demangled_base(name: str) -> str | None:
+    """The qualified name of an Itanium-mangled symbol, less its template and parameter lists:
+    `_ZN7ck_tile6kentryILi1E...` -> `ck_tile::kentry`. Only the name's own prefix is read (source names, `St` for
+    std); None if it is not one."""
+    rest = name[2:]
+    nested = rest.startswith("N")
+    rest = rest[1:] if nested else rest
+    parts = []
+    if rest.startswith("St"):
+        parts.append("std")
+        rest = rest[2:]
+    while rest:
+        m = _MANGLED_PART.match(rest)
+        if not m:
+            break
+        length = int(m.group(1))
+        start = m.end()
+        if length == 0 or start + length > len(rest):
+            break
+        parts.append(rest[start : start + length])
+        rest = rest[start + length :]
+        if not nested:
+            break
+    return "::".join(parts) if parts else None
+
+
+# Wrappers whose own name says nothing: the kernel is their first template argument (`cutlass::Kernel<...gemm...>`).
+_GENERIC_WRAPPERS = frozenset({"Kernel", "Kernel2", "device_kernel", "kernel"})
+
+
+def _first_template_argument(text: str) -> str:
+    depth = 0
+    for j, c in enumerate(text):
+        depth += (c in "<({") - (c in ">)}")
+        if c == "," and depth == 0:
+            return text[:j].strip()
+    return text.strip()
+
+
+def short_name(name: str) -> str:
+    """A kernel's name the way nsys and TraceLens print it for people: no return type, template arguments or
+    parameter list. `void at::native::elementwise_kernel<128, 4, ...>(int, ...)` -> `at::native::elementwise_kernel`;
+    a mangled `_ZN5aiter24add_rmsnorm_quant_kernelI...` -> `aiter::add_rmsnorm_quant_kernel`; a generic wrapper keeps
+    its first template argument (`cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align1>`). Names that
+    are not C++ signatures (`Memcpy DtoD (Device -> Device)`, `Cijk_...`, Triton's `triton_poi_fused_...`) come back
+    unchanged. Traces cut long names, so an unclosed bracket ends the name where it opens."""
+    if name.startswith("_Z"):
+        return _demangled_base(name) or name
+    out: list[str] = []
+    template = ""  # the last template argument list dropped, for the generic wrappers
+    signature = False
+    i, n = 0, len(name)
+    while i < n:
+        c = name[i]
+        after_name = bool(out) and (out[-1].isalnum() or out[-1] in "_>]:")
+        if c == "<" and after_name:
+            depth, j = 1, i + 1
+            while j < n and depth:
+                depth += (name[j] == "<") - (name[j] == ">")
+                j += 1
+            template, signature, i = name[i + 1 : j - 1], True, j
+            continue
+        if c == "(" and after_name and out[-1] != ":":
+            signature = True
+            break  # the parameter list: what follows is parameters and qualifiers
+        out.append(c)
+        i += 1
+    if not signature:
+        return name
+    text = "".join(out).strip()
+    depth, cut = 0, 0  # the return type and specifiers: the words before the last one outside parentheses
+    for j, c in enumerate(text):
+        depth += (c == "(") - (c == ")")
+        if c == " " and depth == 0:
+            cut = j + 1
+    base = text[cut:] or name
+    if base.rsplit("::", 1)[-1] in _GENERIC_WRAPPERS and template:
+        base = f"{base}<{short_name(_first_template_argument(template))}>"
+    return base
