@@ -137,7 +137,7 @@ def measure(who: str, path: Path, python: str = sys.executable, timeout: float =
 
 def measure_ours(path: str, timeline: bool = False) -> dict:
     from probe.analysis.ledger import analyze as ledger
-    from probe.analysis.ledger import step_timeline
+    from probe.analysis.timeline import step_timeline
     from probe.analysis.trace import load_trace
 
     t0 = time.perf_counter()

@@ -40,10 +40,10 @@ def test_json_output_has_the_documented_shape(capsys):
         "gpu_busy_us": 28.99,
         "gpu_idle_us": 22.01,
         "cache_us": 15.0,
-        "unattributed_us": 20.0,
     }
     assert {k: step[k] for k in want} == want
-    assert step["top_ops"][0] == {"name": "aten::addmm", "self_us": 16.0, "calls": 1}
+    assert (step["purpose_us"]["model"], step["mechanism_us"]["unattributed"]) == (48.0, 31.0)
+    assert step["top_ops"][0] == {"name": "aten::addmm", "self_us": 9.0, "calls": 1}
     assert doc["totals"] == {
         "events": 54,
         "kernels": 11,
