@@ -94,7 +94,7 @@ def test_one_step_by_position_or_name(capsys, key):
     assert [s["name"] for s in doc["steps"]] == ["decode#0"]
     assert [(t["name"], t["part"]) for t in doc["timeline"]][:3] == [
         ("forward", "range"),
-        ("aten::linear", "ops"),
+        ("aten::linear", "model"),
         ("cache.update#0", "cache_update"),
     ]
     code, out, _ = run(capsys, str(HAND), "--step", key)
