@@ -183,7 +183,8 @@ def _purpose(events, lo, hi, pid, tid, user):
         }
         if e.cat == "user_annotation" and base in OURS:
             out.add(OURS[base])
-        if (e.cat in RUNTIME_CATS and SYNC.search(e.name)) or (e.cat == "python_function" and SYNC_FRAME.search(e.name)):
+        blocks = e.cat in RUNTIME_CATS and SYNC.search(e.name)
+        if blocks or (e.cat == "python_function" and SYNC_FRAME.search(e.name)):
             out.add("sync")
         if e.cat in ("cpu_op", "operator") and ATTENTION.search(e.name):
             out.add("attention")

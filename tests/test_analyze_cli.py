@@ -98,7 +98,8 @@ def test_one_step_by_position_or_name(capsys, key):
         ("cache.update#0", "cache_update"),
     ]
     code, out, _ = run(capsys, str(HAND), "--step", key)
-    assert code == 0 and "step 1: decode#0" in out and "cudaGraphLaunch" in out and "host by purpose: cache_update" in out
+    assert code == 0 and "step 1: decode#0" in out and "cudaGraphLaunch" in out
+    assert "host by purpose: cache_update" in out
 
 
 def test_unknown_step_is_one_line(capsys):

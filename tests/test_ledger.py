@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from probe.analysis.intervals import assign, covered, merge, nesting, union_by_group
 from probe.analysis.host import MECHANISM, PURPOSE
+from probe.analysis.intervals import assign, covered, merge, nesting, union_by_group
 from probe.analysis.ledger import AnalyzeOptions, analyze
 from probe.analysis.steps import find_steps
 from probe.analysis.timeline import step_timeline
@@ -444,7 +444,7 @@ def _hta_idle_breakdown(path: Path, steps: int) -> tuple[float, float]:
         key=lambda e: e["ts"],
     )
     host = kernel = 0.0
-    for before, op in zip(ops, ops[1:]):
+    for before, op in zip(ops, ops[1:], strict=False):
         prev_end = (before["ts"] - t0) + before["dur"]
         gap = (op["ts"] - t0) - prev_end
         if calls[op["args"]["correlation"]]["ts"] - t0 > prev_end:

@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 
 from probe.analysis.ledger import analyze, steady
-from probe.analysis.timeline import step_timeline
 from probe.analysis.report import load_report
 from probe.analysis.results import load_results
+from probe.analysis.timeline import step_timeline
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
 from probe.explorer import figures, sources

@@ -95,7 +95,10 @@ SYNC_CALL = re.compile(
 SYNC_FRAME = re.compile(r"\bsynchronize\b")
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # `<built-in method __new__ of type object at 0xa20880>`
 _PART_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
-_SOURCE_FRAME = re.compile(r"\.py\(\d+\)")  # `vllm/v1/worker/gpu_model_runner.py(931): _update_states`
+# A frame of the caller's own source (`vllm/v1/worker/gpu_model_runner.py(931): _update_states`), not of torch's: the
+# line a sync site names (SGLang's `torch.tensor(...)` copy is in `forward_batch_info.py(443): init_new`, under
+# torch's `_device.py` wrapper).
+_SOURCE_FRAME = re.compile(r"^(?!(?:.*/)?torch/).*\.py\(\d+\)")
 
 # mechanism codes, in MECHANISM order
 _PYTHON, _DISPATCH, _LAUNCH, _RUNTIME, _SYNC_WAIT, _NONE = range(6)
@@ -165,6 +168,8 @@ class SyncSite:
     source: str | None
     wait_ns: int  # the blocking calls' time inside the step
     count: int
+    stream_wait_before_ns: int | None = None  # a *StreamWaitEvent call this long before the first blocking call,
+    # in the same step: the stream the call waited on was itself waiting on an event
 
     def to_json(self) -> dict:
         return {
@@ -173,6 +178,7 @@ class SyncSite:
             "source": self.source,
             "wait_us": self.wait_ns / 1e3,
             "count": self.count,
+            "stream_wait_before_us": None if self.stream_wait_before_ns is None else self.stream_wait_before_ns / 1e3,
         }
 
 
@@ -251,6 +257,7 @@ class PartTable:
         by_name["sync_frame"] = trace.name_ids(lambda s: SYNC_FRAME.search(s) is not None)
         by_name["launch_call"] = trace.name_ids(lambda s: api_base_name(s) in LAUNCH_NAMES | GRAPH_LAUNCH_NAMES)
         by_name["source_frame"] = trace.name_ids(lambda s: _SOURCE_FRAME.search(s) is not None)
+        by_name["stream_wait"] = trace.name_ids(lambda s: "StreamWaitEvent" in s)
         user = tuple((p.name, trace.name_ids(lambda s, p=p: p.pattern.search(s) is not None)) for p in user_parts)
         table: dict[str, int] = {}
         frame_id = np.fromiter(
@@ -477,7 +484,7 @@ def mechanism_split(
             totals.setdefault(f, [0, 0])[0] += v
         for f, v in f_calls[i].items():
             totals.setdefault(f, [0, 0])[1] += v
-    sites = _sync_sites(trace, table, inner, seg, step, ns, n)
+    sites = _sync_sites(trace, table, inner, seg, step, ns, lo)
     is_sync = mech == _SYNC_WAIT
     sync_segments = (step[is_sync], piece_start[is_sync], piece_end[is_sync])
     return HostSplit(
@@ -505,8 +512,10 @@ def _grouped(step: np.ndarray, key: np.ndarray, value: np.ndarray, sel: np.ndarr
     return out
 
 
-def _sync_sites(trace: Trace, table: PartTable, inner: _Innermost, seg, step, ns, n: int) -> list[tuple[SyncSite, ...]]:
-    """Per step, the blocking calls by (call, innermost frame, innermost source frame), their time in the step."""
+def _sync_sites(trace: Trace, table: PartTable, inner: _Innermost, seg, step, ns, lo) -> list[tuple[SyncSite, ...]]:
+    """Per step, the blocking calls by (call, innermost frame, innermost source frame), their time in the step, and
+    whether a stream-wait-event call came before them in the step."""
+    n = len(lo)
     owner = inner.seg_owner[seg]
     sel = inner.mechanism[owner] == _SYNC_WAIT
     out: list[dict[tuple, list[int]]] = [{} for _ in range(n)]
@@ -543,17 +552,25 @@ def _sync_sites(trace: Trace, table: PartTable, inner: _Innermost, seg, step, ns
         site = site_of[o]
         frame, source = around(site)
         call = table.frames[table.frame_id[names[site]]] if kind[site] == Kind.PYTHON else trace.names[names[site]]
-        acc = out[s].setdefault((call, frame, source), [0, set()])
+        acc = out[s].setdefault((call, frame, source), [0, set(), inner.start[site]])
         acc[0] += v
         acc[1].add(int(inner.rows[site]))
+        acc[2] = min(acc[2], inner.start[site])
+    is_wait = (kind == Kind.RUNTIME) & table.by_name["stream_wait"][names] & inner.original
+    waits = np.sort(inner.start[is_wait])
+
+    def waited(first: int, s: int) -> int | None:
+        k = int(np.searchsorted(waits, first, side="right")) - 1
+        return int(first - waits[k]) if k >= 0 and waits[k] >= lo[s] else None
+
     return [
         tuple(
             sorted(
-                (SyncSite(c, f, src, v[0], len(v[1])) for (c, f, src), v in d.items()),
+                (SyncSite(c, f, src, v[0], len(v[1]), waited(int(v[2]), s)) for (c, f, src), v in d.items()),
                 key=lambda x: (-x.wait_ns, x.call),
             )
         )
-        for d in out
+        for s, d in enumerate(out)
     ]
 
 
@@ -575,3 +592,19 @@ def thread_busy(
         sel = mech == code
         by[part] = np.bincount(step[sel], weights=ns[sel], minlength=n).astype(np.int64)
     return busy, by
+
+
+def capture_region(trace: Trace, pid: int, tid: int) -> tuple[np.ndarray, np.ndarray, str]:
+    """What a CUDA graph of the step would capture, on one thread, as merged intervals, and what it is: probe's
+    `forward` ranges (the engine call); else the model's outermost `nn.Module: ...` frames (torch's with_stack
+    names a module call so); else every cpu_op and runtime call, which is all a graph can hold."""
+    ranges = thread_rows(trace, trace.rows(Kind.USER_RANGE), pid, tid)
+    forward = ranges[[V.split_label(trace.names[n])[0] == V.FORWARD for n in trace.name_id[ranges].tolist()]]
+    if len(forward):
+        return (*merge(trace.ts_ns[forward], trace.end_ns[forward]), "probe's forward ranges")
+    frames = thread_rows(trace, trace.rows(Kind.PYTHON), pid, tid)
+    modules = frames[[trace.names[n].startswith("nn.Module: ") for n in trace.name_id[frames].tolist()]]
+    if len(modules):
+        return (*merge(trace.ts_ns[modules], trace.end_ns[modules]), "the model's nn.Module frames")
+    code = thread_rows(trace, trace.rows(Kind.CPU_OP, Kind.RUNTIME), pid, tid)
+    return (*merge(trace.ts_ns[code], trace.end_ns[code]), "every op and runtime call")

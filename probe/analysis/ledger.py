@@ -60,6 +60,7 @@ from probe.analysis.host import (
     SyncSite,
     ThreadTime,
     UserPart,
+    capture_region,
     mechanism_split,
     parse_part,
     thread_busy,
@@ -168,6 +169,8 @@ class StepLedger:
     host_events: int  # ops, runtime calls and Python frames recorded on the step's thread in its window
     host_ranges: int  # the ranges recorded there (record_function, NVTX)
     external_wait_ns: int  # sync wait while no GPU op of the trace ran
+    capturable_ns: int  # host time a CUDA graph would take over: the capture region (host.capture_region) less syncs
+    capture_region: str  # what that region is on this trace
     purpose_ns: dict[str, int] = field(default_factory=dict)  # user parts, then PURPOSE; sums to wall_ns
     mechanism_ns: dict[str, int] = field(default_factory=dict)  # MECHANISM; sums to wall_ns
     unprofiled_estimate_ns: float | None = None
@@ -461,6 +464,8 @@ class _Host:
     purpose: dict[str, np.ndarray]
     mechanism: dict[str, np.ndarray]
     external: np.ndarray
+    capturable: np.ndarray
+    capture_region: list[str]
     top_counts: np.ndarray
     all_counts: np.ndarray
     events: np.ndarray
@@ -479,7 +484,8 @@ def _host_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions, table: 
     zeros = lambda: np.zeros(n, np.int64)  # noqa: E731
     purpose = {p: zeros() for p in table.order}
     mechanism = {p: zeros() for p in MECHANISM}
-    external, top_counts, all_counts, events, ranges = (zeros() for _ in range(5))
+    external, capturable, top_counts, all_counts, events, ranges = (zeros() for _ in range(6))
+    region_of = ["" for _ in range(n)]
     op_counts: list[dict[str, int]] = [{} for _ in range(n)]
     top_ops: list[tuple[OpTime, ...]] = [() for _ in range(n)]
     frames: list[tuple[FrameTime, ...]] = [() for _ in range(n)]
@@ -498,6 +504,11 @@ def _host_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions, table: 
             mechanism[p][sel] = split.mechanism[p]
         seg_step, seg_s, seg_e = split.sync_segments
         external[sel] = np.bincount(seg_step, weights=_unseen_wait(gpu_s, gpu_e, seg_s, seg_e), minlength=len(sel))
+        cap_s, cap_e, what = capture_region(trace, pid, tid)
+        sync_in = np.bincount(seg_step, weights=covered(cap_s, cap_e, seg_s, seg_e), minlength=len(sel))
+        capturable[sel] = covered(cap_s, cap_e, lo, hi) - sync_in.astype(np.int64)
+        for s in sel.tolist():
+            region_of[s] = what
         ops = thread_ops(trace, pid, tid)
         tc, ac, oc = _op_counts(trace, lo, hi, ops)
         top_counts[sel], all_counts[sel] = tc, ac
@@ -519,6 +530,8 @@ def _host_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions, table: 
         purpose,
         mechanism,
         external,
+        capturable,
+        region_of,
         top_counts,
         all_counts,
         events,
@@ -599,6 +612,8 @@ def _step_ledger(i: int, steps: StepSet, la: _Launches, ke: _Kernels, ho: _Host,
         host_events=int(ho.events[i]),
         host_ranges=int(ho.ranges[i]),
         external_wait_ns=int(ho.external[i]) if on_gpu else 0,
+        capturable_ns=int(ho.capturable[i]),
+        capture_region=ho.capture_region[i],
         purpose_ns={p: int(v[i]) for p, v in ho.purpose.items()},
         mechanism_ns={p: int(v[i]) for p, v in ho.mechanism.items()},
         unprofiled_estimate_ns=None
