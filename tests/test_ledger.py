@@ -262,6 +262,7 @@ STEP_KEYS = {
     "launch_delay_p50_us", "launch_delay_p90_us", "launch_delay_from_end_p50_us", "launch_delay_from_end_p90_us",
     "short_kernels", "top_level_ops", "cpu_ops", "host_events", "host_ranges", "external_wait_us", "purpose_us",
     "mechanism_us", "cache_us", "busy_fraction", "unprofiled_estimate_us", "op_counts", "top_ops", "kernel_counts",
+    "capturable_us", "capture_region", "tokens",
     "kernels_by_category", "top_kernels", "top_frames", "sync_sites", "other_threads",
 }  # fmt: skip
 

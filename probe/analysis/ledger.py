@@ -68,7 +68,7 @@ from probe.analysis.host import (
     thread_rows,
 )
 from probe.analysis.intervals import assign, covered, merge
-from probe.analysis.steps import StepSet, compile_steps_regex, find_steps
+from probe.analysis.steps import StepSet, StepTokens, compile_steps_regex, find_steps
 from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
 from probe.errors import ProbeError
 
@@ -171,6 +171,7 @@ class StepLedger:
     external_wait_ns: int  # sync wait while no GPU op of the trace ran
     capturable_ns: int  # host time a CUDA graph would take over: the capture region (host.capture_region) less syncs
     capture_region: str  # what that region is on this trace
+    tokens: StepTokens | None = None  # what the step's engine marker says it processed (steps.StepTokens)
     purpose_ns: dict[str, int] = field(default_factory=dict)  # user parts, then PURPOSE; sums to wall_ns
     mechanism_ns: dict[str, int] = field(default_factory=dict)  # MECHANISM; sums to wall_ns
     unprofiled_estimate_ns: float | None = None
@@ -232,6 +233,7 @@ class StepLedger:
             "top_frames",
             "sync_sites",
             "other_threads",
+            "tokens",
         }
         out = {}
         for f in dataclasses.fields(self):
@@ -255,6 +257,7 @@ class StepLedger:
         out["top_frames"] = [f.to_json() for f in self.top_frames]
         out["sync_sites"] = [s.to_json() for s in self.sync_sites]
         out["other_threads"] = [t.to_json() for t in self.other_threads]
+        out["tokens"] = self.tokens.to_json() if self.tokens else None
         return out
 
 
@@ -614,6 +617,7 @@ def _step_ledger(i: int, steps: StepSet, la: _Launches, ke: _Kernels, ho: _Host,
         external_wait_ns=int(ho.external[i]) if on_gpu else 0,
         capturable_ns=int(ho.capturable[i]),
         capture_region=ho.capture_region[i],
+        tokens=steps.tokens_of(i),
         purpose_ns={p: int(v[i]) for p, v in ho.purpose.items()},
         mechanism_ns={p: int(v[i]) for p, v in ho.mechanism.items()},
         unprofiled_estimate_ns=None
