@@ -276,7 +276,14 @@ def test_hand_json_is_the_documented_contract(hand):
     assert list(step["purpose_us"]) == list(PURPOSE) and list(step["mechanism_us"]) == list(MECHANISM)
     assert sum(step["purpose_us"].values()) == sum(step["mechanism_us"].values()) == 90.0
     assert step["sync_sites"] == [
-        {"call": "cudaStreamSynchronize", "frame": None, "source": None, "wait_us": 16.0, "count": 1}
+        {
+            "call": "cudaStreamSynchronize",
+            "frame": None,
+            "source": None,
+            "wait_us": 16.0,
+            "count": 1,
+            "stream_wait_before_us": None,
+        }
     ]
     assert set(out["totals"]) >= {"events", "kernels", "launches", "graph_launches", "gpu_ops", "gpu_busy_us"}
     assert out["totals"]["gpu_busy_us"] == 102.01

@@ -53,8 +53,8 @@ change, GPU work after the change), the same model as the verdict:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -163,7 +163,7 @@ class Context:
 
     graph_launch_ns: float | None = None  # the trace's median graph-launch call
     launch_call_ns: float | None = None  # the trace's median kernel launch call
-    gpu_ms_at: object = None  # callable batch -> predicted GPU ms for one step, from the roofline
+    gpu_ms_at: Callable[[int], float] | None = None  # batch -> the roofline's GPU ms for the step at that batch
     contended: str | None = None  # a line saying the figures were measured under contention
 
     @classmethod
@@ -265,10 +265,10 @@ def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None) -> Dia
     )
 
 
-def _host_parts_text(s: StepLedger, e: Evidence) -> str:
+def _host_parts_text(s: StepLedger, e: Evidence, on_gpu: bool = True) -> str:
     parts = [
         ("Python", e.python_ns),
-        ("op dispatch", e.dispatch_ns),
+        ("op dispatch" if on_gpu else "inside ops (a CPU computes there)", e.dispatch_ns),
         ("launch and runtime calls", e.launch_ns),
         ("unattributed", e.unattributed_ns),
     ]
@@ -294,11 +294,13 @@ def _words(s: StepLedger, e: Evidence, bound: Bound, then: Bound | None, host_by
     lines = []
     host_line = (
         f"host work {_ms(e.host_work_ns)} ms = {_ms(e.wall_ns)} wall - {_ms(e.sync_wait_ns)} sync wait: "
-        + _host_parts_text(s, e)
+        + _host_parts_text(s, e, bound != "cpu_only")
     )
     if bound == "cpu_only":
-        headline = f"{name}: CPU only (no GPU side in the trace): the host's {_ms(e.wall_ns)} ms is the step; " + (
-            f"most of it {host_by}." if host_by else "."
+        where = {"dispatch": "inside ops", "unattributed": "between ops (no event covers it)"}.get(host_by, host_by)
+        headline = (
+            f"{name}: CPU only (no GPU side in the trace): the host's {_ms(e.wall_ns)} ms is the step, most of it "
+            f"{where}."
         )
         lines.append(host_line)
         return headline, lines
@@ -475,9 +477,19 @@ def _median_step(steps: Sequence[StepLedger]) -> StepLedger | None:
     return ordered[(len(ordered) - 1) // 2]
 
 
-def diagnose_trace(analysis: TraceAnalysis, context: Context | None = None) -> TraceDiagnosis:
+def diagnose_trace(
+    analysis: TraceAnalysis, context: Context | None = None, gpu_ms_at: dict[int, Callable] | None = None
+) -> TraceDiagnosis:
+    """Every step's diagnosis; `gpu_ms_at` gives a step's roofline (by position) for its batch and roofline
+    what-ifs."""
     context = context or Context()
-    diagnoses = {s.position: diagnose(s, analysis.on_gpu, context) for s in analysis.steps}
+    gpu_ms_at = gpu_ms_at or {}
+    diagnoses = {
+        s.position: diagnose(
+            s, analysis.on_gpu, replace(context, gpu_ms_at=gpu_ms_at.get(s.position, context.gpu_ms_at))
+        )
+        for s in analysis.steps
+    }
     median = _median_step(steady(analysis.steps))
     kinds: dict[str, list[StepLedger]] = {}
     for s in analysis.steps:

@@ -37,7 +37,6 @@ import numpy as np
 
 from probe.analysis.intervals import assign, merged_by_group, union_by_group
 from probe.analysis.kernels import grouped_quantiles
-from probe.analysis.steps import StepSet
 from probe.analysis.trace import GPU_OP_KINDS, Kind, Trace
 
 KERNEL_WAIT_NS = 30_000  # HTA's consecutive_kernel_delay as HTA applies it (30, compared with gaps in us): see above
@@ -62,9 +61,10 @@ class Attribution:
     op_launch: np.ndarray  # row of the runtime call that launched each GPU op; -1 when unknown
 
 
-def attribute(trace: Trace, steps: StepSet) -> Attribution:
+def attribute(trace: Trace, start: np.ndarray, end: np.ndarray) -> Attribution:
+    """Each runtime call and GPU op with the step (window [start, end], sorted by start) it belongs to."""
     rt = trace.rows(Kind.RUNTIME)
-    rt_step = assign(trace.ts_ns[rt], steps.start, steps.end)
+    rt_step = assign(trace.ts_ns[rt], start, end)
     ops = trace.rows(*GPU_OP_KINDS)
     op_keys = correlation_keys(trace, ops)
     rt_keys = correlation_keys(trace, rt)

@@ -209,6 +209,7 @@ class ThreadOps:
     start: np.ndarray
     end: np.ndarray
     depth: np.ndarray
+    parent: np.ndarray  # index of the enclosing op in these arrays, -1 at the top
     self_ns: np.ndarray  # duration less direct cpu_op children
 
 
@@ -222,7 +223,7 @@ def thread_ops(trace: Trace, pid: int, tid: int) -> ThreadOps:
     child = np.zeros(len(rows), np.int64)
     has = parent >= 0
     np.add.at(child, parent[has], dur[has])
-    return ThreadOps(rows, start, end, depth, np.maximum(dur - child, 0))
+    return ThreadOps(rows, start, end, depth, parent, np.maximum(dur - child, 0))
 
 
 def _nested(trace: Trace, rows: np.ndarray):

@@ -333,6 +333,13 @@ class TraceAnalysis:
     rank: int | None = None  # distributedInfo.rank of the trace, when it says
     warnings: tuple[str, ...] = ()
     origin_epoch_ns: int | None = None  # epoch ns of the first event (steps' start_ns count from it), when known
+    origin_ns: int = 0  # the first event's time on the trace's own clock (Trace.start_ns)
+
+    def windows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The steps' host windows, [start, end] on the trace's own clock (sorted by start, as the steps are)."""
+        t0 = self.origin_ns
+        start = np.array([t0 + s.start_ns for s in self.steps], np.int64)
+        return start, start + np.array([s.wall_ns for s in self.steps], np.int64)
 
     @property
     def dispatch(self) -> str:
@@ -392,7 +399,7 @@ def _launch_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions) -> _L
     n = len(steps)
     launch_names = trace.name_ids(lambda s: api_base_name(s) in LAUNCH_NAMES)
     graph_names = trace.name_ids(lambda s: api_base_name(s) in GRAPH_LAUNCH_NAMES)
-    gpu = attribute(trace, steps)
+    gpu = attribute(trace, steps.start, steps.end)
     rt_names = trace.name_id[gpu.rt_rows]
     in_step = gpu.rt_step >= 0
 
@@ -688,6 +695,7 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysi
         rank=trace.rank,
         warnings=tuple(_warnings(trace, steps, launches, host, ledgers)),
         origin_epoch_ns=origin,
+        origin_ns=int(trace.start_ns) if len(trace) else 0,
     )
 
 

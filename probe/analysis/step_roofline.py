@@ -107,9 +107,9 @@ def step_roofline(
     device: Device,
     on_gpu: bool,
     shapes: StepTokens | None = None,
-    flags: TokenFlags = TokenFlags(),
+    flags: TokenFlags | None = None,
 ) -> StepRoofline:
-    sequences, new, context, source = resolve_tokens(step, shapes, flags)
+    sequences, new, context, source = resolve_tokens(step, shapes, flags or TokenFlags())
     cost = step_cost(arch, dtype, sequences, max(new, sequences), context)
     traffic = cost.traffic_ms(device.memory_bandwidth_bytes_s)
     peak = device.flops_s(dtype)
@@ -179,7 +179,7 @@ def rooflines(
     dtype: str,
     device: Device,
     shapes: dict[int, StepTokens] | None = None,
-    flags: TokenFlags = TokenFlags(),
+    flags: TokenFlags | None = None,
 ) -> dict[int, StepRoofline]:
     """Every step's roofline, by position."""
     shapes = shapes or {}
