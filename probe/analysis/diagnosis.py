@@ -225,12 +225,19 @@ def _host_bound_by(e: Evidence) -> str:
     return max(HOST_BOUND_BY, key=lambda p: parts[p])
 
 
+_DIRECTION = {"HtoD": "host to device", "DtoH": "device to host", "DtoD": "device to device", "HtoH": "host to host"}
+
+
 def _site_text(s: StepLedger) -> str:
     if not s.sync_sites:
         return ""
     site = s.sync_sites[0]
     where = [x for x in (site.frame, site.source) if x and x != site.call]
-    return f" in {site.call}" + (f" at {' in '.join(dict.fromkeys(where))}" if where else "")
+    copy = ""
+    if site.copy_bytes is not None or site.copy_kind:
+        what = [f"{site.copy_bytes:,} B" if site.copy_bytes is not None else "", _DIRECTION.get(site.copy_kind, "")]
+        copy = f" (a {' '.join(w for w in what if w)} copy)"
+    return f" in {site.call}{copy}" + (f" at {' in '.join(dict.fromkeys(where))}" if where else "")
 
 
 def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None) -> Diagnosis:
@@ -320,6 +327,12 @@ def _words(s: StepLedger, e: Evidence, bound: Bound, then: Bound | None, host_by
             "waited on device work the trace does not hold."
         )
         rest = _side(e.host_work_ns, e.gpu_busy_ns)
+        wait = s.sync_sites[0].stream_wait_before_ns if s.sync_sites else None
+        if wait is not None:
+            lines.append(
+                f"the blocking call came {_ms(wait)} ms after a stream-wait-event call in this step: the stream it "
+                "waited on was itself waiting on an event recorded by earlier work"
+            )
         lines.append(
             f"then: host work {_ms(e.host_work_ns)} ms against GPU work {_ms(e.gpu_busy_ns)} ms, which ran after the "
             f"wait: {_BOUND_WORD[rest]}"

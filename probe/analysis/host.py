@@ -33,8 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from probe import vocabulary as V
+from probe.analysis.gpu import correlation_keys
 from probe.analysis.intervals import covered, merge, nesting
-from probe.analysis.trace import GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
+from probe.analysis.trace import COPY_KINDS, GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
 from probe.errors import ProbeError
 
 
@@ -170,6 +171,8 @@ class SyncSite:
     count: int
     stream_wait_before_ns: int | None = None  # a *StreamWaitEvent call this long before the first blocking call,
     # in the same step: the stream the call waited on was itself waiting on an event
+    copy_bytes: int | None = None  # the copy the wait was for: the blocking call's own (hipMemcpyWithStream), or
+    copy_kind: str | None = None  # the copy call just before it in the same op (.item(): cudaMemcpyAsync, then sync)
 
     def to_json(self) -> dict:
         return {
@@ -179,6 +182,8 @@ class SyncSite:
             "wait_us": self.wait_ns / 1e3,
             "count": self.count,
             "stream_wait_before_us": None if self.stream_wait_before_ns is None else self.stream_wait_before_ns / 1e3,
+            "copy_bytes": self.copy_bytes,
+            "copy_kind": self.copy_kind,
         }
 
 
@@ -553,10 +558,11 @@ def _sync_sites(trace: Trace, table: PartTable, inner: _Innermost, seg, step, ns
         site = site_of[o]
         frame, source = around(site)
         call = table.frames[table.frame_id[names[site]]] if kind[site] == Kind.PYTHON else trace.names[names[site]]
-        acc = out[s].setdefault((call, frame, source), [0, set(), inner.start[site]])
+        acc = out[s].setdefault((call, frame, source), [0, set(), inner.start[site], site])
         acc[0] += v
         acc[1].add(int(inner.rows[site]))
-        acc[2] = min(acc[2], inner.start[site])
+        if inner.start[site] < acc[2]:
+            acc[2], acc[3] = inner.start[site], site
     is_wait = (kind == Kind.RUNTIME) & table.by_name["stream_wait"][names] & inner.original
     waits = np.sort(inner.start[is_wait])
 
@@ -564,15 +570,54 @@ def _sync_sites(trace: Trace, table: PartTable, inner: _Innermost, seg, step, ns
         k = int(np.searchsorted(waits, first, side="right")) - 1
         return int(first - waits[k]) if k >= 0 and waits[k] >= lo[s] else None
 
+    copies = _copies(trace)
+    calls = inner.rows
+    keys = correlation_keys(trace, calls)
+    is_copy = (
+        (kind == Kind.RUNTIME)
+        & inner.original
+        & ((trace.copy_kind[calls] >= 0) | np.isin(keys, np.fromiter(copies, np.int64, len(copies))))
+    )
+
+    def copied(site: int) -> tuple[int | None, str | None]:
+        """The blocking call's own copy, else the latest copy call before it under the same parent; its size and
+        direction from the call's own args, else from the GPU copy it launched."""
+        at = site
+        if not is_copy[site]:
+            same = np.flatnonzero(is_copy & (inner.parent == inner.parent[site]) & (inner.start <= inner.start[site]))
+            if not len(same):
+                return None, None
+            at = int(same[np.argmax(inner.start[same])])
+        row = int(calls[at])
+        size, direction = copies.get(int(keys[at]), (-1, -1))
+        size = int(trace.bytes[row]) if trace.bytes[row] >= 0 else size
+        direction = int(trace.copy_kind[row]) if trace.copy_kind[row] >= 0 else direction
+        return (size if size >= 0 else None), COPY_KINDS[direction] if 0 <= direction < len(COPY_KINDS) else None
+
     return [
         tuple(
             sorted(
-                (SyncSite(c, f, src, v[0], len(v[1]), waited(int(v[2]), s)) for (c, f, src), v in d.items()),
+                (
+                    SyncSite(c, f, src, v[0], len(v[1]), waited(int(v[2]), s), *copied(v[3]))
+                    for (c, f, src), v in d.items()
+                ),
                 key=lambda x: (-x.wait_ns, x.call),
             )
         )
         for s, d in enumerate(out)
     ]
+
+
+def _copies(trace: Trace) -> dict[int, tuple[int, int]]:
+    """Correlation key -> (bytes, copy kind) of every GPU copy: what a copy call launched, when its own args do not
+    say (CUDA's runtime calls carry neither)."""
+    rows = trace.rows(Kind.GPU_MEMCPY)
+    keys = correlation_keys(trace, rows)
+    return {
+        int(k): (int(b), int(c))
+        for k, b, c in zip(keys.tolist(), trace.bytes[rows].tolist(), trace.copy_kind[rows].tolist(), strict=True)
+        if k >= 0
+    }
 
 
 def thread_busy(
