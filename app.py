@@ -17,9 +17,10 @@ import streamlit as st
 from probe.analysis import history
 from probe.analysis.compare import compare
 from probe.analysis.job import TraceFailure, job
-from probe.analysis.ledger import AnalyzeOptions, EventCost, analyze, step_timeline
+from probe.analysis.ledger import AnalyzeOptions, EventCost, analyze
 from probe.analysis.report import load_report
 from probe.analysis.results import load_results
+from probe.analysis.timeline import step_timeline
 from probe.analysis.trace import load_trace as parse
 from probe.errors import ProbeError
 from probe.explorer import figures, sources
@@ -239,7 +240,7 @@ elif chosen == "Step ledger":
     cols = st.columns(4)
     st.caption(f"{len(loaded.steps)} step(s), found by {md(loaded.step_rule)}.")
     cols[0].metric("step p50", f"{s.step_p50_us / 1e3:.3f} ms")
-    cols[1].metric(s.dispatch + " / step", f"{s.launches_per_step:g}")
+    cols[1].metric(loaded.dispatch + " / step", f"{s.launches_per_step:g}")
     if loaded.on_gpu:
         cols[2].metric("GPU busy / GPU window", f"{100 * s.busy_fraction:.1f} %")
     else:
@@ -272,7 +273,7 @@ elif chosen == "One step":
     if loaded.on_gpu:
         cols[3].metric("GPU busy", f"{step.gpu_busy_ns / 1e6:.3f} ms")
     else:
-        cols[3].metric("unattributed", f"{step.unattributed_ns / 1e6:.3f} ms")
+        cols[3].metric("unattributed", f"{step.mechanism_ns['unattributed'] / 1e6:.3f} ms")
     if not items:
         st.info(f"{md(step.name)} has no top-level ops or ranges on its thread to draw.")
     else:

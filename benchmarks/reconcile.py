@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from probe.analysis.files import trace_meta
-from probe.analysis.ledger import AnalyzeOptions, EventCost, analyze, steady_steps
+from probe.analysis.ledger import AnalyzeOptions, EventCost, analyze, steady
 from probe.analysis.trace import load_trace
 from probe.capture.bench import bench
 from probe.capture.config import BenchConfig, ProfileConfig
@@ -35,7 +35,7 @@ def one_round(engine: str, prompt: int, new_tokens: int, out: Path) -> dict:
     itl = next(c for c in cells.cells if c.engine == engine).itl_p50_ms
     capture = profile_torch(ProfileConfig(engine=engine, prompt=prompt, new_tokens=new_tokens, device="cpu"), out)
     cost = EventCost.from_json(trace_meta(capture.trace)["event_cost_ns"])
-    steps = steady_steps(analyze(load_trace(capture.trace), AnalyzeOptions(event_cost=cost)))
+    steps = steady(analyze(load_trace(capture.trace), AnalyzeOptions(event_cost=cost)).steps)
     return {
         "itl": itl,
         "profiled": statistics.median(s.wall_ns for s in steps) / 1e6,

@@ -10,7 +10,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from probe.analysis.ledger import StepDigest
+from probe.analysis.digest import StepDigest
+from probe.analysis.host import MECHANISM_PARTS, PURPOSE_PARTS
 from probe.analysis.results import BenchResults
 
 
@@ -220,36 +221,20 @@ class CellsProgress:
         self._progress.update(self._task, completed=done, running=running, failed=failed)
 
 
-DIGEST_PARTS = (
-    "ops",
-    "attention",
-    "cache_update",
-    "cache_seq_length",
-    "cache_mask_sizes",
-    "mask",
-    "sample",
-    "sync",
-    "unattributed",
-)
-
-
 def digest_table(ledgers: dict[str, StepDigest]) -> Table:
-    """Where one (median) decode step goes, per engine, from its profiled trace."""
+    """Where one (median) decode step goes, per engine, from its profiled trace: by purpose, then by mechanism."""
     table = Table(title="where a decode step goes (median decode step of a profiled run, us)", title_justify="left")
-    short = {
-        "attention": "attn",
-        "cache_update": "cache.update",
-        "cache_seq_length": "seq_len",
-        "cache_mask_sizes": "mask_sizes",
-        "unattributed": "unattr.",
-    }
-    for col in ("engine", "step", *DIGEST_PARTS, "dispatched", "GPU busy %"):
-        table.add_column(short.get(col, col), justify="left" if col == "engine" else "right")
+    columns = [("engine", None), ("step", None)]
+    columns += [(p.label, ("purpose", p.name)) for p in PURPOSE_PARTS]
+    columns += [(p.label, ("mechanism", p.name)) for p in MECHANISM_PARTS]
+    for col, _ in (*columns, ("dispatched", None), ("GPU busy %", None)):
+        table.add_column(col, justify="left" if col == "engine" else "right")
     for engine, d in ledgers.items():
+        parts = {"purpose": d.purpose_us, "mechanism": d.mechanism_us}
         table.add_row(
             engine,
             f"{d.wall_us:.0f}",
-            *(f"{d.parts_us.get(p, 0.0):.0f}" for p in DIGEST_PARTS),
+            *(f"{parts[side].get(name, 0.0):.0f}" for _, (side, name) in columns[2:]),
             f"{d.dispatched:g} {'launches' if d.on_gpu else 'ops'}",
             f"{100 * d.gpu_busy_us / d.wall_us:.1f}" if d.gpu_busy_us is not None else "-",
         )
@@ -408,7 +393,7 @@ def report_markdown(results: BenchResults, report, figures=()) -> str:
     if report.ledgers:
         digest = pd.DataFrame(
             [
-                {"engine": e, "step_us": d.wall_us, **d.parts_us, d.dispatch: d.dispatched}
+                {"engine": e, "step_us": d.wall_us, **d.purpose_us, **d.mechanism_us, d.dispatch: d.dispatched}
                 for e, d in report.ledgers.items()
             ]
         )

@@ -36,7 +36,10 @@ SYNC = re.compile(
     r"Synchronize|^(?:cuda|hip)Memcpy(?:2D|3D|Peer|WithStream|DtoH|HtoD|DtoD)?(?:_v\d+)?$|"
     r"^cuMemcpy(?:DtoH|HtoD|DtoD|2D|3D)?(?:_v\d+)?$"
 )
-PARTS = ("sync", "sample", "cache_update", "cache_seq_length", "cache_mask_sizes", "mask", "attention", "ops", "python")
+PURPOSE = ("sync", "sample", "cache_update", "cache_seq_length", "cache_mask_sizes", "mask", "attention")
+MECHANISM = ("python", "dispatch", "launch", "runtime", "sync_wait", "unattributed")
+SYNC_FRAME = re.compile(r"\bsynchronize\b")
+KERNEL_WAIT_NS = 30_000
 OURS = {
     "sync": "sync",
     "sample": "sample",
@@ -95,8 +98,9 @@ class Step:
     idle_host: int = 0
     idle_kernel: int = 0
     idle_other: int = 0
-    parts: dict = field(default_factory=dict)
-    frames: dict = field(default_factory=dict)  # frame name (addresses removed) -> self ns
+    purpose: dict = field(default_factory=dict)
+    mechanism: dict = field(default_factory=dict)
+    frames: dict = field(default_factory=dict)  # frame name (addresses removed) -> innermost ns
 
 
 def step(events: list[Event], lo: int, hi: int, pid, tid, user: tuple[tuple[str, str], ...] = ()) -> Step:
@@ -132,67 +136,98 @@ def step(events: list[Event], lo: int, hi: int, pid, tid, user: tuple[tuple[str,
             launched = min(call.start for e, call in mine if e.start == next_start)
             if launched > prev_end:
                 out.idle_host += gap
-            elif gap < 30:
+            elif gap < KERNEL_WAIT_NS:
                 out.idle_kernel += gap
             else:
                 out.idle_other += gap
-    out.parts, out.frames = _host(events, lo, hi, pid, tid, user)
+    out.purpose = _purpose(events, lo, hi, pid, tid, user)
+    out.mechanism, out.frames = _mechanism(events, lo, hi, pid, tid)
     return out
 
 
-def _host(events, lo, hi, pid, tid, user):
-    """Sweep the step's window boundary by boundary, keeping which parts are open; each stretch goes to the
-    first open part, and a python stretch to the innermost open frame (the latest started)."""
+def _sweep(here, lo, hi):
+    """Walk the window boundary by boundary: each stretch [a, b] inside [lo, hi] with the events open over it. An
+    event of zero length covers no nanosecond, so it is never open."""
+    here = [e for e in here if e.end > e.start]
+    marks = sorted([(e.start, 1, k) for k, e in enumerate(here)] + [(e.end, -1, k) for k, e in enumerate(here)])
+    open_now: dict[int, Event] = {}
+    t = lo
+    i = 0
+    while i < len(marks):
+        now = marks[i][0]
+        a, b = max(t, lo), min(now, hi)
+        if b > a:
+            yield a, b, list(open_now.values())
+        while i < len(marks) and marks[i][0] == now:
+            _, delta, k = marks[i]
+            if delta > 0:
+                open_now[k] = here[k]
+            else:
+                open_now.pop(k, None)
+            i += 1
+        t = max(t, now)
+    if hi > max(t, lo):
+        yield max(t, lo), hi, []
+
+
+def _purpose(events, lo, hi, pid, tid, user):
+    """Each stretch of the window goes to the first part, in priority order, that an open event carries."""
     here = [e for e in events if e.pid == pid and e.tid == tid and e.end > lo and e.start < hi]
-    marks = []  # (time, +1 opens / -1 closes, part, event)
-    for e in here:
+
+    def tags(e) -> set:
         base = e.name.rpartition("#")[0] if re.search(r"#\d+$", e.name) else e.name
-        tags = [
+        out = {
             name
             for name, regex in user
             if e.cat in ("user_annotation", "cpu_op", "operator", "python_function") and re.search(regex, e.name)
-        ]
+        }
         if e.cat == "user_annotation" and base in OURS:
-            tags.append(OURS[base])
-        if e.cat in RUNTIME_CATS:
-            tags.append("sync" if SYNC.search(e.name) else "ops")
-        if e.cat in ("cpu_op", "operator"):
-            tags += ["attention", "ops"] if ATTENTION.search(e.name) else ["ops"]
-        if e.cat == "python_function":
-            tags.append("python")
-        for tag in tags:
-            marks += [(e.start, 1, tag, e), (e.end, -1, tag, e)]
-    marks.sort(key=lambda m: m[0])
-    order = tuple(name for name, _ in user) + PARTS
-    open_count = {p: 0 for p in order}
-    frames_open: dict[int, Event] = {}
-    parts = {p: 0 for p in order} | {"unattributed": 0}
+            out.add(OURS[base])
+        blocks = e.cat in RUNTIME_CATS and SYNC.search(e.name)
+        if blocks or (e.cat == "python_function" and SYNC_FRAME.search(e.name)):
+            out.add("sync")
+        if e.cat in ("cpu_op", "operator") and ATTENTION.search(e.name):
+            out.add("attention")
+        return out
+
+    order = tuple(name for name, _ in user) + PURPOSE
+    parts = {p: 0 for p in order} | {"model": 0}
+    tagged = [e for e in here if tags(e)]
+    tag_of = {id(e): tags(e) for e in tagged}
+    for a, b, open_now in _sweep(tagged, lo, hi):
+        open_tags = set().union(*(tag_of[id(e)] for e in open_now))
+        parts[next((p for p in order if p in open_tags), "model")] += b - a
+    return parts
+
+
+RANK = {"python_function": 0, "cpu_op": 1, "operator": 1}  # runtime calls: 2, innermost among equal spans
+
+
+def _mechanism(events, lo, hi, pid, tid):
+    """Each stretch goes to the innermost open frame, op or runtime call: the latest started (the shorter, then the
+    call over the op over the frame, when they start together)."""
+    code = [
+        e
+        for e in events
+        if e.pid == pid and e.tid == tid and e.end > lo and e.start < hi and (e.cat in RANK or e.cat in RUNTIME_CATS)
+    ]
+    parts = {p: 0 for p in MECHANISM}
     frames: dict[str, int] = {}
-    i, t = 0, None
-    while i < len(marks):
-        now = marks[i][0]
-        if t is not None:
-            a, b = max(t, lo), min(now, hi)
-            if b > a:
-                owner = next((p for p in order if open_count[p] > 0), "unattributed")
-                parts[owner] += b - a
-                if owner == "python":
-                    inner = max(frames_open.values(), key=lambda e: (e.start, -e.end))
-                    name = re.sub(r" at 0x[0-9a-fA-F]+", "", inner.name)
-                    frames[name] = frames.get(name, 0) + b - a
-        while i < len(marks) and marks[i][0] == now:
-            _, delta, tag, e = marks[i]
-            open_count[tag] += delta
-            if tag == "python":
-                if delta > 0:
-                    frames_open[id(e)] = e
-                else:
-                    frames_open.pop(id(e), None)
-            i += 1
-        t = now
-    covered_from = max(lo, marks[0][0]) if marks else hi
-    covered_to = min(hi, marks[-1][0]) if marks else hi
-    parts["unattributed"] += (covered_from - lo) + (hi - max(covered_to, covered_from))
+    for a, b, open_now in _sweep(code, lo, hi):
+        if not open_now:
+            parts["unattributed"] += b - a
+            continue
+        e = max(open_now, key=lambda e: (e.start, -e.end, RANK.get(e.cat, 2)))
+        if e.cat == "python_function":
+            name = re.sub(r" at 0x[0-9a-fA-F]+", "", e.name)
+            frames[name] = frames.get(name, 0) + b - a
+            part = "sync_wait" if SYNC_FRAME.search(e.name) else "python"
+        elif e.cat in RANK:
+            part = "dispatch"
+        else:
+            base = re.sub(r"_(?:ptsz|ptds)$", "", re.sub(r"(?:_v\d+)?$", "", e.name, count=1))
+            part = "launch" if base in LAUNCH | GRAPH else "sync_wait" if SYNC.search(e.name) else "runtime"
+        parts[part] += b - a
     return parts, frames
 
 

@@ -40,10 +40,10 @@ def test_json_output_has_the_documented_shape(capsys):
         "gpu_busy_us": 28.99,
         "gpu_idle_us": 22.01,
         "cache_us": 15.0,
-        "unattributed_us": 20.0,
     }
     assert {k: step[k] for k in want} == want
-    assert step["top_ops"][0] == {"name": "aten::addmm", "self_us": 16.0, "calls": 1}
+    assert (step["purpose_us"]["model"], step["mechanism_us"]["unattributed"]) == (48.0, 31.0)
+    assert step["top_ops"][0] == {"name": "aten::addmm", "self_us": 9.0, "calls": 1}
     assert doc["totals"] == {
         "events": 54,
         "kernels": 11,
@@ -94,11 +94,12 @@ def test_one_step_by_position_or_name(capsys, key):
     assert [s["name"] for s in doc["steps"]] == ["decode#0"]
     assert [(t["name"], t["part"]) for t in doc["timeline"]][:3] == [
         ("forward", "range"),
-        ("aten::linear", "ops"),
+        ("aten::linear", "model"),
         ("cache.update#0", "cache_update"),
     ]
     code, out, _ = run(capsys, str(HAND), "--step", key)
-    assert code == 0 and "step 1: decode#0" in out and "cudaGraphLaunch" in out and "host: cache_update" in out
+    assert code == 0 and "step 1: decode#0" in out and "cudaGraphLaunch" in out
+    assert "host by purpose: cache_update" in out
 
 
 def test_unknown_step_is_one_line(capsys):

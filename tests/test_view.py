@@ -14,9 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from probe.analysis.ledger import analyze, step_timeline
+from probe.analysis.ledger import analyze, steady
 from probe.analysis.report import load_report
 from probe.analysis.results import load_results
+from probe.analysis.timeline import step_timeline
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
 from probe.explorer import figures, sources
@@ -224,9 +225,9 @@ def test_sweep_figure_lines_predictions_and_flags():
 def test_ledger_frame_matches_the_hand_worked_ledger(hand):
     frame = figures.ledger_frame(hand).set_index("step")
     d0 = frame.loc["decode#0"]
-    # tests/test_ledger.py works these out by hand: wall 90 us, cache 15, unattributed 20, busy 28.99, idle 22.01
-    # (the 51 us GPU window less the busy time).
-    assert (d0["wall_ms"], d0["cache_ms"], d0["unattributed_ms"]) == (0.09, 0.015, 0.02)
+    # tests/test_ledger.py works these out by hand: wall 90 us, cache 15, the rest of the model 48, busy 28.99,
+    # idle 22.01 (the 51 us GPU window less the busy time).
+    assert (d0["wall_ms"], d0["cache_ms"], d0["model_ms"]) == (0.09, 0.015, 0.048)
     assert (d0["gpu_busy_ms"], d0["gpu_idle_ms"]) == (0.02899, 0.02201)
     assert d0["dispatch"] == 2  # one kernel launch + one graph launch
     host = [f"{k}_ms" for k, _ in figures.HOST_CATEGORIES]
@@ -282,7 +283,7 @@ def test_timeline_frame_keeps_order_and_marks_cache(cached):
 
 def test_timeline_parts_match_a_brute_force_enclosing_range(cached):
     """Each op or call takes the highest-priority part among the ranges that enclose it, checked pair by pair."""
-    from probe.analysis.host import BUILTIN_PARTS
+    from probe.analysis.host import PURPOSE
 
     trace, analysis = cached
     for step in analysis.steps[:4]:
@@ -293,9 +294,9 @@ def test_timeline_parts_match_a_brute_force_enclosing_range(cached):
                 continue
             inside = [p for s, e, p in ranges if p != "range" and s <= it.start_us and it.start_us + it.dur_us <= e]
             if inside:
-                assert it.part == min(inside, key=BUILTIN_PARTS.index), it
+                assert it.part == min(inside, key=PURPOSE.index), it
             else:
-                assert it.part in ("ops", "attention", "sync"), it
+                assert it.part in ("model", "attention", "sync"), it
         assert any(it.part.startswith("cache") and it.kind == "op" for it in items)
 
 
@@ -356,8 +357,8 @@ def test_top_ops_are_ranked_by_host_self_time(cached):
 
 
 def test_steady_steps_follow_the_summary(cached, gpu):
-    assert [s.name for s in figures.steady_steps(cached[1])] == [f"decode#{i}" for i in range(5)]
-    assert len(figures.steady_steps(gpu)) == 5  # no decode ranges: every ProfilerStep
+    assert [s.name for s in steady(cached[1].steps)] == [f"decode#{i}" for i in range(5)]
+    assert len(steady(gpu.steps)) == 5  # no decode ranges: every ProfilerStep
 
 
 # ---- 5. compare ----------------------------------------------------------------------------------------------
@@ -366,7 +367,7 @@ def test_steady_steps_follow_the_summary(cached, gpu):
 def test_trace_categories_are_means_that_add_up_to_wall(cached):
     _, analysis = cached
     cats = figures.trace_categories(analysis)
-    decode = figures.steady_steps(analysis)
+    decode = steady(analysis.steps)
     assert cats["wall"] == pytest.approx(np.mean([s.wall_ns / 1e6 for s in decode]))
     assert sum(cats[k] for k, _ in figures.HOST_CATEGORIES) == pytest.approx(cats["wall"])
     assert cats["dispatch"] == np.mean([s.top_level_ops for s in decode])

@@ -1,14 +1,28 @@
-"""The host side of a step: its wall time partitioned into parts that add up to it exactly, and the Python frames
-behind the part no op covers.
+"""The host side of a step: two partitions of its wall time, each adding up to it exactly, and the frames, ops and
+sync call sites behind them.
 
-Every nanosecond of a step's window, on the step's own thread, goes to the first part in `PartTable.order` that
-covers it: a user's own parts first (`--part NAME=REGEX`, in the order given: any range, cpu_op or Python frame
-whose name matches, for its whole duration), then `sync`, `sample`, the three cache parts, `mask`, `attention`,
-`ops`, `python`, and what is left is `unattributed`. `python` is the time inside a Python frame
-(`python_function` events, from `with_stack=True`) that nothing above covers; `sync` is probe's `sync` range
-and every runtime call that blocks the host until the device drains (`SYNC_CALL`); it is split among the frames by
-self time: each such nanosecond belongs to the innermost frame covering it. So on a trace with Python frames,
-`unattributed` is only the time that no event covers at all.
+**By purpose** (`PURPOSE_PARTS`, after the user's own `--part`s): what the step was doing. Every nanosecond of the
+step's window, on the step's own thread, goes to the first part in `PartTable.order` that covers it: the user's
+parts (`--part NAME=REGEX`, in the order given: any range, cpu_op or Python frame whose name matches, for its whole
+duration), then `sync` (probe's `sync` range, every runtime call that blocks the host until the device drains,
+`SYNC_CALL`, and every Python frame that synchronizes, `SYNC_FRAME`), `sample`, the three cache parts, `mask`,
+`attention` (a cpu_op matching `ATTENTION_OP`, with everything it runs), and `model`, the rest.
+
+**By mechanism** (`MECHANISM_PARTS`): what code ran. The innermost event covering each nanosecond decides it,
+among the thread's Python frames (`python_function`, from `with_stack=True`), cpu_ops and runtime calls: a frame's
+self time is `python` (`sync_wait` for a synchronizing frame), an op's is `dispatch`, a launch or graph-launch
+call's is `launch`, a blocking call's is `sync_wait`, any other runtime call's is `runtime`; time no event covers
+is `unattributed`. Ranges (record_function, NVTX) are labels, not code, so they never decide a mechanism. Self
+time is torch's "Self CPU": an event's duration less its children's. Events nest on one thread, nearly always: a
+range entered in one frame and left in a later one (torch.compile's "Pregraph bytecode" in b200_eager) outlives the
+frame it started in. Then each stretch goes to the latest-started event still open: the event is split at its
+parent's end and its continuation nests where it now lies, until every piece nests.
+
+How the two relate: they cut the same wall two ways. `attention` by purpose is the attention ops' whole duration;
+by mechanism that same time is the dispatch of those ops, the launch calls inside them and, for an op implemented
+in Python (vLLM's `unified_attention`, triton's launcher), the Python frames inside them. So `top_frames` (Python
+self time by frame, `python` and `sync_wait` frames alike) lists the frames inside any purpose part, and
+`top_ops` is dispatch by op.
 """
 
 from __future__ import annotations
@@ -19,14 +33,52 @@ from dataclasses import dataclass
 import numpy as np
 
 from probe import vocabulary as V
+from probe.analysis.gpu import correlation_keys
 from probe.analysis.intervals import covered, merge, nesting
-from probe.analysis.trace import Kind, Trace
+from probe.analysis.trace import COPY_KINDS, GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
 from probe.errors import ProbeError
 
-PROBE_PARTS = ("sync", "sample", "cache_update", "cache_seq_length", "cache_mask_sizes", "mask")
-BUILTIN_PARTS = (*PROBE_PARTS, "attention", "ops", "python")
-UNATTRIBUTED = "unattributed"
-CACHE_PARTS = ("cache_update", "cache_seq_length", "cache_mask_sizes")
+
+@dataclass(frozen=True)
+class HostPart:
+    """One part of a host partition: its key (`<name>_us` in the JSON), how people read it, the group tables and
+    the explorer show it in (the three cache parts are one "cache"), and what it holds."""
+
+    name: str
+    label: str
+    group: str
+    holds: str
+
+
+PURPOSE_PARTS: tuple[HostPart, ...] = (
+    HostPart("sync", "sync", "sync", "probe's sync range; runtime calls and Python frames that wait for the device"),
+    HostPart("sample", "sample", "sample", "probe's sample range: choosing the next token"),
+    HostPart("cache_update", "cache update", "cache", "Cache.update: writing each layer's keys and values"),
+    HostPart("cache_seq_length", "cache seq length", "cache", "Cache.get_seq_length: reading the filled length"),
+    HostPart("cache_mask_sizes", "cache mask sizes", "cache", "Cache.get_mask_sizes"),
+    HostPart("mask", "mask", "mask", "building the attention mask"),
+    HostPart("attention", "attention", "attention", "attention cpu_ops (SDPA, flash, paged), all they run"),
+    HostPart("model", "rest of model", "model", "the rest of the step: what no part above covers"),
+)
+MECHANISM_PARTS: tuple[HostPart, ...] = (
+    HostPart("python", "Python", "python", "a Python frame is the innermost event (with_stack=True)"),
+    HostPart("dispatch", "op dispatch", "dispatch", "a cpu_op is the innermost event: its self time"),
+    HostPart("launch", "launch calls", "launch", "kernel and graph launch calls"),
+    HostPart("runtime", "other runtime", "runtime", "other runtime and driver calls: async copies, events, waits"),
+    HostPart("sync_wait", "sync wait", "sync_wait", "blocking runtime calls and synchronizing frames"),
+    HostPart("unattributed", "unattributed", "unattributed", "no Python frame, op or runtime call covers it"),
+)
+PURPOSE = tuple(p.name for p in PURPOSE_PARTS)
+MECHANISM = tuple(p.name for p in MECHANISM_PARTS)
+REST, UNATTRIBUTED = "model", "unattributed"
+_PROBE_RANGES = {
+    "sync": V.SYNC,
+    "sample": V.SAMPLE,
+    "cache_update": V.CACHE_UPDATE,
+    "cache_seq_length": V.CACHE_SEQ_LENGTH,
+    "cache_mask_sizes": V.CACHE_MASK_SIZES,
+    "mask": V.MASK,
+}
 # cpu_ops whose time is attention: SDPA and its backends, and the attention ops of serving engines
 ATTENTION_OP = re.compile(
     r"scaled_dot_product|flash_attn|flash_attention|efficient_attention|unified_attention|"
@@ -39,8 +91,18 @@ SYNC_CALL = re.compile(
     r"Synchronize|^(?:cuda|hip)Memcpy(?:2D|3D|Peer|WithStream|DtoH|HtoD|DtoD)?(?:_v\d+)?$|"
     r"^cuMemcpy(?:DtoH|HtoD|DtoD|2D|3D)?(?:_v\d+)?$"
 )
+# Python frames that wait for the device: torch.cuda.synchronize and the synchronize methods of torch's Event and
+# Stream (`<built-in method synchronize of torch.Event object>`, vLLM's decode trace).
+SYNC_FRAME = re.compile(r"\bsynchronize\b")
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # `<built-in method __new__ of type object at 0xa20880>`
 _PART_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+# A frame of the caller's own source (`vllm/v1/worker/gpu_model_runner.py(931): _update_states`), not of torch's: the
+# line a sync site names (SGLang's `torch.tensor(...)` copy is in `forward_batch_info.py(443): init_new`, under
+# torch's `_device.py` wrapper).
+_SOURCE_FRAME = re.compile(r"^(?!(?:.*/)?torch/).*\.py\(\d+\)")
+
+# mechanism codes, in MECHANISM order
+_PYTHON, _DISPATCH, _LAUNCH, _RUNTIME, _SYNC_WAIT, _NONE = range(6)
 
 
 def frame_name(name: str) -> str:
@@ -62,10 +124,10 @@ def parse_part(text: str, reserved: frozenset[str] = frozenset()) -> UserPart:
         raise ProbeError(f"--part {text!r}: use NAME=REGEX")
     if not _PART_NAME.fullmatch(name):
         raise ProbeError(f"--part {text!r}: the name must be letters, digits and _ (it becomes the {name}_us key)")
-    if name in BUILTIN_PARTS or name == UNATTRIBUTED or name in reserved:
+    if name in PURPOSE or name in MECHANISM or name in reserved:
         raise ProbeError(
             f"--part {name}: clashes with a built-in part or field; built-in parts are "
-            f"{', '.join((*BUILTIN_PARTS, UNATTRIBUTED))}"
+            f"{', '.join((*PURPOSE, *MECHANISM))}"
         )
     try:
         return UserPart(name, re.compile(pattern))
@@ -76,11 +138,72 @@ def parse_part(text: str, reserved: frozenset[str] = frozenset()) -> UserPart:
 @dataclass(frozen=True)
 class FrameTime:
     frame: str  # the frame's name as the trace writes it, object addresses removed
-    self_ns: int  # time this frame was the innermost, uncovered by any op, range or runtime call
+    self_ns: int  # time this frame was the innermost event (torch's Self CPU)
     count: int  # frame events with this name that start in the scope
 
     def to_json(self) -> dict:
         return {"frame": self.frame, "self_us": self.self_ns / 1e3, "count": self.count}
+
+
+@dataclass(frozen=True)
+class OpTime:
+    name: str
+    self_ns: int  # dispatch: the time this op was the innermost event, summed over its calls
+    calls: int  # every call with this name, nested ones included
+
+    @property
+    def self_us(self) -> float:
+        return self.self_ns / 1000
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "self_us": self.self_us, "calls": self.calls}
+
+
+@dataclass(frozen=True)
+class SyncSite:
+    """Where a step waited for the device: the blocking call (a runtime call, or a synchronizing frame), the
+    innermost Python frame around it and the innermost frame of source code (`file.py(line): function`)."""
+
+    call: str
+    frame: str | None
+    source: str | None
+    wait_ns: int  # the blocking calls' time inside the step
+    count: int
+    stream_wait_before_ns: int | None = None  # a *StreamWaitEvent call this long before the first blocking call,
+    # in the same step: the stream the call waited on was itself waiting on an event
+    copy_bytes: int | None = None  # the copy the wait was for: the blocking call's own (hipMemcpyWithStream), or
+    copy_kind: str | None = None  # the copy call just before it in the same op (.item(): cudaMemcpyAsync, then sync)
+
+    def to_json(self) -> dict:
+        return {
+            "call": self.call,
+            "frame": self.frame,
+            "source": self.source,
+            "wait_us": self.wait_ns / 1e3,
+            "count": self.count,
+            "stream_wait_before_us": None if self.stream_wait_before_ns is None else self.stream_wait_before_ns / 1e3,
+            "copy_bytes": self.copy_bytes,
+            "copy_kind": self.copy_kind,
+        }
+
+
+@dataclass(frozen=True)
+class ThreadTime:
+    """Another thread's host time inside a step's window (autograd's backward thread, a communication thread, an
+    async scheduler): how long any event of it ran there, and that time by mechanism."""
+
+    pid: int
+    tid: int
+    busy_ns: int
+    mechanism_ns: dict[str, int]
+
+    def to_json(self) -> dict:
+        return {
+            "pid": self.pid,
+            "tid": self.tid,
+            "busy_us": self.busy_ns / 1e3,
+            "mechanism_us": {k: v / 1e3 for k, v in self.mechanism_ns.items()},
+        }
 
 
 @dataclass
@@ -91,7 +214,8 @@ class ThreadOps:
     start: np.ndarray
     end: np.ndarray
     depth: np.ndarray
-    self_ns: np.ndarray
+    parent: np.ndarray  # index of the enclosing op in these arrays, -1 at the top
+    self_ns: np.ndarray  # duration less direct cpu_op children
 
 
 def thread_rows(trace: Trace, rows: np.ndarray, pid: int, tid: int) -> np.ndarray:
@@ -104,7 +228,7 @@ def thread_ops(trace: Trace, pid: int, tid: int) -> ThreadOps:
     child = np.zeros(len(rows), np.int64)
     has = parent >= 0
     np.add.at(child, parent[has], dur[has])
-    return ThreadOps(rows, start, end, depth, np.maximum(dur - child, 0))
+    return ThreadOps(rows, start, end, depth, parent, np.maximum(dur - child, 0))
 
 
 def _nested(trace: Trace, rows: np.ndarray):
@@ -117,31 +241,29 @@ def _nested(trace: Trace, rows: np.ndarray):
 
 @dataclass(frozen=True)
 class PartTable:
-    """Per name id of a trace: which built-in part a range, op or call of that name feeds, and the user parts."""
+    """Per name id of a trace: which part a range, op, call or frame of that name feeds, the user parts, and the
+    normalized Python frame names."""
 
-    by_name: dict[str, np.ndarray]  # part -> bool over trace.names
+    by_name: dict[str, np.ndarray]  # part or rule -> bool over trace.names
     user: tuple[tuple[str, np.ndarray], ...]  # (name, bool over trace.names), in priority order
     frame_id: np.ndarray  # name id -> id into `frames` (the normalized Python frame names)
     frames: tuple[str, ...]
 
     @property
     def order(self) -> tuple[str, ...]:
-        return (*(name for name, _ in self.user), *BUILTIN_PARTS)
+        """The purpose partition's parts in priority order."""
+        return (*(name for name, _ in self.user), *PURPOSE)
 
     @classmethod
     def build(cls, trace: Trace, user_parts: tuple[UserPart, ...] = ()) -> PartTable:
         split = [V.split_label(n)[0] for n in trace.names]
-        ours = {
-            "sync": V.SYNC,
-            "sample": V.SAMPLE,
-            "cache_update": V.CACHE_UPDATE,
-            "cache_seq_length": V.CACHE_SEQ_LENGTH,
-            "cache_mask_sizes": V.CACHE_MASK_SIZES,
-            "mask": V.MASK,
-        }
-        by_name = {part: np.array([n == label for n in split], bool) for part, label in ours.items()}
+        by_name = {part: np.array([n == label for n in split], bool) for part, label in _PROBE_RANGES.items()}
         by_name["attention"] = trace.name_ids(lambda s: ATTENTION_OP.search(s) is not None)
         by_name["sync_call"] = trace.name_ids(lambda s: SYNC_CALL.search(s) is not None)
+        by_name["sync_frame"] = trace.name_ids(lambda s: SYNC_FRAME.search(s) is not None)
+        by_name["launch_call"] = trace.name_ids(lambda s: api_base_name(s) in LAUNCH_NAMES | GRAPH_LAUNCH_NAMES)
+        by_name["source_frame"] = trace.name_ids(lambda s: _SOURCE_FRAME.search(s) is not None)
+        by_name["stream_wait"] = trace.name_ids(lambda s: "StreamWaitEvent" in s)
         user = tuple((p.name, trace.name_ids(lambda s, p=p: p.pattern.search(s) is not None)) for p in user_parts)
         table: dict[str, int] = {}
         frame_id = np.fromiter(
@@ -152,22 +274,24 @@ class PartTable:
 
 @dataclass
 class HostSplit:
-    """The partition of some steps' windows (part -> ns per step) and their Python frames' self time."""
+    """Both partitions of some steps' windows on one thread (part -> ns per step), and what lies behind them."""
 
-    parts: dict[str, np.ndarray]  # every part in PartTable.order plus UNATTRIBUTED, one value per step
-    frame_step: np.ndarray  # (step, frame id, self ns, calls) rows, one per frame name a step has
-    frame_id: np.ndarray
-    frame_self_ns: np.ndarray
-    frame_calls: np.ndarray
+    purpose: dict[str, np.ndarray]  # every part in PartTable.order, one value per step
+    mechanism: dict[str, np.ndarray]  # every part in MECHANISM, one value per step
+    frames: list[tuple[FrameTime, ...]]  # per step, by self time, largest first
+    ops: list[tuple[OpTime, ...]]  # per step, dispatch by op, largest first
+    sync_sites: list[tuple[SyncSite, ...]]  # per step, largest wait first
+    sync_segments: tuple[np.ndarray, np.ndarray, np.ndarray]  # (step, start, end) of every sync_wait piece
+    frame_totals: dict[int, tuple[int, int]]  # frame id -> (self ns, calls) over these steps
 
 
-def split_host(
-    trace: Trace, table: PartTable, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray, ops: ThreadOps
-) -> HostSplit:
-    """Partition the windows [lo, hi] (steps on thread pid/tid) into parts, and python among its frames."""
+def purpose_split(trace: Trace, table: PartTable, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray):
+    """The purpose partition of the windows [lo, hi] on thread pid/tid: part -> ns per window, in priority order;
+    the last part, `model`, is what no other part covers, so the parts add up to the windows exactly."""
     ranges = thread_rows(trace, trace.rows(Kind.USER_RANGE, Kind.PROFILER_STEP), pid, tid)
     runtime = thread_rows(trace, trace.rows(Kind.RUNTIME), pid, tid)
-    frames, f_start, f_end, f_parent, _ = _nested(trace, thread_rows(trace, trace.rows(Kind.PYTHON), pid, tid))
+    ops = thread_rows(trace, trace.rows(Kind.CPU_OP), pid, tid)
+    frames = thread_rows(trace, trace.rows(Kind.PYTHON), pid, tid)
 
     def spans(rows: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows = rows[mask[trace.name_id[rows]]]
@@ -175,97 +299,358 @@ def split_host(
 
     tiers: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     for name, mask in table.user:
-        tiers[name] = [spans(ranges, mask), spans(ops.rows, mask), spans(frames, mask)]
-    tiers["sync"] = [spans(ranges, table.by_name["sync"]), spans(runtime, table.by_name["sync_call"])]
-    for part in PROBE_PARTS[1:]:
+        tiers[name] = [spans(ranges, mask), spans(ops, mask), spans(frames, mask)]
+    tiers["sync"] = [
+        spans(ranges, table.by_name["sync"]),
+        spans(runtime, table.by_name["sync_call"]),
+        spans(frames, table.by_name["sync_frame"]),
+    ]
+    for part in ("sample", "cache_update", "cache_seq_length", "cache_mask_sizes", "mask"):
         tiers[part] = [spans(ranges, table.by_name[part])]
-    attention = table.by_name["attention"][trace.name_id[ops.rows]]
-    tiers["attention"] = [(ops.start[attention], ops.end[attention])]
-    top = ops.depth == 0
-    tiers["ops"] = [(ops.start[top], ops.end[top]), (trace.ts_ns[runtime], trace.end_ns[runtime])]
-    tiers["python"] = [(f_start, f_end)]
+    tiers["attention"] = [spans(ops, table.by_name["attention"])]
     parts: dict[str, np.ndarray] = {}
     acc_s, acc_e = np.zeros(0, np.int64), np.zeros(0, np.int64)
     before = np.zeros(len(lo), np.int64)
-    above_python = (acc_s, acc_e)
-    for part in table.order:
-        if part == "python":
-            above_python = (acc_s, acc_e)
+    for part in table.order[:-1]:
         acc_s, acc_e = merge(
             np.concatenate([acc_s, *(s for s, _ in tiers[part])]), np.concatenate([acc_e, *(e for _, e in tiers[part])])
         )
         now = covered(acc_s, acc_e, lo, hi)
         parts[part] = now - before
         before = now
-    parts[UNATTRIBUTED] = (hi - lo) - before
-    step, fid, self_ns, calls = _frame_self(trace, table, frames, f_start, f_end, f_parent, above_python, lo, hi)
-    return HostSplit(parts, step, fid, self_ns, calls)
+    parts[REST] = (hi - lo) - before
+    return parts
 
 
-def _frame_self(
-    trace: Trace,
-    table: PartTable,
-    frames: np.ndarray,
-    start: np.ndarray,
-    end: np.ndarray,
-    parent: np.ndarray,
-    above: tuple[np.ndarray, np.ndarray],
-    lo: np.ndarray,
-    hi: np.ndarray,
-):
-    """Each step's Python time by innermost frame: (step, frame id, self ns, calls) per (step, frame name).
+@dataclass
+class _Innermost:
+    """A thread's host events, nested, each with its self segments: the pieces of the timeline where it is the
+    innermost event. An event that outlives the event it started in is split at that event's end into pieces
+    (`original` is False for the continuations), so the pieces nest properly and each stretch of time goes to the
+    latest-started event still open."""
 
-    A frame's self region is its interval less its children's (they nest), so the self regions tile the union
-    of the frames. Each region is cut at the step boundaries and charged, less what the higher parts
-    (`above`, merged) cover, to the step holding it: the sum over frames is the step's `python` part exactly.
-    """
+    rows: np.ndarray  # a trace row per piece, pieces sorted by (start, continuation first, -end, kind rank)
+    start: np.ndarray
+    end: np.ndarray
+    original: np.ndarray  # the piece that starts where its event starts
+    parent: np.ndarray
+    mechanism: np.ndarray  # a code per piece
+    seg_owner: np.ndarray  # self segments: index into the pieces, start, end
+    seg_start: np.ndarray
+    seg_end: np.ndarray
+    split: int  # events that outlived the event they started in
+
+
+def _innermost(trace: Trace, table: PartTable, rows: np.ndarray) -> _Innermost:
+    kind = trace.kind[rows]
+    rank = np.where(kind == Kind.PYTHON, 0, np.where(kind == Kind.CPU_OP, 1, 2))  # equal spans: frame, op, call
+    start, end = trace.ts_ns[rows], trace.end_ns[rows]
+    original = np.ones(len(rows), bool)
+    split = 0
+    while True:
+        # Among pieces starting together, a continuation is the outer one: its event started earlier.
+        order = np.lexsort((rank, -end, original, start))
+        rows, start, end, rank, original = rows[order], start[order], end[order], rank[order], original[order]
+        depth, parent = nesting(start, end)
+        limit = np.where(parent >= 0, end[np.maximum(parent, 0)], end)
+        over = (start < limit) & (end > limit)  # starts inside its parent, ends after it
+        if not over.any():
+            break
+        split += int(np.sum(over & original))
+        rows = np.concatenate((rows, rows[over]))
+        start = np.concatenate((start, limit[over]))
+        rank = np.concatenate((rank, rank[over]))
+        original = np.concatenate((original, np.zeros(int(over.sum()), bool)))
+        end = np.concatenate((np.where(over, limit, end), end[over]))
+    kind = trace.kind[rows]
+    names = trace.name_id[rows]
+    mech = np.full(len(rows), _RUNTIME, np.int8)
+    mech[kind == Kind.CPU_OP] = _DISPATCH
+    is_frame = kind == Kind.PYTHON
+    mech[is_frame] = np.where(table.by_name["sync_frame"][names[is_frame]], _SYNC_WAIT, _PYTHON)
+    is_call = kind == Kind.RUNTIME
+    mech[is_call & table.by_name["launch_call"][names]] = _LAUNCH
+    mech[is_call & table.by_name["sync_call"][names]] = _SYNC_WAIT
+    owner, a, b = _self_segments(start, end, parent)
+    return _Innermost(rows, start, end, original, parent, mech, owner, a, b, split)
+
+
+def _self_segments(start: np.ndarray, end: np.ndarray, parent: np.ndarray):
+    """Each event's self region as segments (owner, start, end): its interval less its children's. The children
+    of an event are disjoint and inside it (the pieces nest properly), so the segments tile the union exactly."""
     empty = np.zeros(0, np.int64)
-    if not len(frames) or not len(lo):
-        return empty, empty, empty, empty
-    n = len(frames)
+    n = len(start)
+    if not n:
+        return empty, empty, empty
     idx = np.arange(n)
-    # Gaps before each child: from the previous sibling's end (or the parent's start) to the child's start.
     by_parent = np.lexsort((idx, parent))
     p = parent[by_parent]
     first_child = np.concatenate(([True], p[1:] != p[:-1]))
     prev_end = np.where(first_child, start[np.maximum(p, 0)], np.roll(end[by_parent], 1))
     has_parent = p >= 0
-    seg_owner = [p[has_parent]]
-    seg_start = [prev_end[has_parent]]
-    seg_end = [start[by_parent][has_parent]]
-    # Each frame's tail: from its last child's end (or its own start) to its own end.
+    # the gap before each child: from the previous sibling's end (or the parent's start) to the child's start
+    owner = [p[has_parent]]
+    seg_a = [prev_end[has_parent]]
+    seg_b = [start[by_parent][has_parent]]
+    # each event's tail: from its last child's end (or its own start) to its own end
     last_child_end = start.copy()
     last = np.concatenate((p[1:] != p[:-1], [True])) & has_parent
     last_child_end[p[last]] = end[by_parent][last]
-    seg_owner.append(idx)
-    seg_start.append(last_child_end)
-    seg_end.append(end)
-    owner, a, b = np.concatenate(seg_owner), np.concatenate(seg_start), np.concatenate(seg_end)
+    owner.append(idx)
+    seg_a.append(last_child_end)
+    seg_b.append(end)
+    o, a, b = np.concatenate(owner), np.concatenate(seg_a), np.concatenate(seg_b)
     keep = b > a
-    owner, a, b = owner[keep], a[keep], b[keep]
-    # Cut at every step boundary inside a region, so each piece lies in one step or in none.
+    return o[keep], a[keep], b[keep]
+
+
+def _charge(seg_start: np.ndarray, seg_end: np.ndarray, lo: np.ndarray, hi: np.ndarray):
+    """Cut segments at every window boundary and give each piece to the window holding it: (segment index, window,
+    piece start, piece end) for the pieces inside a window. Windows need not be sorted; where they overlap, a piece
+    goes to the latest-starting window that holds it, so no nanosecond is counted twice."""
+    empty = np.zeros(0, np.int64)
+    if not len(seg_start) or not len(lo):
+        return empty, empty, empty, empty
     bounds = np.unique(np.concatenate((lo, hi)))
-    first = np.searchsorted(bounds, a, side="right")
-    cuts = np.searchsorted(bounds, b, side="left") - first
+    first = np.searchsorted(bounds, seg_start, side="right")
+    cuts = np.searchsorted(bounds, seg_end, side="left") - first
     pieces = 1 + np.maximum(cuts, 0)
-    owner, a, b, first = (np.repeat(x, pieces) for x in (owner, a, b, first))
-    k = np.arange(len(owner)) - np.repeat(np.cumsum(pieces) - pieces, pieces)  # piece number in its region
+    seg = np.repeat(np.arange(len(seg_start)), pieces)
+    a, b, first = seg_start[seg], seg_end[seg], first[seg]
+    k = np.arange(len(seg)) - np.repeat(np.cumsum(pieces) - pieces, pieces)  # piece number in its segment
     piece_start = np.where(k > 0, bounds[np.minimum(first + k - 1, len(bounds) - 1)], a)
     piece_end = np.where(k < np.repeat(pieces, pieces) - 1, bounds[np.minimum(first + k, len(bounds) - 1)], b)
     order = np.argsort(lo, kind="stable")
     slo, shi = lo[order], hi[order]
     step = np.searchsorted(slo, piece_start, side="right") - 1
     inside = (step >= 0) & (piece_end <= shi[np.maximum(step, 0)])
-    free = (piece_end - piece_start) - covered(*above, piece_start, piece_end)
-    step, fid, free = order[step[inside]], table.frame_id[trace.name_id[frames[owner[inside]]]], free[inside]
-    width = len(table.frames)
-    key, inverse = np.unique(step * width + fid, return_inverse=True)
-    self_ns = np.bincount(inverse, weights=free, minlength=len(key)).astype(np.int64)
-    # calls: frame events of each name starting inside each step
-    s_of = np.searchsorted(slo, start, side="right") - 1
-    in_step = (s_of >= 0) & (start <= shi[np.maximum(s_of, 0)])
-    call_key = order[s_of[in_step]] * width + table.frame_id[trace.name_id[frames[in_step]]]
-    ck, cc = np.unique(call_key, return_counts=True)
-    pos = np.searchsorted(ck, key)
-    calls = np.where((pos < len(ck)) & (ck[np.minimum(pos, len(ck) - 1)] == key), cc[np.minimum(pos, len(ck) - 1)], 0)
-    return key // width, key % width, self_ns, calls
+    return seg[inside], order[step[inside]], piece_start[inside], piece_end[inside]
+
+
+def host_events(trace: Trace, pid: int, tid: int) -> np.ndarray:
+    """The rows that can decide a mechanism on one thread: Python frames, cpu_ops and runtime calls."""
+    return thread_rows(trace, trace.rows(Kind.PYTHON, Kind.CPU_OP, Kind.RUNTIME), pid, tid)
+
+
+def mechanism_split(
+    trace: Trace,
+    table: PartTable,
+    pid: int,
+    tid: int,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    top_frames: int | None = None,
+    top_ops: int | None = None,
+) -> HostSplit:
+    """Both partitions of the windows [lo, hi] (steps on thread pid/tid), with frames, ops and sync sites."""
+    n = len(lo)
+    inner = _innermost(trace, table, host_events(trace, pid, tid))
+    seg, step, piece_start, piece_end = _charge(inner.seg_start, inner.seg_end, lo, hi)
+    ns = piece_end - piece_start
+    owner = inner.seg_owner[seg]
+    mech = inner.mechanism[owner]
+    mechanism = {}
+    for code, part in enumerate(MECHANISM[:-1]):
+        sel = mech == code
+        mechanism[part] = np.bincount(step[sel], weights=ns[sel], minlength=n).astype(np.int64)
+    mechanism[UNATTRIBUTED] = (hi - lo) - sum(mechanism.values())
+    # which step each event starts in: calls are counted there
+    order = np.argsort(lo, kind="stable")
+    s_of = np.searchsorted(lo[order], inner.start, side="right") - 1
+    starts_in = np.where((s_of >= 0) & (inner.start <= hi[order][np.maximum(s_of, 0)]), order[np.maximum(s_of, 0)], -1)
+    starts_in[~inner.original] = -1  # a continuation is no new call
+    kind = trace.kind[inner.rows]
+    names = trace.name_id[inner.rows]
+    is_frame, is_op = kind == Kind.PYTHON, kind == Kind.CPU_OP
+    f_self = _grouped(step, table.frame_id[names[owner]], ns, is_frame[owner], n)
+    f_calls = _grouped(starts_in, table.frame_id[names], np.ones(len(names), np.int64), is_frame & (starts_in >= 0), n)
+    o_self = _grouped(step, names[owner].astype(np.int64), ns, is_op[owner], n)
+    o_calls = _grouped(starts_in, names.astype(np.int64), np.ones(len(names), np.int64), is_op & (starts_in >= 0), n)
+    frames = [
+        tuple(
+            sorted(
+                (FrameTime(table.frames[f], f_self[i].get(f, 0), f_calls[i].get(f, 0)) for f in f_self[i] | f_calls[i]),
+                key=lambda x: (-x.self_ns, x.frame),
+            )[:top_frames]
+        )
+        for i in range(n)
+    ]
+    ops = [
+        tuple(
+            sorted(
+                (OpTime(trace.names[o], o_self[i].get(o, 0), o_calls[i].get(o, 0)) for o in o_self[i] | o_calls[i]),
+                key=lambda x: (-x.self_ns, x.name),
+            )[:top_ops]
+        )
+        for i in range(n)
+    ]
+    totals: dict[int, list[int]] = {}
+    for i in range(n):
+        for f, v in f_self[i].items():
+            totals.setdefault(f, [0, 0])[0] += v
+        for f, v in f_calls[i].items():
+            totals.setdefault(f, [0, 0])[1] += v
+    sites = _sync_sites(trace, table, inner, seg, step, ns, lo)
+    is_sync = mech == _SYNC_WAIT
+    sync_segments = (step[is_sync], piece_start[is_sync], piece_end[is_sync])
+    return HostSplit(
+        purpose_split(trace, table, pid, tid, lo, hi),
+        mechanism,
+        frames,
+        ops,
+        sites,
+        sync_segments,
+        {f: (a, b) for f, (a, b) in totals.items()},
+    )
+
+
+def _grouped(step: np.ndarray, key: np.ndarray, value: np.ndarray, sel: np.ndarray, n: int) -> list[dict[int, int]]:
+    """Per step, key -> summed value over the selected rows (rows with step < 0 are left out)."""
+    sel = sel & (step >= 0)
+    out: list[dict[int, int]] = [{} for _ in range(n)]
+    if not sel.any():
+        return out
+    width = int(key[sel].max()) + 1
+    keys, inverse = np.unique(step[sel].astype(np.int64) * width + key[sel], return_inverse=True)
+    sums = np.bincount(inverse, weights=value[sel], minlength=len(keys)).astype(np.int64)
+    for k, v in zip(keys.tolist(), sums.tolist(), strict=True):
+        out[k // width][k % width] = v
+    return out
+
+
+def _sync_sites(trace: Trace, table: PartTable, inner: _Innermost, seg, step, ns, lo) -> list[tuple[SyncSite, ...]]:
+    """Per step, the blocking calls by (call, innermost frame, innermost source frame), their time in the step, and
+    whether a stream-wait-event call came before them in the step."""
+    n = len(lo)
+    owner = inner.seg_owner[seg]
+    sel = inner.mechanism[owner] == _SYNC_WAIT
+    out: list[dict[tuple, list[int]]] = [{} for _ in range(n)]
+    if not sel.any():
+        return [() for _ in range(n)]
+    # a synchronizing frame inside another blocking event is part of that event's wait: report the outermost
+    blocking = np.unique(owner[sel])
+    outer = blocking.copy()
+    cur = inner.parent[blocking]
+    while (cur >= 0).any():
+        up = (cur >= 0) & (inner.mechanism[np.maximum(cur, 0)] == _SYNC_WAIT)
+        outer = np.where(up, cur, outer)
+        cur = np.where(cur >= 0, inner.parent[np.maximum(cur, 0)], -1)
+    site_of = dict(zip(blocking.tolist(), outer.tolist(), strict=True))
+    kind = trace.kind[inner.rows]
+    names = trace.name_id[inner.rows]
+    frame_cache: dict[int, tuple[str | None, str | None]] = {}
+
+    def around(event: int) -> tuple[str | None, str | None]:
+        if event not in frame_cache:
+            frame = source = None
+            cur = int(inner.parent[event])
+            while cur >= 0 and source is None:
+                if kind[cur] == Kind.PYTHON:
+                    name = table.frames[table.frame_id[names[cur]]]
+                    frame = frame or name
+                    if table.by_name["source_frame"][names[cur]]:
+                        source = name
+                cur = int(inner.parent[cur])
+            frame_cache[event] = (frame, source)
+        return frame_cache[event]
+
+    for o, s, v in zip(owner[sel].tolist(), step[sel].tolist(), ns[sel].tolist(), strict=True):
+        site = site_of[o]
+        frame, source = around(site)
+        call = table.frames[table.frame_id[names[site]]] if kind[site] == Kind.PYTHON else trace.names[names[site]]
+        acc = out[s].setdefault((call, frame, source), [0, set(), inner.start[site], site])
+        acc[0] += v
+        acc[1].add(int(inner.rows[site]))
+        if inner.start[site] < acc[2]:
+            acc[2], acc[3] = inner.start[site], site
+    is_wait = (kind == Kind.RUNTIME) & table.by_name["stream_wait"][names] & inner.original
+    waits = np.sort(inner.start[is_wait])
+
+    def waited(first: int, s: int) -> int | None:
+        k = int(np.searchsorted(waits, first, side="right")) - 1
+        return int(first - waits[k]) if k >= 0 and waits[k] >= lo[s] else None
+
+    copies = _copies(trace)
+    calls = inner.rows
+    keys = correlation_keys(trace, calls)
+    is_copy = (
+        (kind == Kind.RUNTIME)
+        & inner.original
+        & ((trace.copy_kind[calls] >= 0) | np.isin(keys, np.fromiter(copies, np.int64, len(copies))))
+    )
+
+    def copied(site: int) -> tuple[int | None, str | None]:
+        """The blocking call's own copy, else the latest copy call before it under the same parent; its size and
+        direction from the call's own args, else from the GPU copy it launched."""
+        at = site
+        if not is_copy[site]:
+            same = np.flatnonzero(is_copy & (inner.parent == inner.parent[site]) & (inner.start <= inner.start[site]))
+            if not len(same):
+                return None, None
+            at = int(same[np.argmax(inner.start[same])])
+        row = int(calls[at])
+        size, direction = copies.get(int(keys[at]), (-1, -1))
+        size = int(trace.bytes[row]) if trace.bytes[row] >= 0 else size
+        direction = int(trace.copy_kind[row]) if trace.copy_kind[row] >= 0 else direction
+        return (size if size >= 0 else None), COPY_KINDS[direction] if 0 <= direction < len(COPY_KINDS) else None
+
+    return [
+        tuple(
+            sorted(
+                (
+                    SyncSite(c, f, src, v[0], len(v[1]), waited(int(v[2]), s), *copied(v[3]))
+                    for (c, f, src), v in d.items()
+                ),
+                key=lambda x: (-x.wait_ns, x.call),
+            )
+        )
+        for s, d in enumerate(out)
+    ]
+
+
+def _copies(trace: Trace) -> dict[int, tuple[int, int]]:
+    """Correlation key -> (bytes, copy kind) of every GPU copy: what a copy call launched, when its own args do not
+    say (CUDA's runtime calls carry neither)."""
+    rows = trace.rows(Kind.GPU_MEMCPY)
+    keys = correlation_keys(trace, rows)
+    return {
+        int(k): (int(b), int(c))
+        for k, b, c in zip(keys.tolist(), trace.bytes[rows].tolist(), trace.copy_kind[rows].tolist(), strict=True)
+        if k >= 0
+    }
+
+
+def thread_busy(
+    trace: Trace, table: PartTable, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Another thread's time in each window [lo, hi]: the union of its code events there (frames, ops, runtime calls;
+    a range alone is a label, not work), and that union by mechanism."""
+    n = len(lo)
+    rows = host_events(trace, pid, tid)
+    ms, me = merge(trace.ts_ns[rows], trace.end_ns[rows])
+    busy = covered(ms, me, lo, hi)
+    inner = _innermost(trace, table, rows)
+    seg, step, piece_start, piece_end = _charge(inner.seg_start, inner.seg_end, lo, hi)
+    ns = piece_end - piece_start
+    mech = inner.mechanism[inner.seg_owner[seg]]
+    by = {}
+    for code, part in enumerate(MECHANISM[:-1]):
+        sel = mech == code
+        by[part] = np.bincount(step[sel], weights=ns[sel], minlength=n).astype(np.int64)
+    return busy, by
+
+
+def capture_region(trace: Trace, pid: int, tid: int) -> tuple[np.ndarray, np.ndarray, str]:
+    """What a CUDA graph of the step would capture, on one thread, as merged intervals, and what it is: probe's
+    `forward` ranges (the engine call); else the model's outermost `nn.Module: ...` frames (torch's with_stack
+    names a module call so); else every cpu_op and runtime call, which is all a graph can hold."""
+    ranges = thread_rows(trace, trace.rows(Kind.USER_RANGE), pid, tid)
+    forward = ranges[[V.split_label(trace.names[n])[0] == V.FORWARD for n in trace.name_id[ranges].tolist()]]
+    if len(forward):
+        return (*merge(trace.ts_ns[forward], trace.end_ns[forward]), "probe's forward ranges")
+    frames = thread_rows(trace, trace.rows(Kind.PYTHON), pid, tid)
+    modules = frames[[trace.names[n].startswith("nn.Module: ") for n in trace.name_id[frames].tolist()]]
+    if len(modules):
+        return (*merge(trace.ts_ns[modules], trace.end_ns[modules]), "the model's nn.Module frames")
+    code = thread_rows(trace, trace.rows(Kind.CPU_OP, Kind.RUNTIME), pid, tid)
+    return (*merge(trace.ts_ns[code], trace.end_ns[code]), "every op and runtime call")

@@ -60,6 +60,39 @@ def union_by_group(group: np.ndarray, starts: np.ndarray, ends: np.ndarray, grou
     return out
 
 
+def merged_by_group(group: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+    """Each group's union as disjoint intervals: (group, start, end) arrays sorted by group then start (rows with
+    group < 0 are left out)."""
+    keep = group >= 0
+    group, starts, ends = group[keep], starts[keep], ends[keep]
+    if not len(starts):
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty
+    order = np.lexsort((starts, group))
+    g, s, e = group[order], starts[order], ends[order]
+    new_group = np.concatenate(([True], g[1:] != g[:-1]))
+    # the running end within each group: offset each group above the previous one so one accumulate serves all
+    span = int(e.max()) - int(s.min()) + 1
+    offset = (np.cumsum(new_group) - 1).astype(np.int64) * span - int(s.min())
+    reach = np.maximum.accumulate(e + offset) - offset
+    opens = new_group.copy()
+    opens[1:] |= s[1:] > reach[:-1]
+    first = np.flatnonzero(opens)
+    last = np.append(first[1:] - 1, len(s) - 1)
+    return g[first], s[first], reach[last]
+
+
+def inside_any(starts: np.ndarray, ends: np.ndarray, q_start: np.ndarray, q_end: np.ndarray) -> np.ndarray:
+    """Whether each query [q_start, q_end] lies inside one of the intervals (starts, ends): of the intervals
+    starting at or before the query, the largest end must reach the query's end. One sort, one searchsorted."""
+    if not len(starts):
+        return np.zeros(len(q_start), bool)
+    order = np.argsort(starts, kind="stable")
+    s, reach = starts[order], np.maximum.accumulate(ends[order])
+    k = np.searchsorted(s, q_start, side="right") - 1
+    return (k >= 0) & (reach[np.maximum(k, 0)] >= q_end)
+
+
 def assign(t: np.ndarray, win_start: np.ndarray, win_end: np.ndarray) -> np.ndarray:
     """Index of the window (sorted by start) whose [start, end] holds each time; -1 where none does."""
     k = np.searchsorted(win_start, t, side="right") - 1

@@ -22,7 +22,8 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from probe.analysis.ledger import StepDigest, TraceAnalysis, steady_steps
+from probe.analysis.digest import StepDigest
+from probe.analysis.ledger import TraceAnalysis, steady
 from probe.analysis.results import BenchResults, Cell
 from probe.analysis.roofline.formulas import batch_limit, predict_step_ms
 from probe.errors import ProbeError
@@ -253,7 +254,7 @@ class StepCounts:
 
 
 def step_counts(engine: str, analysis: TraceAnalysis, trace: str, tool: str = "torch.profiler") -> StepCounts:
-    steps = steady_steps(analysis)
+    steps = steady(analysis.steps)
 
     def median(name: str) -> float:
         return float(np.median([getattr(s, name) for s in steps]))

@@ -66,8 +66,67 @@ _SGLANG_MODES = {
 
 
 @dataclass(frozen=True)
+class StepTokens:
+    """What an engine's step marker says the step processed: its sequences, the new tokens over them, and the
+    positions already cached before the step over them. None where the marker does not say."""
+
+    sequences: int
+    new_tokens: int | None
+    context_tokens: int | None
+    source: str  # which marker form said it
+
+    def to_json(self) -> dict:
+        return {
+            "sequences": self.sequences,
+            "new_tokens": self.new_tokens,
+            "context_tokens": self.context_tokens,
+            "source": self.source,
+        }
+
+
+_SQSK = re.compile(r"sq(\d+)sk(\d+)sqsq\d+sqsk\d+")
+
+
+def _vllm_tokens(m: re.Match) -> StepTokens | None:
+    """vLLM's markers. The detailed form (TraceLens's patch, vLLM 0.26+) carries, per phase, sq (query tokens) and
+    sk (keys attended: cached positions plus the new tokens) summed over the phase's requests, so the cached context
+    is sk - sq; the native form carries the token count alone (TraceLens's annotation_utils reads them the same)."""
+    if m["new"] is not None:
+        return StepTokens(int(m["new"]) + int(m["cached"]), None, None, "vLLM execute_new_N_cached_M")
+    sequences = int(m["ctx"]) + int(m["gen"])
+    c, g = _SQSK.fullmatch(m["cst"]), _SQSK.fullmatch(m["gst"])
+    if c and g:
+        sq = int(c[1]) + int(g[1])
+        return StepTokens(sequences, sq, int(c[2]) + int(g[2]) - sq, "vLLM execute_ (detailed: sq, sk)")
+    if m["cst"].isdigit() and m["gst"].isdigit():
+        return StepTokens(sequences, int(m["cst"]) + int(m["gst"]), None, "vLLM execute_context_R(N)_generation_R(N)")
+    return StepTokens(sequences, None, None, "vLLM execute_")
+
+
+def _sglang_tokens(m: re.Match) -> StepTokens | None:
+    """SGLang's step[MODE bs=.. toks=..]: bs requests; the detailed form adds c_sq/c_sk and g_sq/g_sk as vLLM's."""
+    values = {k: int(v) for k, v in re.findall(r"([a-z_]+)=(\d+)", m[0])}
+    bs = values.get("bs")
+    if bs is None:
+        return None
+    if "c_sq" in values or "g_sq" in values:
+        sq = values.get("c_sq", 0) + values.get("g_sq", 0)
+        sk = values.get("c_sk", 0) + values.get("g_sk", 0)
+        return StepTokens(bs, sq, sk - sq, "SGLang step[] (detailed: sq, sk)")
+    if "toks" in values:
+        return StepTokens(bs, values["toks"], None, "SGLang step[] toks")
+    return StepTokens(bs, bs if m["mode"] == "DECODE" else None, None, "SGLang step[] bs")
+
+
+def _trtllm_tokens(m: re.Match) -> StepTokens | None:
+    ctx, gen = int(m["ctx"]), int(m["gen"])
+    return StepTokens(ctx + gen, gen if not ctx else None, None, "TensorRT-LLM _forward_step")
+
+
+@dataclass(frozen=True)
 class Marker:
-    """One engine's per-iteration range: what it is called, what one covers, where it was seen."""
+    """One engine's per-iteration range: what it is called, what one covers, where it was seen, and what it says
+    about the step's kind and tokens."""
 
     label: str  # how the step rule names it
     pattern: re.Pattern
@@ -75,6 +134,7 @@ class Marker:
     source: str  # the code that emits it
     seen_in: str  # a trace that holds it
     kind: Callable[[re.Match], str] = lambda m: STEP
+    tokens: Callable[[re.Match], StepTokens | None] = lambda m: None
 
 
 MARKERS: tuple[Marker, ...] = (
@@ -82,7 +142,7 @@ MARKERS: tuple[Marker, ...] = (
         "vLLM execute_* (also TraceLens-patched SGLang)",
         re.compile(
             r"execute_(?:new_(?P<new>\d+)_cached_(?P<cached>\d+)|(?:\d+_)?context_(?P<ctx>\d+)"
-            r"\([^)]*\)_generation_(?P<gen>\d+)\([^)]*\))"
+            r"\((?P<cst>[^)]*)\)_generation_(?P<gen>\d+)\((?P<gst>[^)]*)\))"
         ),
         "one Worker.execute_model call: one scheduler step on one rank (input prep, forward, postprocess; "
         "sampling runs after it)",
@@ -92,6 +152,7 @@ MARKERS: tuple[Marker, ...] = (
         "tests/data/rocm_vllm_decode_cudagraph (detailed form), b200_eager (a patched v0.13 form), "
         "rocm_sglang_qwen3_8b_extend_step (TraceLens's SGLang patch)",
         _vllm_kind,
+        _vllm_tokens,
     ),
     Marker(
         "SGLang scheduler.run_batch",
@@ -107,6 +168,7 @@ MARKERS: tuple[Marker, ...] = (
         "python/sglang/srt/model_executor/model_runner.py (v0.5.11+; srt/utils/profile_utils.py from 0.5.16)",
         "tests/data/rocm_sglang_qwen3_8b_extend_step (inside the execute_.. range)",
         lambda m: _SGLANG_MODES.get(m["mode"], m["mode"].lower()),
+        _sglang_tokens,
     ),
     Marker(
         "TensorRT-LLM _forward_step",
@@ -115,6 +177,7 @@ MARKERS: tuple[Marker, ...] = (
         "tensorrt_llm/_torch/pyexecutor/py_executor.py",
         "none of ours",
         lambda m: _phase(int(m["ctx"]), int(m["gen"])),
+        _trtllm_tokens,
     ),
 )
 
@@ -132,9 +195,13 @@ class StepSet:
     pid: np.ndarray
     tid: np.ndarray
     warnings: list[str]
+    tokens: list[StepTokens | None] | None = None  # what each step's engine marker says it processed
 
     def __len__(self) -> int:
         return len(self.start)
+
+    def tokens_of(self, i: int) -> StepTokens | None:
+        return self.tokens[i] if self.tokens is not None else None
 
 
 def compile_steps_regex(text: str | None) -> re.Pattern | None:
@@ -235,8 +302,18 @@ def _from_rows(trace: Trace, rows: np.ndarray, rule: str, kinds: list[str], warn
     for position, text in enumerate(names):
         index = V.split_label(text)[1]
         indices.append(index if index is not None else (0 if text == V.PREFILL else position))
+    tokens = [next((m.tokens(hit) for m in MARKERS if (hit := m.pattern.fullmatch(text))), None) for text in names]
     return StepSet(
-        rule, names, kinds, indices, trace.ts_ns[rows], trace.end_ns[rows], trace.pid[rows], trace.tid[rows], warnings
+        rule,
+        names,
+        kinds,
+        indices,
+        trace.ts_ns[rows],
+        trace.end_ns[rows],
+        trace.pid[rows],
+        trace.tid[rows],
+        warnings,
+        tokens,
     )
 
 

@@ -33,8 +33,9 @@ from engines import engine_class
 from engines.models import load_model, prompt_ids, resolve_device
 from engines.naive import no_cache_forward, prepared_masks
 from probe import vocabulary as V
+from probe.analysis.digest import StepDigest, digest
 from probe.analysis.hardware import match_device
-from probe.analysis.ledger import StepDigest, analyze, digest
+from probe.analysis.ledger import analyze
 from probe.analysis.report import Machine, OverheadReport, Piece
 from probe.analysis.trace import load_trace
 from probe.capture import annotate as A
@@ -207,7 +208,7 @@ def measure(
     bookkeeping = sum(p.median_us for p in pieces if p.range in (*V.CACHE_RANGES, V.MASK)) / 1e3
     gap = step_ms - floor_ms
     step = profiled_step(cached, prompt)
-    parts, wall = step.parts_us, step.wall_us
+    wall = step.wall_us
     return OverheadReport(
         model=model_spec,
         dtype=dtype,
@@ -228,9 +229,9 @@ def measure(
         explained_pct=100 * bookkeeping / gap if gap > 0 else float("nan"),
         step_dispatch=step.dispatch,
         step_dispatched=step.dispatched,
-        host_pct=100 * (wall - parts["sync"]) / wall,
+        host_pct=100 * (wall - step.purpose_us["sync"]) / wall,
         device_pct=100 * step.gpu_busy_us / wall if step.on_gpu else None,
-        compute_in_ops_pct=100 * (parts["ops"] + parts["attention"]) / wall,
+        compute_in_ops_pct=100 * sum(step.mechanism_us[m] for m in ("dispatch", "launch", "runtime")) / wall,
     )
 
 

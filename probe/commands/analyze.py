@@ -116,7 +116,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def main_one(args: argparse.Namespace, path: Path) -> int:
-    from probe.analysis.ledger import analyze, step_timeline
+    from probe.analysis.ledger import analyze
+    from probe.analysis.timeline import step_timeline
     from probe.analysis.trace import load_trace
 
     options = options_from(args, path)  # bad flags fail before the trace is read
@@ -226,7 +227,7 @@ def job_tables(result):
         for s in result.by_step:
             busy.add_row(str(s.step), _short(s.name, 30), *(_ms(r.gpu_busy_ns) for r in s.ranks))
         tables.append(busy)
-    launches = _table(f"{result.traces[0].summary.dispatch} per step and rank", ["#", "step", *ranks])
+    launches = _table(f"{result.traces[0].dispatch} per step and rank", ["#", "step", *ranks])
     for s in result.by_step:
         launches.add_row(str(s.step), _short(s.name, 30), *(str(r.launches) for r in s.ranks))
     tables.append(launches)
@@ -346,14 +347,24 @@ def idle_table(result):
 
 
 def host_table(result):
-    """One row a step: the host partition of its wall time, which adds up to the wall."""
-    parts = list(result.user_parts) + ["sync", "sample", "cache", "mask", "attention", "ops", "python", "unattributed"]
+    """One row a step: both partitions of its wall time (probe.analysis.host), each adding up to the wall."""
+    from probe.analysis.host import MECHANISM_PARTS, PURPOSE_PARTS
+
+    purpose = [(p, p) for p in result.user_parts] + [(p.name, p.label) for p in PURPOSE_PARTS]
+    mechanism = [(p.name, p.label) for p in MECHANISM_PARTS]
     table = _table(
-        "host time on each step's thread, by part (ms; the parts add up to wall)", ["#", "step", "wall", *parts]
+        "host time on each step's thread (ms): by purpose, then by mechanism; each adds up to wall",
+        ["#", "step", "wall", *(label for _, label in purpose), "|", *(label for _, label in mechanism)],
     )
     for s in result.steps:
-        values = {**s.user_parts_ns, **{p: getattr(s, f"{p}_ns") for p in parts if p not in s.user_parts_ns}}
-        table.add_row(str(s.position), _short(s.name, 40), _ms(s.wall_ns), *(_ms(values[p]) for p in parts))
+        table.add_row(
+            str(s.position),
+            _short(s.name, 40),
+            _ms(s.wall_ns),
+            *(_ms(s.purpose_ns[p]) for p, _ in purpose),
+            "|",
+            *(_ms(s.mechanism_ns[p]) for p, _ in mechanism),
+        )
     return table
 
 
@@ -421,8 +432,10 @@ def step_table(s, result):
                 _pct(s.unprofiled_estimate_ns / wall),
             )
         )
-    for part, ns in s.host_parts_ns.items():
-        rows.append((f"host: {part} ms", _ms(ns), _pct(ns / wall)))
+    for part, ns in s.purpose_ns.items():
+        rows.append((f"host by purpose: {part} ms", _ms(ns), _pct(ns / wall)))
+    for part, ns in s.mechanism_ns.items():
+        rows.append((f"host by mechanism: {part} ms", _ms(ns), _pct(ns / wall)))
     rows.append(("host: cache total ms", _ms(s.cache_ns), _pct(s.cache_ns / wall)))
     for category, ns in s.kernels_by_category.items():
         rows.append((f"GPU: {category} ms", _ms(ns), ""))
@@ -455,7 +468,7 @@ def summary_table(result):
         ("steps found by", result.step_rule),
         ("step time p50 ms", f"{s.step_p50_us / 1000:.3f}"),
         ("step time p90 ms", f"{s.step_p90_us / 1000:.3f}"),
-        (f"{s.dispatch} per step (median)", f"{s.launches_per_step:g}"),
+        (f"{result.dispatch} per step (median)", f"{s.launches_per_step:g}"),
         ("GPU busy fraction (of the GPU windows)", f"{_pct(s.busy_fraction)} %"),
         ("cache share of wall", f"{_pct(s.cache_share)} %"),
         ("python share of wall", f"{_pct(s.python_share)} %"),

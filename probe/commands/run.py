@@ -75,7 +75,8 @@ def defaults_for(device_type: str, quick: bool) -> dict:
 def profile_engines(cfg, folder: Path, model, engines: list[str], new_tokens: int, nsys: tuple[str, ...]):
     """One torch.profiler trace per engine at the shortest prompt (the batched one at PROFILE_BATCH), each reduced
     to its median step; for the engines in `nsys` an Nsight Systems trace too. Returns (digests, counts, notes)."""
-    from probe.analysis.ledger import analyze, digest
+    from probe.analysis.digest import digest
+    from probe.analysis.ledger import analyze
     from probe.analysis.report import step_counts
     from probe.analysis.trace import load_trace
     from probe.capture.config import ProfileConfig

@@ -17,30 +17,29 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from probe.analysis.compare import COLUMNS, fmt_count, row_cells
-from probe.analysis.ledger import steady_steps
+from probe.analysis.host import PURPOSE_PARTS
+from probe.analysis.ledger import steady
 from probe.analysis.report import Report
 from probe.analysis.results import BenchResults
 from probe.errors import ProbeError
 
 MAX_SHADED = 200  # cache ranges shaded on one timeline; beyond this the bars' own colour carries it
 
-# The ledger's host partition as the app groups it (probe.analysis.ledger.HOST_PARTS, the three cache parts as one).
-# A trace analyzed with --part gets the user's parts in front (host_categories).
-HOST_CATEGORIES = (
-    ("ops", "model ops"),
-    ("attention", "attention"),
-    ("cache", "cache bookkeeping"),
-    ("mask", "mask"),
-    ("sample", "sampling"),
-    ("sync", "sync"),
-    ("python", "Python frames"),
-    ("unattributed", "unattributed"),
+# The ledger's purpose partition as the app groups it (probe.analysis.host.PURPOSE_PARTS, the three cache parts as
+# one). A trace analyzed with --part gets the user's parts in front (host_categories).
+HOST_CATEGORIES = tuple(
+    dict.fromkeys((p.group, "cache bookkeeping" if p.group == "cache" else p.label) for p in PURPOSE_PARTS)
 )
 USER_PART_COLORS = ("#17becf", "#bcbd22", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
 KERNEL_NAME_WIDTH = 60  # on an axis; the hover and the tables carry the whole name
 GPU_CATEGORIES = (("gpu_busy", "GPU busy"), ("gpu_idle", "GPU idle"))
 COLORS = {
     "ops": "#9aa5b1",
+    "model": "#9aa5b1",
+    "dispatch": "#9aa5b1",
+    "launch": "#5b6b7a",
+    "runtime": "#b8c2cc",
+    "sync_wait": "#8c564b",
     "attention": "#7b61ff",
     "cache": "#e4572e",
     "cache_update": "#e4572e",
@@ -175,7 +174,7 @@ def _add_predictions(fig: go.Figure, pred: pd.DataFrame) -> None:
 
 
 def dispatch_label(analysis) -> str:
-    """What the ledger counts as dispatch on this trace (Summary.dispatch): launches, or on a CPU-only trace
+    """What the ledger counts as dispatch on this trace (TraceAnalysis.dispatch): launches, or on a CPU-only trace
     the top-level (dispatched aten) ops that stand in for them."""
     if analysis.on_gpu:
         return "kernel launches per step (graph launches included)"
@@ -196,8 +195,9 @@ def ledger_frame(analysis) -> pd.DataFrame:
             "gpu_busy_ms": s.gpu_busy_ns / 1e6,
             "gpu_idle_ms": s.gpu_idle_ns / 1e6,
         }
-        row |= {f"{key}_ms": ns / 1e6 for key, ns in s.user_parts_ns.items()}
-        row |= {f"{key}_ms": getattr(s, f"{key}_ns") / 1e6 for key, _ in HOST_CATEGORIES}
+        row |= {f"{key}_ms": s.purpose_ns[key] / 1e6 for key in analysis.user_parts}
+        for p in PURPOSE_PARTS:
+            row[f"{p.group}_ms"] = row.get(f"{p.group}_ms", 0.0) + s.purpose_ns[p.name] / 1e6
         row["dispatch"] = s.dispatched
         rows.append(row)
     return pd.DataFrame(rows)
@@ -583,7 +583,7 @@ def trace_categories(analysis) -> dict[str, float]:
     """Mean per steady-state step of wall, each host category and, on a GPU trace, GPU busy / idle (ms), and
     the dispatch count. Means, not medians, so the host categories still add up to the wall time."""
     frame = ledger_frame(analysis)
-    frame = frame[frame["position"].isin([s.position for s in steady_steps(analysis)])]
+    frame = frame[frame["position"].isin([s.position for s in steady(analysis.steps)])]
     keys = ["wall"] + [k for k, _ in host_categories(analysis)]
     if analysis.on_gpu:  # a CPU-only trace has no GPU side to compare
         keys += [k for k, _ in GPU_CATEGORIES]

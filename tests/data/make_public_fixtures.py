@@ -4,7 +4,7 @@
 
 Small files are copied byte for byte. Files over 300 KB are rewritten with only what the parser reads, in
 steps, stopping at the first that fits: (1) flow arrows and instant events go, each event's `args` keeps only
-`correlation`, `External id`, `stream` and `device`, and only the trace-level keys the parser or a reader
+`KEEP_ARGS` (the joins, and the recorded shapes and copy sizes), and only the trace-level keys the parser or a reader
 needs stay (the recording job's user, host and scheduler fields go); (2) `python_function` events go too;
 (3) what no reference figure depends on goes: cpu_op events, and runtime calls that are neither kernel
 launches nor the launcher of any GPU op. Kernels, memcpy, memset, launches, the step ranges and the engine
@@ -23,7 +23,18 @@ from pathlib import Path
 HERE = Path(__file__).parent
 DEFAULT_SOURCE = HERE.parent.parent.parent / "shared" / "traces" / "public"
 LIMIT = 300_000
-KEEP_ARGS = ("correlation", "External id", "stream", "device")
+# what the parser reads of an event's args: the joins, and the shapes and copy sizes the rooflines use
+KEEP_ARGS = (
+    "correlation",
+    "External id",
+    "stream",
+    "device",
+    "Input Dims",
+    "Input type",
+    "Concrete Inputs",
+    "bytes",
+    "kind",
+)
 KEEP_KEYS = (
     "schemaVersion",
     "deviceProperties",

@@ -1,0 +1,128 @@
+"""The answer for a trace, in one typed result: every step's diagnosis (probe.analysis.diagnosis), its roofline when
+a model is known (probe.analysis.step_roofline), and the roofline of every op that launched kernels
+(probe.analysis.op_roofline). `probe analyze` prints it first and puts it in `--json`; the explorer draws it.
+
+The device is the trace's own (`deviceProperties`), else `--device`; without either, no roofline and a line that
+says so. The dtype is `--dtype`, else the input type of the GEMMs that took the most GPU time, else bfloat16.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from probe.analysis.diagnosis import Context, TraceDiagnosis, diagnose_trace
+from probe.analysis.gpu import attribute
+from probe.analysis.hardware import Device, device, match_device
+from probe.analysis.ledger import TraceAnalysis
+from probe.analysis.op_roofline import OpRoofline, op_rooflines
+from probe.analysis.roofline.formulas import arch_for
+from probe.analysis.step_roofline import StepRoofline, TokenFlags, gpu_ms_at, step_roofline
+from probe.analysis.trace import Trace
+from probe.errors import ProbeError
+
+TOP_OPS_PER_STEP = 5
+
+
+@dataclass(frozen=True)
+class Answer:
+    diagnosis: TraceDiagnosis
+    rooflines: dict[int, StepRoofline] = field(default_factory=dict)  # by step position
+    op_roofline: tuple[OpRoofline, ...] = ()  # over the whole trace, largest kernel time first
+    step_ops: dict[int, tuple[OpRoofline, ...]] = field(default_factory=dict)  # the top ones of each step
+    device: str | None = None
+    model: str | None = None
+    dtype: str | None = None
+    notes: tuple[str, ...] = ()  # what could not be done, and why
+
+    def step_json(self, position: int) -> dict:
+        """What each step of `--json` gains: its diagnosis, its roofline, its top ops' rooflines."""
+        r = self.rooflines.get(position)
+        return {
+            "diagnosis": self.diagnosis.steps[position].to_json(),
+            "roofline": r.to_json() if r else None,
+            "op_roofline": [o.to_json() for o in self.step_ops.get(position, ())],
+        }
+
+    def to_json(self) -> dict:
+        """The top level of `--json` gains these keys."""
+        return {
+            "diagnosis": self.diagnosis.to_json(),
+            "op_roofline": [o.to_json() for o in self.op_roofline],
+            "roofline": {"device": self.device, "model": self.model, "dtype": self.dtype},
+            "answer_notes": list(self.notes),
+        }
+
+
+def trace_device(trace: Trace, name: str | None) -> tuple[Device | None, str | None]:
+    """The device the trace says it ran on, else the one named; (None, why not) when neither is known."""
+    for info in trace.devices:
+        found = match_device(info.name) if info.name else None
+        if found is not None:
+            return found, None
+    if name:
+        return device(name), None
+    said = ", ".join(d.name for d in trace.devices if d.name)
+    if said:
+        return None, f"the trace's device ({said}) is not in the device table: give --device NAME"
+    return None, "the trace does not name its device: give --device NAME for the rooflines"
+
+
+def _dtype(ops: tuple[OpRoofline, ...], given: str | None) -> str:
+    if given:
+        return given
+    for o in ops:  # largest kernel time first
+        if o.model and o.model.startswith("gemm") and o.dtype:
+            return o.dtype
+    return "bfloat16"
+
+
+def answer(
+    trace: Trace,
+    analysis: TraceAnalysis,
+    model: str | None = None,
+    device_name: str | None = None,
+    dtype: str | None = None,
+    flags: TokenFlags | None = None,
+    contended: str | None = None,
+) -> Answer:
+    """Diagnose every step; with a model and a device, put the roofline beside each; with shapes, the per-op
+    roofline, over the trace and the top ones of each step."""
+    notes: list[str] = []
+    dev, why = trace_device(trace, device_name) if analysis.on_gpu or device_name else (None, None)
+    if why:
+        notes.append(why)
+    gpu = attribute(trace, *analysis.windows())
+    ops = tuple(op_rooflines(trace, gpu, dev))
+    step_ops = {}
+    for s in analysis.steps:
+        mine = gpu.op_step == s.position
+        if mine.any():
+            step_ops[s.position] = tuple(op_rooflines(trace, gpu, dev, mine)[:TOP_OPS_PER_STEP])
+    if analysis.on_gpu and not any(o.model for o in ops):
+        notes.append("no op with a model recorded its input shapes: profile with record_shapes=True for per-op figures")
+    rooflines: dict[int, StepRoofline] = {}
+    at = {}
+    kind = _dtype(ops, dtype)
+    if model is not None:
+        arch = arch_for(model)
+        if dev is None:
+            notes.append("a model without a device: no roofline")
+        for s in analysis.steps if dev is not None else ():
+            try:
+                r = step_roofline(s, arch, kind, dev, analysis.on_gpu, flags=flags or TokenFlags())
+            except ProbeError as e:
+                notes.append(str(e))
+                continue
+            rooflines[s.position] = r
+            at[s.position] = gpu_ms_at(arch, kind, dev, r)
+    diagnosis = diagnose_trace(analysis, Context.of(trace, contended=contended), at)
+    return Answer(
+        diagnosis,
+        rooflines,
+        ops,
+        step_ops,
+        dev.name if dev else None,
+        model,
+        kind if rooflines else dtype,
+        tuple(dict.fromkeys(notes)),
+    )

@@ -1,0 +1,191 @@
+"""The step diagnosis (probe.analysis.diagnosis): hand-built traces where each verdict and each what-if has a known
+answer, worked out beside it; then every public trace, each with the verdict its figures call for."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from probe.analysis.diagnosis import Context, diagnose_trace
+from probe.analysis.ledger import analyze
+from probe.analysis.trace import load_trace
+
+PUBLIC = Path(__file__).resolve().parents[2] / "shared" / "traces" / "public"
+DATA = Path(__file__).parent / "data"
+
+
+def _trace(tmp_path: Path, host: list, gpu: list = ()) -> Path:
+    """A chrome trace from (cat, name, start_us, end_us, args) on one host thread and one stream."""
+    events = [
+        {"ph": "X", "cat": c, "name": n, "pid": 1, "tid": 1, "ts": a, "dur": b - a, "args": args}
+        for c, n, a, b, args in host
+    ]
+    events += [
+        {"ph": "X", "cat": c, "name": n, "pid": 0, "tid": 7, "ts": a, "dur": b - a, "args": {"stream": 7, **args}}
+        for c, n, a, b, args in gpu
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def _diagnose(path: Path):
+    trace = load_trace(path)
+    return diagnose_trace(analyze(trace), Context.of(trace)).steps[0]
+
+
+def test_gpu_bound_decode_that_syncs(tmp_path):
+    """The host issues two kernels in 20 us and waits 78 us for them: host work 100 - 78 = 22 us, GPU busy 50 + 38
+    = 88 us. GPU-bound, 4x. A loop of such steps costs the 100 us wall; without the sync, max(22, 88) = 88 us."""
+    path = _trace(
+        tmp_path,
+        [
+            ("user_annotation", "decode#0", 0, 100, {}),
+            ("user_annotation", "forward", 0, 20, {}),
+            ("cpu_op", "aten::mm", 2, 12, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 4, 9, {"correlation": 1}),
+            ("cpu_op", "aten::add", 13, 19, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 14, 17, {"correlation": 2}),
+            ("user_annotation", "sync", 20, 100, {}),
+            ("cuda_runtime", "cudaStreamSynchronize", 21, 99, {"correlation": 3}),
+        ],
+        [("kernel", "gemm", 10, 60, {"correlation": 1}), ("kernel", "add", 60, 98, {"correlation": 2})],
+    )
+    d = _diagnose(path)
+    assert (d.bound, d.then, d.host_bound_by, d.balanced) == ("gpu", None, None, False)
+    e = d.evidence
+    assert (e.wall_ns, e.host_work_ns, e.gpu_busy_ns, e.measured_ns) == (100_000, 22_000, 88_000, 100_000)
+    # The sync waited while the kernels ran, up to the last one's end at 98: nothing unseen.
+    assert (e.sync_wait_ns, e.external_wait_ns) == (78_000, 0)
+    # mm 10 - 5, add 6 - 3; two launches 5 + 3; what no event covers: [0,2] [12,13] [19,21] [99,100]
+    assert (e.dispatch_ns, e.launch_ns, e.unattributed_ns) == (8_000, 8_000, 6_000)
+    assert d.headline.startswith("step 0 (decode#0): GPU-bound. The GPU works 0.088 ms for 0.022 ms of host work")
+    # Capturing the forward would bring host work to 22 - 20 + 4 (the median launch call) = 6 us: still under the
+    # GPU's 88, so it buys nothing and is not offered. Removing the sync buys 100 - 88 = 12 us.
+    assert [(w.change.split(" in ")[0], round(w.predicted_step_ms, 6), round(w.saving_ms, 6)) for w in d.what_if] == [
+        ("remove the sync", 0.088, 0.012)
+    ]
+    assert d.what_if[0].saving_pct == pytest.approx(12.0)
+
+
+def test_external_wait_then_its_own_gpu_work(tmp_path):
+    """The stream waits on an event (cudaStreamWaitEvent); the host's blocking copy returns after 80 us, in which
+    only the copy's last 1 us ran on the GPU: 79 us unseen, 79% of the window: external. Then host work 100 - 80 = 20
+    against the step's own 101 us of GPU work, after the copy: GPU-bound."""
+    path = _trace(
+        tmp_path,
+        [
+            ("user_annotation", "decode#0", 0, 100, {}),
+            ("cuda_runtime", "cudaStreamWaitEvent", 1, 2, {"correlation": 1}),
+            ("python_function", "batch.py(443): init_new", 2, 84, {}),
+            ("python_function", "<built-in method tensor of type object at 0x1>", 2, 84, {}),
+            ("cuda_runtime", "cudaMemcpy", 3, 83, {"correlation": 2}),
+            ("cpu_op", "aten::mm", 84, 94, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 85, 90, {"correlation": 3}),
+        ],
+        [
+            ("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 82, 83, {"correlation": 2}),
+            ("kernel", "gemm", 95, 195, {"correlation": 3}),
+        ],
+    )
+    d = _diagnose(path)
+    assert (d.bound, d.then) == ("external", "gpu")
+    e = d.evidence
+    assert (e.sync_wait_ns, e.external_wait_ns, e.host_work_ns, e.gpu_busy_ns) == (80_000, 79_000, 20_000, 101_000)
+    assert e.span_ns == 195_000 and e.measured_ns == 101_000
+    assert "external, then GPU-bound. The host waited 0.079 ms of its 0.100 ms window (79%) in cudaMemcpy" in d.headline
+    assert "at <built-in method tensor of type object> in batch.py(443): init_new" in d.headline
+    # the copy was queued 2 us after the stream-wait call: the sync site says so
+    (site,) = analyze(load_trace(path)).steps[0].sync_sites
+    assert (site.call, site.wait_ns, site.stream_wait_before_ns) == ("cudaMemcpy", 80_000, 2_000)
+    # host to device, as the GPU copy's name says (the call's args say nothing)
+    assert (site.copy_bytes, site.copy_kind) == (None, "HtoD")
+    assert "in cudaMemcpy (a host to device copy) at" in d.headline
+    assert "0.002 ms after a stream-wait-event call" in d.lines[0]
+
+
+def test_host_bound_by_python_and_what_fixing_it_buys(tmp_path):
+    """No sync; host work 100 us against 7 us of GPU work: host-bound, by Python (85 us: the loop frame 10, the
+    forward frame 25, `slow` 50), dispatch 10 (mm 10 - 3, add 5 - 2), launches 5."""
+    path = _trace(
+        tmp_path,
+        [
+            ("user_annotation", "decode#0", 0, 100, {}),
+            ("python_function", "loop.py(10): step", 0, 100, {}),
+            ("python_function", "model.py(5): forward", 5, 95, {}),
+            ("cpu_op", "aten::mm", 10, 20, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 12, 15, {"correlation": 1}),
+            ("python_function", "util.py(7): slow", 30, 80, {}),
+            ("cpu_op", "aten::add", 85, 90, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 86, 88, {"correlation": 2}),
+        ],
+        [("kernel", "gemm", 20, 25, {"correlation": 1}), ("kernel", "add", 90, 92, {"correlation": 2})],
+    )
+    d = _diagnose(path)
+    assert (d.bound, d.host_bound_by) == ("host", "python")
+    e = d.evidence
+    assert (e.python_ns, e.dispatch_ns, e.launch_ns, e.unattributed_ns) == (85_000, 10_000, 5_000, 0)
+    got = [(w.change, round(w.predicted_step_ms, 6), round(w.saving_ms, 6)) for w in d.what_if]
+    assert got == [
+        # B = 100 // 7 = 14: GPU 98 us at B = 14, still under the host's 100: the step stays 100 us for 14 tokens,
+        # 100 / 14 = 7.142857 us a token, 92.857143 us saved a token.
+        ("batch 14 sequences", 0.1, 0.092857),
+        # the frame's 50 us of self time: max(100 - 50, 7) = 50
+        ("fix the top Python frame, util.py(7): slow", 0.05, 0.05),
+        # no forward range, no nn.Module frames: every op and call (mm 10 + add 5) is captured, one launch (the
+        # median launch call, 2.5 us) stays: max(100 - 15 + 2.5, 7) = 87.5
+        ("capture the forward in a CUDA graph", 0.0875, 0.0125),
+        ("fix the top op, aten::mm (x1)", 0.093, 0.007),
+    ]
+
+
+def test_cpu_only(tmp_path):
+    path = _trace(tmp_path, [("user_annotation", "decode#0", 0, 10, {}), ("cpu_op", "aten::mm", 1, 9, {})])
+    d = _diagnose(path)
+    assert (d.bound, d.host_bound_by, d.evidence.gpu_idle_before_ns) == ("cpu_only", "dispatch", None)
+    assert d.headline.startswith("step 0 (decode#0): CPU only")
+
+
+def test_the_summary_is_the_median_step_of_each_kind():
+    """The hand trace: one prefill, two decode steps. The median decode step is the lower of the two middle ones by
+    measured time: decode#1 (50 us) before decode#0 (90 us)."""
+    a = analyze(load_trace(DATA / "hand_decode.trace.json.gz"))
+    d = diagnose_trace(a)
+    assert d.median.step == "decode#1" and set(d.by_kind) == {"prefill", "decode"}
+    assert d.by_kind["prefill"].step == "prefill"
+    assert [x.step for x in d.steps] == ["prefill", "decode#0", "decode#1"]
+    assert set(d.to_json()) == {"median", "by_kind"}
+
+
+# --- every public trace, with the verdict its figures call for (the reasoning in docs/diagnosis.md) ------------
+
+VERDICTS = {
+    # one vLLM decode replayed from a graph: 2.25 ms of host work issues 10.72 ms of GPU work
+    "rocm_vllm_decode_cudagraph": ("gpu", None, None),
+    # SGLang's extend: 493 ms blocked in a copy behind a stream wait, no GPU op running; then 29 ms of host work
+    # against 493 ms of its own GPU work
+    "rocm_sglang_qwen3_8b_extend_step": ("external", "gpu", None),
+    # HF Qwen forwards, batch 16 x 559: host and GPU within 4% of each other (balanced); the H100's host works 33.03
+    # ms for 31.91 ms of GPU work, the MI300X's GPU 29.74 for 29.64 of host work
+    "h100_hf_qwen1.5-0.5b_prefill_b16": ("host", None, "dispatch"),
+    "mi300x_hf_qwen1.5-0.5b_prefill_b16": ("gpu", None, None),
+    # vLLM eager on a B200: 87 ms of host work (49 of it Python) for 11.6 ms of GPU work
+    "b200_eager": ("host", None, "python"),
+    "cpu_only_small": ("cpu_only", None, "unattributed"),
+}
+
+
+@pytest.mark.skipif(not PUBLIC.is_dir(), reason="../shared/traces/public is not here")
+@pytest.mark.parametrize("name", sorted(VERDICTS))
+def test_public_trace_verdicts(name):
+    trace = load_trace(PUBLIC / f"{name}.trace.json.gz")
+    d = diagnose_trace(analyze(trace), Context.of(trace)).median
+    assert (d.bound, d.then, d.host_bound_by) == VERDICTS[name]
+
+
+@pytest.mark.skipif(not PUBLIC.is_dir(), reason="../shared/traces/public is not here")
+def test_the_hf_forwards_are_balanced():
+    for name in ("h100_hf_qwen1.5-0.5b_prefill_b16", "mi300x_hf_qwen1.5-0.5b_prefill_b16"):
+        assert diagnose_trace(analyze(load_trace(PUBLIC / f"{name}.trace.json.gz"))).median.balanced, name
