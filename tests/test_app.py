@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from probe.explorer import figures
+from probe.explorer.figures import history as history_figures
 from probe.explorer.sources import ROOT_ENV
 from tests import oracle
 
@@ -49,6 +49,12 @@ def chart(at: AppTest, key: str) -> list[dict]:
     found = [c for c in at.get("plotly_chart") if c.proto.id.endswith(f"-{key}")]
     assert found, f"no chart {key}; charts: {[c.proto.id for c in at.get('plotly_chart')]}"
     return [{k: _decode(v) for k, v in t.items()} for t in json.loads(found[0].proto.spec)["data"]]
+
+
+def shown(at: AppTest, key: str) -> str:
+    """What a selectbox shows (and the URL holds): its option as formatted, whatever object it returns."""
+    box = at.selectbox(key=key)
+    return box.format_func(box.value)
 
 
 def charts(at: AppTest) -> list[str]:
@@ -122,7 +128,7 @@ def test_a_corrupt_file_shows_an_error_box_and_the_app_keeps_working(monkeypatch
 
 def test_sweep_plots_each_engine_with_the_prediction_lines(monkeypatch):
     at = app(monkeypatch, DATA)
-    assert at.selectbox(key="source").value == RUN_A and at.radio(key="view").value == "Sweep"
+    assert shown(at, "source") == RUN_A and at.radio(key="view").value == "Sweep"
     traces = chart(at, "sweep_chart")
     for engine in ("cached", "naive"):
         lines = named(traces, engine)
@@ -185,7 +191,7 @@ def test_step_ledger_of_a_public_gpu_trace(monkeypatch):
 
 def test_one_step_timeline_highlights_the_cache(monkeypatch):
     at = app(monkeypatch, DATA, CACHED, "One step")
-    assert at.selectbox(key="step").value == "1: decode#0"  # the first decode step, not prefill
+    assert shown(at, "step") == "1: decode#0"  # the first decode step, not prefill
     at.selectbox(key="step").set_value("3: decode#2").run()
     traces = chart(at, "timeline_chart")
     update = named(traces, "cache_update")[0]
@@ -199,7 +205,7 @@ def test_one_step_timeline_highlights_the_cache(monkeypatch):
 
 def test_one_step_of_a_gpu_trace(monkeypatch):
     at = app(monkeypatch, DATA, GPU, "One step")
-    assert at.selectbox(key="step").value == "0: ProfilerStep#101"
+    assert shown(at, "step") == "0: ProfilerStep#101"
     assert named(chart(at, "timeline_chart"), "ops")
     assert at.metric[3].label == "GPU busy"
 
@@ -217,16 +223,41 @@ def test_telemetry_samples_are_drawn_under_the_timeline(monkeypatch, tmp_path):
     assert any("No clock anchor" in c.value for c in at.caption)  # no sidecar: drawn from their own start
 
 
+def test_a_cpu_trace_s_gpu_columns_read_a_dash_not_zero(monkeypatch):
+    table = app(monkeypatch, DATA, CACHED).dataframe[0].value
+    assert (table[["gpu_window_ms", "gpu_busy_ms", "gpu_idle_ms"]] == "-").all().all()  # nothing measured there
+    assert (table["wall_ms"] > 0).all()
+    gpu = app(monkeypatch, DATA, GPU).dataframe[0].value
+    assert (gpu["gpu_busy_ms"] > 90).all()  # a GPU trace's are figures (the ledger's own, above)
+
+
+def test_a_long_source_label_is_shown_by_its_end_and_a_short_one_whole(monkeypatch, tmp_path):
+    shutil.copytree(DATA / "app" / "runs" / "tiny-cpu-a", tmp_path / "runs" / "a-long-run-folder-name-1")
+    shutil.copy(DATA / "app" / "runs" / "tiny-cpu-a" / "results.json", tmp_path)  # the root itself: "run: ."
+    at = app(monkeypatch, tmp_path)
+    assert shown(at, "source") == "run: ." and not at.get("html")  # fits: drawn as it reads
+    at.selectbox(key="source").set_value("run: runs/a-long-run-folder-name-1").run()
+    styles = [h.proto.body for h in at.get("html")]
+    assert len(styles) == 1 and ".st-key-source input:not(:focus) { direction: rtl;" in styles[0]
+
+
 # ---- 4. top ops ----------------------------------------------------------------------------------------------
 
 
 def test_top_ops_over_the_decode_steps_and_one_step(monkeypatch):
     at = app(monkeypatch, DATA, CACHED, "Top ops")
-    assert at.selectbox(key="top_ops_scope").value == "all decode steps"
+    assert shown(at, "top_ops_scope") == "all decode steps" and at.selectbox(key="top_ops_scope").value is None
     bars = chart(at, "top_ops_chart")[0]
     assert bars["x"] == sorted(bars["x"]) and len(bars["x"]) == 10  # drawn bottom-up: largest last
     at.selectbox(key="top_ops_scope").set_value("0: prefill").run()
     assert not at.exception and len(chart(at, "top_ops_chart")[0]["x"]) == 20
+
+
+def test_top_ops_over_every_step_says_so_once(monkeypatch):
+    """A trace without decode steps is summarized over all its steps: "all 5 steps", not "all all steps"."""
+    at = app(monkeypatch, DATA, GPU, "Top ops")
+    assert shown(at, "top_ops_scope") == "all 5 steps"
+    assert at.selectbox(key="top_ops_scope").options[1:] == [f"{i}: ProfilerStep#{101 + i}" for i in range(5)]
 
 
 # ---- 5. compare ----------------------------------------------------------------------------------------------
@@ -373,7 +404,7 @@ def history_root(tmp_path: Path) -> Path:
 def test_history_view_marks_the_runs_check_flagged(monkeypatch, tmp_path):
     at = app(monkeypatch, history_root(tmp_path), HISTORY)
     assert at.radio(key="view").options == ["History"]
-    assert at.selectbox(key="history_config").value.startswith(BENCH_CONFIG)  # the most recently run first
+    assert shown(at, "history_config").startswith(BENCH_CONFIG)  # the one with the most runs first
     assert at.selectbox(key="history_unit").options[:2] == ["naive p16 n8", "cached p16 n8"]
     at.selectbox(key="history_unit").set_value("cached p16 n8").run()
     assert not at.exception
@@ -381,16 +412,36 @@ def test_history_view_marks_the_runs_check_flagged(monkeypatch, tmp_path):
     launches = named(traces, "launches / step")[0]
     base = launches["y"][0]
     assert launches["x"] == [0, 1, 2] and launches["y"] == [base, base, base + 4]
-    counted, timed = named(traces, figures.COUNT_ALERT)[0], named(traces, figures.TIMING_ALERT)[0]
-    assert counted["x"] == [2] and "step 262 -> 266 (+4): aten::clone 0 -> 4 (new)" in counted["text"][0]
+    counted, timed = named(traces, history_figures.COUNT_ALERT)[0], named(traces, history_figures.TIMING_ALERT)[0]
+    # plotly reads HTML in hover text: the alert's ">" is an entity there, and shows as written
+    assert counted["x"] == [2] and "step 262 -&gt; 266 (+4): aten::clone 0 -&gt; 4 (new)" in counted["text"][0]
     # run 1 (tiny-cpu-b) against run 0: a slower session, caught by the timing rule
     assert timed["x"][0] == 1 and "host us/step rose" in timed["text"][0]
     assert len(named(traces, "host µs/step (median step; a bench cell is not split)")[0]["y"]) == 3
     # the newest run is open: against its predecessor, the op it added
-    assert at.selectbox(key="history_run").value == counted["customdata"][0]
+    assert at.selectbox(key="history_run").value == counted["customdata"][0][-1]  # (shown, run id)
     assert "REGRESSION" in at.error[0].value
     assert any("aten::clone 0 \\-\\> 4 \\(new\\)" in m.value for m in at.markdown)  # Markdown-escaped
     assert any("extra-op" in m.value and "?source=run" in m.value for m in at.markdown)  # a link to its folder
+
+
+def test_history_opens_on_the_configuration_with_the_most_runs(monkeypatch, tmp_path):
+    """Not on the most recent one: a profiled trace recorded after the three bench runs is one run, one bar."""
+    import dataclasses
+    import datetime as dt
+
+    from probe.analysis import history
+
+    root = history_root(tmp_path)
+    later = dt.datetime(2026, 1, 3, 9, 0)
+    trace = history.file_record(DATA / "app" / "traces" / "tiny_naive_cpu_p16_n6.trace.json.gz")
+    history.append(root / history.DEFAULT_FILE, dataclasses.replace(trace, commit="9" * 40, recorded_at=later))
+    at = app(monkeypatch, root, HISTORY)
+    configs = at.selectbox(key="history_config").options
+    assert (
+        configs[0].startswith(BENCH_CONFIG) and ", 3 runs)" in configs[0] and shown(at, "history_config") == configs[0]
+    )
+    assert "1 run)" in configs[1]  # the newest configuration, one run: second
 
 
 def test_history_view_opens_an_older_run_and_splits_a_profiled_step(monkeypatch, tmp_path):
@@ -425,7 +476,7 @@ def test_a_broken_or_empty_history_is_an_error_or_a_hint(monkeypatch, tmp_path):
 
 
 def test_a_click_on_the_history_chart_names_its_run():
-    from probe.explorer.figures import clicked_run
+    from probe.explorer.figures.history import clicked_run
 
     assert clicked_run({"selection": {"points": [{"x": 2, "customdata": "20260102-110000-abcdef"}]}}) == (
         "20260102-110000-abcdef"
