@@ -427,11 +427,11 @@ def show_history(hist: History, page: Page) -> None:
         "environment, red on the exact launch counts, orange on timings, which compare separate sessions (settle "
         "those with `probe ab`). Click a point to open that run."
     )
-    clicked = figures.history.clicked_run(event)
+    run_ids = list(reversed(trend["run_id"]))
+    clicked = dict(zip(figures.style.labels(run_ids), run_ids, strict=True)).get(figures.history.clicked_run(event))
     if clicked and clicked != st.session_state.get("history_clicked"):  # a new click, not the last one again
         st.session_state["history_clicked"] = clicked
         st.session_state["history_run"] = clicked
-    run_ids = list(reversed(trend["run_id"]))
     run_id = st.selectbox("Run", run_ids, key="history_run", bind="query-params", format_func=printable)
     judgement = load_run_judgement(key(hist.path), stamp, run_id)
     run = judgement.run

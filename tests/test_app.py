@@ -366,6 +366,30 @@ def test_the_sidebar_sets_the_steps_regex_and_parts(monkeypatch):
     assert "not a regular expression" in at.error[0].value and not at.exception
 
 
+def test_no_view_draws_markup_from_the_names_in_a_trace(monkeypatch, tmp_path):
+    """Op, kernel and step names holding a link, a style and emphasis (tests/test_view.py's hostile trace), in
+    every trace view and against a baseline: every chart holds them as text (entities), no view as markup."""
+    from tests.test_view import OURS, hostile_trace, strings
+
+    hostile_trace(tmp_path / "evil.trace.json.gz")
+    shutil.copy(tmp_path / "evil.trace.json.gz", tmp_path / "base.trace.json.gz")
+    at = app(monkeypatch, tmp_path, "trace: evil.trace.json.gz")
+    at.text_input(key="steps").set_value(".*evil step.*").run()
+    at.selectbox(key="baseline").set_value("trace: base.trace.json.gz").run()
+    drawn = []
+    for view in ("Step ledger", "One step", "Kernels", "Top ops", "Compare", "Alerts"):
+        at.radio(key="view").set_value(view).run()
+        assert not at.exception and not at.error, (view, at.error)
+        for c in at.get("plotly_chart"):
+            drawn.append(c.proto.id.rsplit("-", 1)[-1])
+            assert [s for s in strings(json.loads(c.proto.spec)) if OURS.search(s)] == [], (view, drawn[-1])
+        if view == "Step ledger":  # the names are there, as entities
+            assert "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;i&gt;it&lt;/i&gt; evil step 0" in strings(
+                chart(at, "ledger_chart")
+            )
+    assert set(drawn) >= {"ledger_chart", "timeline_chart", "kernels_chart", "top_ops_chart", "compare_chart"}
+
+
 # ---- 7. history ------------------------------------------------------------------------------------------------
 
 HISTORY = "history: probe-history.duckdb"
@@ -419,7 +443,7 @@ def test_history_view_marks_the_runs_check_flagged(monkeypatch, tmp_path):
     assert timed["x"][0] == 1 and "host us/step rose" in timed["text"][0]
     assert len(named(traces, "host µs/step (median step; a bench cell is not split)")[0]["y"]) == 3
     # the newest run is open: against its predecessor, the op it added
-    assert at.selectbox(key="history_run").value == counted["customdata"][0][-1]  # (shown, run id)
+    assert at.selectbox(key="history_run").value == counted["customdata"][0]
     assert "REGRESSION" in at.error[0].value
     assert any("aten::clone 0 \\-\\> 4 \\(new\\)" in m.value for m in at.markdown)  # Markdown-escaped
     assert any("extra-op" in m.value and "?source=run" in m.value for m in at.markdown)  # a link to its folder

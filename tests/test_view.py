@@ -4,8 +4,10 @@ frames (checked against the ledger's hand-worked figures) and what each figure d
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -498,6 +500,24 @@ def test_bare_streamlit_run_binds_to_localhost_too():
     assert 'address = "127.0.0.1"' in section.splitlines()
 
 
+def test_probe_app_answers_only_loopback_names_and_its_own_address(tmp_path):
+    """DNS rebinding: the Host headers the server answers (server.allowedHosts) are the loopback names and the
+    --address given, for probe app and for a bare `streamlit run app.py` (.streamlit/config.toml) alike."""
+    from probe.commands import app
+
+    def hosts(cmd: list[str]) -> list[str]:
+        return [cmd[i + 1] for i, flag in enumerate(cmd) if flag == "--server.allowedHosts"]
+
+    assert hosts(app.streamlit_command(tmp_path, 8555)) == ["localhost", "127.0.0.1", "::1"]
+    assert hosts(app.streamlit_command(tmp_path, 8555, "192.0.2.7")) == ["localhost", "127.0.0.1", "::1", "192.0.2.7"]
+    wide = hosts(app.streamlit_command(tmp_path, 8555, "0.0.0.0"))  # every interface: this machine's addresses
+    assert wide[:3] == ["localhost", "127.0.0.1", "::1"] and "0.0.0.0" not in wide and len(wide) > 3
+    text = (view_app_py().parent / ".streamlit" / "config.toml").read_text()
+    section = text.split("[server]", 1)[1].split("\n[", 1)[0]  # (tomllib is 3.11+; the project runs on 3.10)
+    line = next(x for x in section.splitlines() if x.startswith("allowedHosts = "))
+    assert json.loads(line.removeprefix("allowedHosts = ")) == list(app.LOOPBACK_HOSTS)
+
+
 def test_probe_app_refuses_a_missing_root(capsys, tmp_path):
     from probe.cli import main
 
@@ -532,3 +552,100 @@ def test_trace_telemetry_lines_up_with_the_trace_steps(tmp_path):
     panels = len(telemetry.series)
     assert len(fig.layout.shapes) == panels * len(analysis.steps)  # every step shaded behind every panel
     assert figures.telemetry.telemetry_offset_ns(None, analysis) is None
+
+
+# ---- hostile names: what a trace, a results file or a history names is shown as text, never as markup ---------
+
+# What plotly reads as HTML in a label, hover or title: a link, a style, emphasis.
+LINK = '<a href="https://evil.example/">link</a>'
+STYLE = '<span style="font-size:90px">big</span>'
+BOLD = "<b>bold</b> & <i>it</i>"
+OURS = re.compile(r"<(?!br>|/?extra>)")  # the only markup in a chart is the app's own line breaks and hover box
+
+
+def hostile_trace(path: Path) -> Path:
+    """The hand-worked trace with every op and kernel name, and every step range, ending in markup; its steps are
+    the ranges matching `.*evil step.*` (--steps), named `<b>bold</b> & <i>it</i> evil step N`."""
+    doc = json.loads(gzip.decompress(HAND.read_bytes()))
+    steps = iter(range(100))
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "cpu_op":
+            e["name"] += LINK
+        elif e.get("cat") in ("kernel", "Kernel"):
+            e["name"] += STYLE
+        elif e.get("cat") == "user_annotation" and e["name"].startswith(("prefill", "decode#")):
+            e["name"] = f"{BOLD} evil step {next(steps)}"
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return path
+
+
+def strings(spec) -> list[str]:
+    """Every string in a figure's JSON, keys included."""
+    if isinstance(spec, dict):
+        return [s for k, v in spec.items() for s in [k, *strings(v)]]
+    if isinstance(spec, list | tuple):
+        return [s for v in spec for s in strings(v)]
+    return [spec] if isinstance(spec, str) else []
+
+
+def markup(fig) -> list[str]:
+    return [s for s in strings(fig.to_plotly_json()) if OURS.search(s)]
+
+
+def test_names_from_a_trace_reach_every_figure_as_text(tmp_path):
+    from probe.analysis.host import FrameTime
+    from probe.analysis.ledger import AnalyzeOptions
+
+    trace = load_trace(hostile_trace(tmp_path / "evil.trace.json.gz"))
+    analysis = analyze(trace, AnalyzeOptions.parse(".*evil step.*"))
+    assert [s.name for s in analysis.steps] == [f"{BOLD} evil step {i}" for i in range(3)]
+    assert any(LINK in o.name for o in analysis.summary.top_ops) and any(STYLE in k.name for k in analysis.kernels)
+    frames = [FrameTime(f"model.py(1): forward{LINK}", 1000, 1)]
+    drawn = [
+        figures.ledger.ledger_figure(analysis),
+        figures.step.timeline_figure(step_timeline(trace, analysis.steps[1]), title=BOLD),
+        figures.ops.top_ops_figure(analysis.summary.top_ops, title=STYLE),
+        figures.ops.frames_figure(frames),
+        figures.kernels.kernels_figure(analysis.kernels),
+        figures.kernels.kernel_category_figure(analysis),
+        figures.compare.trace_compare_figure(figures.compare.trace_compare_frame(analysis, analysis), LINK, STYLE),
+    ]
+    for fig in drawn:
+        assert markup(fig) == []
+    # escaped, not dropped: plotly shows the entities as the characters they stand for
+    names = strings(drawn[0].to_plotly_json())
+    assert "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;i&gt;it&lt;/i&gt; evil step 0" in names
+
+
+def test_names_from_results_and_a_history_reach_their_figures_as_text(tmp_path):
+    import datetime as dt
+
+    results = load_results(RUN_A)
+    results.cells[:] = [dataclasses.replace(c, engine=c.engine + LINK) for c in results.cells]
+    other = load_results(RUN_B)
+    other.cells[:] = [dataclasses.replace(c, engine=c.engine + LINK) for c in other.cells]
+    frame = figures.compare.run_compare_frame(results, other)
+    assert len(frame) == 18
+    for fig in (
+        figures.sweep.sweep_figure(results, load_report(RUN_A)),
+        figures.compare.run_compare_figure(frame, STYLE, BOLD),
+    ):
+        assert markup(fig) == []
+    trend = pd.DataFrame(
+        {
+            "position": [0, 1],
+            "run_id": [f"r0{BOLD}", f"r1{LINK}"],
+            "recorded_at": [dt.datetime(2026, 1, 2, 9), dt.datetime(2026, 1, 2, 10)],
+            "commit": ["a" * 7, STYLE],
+            "dirty": [False, False],
+            "host_us": [10.0, 12.0],
+            "launches": [262, 266],
+            "decode_tok_s": [90.0, 80.0],
+            "count_alerts": ["", f"step 262 -> 266 (+4): {LINK} 0 -> 4 (new)"],
+            "timing_alerts": ["", f"host us/step rose: {STYLE}"],
+            "part:ops": [6.0, 7.0],
+        }
+    )
+    # (the columns are those of probe.analysis.history.trend, which tests/test_history.py holds to the database)
+    fig = figures.history.history_figure(trend, unit=f"cached{BOLD} p16 n8")
+    assert markup(fig) == []

@@ -14,7 +14,7 @@ from probe.explorer.figures.style import COLORS, HOST_CATEGORIES, color, label, 
 HISTORY_PANELS = ("host time per step (µs)", "launches per step", "decode tokens/s")
 COUNT_ALERT = "launch-count alert (exact)"
 TIMING_ALERT = "timing alert (across sessions: a lead)"
-_HOVER = "%{customdata[0]}<br>%{y:,.1f}<extra>%{fullData.name}</extra>"
+_HOVER = "%{customdata}<br>%{y:,.1f}<extra>%{fullData.name}</extra>"
 
 
 def by_most_runs(configs: list[ConfigInfo]) -> list[ConfigInfo]:
@@ -78,7 +78,7 @@ def history_figure(frame: pd.DataFrame, unit: str = "") -> go.Figure:
 
 def _history_host(fig: go.Figure, frame: pd.DataFrame) -> None:
     """Host time per step: the profiled mean by part, stacked, with the median step as a tick; or the median step."""
-    x, ids, parts = frame["position"], run_data(frame["run_id"]), history_parts(frame)
+    x, ids, parts = frame["position"], labels(frame["run_id"]), history_parts(frame)
     names = dict(HOST_CATEGORIES)
     for part in parts:
         fig.add_trace(
@@ -116,7 +116,7 @@ def _history_line(
             cliponaxis=False,
             name=name,
             line={"color": line},
-            customdata=run_data(frame["run_id"]),
+            customdata=labels(frame["run_id"]),
             hovertemplate=_HOVER,
         ),
         row=row,
@@ -134,7 +134,7 @@ def _history_alerts(fig: go.Figure, frame: pd.DataFrame, rows: int) -> None:
         ("timing_alerts", TIMING_ALERT, COLORS["timing_alert"], "triangle-up", 1.2, 3, "decode_tok_s"),
     ):
         flagged = frame[frame[column] != ""]
-        ids = run_data(flagged["run_id"])
+        ids = labels(flagged["run_id"])
         fig.add_trace(
             go.Scatter(
                 x=flagged["position"],
@@ -144,7 +144,7 @@ def _history_alerts(fig: go.Figure, frame: pd.DataFrame, rows: int) -> None:
                 marker={"color": mark, "symbol": symbol, "size": 13},
                 customdata=ids,
                 text=["<br>".join(labels(a.split("\n"))) for a in flagged[column]],
-                hovertemplate="%{customdata[0]}<br>%{text}<extra>alert</extra>",
+                hovertemplate="%{customdata}<br>%{text}<extra>alert</extra>",
             ),
             row=1,
             col=1,
@@ -160,21 +160,16 @@ def _history_alerts(fig: go.Figure, frame: pd.DataFrame, rows: int) -> None:
                     showlegend=False,
                     name=name,
                     customdata=ids,
-                    hovertemplate="%{customdata[0]}<extra>alert</extra>",
+                    hovertemplate="%{customdata}<extra>alert</extra>",
                 ),
                 row=row,
                 col=1,
             )
 
 
-def run_data(run_ids) -> list[tuple[str, str]]:
-    """What every point carries: its run id as the hover shows it (escaped), then as it is (for a click)."""
-    return [(label(r), r) for r in run_ids]
-
-
 def clicked_run(event) -> str | None:
-    """The run id of the point clicked in history_figure (Streamlit's selection event), if any: the last item
-    of the point's customdata (run_data)."""
+    """The run id of the point clicked in history_figure (Streamlit's selection event), if any, as the chart
+    shows it (style.label: the app maps it back to the run)."""
     try:
         points = event["selection"]["points"]
     except (KeyError, TypeError):
@@ -182,7 +177,7 @@ def clicked_run(event) -> str | None:
     for point in points:
         data = point.get("customdata")
         if isinstance(data, list | tuple):
-            data = data[-1] if data else None
+            data = data[0] if data else None
         if data:
             return str(data)
     return None
