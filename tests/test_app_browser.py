@@ -12,6 +12,7 @@ screenshots the same way.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import importlib.util
 import os
@@ -107,6 +108,30 @@ def listening_addresses(port: int) -> set[str]:
         for c in psutil.net_connections(kind="tcp")
         if c.status == psutil.CONN_LISTEN and c.laddr.port == port
     }
+
+
+def websocket_handshake(port: int, host: str) -> str:
+    """The status line the app's WebSocket answers a browser's handshake with, sent with this Host (and the
+    Origin a page served under that name sends)."""
+    key = base64.b64encode(os.urandom(16)).decode()
+    request = (
+        f"GET /_stcore/stream HTTP/1.1\r\nHost: {host}\r\nOrigin: http://{host}\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+        "Sec-WebSocket-Protocol: streamlit\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request.encode())
+        return s.recv(4096).split(b"\r\n", 1)[0].decode()
+
+
+def test_a_page_that_rebinds_its_name_to_this_machine_is_refused(tmp_path):
+    """DNS rebinding: a web page whose name now resolves to 127.0.0.1 reaches the port, but its browser sends its
+    own name as Host, and the app's WebSocket (the only way to its data) refuses it; this machine's names pass."""
+    with serve(DATA, tmp_path / "streamlit.log") as (_, port):
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"):
+            assert websocket_handshake(port, host) == "HTTP/1.1 101 Switching Protocols", host
+        for host in (f"rebound.example:{port}", "rebound.example", f"127.0.0.1.rebound.example:{port}"):
+            assert websocket_handshake(port, host) == "HTTP/1.1 403 Forbidden", host
 
 
 # What a drawn chart holds: per plotly div, its traces' names and point counts (plotly's own parsed data).
