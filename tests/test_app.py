@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -545,3 +546,38 @@ def test_a_sweep_with_a_failed_cell_shows_its_error(monkeypatch, tmp_path):
     errors = [e.value.replace("\\", "") for e in at.error]
     assert any("cached p4096 failed on gpu-7 cuda:3: OutOfMemoryError: CUDA out of memory" in e for e in errors)
     assert 4096 not in chart(at, "sweep_chart")[0]["x"]  # the figures hold the finished cells only
+
+
+# ---- hostile files: each is one line, and the app keeps working (issue 28 items 14 and 17) ----------------------
+
+
+def test_a_file_name_that_is_not_utf8_is_listed_and_opened(monkeypatch, tmp_path):
+    """Names are bytes: one that is not UTF-8 (Latin-1 é) is shown with its byte escaped, and opens."""
+    root = os.fsencode(tmp_path)
+    shutil.copy(DATA / "hand_decode.trace.json.gz", os.fsdecode(root + b"/caf\xe9.trace.json.gz"))
+    shutil.copytree(DATA / "app" / "runs" / "tiny-cpu-a", os.fsdecode(root + b"/run-\xff"))
+    at = app(monkeypatch, tmp_path)
+    labels = at.selectbox(key="source").options
+    assert labels == ["run: run-\\xff", "trace: caf\\xe9.trace.json.gz"]
+    assert charts(at) == ["sweep_chart"] and not at.error
+    at.selectbox(key="source").set_value("trace: caf\\xe9.trace.json.gz").run()
+    assert not at.exception and not at.error
+    assert [t["x"] for t in named(chart(at, "ledger_chart"), "GPU busy")] == [["prefill", "decode#0", "decode#1"]]
+
+
+def test_a_fifo_where_a_file_belongs_is_one_line_not_a_hang(monkeypatch, tmp_path):
+    """A FIFO named as a history, a run's results.json, its telemetry or a trace: each source says it is not a
+    regular file (a reader would wait for a writer forever), and every other source still opens."""
+    os.mkfifo(tmp_path / "runs.duckdb")
+    os.mkfifo(tmp_path / "stuck.trace.json")
+    (tmp_path / "fifo-run").mkdir()
+    os.mkfifo(tmp_path / "fifo-run" / "results.json")
+    shutil.copytree(DATA / "app" / "runs" / "tiny-cpu-a", tmp_path / "good-run")
+    os.mkfifo(tmp_path / "good-run" / "telemetry.parquet")
+    at = app(monkeypatch, tmp_path, "history: runs.duckdb")
+    assert "not a regular file" in at.error[0].value and not at.get("plotly_chart")
+    for source in ("run: fifo-run", "trace: stuck.trace.json"):
+        at.selectbox(key="source").set_value(source).run()
+        assert not at.exception and "not a regular file" in at.error[0].value.replace("\\", ""), source
+    at.selectbox(key="source").set_value("run: good-run").run()
+    assert charts(at) == ["sweep_chart"] and len(at.error) == 1 and "not a regular file" in at.error[0].value

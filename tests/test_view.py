@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from probe.errors import ProbeError
 from probe.explorer import figures, sources
 
 DATA = Path(__file__).parent / "data"
+ROOT_DIR = Path(__file__).resolve().parents[1]
 APP = DATA / "app"
 RUN_A, RUN_B = APP / "runs" / "tiny-cpu-a", APP / "runs" / "tiny-cpu-b"
 CACHED = APP / "traces" / "tiny_cached_cpu_p16_n6.trace.json.gz"
@@ -366,6 +368,26 @@ def test_telemetry_samples_become_one_panel_a_figure(tmp_path):
         figures.telemetry.read_telemetry(tmp_path / "bad-telemetry.parquet")
 
 
+def test_long_telemetry_is_drawn_as_envelopes_that_keep_every_spike(tmp_path):
+    """20,000 samples (a few minutes of a sweep at 10 ms): 1,000 points a panel, each the min and max of its 20
+    samples, so a one-sample spike and a one-sample dip both still show."""
+    rss = np.ones(20_000)
+    rss[12_345], rss[777] = 9.0, -1.0
+    t = np.arange(20_000, dtype=np.int64) * 10_000_000
+    path = tmp_path / "telemetry.parquet"
+    pd.DataFrame({"t_ns": t, "rss_bytes": rss, "sys_cpu_pct": np.full(20_000, 50.0)}).to_parquet(path, index=False)
+    telemetry = figures.telemetry.read_telemetry(path)
+    assert (telemetry.rows, telemetry.per_point, len(telemetry.x)) == (20_000, 20, 1_000)
+    series = telemetry.series[0]
+    assert series.high.max() == 9.0 and series.low.min() == -1.0 and np.count_nonzero(series.high != 1.0) == 1
+    # sample 12,345 is in bucket 12,345 // 20 = 617, which starts at sample 617 x 20 = 12,340, at 123.4 s
+    assert series.high[617] == 9.0 and telemetry.x[617] == pytest.approx(123.4)
+    fig = figures.telemetry.telemetry_figure(telemetry)
+    assert [len(tr.x) for tr in fig.data] == [1_000] * 4 and all(tr.mode == "lines" for tr in fig.data)
+    assert max(fig.data[0].y) == 9.0 and min(fig.data[1].y) == -1.0 and fig.data[1].fill == "tonexty"
+    assert "up to 20 of the 20,000 samples" in fig.layout.xaxis2.title.text
+
+
 def test_telemetry_files_skip_links_out_of_the_root(tmp_path):
     root, outside = tmp_path / "root", tmp_path / "outside"
     root.mkdir()
@@ -649,3 +671,57 @@ def test_names_from_results_and_a_history_reach_their_figures_as_text(tmp_path):
     # (the columns are those of probe.analysis.history.trend, which tests/test_history.py holds to the database)
     fig = figures.history.history_figure(trend, unit=f"cached{BOLD} p16 n8")
     assert markup(fig) == []
+
+
+# ---- what a run folder's telemetry can make the app allocate (issue 28 item 17) --------------------------------
+
+PEAK_JS = """
+import sys, pyarrow as pa
+from pathlib import Path
+from probe.errors import ProbeError
+from probe.explorer.figures.telemetry import read_telemetry
+try:
+    t = read_telemetry(Path(sys.argv[1]))
+    print("read", t.names, t.rows)
+except ProbeError as e:
+    print("refused", e)
+print(pa.default_memory_pool().max_memory())
+"""
+
+
+def arrow_peak(path: Path) -> tuple[str, int]:
+    """What read_telemetry says of a file, and the most memory Arrow held meanwhile, in a fresh process."""
+    result = subprocess.run([sys.executable, "-c", PEAK_JS, str(path)], capture_output=True, text=True, cwd=ROOT_DIR)
+    assert result.returncode == 0, result.stderr
+    *said, peak = result.stdout.strip().splitlines()
+    return "\n".join(said), int(peak)
+
+
+def test_telemetry_is_checked_before_it_is_read(tmp_path):
+    """A small file can decode to gigabytes: the rows and columns are checked from the footer before a value is
+    read, and only numeric columns are ever read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    # 6M rows of one repeated sample: 6M x 2 columns x 8 bytes = 96 MB decoded, a few hundred KB on disk
+    many = tmp_path / "many-telemetry.parquet"
+    chunk = pa.table({"t_ns": pa.array(np.zeros(1_000_000, np.int64)), "rss_bytes": pa.array(np.ones(1_000_000))})
+    with pq.ParquetWriter(many, chunk.schema) as w:
+        for _ in range(6):
+            w.write_table(chunk)
+    assert many.stat().st_size < 2_000_000
+    said, peak = arrow_peak(many)
+    assert (
+        said
+        == f"refused {many}: 6,000,000 rows and 2 columns, more than the explorer draws (5,000,000 rows, 64 columns)"
+    )
+    assert peak < 1_000_000  # the footer only
+    wide = tmp_path / "wide-telemetry.parquet"
+    pq.write_table(pa.table({"t_ns": [1, 2], **{f"c{i}": [1.0, 2.0] for i in range(80)}}), wide)
+    assert "81 columns, more than the explorer draws" in arrow_peak(wide)[0]
+    # 100 samples with a 1 MB text each: 100 MB decoded, a few KB on disk (dictionary-encoded, compressed)
+    text = tmp_path / "text-telemetry.parquet"
+    pq.write_table(pa.table({"t_ns": np.arange(100), "note": ["x" * 1_000_000] * 100, "threads": [4.0] * 100}), text)
+    assert text.stat().st_size < 200_000
+    said, peak = arrow_peak(text)
+    assert said == "read ['threads'] 100" and peak < 10_000_000  # the text column is never read

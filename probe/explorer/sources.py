@@ -199,8 +199,9 @@ def trace_meta(root: Path, path: Path) -> dict | None:
 
 
 def telemetry_files(root: Path, folder: Path) -> list[Path]:
-    """Telemetry sample files (probe.telemetry.write_samples) in a run or trace folder: regular files inside root."""
-    return sorted(p for p in Path(folder).glob(TELEMETRY_GLOB) if p.is_file() and _inside(root, p))
+    """Telemetry sample files (probe.telemetry.write_samples) in a run or trace folder, inside root (one that is
+    not a regular file is listed, and its reader says so in one line)."""
+    return sorted(p for p in Path(folder).glob(TELEMETRY_GLOB) if _inside(root, p))
 
 
 def trace_telemetry(root: Path, trace: Path) -> Path | None:
