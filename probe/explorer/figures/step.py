@@ -51,9 +51,12 @@ def timeline_figure(items: Sequence[TimelineItem], title: str = "") -> go.Figure
             )
         )
     shaded = frame[frame["cache"] & (frame["kind"] == "range")].head(MAX_SHADED)
-    for start, dur, part in zip(shaded["start_us"], shaded["dur_us"], shaded["part"], strict=True):
-        fig.add_vrect(x0=start, x1=start + dur, fillcolor=COLORS.get(part, COLORS["cache"]), opacity=0.18, line_width=0)
-    fig.update_layout(
+    band = {"type": "rect", "xref": "x", "yref": "y domain", "y0": 0, "y1": 1, "opacity": 0.18, "line": {"width": 0}}
+    fig.update_layout(  # one list: add_vrect would re-validate every band already there
+        shapes=[
+            band | {"x0": start, "x1": start + dur, "fillcolor": COLORS.get(part, COLORS["cache"])}
+            for start, dur, part in zip(shaded["start_us"], shaded["dur_us"], shaded["part"], strict=True)
+        ],
         barmode="overlay",
         height=300,
         title=label(title),
