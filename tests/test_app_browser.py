@@ -248,6 +248,27 @@ def test_the_app_draws_every_kind_of_chart_in_chromium(browser, capsys, tmp_path
         assert (SCREENSHOTS / f"{name}.png").stat().st_size > 10_000
 
 
+def test_names_that_are_markup_are_drawn_as_text_in_chromium(browser, tmp_path):
+    """Plotly turns <a href> in a label into a link and <span style> into a style: the hostile trace's op and
+    kernel names (tests/test_view.py) are drawn as the characters they are, and no chart holds a link."""
+    from tests.test_view import LINK, hostile_trace
+
+    hostile_trace(tmp_path / "evil.trace.json.gz")
+    with serve(tmp_path, tmp_path / "streamlit.log") as (url, _):
+        page = browser.new_page(viewport={"width": 1500, "height": 1000})
+        for view in ("Top ops", "Kernels", "One step"):
+            time_to_charts(page, url, {"source": "trace: evil.trace.json.gz", "view": view})
+            links = page.evaluate("() => document.querySelectorAll('.js-plotly-plot a').length")
+            styled = page.evaluate(
+                "() => Array.from(document.querySelectorAll('.js-plotly-plot [style]')).filter(e =>"
+                " (e.getAttribute('style') || '').includes('90px')).length"
+            )
+            assert links == 0 and styled == 0, view
+            if view == "Top ops":  # the op's name on the axis, as written
+                ticks = page.evaluate("() => document.querySelector('.js-plotly-plot').textContent")
+                assert f"aten::addmm{LINK}" in ticks
+
+
 # ---- time to the first chart ------------------------------------------------------------------------------------
 
 # A chart is drawn when plotly has parsed data for it (its div's _fullData) with at least one point.
