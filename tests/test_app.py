@@ -391,6 +391,27 @@ def test_no_view_draws_markup_from_the_names_in_a_trace(monkeypatch, tmp_path):
     assert set(drawn) >= {"ledger_chart", "timeline_chart", "kernels_chart", "top_ops_chart", "compare_chart"}
 
 
+def test_every_pattern_from_the_url_goes_through_analyze_options_parse(monkeypatch):
+    """Issue 28 item 3: the URL's --steps, --part and --kernel-category reach the one place that compiles user
+    patterns (AnalyzeOptions.parse, linear-time there), as they were typed; the app compiles none itself."""
+    from probe.analysis.ledger import AnalyzeOptions
+
+    seen = []
+    parse = AnalyzeOptions.parse.__func__
+
+    def recording(cls, steps=None, parts=(), kernel_categories=(), event_cost=None):
+        seen.append((steps, tuple(parts), tuple(kernel_categories)))
+        return parse(cls, steps, parts, kernel_categories, event_cost)
+
+    monkeypatch.setattr(AnalyzeOptions, "parse", classmethod(recording))
+    at = app(monkeypatch, DATA, "trace: hand_decode.trace.json.gz")
+    at.text_input(key="steps").set_value("decode#[01]|prefill").run()
+    at.text_area(key="parts").set_value("embed=aten::embedding\nsampling_ops=argmax").run()
+    at.text_area(key="kernel_categories").set_value("mine=gemv_.*").run()
+    assert not at.exception and not at.error
+    assert seen[-1] == ("decode#[01]|prefill", ("embed=aten::embedding", "sampling_ops=argmax"), ("mine=gemv_.*",))
+
+
 # ---- 7. history ------------------------------------------------------------------------------------------------
 
 HISTORY = "history: probe-history.duckdb"
