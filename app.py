@@ -2,213 +2,283 @@
 
     streamlit run app.py -- --root DIR      (or: probe app --root DIR; or PROBE_APP_ROOT=DIR)
 
-A flat script over probe's typed results: it loads (cached on path + size + mtime), calls probe functions and
-renders what probe.explorer.figures shapes. It holds no analysis. Every file it reads lies under the root.
+A flat script over probe's typed results: cached loaders (keyed on path + size + mtime), a sidebar (the source,
+a baseline, the analyze flags), then one function a view, picked from VIEWS. Each view takes the one typed
+source it shows and the Page (root, how traces are read, source, baseline); none reads a global. It holds no
+analysis: it calls probe functions and renders what probe.explorer.figures shapes. Every file it reads lies
+under the root (probe.explorer.sources).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
+import pandas as pd
 import streamlit as st
 
 from probe.analysis import history
-from probe.analysis.compare import compare
-from probe.analysis.job import TraceFailure, job
-from probe.analysis.ledger import AnalyzeOptions, EventCost, analyze
-from probe.analysis.report import load_report
-from probe.analysis.results import load_results
+from probe.analysis.compare import Comparison, compare
+from probe.analysis.history import ConfigInfo
+from probe.analysis.job import JobAnalysis, TraceFailure, job
+from probe.analysis.ledger import AnalyzeOptions, EventCost, StepLedger, TraceAnalysis, analyze
+from probe.analysis.report import Report, load_report
+from probe.analysis.results import BenchResults, load_results
 from probe.analysis.timeline import step_timeline
 from probe.analysis.trace import load_trace as parse
 from probe.errors import ProbeError
 from probe.explorer import figures, sources
+from probe.explorer.figures.style import md, ms_text, printable
+from probe.explorer.sources import Source
 
 st.set_page_config(page_title="probe explorer", layout="wide")
 LOAD_ERRORS = (ProbeError, OSError)  # probe's loaders turn bad input into a one-line ProbeError
 HISTORY_WAIT_S = 5.0  # how long the app waits on a history a recording job holds, before saying so
+NONE = "(none)"
+SIDEBAR_CHARS = 30  # of a label the sidebar's boxes show at their default width
+# A longer label is shown by its end (a run's or a trace's own name), not by the folder it shares with the others:
+# laid out from the right, the text is cut on the left (and reads as usual while typing).
+FIT_END_CSS = (
+    "<style>.st-key-{key} input:not(:focus) {{ direction: rtl; text-align: left; text-overflow: ellipsis; }}</style>"
+)
 
 
-def md(value) -> str:
-    """Any text the app did not write (file names, model names, error messages) as plain text in Markdown."""
-    return figures.md_escape(str(value))
+class Reading(NamedTuple):
+    """How traces are read: `probe analyze`'s --steps, --part and --kernel-category, as the sidebar's text."""
+
+    steps: str | None = None
+    parts: tuple[str, ...] = ()
+    kernel_categories: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Run:
+    results: BenchResults
+    report: Report | None
+    path: Path
+
+
+@dataclass(frozen=True)
+class Trace:
+    analysis: TraceAnalysis
+    path: Path
+
+
+@dataclass(frozen=True)
+class History:
+    configs: list[ConfigInfo]
+    path: Path
+
+
+@dataclass(frozen=True)
+class Job:
+    job: JobAnalysis
+    path: Path
+
+
+Loaded = Run | Trace | History | Job
+
+
+@dataclass(frozen=True)
+class Page:
+    """What every view is handed besides its source: the root, how traces are read, what the sidebar picked,
+    and every label the sidebar lists (a link is offered only to those)."""
+
+    root: Path
+    reading: Reading
+    source: Source
+    baseline: Source | None
+    listed: frozenset[str]
+
+
+# ---- loading (cached; paths as bytes: a file name need not be UTF-8) --------------------------------------------
+
+
+def key(path: Path) -> bytes:
+    return os.fsencode(path)
+
+
+def unkey(path: bytes) -> Path:
+    return Path(os.fsdecode(path))
 
 
 @st.cache_data(max_entries=16, show_spinner="Reading the run")
-def load_run(path: str, stamp: tuple):
-    return load_results(path), load_report(Path(path))
+def load_run(path: bytes, stamp: tuple) -> tuple[BenchResults, Report | None]:
+    return load_results(unkey(path)), load_report(unkey(path))
 
 
 @st.cache_resource(max_entries=4, show_spinner="Parsing the trace")
-def load_trace(path: str, stamp: tuple):
-    return parse(path)
+def load_trace(path: bytes, stamp: tuple):
+    return parse(unkey(path))
 
 
-@st.cache_data(max_entries=16, show_spinner="Building the ledger")
-def load_analysis(path: str, stamp: tuple, how: tuple = ()):
-    """`how`: the sidebar's (steps regex, parts, kernel categories), the `probe analyze` flags as text."""
-    steps, parts, categories = how or (None, (), ())
-    cost = EventCost.from_json((sources.trace_meta(ROOT, Path(path)) or {}).get("event_cost_ns"))
-    options = AnalyzeOptions.parse(steps, parts, categories, cost)
+@st.cache_resource(max_entries=16, show_spinner="Building the ledger")
+def load_analysis(root: bytes, path: bytes, stamp: tuple, reading: Reading) -> TraceAnalysis:
+    """Shared, not copied, between sessions and reruns (cache_resource): an analysis is never changed."""
+    cost = EventCost.from_json((sources.trace_meta(unkey(root), unkey(path)) or {}).get("event_cost_ns"))
+    options = AnalyzeOptions.parse(reading.steps, reading.parts, reading.kernel_categories, cost)
     return analyze(load_trace(path, stamp), options)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def load_timeline(path: str, stamp: tuple, position: int, how: tuple = ()):
-    return step_timeline(load_trace(path, stamp), load_analysis(path, stamp, how).step(position))
+def load_timeline(root: bytes, path: bytes, stamp: tuple, position: int, reading: Reading):
+    return step_timeline(load_trace(path, stamp), load_analysis(root, path, stamp, reading).step(position))
 
 
-@st.cache_data(max_entries=16, show_spinner="Comparing")
-def load_comparison(root: str, base_rel: str, base_stamp: tuple, cur_rel: str, cur_stamp: tuple, kind: str):
-    root_path = Path(root)
-    sides = [sources.Source(rel, kind) for rel in (base_rel, cur_rel)]
-    loaded = [load_source(root_path, s)[0] for s in sides]
-    return compare(*(sources.samples_for(root_path, s, x) for s, x in zip(sides, loaded, strict=True)))
+def _source_key(source: Source) -> tuple[bytes, str]:
+    return os.fsencode(source.rel), source.kind
+
+
+@st.cache_data(max_entries=16, show_spinner="Comparing", hash_funcs={Source: _source_key})
+def load_comparison(root: bytes, base: Source, base_stamp: tuple, cur: Source, cur_stamp: tuple, reading: Reading):
+    sides = [(s, load_source(unkey(root), s, reading)) for s in (base, cur)]
+    return compare(*(sources.samples_for(unkey(root), s, _results_of(x)) for s, x in sides))
+
+
+def _results_of(loaded: Loaded) -> BenchResults | TraceAnalysis:
+    return loaded.results if isinstance(loaded, Run) else loaded.analysis
 
 
 @st.cache_data(max_entries=8, show_spinner="Reading the history")
-def load_history(path: str, stamp: tuple):
+def load_history(path: bytes, stamp: tuple) -> list[ConfigInfo]:
     # Opened read-only and closed at once: while the app holds the file, no CI job can record.
-    with history.connect(path, wait=HISTORY_WAIT_S) as con:
+    with history.connect(unkey(path), wait=HISTORY_WAIT_S) as con:
         return history.configs(con)
 
 
 @st.cache_data(max_entries=16, show_spinner="Judging each run against the runs before it")
-def load_trend(path: str, stamp: tuple, config_id: str, unit: str):
-    with history.connect(path, wait=HISTORY_WAIT_S) as con:
+def load_trend(path: bytes, stamp: tuple, config_id: str, unit: str) -> pd.DataFrame:
+    with history.connect(unkey(path), wait=HISTORY_WAIT_S) as con:
         return history.trend(con, config_id, unit)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def load_run_judgement(path: str, stamp: tuple, run_id: str):
-    with history.connect(path, wait=HISTORY_WAIT_S) as con:
+def load_run_judgement(path: bytes, stamp: tuple, run_id: str):
+    with history.connect(unkey(path), wait=HISTORY_WAIT_S) as con:
         return history.show(con, run_id)
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
-def load_telemetry(path: str, stamp: tuple, offset_ns: int | None = None):
-    return figures.telemetry_frame(Path(path), offset_ns)
+@st.cache_data(max_entries=16, show_spinner="Reading the telemetry")
+def load_telemetry(path: bytes, stamp: tuple, offset_ns: int | None = None) -> figures.telemetry.Telemetry:
+    return figures.telemetry.read_telemetry(unkey(path), offset_ns)
 
 
-def load_job(root: Path, folder: Path):
+def load_job(root: Path, folder: Path, reading: Reading) -> JobAnalysis:
     """The traces of a job folder, each analyzed (and cached) on its own, lined up as ranks (probe.analysis.job);
     a trace that cannot be read is named with its error."""
-    analyses = []
+    analyses: list[TraceAnalysis | TraceFailure] = []
     for trace in sources.job_traces(root, folder):
         try:
-            analyses.append(load_analysis(str(trace), sources.stamp(trace), HOW))
+            analyses.append(load_analysis(key(root), key(trace), sources.stamp(trace), reading))
         except LOAD_ERRORS as e:
             analyses.append(TraceFailure(trace.relative_to(root).as_posix(), str(e)))
     return job(analyses)
 
 
-def load_source(root, source: sources.Source):
-    """(results or analysis, report or None, path) for a source; ProbeError for anything unusable."""
+def load_source(root: Path, source: Source, reading: Reading) -> Loaded:
+    """The typed result for a source of any kind; ProbeError for anything unusable."""
     path = sources.source_path(root, source)
+    stamp = sources.stamp(path)
     if source.kind == "run":
-        results, report = load_run(str(path), sources.stamp(path))
-        return results, report, path
+        return Run(*load_run(key(path), stamp), path)
     if source.kind == "history":
-        return load_history(str(path), sources.stamp(path)), None, path
+        return History(load_history(key(path), stamp), path)
     if source.kind == "job":
-        return load_job(root, path), None, path
-    return load_analysis(str(path), sources.stamp(path), HOW), None, path
+        return Job(load_job(root, path, reading), path)
+    return Trace(load_analysis(key(root), key(path), stamp, reading), path)
 
 
-def show_telemetry(folder) -> None:
+# ---- pieces several views share ---------------------------------------------------------------------------------
+
+
+def show_table(frame: pd.DataFrame, key: str, style: Callable | None = None) -> None:
+    """A table: a column that measured nothing (all None or NaN: a CPU trace's GPU columns) reads "-", numbers
+    at 4 decimals; its text came from files, so it is made valid UTF-8 first (Arrow refuses lone surrogates).
+    `style` adds a view's own styling."""
+    unmeasured = {c: "-" for c in frame.columns if len(frame) and frame[c].isna().all()}
+    text = [c for c in frame.columns if frame[c].dtype == object and c not in unmeasured]
+    frame = frame.assign(**unmeasured, **{c: frame[c].map(_printable_text) for c in text})
+    styler = frame.style.format(na_rep="-", precision=4)
+    st.dataframe(style(styler) if style else styler, key=key, hide_index=True)
+
+
+def _printable_text(value: object) -> object:
+    return printable(value) if isinstance(value, str) else value
+
+
+def show_alerts(comparison: Comparison, table_key: str, clean: str = "No regression.") -> None:
+    """probe compare's verdict: its warnings, its alerts (or that there are none), its table and its notes."""
+    for w in comparison.warnings:
+        st.warning(md(w))
+    if comparison.alerts:
+        st.error(f"REGRESSION: {len(comparison.alerts)} alert(s)")
+        for a in comparison.alerts:
+            st.markdown(f"- **{md(a.key)}** {md(a.message)}")
+    else:
+        st.success(clean)
+    show_table(figures.compare.comparison_frame(comparison), table_key)
+    for note in comparison.notes:
+        st.caption(md(note))
+
+
+def show_telemetry(root: Path, folder: Path) -> None:
     """Telemetry samples (probe.analysis.telemetry) recorded in this folder, if any: one panel a figure."""
-    files = sources.telemetry_files(ROOT, folder)
+    files = sources.telemetry_files(root, folder)
     if files:
         st.subheader("Telemetry samples")
     for f in files:
         try:
-            st.plotly_chart(
-                figures.telemetry_figure(load_telemetry(str(f), sources.stamp(f))), key=f"telemetry_{f.name}"
-            )
+            telemetry = load_telemetry(key(f), sources.stamp(f))
+            st.plotly_chart(figures.telemetry.telemetry_figure(telemetry), key=f"telemetry_{printable(f.name)}")
         except ProbeError as e:
             st.error(md(e))
 
 
-def show_trace_telemetry(path: Path, analysis) -> None:
+def show_trace_telemetry(trace: Trace, root: Path) -> None:
     """The samples recorded with this trace, on the trace's clock, with its steps shaded behind them."""
-    samples = sources.trace_telemetry(ROOT, path)
+    samples = sources.trace_telemetry(root, trace.path)
     if samples is None:
         return
     st.subheader("Telemetry during this trace")
     try:
-        offset = figures.telemetry_offset_ns(sources.trace_meta(ROOT, path), analysis)
-        frame = load_telemetry(str(samples), sources.stamp(samples), offset)
-        st.plotly_chart(figures.telemetry_figure(frame, analysis.steps), key="trace_telemetry_chart")
+        offset = figures.telemetry.telemetry_offset_ns(sources.trace_meta(root, trace.path), trace.analysis)
+        telemetry = load_telemetry(key(samples), sources.stamp(samples), offset)
+        chart = figures.telemetry.telemetry_figure(telemetry, trace.analysis.steps)
+        st.plotly_chart(chart, key="trace_telemetry_chart")
         if offset is None:
             st.caption("No clock anchor in the sidecar, so the samples are drawn from their own start.")
     except ProbeError as e:
         st.error(md(e))
 
 
-# ---- the root and what lies under it ------------------------------------------------------------------------
-
-ROOT = sources.app_root(sys.argv, os.environ)
-st.sidebar.title("probe explorer")
-st.sidebar.caption(f"root: {md(ROOT)}")
-if not ROOT.is_dir():
-    st.error(f"The root {md(ROOT)} is not a folder. Start the app with `probe app --root DIR`.")
-    st.stop()
-found, truncated = sources.list_sources(ROOT)
-if not found:
-    st.info(
-        f"Nothing to show under {md(ROOT)}: no run folders (results.json), no traces (.trace.json, .json.gz, "
-        ".sqlite) and no run history (.duckdb). Record some with `probe run` or `probe profile`, or point the app "
-        "elsewhere with `probe app --root DIR`."
-    )
-    st.stop()
-if truncated:
-    st.sidebar.warning(f"Showing the first {len(found)} files only: pick a narrower --root.")
-
-by_label = {s.label: s for s in found}
-source = by_label[st.sidebar.selectbox("Run or trace", list(by_label), key="source", bind="query-params")]
-others = [s.label for s in found if s.kind == source.kind and s != source and s.kind not in ("history", "job")]
-baseline_label = st.sidebar.selectbox(
-    "Baseline (for Compare and Alerts)", [figures.NONE, *others], key="baseline", bind="query-params"
-)
-baseline = by_label.get(baseline_label)
-HOW: tuple = ()  # how traces are read: `probe analyze`'s --steps, --part and --kernel-category, from the sidebar
-if source.kind in ("trace", "job"):
-    with st.sidebar.expander("Reading the trace (probe analyze flags)"):
-        steps_regex = st.text_input("Steps: ranges matching (--steps REGEX)", key="steps", bind="query-params")
-        parts_text = st.text_area("Parts: NAME=REGEX, one a line (--part)", key="parts", bind="query-params")
-        categories_text = st.text_area(
-            "Kernel categories: CATEGORY=REGEX, one a line", key="kernel_categories", bind="query-params"
-        )
-    HOW = (
-        steps_regex.strip() or None,
-        tuple(x.strip() for x in parts_text.splitlines() if x.strip()),
-        tuple(x.strip() for x in categories_text.splitlines() if x.strip()),
+def pick_step(
+    analysis: TraceAnalysis, key: str, label: str, everything: str | None = None, first: StepLedger | None = None
+) -> StepLedger | None:
+    """A step picker over the steps themselves (shown as "position: name"), opening on `first`; with
+    `everything`, None first, for the whole scope."""
+    options: list[StepLedger | None] = ([None] if everything else []) + list(analysis.steps)
+    return st.selectbox(
+        label,
+        options,
+        index=options.index(first) if first is not None else 0,
+        key=key,
+        bind="query-params",
+        format_func=lambda s: everything if s is None else printable(figures.step.step_label(s)),
     )
 
-VIEWS = {
-    "run": ["Sweep", "Compare", "Alerts"],
-    "trace": ["Step ledger", "One step", "Kernels", "Top ops", "Compare", "Alerts"],
-    "history": ["History"],
-    "job": ["Ranks"],
-}
-chosen = st.radio(
-    "View", VIEWS[source.kind], key="view", bind="query-params", horizontal=True, label_visibility="collapsed"
-)
 
-try:
-    loaded, report, path = load_source(ROOT, source)
-except LOAD_ERRORS as e:
-    st.error(f"Cannot show {md(source.rel)}: {md(e)}")
-    st.stop()
+# ---- the views --------------------------------------------------------------------------------------------------
 
-# ---- 1. sweep ------------------------------------------------------------------------------------------------
 
-if chosen == "Sweep":
-    env = loaded.env
-    st.subheader(md(f"{loaded.config.get('model', '?')} {env.get('dtype', '')} on {env.get('device_name', '?')}"))
-    st.plotly_chart(figures.sweep_figure(loaded, report), key="sweep_chart")
-    frame = figures.sweep_frame(loaded)
+def show_sweep(run: Run, page: Page) -> None:
+    env, results, report = run.results.env, run.results, run.report
+    st.subheader(md(f"{results.config.get('model', '?')} {env.get('dtype', '')} on {env.get('device_name', '?')}"))
+    st.plotly_chart(figures.sweep.sweep_figure(results, report), key="sweep_chart")
+    frame = figures.sweep.sweep_frame(results)
     if frame["mismatch"].any():
         st.error(
             "Tokens differ from naive's for: "
@@ -226,22 +296,22 @@ if chosen == "Sweep":
             f"({md(m.bandwidth_source)}). Dash-dot on tokens/s: the prediction they make together, "
             "1000 / max(floor, traffic)."
         )
-    if not loaded.complete:
+    if not results.complete:
         st.warning("An interrupted sweep (complete: false): only its finished cells are here.")
-    for f in loaded.failed:
+    for f in results.failed:
         st.error(md(f"{f.label} failed on {f.host or '?'} {f.device or ''}: {f.error}"))
-    st.dataframe(frame.drop(columns=["mismatch"]), key="sweep_table", hide_index=True)
-    show_telemetry(path if path.is_dir() else path.parent)
+    show_table(frame.drop(columns=["mismatch"]), "sweep_table")
+    show_telemetry(page.root, run.path if run.path.is_dir() else run.path.parent)
 
-# ---- 2. step ledger ------------------------------------------------------------------------------------------
 
-elif chosen == "Step ledger":
-    s = loaded.summary
+def show_ledger(trace: Trace, page: Page) -> None:
+    analysis = trace.analysis
+    s = analysis.summary
     cols = st.columns(4)
-    st.caption(f"{len(loaded.steps)} step(s), found by {md(loaded.step_rule)}.")
+    st.caption(f"{len(analysis.steps)} step(s), found by {md(analysis.step_rule)}.")
     cols[0].metric("step p50", f"{s.step_p50_us / 1e3:.3f} ms")
-    cols[1].metric(loaded.dispatch + " / step", f"{s.launches_per_step:g}")
-    if loaded.on_gpu:
+    cols[1].metric(analysis.dispatch + " / step", f"{s.launches_per_step:g}")
+    if analysis.on_gpu:
         cols[2].metric("GPU busy / GPU window", f"{100 * s.busy_fraction:.1f} %")
     else:
         cols[2].metric("unattributed", f"{100 * s.unattributed_share:.1f} % of wall")
@@ -249,100 +319,108 @@ elif chosen == "Step ledger":
         "Python frames" if s.python_share else "cache bookkeeping",
         f"{100 * (s.python_share or s.cache_share):.1f} % of wall",
     )
-    st.plotly_chart(figures.ledger_figure(loaded), key="ledger_chart")
+    st.plotly_chart(figures.ledger.ledger_figure(analysis), key="ledger_chart")
     st.caption(
         "Each step's left bar is its wall time split into host parts (they add up to the wall); the right "
-        "bar, on a GPU trace, is GPU busy and idle time. The line is " + figures.dispatch_label(loaded) + "."
+        "bar, on a GPU trace, is GPU busy and idle time. The line is " + figures.ledger.dispatch_label(analysis) + "."
     )
-    st.dataframe(figures.ledger_frame(loaded), key="ledger_table", hide_index=True)
-    for w in loaded.warnings:
+    show_table(figures.ledger.ledger_frame(analysis), "ledger_table")
+    for w in analysis.warnings:
         st.warning(md(w))
-    show_trace_telemetry(path, loaded)
+    show_trace_telemetry(trace, page.root)
 
-# ---- 3. one step ---------------------------------------------------------------------------------------------
 
-elif chosen == "One step":
-    steps = {figures.step_label(s): s for s in loaded.steps}
-    default = next((i for i, s in enumerate(loaded.steps) if s.kind == "decode"), 0)
-    step = steps[st.selectbox("Step", list(steps), index=default, key="step", bind="query-params")]
-    items = load_timeline(str(path), sources.stamp(path), step.position, HOW)
+def show_one_step(trace: Trace, page: Page) -> None:
+    analysis = trace.analysis
+    decode = next((s for s in analysis.steps if s.kind == "decode"), None)  # open there, not on prefill
+    step = pick_step(analysis, "step", "Step", first=decode)
+    stamp = sources.stamp(trace.path)
+    items = load_timeline(key(page.root), key(trace.path), stamp, step.position, page.reading)
     cols = st.columns(4)
-    cols[0].metric("wall", f"{step.wall_ns / 1e6:.3f} ms")
-    cols[1].metric("launches" if loaded.on_gpu else "top-level ops", step.dispatched)
-    cols[2].metric("cache bookkeeping", f"{step.cache_ns / 1e6:.3f} ms")
-    if loaded.on_gpu:
-        cols[3].metric("GPU busy", f"{step.gpu_busy_ns / 1e6:.3f} ms")
+    cols[0].metric("wall", ms_text(step.wall_ns))
+    cols[1].metric("launches" if analysis.on_gpu else "top-level ops", step.dispatched)
+    cols[2].metric("cache bookkeeping", ms_text(step.cache_ns))
+    if analysis.on_gpu:
+        cols[3].metric("GPU busy", ms_text(step.gpu_busy_ns))
     else:
-        cols[3].metric("unattributed", f"{step.mechanism_ns['unattributed'] / 1e6:.3f} ms")
+        cols[3].metric("unattributed", ms_text(step.mechanism_ns["unattributed"]))
     if not items:
         st.info(f"{md(step.name)} has no top-level ops or ranges on its thread to draw.")
     else:
-        st.plotly_chart(figures.timeline_figure(items), key="timeline_chart")
-        frame = figures.timeline_frame(items)
-        st.dataframe(
-            frame.style.apply(lambda r: ["background-color: #fde2d8" if r["cache"] else ""] * len(r), axis=1).format(
-                {"start_us": "{:.1f}", "dur_us": "{:.1f}"}
-            ),
-            key="timeline_table",
-            hide_index=True,
+        st.plotly_chart(figures.step.timeline_figure(items), key="timeline_chart")
+        cache_rows = lambda r: ["background-color: #fde2d8" if r["cache"] else ""] * len(r)  # noqa: E731
+        show_table(
+            figures.step.timeline_frame(items),
+            "timeline_table",
+            lambda styler: styler.apply(cache_rows, axis=1).format({"start_us": "{:.1f}", "dur_us": "{:.1f}"}),
         )
-    show_trace_telemetry(path, loaded)
+    show_trace_telemetry(trace, page.root)
 
-# ---- 4. top ops ----------------------------------------------------------------------------------------------
 
-elif chosen == "Top ops":
-    scopes = [f"all {loaded.summary.steps_used} steps"] + [figures.step_label(s) for s in loaded.steps]
-    scope = st.selectbox("Over", scopes, key="top_ops_scope", bind="query-params")
-    ops = loaded.summary.top_ops if scope == scopes[0] else loaded.step(int(scope.split(":")[0])).top_ops
+def steady_scope(analysis: TraceAnalysis) -> str:
+    """The whole-trace scope as the pickers name it: the steps the summary is taken over."""
+    s = analysis.summary
+    return f"all {s.steps_used} steps" if s.steps_used != "all" else f"all {s.steps} steps"
+
+
+def show_top_ops(trace: Trace, page: Page) -> None:
+    analysis = trace.analysis
+    step = pick_step(analysis, "top_ops_scope", "Over", everything=steady_scope(analysis))
+    ops = analysis.summary.top_ops if step is None else step.top_ops
     if not ops:
         st.info("No cpu_ops in this scope, so no host time by op.")
     else:
-        st.plotly_chart(figures.top_ops_figure(ops), key="top_ops_chart")
-        st.dataframe(figures.top_ops_frame(ops), key="top_ops_table", hide_index=True)
-    frames = loaded.python_frames[:20] if scope == scopes[0] else loaded.step(int(scope.split(":")[0])).top_frames
+        st.plotly_chart(figures.ops.top_ops_figure(ops), key="top_ops_chart")
+        show_table(figures.ops.top_ops_frame(ops), "top_ops_table")
+    frames = analysis.python_frames[:20] if step is None else step.top_frames
     if frames:
         st.subheader("Python frames by self time")
         st.caption(
             "The python part of the ledger: host time inside a Python frame that no op, range or runtime "
             "call covers, given to the innermost frame."
         )
-        st.plotly_chart(figures.frames_figure(frames), key="frames_chart")
-        st.dataframe(figures.frames_frame(frames), key="frames_table", hide_index=True)
+        st.plotly_chart(figures.ops.frames_figure(frames), key="frames_chart")
+        show_table(figures.ops.frames_frame(frames), "frames_table")
 
-# ---- 4b. kernels ---------------------------------------------------------------------------------------------
 
-elif chosen == "Kernels":
-    if not loaded.kernels:
+def show_kernels(trace: Trace, page: Page) -> None:
+    analysis = trace.analysis
+    if not analysis.kernels:
         st.info("No GPU work in this trace, so no kernels: a CPU trace dispatches aten ops (see Top ops).")
-        st.stop()
-    st.plotly_chart(figures.kernel_category_figure(loaded), key="kernel_categories_chart")
+        return
+    st.plotly_chart(figures.kernels.kernel_category_figure(analysis), key="kernel_categories_chart")
     st.caption(
         "Each step's GPU time by kernel category (probe/analysis/kernels.py; add your own in the sidebar); "
         "the line is the step's GPU busy time."
     )
-    scopes = ["whole trace"] + [figures.step_label(s) for s in loaded.steps]
-    scope = st.selectbox("Top kernels over", scopes, key="kernels_scope", bind="query-params")
-    stats = loaded.kernels[:20] if scope == scopes[0] else loaded.step(int(scope.split(":")[0])).top_kernels
-    st.plotly_chart(figures.kernels_figure(stats), key="kernels_chart")
-    st.dataframe(figures.kernels_frame(stats), key="kernels_table", hide_index=True)
+    step = pick_step(analysis, "kernels_scope", "Top kernels over", everything="whole trace")
+    stats = analysis.kernels[:20] if step is None else step.top_kernels
+    st.plotly_chart(figures.kernels.kernels_figure(stats), key="kernels_chart")
+    show_table(figures.kernels.kernels_frame(stats), "kernels_table")
 
-# ---- 4c. history -----------------------------------------------------------------------------------------------
 
-elif chosen == "History":
-    if not loaded:
+def show_history(hist: History, page: Page) -> None:
+    if not hist.configs:
         st.info("No runs recorded in this history yet: `probe bench`, `run`, `baseline` and `profile` append them.")
-        st.stop()
-    by_config = {c.label: c for c in loaded}
-    config = by_config[st.selectbox("Configuration", list(by_config), key="history_config", bind="query-params")]
-    unit = st.selectbox("Cell, or profiled step kind", config.units, key="history_unit", bind="query-params")
-    stamp = sources.stamp(path)
+        return
+    config = st.selectbox(
+        "Configuration",
+        figures.history.by_most_runs(hist.configs),
+        key="history_config",
+        bind="query-params",
+        format_func=lambda c: printable(c.label),
+    )
+    unit = st.selectbox(
+        "Cell, or profiled step kind", config.units, key="history_unit", bind="query-params", format_func=printable
+    )
+    stamp = sources.stamp(hist.path)
     try:
-        trend = load_trend(str(path), stamp, config.config_id, unit)
+        trend = load_trend(key(hist.path), stamp, config.config_id, unit)
     except LOAD_ERRORS as e:
-        st.error(f"Cannot read {md(source.rel)}: {md(e)}")
-        st.stop()
+        st.error(f"Cannot read {md(page.source.rel)}: {md(e)}")
+        return
     event = st.plotly_chart(
-        figures.history_figure(trend, unit), key="history_chart", on_select="rerun", selection_mode="points"
+        figures.history.history_figure(trend, unit), key="history_chart", on_select="rerun", selection_mode="points"
     )
     st.caption(
         "One point a run of this configuration, oldest first (x: commit, + when tracked files were modified, and "
@@ -350,13 +428,13 @@ elif chosen == "History":
         "environment, red on the exact launch counts, orange on timings, which compare separate sessions (settle "
         "those with `probe ab`). Click a point to open that run."
     )
-    clicked = figures.clicked_run(event)
+    run_ids = list(reversed(trend["run_id"]))
+    clicked = dict(zip(figures.style.labels(run_ids), run_ids, strict=True)).get(figures.history.clicked_run(event))
     if clicked and clicked != st.session_state.get("history_clicked"):  # a new click, not the last one again
         st.session_state["history_clicked"] = clicked
         st.session_state["history_run"] = clicked
-    run_ids = list(reversed(trend["run_id"]))
-    run_id = st.selectbox("Run", run_ids, key="history_run", bind="query-params")
-    judgement = load_run_judgement(str(path), stamp, run_id)
+    run_id = st.selectbox("Run", run_ids, key="history_run", bind="query-params", format_func=printable)
+    judgement = load_run_judgement(key(hist.path), stamp, run_id)
     run = judgement.run
     st.subheader(md(f"{run.run_id} @ {run.short_commit}"))
     st.caption(
@@ -365,104 +443,171 @@ elif chosen == "History":
             f"{run.torch}, transformers {run.transformers}; from {run.source or '-'}"
         )
     )
-    recorded = sources.source_of(ROOT, run.source)
-    if recorded is not None and recorded.label in by_label:  # its folder or trace is still here: link to it
+    recorded = sources.source_of(page.root, run.source)
+    if recorded is not None and recorded.label in page.listed:  # its folder or trace is still here: link to it
         st.markdown(f"[Open {md(recorded.rel)} in the explorer]({recorded.link})")
     if judgement.comparison is None:
         st.info(judgement.reason)
     else:
-        result = judgement.comparison
-        st.markdown(md(f"Against its predecessor, {judgement.previous.run_id} @ {judgement.previous.short_commit}:"))
-        if result.alerts:
-            st.error(f"REGRESSION: {len(result.alerts)} alert(s)")
-            for a in result.alerts:
-                st.markdown(f"- **{md(a.key)}** {md(a.message)}")
-        else:
-            st.success("No regression against its predecessor.")
-        st.dataframe(figures.comparison_frame(result), key="history_compare_table", hide_index=True)
-        for note in result.notes:
-            st.caption(md(note))
+        previous = judgement.previous
+        st.markdown(md(f"Against its predecessor, {previous.run_id} @ {previous.short_commit}:"))
+        show_alerts(judgement.comparison, "history_compare_table", "No regression against its predecessor.")
     with st.expander("Every run of this configuration"):
-        st.dataframe(figures.history_runs_frame(trend), key="history_table", hide_index=True)
+        show_table(figures.history.history_runs_frame(trend), "history_table")
 
-# ---- 4d. a job: its traces as ranks, step by step ---------------------------------------------------------------
 
-elif chosen == "Ranks":
-    for f in loaded.failed:
+def show_ranks(loaded: Job, page: Page) -> None:
+    # Issue 23 item 5, ranks only for jobs: the rule (same step names and counts, a rank in the trace or its file
+    # name) is probe.analysis.job's to give; a folder it says is not one job is then shown as its list of traces,
+    # each linked, in place of what follows. That is one call here, on loaded.job.traces.
+    result = loaded.job
+    for f in result.failed:
         st.error(f"Cannot read {md(f.source)}: {md(f.error)}")
-    if not loaded.by_step:
+    if not result.by_step:
         st.info("No step to compare across these traces.")
-        st.stop()
-    g = loaded.straggler
+        return
+    g = result.straggler
     cols = st.columns(3)
-    cols[0].metric("ranks", len(loaded.ranks))
+    cols[0].metric("ranks", len(result.ranks))
     cols[1].metric("straggler", f"rank {g.rank}")
     cols[2].metric("slowest in", f"{g.slowest_steps} of {g.steps} steps")
-    st.plotly_chart(figures.ranks_figure(loaded), key="ranks_chart")
+    st.plotly_chart(figures.ranks.ranks_figure(result), key="ranks_chart")
     st.caption(
-        f"Each rank's wall time per step (steps matched by position; probe analyze {md(source.rel)}/ gives the "
+        f"Each rank's wall time per step (steps matched by position; probe analyze {md(page.source.rel)}/ gives the "
         f"same). Circled: the slowest rank of each step. Rank {g.rank} was the slowest in {g.slowest_steps} of "
         f"{g.steps} steps, by {g.median_trail_pct:.1f}% on the median rank in the median of those steps."
     )
-    st.dataframe(figures.ranks_frame(loaded), key="ranks_table", hide_index=True)
-    for rank, trace in zip(loaded.ranks, loaded.traces, strict=True):
-        opened = sources.source_of(ROOT, trace.source)
+    show_table(figures.ranks.ranks_frame(result), "ranks_table")
+    for rank, trace in zip(result.ranks, result.traces, strict=True):
+        opened = sources.source_of(page.root, trace.source)
         if opened is not None:
             st.markdown(f"rank {rank}: [{md(opened.rel)}]({opened.link})")
-    for w in loaded.warnings:
+    for w in result.warnings:
         st.warning(md(w))
 
-# ---- 5. compare and 6. alerts: a baseline against this source --------------------------------------------------
 
-elif baseline is None:
-    st.info(
-        "Pick a baseline in the sidebar: another "
-        + ("run" if source.kind == "run" else "trace")
-        + " to hold this one against."
-    )
-
-elif chosen == "Compare":
+def show_compare(loaded: Run | Trace, page: Page) -> None:
+    if page.baseline is None:
+        return pick_a_baseline(page)
     try:
-        base, _, base_path = load_source(ROOT, baseline)
+        base = load_source(page.root, page.baseline, page.reading)
     except LOAD_ERRORS as e:
-        st.error(f"Cannot show the baseline {md(baseline.rel)}: {md(e)}")
-        st.stop()
-    if source.kind == "run":
-        frame = figures.run_compare_frame(base, loaded)
+        st.error(f"Cannot show the baseline {md(page.baseline.rel)}: {md(e)}")
+        return
+    names = page.baseline.rel, page.source.rel
+    if isinstance(loaded, Run) and isinstance(base, Run):
+        frame = figures.compare.run_compare_frame(base.results, loaded.results)
         if frame.empty:
             st.warning("The two runs share no cell (engine, prompt, new tokens, batch).")
-            st.stop()
-        st.plotly_chart(figures.run_compare_figure(frame, baseline.rel, source.rel), key="compare_chart")
-    else:
-        frame = figures.trace_compare_frame(base, loaded)
-        st.plotly_chart(figures.trace_compare_figure(frame, baseline.rel, source.rel), key="compare_chart")
+            return
+        st.plotly_chart(figures.compare.run_compare_figure(frame, *names), key="compare_chart")
+    elif isinstance(loaded, Trace) and isinstance(base, Trace):
+        frame = figures.compare.trace_compare_frame(base.analysis, loaded.analysis)
+        st.plotly_chart(figures.compare.trace_compare_figure(frame, *names), key="compare_chart")
         st.caption(
             "Means per steady-state step (decode steps when the trace has them); the host categories add "
             "up to the wall time."
         )
-    st.dataframe(frame, key="compare_table", hide_index=True)
+    show_table(frame, "compare_table")
 
-elif chosen == "Alerts":
+
+def show_alerts_view(loaded: Run | Trace, page: Page) -> None:
+    if page.baseline is None:
+        return pick_a_baseline(page)
+    stamps = (sources.stamp(sources.source_path(page.root, s)) for s in (page.baseline, page.source))
     try:
-        result = load_comparison(
-            str(ROOT),
-            baseline.rel,
-            sources.stamp(sources.source_path(ROOT, baseline)),
-            source.rel,
-            sources.stamp(path),
-            source.kind,
-        )
+        result = load_comparison(key(page.root), page.baseline, next(stamps), page.source, next(stamps), page.reading)
     except LOAD_ERRORS as e:
         st.error(f"probe compare cannot compare these: {md(e)}")
+        return
+    show_alerts(result, "alerts_table")
+
+
+def pick_a_baseline(page: Page) -> None:
+    other = "run" if page.source.kind == "run" else "trace"
+    st.info(f"Pick a baseline in the sidebar: another {other} to hold this one against.")
+
+
+VIEWS: dict[str, Callable] = {
+    "Sweep": show_sweep,
+    "Step ledger": show_ledger,
+    "One step": show_one_step,
+    "Kernels": show_kernels,
+    "Top ops": show_top_ops,
+    "Compare": show_compare,
+    "Alerts": show_alerts_view,
+    "History": show_history,
+    "Ranks": show_ranks,
+}
+VIEWS_OF = {  # the views each kind of source has, the first one opening
+    "run": ("Sweep", "Compare", "Alerts"),
+    "trace": ("Step ledger", "One step", "Kernels", "Top ops", "Compare", "Alerts"),
+    "history": ("History",),
+    "job": ("Ranks",),
+}
+
+
+# ---- the sidebar, then the chosen view --------------------------------------------------------------------------
+
+
+def sidebar_reading() -> Reading:
+    """The `probe analyze` flags typed in the sidebar; each regex reaches AnalyzeOptions.parse as it is written."""
+    with st.sidebar.expander("Reading the trace (probe analyze flags)"):
+        steps = st.text_input("Steps: ranges matching (--steps REGEX)", key="steps", bind="query-params")
+        parts = st.text_area("Parts: NAME=REGEX, one a line (--part)", key="parts", bind="query-params")
+        categories = st.text_area(
+            "Kernel categories: CATEGORY=REGEX, one a line", key="kernel_categories", bind="query-params"
+        )
+    lines = lambda text: tuple(x.strip() for x in text.splitlines() if x.strip())  # noqa: E731
+    return Reading(steps.strip() or None, lines(parts), lines(categories))
+
+
+def main() -> None:
+    root = sources.app_root(sys.argv, os.environ)
+    st.sidebar.title("probe explorer")
+    st.sidebar.caption(f"root: {md(root)}")
+    if not root.is_dir():
+        st.error(f"The root {md(root)} is not a folder. Start the app with `probe app --root DIR`.")
         st.stop()
-    for w in result.warnings:
-        st.warning(md(w))
-    if result.alerts:
-        st.error(f"REGRESSION: {len(result.alerts)} alert(s)")
-        for a in result.alerts:
-            st.markdown(f"- **{md(a.key)}** {md(a.message)}")
-    else:
-        st.success("No regression.")
-    st.dataframe(figures.comparison_frame(result), key="alerts_table", hide_index=True)
-    for note in result.notes:
-        st.caption(md(note))
+    found, truncated = sources.list_sources(root)
+    if not found:
+        st.info(
+            f"Nothing to show under {md(root)}: no run folders (results.json), no traces (.trace.json, .json.gz, "
+            ".sqlite) and no run history (.duckdb). Record some with `probe run` or `probe profile`, or point the "
+            "app elsewhere with `probe app --root DIR`."
+        )
+        st.stop()
+    if truncated:
+        st.sidebar.warning(f"Showing the first {len(found)} files only: pick a narrower --root.")
+    by_label = {s.label: s for s in found}
+    source = st.sidebar.selectbox(
+        "Run or trace", list(by_label.values()), key="source", bind="query-params", format_func=_source_label
+    )
+    others = [s for s in found if s.kind == source.kind and s != source and s.kind not in ("history", "job")]
+    baseline = st.sidebar.selectbox(
+        "Baseline (for Compare and Alerts)",
+        [None, *others],
+        key="baseline",
+        bind="query-params",
+        format_func=_source_label,
+    )
+    for box, picked in (("source", source), ("baseline", baseline)):
+        if len(_source_label(picked)) > SIDEBAR_CHARS:  # a short one reads whole (and keeps its "." at the end)
+            st.html(FIT_END_CSS.format(key=box))
+    reading = sidebar_reading() if source.kind in ("trace", "job") else Reading()
+    chosen = st.radio(
+        "View", VIEWS_OF[source.kind], key="view", bind="query-params", horizontal=True, label_visibility="collapsed"
+    )
+    try:
+        loaded = load_source(root, source, reading)
+    except LOAD_ERRORS as e:
+        st.error(f"Cannot show {md(source.rel)}: {md(e)}")
+        st.stop()
+    VIEWS[chosen](loaded, Page(root, reading, source, baseline, frozenset(by_label)))
+
+
+def _source_label(source: Source | None) -> str:
+    return NONE if source is None else source.label
+
+
+main()

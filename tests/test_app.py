@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from probe.explorer import figures
+from probe.explorer.figures import history as history_figures
 from probe.explorer.sources import ROOT_ENV
 from tests import oracle
 
@@ -49,6 +50,12 @@ def chart(at: AppTest, key: str) -> list[dict]:
     found = [c for c in at.get("plotly_chart") if c.proto.id.endswith(f"-{key}")]
     assert found, f"no chart {key}; charts: {[c.proto.id for c in at.get('plotly_chart')]}"
     return [{k: _decode(v) for k, v in t.items()} for t in json.loads(found[0].proto.spec)["data"]]
+
+
+def shown(at: AppTest, key: str) -> str:
+    """What a selectbox shows (and the URL holds): its option as formatted, whatever object it returns."""
+    box = at.selectbox(key=key)
+    return box.format_func(box.value)
 
 
 def charts(at: AppTest) -> list[str]:
@@ -122,7 +129,7 @@ def test_a_corrupt_file_shows_an_error_box_and_the_app_keeps_working(monkeypatch
 
 def test_sweep_plots_each_engine_with_the_prediction_lines(monkeypatch):
     at = app(monkeypatch, DATA)
-    assert at.selectbox(key="source").value == RUN_A and at.radio(key="view").value == "Sweep"
+    assert shown(at, "source") == RUN_A and at.radio(key="view").value == "Sweep"
     traces = chart(at, "sweep_chart")
     for engine in ("cached", "naive"):
         lines = named(traces, engine)
@@ -185,12 +192,12 @@ def test_step_ledger_of_a_public_gpu_trace(monkeypatch):
 
 def test_one_step_timeline_highlights_the_cache(monkeypatch):
     at = app(monkeypatch, DATA, CACHED, "One step")
-    assert at.selectbox(key="step").value == "1: decode#0"  # the first decode step, not prefill
+    assert shown(at, "step") == "1: decode#0"  # the first decode step, not prefill
     at.selectbox(key="step").set_value("3: decode#2").run()
     traces = chart(at, "timeline_chart")
     update = named(traces, "cache_update")[0]
     assert "cache" in update["y"] and update["orientation"] == "h"
-    ops = named(traces, "ops")[0]
+    ops = named(traces, "model")[0]  # the ops outside every range of ours, on the ops lane: the rest of the model
     assert len(ops["x"]) > 100 and set(ops["y"]) == {"ops"}
     table = at.dataframe[0].value
     assert table["name"].tolist()[:2] == ["forward", "aten::embedding"]
@@ -199,8 +206,8 @@ def test_one_step_timeline_highlights_the_cache(monkeypatch):
 
 def test_one_step_of_a_gpu_trace(monkeypatch):
     at = app(monkeypatch, DATA, GPU, "One step")
-    assert at.selectbox(key="step").value == "0: ProfilerStep#101"
-    assert named(chart(at, "timeline_chart"), "ops")
+    assert shown(at, "step") == "0: ProfilerStep#101"
+    assert named(chart(at, "timeline_chart"), "model")
     assert at.metric[3].label == "GPU busy"
 
 
@@ -217,16 +224,41 @@ def test_telemetry_samples_are_drawn_under_the_timeline(monkeypatch, tmp_path):
     assert any("No clock anchor" in c.value for c in at.caption)  # no sidecar: drawn from their own start
 
 
+def test_a_cpu_trace_s_gpu_columns_read_a_dash_not_zero(monkeypatch):
+    table = app(monkeypatch, DATA, CACHED).dataframe[0].value
+    assert (table[["gpu_window_ms", "gpu_busy_ms", "gpu_idle_ms"]] == "-").all().all()  # nothing measured there
+    assert (table["wall_ms"] > 0).all()
+    gpu = app(monkeypatch, DATA, GPU).dataframe[0].value
+    assert (gpu["gpu_busy_ms"] > 90).all()  # a GPU trace's are figures (the ledger's own, above)
+
+
+def test_a_long_source_label_is_shown_by_its_end_and_a_short_one_whole(monkeypatch, tmp_path):
+    shutil.copytree(DATA / "app" / "runs" / "tiny-cpu-a", tmp_path / "runs" / "a-long-run-folder-name-1")
+    shutil.copy(DATA / "app" / "runs" / "tiny-cpu-a" / "results.json", tmp_path)  # the root itself: "run: ."
+    at = app(monkeypatch, tmp_path)
+    assert shown(at, "source") == "run: ." and not at.get("html")  # fits: drawn as it reads
+    at.selectbox(key="source").set_value("run: runs/a-long-run-folder-name-1").run()
+    styles = [h.proto.body for h in at.get("html")]
+    assert len(styles) == 1 and ".st-key-source input:not(:focus) { direction: rtl;" in styles[0]
+
+
 # ---- 4. top ops ----------------------------------------------------------------------------------------------
 
 
 def test_top_ops_over_the_decode_steps_and_one_step(monkeypatch):
     at = app(monkeypatch, DATA, CACHED, "Top ops")
-    assert at.selectbox(key="top_ops_scope").value == "all decode steps"
+    assert shown(at, "top_ops_scope") == "all decode steps" and at.selectbox(key="top_ops_scope").value is None
     bars = chart(at, "top_ops_chart")[0]
     assert bars["x"] == sorted(bars["x"]) and len(bars["x"]) == 10  # drawn bottom-up: largest last
     at.selectbox(key="top_ops_scope").set_value("0: prefill").run()
     assert not at.exception and len(chart(at, "top_ops_chart")[0]["x"]) == 20
+
+
+def test_top_ops_over_every_step_says_so_once(monkeypatch):
+    """A trace without decode steps is summarized over all its steps: "all 5 steps", not "all all steps"."""
+    at = app(monkeypatch, DATA, GPU, "Top ops")
+    assert shown(at, "top_ops_scope") == "all 5 steps"
+    assert at.selectbox(key="top_ops_scope").options[1:] == [f"{i}: ProfilerStep#{101 + i}" for i in range(5)]
 
 
 # ---- 5. compare ----------------------------------------------------------------------------------------------
@@ -335,6 +367,51 @@ def test_the_sidebar_sets_the_steps_regex_and_parts(monkeypatch):
     assert "not a regular expression" in at.error[0].value and not at.exception
 
 
+def test_no_view_draws_markup_from_the_names_in_a_trace(monkeypatch, tmp_path):
+    """Op, kernel and step names holding a link, a style and emphasis (tests/test_view.py's hostile trace), in
+    every trace view and against a baseline: every chart holds them as text (entities), no view as markup."""
+    from tests.test_view import OURS, hostile_trace, strings
+
+    hostile_trace(tmp_path / "evil.trace.json.gz")
+    shutil.copy(tmp_path / "evil.trace.json.gz", tmp_path / "base.trace.json.gz")
+    at = app(monkeypatch, tmp_path, "trace: evil.trace.json.gz")
+    at.text_input(key="steps").set_value(".*evil step.*").run()
+    at.selectbox(key="baseline").set_value("trace: base.trace.json.gz").run()
+    drawn = []
+    for view in ("Step ledger", "One step", "Kernels", "Top ops", "Compare", "Alerts"):
+        at.radio(key="view").set_value(view).run()
+        assert not at.exception and not at.error, (view, at.error)
+        for c in at.get("plotly_chart"):
+            drawn.append(c.proto.id.rsplit("-", 1)[-1])
+            assert [s for s in strings(json.loads(c.proto.spec)) if OURS.search(s)] == [], (view, drawn[-1])
+        if view == "Step ledger":  # the names are there, as entities
+            assert "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;i&gt;it&lt;/i&gt; evil step 0" in strings(
+                chart(at, "ledger_chart")
+            )
+    assert set(drawn) >= {"ledger_chart", "timeline_chart", "kernels_chart", "top_ops_chart", "compare_chart"}
+
+
+def test_every_pattern_from_the_url_goes_through_analyze_options_parse(monkeypatch):
+    """Issue 28 item 3: the URL's --steps, --part and --kernel-category reach the one place that compiles user
+    patterns (AnalyzeOptions.parse, linear-time there), as they were typed; the app compiles none itself."""
+    from probe.analysis.ledger import AnalyzeOptions
+
+    seen = []
+    parse = AnalyzeOptions.parse.__func__
+
+    def recording(cls, steps=None, parts=(), kernel_categories=(), event_cost=None):
+        seen.append((steps, tuple(parts), tuple(kernel_categories)))
+        return parse(cls, steps, parts, kernel_categories, event_cost)
+
+    monkeypatch.setattr(AnalyzeOptions, "parse", classmethod(recording))
+    at = app(monkeypatch, DATA, "trace: hand_decode.trace.json.gz")
+    at.text_input(key="steps").set_value("decode#[01]|prefill").run()
+    at.text_area(key="parts").set_value("embed=aten::embedding\nsampling_ops=argmax").run()
+    at.text_area(key="kernel_categories").set_value("mine=gemv_.*").run()
+    assert not at.exception and not at.error
+    assert seen[-1] == ("decode#[01]|prefill", ("embed=aten::embedding", "sampling_ops=argmax"), ("mine=gemv_.*",))
+
+
 # ---- 7. history ------------------------------------------------------------------------------------------------
 
 HISTORY = "history: probe-history.duckdb"
@@ -373,7 +450,7 @@ def history_root(tmp_path: Path) -> Path:
 def test_history_view_marks_the_runs_check_flagged(monkeypatch, tmp_path):
     at = app(monkeypatch, history_root(tmp_path), HISTORY)
     assert at.radio(key="view").options == ["History"]
-    assert at.selectbox(key="history_config").value.startswith(BENCH_CONFIG)  # the most recently run first
+    assert shown(at, "history_config").startswith(BENCH_CONFIG)  # the one with the most runs first
     assert at.selectbox(key="history_unit").options[:2] == ["naive p16 n8", "cached p16 n8"]
     at.selectbox(key="history_unit").set_value("cached p16 n8").run()
     assert not at.exception
@@ -381,8 +458,9 @@ def test_history_view_marks_the_runs_check_flagged(monkeypatch, tmp_path):
     launches = named(traces, "launches / step")[0]
     base = launches["y"][0]
     assert launches["x"] == [0, 1, 2] and launches["y"] == [base, base, base + 4]
-    counted, timed = named(traces, figures.COUNT_ALERT)[0], named(traces, figures.TIMING_ALERT)[0]
-    assert counted["x"] == [2] and "step 262 -> 266 (+4): aten::clone 0 -> 4 (new)" in counted["text"][0]
+    counted, timed = named(traces, history_figures.COUNT_ALERT)[0], named(traces, history_figures.TIMING_ALERT)[0]
+    # plotly reads HTML in hover text: the alert's ">" is an entity there, and shows as written
+    assert counted["x"] == [2] and "step 262 -&gt; 266 (+4): aten::clone 0 -&gt; 4 (new)" in counted["text"][0]
     # run 1 (tiny-cpu-b) against run 0: a slower session, caught by the timing rule
     assert timed["x"][0] == 1 and "host us/step rose" in timed["text"][0]
     assert len(named(traces, "host µs/step (median step; a bench cell is not split)")[0]["y"]) == 3
@@ -391,6 +469,25 @@ def test_history_view_marks_the_runs_check_flagged(monkeypatch, tmp_path):
     assert "REGRESSION" in at.error[0].value
     assert any("aten::clone 0 \\-\\> 4 \\(new\\)" in m.value for m in at.markdown)  # Markdown-escaped
     assert any("extra-op" in m.value and "?source=run" in m.value for m in at.markdown)  # a link to its folder
+
+
+def test_history_opens_on_the_configuration_with_the_most_runs(monkeypatch, tmp_path):
+    """Not on the most recent one: a profiled trace recorded after the three bench runs is one run, one bar."""
+    import dataclasses
+    import datetime as dt
+
+    from probe.analysis import history
+
+    root = history_root(tmp_path)
+    later = dt.datetime(2026, 1, 3, 9, 0)
+    trace = history.file_record(DATA / "app" / "traces" / "tiny_naive_cpu_p16_n6.trace.json.gz")
+    history.append(root / history.DEFAULT_FILE, dataclasses.replace(trace, commit="9" * 40, recorded_at=later))
+    at = app(monkeypatch, root, HISTORY)
+    configs = at.selectbox(key="history_config").options
+    assert (
+        configs[0].startswith(BENCH_CONFIG) and ", 3 runs)" in configs[0] and shown(at, "history_config") == configs[0]
+    )
+    assert "1 run)" in configs[1]  # the newest configuration, one run: second
 
 
 def test_history_view_opens_an_older_run_and_splits_a_profiled_step(monkeypatch, tmp_path):
@@ -403,7 +500,7 @@ def test_history_view_opens_an_older_run_and_splits_a_profiled_step(monkeypatch,
     at.selectbox(key="history_unit").set_value("cached p16 n6 decode").run()
     assert not at.exception
     bars = {t["name"]: t["y"] for t in chart(at, "history_chart") if t["type"] == "bar"}
-    assert {"host: model ops", "host: cache_update", "host: unattributed"} <= set(bars)
+    assert {"host: rest of model", "host: cache_update", "host: sample"} <= set(bars)  # the purpose partition
     from probe.analysis.ledger import analyze
     from probe.analysis.trace import load_trace
 
@@ -425,7 +522,7 @@ def test_a_broken_or_empty_history_is_an_error_or_a_hint(monkeypatch, tmp_path):
 
 
 def test_a_click_on_the_history_chart_names_its_run():
-    from probe.explorer.figures import clicked_run
+    from probe.explorer.figures.history import clicked_run
 
     assert clicked_run({"selection": {"points": [{"x": 2, "customdata": "20260102-110000-abcdef"}]}}) == (
         "20260102-110000-abcdef"
@@ -470,3 +567,38 @@ def test_a_sweep_with_a_failed_cell_shows_its_error(monkeypatch, tmp_path):
     errors = [e.value.replace("\\", "") for e in at.error]
     assert any("cached p4096 failed on gpu-7 cuda:3: OutOfMemoryError: CUDA out of memory" in e for e in errors)
     assert 4096 not in chart(at, "sweep_chart")[0]["x"]  # the figures hold the finished cells only
+
+
+# ---- hostile files: each is one line, and the app keeps working (issue 28 items 14 and 17) ----------------------
+
+
+def test_a_file_name_that_is_not_utf8_is_listed_and_opened(monkeypatch, tmp_path):
+    """Names are bytes: one that is not UTF-8 (Latin-1 é) is shown with its byte escaped, and opens."""
+    root = os.fsencode(tmp_path)
+    shutil.copy(DATA / "hand_decode.trace.json.gz", os.fsdecode(root + b"/caf\xe9.trace.json.gz"))
+    shutil.copytree(DATA / "app" / "runs" / "tiny-cpu-a", os.fsdecode(root + b"/run-\xff"))
+    at = app(monkeypatch, tmp_path)
+    labels = at.selectbox(key="source").options
+    assert labels == ["run: run-\\xff", "trace: caf\\xe9.trace.json.gz"]
+    assert charts(at) == ["sweep_chart"] and not at.error
+    at.selectbox(key="source").set_value("trace: caf\\xe9.trace.json.gz").run()
+    assert not at.exception and not at.error
+    assert [t["x"] for t in named(chart(at, "ledger_chart"), "GPU busy")] == [["prefill", "decode#0", "decode#1"]]
+
+
+def test_a_fifo_where_a_file_belongs_is_one_line_not_a_hang(monkeypatch, tmp_path):
+    """A FIFO named as a history, a run's results.json, its telemetry or a trace: each source says it is not a
+    regular file (a reader would wait for a writer forever), and every other source still opens."""
+    os.mkfifo(tmp_path / "runs.duckdb")
+    os.mkfifo(tmp_path / "stuck.trace.json")
+    (tmp_path / "fifo-run").mkdir()
+    os.mkfifo(tmp_path / "fifo-run" / "results.json")
+    shutil.copytree(DATA / "app" / "runs" / "tiny-cpu-a", tmp_path / "good-run")
+    os.mkfifo(tmp_path / "good-run" / "telemetry.parquet")
+    at = app(monkeypatch, tmp_path, "history: runs.duckdb")
+    assert "not a regular file" in at.error[0].value and not at.get("plotly_chart")
+    for source in ("run: fifo-run", "trace: stuck.trace.json"):
+        at.selectbox(key="source").set_value(source).run()
+        assert not at.exception and "not a regular file" in at.error[0].value.replace("\\", ""), source
+    at.selectbox(key="source").set_value("run: good-run").run()
+    assert charts(at) == ["sweep_chart"] and len(at.error) == 1 and "not a regular file" in at.error[0].value

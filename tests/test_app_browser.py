@@ -12,9 +12,11 @@ screenshots the same way.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import importlib.util
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -107,6 +109,30 @@ def listening_addresses(port: int) -> set[str]:
         for c in psutil.net_connections(kind="tcp")
         if c.status == psutil.CONN_LISTEN and c.laddr.port == port
     }
+
+
+def websocket_handshake(port: int, host: str) -> str:
+    """The status line the app's WebSocket answers a browser's handshake with, sent with this Host (and the
+    Origin a page served under that name sends)."""
+    key = base64.b64encode(os.urandom(16)).decode()
+    request = (
+        f"GET /_stcore/stream HTTP/1.1\r\nHost: {host}\r\nOrigin: http://{host}\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+        "Sec-WebSocket-Protocol: streamlit\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request.encode())
+        return s.recv(4096).split(b"\r\n", 1)[0].decode()
+
+
+def test_a_page_that_rebinds_its_name_to_this_machine_is_refused(tmp_path):
+    """DNS rebinding: a web page whose name now resolves to 127.0.0.1 reaches the port, but its browser sends its
+    own name as Host, and the app's WebSocket (the only way to its data) refuses it; this machine's names pass."""
+    with serve(DATA, tmp_path / "streamlit.log") as (_, port):
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"):
+            assert websocket_handshake(port, host) == "HTTP/1.1 101 Switching Protocols", host
+        for host in (f"rebound.example:{port}", "rebound.example", f"127.0.0.1.rebound.example:{port}"):
+            assert websocket_handshake(port, host) == "HTTP/1.1 403 Forbidden", host
 
 
 # What a drawn chart holds: per plotly div, its traces' names and point counts (plotly's own parsed data).
@@ -220,6 +246,119 @@ def test_the_app_draws_every_kind_of_chart_in_chromium(browser, capsys, tmp_path
         print(f"\napp screenshots: {SCREENSHOTS}")
     for name in ("sweep", "ledger-cpu", "one-step", "ledger-gpu", "compare", "kernels"):
         assert (SCREENSHOTS / f"{name}.png").stat().st_size > 10_000
+
+
+def test_names_that_are_markup_are_drawn_as_text_in_chromium(browser, tmp_path):
+    """Plotly turns <a href> in a label into a link and <span style> into a style: the hostile trace's op and
+    kernel names (tests/test_view.py) are drawn as the characters they are, and no chart holds a link."""
+    from tests.test_view import LINK, hostile_trace
+
+    hostile_trace(tmp_path / "evil.trace.json.gz")
+    with serve(tmp_path, tmp_path / "streamlit.log") as (url, _):
+        page = browser.new_page(viewport={"width": 1500, "height": 1000})
+        for view in ("Top ops", "Kernels", "One step"):
+            time_to_charts(page, url, {"source": "trace: evil.trace.json.gz", "view": view})
+            links = page.evaluate("() => document.querySelectorAll('.js-plotly-plot a').length")
+            styled = page.evaluate(
+                "() => Array.from(document.querySelectorAll('.js-plotly-plot [style]')).filter(e =>"
+                " (e.getAttribute('style') || '').includes('90px')).length"
+            )
+            assert links == 0 and styled == 0, view
+            if view == "Top ops":  # the op's name on the axis, as written
+                ticks = page.evaluate("() => document.querySelector('.js-plotly-plot').textContent")
+                assert f"aten::addmm{LINK}" in ticks
+
+
+# ---- time to the first chart ------------------------------------------------------------------------------------
+
+# A chart is drawn when plotly has parsed data for it (its div's _fullData) with at least one point.
+FIRST_CHART_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).some(d =>
+    (d._fullData || []).some(t => (t.x && t.x.length > 0) || (t.y && t.y.length > 0)))"""
+# Every chart element the app sent, drawn: how many, or -1 while one is still waiting for plotly.
+ALL_DRAWN_JS = """() => { const charts = document.querySelectorAll('[data-testid="stPlotlyChart"]');
+    const drawn = Array.from(charts).filter(c => { const d = c.querySelector('.js-plotly-plot');
+        return d && (d._fullData || []).length > 0; });
+    return drawn.length === charts.length ? charts.length : -1; }"""
+IDLE_JS = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+
+
+def time_to_charts(page, url: str, query: dict[str, str]) -> tuple[float, float, int]:
+    """Seconds from navigation to the first plotly chart drawn with data, and to the app's run ending with every
+    chart it sent drawn; and how many charts that was."""
+    start = time.perf_counter()
+    page.goto(f"{url}/?{urllib.parse.urlencode(query)}")
+    page.wait_for_function(FIRST_CHART_JS, timeout=DRAW_MS)
+    first = time.perf_counter() - start
+    page.wait_for_function(IDLE_JS, timeout=DRAW_MS)
+    page.wait_for_function(f"() => ({ALL_DRAWN_JS})() >= 1", timeout=DRAW_MS)
+    return first, time.perf_counter() - start, page.evaluate(ALL_DRAWN_JS)
+
+
+def timed_views(page, url: str, cases: list[tuple[str, dict[str, str]]]) -> list[str]:
+    """One line a case: its name, time to the first chart and to every chart; every case draws a chart."""
+    lines = []
+    for name, query in cases:
+        first, done, charts = time_to_charts(page, url, query)
+        assert charts >= 1, name
+        lines.append(f"{name:64s} first chart {first:5.2f} s, all {charts} drawn {done:5.2f} s")
+    return lines
+
+
+def trace_cases(folder: Path, root: Path) -> list[tuple[str, dict[str, str]]]:
+    """For each trace in folder, largest first: its first parse, then the Step ledger and Kernels cached."""
+    cases = []
+    for trace in sorted(folder.glob("*.json.gz"), key=lambda p: -p.stat().st_size):
+        source = f"trace: {trace.relative_to(root).as_posix()}"
+        size = f"{trace.name} ({trace.stat().st_size / 1e6:.2f} MB)"
+        cases += [(f"{size}: first parse", {"source": source}), (f"{size}: cached", {"source": source})]
+        cases.append((f"{size}: Kernels", {"source": source, "view": "Kernels"}))
+    return [(n, q) for n, q in cases if "cpu_only" not in n or "Kernels" not in n]  # no GPU, no kernel chart
+
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces" / "public"
+
+
+def test_time_to_the_first_chart_of_every_view(browser, capsys, tmp_path):
+    """Measured in the browser, from navigation to a drawn plotly chart: a probe run --quick folder's Sweep (its
+    12k telemetry samples included), each committed trace's views, and every public trace, first parsed and then
+    cached. Printed, not asserted (timings on a shared machine): the test asserts that each chart appears."""
+    root = tmp_path / "root"
+    shutil.copytree(DATA / "quick-run", root / "quick-run")
+    shutil.copytree(DATA / "app", root / "app")
+    if SHARED.is_dir():
+        shutil.copytree(SHARED, root / "public")
+    cpu = {"source": "trace: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz"}
+    cases = [
+        ("warm-up (the server's first page: imports, the frontend)", {"source": "run: app/runs/tiny-cpu-a"}),
+        ("probe run --quick: Sweep", {"source": "run: quick-run"}),
+        ("probe run --quick: Sweep, again", {"source": "run: quick-run"}),
+        (
+            "a run: Compare",
+            {"source": "run: app/runs/tiny-cpu-b", "view": "Compare", "baseline": "run: app/runs/tiny-cpu-a"},
+        ),
+        ("CPU trace: Step ledger", cpu),
+        ("CPU trace: One step", cpu | {"view": "One step"}),
+        ("CPU trace: Top ops", cpu | {"view": "Top ops"}),
+        (
+            "CPU traces: Compare",
+            cpu | {"view": "Compare", "baseline": "trace: app/traces/tiny_naive_cpu_p16_n6.trace.json.gz"},
+        ),
+        ("CPU traces as a job: Ranks", {"source": "job: app/traces"}),
+    ]
+    if SHARED.is_dir():
+        cases += trace_cases(root / "public", root)
+    with serve(root, tmp_path / "streamlit.log") as (url, _):
+        page = browser.new_page(viewport={"width": 1500, "height": 1000})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        lines = timed_views(page, url, cases)
+        assert not errors, errors
+    with capsys.disabled():
+        load = os.getloadavg()
+        print(f"\ntime to the first chart (load average {load[0]:.1f} on {os.cpu_count()} cores):")
+        print("\n".join(lines))
+        if not SHARED.is_dir():
+            print(f"(no public traces at {SHARED}: not timed)")
 
 
 def readme_screenshots(root: Path, out: Path, run: str, trace: str, gpu_trace: str | None = None) -> None:

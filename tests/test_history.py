@@ -622,7 +622,7 @@ POINT_JS = """([name, i]) => {
 
 @pytest.mark.browser
 def test_clicking_a_point_of_the_history_opens_that_run(tmp_path):
-    from probe.explorer.figures import COUNT_ALERT
+    from probe.explorer.figures.history import COUNT_ALERT
     from tests.test_app import HISTORY, history_root
     from tests.test_app_browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, missing, open_view, serve
 

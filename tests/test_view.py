@@ -4,9 +4,12 @@ frames (checked against the ledger's hand-worked figures) and what each figure d
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import os
+import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -23,6 +26,7 @@ from probe.errors import ProbeError
 from probe.explorer import figures, sources
 
 DATA = Path(__file__).parent / "data"
+ROOT_DIR = Path(__file__).resolve().parents[1]
 APP = DATA / "app"
 RUN_A, RUN_B = APP / "runs" / "tiny-cpu-a", APP / "runs" / "tiny-cpu-b"
 CACHED = APP / "traces" / "tiny_cached_cpu_p16_n6.trace.json.gz"
@@ -147,7 +151,7 @@ def test_stamp_changes_when_a_file_is_rewritten(tmp_path):
     (run / "report.json").write_text(text + "\n")
     os.utime(run / "report.json", ns=(1, 1))
     assert sources.stamp(run) != before
-    assert sources.stamp(tmp_path / "missing.json.gz") == (("missing.json.gz", None, None),)
+    assert sources.stamp(tmp_path / "missing.json.gz") == ((b"missing.json.gz", None, None),)  # names as bytes
 
 
 def test_load_report(tmp_path):
@@ -171,25 +175,25 @@ def _traces(fig, name: str | None = None) -> list:
 
 def test_sweep_frame_one_line_per_engine_and_flags_mismatches():
     results = load_results(RUN_A)
-    frame = figures.sweep_frame(results)
+    frame = figures.sweep.sweep_frame(results)
     assert list(frame["line"]) == ["cached"] * 3 + ["naive"] * 3
     assert list(frame["prompt_tokens"]) == [16, 64, 256] * 2
     assert not frame["mismatch"].any()
     bad = dataclasses.replace(results.cells[1], tokens_match_naive=False)
     results.cells[1] = bad
-    frame = figures.sweep_frame(results)
+    frame = figures.sweep.sweep_frame(results)
     assert frame[frame["mismatch"]][["line", "prompt_tokens"]].values.tolist() == [[bad.engine, bad.prompt_tokens]]
 
 
 def test_batched_cells_get_their_own_line():
     results = load_results(RUN_A)
     results.cells.append(dataclasses.replace(results.cells[0], engine="batched", batch=4))
-    assert "batched B=4" in set(figures.sweep_frame(results)["line"])
+    assert "batched B=4" in set(figures.sweep.sweep_frame(results)["line"])
 
 
 def test_prediction_frame_is_one_row_a_prompt_from_report_json():
     report = load_report(RUN_A)
-    frame = figures.prediction_frame(report)
+    frame = figures.sweep.prediction_frame(report)
     assert list(frame["prompt_tokens"]) == [16, 64, 256]
     first = next(p for p in report.predictions if p.prompt_tokens == 64)
     row = frame[frame["prompt_tokens"] == 64].iloc[0]
@@ -198,55 +202,57 @@ def test_prediction_frame_is_one_row_a_prompt_from_report_json():
         first.traffic_ms,
         first.predicted_ms,
     )
-    assert figures.prediction_frame(None).empty
+    assert figures.sweep.prediction_frame(None).empty
 
 
 def test_sweep_figure_lines_predictions_and_flags():
     results, report = load_results(RUN_A), load_report(RUN_A)
-    fig = figures.sweep_figure(results, report)
+    fig = figures.sweep.sweep_figure(results, report)
     assert [len(_traces(fig, n)) for n in ("cached", "naive")] == [3, 3]  # tok/s, ITL, TTFT
     assert all(ax.type == "log" for ax in (fig.layout.xaxis, fig.layout.xaxis2, fig.layout.xaxis3))
     floor, roof = _traces(fig, "host floor")[0], _traces(fig, "bandwidth roofline")[0]
     assert floor.line.dash == "dash" and roof.line.dash == "dot" and floor.xaxis == "x2"  # on the ITL panel
-    pred = figures.prediction_frame(report)
+    pred = figures.sweep.prediction_frame(report)
     assert np.allclose(np.asarray(floor.y), pred["floor_ms"]) and np.allclose(np.asarray(roof.y), pred["traffic_ms"])
     tok_s = _traces(fig, "prediction")[0]
     assert np.allclose(np.asarray(tok_s.y), 1e3 / pred["predicted_ms"]) and tok_s.xaxis == "x"
     assert all(len(t.x) == 0 for t in _traces(fig, "tokens differ from naive"))
     results.cells[0] = dataclasses.replace(results.cells[0], tokens_match_naive=False)
-    flagged = _traces(figures.sweep_figure(results, None), "tokens differ from naive")
+    flagged = _traces(figures.sweep.sweep_figure(results, None), "tokens differ from naive")
     assert [len(t.x) for t in flagged] == [1, 1, 1] and flagged[0].showlegend
-    assert not _traces(figures.sweep_figure(results, None), "host floor")  # no report.json: no predictions
+    assert not _traces(figures.sweep.sweep_figure(results, None), "host floor")  # no report.json: no predictions
 
 
 # ---- 2. step ledger ------------------------------------------------------------------------------------------
 
 
 def test_ledger_frame_matches_the_hand_worked_ledger(hand):
-    frame = figures.ledger_frame(hand).set_index("step")
+    frame = figures.ledger.ledger_frame(hand).set_index("step")
     d0 = frame.loc["decode#0"]
     # tests/test_ledger.py works these out by hand: wall 90 us, cache 15, the rest of the model 48, busy 28.99,
     # idle 22.01 (the 51 us GPU window less the busy time).
     assert (d0["wall_ms"], d0["cache_ms"], d0["model_ms"]) == (0.09, 0.015, 0.048)
     assert (d0["gpu_busy_ms"], d0["gpu_idle_ms"]) == (0.02899, 0.02201)
     assert d0["dispatch"] == 2  # one kernel launch + one graph launch
-    host = [f"{k}_ms" for k, _ in figures.HOST_CATEGORIES]
+    host = [f"{k}_ms" for k, _ in figures.style.HOST_CATEGORIES]
     assert np.allclose(frame[host].sum(axis=1), frame["wall_ms"], rtol=0, atol=1e-12)
 
 
 def test_ledger_frame_on_a_cpu_trace_counts_top_level_ops(cached):
     _, analysis = cached
-    frame = figures.ledger_frame(analysis)
+    frame = figures.ledger.ledger_frame(analysis)
     assert list(frame["step"]) == ["prefill"] + [f"decode#{i}" for i in range(5)]
     assert list(frame["dispatch"]) == [s.top_level_ops for s in analysis.steps]
-    assert (frame["cache_ms"] > 0).all() and (frame["gpu_busy_ms"] == 0).all()
+    assert (frame["cache_ms"] > 0).all()
+    # a CPU-only trace measured nothing on a GPU: its GPU columns are missing (shown "-"), not 0
+    assert frame[list(figures.ledger.GPU_COLUMNS)].isna().all().all()
 
 
 def test_ledger_figure_on_a_gpu_trace_stacks_host_and_gpu_side_by_side(gpu):
-    fig = figures.ledger_figure(gpu)
+    fig = figures.ledger.ledger_figure(gpu)
     names = [t.name for t in fig.data]
-    n = len(figures.HOST_CATEGORIES)
-    assert names[:n] == ["host: " + label for _, label in figures.HOST_CATEGORIES]
+    n = len(figures.style.HOST_CATEGORIES)
+    assert names[:n] == ["host: " + label for _, label in figures.style.HOST_CATEGORIES]
     assert names[n : n + 2] == ["GPU busy", "GPU idle"] and names[n + 2].startswith("kernel launches per step")
     busy, idle = _traces(fig, "GPU busy")[0], _traces(fig, "GPU idle")[0]
     assert busy.offsetgroup == idle.offsetgroup == "gpu" and fig.data[0].offsetgroup == "host"
@@ -259,11 +265,38 @@ def test_ledger_figure_on_a_gpu_trace_stacks_host_and_gpu_side_by_side(gpu):
 
 def test_ledger_figure_on_a_cpu_trace_says_top_level_ops(cached):
     _, analysis = cached
-    fig = figures.ledger_figure(analysis)
+    fig = figures.ledger.ledger_figure(analysis)
     assert not _traces(fig, "GPU busy")
     line = fig.data[-1]
     assert "top-level ops" in line.name and "no launches" in line.name
     assert "top-level ops" in fig.layout.yaxis2.title.text
+
+
+def test_the_dispatch_axis_is_ticked_at_round_counts(gpu, cached):
+    # 870 launches a step: 15% headroom makes 1000.5, a fifth of that 200.1, whose nearest round step is 200; the
+    # axis ends on the first multiple of it above 1000.5. (The old axis, 0..1.15 x top, ticked 47, 95, 142 ...)
+    axis = figures.ledger.ledger_figure(gpu).layout.yaxis2
+    assert (axis.tick0, axis.dtick, list(axis.range)) == (0, 200, [0, 1200])
+    # the CPU trace's most top-level ops in a step, with the same headroom, on a step of 1, 2 or 5 x 10^k
+    top = max(s.top_level_ops for s in cached[1].steps)
+    axis = figures.ledger.ledger_figure(cached[1]).layout.yaxis2
+    assert axis.dtick in (10, 20, 50, 100) and axis.range[1] % axis.dtick == 0 and axis.range[1] >= 1.15 * top
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "integer", "expected"),
+    [
+        (0, 123, True, (0, 20, 140)),  # 123 x 1.1 = 135.3; /5 = 27.06, nearest round step 20; 135.3 -> 140
+        (0, 2, True, (0, 1, 3)),  # 2.2 / 5 = 0.44: a count steps by at least 1
+        (0, 0.9, False, (0, 0.2, 1.0)),  # 0.99 / 5 = 0.198 -> 0.2; 0.99 rounds up to 1.0
+        (261, 267, True, (261, 1, 268)),  # 267 + 0.1 x 6 = 267.6; 6.6 / 5 = 1.32, nearer 1 than 2; 267.6 -> 268
+    ],
+)
+def test_round_axis(low, high, integer, expected):
+    axis = figures.style.round_axis(low, high, integer=integer)
+    start, step, end = expected
+    assert axis["tick0"] == pytest.approx(start) and axis["dtick"] == pytest.approx(step)
+    assert axis["range"] == pytest.approx([start, end])
 
 
 # ---- 3. one step ---------------------------------------------------------------------------------------------
@@ -272,7 +305,7 @@ def test_ledger_figure_on_a_cpu_trace_says_top_level_ops(cached):
 def test_timeline_frame_keeps_order_and_marks_cache(cached):
     trace, analysis = cached
     items = step_timeline(trace, analysis.step("decode#1"))
-    frame = figures.timeline_frame(items)
+    frame = figures.step.timeline_frame(items)
     assert len(frame) == len(items) and list(frame["name"]) == [it.name for it in items]
     assert frame["start_us"].is_monotonic_increasing
     cache_ranges = frame[frame["cache"] & (frame["kind"] == "range")]
@@ -303,7 +336,7 @@ def test_timeline_parts_match_a_brute_force_enclosing_range(cached):
 def test_timeline_figure_puts_cache_ranges_on_their_own_lane_and_shades_them(cached):
     trace, analysis = cached
     items = step_timeline(trace, analysis.step("decode#1"))
-    fig = figures.timeline_figure(items)
+    fig = figures.step.timeline_figure(items)
     update = _traces(fig, "cache_update")[0]
     assert "cache" in list(update.y) and update.orientation == "h"
     n_cache_ranges = sum(it.kind == "range" and it.part.startswith("cache") for it in items)
@@ -326,13 +359,34 @@ def test_telemetry_samples_become_one_panel_a_figure(tmp_path):
     frame.to_parquet(path, index=False)
     (tmp_path / "cells.parquet").write_bytes(b"")  # not telemetry
     assert sources.telemetry_files(tmp_path, tmp_path) == [path]
-    loaded = figures.telemetry_frame(path)
-    assert list(loaded["t_s"]) == [0.0, 0.01, 0.02] and "gpu_util_pct" not in loaded  # all-missing: dropped
-    fig = figures.telemetry_figure(loaded)
+    loaded = figures.telemetry.read_telemetry(path)
+    assert list(loaded.x) == [0.0, 0.01, 0.02] and "gpu_util_pct" not in loaded.names  # all-missing: dropped
+    assert loaded.per_point == 1 and list(loaded.series[0].low) == list(loaded.series[0].high) == [1.0, 2.0, 3.0]
+    fig = figures.telemetry.telemetry_figure(loaded)
     assert [t.name for t in fig.data] == ["rss_bytes", "sys_cpu_pct"]
     (tmp_path / "bad-telemetry.parquet").write_bytes(b"PAR1 garbage")
     with pytest.raises(ProbeError, match="cannot read"):
-        figures.telemetry_frame(tmp_path / "bad-telemetry.parquet")
+        figures.telemetry.read_telemetry(tmp_path / "bad-telemetry.parquet")
+
+
+def test_long_telemetry_is_drawn_as_envelopes_that_keep_every_spike(tmp_path):
+    """20,000 samples (a few minutes of a sweep at 10 ms): 1,000 points a panel, each the min and max of its 20
+    samples, so a one-sample spike and a one-sample dip both still show."""
+    rss = np.ones(20_000)
+    rss[12_345], rss[777] = 9.0, -1.0
+    t = np.arange(20_000, dtype=np.int64) * 10_000_000
+    path = tmp_path / "telemetry.parquet"
+    pd.DataFrame({"t_ns": t, "rss_bytes": rss, "sys_cpu_pct": np.full(20_000, 50.0)}).to_parquet(path, index=False)
+    telemetry = figures.telemetry.read_telemetry(path)
+    assert (telemetry.rows, telemetry.per_point, len(telemetry.x)) == (20_000, 20, 1_000)
+    series = telemetry.series[0]
+    assert series.high.max() == 9.0 and series.low.min() == -1.0 and np.count_nonzero(series.high != 1.0) == 1
+    # sample 12,345 is in bucket 12,345 // 20 = 617, which starts at sample 617 x 20 = 12,340, at 123.4 s
+    assert series.high[617] == 9.0 and telemetry.x[617] == pytest.approx(123.4)
+    fig = figures.telemetry.telemetry_figure(telemetry)
+    assert [len(tr.x) for tr in fig.data] == [1_000] * 4 and all(tr.mode == "lines" for tr in fig.data)
+    assert max(fig.data[0].y) == 9.0 and min(fig.data[1].y) == -1.0 and fig.data[1].fill == "tonexty"
+    assert "up to 20 of the 20,000 samples" in fig.layout.xaxis2.title.text
 
 
 def test_telemetry_files_skip_links_out_of_the_root(tmp_path):
@@ -348,11 +402,11 @@ def test_telemetry_files_skip_links_out_of_the_root(tmp_path):
 
 def test_top_ops_are_ranked_by_host_self_time(cached):
     _, analysis = cached
-    frame = figures.top_ops_frame(analysis.summary.top_ops)
+    frame = figures.ops.top_ops_frame(analysis.summary.top_ops)
     assert frame["self_ms"].is_monotonic_decreasing
     assert list(frame["op"]) == [o.name for o in analysis.summary.top_ops]
     assert list(frame["calls"]) == [o.calls for o in analysis.summary.top_ops]
-    fig = figures.top_ops_figure(analysis.summary.top_ops)
+    fig = figures.ops.top_ops_figure(analysis.summary.top_ops)
     assert list(fig.data[0].y)[-1] == frame["op"][0]  # the largest is drawn at the top
 
 
@@ -366,42 +420,53 @@ def test_steady_steps_follow_the_summary(cached, gpu):
 
 def test_trace_categories_are_means_that_add_up_to_wall(cached):
     _, analysis = cached
-    cats = figures.trace_categories(analysis)
+    cats = figures.compare.trace_categories(analysis)
     decode = steady(analysis.steps)
     assert cats["wall"] == pytest.approx(np.mean([s.wall_ns / 1e6 for s in decode]))
-    assert sum(cats[k] for k, _ in figures.HOST_CATEGORIES) == pytest.approx(cats["wall"])
+    assert sum(cats[k] for k, _ in figures.style.HOST_CATEGORIES) == pytest.approx(cats["wall"])
     assert cats["dispatch"] == np.mean([s.top_level_ops for s in decode])
     assert "gpu_busy" not in cats  # a CPU trace: no GPU side
 
 
 def test_trace_categories_of_a_gpu_trace_include_busy_and_idle(gpu):
-    cats = figures.trace_categories(gpu)
+    cats = figures.compare.trace_categories(gpu)
     assert cats["gpu_busy"] == pytest.approx(np.mean([s.gpu_busy_ns / 1e6 for s in gpu.steps]))
     assert cats["dispatch"] == 870
 
 
 def test_trace_compare_frame_naive_against_cached(cached):
-    frame = figures.trace_compare_frame(analyze(load_trace(NAIVE)), cached[1]).set_index("what")
+    frame = figures.compare.trace_compare_frame(analyze(load_trace(NAIVE)), cached[1]).set_index("what")
     assert frame.loc["cache bookkeeping", "baseline"] == 0  # naive keeps no cache
     assert frame.loc["cache bookkeeping", "current"] > 0
     row = frame.loc["wall"]
     assert row["delta"] == pytest.approx(row["current"] - row["baseline"])
     assert row["delta_pct"] == pytest.approx(100 * row["delta"] / row["baseline"])
-    fig = figures.trace_compare_figure(frame.reset_index(), "naive", "cached")
+    fig = figures.compare.trace_compare_figure(frame.reset_index(), "naive", "cached")
     assert [t.name for t in fig.data] == ["baseline: naive", "current: cached"]
-    assert "dispatch / step" not in list(fig.data[0].x)  # a count, not ms: in the table only
+    assert "dispatch / step" not in list(fig.data[0].y)  # a count, not ms: in the table only
+    assert list(fig.data[0].y)[-1] == "wall"  # the first row, drawn at the top
+
+
+def test_trace_compare_bars_keep_room_for_their_labels(cached):
+    frame = figures.compare.trace_compare_frame(analyze(load_trace(NAIVE)), cached[1])
+    fig = figures.compare.trace_compare_figure(frame, "naive", "cached")
+    current = fig.data[1]
+    assert current.orientation == "h" and current.textposition == "outside" and current.cliponaxis is False
+    widest = max(max(t.x) for t in fig.data)
+    assert fig.layout.xaxis.range[1] >= 1.35 * widest  # the change is written right of the longest bar, in view
+    assert len(set(current.y)) == len(current.y) == len(frame) - 1  # one row a category (dispatch: table only)
 
 
 def test_run_compare_frame_pairs_cells_by_key():
     a, b = load_results(RUN_A), load_results(RUN_B)
-    frame = figures.run_compare_frame(a, b)
+    frame = figures.compare.run_compare_frame(a, b)
     assert len(frame) == 6 * 3
     row = frame[(frame["cell"] == "cached p64 n8") & (frame["metric"] == "ITL p50 (ms)")].iloc[0]
     ca, cb = (next(c for c in r.cells if c.key == ("cached", 64, 8, 1)) for r in (a, b))
     assert (row["baseline"], row["current"]) == (ca.itl_p50_ms, cb.itl_p50_ms)
     b.cells = [c for c in b.cells if c.engine == "naive"]
-    assert set(figures.run_compare_frame(a, b)["cell"]) == {"naive p16 n8", "naive p64 n8", "naive p256 n8"}
-    fig = figures.run_compare_figure(frame, "a", "b")
+    assert set(figures.compare.run_compare_frame(a, b)["cell"]) == {"naive p16 n8", "naive p64 n8", "naive p256 n8"}
+    fig = figures.compare.run_compare_figure(frame, "a", "b")
     assert len(fig.data) == 6
 
 
@@ -417,7 +482,7 @@ def test_alerts_come_from_probe_compare(tmp_path):
     assert [a.key for a in result.alerts] == ["prefill", "decode"]  # the cache adds copy_ and slice ops
     assert "aten::copy_" in result.alerts[1].message
     assert sets[0].env["torch"]  # the sidecar was read
-    frame = figures.comparison_frame(result)
+    frame = figures.compare.comparison_frame(result)
     assert list(frame.columns) == list(COLUMNS) and len(frame) == len(result.rows)
 
 
@@ -434,7 +499,7 @@ def test_a_sidecar_linking_out_of_the_root_is_not_read(tmp_path):
 
 
 def test_md_escape_keeps_op_names_literal():
-    assert figures.md_escape("aten::_foo_bar *x*") == "aten::\\_foo\\_bar \\*x\\*"
+    assert figures.style.md("aten::_foo_bar *x*") == "aten::\\_foo\\_bar \\*x\\*"
 
 
 # ---- probe app and the localhost default ---------------------------------------------------------------------
@@ -456,6 +521,24 @@ def test_bare_streamlit_run_binds_to_localhost_too():
     text = (view_app_py().parent / ".streamlit" / "config.toml").read_text()
     section = text.split("[server]", 1)[1].split("\n[", 1)[0]
     assert 'address = "127.0.0.1"' in section.splitlines()
+
+
+def test_probe_app_answers_only_loopback_names_and_its_own_address(tmp_path):
+    """DNS rebinding: the Host headers the server answers (server.allowedHosts) are the loopback names and the
+    --address given, for probe app and for a bare `streamlit run app.py` (.streamlit/config.toml) alike."""
+    from probe.commands import app
+
+    def hosts(cmd: list[str]) -> list[str]:
+        return [cmd[i + 1] for i, flag in enumerate(cmd) if flag == "--server.allowedHosts"]
+
+    assert hosts(app.streamlit_command(tmp_path, 8555)) == ["localhost", "127.0.0.1", "::1"]
+    assert hosts(app.streamlit_command(tmp_path, 8555, "192.0.2.7")) == ["localhost", "127.0.0.1", "::1", "192.0.2.7"]
+    wide = hosts(app.streamlit_command(tmp_path, 8555, "0.0.0.0"))  # every interface: this machine's addresses
+    assert wide[:3] == ["localhost", "127.0.0.1", "::1"] and "0.0.0.0" not in wide and len(wide) > 3
+    text = (view_app_py().parent / ".streamlit" / "config.toml").read_text()
+    section = text.split("[server]", 1)[1].split("\n[", 1)[0]  # (tomllib is 3.11+; the project runs on 3.10)
+    line = next(x for x in section.splitlines() if x.startswith("allowedHosts = "))
+    assert json.loads(line.removeprefix("allowedHosts = ")) == list(app.LOOPBACK_HOSTS)
 
 
 def test_probe_app_refuses_a_missing_root(capsys, tmp_path):
@@ -480,14 +563,166 @@ def test_trace_telemetry_lines_up_with_the_trace_steps(tmp_path):
     samples = sources.trace_telemetry(tmp_path, capture.trace)
     assert samples == tmp_path / "tiny_cached_cpu_p16_n12.telemetry.parquet"
     analysis = analyze(load_trace(capture.trace))
-    offset = figures.telemetry_offset_ns(sources.trace_meta(tmp_path, capture.trace), analysis)
-    frame = figures.telemetry_frame(samples, offset)
+    offset = figures.telemetry.telemetry_offset_ns(sources.trace_meta(tmp_path, capture.trace), analysis)
+    telemetry = figures.telemetry.read_telemetry(samples, offset)
     first, last = analysis.steps[0], analysis.steps[-1]
     # the sampler starts before the recorded run and stops after it: its first and last rows bracket the steps
     # (within a millisecond: the anchor pairs two clocks read a few microseconds apart)
-    assert frame["t_ms"].min() < first.start_ns / 1e6 + 1
-    assert frame["t_ms"].max() > (last.start_ns + last.wall_ns) / 1e6 - 1
-    fig = figures.telemetry_figure(frame, analysis.steps)
-    panels = len([c for c in frame.columns if c not in ("t_ms", "t_ns")])
+    assert telemetry.aligned and telemetry.per_point == 1  # a short trace: every sample drawn
+    assert telemetry.x.min() < first.start_ns / 1e6 + 1
+    assert telemetry.x.max() > (last.start_ns + last.wall_ns) / 1e6 - 1
+    fig = figures.telemetry.telemetry_figure(telemetry, analysis.steps)
+    panels = len(telemetry.series)
     assert len(fig.layout.shapes) == panels * len(analysis.steps)  # every step shaded behind every panel
-    assert figures.telemetry_offset_ns(None, analysis) is None
+    assert figures.telemetry.telemetry_offset_ns(None, analysis) is None
+
+
+# ---- hostile names: what a trace, a results file or a history names is shown as text, never as markup ---------
+
+# What plotly reads as HTML in a label, hover or title: a link, a style, emphasis.
+LINK = '<a href="https://evil.example/">link</a>'
+STYLE = '<span style="font-size:90px">big</span>'
+BOLD = "<b>bold</b> & <i>it</i>"
+OURS = re.compile(r"<(?!br>|/?extra>)")  # the only markup in a chart is the app's own line breaks and hover box
+
+
+def hostile_trace(path: Path) -> Path:
+    """The hand-worked trace with every op and kernel name, and every step range, ending in markup; its steps are
+    the ranges matching `.*evil step.*` (--steps), named `<b>bold</b> & <i>it</i> evil step N`."""
+    doc = json.loads(gzip.decompress(HAND.read_bytes()))
+    steps = iter(range(100))
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "cpu_op":
+            e["name"] += LINK
+        elif e.get("cat") in ("kernel", "Kernel"):
+            e["name"] += STYLE
+        elif e.get("cat") == "user_annotation" and e["name"].startswith(("prefill", "decode#")):
+            e["name"] = f"{BOLD} evil step {next(steps)}"
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return path
+
+
+def strings(spec) -> list[str]:
+    """Every string in a figure's JSON, keys included."""
+    if isinstance(spec, dict):
+        return [s for k, v in spec.items() for s in [k, *strings(v)]]
+    if isinstance(spec, list | tuple):
+        return [s for v in spec for s in strings(v)]
+    return [spec] if isinstance(spec, str) else []
+
+
+def markup(fig) -> list[str]:
+    return [s for s in strings(fig.to_plotly_json()) if OURS.search(s)]
+
+
+def test_names_from_a_trace_reach_every_figure_as_text(tmp_path):
+    from probe.analysis.host import FrameTime
+    from probe.analysis.ledger import AnalyzeOptions
+
+    trace = load_trace(hostile_trace(tmp_path / "evil.trace.json.gz"))
+    analysis = analyze(trace, AnalyzeOptions.parse(".*evil step.*"))
+    assert [s.name for s in analysis.steps] == [f"{BOLD} evil step {i}" for i in range(3)]
+    assert any(LINK in o.name for o in analysis.summary.top_ops) and any(STYLE in k.name for k in analysis.kernels)
+    frames = [FrameTime(f"model.py(1): forward{LINK}", 1000, 1)]
+    drawn = [
+        figures.ledger.ledger_figure(analysis),
+        figures.step.timeline_figure(step_timeline(trace, analysis.steps[1]), title=BOLD),
+        figures.ops.top_ops_figure(analysis.summary.top_ops, title=STYLE),
+        figures.ops.frames_figure(frames),
+        figures.kernels.kernels_figure(analysis.kernels),
+        figures.kernels.kernel_category_figure(analysis),
+        figures.compare.trace_compare_figure(figures.compare.trace_compare_frame(analysis, analysis), LINK, STYLE),
+    ]
+    for fig in drawn:
+        assert markup(fig) == []
+    # escaped, not dropped: plotly shows the entities as the characters they stand for
+    names = strings(drawn[0].to_plotly_json())
+    assert "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;i&gt;it&lt;/i&gt; evil step 0" in names
+
+
+def test_names_from_results_and_a_history_reach_their_figures_as_text(tmp_path):
+    import datetime as dt
+
+    results = load_results(RUN_A)
+    results.cells[:] = [dataclasses.replace(c, engine=c.engine + LINK) for c in results.cells]
+    other = load_results(RUN_B)
+    other.cells[:] = [dataclasses.replace(c, engine=c.engine + LINK) for c in other.cells]
+    frame = figures.compare.run_compare_frame(results, other)
+    assert len(frame) == 18
+    for fig in (
+        figures.sweep.sweep_figure(results, load_report(RUN_A)),
+        figures.compare.run_compare_figure(frame, STYLE, BOLD),
+    ):
+        assert markup(fig) == []
+    trend = pd.DataFrame(
+        {
+            "position": [0, 1],
+            "run_id": [f"r0{BOLD}", f"r1{LINK}"],
+            "recorded_at": [dt.datetime(2026, 1, 2, 9), dt.datetime(2026, 1, 2, 10)],
+            "commit": ["a" * 7, STYLE],
+            "dirty": [False, False],
+            "host_us": [10.0, 12.0],
+            "launches": [262, 266],
+            "decode_tok_s": [90.0, 80.0],
+            "count_alerts": ["", f"step 262 -> 266 (+4): {LINK} 0 -> 4 (new)"],
+            "timing_alerts": ["", f"host us/step rose: {STYLE}"],
+            "part:ops": [6.0, 7.0],
+        }
+    )
+    # (the columns are those of probe.analysis.history.trend, which tests/test_history.py holds to the database)
+    fig = figures.history.history_figure(trend, unit=f"cached{BOLD} p16 n8")
+    assert markup(fig) == []
+
+
+# ---- what a run folder's telemetry can make the app allocate (issue 28 item 17) --------------------------------
+
+PEAK_JS = """
+import sys, pyarrow as pa
+from pathlib import Path
+from probe.errors import ProbeError
+from probe.explorer.figures.telemetry import read_telemetry
+try:
+    t = read_telemetry(Path(sys.argv[1]))
+    print("read", t.names, t.rows)
+except ProbeError as e:
+    print("refused", e)
+print(pa.default_memory_pool().max_memory())
+"""
+
+
+def arrow_peak(path: Path) -> tuple[str, int]:
+    """What read_telemetry says of a file, and the most memory Arrow held meanwhile, in a fresh process."""
+    result = subprocess.run([sys.executable, "-c", PEAK_JS, str(path)], capture_output=True, text=True, cwd=ROOT_DIR)
+    assert result.returncode == 0, result.stderr
+    *said, peak = result.stdout.strip().splitlines()
+    return "\n".join(said), int(peak)
+
+
+def test_telemetry_is_checked_before_it_is_read(tmp_path):
+    """A small file can decode to gigabytes: the rows and columns are checked from the footer before a value is
+    read, and only numeric columns are ever read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    # 6M rows of one repeated sample: 6M x 2 columns x 8 bytes = 96 MB decoded, a few hundred KB on disk
+    many = tmp_path / "many-telemetry.parquet"
+    chunk = pa.table({"t_ns": pa.array(np.zeros(1_000_000, np.int64)), "rss_bytes": pa.array(np.ones(1_000_000))})
+    with pq.ParquetWriter(many, chunk.schema) as w:
+        for _ in range(6):
+            w.write_table(chunk)
+    assert many.stat().st_size < 2_000_000
+    said, peak = arrow_peak(many)
+    assert (
+        said
+        == f"refused {many}: 6,000,000 rows and 2 columns, more than the explorer draws (5,000,000 rows, 64 columns)"
+    )
+    assert peak < 1_000_000  # the footer only
+    wide = tmp_path / "wide-telemetry.parquet"
+    pq.write_table(pa.table({"t_ns": [1, 2], **{f"c{i}": [1.0, 2.0] for i in range(80)}}), wide)
+    assert "81 columns, more than the explorer draws" in arrow_peak(wide)[0]
+    # 100 samples with a 1 MB text each: 100 MB decoded, a few KB on disk (dictionary-encoded, compressed)
+    text = tmp_path / "text-telemetry.parquet"
+    pq.write_table(pa.table({"t_ns": np.arange(100), "note": ["x" * 1_000_000] * 100, "threads": [4.0] * 100}), text)
+    assert text.stat().st_size < 200_000
+    said, peak = arrow_peak(text)
+    assert said == "read ['threads'] 100" and peak < 10_000_000  # the text column is never read

@@ -511,7 +511,7 @@ def _frames(record: RunRecord, run_id: str) -> dict[str, pd.DataFrame]:
         for s in ledger.analysis.steps:
             unit = f"{ledger.prefix} {s.kind}"
             steps.append({"run_id": run_id, "unit": unit} | {k: getattr(s, k) for k in STEP_COLUMNS})
-            parts += [(run_id, unit, s.position, part, ns) for part, ns in (s.purpose_ns | s.mechanism_ns).items()]
+            parts += [(run_id, unit, s.position, part, ns) for part, ns in s.purpose_ns.items()]
     frames["steps"] = pd.DataFrame(steps)
     frames["step_parts"] = pd.DataFrame(parts, columns=["run_id", "unit", "position", "part", "ns"])
     return frames

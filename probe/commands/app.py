@@ -17,6 +17,9 @@ HELP = "open the Streamlit explorer on the runs and traces under a folder (local
 APP = Path(__file__).resolve().parents[2] / "app.py"  # the checkout's app.py (the project installs editable)
 ADDRESS = "127.0.0.1"  # the app serves every file under its root to whoever reaches the port
 PORT = 8501  # Streamlit's own default
+# The Host headers the app answers besides --address (.streamlit/config.toml holds the same for a bare streamlit
+# run): a web page that rebinds its own name to this machine sends that name, and is refused (DNS rebinding).
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,8 +37,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def allowed_hosts(address: str) -> list[str]:
+    """The loopback names and the address the user gave; for a wildcard address (every interface), this
+    machine's own names and addresses, which are what a browser elsewhere may send."""
+    hosts = [*LOOPBACK_HOSTS, address]
+    if address in ("0.0.0.0", "::", ""):
+        import socket
+
+        import psutil
+
+        hosts += [socket.gethostname(), socket.getfqdn()]
+        inet = (socket.AF_INET, socket.AF_INET6)
+        hosts += [a.address.split("%")[0] for ad in psutil.net_if_addrs().values() for a in ad if a.family in inet]
+    return list(dict.fromkeys(h for h in hosts if h and h not in ("0.0.0.0", "::")))
+
+
 def streamlit_command(root: Path, port: int, address: str = ADDRESS) -> list[str]:
     # No file watcher: it would watch the whole checkout (.venv included) for edits nobody makes here.
+    hosts = [flag for host in allowed_hosts(address) for flag in ("--server.allowedHosts", host)]
     return [
         sys.executable,
         "-m",
@@ -52,6 +71,7 @@ def streamlit_command(root: Path, port: int, address: str = ADDRESS) -> list[str
         "none",
         "--browser.gatherUsageStats",
         "false",
+        *hosts,
         "--",
         "--root",
         str(root.resolve()),

@@ -3,13 +3,20 @@
 Everything the app reads lies under one root folder. `list_sources` walks it (bounded: depth, count, no hidden
 or virtual-env folders, no symlinked folders) for run folders (holding results.json), results files (`probe
 baseline` files in a `baselines/` folder) and traces; `resolve_under` is the one gate every path goes through,
-and it refuses anything that resolves outside the root, symlinks included.
+and it refuses anything that resolves outside the root, symlinks included. The app reads regular files only,
+as the CLI does (a FIFO named like a history would hold a reader forever): `source_path` refuses anything else
+in one line.
+
+Names are the OS's bytes: a file name that is not UTF-8 is kept as Python keeps it (os.fsdecode's surrogate
+escapes), so the file can still be opened, and shown through `printable` (Streamlit refuses lone surrogates).
+The cached loaders key on `os.fsencode(path)` for the same reason.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import stat
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +28,7 @@ from probe.analysis.files import trace_meta as read_trace_meta
 from probe.analysis.report import REPORT_FILE
 from probe.analysis.results import RESULTS_FILE
 from probe.errors import ProbeError
+from probe.explorer.figures.style import printable
 
 ROOT_ENV = "PROBE_APP_ROOT"
 TELEMETRY_GLOB = "*telemetry*.parquet"  # probe.analysis.telemetry.write_samples: t_ns plus one column a figure
@@ -42,7 +50,8 @@ class Source:
 
     @property
     def label(self) -> str:
-        return f"{self.kind}: {self.rel}"
+        """How the sidebar and the URL name it: valid UTF-8 whatever bytes the file's name holds."""
+        return f"{self.kind}: {printable(self.rel)}"
 
     @property
     def link(self) -> str:
@@ -74,11 +83,27 @@ def resolve_under(root: Path, rel: str | Path) -> Path:
 
 def source_path(root: Path, source: Source) -> Path:
     """The source's path, once it and every file the app reads for it (a run folder's results.json and
-    report.json) are known to lie inside root."""
+    report.json) are known to lie inside root and to be regular files (or folders, for a run or a job)."""
     path = resolve_under(root, source.rel)
-    if path.is_dir():
-        for name in (RESULTS_FILE, REPORT_FILE):
-            resolve_under(root, Path(source.rel) / name)
+    if path.is_dir() and source.kind in ("run", "job"):
+        for name in (RESULTS_FILE, REPORT_FILE) if source.kind == "run" else ():
+            member = resolve_under(root, Path(source.rel) / name)
+            if member.exists():
+                regular_file(member)
+        return path
+    return regular_file(path)
+
+
+def regular_file(path: Path) -> Path:
+    """`path`, once it is a regular file: a FIFO, a device or a socket would hold or flood a reader (and the
+    history's and results' readers open by name). ProbeError in one line otherwise."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as e:
+        raise ProbeError(f"{path}: cannot read ({e.strerror or e})") from None
+    if not stat.S_ISREG(mode):
+        what = "a folder" if stat.S_ISDIR(mode) else "a FIFO, device or socket"
+        raise ProbeError(f"{path}: not a regular file ({what}), so not read")
     return path
 
 
@@ -152,15 +177,16 @@ def job_traces(root: Path, folder: Path) -> list[Path]:
 
 
 def stamp(path: Path) -> tuple:
-    """What the caches key on besides the path: size and mtime of the file, or of a run folder's files."""
+    """What the caches key on besides the path: size and mtime of the file, or of a run folder's files (each
+    named as bytes: a name need not be UTF-8)."""
     files = [path / RESULTS_FILE, path / REPORT_FILE] if path.is_dir() else [path]
     out = []
     for f in files:
         try:
             st = f.stat()
-            out.append((f.name, st.st_mtime_ns, st.st_size))
+            out.append((os.fsencode(f.name), st.st_mtime_ns, st.st_size))
         except OSError:
-            out.append((f.name, None, None))
+            out.append((os.fsencode(f.name), None, None))
     return tuple(out)
 
 
@@ -173,7 +199,8 @@ def trace_meta(root: Path, path: Path) -> dict | None:
 
 
 def telemetry_files(root: Path, folder: Path) -> list[Path]:
-    """Telemetry sample files (probe.telemetry.write_samples) in a run or trace folder, inside root."""
+    """Telemetry sample files (probe.telemetry.write_samples) in a run or trace folder, inside root (one that is
+    not a regular file is listed, and its reader says so in one line)."""
     return sorted(p for p in Path(folder).glob(TELEMETRY_GLOB) if _inside(root, p))
 
 

@@ -1,0 +1,66 @@
+"""The Ranks view: a job's traces (probe.analysis.job) step by step, and its straggler."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from probe.analysis.job import JobAnalysis
+from probe.explorer.figures.style import COLORS, ms
+
+
+def ranks_frame(result: JobAnalysis) -> pd.DataFrame:
+    """One row a step: each rank's wall (ms), the slowest rank, the median rank's wall and how far it trails."""
+    rows = []
+    for s in result.by_step:
+        row = {"step": s.step, "name": s.name}
+        row |= {f"rank {r.rank} ms": ms(r.wall_ns) for r in s.ranks}
+        row |= {
+            "slowest rank": s.slowest_rank,
+            "median ms": ms(s.median_wall_ns),
+            "trails by ms": ms(s.trails_median_ns),
+            "trails %": s.trails_median_pct,
+        }
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def ranks_figure(result: JobAnalysis) -> go.Figure:
+    """Wall per step, one line a rank; each step's slowest rank circled; GPU busy per step below on a GPU job."""
+    gpu = result.on_gpu
+    fig = make_subplots(
+        rows=2 if gpu else 1,
+        cols=1,
+        shared_xaxes=True,
+        subplot_titles=["wall per step (ms)", *(["GPU busy per step (ms)"] if gpu else [])],
+        vertical_spacing=0.12,
+    )
+    steps = [s.step for s in result.by_step]
+    for i, rank in enumerate(result.ranks):
+        name = f"rank {rank}"
+        walls = [ms(s.ranks[i].wall_ns) for s in result.by_step]
+        fig.add_trace(go.Scatter(x=steps, y=walls, mode="lines+markers", name=name, legendgroup=name), row=1, col=1)
+        if gpu:
+            busy = [ms(s.ranks[i].gpu_busy_ns) for s in result.by_step]
+            fig.add_trace(
+                go.Scatter(x=steps, y=busy, mode="lines+markers", name=name, legendgroup=name, showlegend=False),
+                row=2,
+                col=1,
+            )
+    fig.add_trace(
+        go.Scatter(
+            x=steps,
+            y=[ms(s.slowest_wall_ns) for s in result.by_step],
+            mode="markers",
+            name="slowest rank",
+            text=[f"rank {s.slowest_rank}: +{s.trails_median_pct:.1f}% on the median" for s in result.by_step],
+            marker={"symbol": "circle-open", "size": 16, "color": COLORS["flagged"], "line": {"width": 3}},
+            hovertemplate="step %{x}: %{text}<extra></extra>",
+        ),
+        row=1,
+        col=1,
+    )
+    fig.update_xaxes(title_text="step", row=2 if gpu else 1, col=1)
+    fig.update_layout(height=560 if gpu else 380, margin={"t": 40})
+    return fig

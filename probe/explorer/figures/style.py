@@ -1,0 +1,195 @@
+"""How the explorer draws, for every view: the one colour table, the host categories, names made safe to show,
+the units, round axis ticks, and the ranked bar chart that top ops, Python frames and kernels share."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+
+from probe.analysis.host import MECHANISM_PARTS, PURPOSE_PARTS
+
+# The ledger's two host partitions (probe.analysis.host) as the app groups them: by purpose, the three cache parts as
+# one; a trace analyzed with --part gets the user's parts in front (figures.ledger.host_categories); and by mechanism.
+HOST_CATEGORIES: tuple[tuple[str, str], ...] = tuple(
+    dict.fromkeys((p.group, "cache bookkeeping" if p.group == "cache" else p.label) for p in PURPOSE_PARTS)
+)
+MECHANISM_CATEGORIES: tuple[tuple[str, str], ...] = tuple((p.name, p.label) for p in MECHANISM_PARTS)
+GPU_CATEGORIES: tuple[tuple[str, str], ...] = (("gpu_busy", "GPU busy"), ("gpu_idle", "GPU idle"))
+
+# Every colour the views use. Named things (host parts, kernel categories, marks) by name; a host part and the
+# kernel category of the same work share a colour (attention, the cache and kv_cache, ops and elementwise).
+COLORS: dict[str, str] = {
+    # host parts (probe.analysis.host: by purpose, by mechanism) and the GPU side of a step
+    "ops": "#9aa5b1",
+    "model": "#9aa5b1",
+    "dispatch": "#9aa5b1",
+    "launch": "#5b6b7a",
+    "runtime": "#b8c2cc",
+    "sync_wait": "#8c564b",
+    "attention": "#7b61ff",
+    "cache": "#e4572e",
+    "cache_update": "#e4572e",
+    "cache_seq_length": "#f29e4c",
+    "cache_mask_sizes": "#f6c344",
+    "mask": "#e98ebf",
+    "sample": "#2ca58d",
+    "sync": "#8c564b",
+    "unattributed": "#d9dde2",
+    "python": "#c9a227",
+    "range": "#a7c7e7",
+    "gpu_busy": "#1f77b4",
+    "gpu_idle": "#aec7e8",
+    # kernel categories (probe.analysis.kernels)
+    "gemm": "#1f77b4",
+    "norm": "#e98ebf",
+    "elementwise": "#9aa5b1",
+    "rotary": "#bcbd22",
+    "kv_cache": "#e4572e",
+    "reduction": "#17becf",
+    "sampling": "#2ca58d",
+    "communication": "#8c564b",
+    "moe": "#ff7f0e",
+    "conv": "#2ca02c",
+    "quantize": "#f6c344",
+    "memcpy": "#aec7e8",
+    "memset": "#c5b0d5",
+    "other": "#d9dde2",
+    # marks
+    "unknown": "#c0c0c0",
+    "baseline": "#9aa5b1",
+    "current": "#1f77b4",
+    "floor": "#555555",
+    "roofline": "#d62728",
+    "flagged": "red",
+    "count_alert": "#d62728",
+    "timing_alert": "#ff7f0e",
+    "line": "black",
+    "prefill_shade": "#1f77b4",
+    "step_shade": "#7f7f7f",
+}
+SERIES = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#bcbd22", "#7f7f7f")  # engines
+USER_PART_COLORS = ("#17becf", "#bcbd22", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")  # --part, in order
+NAME_WIDTH = 60  # characters of a name on an axis; the hover and the tables carry the whole name
+
+
+def color(key: str, user_parts: Sequence[str] = ()) -> str:
+    """The colour of a named thing; a user's --part by its place in `user_parts`; grey for anything else."""
+    if key in COLORS:
+        return COLORS[key]
+    if key in user_parts:
+        return USER_PART_COLORS[list(user_parts).index(key) % len(USER_PART_COLORS)]
+    return COLORS["unknown"]
+
+
+# ---- names made safe to show -----------------------------------------------------------------------------
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escaped_surrogate(m: re.Match) -> str:
+    code = ord(m.group())
+    # Python keeps a byte that is not UTF-8 (a file name's, os.fsdecode) as U+DC80..U+DCFF: show the byte.
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def printable(value: object) -> str:
+    """Any text as valid UTF-8: a byte of a file name that was not UTF-8 as \\xNN, any other lone surrogate as
+    \\uNNNN. Streamlit (protobuf) and Arrow refuse lone surrogates, so a name must pass here before it is shown."""
+    return _SURROGATE.sub(_escaped_surrogate, str(value))
+
+
+def label(value: object) -> str:
+    """A name (from a trace, a results file, a history) as plotly shows it: plotly reads <a href>, <span style>
+    and the like in every label, hover and title, so < > & become entities and the name is shown as written."""
+    return printable(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def labels(values) -> list[str]:
+    return [label(v) for v in values]
+
+
+_MARKDOWN = frozenset("\\`*_{}[]<>()#+-.!|~$")
+
+
+def md(value: object) -> str:
+    """Text the app did not write, shown through Markdown as written: aten::_foo_bar must not turn italic."""
+    return "".join("\\" + ch if ch in _MARKDOWN else ch for ch in printable(value))
+
+
+def short(name: str, width: int = NAME_WIDTH) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+# ---- units and ticks -------------------------------------------------------------------------------------
+
+
+def ms(ns: float | None) -> float | None:
+    """ns as ms (None, a figure that was not measured, stays None)."""
+    return None if ns is None else ns / 1e6
+
+
+def us(ns: float | None) -> float | None:
+    return None if ns is None else ns / 1e3
+
+
+def ms_text(ns: float) -> str:
+    return f"{ns / 1e6:.3f} ms"
+
+
+def round_step(span: float, intervals: int = 5, integer: bool = False) -> float:
+    """The tick step of 1, 2 or 5 times a power of ten that cuts `span` into nearest `intervals` pieces (at
+    least 1 when the axis counts things)."""
+    if not span > 0 or not math.isfinite(span):
+        return 1.0
+    raw = span / intervals
+    power = 10.0 ** math.floor(math.log10(raw))
+    step = min((m * power for m in (1, 2, 5, 10)), key=lambda s: abs(math.log(s / raw)))
+    return max(step, 1.0) if integer else step
+
+
+def round_axis(low: float, high: float, integer: bool = False, headroom: float = 0.1) -> dict:
+    """Layout for an axis that holds [low, high] with `headroom` (a share of the span) above, ticked at round
+    values from a round start to a round end: `fig.update_yaxes(**round_axis(...))`."""
+    span = high - low if high > low else abs(high) or 1.0
+    top = high + headroom * span
+    step = round_step(top - low, integer=integer)
+    start, end = math.floor(low / step) * step, math.ceil(top / step) * step
+    return {"range": [start, end], "tick0": start, "dtick": step}
+
+
+# ---- the ranked bar chart --------------------------------------------------------------------------------
+
+
+def ranked_bars(
+    axis_names: Sequence[str],
+    values: Sequence[float],
+    customdata: Sequence[Sequence],
+    hovertemplate: str,
+    colors: str | Sequence[str],
+    x_title: str,
+    title: str = "",
+    min_height: int = 260,
+) -> go.Figure:
+    """Horizontal bars, largest first, so drawn at the top (plotly draws the first bar at the bottom). The axis
+    names are escaped here; `customdata` (what the hover shows) must be escaped by the caller where it holds
+    names."""
+    fig = go.Figure(
+        go.Bar(
+            x=list(values)[::-1],
+            y=labels(axis_names)[::-1],
+            orientation="h",
+            marker_color=colors if isinstance(colors, str) else list(colors)[::-1],
+            customdata=list(customdata)[::-1],
+            hovertemplate=hovertemplate,
+        )
+    )
+    fig.update_layout(
+        height=max(min_height, 26 * len(axis_names) + 80),
+        title=label(title),
+        xaxis_title=x_title,
+        margin={"t": 40 if title else 10, "b": 10, "l": 10},
+    )
+    return fig
