@@ -190,10 +190,9 @@ def _pct(x: float) -> str:
 
 def evidence(s: StepLedger) -> Evidence:
     m = s.mechanism_ns
-    on_gpu = s.gpu_start_ns is not None
-    before = max(0, s.gpu_start_ns - s.start_ns) if on_gpu else None
     end = s.start_ns + s.wall_ns
-    after = max(0, end - s.gpu_end_ns) if on_gpu and s.gpu_end_ns is not None else None
+    before = max(0, s.gpu_start_ns - s.start_ns) if s.gpu_start_ns is not None else None
+    after = max(0, end - s.gpu_end_ns) if s.gpu_end_ns is not None else None
     return Evidence(
         wall_ns=s.wall_ns,
         span_ns=s.span_ns,
@@ -235,7 +234,10 @@ def _site_text(s: StepLedger) -> str:
     where = [x for x in (site.frame, site.source) if x and x != site.call]
     copy = ""
     if site.copy_bytes is not None or site.copy_kind:
-        what = [f"{site.copy_bytes:,} B" if site.copy_bytes is not None else "", _DIRECTION.get(site.copy_kind, "")]
+        what = [
+            f"{site.copy_bytes:,} B" if site.copy_bytes is not None else "",
+            _DIRECTION.get(site.copy_kind or "", ""),
+        ]
         copy = f" (a {' '.join(w for w in what if w)} copy)"
     return f" in {site.call}{copy}" + (f" at {' in '.join(dict.fromkeys(where))}" if where else "")
 
@@ -319,14 +321,14 @@ def _words(s: StepLedger, e: Evidence, bound: Bound, then: Bound | None, host_by
         gpu_line += f"; its first GPU op started {_ms(e.gpu_idle_before_ns)} ms after the host window opened"
         if e.gpu_idle_before_ns > e.wall_ns:
             gpu_line += f" ({_ms(e.gpu_idle_before_ns - e.wall_ns)} ms after it closed)"
+    rest = _side(e.host_work_ns, e.gpu_busy_ns)
     if bound == "external":
         share = e.external_wait_ns / e.wall_ns
         headline = (
-            f"{name}: external, then {_BOUND_WORD[then]}. The host waited {_ms(e.external_wait_ns)} ms of its "
+            f"{name}: external, then {_BOUND_WORD[then or rest]}. The host waited {_ms(e.external_wait_ns)} ms of its "
             f"{_ms(e.wall_ns)} ms window ({_pct(share)}){_site_text(s)} while no GPU op of this trace ran: it "
             "waited on device work the trace does not hold."
         )
-        rest = _side(e.host_work_ns, e.gpu_busy_ns)
         wait = s.sync_sites[0].stream_wait_before_ns if s.sync_sites else None
         if wait is not None:
             lines.append(
@@ -507,7 +509,7 @@ def diagnose_trace(
     kinds: dict[str, list[StepLedger]] = {}
     for s in analysis.steps:
         kinds.setdefault(s.kind, []).append(s)
-    by_kind = {k: diagnoses[_median_step(v).position] for k, v in kinds.items()}
+    by_kind = {k: diagnoses[m.position] for k, v in kinds.items() if (m := _median_step(v)) is not None}
     return TraceDiagnosis(
         tuple(diagnoses[s.position] for s in analysis.steps),
         diagnoses[median.position] if median else None,

@@ -524,7 +524,7 @@ def _sync_sites(trace: Trace, table: PartTable, inner: _Innermost, seg, step, ns
     n = len(lo)
     owner = inner.seg_owner[seg]
     sel = inner.mechanism[owner] == _SYNC_WAIT
-    out: list[dict[tuple, list[int]]] = [{} for _ in range(n)]
+    out: list[dict[tuple, list]] = [{} for _ in range(n)]  # (call, frame, source) -> [ns, rows, first start, site]
     if not sel.any():
         return [() for _ in range(n)]
     # a synchronizing frame inside another blocking event is part of that event's wait: report the outermost

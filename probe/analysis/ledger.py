@@ -50,7 +50,7 @@ from typing import Literal
 import numpy as np
 
 from probe.analysis import kernels
-from probe.analysis.gpu import KERNEL_WAIT_NS, Attribution, attribute, launch_delays, windows
+from probe.analysis.gpu import KERNEL_WAIT_NS, Attribution, LaunchDelays, Windows, attribute, launch_delays, windows
 from probe.analysis.host import (
     MECHANISM,
     PURPOSE_PARTS,
@@ -68,6 +68,7 @@ from probe.analysis.host import (
     thread_rows,
 )
 from probe.analysis.intervals import assign, covered, merge
+from probe.analysis.kernels import KernelStat
 from probe.analysis.steps import StepSet, StepTokens, compile_steps_regex, find_steps
 from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
 from probe.errors import ProbeError
@@ -179,7 +180,7 @@ class StepLedger:
     top_ops: tuple[OpTime, ...] = ()  # largest dispatch time first, at most TOP_OPS_KEPT
     kernel_counts: dict[str, int] = field(default_factory=dict)  # kernel name -> launches of it in this step
     kernels_by_category: dict[str, int] = field(default_factory=dict)  # category -> GPU time, ns
-    top_kernels: tuple[kernels.KernelStat, ...] = ()  # largest total first, at most TOP_KERNELS_KEPT
+    top_kernels: tuple[KernelStat, ...] = ()  # largest total first, at most TOP_KERNELS_KEPT
     top_frames: tuple[FrameTime, ...] = ()  # largest self time first, at most TOP_FRAMES_KEPT
     sync_sites: tuple[SyncSite, ...] = ()  # largest wait first
     other_threads: tuple[ThreadTime, ...] = ()  # busiest first
@@ -325,7 +326,7 @@ class TraceAnalysis:
     totals: Totals
     summary: Summary
     on_gpu: bool  # the trace has GPU work or launches: the one definition of "a GPU trace"
-    kernels: tuple[kernels.KernelStat, ...] = ()  # every GPU op name over the whole trace, largest total first
+    kernels: tuple[KernelStat, ...] = ()  # every GPU op name over the whole trace, largest total first
     kernel_categories: dict[str, int] = field(default_factory=dict)  # category -> ns over the whole trace
     python_frames: tuple[FrameTime, ...] = ()  # Python self time of every step by frame, largest first
     user_parts: tuple[str, ...] = ()
@@ -389,8 +390,8 @@ class _Launches:
     kernels: np.ndarray
     gpu_ops: np.ndarray
     short: np.ndarray
-    windows: object  # gpu.Windows
-    delays: object  # gpu.LaunchDelays
+    windows: Windows
+    delays: LaunchDelays
     in_step_graph: np.ndarray  # per runtime call: a graph launch inside a step
     totals: Totals
 
