@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from probe import render
 from probe.analysis.ledger import analyze
 from probe.analysis.report import (
     Machine,
@@ -23,6 +22,8 @@ from probe.analysis.results import BenchResults, Cell
 from probe.analysis.roofline.formulas import arch_for, decode_step
 from probe.analysis.telemetry import TelemetrySummary
 from probe.analysis.trace import load_trace
+from probe.render import terminal
+from probe.render.markdown import report_markdown
 
 TINY = arch_for("tiny")
 
@@ -153,7 +154,7 @@ def test_hand_figures_from_fake_cuda_traces(tmp_path):
     assert figures["energy per token"].values == {"cached": 0.25, "static": None}
     assert "NVML (counter)" in figures["energy per token"].source
     assert all(f.source for f in figures.values())  # every figure says where it comes from
-    assert "graph launches per step" in render.report_markdown(res, report, list(figures.values()))
+    assert "graph launches per step" in report_markdown(res, report, list(figures.values()))
 
 
 def test_hand_figures_on_a_cpu_say_what_is_not_measured():
@@ -167,6 +168,6 @@ def test_hand_figures_on_a_cpu_say_what_is_not_measured():
 
 def test_datasheet_bandwidth_is_shown_beside_the_measured_one():
     machine = Machine(1.0, "floor", 3.9e12, "measured copy on NVIDIA H200", 4.8e12, "H200 datasheet: NVIDIA ...")
-    text = render.bandwidth_text(machine)
+    text = terminal.bandwidth_text(machine)
     assert "3900.0 GB/s (measured copy on NVIDIA H200)" in text and "H200 datasheet: 4800 GB/s" in text
     assert Report.from_json(Report(machine, [], []).to_json()).machine == machine

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-HELP = "open the Streamlit explorer on the runs and traces under a folder (localhost only)"
+from probe.errors import ProbeError
 
 APP = Path(__file__).resolve().parents[2] / "app.py"  # the checkout's app.py (the project installs editable)
 ADDRESS = "127.0.0.1"  # the app serves every file under its root to whoever reaches the port
@@ -59,8 +59,6 @@ def streamlit_command(root: Path, port: int, address: str = ADDRESS) -> list[str
 
 
 def main(args: argparse.Namespace) -> int:
-    from probe.errors import ProbeError
-
     if not APP.is_file():
         raise ProbeError(f"{APP} not found: probe app runs from a checkout (pip install -e .)")
     if not args.root.is_dir():

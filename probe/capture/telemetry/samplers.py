@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -16,7 +17,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from probe.analysis.telemetry import Row
-from probe.capture.telemetry.backends import Backend, CpuBackend, NvmlBackend, _cuda_ids, _one_line, open_backends
+from probe.capture.telemetry.backends import Backend, CpuBackend, NvmlBackend, _cuda_ids, open_backends
+from probe.render.text import first_line
 
 DEFAULT_INTERVAL_MS = 10.0  # its cost to a step: benchmarks/telemetry_overhead.py
 STOP_POLL_S = 0.02  # the longest a stop waits on a sleeping sampler, whatever the interval
@@ -111,7 +113,10 @@ class Sampler(_Sampling):
                 row.update(backend.read())
             except Exception as e:
                 self._live.remove(backend)
-                self._note(f"telemetry: {backend.name} figures stop here after {_one_line(e)}; others continue")
+                self._note(
+                    f"telemetry: {backend.name} figures stop here after "
+                    f"{first_line(e, with_type=True)}; others continue"
+                )
         row = {"t_ns": (start + self.clock()) // 2, **row}
         self._rows.append(row)  # list.append is atomic under the GIL; readers take a snapshot
         self.busy_ns += time.perf_counter_ns() - t0
@@ -151,7 +156,7 @@ class Sampler(_Sampling):
                 self.sample()
         except BaseException as e:  # the thread must never take the run down; say so and stop sampling
             self._live.clear()  # nor may the exit row raise the same thing in the caller's thread
-            self._note(f"telemetry: sampler thread stopped early after {_one_line(e)}")
+            self._note(f"telemetry: sampler thread stopped early after {first_line(e, with_type=True)}")
         finally:
             self.thread_cpu_ns = time.thread_time_ns()
 
@@ -237,7 +242,9 @@ class ProcessSampler(_Sampling):
             doc = json.loads(out.strip().splitlines()[-1])
         except Exception as e:  # a child that died or hung: say so, never take the run down
             child.kill()
-            self._note(f"telemetry: sampler process failed ({_one_line(e)}); no figures for this block")
+            self._note(
+                f"telemetry: sampler process failed ({first_line(e, with_type=True)}); no figures for this block"
+            )
             return
         self._rows = [{**r, "t_ns": int(r["t_ns"])} for r in doc["rows"]]
         self.missed, self.thread_cpu_ns = doc["missed"], doc["thread_cpu_ns"]
@@ -279,7 +286,8 @@ def _child_main(argv: list[str] | None = None) -> None:
             backends.append(NvmlBackend(args.gpu_index, args.gpu_uuid))
         except Exception as e:
             notes.append(
-                f"telemetry: NVML unavailable ({_one_line(e)}); recording CPU figures only, no GPU figures or energy"
+                f"telemetry: NVML unavailable ({first_line(e, with_type=True)}); "
+                "recording CPU figures only, no GPU figures or energy"
             )
     else:
         notes.append(f"telemetry: device {args.device} has no NVML figures; recording CPU figures only")
@@ -288,6 +296,7 @@ def _child_main(argv: list[str] | None = None) -> None:
     # microsecond it spends awake is taken from a core the decode loop may want.
     snapshots: list[tuple] = []
     gpu_rows: list[Row] = []
+    own_cpu_ns: list[int] = []  # this child's own CPU time: /proc/stat counts it, the contention rule takes it off
     period, stop = round(args.interval_ms * 1e6), threading.Event()
     missed = 0
 
@@ -298,8 +307,12 @@ def _child_main(argv: list[str] | None = None) -> None:
                 gpu.update(backend.read())
             except Exception as e:
                 backends.remove(backend)
-                notes.append(f"telemetry: {backend.name} figures stop here after {_one_line(e)}; others continue")
+                notes.append(
+                    f"telemetry: {backend.name} figures stop here after "
+                    f"{first_line(e, with_type=True)}; others continue"
+                )
         snapshots.append(cpu.snapshot())
+        own_cpu_ns.append(time.process_time_ns())
         gpu_rows.append(gpu)
 
     loop_cpu_ns = 0
@@ -325,6 +338,9 @@ def _child_main(argv: list[str] | None = None) -> None:
     thread.join(JOIN_TIMEOUT_S)
     take()
     rows = [{"t_ns": snap[0], **cpu.parse(snap), **gpu} for snap, gpu in zip(snapshots, gpu_rows, strict=True)]
+    for k in range(len(rows)):  # a rate, like proc_cpu_pct: this row's value holds over the interval before it
+        wall = rows[k]["t_ns"] - rows[k - 1]["t_ns"] if k else 0
+        rows[k]["sampler_cpu_pct"] = 100.0 * (own_cpu_ns[k] - own_cpu_ns[k - 1]) / wall if wall > 0 else math.nan
     for backend in (*backends, cpu):
         backend.close()
     print(json.dumps({"rows": rows, "notes": notes, "missed": missed, "thread_cpu_ns": loop_cpu_ns}), flush=True)
