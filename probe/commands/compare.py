@@ -84,7 +84,7 @@ def print_report(result) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from probe import render
+    from probe.render import terminal as render
     from probe.analysis.compare import COLUMNS, row_cells
 
     style = {

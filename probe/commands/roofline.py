@@ -104,7 +104,7 @@ def bandwidth_of(cfg: RooflineConfig) -> tuple[float, str]:
 def main(args: argparse.Namespace) -> int:
     if args.check:
         return check(args.published, args.json)
-    from probe import render
+    from probe.render import terminal as render
     from probe.analysis.roofline.formulas import arch_for, roofline
 
     cfg = from_args(RooflineConfig, args)
@@ -186,7 +186,7 @@ def table(r):
 
 
 def check(path: Path | None, as_json: bool) -> int:
-    from probe import render
+    from probe.render import terminal as render
     from probe.analysis.roofline.published import check_published
 
     checks = check_published(path)
