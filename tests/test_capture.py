@@ -144,9 +144,10 @@ def test_nsys_capture_has_our_ranges(tmp_path):
         assert names[name] == 4
 
 
-def test_missing_nsys_is_one_line(tmp_path):
-    env = os.environ | {"PROBE_NSYS": "", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    result = run_probe("profile", "--nsys", "--device", "cpu", "--out", str(tmp_path), env=env)
+def test_missing_nsys_is_one_line(tmp_path, cli, monkeypatch):
+    for name, value in (("PROBE_NSYS", ""), ("PATH", "/usr/bin:/bin"), ("HOME", str(tmp_path))):
+        monkeypatch.setenv(name, value)
+    result = cli("profile", "--nsys", "--device", "cpu", "--out", tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [f"probe: error: {NSYS_HINT}"]
 
