@@ -32,7 +32,7 @@ from probe.analysis.ledger import AnalyzeOptions, EventCost, StepLedger, TraceAn
 from probe.analysis.trace import load_trace
 from probe.commands import print_json
 from probe.errors import ProbeError
-from probe.render import terminal
+from probe.render.console import stdout
 from probe.render.ledger import (
     categories_table,
     frames_table,
@@ -135,7 +135,7 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
             out["timeline"] = [vars(it) for it in step_timeline(trace, step)]
         print_json(out)
         return 0
-    console = terminal.stdout()
+    console = stdout()
     if step is None:
         console.print(steps_table(result))
         if result.on_gpu:
@@ -185,7 +185,7 @@ def main_job(args: argparse.Namespace, paths: list[Path]) -> int:
     if args.json:
         print_json(result.to_json())
     else:
-        console = terminal.stdout()
+        console = stdout()
         for trace, rank in zip(result.traces, result.ranks, strict=True):
             console.print(f"[bold]rank {rank}[/]: {escape(trace.source)}")
             console.print(steps_table(trace))

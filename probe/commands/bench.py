@@ -10,15 +10,14 @@ finished cell shows the progress the terminal's bar would.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from probe.analysis.results import BenchResults
 from probe.analysis.runfolder import claim
 from probe.capture.bench import cell_count
 from probe.capture.config import BenchConfig
-from probe.capture.pipeline import Watch, sweep, sweep_problems
-from probe.commands import print_json, sweep_interrupts
+from probe.capture.pipeline import sweep, sweep_problems
+from probe.commands import print_json
+from probe.commands._sweep import print_problems, print_sweep, sweep_interrupts, watch_for
 from probe.commands.history import add_record_arguments, record
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import add_sweep_arguments, check_sweep_arguments, from_args
@@ -31,31 +30,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the results JSON to stdout instead of a table")
     add_sweep_arguments(p)
     add_record_arguments(p)
-
-
-def watch_for(json_out: bool, lines: terminal.Lines) -> Watch:
-    """Progress as the output allows: a bar on a terminal (not under --json), a flushed line a cell and a phase
-    when the output is a file or a pipe."""
-
-    def bar(total: int, cells: bool):
-        kind = terminal.CellsProgress if cells else terminal.ProgressBar
-        return kind(total, enabled=not json_out)
-
-    return Watch(phase=lines.phase, bar=bar, cell=lines.cells)
-
-
-def print_problems(warnings: list[str], errors: list[str]) -> None:
-    for w in warnings:
-        print(f"probe: warning: {w}", file=sys.stderr)
-    for e in errors:
-        print(f"probe: error: {e}", file=sys.stderr)
-
-
-def print_sweep(results: BenchResults, title: str | None = None) -> None:
-    console = terminal.stdout()
-    console.print(terminal.cells_table(results, title))
-    if (telemetry := terminal.telemetry_table(results)) is not None:
-        console.print(telemetry)
 
 
 def main(args: argparse.Namespace) -> int:

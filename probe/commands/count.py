@@ -16,6 +16,7 @@ from probe.capture.count import count_forward_ops
 from probe.commands import print_json
 from probe.flags import int_list, str_list
 from probe.render import terminal
+from probe.render.console import stdout
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,7 +50,7 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print_json([dataclasses.asdict(c) for c in counts])
         return 0
-    console = terminal.stdout()
+    console = stdout()
     console.print(terminal.count_table(counts, f"aten ops per forward: {cfg.model} {cfg.dtype} on {device}"))
     if args.by_op:
         for c in counts:

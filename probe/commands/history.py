@@ -93,7 +93,7 @@ def list_runs(runs, as_json: bool, path: Path) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from probe.render import terminal as render
+    from probe.render import console as render
 
     table = Table(title=f"probe history: {path} ({len(runs)} run(s), newest first)", title_justify="left")
     for col in ("run", "recorded (UTC)", "command", "commit", "configuration", "config id", "device", "torch"):
@@ -123,8 +123,8 @@ def show_run(judgement, as_json: bool) -> int:
 def report_check(result, as_json: bool, markdown: Path | None) -> int:
     from rich.markup import escape
 
-    from probe.render import terminal as render
     from probe.commands.compare import print_report
+    from probe.render import console as render
 
     if markdown is not None:
         from probe.analysis.files import atomic_write

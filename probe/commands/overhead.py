@@ -12,6 +12,7 @@ from probe.capture.machine import measure
 from probe.commands import print_json
 from probe.errors import ProbeError
 from probe.render import terminal
+from probe.render.console import stdout
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,7 +32,7 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print_json(r.to_json())
         return 0
-    console = terminal.stdout()
+    console = stdout()
     for item in terminal.overhead_output(r):
         console.print(item)
     return 0

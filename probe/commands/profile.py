@@ -15,7 +15,7 @@ from probe.capture.config import ProfileConfig
 from probe.commands.history import add_record_arguments, record
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import from_args
-from probe.render import terminal
+from probe.render.console import stdout
 from probe.render.ledger import summary_table
 
 
@@ -36,5 +36,5 @@ def main(args: argparse.Namespace) -> int:
     for path in (result.trace, result.nsys_rep, result.sqlite, result.meta):
         if path is not None:
             print(path)
-    terminal.stdout().print(summary_table(analyze(load_trace(result.trace or result.sqlite))))
+    stdout().print(summary_table(analyze(load_trace(result.trace or result.sqlite))))
     return record(args, "profile", traces=[result.trace or result.sqlite])

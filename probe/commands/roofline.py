@@ -104,8 +104,8 @@ def bandwidth_of(cfg: RooflineConfig) -> tuple[float, str]:
 def main(args: argparse.Namespace) -> int:
     if args.check:
         return check(args.published, args.json)
-    from probe.render import terminal as render
     from probe.analysis.roofline.formulas import arch_for, roofline
+    from probe.render import console as render
 
     cfg = from_args(RooflineConfig, args)
     arch = arch_for(cfg.model)
@@ -186,8 +186,8 @@ def table(r):
 
 
 def check(path: Path | None, as_json: bool) -> int:
-    from probe.render import terminal as render
     from probe.analysis.roofline.published import check_published
+    from probe.render import console as render
 
     checks = check_published(path)
     failed = [c for c in checks if not c.passed]

@@ -26,12 +26,13 @@ from engines.models import resolve_device
 from probe.capture.bench import cell_count
 from probe.capture.config import BenchConfig
 from probe.capture.pipeline import RunOptions, RunOutcome, defaults_for, run_job
-from probe.commands import print_json, sweep_interrupts
-from probe.commands.bench import print_problems, print_sweep, watch_for
+from probe.commands import print_json
+from probe.commands._sweep import print_problems, print_sweep, sweep_interrupts, watch_for
 from probe.commands.history import add_record_arguments, record
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import add_sweep_arguments, check_sweep_arguments, from_args
 from probe.render import terminal
+from probe.render.console import stdout
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def print_outcome(o: RunOutcome) -> None:
     """The run's tables, in the order the job measured them."""
-    console = terminal.stdout()
+    console = stdout()
     print_sweep(o.results, f"probe run: {o.results.config.get('model')} {o.results.config.get('dtype')}")
     console.print(terminal.serving_table(o.results))
     if o.next_results:

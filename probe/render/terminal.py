@@ -1,4 +1,4 @@
-"""The terminal: consoles, progress (a bar on a terminal, a flushed line a cell and a phase in a file or a pipe),
+"""The terminal: progress (a bar on a terminal, a flushed line a cell and a phase in a file or a pipe),
 and the tables of a sweep and a run. No analysis happens here; `probe analyze`'s tables are in render.ledger."""
 
 from __future__ import annotations
@@ -7,7 +7,6 @@ import sys
 import time
 from typing import TextIO
 
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -15,14 +14,7 @@ from rich.table import Table
 from probe.analysis.ledger import StepDigest
 from probe.analysis.report import Figure, Machine, OverheadReport, Prediction, Report, Verdict
 from probe.analysis.results import BenchResults, Cell
-
-
-def stdout() -> Console:
-    return Console(highlight=False, soft_wrap=False, width=160)
-
-
-def stderr() -> Console:
-    return Console(stderr=True, highlight=False)
+from probe.render.console import stderr
 
 
 def parity_text(c: Cell, markup: bool = True) -> str:
