@@ -370,18 +370,7 @@ def hand_figures(results: BenchResults, report: Report, prompt: int) -> list[Fig
         Figure("profiled step", "ms", from_counts(lambda c: c.wall_us / 1e3, False), f"median decode step of {traces}"),
     ]
     if gpu:
-        rows += [
-            Figure("kernel launches per step", "", from_counts(lambda c: c.launches), f"CUDA trace: {traces}"),
-            Figure("graph launches per step", "", from_counts(lambda c: c.graph_launches), f"CUDA trace: {traces}"),
-            Figure(
-                "kernels per step (replayed ones for a graph)",
-                "",
-                from_counts(lambda c: c.kernels),
-                f"CUDA trace, joined to their launch by correlation: {traces}",
-            ),
-            Figure("GPU busy per step", "ms", from_counts(lambda c: c.gpu_busy_us / 1e3), f"CUDA trace: {traces}"),
-            Figure("GPU idle per step", "ms", from_counts(lambda c: c.gpu_idle_us / 1e3), f"CUDA trace: {traces}"),
-        ]
+        rows += _gpu_figures(from_counts, traces)
     else:
         rows.append(
             Figure(
@@ -391,34 +380,8 @@ def hand_figures(results: BenchResults, report: Report, prompt: int) -> list[Fig
                 f"CPU trace: {traces}",
             )
         )
-    nsys = {engine_label(c.engine, c.batch): c for c in report.steps.values() if c.tool == "nsys" and c.on_gpu}
-    if nsys:
-        where = "Nsight Systems export: " + ", ".join(sorted(c.trace for c in nsys.values()))
-        for label, name in (
-            ("kernel launches", "launches"),
-            ("graph launches", "graph_launches"),
-            ("kernels", "kernels"),
-        ):
-            values = {e: (getattr(nsys[e], name) if e in nsys else None) for e in engines}
-            rows.append(Figure(f"{label} per step (nsys)", "", values, where))
-    energy = from_cells(
-        lambda c: c.telemetry.energy_per_token_j if c.telemetry and c.telemetry.energy_reliable is not False else None
-    )
-    measured = [c.telemetry for c in cells.values() if c and c.telemetry and c.telemetry.energy_per_token_j is not None]
-    source = next((t.energy_source for t in measured), None)
-    unreliable = [e for e, c in cells.items() if c and c.telemetry and c.telemetry.energy_reliable is False]
-    if any(v is not None for v in energy.values()):
-        where = f"NVML ({source}) over the bench's decode phases"
-    elif measured:
-        where = "not shown"
-    else:
-        where = "no NVML here"
-    if unreliable:
-        where += (
-            f"; unreliable for {', '.join(unreliable)}: decode phases shorter than NVML's power window "
-            f"({ENERGY_WINDOW_NOTE})"
-        )
-    rows.append(Figure("energy per token", "J", energy, where))
+    rows += _nsys_figures(report, engines)
+    rows.append(_energy_figure(cells))
     sync = from_cells(lambda c: c.sync_overhead_ms)
     rows.append(
         Figure(
@@ -431,6 +394,63 @@ def hand_figures(results: BenchResults, report: Report, prompt: int) -> list[Fig
         )
     )
     return rows
+
+
+def _gpu_figures(from_counts, traces: str) -> list[Figure]:
+    """What a CUDA trace counts per step: launches, graph launches, kernels (a graph's replayed ones), busy, idle."""
+    return [
+        Figure("kernel launches per step", "", from_counts(lambda c: c.launches), f"CUDA trace: {traces}"),
+        Figure("graph launches per step", "", from_counts(lambda c: c.graph_launches), f"CUDA trace: {traces}"),
+        Figure(
+            "kernels per step (replayed ones for a graph)",
+            "",
+            from_counts(lambda c: c.kernels),
+            f"CUDA trace, joined to their launch by correlation: {traces}",
+        ),
+        Figure("GPU busy per step", "ms", from_counts(lambda c: c.gpu_busy_us / 1e3), f"CUDA trace: {traces}"),
+        Figure("GPU idle per step", "ms", from_counts(lambda c: c.gpu_idle_us / 1e3), f"CUDA trace: {traces}"),
+    ]
+
+
+def _nsys_figures(report: Report, engines: list[str]) -> list[Figure]:
+    """The counts of the Nsight Systems traces, per engine column (none where nsys did not run)."""
+    nsys = {engine_label(c.engine, c.batch): c for c in report.steps.values() if c.tool == "nsys" and c.on_gpu}
+    if not nsys:
+        return []
+    where = "Nsight Systems export: " + ", ".join(sorted(c.trace for c in nsys.values()))
+    return [
+        Figure(
+            f"{label} per step (nsys)", "", {e: (getattr(nsys[e], name) if e in nsys else None) for e in engines}, where
+        )
+        for label, name in (
+            ("kernel launches", "launches"),
+            ("graph launches", "graph_launches"),
+            ("kernels", "kernels"),
+        )
+    ]
+
+
+def _energy_figure(cells: dict[str, Cell | None]) -> Figure:
+    """Energy per token per column; None where not measured, or where the decode phases were too short for NVML's
+    power window to measure them (the source says which)."""
+    shown, measured, unreliable = {}, [], []
+    for e, c in cells.items():
+        t = c.telemetry if c is not None else None
+        if t is not None and t.energy_per_token_j is not None:
+            measured.append(t)
+        if t is not None and t.energy_reliable is False:
+            unreliable.append(e)
+        shown[e] = t.energy_per_token_j if t is not None and t.energy_reliable is not False else None
+    if any(v is not None for v in shown.values()):
+        where = f"NVML ({measured[0].energy_source}) over the bench's decode phases"
+    else:
+        where = "not shown" if measured else "no NVML here"
+    if unreliable:
+        where += (
+            f"; unreliable for {', '.join(unreliable)}: decode phases shorter than NVML's power window "
+            f"({ENERGY_WINDOW_NOTE})"
+        )
+    return Figure("energy per token", "J", shown, where)
 
 
 def _trace_names(counts: dict[str, StepCounts]) -> str:

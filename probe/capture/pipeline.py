@@ -258,6 +258,40 @@ def _profile_one(cfg: BenchConfig, folder: Path, model, engine: str, new_tokens:
     report.warnings += [f"{sqlite.name}: {w}" for w in nsys_analysis.warnings]
 
 
+def _nsys_plan(options: RunOptions, device: torch.device, engines: list[str]) -> tuple[tuple[str, ...], list[str]]:
+    """(the engines to trace under Nsight Systems, notes): --quick's, where nsys is installed."""
+    if not (options.quick and options.nsys):
+        return (), []
+    try:
+        find_nsys()
+    except ProbeError as e:
+        return (), [f"no Nsight Systems traces: {e}"]
+    return (QUICK_NSYS_GPU if device.type == "cuda" else tuple(engines)), []
+
+
+def _sweeps(cfg: BenchConfig, out: Path, options: RunOptions, watch: Watch, model):
+    """The main sweep and the next sweeps, in one Ray session when on Ray: (results, next results by engine,
+    warnings, errors)."""
+    on = dict(model=model, resume=options.resume, executor=options.executor, address=options.address)
+    ray = contextlib.nullcontext()
+    if options.executor != "local":  # one Ray session for every sweep of the run, not one each
+        from probe.cluster import session  # Ray: an optional dependency, imported where it is used
+
+        ray = session(options.address)
+    with ray:
+        watch.phase(f"sweep: {cell_count(cfg)} cells of {', '.join(cfg.engines)}")
+        results = sweep(cfg, out, watch, **on)
+        warnings, errors = sweep_problems(cfg, results)
+        nxt = {}
+        for c in next_configs(cfg) if options.next_sweeps else []:
+            name = c.engines[0]
+            watch.phase(f"next sweep: {name}, {cell_count(c)} cells")
+            nxt[name] = sweep(c, out / f"next-{name}", watch, **on)
+            more = sweep_problems(c, nxt[name])
+            warnings, errors = warnings + more[0], errors + more[1]
+    return results, nxt, warnings, errors
+
+
 def run_job(cfg: BenchConfig, out: Path, options: RunOptions = RunOptions(), watch: Watch | None = None) -> RunOutcome:
     """The whole `probe run` (the module's docstring). `cfg` holds the defaults and the user's flags, unsettled."""
     watch = watch or Watch()
@@ -267,65 +301,36 @@ def run_job(cfg: BenchConfig, out: Path, options: RunOptions = RunOptions(), wat
     prepare_graph_profiling(device)  # before the first CUDA graph is captured in this process
     claim(out, resume=options.resume, force=options.force)
     engines = profiled_engines(cfg, options)
-    nsys_engines: tuple[str, ...] = ()
-    notes = []
-    if options.quick and options.nsys:
-        try:
-            find_nsys()
-            nsys_engines = QUICK_NSYS_GPU if device.type == "cuda" else tuple(engines)
-        except ProbeError as e:
-            notes.append(f"no Nsight Systems traces: {e}")
+    nsys_engines, notes = _nsys_plan(options, device, engines)
     report = Report(None, [], [], notes=notes)
     watch.phase(f"profiler self-check on {device}")
     with _part(report, "profiler self-check"):
         report.self_check = self_check(device, sessions_in_run(len(engines)))
     # One model for every part (--quick): a compiled step is guarded on the model it was compiled for.
-    local = options.executor == "local"
-    model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed) if options.quick and local else None
-    on = dict(model=model, resume=options.resume, executor=options.executor, address=options.address)
-    ray = contextlib.nullcontext()
-    if not local:  # one Ray session for every sweep of the run, not one each
-        from probe.cluster import session  # Ray: an optional dependency, imported where it is used
-
-        ray = session(options.address)
-    errors, warnings = [], []
-    with ray:
-        watch.phase(f"sweep: {cell_count(cfg)} cells of {', '.join(cfg.engines)}")
-        results = sweep(cfg, out, watch, **on)
-        found = sweep_problems(cfg, results)
-        nxt = {}
-        for c in next_configs(cfg) if options.next_sweeps else []:
-            name = c.engines[0]
-            watch.phase(f"next sweep: {name}, {cell_count(c)} cells")
-            nxt[name] = sweep(c, out / f"next-{name}", watch, **on)
-            more = sweep_problems(c, nxt[name])
-            found = (found[0] + more[0], found[1] + more[1])
-    warnings, errors = list(found[0]), list(found[1])
-    combined = results.combined(list(nxt.values()))
-    prompt = min(cfg.prompts)
-    report.verdicts = [host_overhead_verdict(combined), batching_verdict(combined, arch_for(cfg.model), None)]
+    quick_local = options.quick and options.executor == "local"
+    model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed) if quick_local else None
+    results, nxt, warnings, errors = _sweeps(cfg, out, options, watch, model)
+    combined, prompt, arch = results.combined(list(nxt.values())), min(cfg.prompts), arch_for(cfg.model)
+    report.verdicts = [host_overhead_verdict(combined), batching_verdict(combined, arch, None)]
     write_report(out, combined, report, prompt)
-    if model is None:
-        model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
+    model = model or load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
     watch.phase("machine: the floor, a cached step piece by piece, the copy bandwidth")
     with _part(report, "machine"):
         report.machine, report.overhead = measure_machine(
             cfg.model, cfg.dtype, cfg.device, results.env["device_name"], model
         )
     write_report(out, combined, report, prompt)
-    new_tokens = cfg.new_tokens if options.quick else PROFILE_NEW_TOKENS
     for engine in engines:
         label = engine_label(engine, PROFILE_BATCH if engine == "batched" else 1)
         watch.phase(f"profile {label}" + (" (and nsys)" if engine in nsys_engines else ""))
         with _part(report, f"profile {label}"):
+            new_tokens = cfg.new_tokens if options.quick else PROFILE_NEW_TOKENS
             _profile_one(cfg, out / "traces", model, engine, new_tokens, engine in nsys_engines, report)
         write_report(out, combined, report, prompt)
     watch.phase("report: predictions and verdicts")
-    arch = arch_for(cfg.model)
     with _part(report, "predictions"):
         if report.machine is not None:
-            own = _captured_costs(combined, device, report)
-            report.predictions = predictions(results, arch, report.machine, own)
+            report.predictions = predictions(results, arch, report.machine, _captured_costs(combined, device, report))
         report.verdicts = [host_overhead_verdict(combined), batching_verdict(combined, arch, report.machine)]
     figures = write_report(out, combined, report, prompt)
     errors += [f"{part} failed: {error}" for part, error in report.failed.items()]
@@ -334,9 +339,9 @@ def run_job(cfg: BenchConfig, out: Path, options: RunOptions = RunOptions(), wat
             f"kernels lost in {', '.join(lost)}: the GPU trace holds launches and no kernels, so its GPU figures "
             "would read as zeros (report.md, Warnings and the profiler self-check)"
         )
-    warnings += report.warnings
     code = 1 if errors else 0
-    return RunOutcome(out, results, nxt, combined, report, figures, code, errors, warnings, time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    return RunOutcome(out, results, nxt, combined, report, figures, code, errors, warnings + report.warnings, seconds)
 
 
 def _captured_costs(results: BenchResults, device: torch.device, report: Report) -> dict[str, HostCost]:

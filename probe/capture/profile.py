@@ -25,9 +25,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch.torch_version import TorchVersion
 
@@ -50,6 +52,7 @@ from probe.analysis.files import atomic_path, atomic_write
 from probe.analysis.report import SelfCheck
 from probe.analysis.results import Clock
 from probe.analysis.telemetry import cell_telemetry, decode_windows, write_samples
+from probe.analysis.trace import Kind, load_trace
 from probe.capture import annotate as A
 from probe.capture.bench import check_writable, settled
 from probe.capture.calibrate import event_costs
@@ -322,12 +325,35 @@ SELF_CHECK_DIM = 512  # two matrix products and a relu: three kernels an eager f
 
 
 def _profiled_counts(fn, activities) -> tuple[int, int]:
-    """(host ops, GPU ops: kernels, copies, sets) one call of `fn` records under torch.profiler."""
+    """(host aten ops, kernels) one call of `fn` records, counted the way a run's traces are: torch's chrome export
+    read by probe's own reader, so the check covers the whole path a trace takes."""
     with torch.profiler.profile(activities=activities) as prof:
         fn()
-    events = prof.events()
-    cpu = sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CPU and e.name.startswith("aten::"))
-    return cpu, sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+    with tempfile.TemporaryDirectory(prefix="probe-self-check-") as tmp:
+        path = Path(tmp) / "check.trace.json"
+        prof.export_chrome_trace(str(path))
+        trace = load_trace(path)
+    cpu_op = np.asarray(trace.kind) == Kind.CPU_OP
+    aten = np.array([trace.names[i].startswith("aten::") for i in trace.name_id], dtype=bool)
+    return int(np.count_nonzero(cpu_op & aten)), int(np.count_nonzero(np.asarray(trace.kind) == Kind.KERNEL))
+
+
+def _captured(x: torch.Tensor, w: torch.Tensor, sync) -> Callable[[], None]:
+    """The self-check's forward captured as a CUDA graph (warmed on a side stream first, as capture wants); returns
+    its replay."""
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        torch.relu(x @ w) @ w
+    torch.cuda.current_stream().wait_stream(stream)
+    with torch.cuda.graph(graph):
+        torch.relu(x @ w) @ w
+
+    def replay() -> None:
+        graph.replay()
+        sync()
+
+    return replay
 
 
 def self_check(device: torch.device, sessions: int) -> SelfCheck:
@@ -346,22 +372,9 @@ def self_check(device: torch.device, sessions: int) -> SelfCheck:
         torch.relu(x @ w) @ w
         sync()
 
-    replay = None
     with torch.inference_mode():
         eager()  # warm
-        if cuda:
-            graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                eager()  # warm on a side stream, as capture wants
-            torch.cuda.current_stream().wait_stream(stream)
-            with torch.cuda.graph(graph):
-                torch.relu(x @ w) @ w
-
-            def replay() -> None:
-                graph.replay()
-                sync()
-
+        replay = _captured(x, w, sync) if cuda else None
         before = _profiled_counts(eager, activities)
         graph_before = _profiled_counts(replay, activities)[1] if replay else None
         for _ in range(sessions):
