@@ -97,22 +97,14 @@ class HostCost:
         return self.dispatches * self.per_dispatch_ms
 
 
-def captured_host_cost(on_gpu: bool, overhead: OverheadReport | None, profiled: StepCounts | None) -> HostCost | None:
-    """The host cost of a captured (static) engine's step: one graph launch a step on a GPU; on a CPU (compiled,
-    no graph) the top-level ops its profiled trace dispatched a step; each at the floor's host cost per launch.
-    None when neither is known (no floor measured, or a CPU run that did not profile the engine)."""
-    if overhead is None or not overhead.host_us_per_launch > 0:  # NaN: no launch was recorded
+def captured_host_cost(captured: bool, overhead: OverheadReport | None) -> HostCost | None:
+    """The host cost of a captured engine's step: one graph launch, at the floor's host cost per kernel launch. None
+    where the step is not captured (a CPU compiles the static engine but captures no graph: the eager floor stays,
+    and a compiled step that beats it reads so) or no floor was measured."""
+    if not captured or overhead is None or not overhead.host_us_per_launch > 0:  # NaN: no launch was recorded
         return None
-    per = overhead.host_us_per_launch / 1e3
-    if on_gpu:
-        return HostCost(1.0, per, f"1 graph launch a step x {overhead.host_us_per_launch:.2f} us (the floor's)")
-    if profiled is None:
-        return None
-    return HostCost(
-        profiled.top_level_ops,
-        per,
-        f"{profiled.top_level_ops:g} ops a step ({profiled.trace}) x {overhead.host_us_per_launch:.2f} us",
-    )
+    us = overhead.host_us_per_launch
+    return HostCost(1.0, us / 1e3, f"1 graph launch a step x {us:.2f} us (the floor's per kernel launch)")
 
 
 def predictions(

@@ -345,11 +345,10 @@ def run_job(cfg: BenchConfig, out: Path, options: RunOptions = RunOptions(), wat
 
 
 def _captured_costs(results: BenchResults, device: torch.device, report: Report) -> dict[str, HostCost]:
-    """Each captured engine's own host cost per step (report.captured_host_cost), where it can be told."""
+    """Each captured engine's own host cost per step (report.captured_host_cost): on CUDA, where graphs are captured."""
     out = {}
     for engine in dict.fromkeys(c.engine for c in results.cells):
-        if engine_class(engine).captures_decode:
-            cost = captured_host_cost(device.type == "cuda", report.overhead, report.steps.get(engine))
-            if cost is not None:
-                out[engine] = cost
+        captured = device.type == "cuda" and engine_class(engine).captures_decode
+        if (cost := captured_host_cost(captured, report.overhead)) is not None:
+            out[engine] = cost
     return out

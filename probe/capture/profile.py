@@ -382,16 +382,14 @@ def self_check(device: torch.device, sessions: int) -> SelfCheck:
                 eager()
         after = _profiled_counts(eager, activities)
         graph_after = _profiled_counts(replay, activities)[1] if replay else None
-    total = sessions + 2 * (2 if cuda else 1)
     if cuda:
         note = (
             f"kernels of an eager forward {before[1]} -> {after[1]}, of a CUDA-graph replay {graph_before} -> "
-            f"{graph_after}, across {total} profiler sessions"
+            f"{graph_after}, after {sessions} profiler sessions"
         )
     else:
-        note = (
-            f"CUDA part skipped: no CUDA device ({device}); host ops {before[0]} -> {after[0]} across {total} sessions"
-        )
+        skipped = f"CUDA part skipped: no CUDA device ({device})"
+        note = f"{skipped}; host ops {before[0]} -> {after[0]} after {sessions} sessions"
     return SelfCheck(
         device=str(device),
         sessions=sessions,

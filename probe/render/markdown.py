@@ -109,7 +109,7 @@ def _self_check(report: Report) -> list[str]:
     c = report.self_check
     if c is None:
         return []
-    lines = ["", "## Profiler self-check (before the timed work)", "", f"- {md_escape(c.note)}"]
+    lines = ["", "## Profiler self-check (before the timed work)", "", f"- {c.note}"]
     lines.append(
         f"- host ops of an eager forward: {c.cpu_ops_before} before, {c.cpu_ops_after} after {c.sessions} sessions"
     )
@@ -119,7 +119,7 @@ def _self_check(report: Report) -> list[str]:
             f"of a CUDA-graph replay: {c.graph_kernels_before} before, {c.graph_kernels_after} after"
         )
     if c.teardown_cupti:
-        lines.append(f"- {md_escape(c.teardown_cupti)}")
+        lines.append(f"- {c.teardown_cupti}")
     return lines
 
 
