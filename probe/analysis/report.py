@@ -85,8 +85,8 @@ def points_at(ratio: float, binding: str, recompute: bool) -> str:
 
 @dataclass(frozen=True)
 class HostCost:
-    """An engine's own host cost per step, where the eager floor does not describe it: a captured or compiled
-    step dispatches `dispatches` calls (one graph launch on a GPU), each at the floor's host cost per launch."""
+    """An engine's own host cost per step, where the eager floor does not describe it: a captured step dispatches
+    `dispatches` calls (one graph launch), each at the floor's host cost per kernel launch."""
 
     dispatches: float
     per_dispatch_ms: float

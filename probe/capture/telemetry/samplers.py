@@ -269,6 +269,29 @@ def make_sampler(interval_ms: float, device: object, busy_cores: int, on_note: C
     return Sampler(interval_ms, backends, on_note=on_note)
 
 
+def _child_gpu(args: argparse.Namespace) -> tuple[list[Backend], list[str]]:
+    """The child's GPU backend (NVML on a CUDA device), or the note that says why there is none."""
+    if not args.device.startswith("cuda"):
+        return [], [f"telemetry: device {args.device} has no NVML figures; recording CPU figures only"]
+    try:
+        return [NvmlBackend(args.gpu_index, args.gpu_uuid)], []
+    except Exception as e:
+        return [], [
+            f"telemetry: NVML unavailable ({first_line(e, with_type=True)}); "
+            "recording CPU figures only, no GPU figures or energy"
+        ]
+
+
+def _child_rows(cpu: CpuBackend, snapshots: list[tuple], own_cpu_ns: list[int], gpu_rows: list[Row]) -> list[Row]:
+    """The raw reads parsed into rows, each with the child's own CPU as a rate (`sampler_cpu_pct`, like
+    proc_cpu_pct: a row's value holds over the interval before it)."""
+    rows = [{"t_ns": snap[0], **cpu.parse(snap), **gpu} for snap, gpu in zip(snapshots, gpu_rows, strict=True)]
+    for k in range(len(rows)):
+        wall = rows[k]["t_ns"] - rows[k - 1]["t_ns"] if k else 0
+        rows[k]["sampler_cpu_pct"] = 100.0 * (own_cpu_ns[k] - own_cpu_ns[k - 1]) / wall if wall > 0 else math.nan
+    return rows
+
+
 def _child_main(argv: list[str] | None = None) -> None:
     """`python -m probe.capture.telemetry.samplers --pid P ...`: sample process P until a line arrives on stdin,
     then print {"rows", "notes", "missed", "thread_cpu_ns"} as one JSON line."""
@@ -279,18 +302,7 @@ def _child_main(argv: list[str] | None = None) -> None:
     p.add_argument("--gpu-index", type=int, default=0)
     p.add_argument("--gpu-uuid", default=None)
     args = p.parse_args(argv)
-    notes: list[str] = []
-    backends: list[Backend] = []
-    if args.device.startswith("cuda"):
-        try:
-            backends.append(NvmlBackend(args.gpu_index, args.gpu_uuid))
-        except Exception as e:
-            notes.append(
-                f"telemetry: NVML unavailable ({first_line(e, with_type=True)}); "
-                "recording CPU figures only, no GPU figures or energy"
-            )
-    else:
-        notes.append(f"telemetry: device {args.device} has no NVML figures; recording CPU figures only")
+    backends, notes = _child_gpu(args)
     cpu = CpuBackend(pid=args.pid)
     # The loop keeps raw reads only (two preads and a clock, ~20 us) and parses them after the block: every
     # microsecond it spends awake is taken from a core the decode loop may want.
@@ -337,10 +349,7 @@ def _child_main(argv: list[str] | None = None) -> None:
     stop.set()
     thread.join(JOIN_TIMEOUT_S)
     take()
-    rows = [{"t_ns": snap[0], **cpu.parse(snap), **gpu} for snap, gpu in zip(snapshots, gpu_rows, strict=True)]
-    for k in range(len(rows)):  # a rate, like proc_cpu_pct: this row's value holds over the interval before it
-        wall = rows[k]["t_ns"] - rows[k - 1]["t_ns"] if k else 0
-        rows[k]["sampler_cpu_pct"] = 100.0 * (own_cpu_ns[k] - own_cpu_ns[k - 1]) / wall if wall > 0 else math.nan
+    rows = _child_rows(cpu, snapshots, own_cpu_ns, gpu_rows)
     for backend in (*backends, cpu):
         backend.close()
     print(json.dumps({"rows": rows, "notes": notes, "missed": missed, "thread_cpu_ns": loop_cpu_ns}), flush=True)
