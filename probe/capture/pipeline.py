@@ -241,15 +241,19 @@ def _profile_one(cfg: BenchConfig, folder: Path, model, engine: str, new_tokens:
         batch=batch,
         seed=cfg.seed,
     )
-    capture = profile_torch(pcfg, folder, model)
-    analysis = analyze(load_trace(capture.trace))
+    trace = profile_torch(pcfg, folder, model).trace
+    if trace is None:
+        raise ProbeError(f"torch.profiler wrote no trace of {label}")
+    analysis = analyze(load_trace(trace))
     report.ledgers[label] = digest(analysis)
-    report.steps[label] = step_counts(engine, analysis, capture.trace.name, batch=batch)
-    report.warnings += [f"{capture.trace.name}: {w}" for w in analysis.warnings]
+    report.steps[label] = step_counts(engine, analysis, trace.name, batch=batch)
+    report.warnings += [f"{trace.name}: {w}" for w in analysis.warnings]
     if not nsys:
         return
     try:
         sqlite = profile_nsys(pcfg, folder).sqlite
+        if sqlite is None:
+            raise ProbeError("nsys wrote no SQLite export")
     except ProbeError as e:
         report.notes.append(f"nsys trace of {label} not taken: {e}")
         return
@@ -273,7 +277,7 @@ def _sweeps(cfg: BenchConfig, out: Path, options: RunOptions, watch: Watch, mode
     """The main sweep and the next sweeps, in one Ray session when on Ray: (results, next results by engine,
     warnings, errors)."""
     on = dict(model=model, resume=options.resume, executor=options.executor, address=options.address)
-    ray = contextlib.nullcontext()
+    ray: AbstractContextManager = contextlib.nullcontext()
     if options.executor != "local":  # one Ray session for every sweep of the run, not one each
         from probe.cluster import session  # Ray: an optional dependency, imported where it is used
 

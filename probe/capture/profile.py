@@ -37,12 +37,6 @@ try:
     import nvtx
 except ImportError:  # optional: ranges then go through torch.cuda.nvtx where CUDA exists
     nvtx = None
-try:  # torch's switch for lazy CUPTI re-init under CUDA graphs, part of its TEARDOWN_CUPTI rule
-    from torch._utils_internal import profiler_allow_cudagraph_cupti_lazy_reinit_cuda12 as _lazy_reinit_allowed
-except ImportError:  # a torch without it: the rule is the CUDA version alone
-
-    def _lazy_reinit_allowed() -> bool:
-        return True
 
 
 from engines import engine_class
@@ -88,7 +82,9 @@ def cupti_teardown(cuda_version: str | None) -> str:
         return "TEARDOWN_CUPTI: not applicable (no CUDA)"
     if "TEARDOWN_CUPTI" in os.environ:
         return f"TEARDOWN_CUPTI={os.environ['TEARDOWN_CUPTI']} as set before the run: kept"
-    if TorchVersion(cuda_version) < CUPTI_TEARDOWN_SAFE_FROM or not _lazy_reinit_allowed():
+    # torch's switch for lazy CUPTI re-init under CUDA graphs, the rest of its rule (a torch without it: version only)
+    lazy_reinit = getattr(torch._utils_internal, "profiler_allow_cudagraph_cupti_lazy_reinit_cuda12", lambda: True)()
+    if TorchVersion(cuda_version) < CUPTI_TEARDOWN_SAFE_FROM or not lazy_reinit:
         os.environ["TEARDOWN_CUPTI"] = "0"
         return (
             f"TEARDOWN_CUPTI=0 set: CUDA {cuda_version} with CUDA graphs, torch's own rule (CUPTI's teardown "

@@ -167,7 +167,7 @@ def step_table(s: StepLedger, result: TraceAnalysis) -> Table:
         ("cpu ops (all depths)", str(s.cpu_ops), ""),
         ("host events recorded (ops, calls, frames / ranges)", f"{s.host_events} / {s.host_ranges}", ""),
     ]
-    if s.unprofiled_estimate_ns is not None:
+    if s.unprofiled_estimate_ns is not None and result.event_cost is not None:
         rows.append(
             (
                 f"unprofiled estimate ms ({s.host_events} events x {result.event_cost.op_ns:.0f} ns, "

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from probe.analysis.ledger import StepDigest
 from probe.analysis.report import Figure, Machine, OverheadReport, Prediction, Report, Verdict
-from probe.analysis.results import BenchResults, Cell
+from probe.analysis.results import BenchResults, Cell, FailedCell
 from probe.render.console import stderr
 
 
@@ -158,7 +158,7 @@ def telemetry_table(results: BenchResults) -> Table | None:
             "-" if (v := getattr(c.telemetry, key)) is None else format(v * scale, fmt)
             for _, key, scale, fmt in TELEMETRY_COLUMNS
         ]
-        if c.telemetry.energy_reliable is False:  # decode phases too short for NVML's power window
+        if c.telemetry is not None and c.telemetry.energy_reliable is False:  # too short for NVML's power window
             values[-1] = "unreliable"
         table.add_row(c.engine, str(c.prompt_tokens), str(c.batch), *values)
     return table
@@ -240,7 +240,7 @@ class Lines:
 
     def cells(self, results: BenchResults, total: int) -> None:
         """Called with the sweep's results after each cell: a line for each cell added since the last call."""
-        done = [*results.cells, *results.failed]
+        done: list[Cell | FailedCell] = [*results.cells, *results.failed]
         for c in done[self.done :]:
             self.done += 1
             if isinstance(c, Cell):
