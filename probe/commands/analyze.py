@@ -97,6 +97,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def options_from(args: argparse.Namespace, trace_path: Path) -> AnalyzeOptions:
     """AnalyzeOptions from the flags; the event cost from the trace's sidecar when the flag does not give it."""
+    cost: EventCost | None
     if args.event_cost_ns is not None:
         cost = parse_event_cost(args.event_cost_ns)
     else:
