@@ -12,13 +12,16 @@ import sys
 from probe.analysis.report import load_report
 from probe.analysis.results import load_results
 from probe.capture import pipeline
-from tests.conftest import ROOT, floor_ops_by_profiler
+from tests.conftest import ROOT, floor_ops_by_profiler, run_probe
 from tests.test_layout import HIDE_TORCH
 
+# The two whole runs below are fresh processes: they compile the static engine with inductor, whose state (compiled
+# graphs, recompile limits, its worker pool) is the process's, so they would leave it to every later test here.
 
-def test_probe_run_writes_the_whole_report(tmp_path, cli):
+
+def test_probe_run_writes_the_whole_report(tmp_path):
     out = tmp_path / "run"
-    result = cli(
+    result = run_probe(
         "run",
         "--prompts",
         "8,32",
@@ -68,11 +71,11 @@ def test_probe_run_writes_the_whole_report(tmp_path, cli):
     json.loads((out / "report.json").read_text())  # well-formed
 
 
-def test_probe_run_quick_prints_the_whole_report(tmp_path, cli):
+def test_probe_run_quick_prints_the_whole_report(tmp_path):
     """--quick on a tiny budget: naive, cached and static in one sweep, the batched check, the floor with and
     without a sync, one trace per engine, and every section of the report on stdout."""
     out = tmp_path / "quick"
-    result = cli(
+    result = run_probe(
         "run", "--quick", "--prompts", "8,32", "--new-tokens", "5", "--runs", "1", "--device", "cpu", "--no-nsys",
         "--out", str(out),
     )  # fmt: skip
