@@ -8,6 +8,8 @@ import types
 import typing
 from dataclasses import field
 
+from probe.errors import ProbeError
+
 
 def _list_of(kind: type, what: str):
     def parse(text: str) -> tuple:
@@ -68,3 +70,23 @@ def from_args(cls, ns: argparse.Namespace, **base):
         if hasattr(ns, f.name):
             values[f.name] = getattr(ns, f.name)
     return cls(**values)
+
+
+def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
+    """Where the cells run, and what to do with an --out folder that already holds results (bench and run)."""
+    p.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="local: every cell in this process; ray: a cell per GPU (or per node on CPUs) of a Ray cluster",
+    )
+    p.add_argument("--address", help="--executor ray: the cluster to join (default: start a local Ray instance)")
+    p.add_argument("--resume", action="store_true", help="keep the cells --out already holds and run the others")
+    p.add_argument("--force", action="store_true", help="clear probe's own files from --out before the sweep")
+
+
+def check_sweep_arguments(args: argparse.Namespace) -> None:
+    if args.address and args.executor != "ray":
+        raise ProbeError("--address names a Ray cluster: use it with --executor ray")
+    if (args.resume or args.force) and args.out is None:
+        raise ProbeError("--resume and --force act on an --out folder")

@@ -15,6 +15,7 @@ import torch
 
 from engines.models import load_model, prompt_ids
 from engines.naive import no_cache_forward, prepared_masks
+from probe.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"
@@ -37,6 +38,21 @@ def history_outside_the_checkout(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny():
     return load_model("tiny", "float32", "cpu", seed=0)
+
+
+@pytest.fixture
+def cli(capsys):
+    """`probe ARGS` in this process, as a CompletedProcess (exit code, stdout, stderr): no interpreter start-up and
+    no imports per call. Use `run_probe` where the process is what the test is about (exit codes of a real process,
+    signals, what a fresh process imports)."""
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        capsys.readouterr()
+        code = main([str(a) for a in args])
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+    return run
 
 
 def run_probe(*args: str, timeout: float = 600, **kw) -> subprocess.CompletedProcess:

@@ -58,20 +58,6 @@ def one_line_error(proc: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-@pytest.fixture
-def cli(capsys):
-    """`probe ARGS` in this process (the history commands import no torch; a process each would cost ~2 s)."""
-    from probe.cli import main
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        capsys.readouterr()
-        code = main([str(a) for a in args])
-        out = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, out.out, out.err)
-
-    return run
-
-
 def runs_json(path: Path, *args: str) -> list[dict]:
     """`probe history list --json`, in this process."""
     from probe.cli import main

@@ -594,13 +594,7 @@ def folder_record(folder: Path, command: str | None = None, **overrides) -> RunR
     if (folder / "report.json").is_file() and (folder / "traces").is_dir():
         traces = sorted(p for p in (folder / "traces").iterdir() if is_trace_name(p.name))
         ledgers = [read_ledger(p) for p in traces if trace_meta(p)]
-    combined = BenchResults(
-        main.cells + [c for r in nxt for c in r.cells],
-        main.env,
-        main.config,
-        main.complete and all(r.complete for r in nxt),
-        main.clock,
-    )
+    combined = main.combined(nxt)
     kind = command or ("run" if (folder / "report.json").is_file() else "bench")
     record = run_record(kind, folder, combined, ledgers, parts=[main, *nxt], **overrides)
     return record if "commit" in overrides else _with_commit(record, combined.env)

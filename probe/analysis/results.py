@@ -342,6 +342,18 @@ class BenchResults:
             "cells": [c.to_json() for c in self.cells] + [f.to_json() for f in self.failed],
         }
 
+    def combined(self, others: list[BenchResults]) -> BenchResults:
+        """These results with the cells (and failed cells) of `others` after them, as one run: this one's env,
+        config and clock; complete when every part is."""
+        return BenchResults(
+            self.cells + [c for r in others for c in r.cells],
+            self.env,
+            self.config,
+            self.complete and all(r.complete for r in others),
+            self.clock,
+            self.failed + [f for r in others for f in r.failed],
+        )
+
     def save(self, folder: Path) -> None:
         """Write results.json, cells.parquet and cells.csv, each atomically (a Ctrl-C never leaves half a file)."""
         folder.mkdir(parents=True, exist_ok=True)

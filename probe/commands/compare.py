@@ -84,8 +84,8 @@ def print_report(result) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from probe import render
     from probe.analysis.compare import COLUMNS, row_cells
+    from probe.render import console as render
 
     style = {
         "regression": "bold red",

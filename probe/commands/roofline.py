@@ -141,9 +141,9 @@ def arch_of(spec: str, count: str):
 def main(args: argparse.Namespace) -> int:
     if args.check:
         return check(args.published, args.json)
-    from probe import render
     from probe.analysis.hardware import device
     from probe.analysis.roofline.formulas import roofline
+    from probe.render import console as render
 
     cfg = from_args(RooflineConfig, args)
     arch, counted_by = arch_of(cfg.model, cfg.count)
@@ -281,8 +281,8 @@ def table(r):
 
 
 def check(path: Path | None, as_json: bool) -> int:
-    from probe import render
     from probe.analysis.roofline.published import check_published
+    from probe.render import console as render
 
     checks = check_published(path)
     failed = [c for c in checks if not c.passed]
