@@ -352,7 +352,7 @@ def _words(s: StepLedger, e: Evidence, bound: Bound, then: Bound | None, host_by
             f"of GPU work ({ratio:.2f}x)" + (": balanced, within 10%." if balanced else ".")
         )
     lines += [host_line, gpu_line]
-    if e.sync_wait_ns:
+    if e.sync_wait_ns and bound != "external":  # the external headline names the wait and its call site
         lines.append(
             f"sync wait {_ms(e.sync_wait_ns)} ms{_site_text(s)}; of it {_ms(e.external_wait_ns)} ms with no GPU op "
             "of the trace running"

@@ -11,6 +11,11 @@ with_stack) and unattributed time, which add up to the wall time; the kernels by
 Python frames; a summary. On a CPU-only trace the dispatched op count (top-level ops) stands in for launches.
 The definitions are in probe/analysis/ledger.py.
 
+First, before any table: the answer (probe/analysis/diagnosis.py, docs/diagnosis.md): what bounds the median
+steady step (host, GPU, external, CPU only), the figures it rests on with their arithmetic, and what fixing it
+would buy; with --model (and --device when the trace does not name its own), the roofline beside each step; with
+recorded shapes, the roofline of every op. --json carries all of it, step by step.
+
 Several traces (files, folders of traces, globs) are analyzed in parallel, in a pool of local processes or, with
 --executor ray, as Ray tasks over a cluster (each reads its trace by path: shared storage). Then each trace's
 ledger, and the job across them step by step (probe/analysis/job.py): every rank's wall, GPU busy and launches,
@@ -26,13 +31,16 @@ from pathlib import Path
 
 from rich.markup import escape
 
+from probe.analysis.answer import answer
 from probe.analysis.files import trace_meta
 from probe.analysis.job import TraceFailure, analyze_one, expand, job, pool_map
 from probe.analysis.ledger import AnalyzeOptions, EventCost, StepLedger, TraceAnalysis, analyze
+from probe.analysis.step_roofline import TokenFlags
 from probe.analysis.timeline import step_timeline
 from probe.analysis.trace import load_trace
 from probe.commands import print_json
 from probe.errors import ProbeError
+from probe.render.answer import answer_lines, op_roofline_table
 from probe.render.console import stdout
 from probe.render.ledger import (
     categories_table,
@@ -89,6 +97,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="kernels whose name matches REGEX go to CATEGORY, before the built-in rules (repeatable)",
     )
     p.add_argument(
+        "--kernel-wait-us",
+        type=float,
+        metavar="US",
+        help="a GPU gap under this, not the host's lateness, is kernel wait (default: 30: HTA's rule as it applies it)",
+    )
+    roof = p.add_argument_group("the roofline beside each step")
+    roof.add_argument("--model", metavar="SPEC", help="a preset, a config.json or a model folder")
+    roof.add_argument(
+        "--device", metavar="NAME", help="the GPU, when the trace's deviceProperties do not name it (H100-SXM, MI300X)"
+    )
+    roof.add_argument("--dtype", help="the weights' dtype (default: the recorded GEMMs' input type, else bfloat16)")
+    roof.add_argument("--tokens", type=int, help="new tokens a step, when the trace's markers and shapes do not say")
+    roof.add_argument("--batch", type=int, help="sequences a step, when the trace does not say")
+    roof.add_argument("--context", type=int, help="positions cached before a step, per sequence")
+    p.add_argument(
         "--event-cost-ns",
         metavar="OP,RANGE",
         help="the profiler's cost per recorded op and per range, ns, for the unprofiled-step estimate (default: "
@@ -103,7 +126,7 @@ def options_from(args: argparse.Namespace, trace_path: Path) -> AnalyzeOptions:
         cost = parse_event_cost(args.event_cost_ns)
     else:
         cost = EventCost.from_json((trace_meta(trace_path) or {}).get("event_cost_ns"))
-    return AnalyzeOptions.parse(args.steps, args.part, args.kernel_category, cost)
+    return AnalyzeOptions.parse(args.steps, args.part, args.kernel_category, cost, args.kernel_wait_us)
 
 
 def parse_event_cost(text: str) -> EventCost:
@@ -130,14 +153,22 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
     trace = load_trace(path)
     result = analyze(trace, options)
     step = _pick(result, args.step) if args.step is not None else None
+    flags = TokenFlags(args.tokens, args.batch, args.context)
+    found = answer(trace, result, args.model, args.device, args.dtype, flags)
     if args.json:
-        out = result.to_json()
+        out = result.to_json() | found.to_json()
+        for doc, s in zip(out["steps"], result.steps, strict=True):
+            doc |= found.step_json(s.position)
         if step is not None:
-            out["steps"] = [step.to_json()]
+            out["steps"] = [out["steps"][step.position]]
             out["timeline"] = [vars(it) for it in step_timeline(trace, step)]
         print_json(out)
         return 0
+    for w in result.warnings:  # before the tables, where a person reads first
+        print(f"probe: warning: {w}", file=sys.stderr)
     console = stdout()
+    for line in answer_lines(found):
+        console.print(line)
     if step is None:
         console.print(steps_table(result))
         if result.on_gpu:
@@ -146,6 +177,8 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
         if result.on_gpu:
             console.print(kernels_table(result.kernels[:15], f"top GPU ops of {result.source} by total time"))
             console.print(categories_table(result.kernel_categories, result.totals.gpu_busy_ns))
+            if (ops := op_roofline_table(found)) is not None:
+                console.print(ops)
     else:
         console.print(step_table(step, result))
         if step.top_kernels:
@@ -155,8 +188,6 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
     if frames:
         console.print(frames_table(frames, "Python frames by self time (the python part)"))
     console.print(summary_table(result))
-    for w in result.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
     return 0
 
 
