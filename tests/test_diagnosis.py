@@ -106,10 +106,9 @@ def test_external_wait_then_its_own_gpu_work(tmp_path):
     assert "0.002 ms after a stream-wait-event call" in d.lines[0]
 
 
-def test_host_bound_by_python_and_what_fixing_it_buys(tmp_path):
-    """No sync; host work 100 us against 7 us of GPU work: host-bound, by Python (85 us: the loop frame 10, the
-    forward frame 25, `slow` 50), dispatch 10 (mm 10 - 3, add 5 - 2), launches 5."""
-    path = _trace(
+def python_bound_trace(tmp_path: Path) -> Path:
+    """A decode step of 100 us whose host is mostly Python, for 7 us of GPU work (test_report.py uses it too)."""
+    return _trace(
         tmp_path,
         [
             ("user_annotation", "decode#0", 0, 100, {}),
@@ -123,7 +122,12 @@ def test_host_bound_by_python_and_what_fixing_it_buys(tmp_path):
         ],
         [("kernel", "gemm", 20, 25, {"correlation": 1}), ("kernel", "add", 90, 92, {"correlation": 2})],
     )
-    d = _diagnose(path)
+
+
+def test_host_bound_by_python_and_what_fixing_it_buys(tmp_path):
+    """No sync; host work 100 us against 7 us of GPU work: host-bound, by Python (85 us: the loop frame 10, the
+    forward frame 25, `slow` 50), dispatch 10 (mm 10 - 3, add 5 - 2), launches 5."""
+    d = _diagnose(python_bound_trace(tmp_path))
     assert (d.bound, d.host_bound_by) == ("host", "python")
     e = d.evidence
     assert (e.python_ns, e.dispatch_ns, e.launch_ns, e.unattributed_ns) == (85_000, 10_000, 5_000, 0)

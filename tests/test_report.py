@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from probe.analysis.diagnosis import Context, diagnose_trace
 from probe.analysis.ledger import analyze
 from probe.analysis.report import (
     Machine,
@@ -20,6 +21,7 @@ from probe.analysis.report import (
     hand_figures,
     host_overhead_verdict,
     points_at,
+    prediction_checks,
     predictions,
     step_counts,
 )
@@ -29,6 +31,7 @@ from probe.analysis.telemetry import TelemetrySummary, cell_telemetry
 from probe.analysis.trace import load_trace
 from probe.render import terminal
 from probe.render.markdown import report_markdown
+from tests.test_diagnosis import python_bound_trace
 from tests.test_overhead import FAKE_FLOOR
 
 TINY = arch_for("tiny")
@@ -255,3 +258,33 @@ def test_an_old_report_without_the_new_fields_still_reads():
     old = {"machine": dataclasses.asdict(Machine(1.0, "t", 1e9, "t")), "predictions": [], "verdicts": []}
     report = Report.from_json(old)
     assert (report.warnings, report.failed, report.self_check, report.lost_kernels) == ([], {}, None, [])
+
+
+def test_a_batch_that_beats_b_times_single_is_a_measurement_error_not_a_verdict():
+    """A run printed "supported ... 488% of B x single" against a contended B=1 cell: a batch of B cannot produce
+    more than B sequences run one at a time. B=1 at 10 ms (100 tok/s), B=2 at 2 ms (1000 tok/s): 500%."""
+    machine = Machine(1.0, "test", 10e9, "test")
+    v = batching_verdict(results(cell("batched", 16, 10.0), cell("batched", 16, 2.0, batch=2)), TINY, machine)
+    assert v.supported is None and "500% of B x single" in v.evidence and "measurement error" in v.evidence
+
+
+def test_a_contended_reference_cell_is_not_judged():
+    machine = Machine(1.0, "test", 10e9, "test")
+    one = dataclasses.replace(cell("batched", 16, 2.0), contended=True, other_cpu_cores=1.5)
+    v = batching_verdict(results(one, cell("batched", 16, 2.1, batch=2)), TINY, machine)
+    assert v.supported is None and "ran contended (1.50 cores" in v.evidence
+
+
+def test_the_cached_trace_predicts_static_and_b2(tmp_path):
+    """The diagnosis of a host-bound cached step (tests/test_diagnosis.py: host 100 us, GPU 7 us) predicts a
+    captured step of 87.5 us and, at B=2, 100 us (host work stays, GPU 7 -> 14 us stays under it); the static cell
+    measures 0.1 ms (1.14x the prediction), the B=2 cell 0.12 ms (1.2x)."""
+    trace = load_trace(python_bound_trace(tmp_path))
+    median = diagnose_trace(analyze(trace), Context.of(trace)).median
+    cells = results(cell("static", 16, 0.1), cell("batched", 16, 0.12, batch=2))
+    static, two = prediction_checks(cells, {"cached": median}, 16)
+    assert (static.predicted_ms, static.measured_ms) == (pytest.approx(0.0875), 0.1)
+    assert static.ratio == pytest.approx(0.1 / 0.0875)
+    assert (two.predicted_ms, two.ratio) == (pytest.approx(0.1), pytest.approx(1.2))
+    cpu = dataclasses.replace(median, bound="cpu_only")
+    assert all(c.ratio is None and "a CPU trace" in c.evidence for c in prediction_checks(cells, {"cached": cpu}, 16))

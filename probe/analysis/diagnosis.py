@@ -52,6 +52,7 @@ change, GPU work after the change), the same model as the verdict:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -123,6 +124,18 @@ class Evidence:
                 out[name] = value
         return out
 
+    @classmethod
+    def from_json(cls, doc: dict) -> Evidence:
+        """to_json's inverse (us back to whole ns)."""
+        values = {}
+        for f in dataclasses.fields(cls):
+            if f.name.endswith("_ns"):
+                us = doc[f.name[:-3] + "_us"]
+                values[f.name] = None if us is None else round(us * 1e3)
+            else:
+                values[f.name] = doc[f.name]
+        return cls(**values)
+
 
 @dataclass(frozen=True)
 class Diagnosis:
@@ -154,6 +167,23 @@ class Diagnosis:
             "evidence": self.evidence.to_json(),
             "what_if": [w.to_json() for w in self.what_if],
         }
+
+    @classmethod
+    def from_json(cls, doc: dict) -> Diagnosis:
+        """to_json's inverse, for report.json; KeyError or TypeError when malformed."""
+        return cls(
+            step=str(doc["step"]),
+            kind=str(doc["kind"]),
+            bound=doc["bound"],
+            then=doc["then"],
+            host_bound_by=doc["host_bound_by"],
+            balanced=bool(doc["balanced"]),
+            headline=str(doc["headline"]),
+            lines=tuple(doc["lines"]),
+            evidence=Evidence.from_json(doc["evidence"]),
+            what_if=tuple(WhatIf(**w) for w in doc["what_if"]),
+            caveats=tuple(doc.get("caveats", ())),
+        )
 
 
 @dataclass(frozen=True)
@@ -455,17 +485,32 @@ def what_if(s: StepLedger, e: Evidence, on_gpu: bool, context: Context) -> list[
     return sorted(out, key=lambda w: (-w.saving_ms, w.change))
 
 
+def batch_gpu_ns(e: Evidence, b: int, context: Context) -> float:
+    """The step's GPU work with b times its sequences: scaled by the roofline's time at b over 1 when a model is
+    known, else linearly (every byte read again for each sequence: the pessimistic bound)."""
+    if context.gpu_ms_at is not None:
+        return e.gpu_busy_ns * context.gpu_ms_at(b) / context.gpu_ms_at(1)
+    return e.gpu_busy_ns * b
+
+
+def predict_batch(e: Evidence, b: int, context: Context) -> float:
+    """The measured step with b times its sequences, in ns: host work per forward stays, GPU work grows
+    (batch_gpu_ns); the binding term moves and the measured step with it (what_if's model)."""
+    model = max(e.host_work_ns, e.gpu_busy_ns)
+    return e.measured_ns - (model - max(e.host_work_ns, batch_gpu_ns(e, b, context)))
+
+
 def _free_batch(e: Evidence, context: Context) -> tuple[int, float, str]:
     """The largest batch before the GPU binds, its GPU work, and how that was scaled."""
-    gpu = e.gpu_busy_ns
-    if context.gpu_ms_at is not None:
-        one = context.gpu_ms_at(1)
-        b = 1
-        while b < MAX_BATCH and gpu * context.gpu_ms_at(b + 1) / one <= e.host_work_ns:
-            b += 1
-        return b, gpu * context.gpu_ms_at(b) / one, "as the roofline's predicted step time at B over B = 1"
-    b = min(MAX_BATCH, int(e.host_work_ns // gpu))
-    return b, gpu * b, "linearly with B (every byte read again per sequence: the pessimistic bound)"
+    how = (
+        "as the roofline's predicted step time at B over B = 1"
+        if context.gpu_ms_at is not None
+        else "linearly with B (every byte read again per sequence: the pessimistic bound)"
+    )
+    b = 1
+    while b < MAX_BATCH and batch_gpu_ns(e, b + 1, context) <= e.host_work_ns:
+        b += 1
+    return b, batch_gpu_ns(e, b, context), how
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
+from probe.analysis.diagnosis import Context, Diagnosis, predict_batch
 from probe.analysis.digest import StepDigest
 from probe.analysis.ledger import TraceAnalysis, steady
 from probe.analysis.results import BenchResults, Cell
@@ -82,6 +83,54 @@ def points_at(ratio: float, binding: str, recompute: bool) -> str:
     if binding == "host":
         return "host floor: the step does work the floor's forward does not (bookkeeping, sampling, sync)"
     return "bandwidth term not reached: per-step overhead or compute binds instead"
+
+
+@dataclass(frozen=True)
+class Check:
+    """A prediction the step diagnosis made from one engine's profiled trace, held against the cell that measures
+    it: the ratio is measured / predicted (1 is exact)."""
+
+    prediction: str
+    predicted_ms: float | None
+    measured_ms: float | None
+    ratio: float | None
+    evidence: str
+
+
+def prediction_checks(results: BenchResults, diagnoses: dict[str, Diagnosis], prompt: int) -> list[Check]:
+    """The diagnosis's what-ifs against measurement (probe.analysis.diagnosis, the same code `probe analyze` runs):
+    the cached engine's trace predicts the static engine's step (capturing the forward in a graph), and B = 1
+    predicts B = 2 (the batch what-if's model at B = 2)."""
+    cached = diagnoses.get("cached")
+    static, two = _cell(results, "static", prompt), _cell(results, "batched", prompt, 2)
+    to_static, to_two = f"the cached trace predicts the static step at p{prompt}", f"B=1 predicts B=2 at p{prompt}"
+    if cached is None or cached.bound == "cpu_only":
+        why = "no profiled cached trace" if cached is None else "a CPU trace: no graph to capture, no GPU side"
+        return [
+            Check(to_static, None, None, None, f"not checked: {why}"),
+            Check(to_two, None, None, None, f"not checked: {why}"),
+        ]
+    out = []
+    w = next((w for w in cached.what_if if w.change == "capture the forward in a CUDA graph"), None)
+    if static is None:
+        out.append(Check(to_static, None, None, None, "not checked: no static cell at this prompt"))
+    elif w is None:
+        out.append(Check(to_static, None, None, None, "not checked: the diagnosis offers no capture (it buys nothing)"))
+    else:
+        out.append(_check(to_static, w.predicted_step_ms, static, w.arithmetic))
+    if two is None:
+        out.append(Check(to_two, None, None, None, "not checked: no batched B=2 cell"))
+    else:
+        out.append(
+            _check(to_two, predict_batch(cached.evidence, 2, Context()) / 1e6, two, "host work stays, GPU work doubles")
+        )
+    return out
+
+
+def _check(prediction: str, predicted_ms: float, cell: Cell, how: str) -> Check:
+    measured = cell.itl_p50_ms
+    note = " (the cell ran contended: the ratio is not a verdict)" if cell.contended else ""
+    return Check(prediction, predicted_ms, measured, measured / predicted_ms, f"{how}; measured ITL p50{note}")
 
 
 @dataclass(frozen=True)
@@ -187,6 +236,14 @@ def batching_verdict(results: BenchResults, arch, machine: Machine | None, engin
         return Verdict(claim, source, None, f"needs {engine} cells at batch 1 and larger at one prompt length")
     by_batch = {c.batch: c for c in cells if c.prompt_tokens == prompt}
     one = by_batch[1]
+    if one.contended:
+        return Verdict(
+            claim,
+            source,
+            None,
+            f"not judged: the B=1 cell at p{prompt}, the reference every scaling is taken against, ran contended "
+            f"({one.other_cpu_cores:.2f} cores of other work beside it)",
+        )
     rows = {
         b: {
             "itl_ms": c.itl_p50_ms,
@@ -204,6 +261,18 @@ def batching_verdict(results: BenchResults, arch, machine: Machine | None, engin
         f"({r['scaling']:.0%} of B x single)"
         for b, r in rows.items()
     )
+    impossible = [b for b, r in rows.items() if r["scaling"] > 1 + HOLDS]
+    if impossible:
+        worst = max(impossible, key=lambda b: rows[b]["scaling"])
+        return Verdict(
+            claim,
+            source,
+            None,
+            f"not judged: at p{prompt}, B={worst} reads {rows[worst]['scaling']:.0%} of B x single, and a batch cannot "
+            "beat B sequences run one at a time: a measurement error (a contended or noisy cell), not a finding. "
+            + parts,
+            {"prompt": prompt, "by_batch": rows},
+        )
     upto = max((b for b in rows if all(holds[c] for c in rows if c <= b)), default=1)
     reach = (
         "it holds at every B measured"
@@ -501,6 +570,8 @@ class Report:
     warnings: list[str] = field(default_factory=list)  # what the traces' ledgers and the self-check warned
     failed: dict[str, str] = field(default_factory=dict)  # part of the run -> its error, one line
     self_check: SelfCheck | None = None
+    diagnoses: dict[str, Diagnosis] = field(default_factory=dict)  # engine label -> its profiled median step's
+    checks: list[Check] = field(default_factory=list)  # the diagnosis's predictions against the cells
 
     @property
     def lost_kernels(self) -> list[str]:
@@ -520,6 +591,8 @@ class Report:
             "warnings": list(self.warnings),
             "failed": dict(self.failed),
             "self_check": self.self_check.to_json() if self.self_check else None,
+            "diagnoses": {label: d.to_json() for label, d in self.diagnoses.items()},
+            "checks": [dataclasses.asdict(c) for c in self.checks],
         }
 
     @classmethod
@@ -542,6 +615,8 @@ class Report:
                 msgspec.convert(doc.get("warnings") or [], list[str]),
                 msgspec.convert(doc.get("failed") or {}, dict[str, str]),
                 msgspec.convert(doc.get("self_check"), SelfCheck | None),
+                {str(k): Diagnosis.from_json(d) for k, d in (doc.get("diagnoses") or {}).items()},
+                msgspec.convert(doc.get("checks") or [], list[Check]),
             )
         except (msgspec.ValidationError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(str(e)) from None

@@ -31,6 +31,7 @@ import torch
 
 from engines import engine_class
 from engines.models import load_model, resolve_device
+from probe.analysis.diagnosis import Context, diagnose_trace
 from probe.analysis.digest import digest
 from probe.analysis.files import atomic_write
 from probe.analysis.ledger import analyze
@@ -45,6 +46,7 @@ from probe.analysis.report import (
     engine_label,
     hand_figures,
     host_overhead_verdict,
+    prediction_checks,
     predictions,
     step_counts,
 )
@@ -245,8 +247,11 @@ def _profile_one(cfg: BenchConfig, folder: Path, model, engine: str, new_tokens:
     trace = profile_torch(pcfg, folder, model).trace
     if trace is None:
         raise ProbeError(f"torch.profiler wrote no trace of {label}")
-    analysis = analyze(load_trace(trace))
+    events = load_trace(trace)
+    analysis = analyze(events)
     report.ledgers[label] = digest(analysis)
+    if (median := diagnose_trace(analysis, Context.of(events)).median) is not None:
+        report.diagnoses[label] = median
     report.steps[label] = step_counts(engine, analysis, trace.name, batch=batch)
     report.warnings += [f"{trace.name}: {w}" for w in analysis.warnings]
     if not nsys:
@@ -337,6 +342,7 @@ def run_job(cfg: BenchConfig, out: Path, options: RunOptions = RunOptions(), wat
         if report.machine is not None:
             report.predictions = predictions(results, arch, report.machine, _captured_costs(combined, device, report))
         report.verdicts = [host_overhead_verdict(combined), batching_verdict(combined, arch, report.machine)]
+        report.checks = prediction_checks(combined, report.diagnoses, prompt)
     figures = write_report(out, combined, report, prompt)
     errors += [f"{part} failed: {error}" for part, error in report.failed.items()]
     if lost := report.lost_kernels:

@@ -68,6 +68,8 @@ def print_outcome(o: RunOutcome) -> None:
         console.print(line)
     if report.machine is not None:
         console.print(terminal.predictions_table(report.predictions, report.machine))
+    for line in terminal.diagnosis_lines(report):
+        console.print(line)
     for line in terminal.verdict_lines(report.verdicts):
         console.print(line)
     for line in terminal.problem_lines(report):

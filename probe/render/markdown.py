@@ -137,6 +137,20 @@ def _problems(report: Report) -> list[str]:
     return lines
 
 
+def _diagnoses(report: Report) -> list[str]:
+    """What bounds each profiled engine's median step, and the diagnosis's predictions held against the cells."""
+    if not report.diagnoses and not report.checks:
+        return []
+    out = ["", "## What bounds each profiled step (the step diagnosis, as `probe analyze` prints it)", ""]
+    out += [f"- **{md_escape(label)}**: {md_escape(d.headline)}" for label, d in report.diagnoses.items()]
+    if report.checks:
+        out += ["", "| prediction | predicted ms | measured ms | measured / predicted | how |", "|---|---|---|---|---|"]
+        for c in report.checks:
+            cells = ("-" if x is None else f"{x:.3f}" for x in (c.predicted_ms, c.measured_ms, c.ratio))
+            out.append(f"| {md_escape(c.prediction)} | {' | '.join(cells)} | {md_escape(c.evidence)} |")
+    return out
+
+
 def report_markdown(results: BenchResults, report: Report, figures: list[Figure] | tuple = ()) -> str:
     """The run report as Markdown: cells, serving figures, hand measurements, predictions, verdicts, bookkeeping,
     the self-check, and what failed or warned."""
@@ -153,5 +167,6 @@ def report_markdown(results: BenchResults, report: Report, figures: list[Figure]
     lines += ["", "## The write-ups' predictions, checked here", ""]
     word = {True: "supported", False: "not supported", None: "not measured"}
     lines += [f"- **{word[v.supported]}**: {v.claim} ({v.source}). {v.evidence}" for v in report.verdicts]
+    lines += _diagnoses(report)
     lines += _overhead(report) + _self_check(report)
     return "\n".join(lines) + "\n"

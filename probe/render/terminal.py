@@ -420,6 +420,20 @@ def self_check_line(report: Report) -> str | None:
     return None if c is None else f"profiler self-check: {escape(c.note)}"
 
 
+def diagnosis_lines(report: Report) -> list[str]:
+    """What bounds each profiled engine's median step (probe.analysis.diagnosis), and its predictions checked."""
+    out = [f"[bold]{escape(label)}[/]: {escape(d.headline)}" for label, d in report.diagnoses.items()]
+    for c in report.checks:
+        if c.ratio is None:
+            out.append(f"check: {escape(c.prediction)}: {escape(c.evidence)}")
+        else:
+            out.append(
+                f"check: {escape(c.prediction)}: predicted {c.predicted_ms:.3f} ms, measured {c.measured_ms:.3f} ms "
+                f"({c.ratio:.2f}x; {escape(c.evidence)})"
+            )
+    return out
+
+
 def verdict_lines(verdicts: list[Verdict]) -> list[str]:
     mark = {True: "[green]supported[/]", False: "[red]not supported[/]", None: "[yellow]not measured[/]"}
     return [f"{mark[v.supported]}: {v.claim} ({v.source}). {v.evidence}" for v in verdicts]
