@@ -66,7 +66,8 @@ def steps_table(result: TraceAnalysis) -> Table:
 def idle_table(result: TraceAnalysis) -> Table:
     """One row a step: the GPU window's idle time split HTA's way, and the launch statistics."""
     table = _table(
-        "GPU idle in each step's GPU window, and its launches (ms unless marked)",
+        "GPU idle in each step's GPU window, and its launches (ms unless marked; launch delay from the call's start to "
+        "its kernel's, probe's definition: HTA's, from the call's end, is in --json)",
         [
             "#",
             "step",
@@ -172,6 +173,12 @@ def step_table(s: StepLedger, result: TraceAnalysis) -> Table:
         ("  other ms", on_gpu(ms(s.idle_other_ns)), ""),
         ("launch calls ms", on_gpu(ms(s.launch_cpu_ns)), ""),
         ("launch delay p50 / p90 us", on_gpu(f"{us(s.launch_delay_p50_ns)} / {us(s.launch_delay_p90_ns)}"), ""),
+        (
+            "  from the call's end (HTA's) p50 / p90 us",
+            on_gpu(f"{us(s.launch_delay_from_end_p50_ns)} / {us(s.launch_delay_from_end_p90_ns)}"),
+            "",
+        ),
+        ("external wait ms (no GPU op running)", on_gpu(ms(s.external_wait_ns)), ""),
         ("kernels under 5 us", on_gpu(str(s.short_kernels)), ""),
         ("top-level ops", str(s.top_level_ops), ""),
         ("cpu ops (all depths)", str(s.cpu_ops), ""),
@@ -193,6 +200,13 @@ def step_table(s: StepLedger, result: TraceAnalysis) -> Table:
     rows.append(("host: cache total ms", ms(s.cache_ns), pct(s.cache_ns / wall)))
     for category, ns in s.kernels_by_category.items():
         rows.append((f"GPU: {category} ms", ms(ns), ""))
+    for site in s.sync_sites[:5]:
+        copy = f", {site.copy_bytes} B {site.copy_kind}" if site.copy_bytes is not None else ""
+        where = " at " + " in ".join(x for x in dict.fromkeys((site.frame, site.source)) if x) if site.frame else ""
+        label = short(f"sync: {site.call} (x{site.count}{copy}){where}", 90)
+        rows.append((label, ms(site.wait_ns), pct(site.wait_ns / wall)))
+    for t in s.other_threads[:5]:
+        rows.append((f"other thread {t.pid}/{t.tid} busy ms", ms(t.busy_ns), pct(t.busy_ns / wall)))
     for name, value, share in rows:
         table.add_row(name, value, share)
     for o in s.top_ops[:10]:
