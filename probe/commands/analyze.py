@@ -11,11 +11,12 @@ with_stack) and unattributed time, which add up to the wall time; the kernels by
 Python frames; a summary. On a CPU-only trace the dispatched op count (top-level ops) stands in for launches.
 The definitions are in probe/analysis/ledger.py.
 
-Several traces (files, folders of traces, globs) are analyzed in parallel, in a pool of local processes or, with
+Several traces (files, folders of traces, globs) are analyzed in parallel, a local process each or, with
 --executor ray, as Ray tasks over a cluster (each reads its trace by path: shared storage). Then each trace's
-ledger, and the job across them step by step (probe/analysis/job.py): every rank's wall, GPU busy and launches,
-the slowest rank and how far it trails the median, and the rank slowest most often. A trace that cannot be read
-is named with its error, the others are analyzed, and the command exits 1.
+ledger and, when they are the ranks of one job (the same steps, a rank each: probe/analysis/job.py), the job
+across them step by step: every rank's wall, GPU busy and launches, the slowest rank and how far it trails the
+median, and the rank slowest most often. A trace that cannot be read, or whose process or Ray task died, is named
+with its error, the others are analyzed, and the command exits 1.
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
 
 def main_job(args: argparse.Namespace, paths: list[Path]) -> int:
     """Several traces: each analyzed in parallel, then lined up as the ranks of one job."""
-    from probe.analysis.job import TraceFailure, analyze_one, job, pool_map
+    from probe.analysis.job import TraceFailure, analyze_one, job, lost_trace, pool_map
     from probe.analysis.ledger import AnalyzeOptions
     from probe.errors import ProbeError
 
@@ -177,7 +178,7 @@ def main_job(args: argparse.Namespace, paths: list[Path]) -> int:
         with session(args.address):
             done = fan_out(analyze_one, items)
     else:
-        done = pool_map(analyze_one, items)
+        done = pool_map(analyze_one, items, lost=lost_trace)
     result = job([*done, *early.values()])
     if not result.traces:
         raise ProbeError(
@@ -189,10 +190,13 @@ def main_job(args: argparse.Namespace, paths: list[Path]) -> int:
         from probe import render
 
         console = render.stdout()
-        for trace, rank in zip(result.traces, result.ranks, strict=True):
-            console.print(f"[bold]rank {rank}[/]: {_escape(trace.source)}")
+        names = [f"rank {r}" for r in result.ranks] if result.one_job else ["trace"] * len(result.traces)
+        for trace, name in zip(result.traces, names, strict=True):
+            console.print(f"[bold]{name}[/]: {_escape(trace.source)}")
             console.print(steps_table(trace))
             console.print(host_table(trace))
+        if not result.one_job:
+            console.print(f"not the ranks of one job ({_escape(result.not_a_job)}): each trace is shown on its own")
         for table in job_tables(result):
             console.print(table)
         for w in result.warnings:
@@ -204,7 +208,9 @@ def main_job(args: argparse.Namespace, paths: list[Path]) -> int:
 
 def job_tables(result):
     """The job step by step: each rank's wall (with the slowest rank and its trail), GPU busy and launches; the
-    straggler; the traces that could not be read."""
+    straggler; the traces that could not be read (the only table of a list of traces, which is not one job)."""
+    if not result.one_job:
+        return [_failed_table(result)] if result.failed else []
     ranks = [f"rank {r}" for r in result.ranks]
     wall = _table(
         "wall per step and rank (ms): the slowest rank, and how far it trails the median rank",
@@ -231,11 +237,15 @@ def job_tables(result):
         launches.add_row(str(s.step), _short(s.name, 30), *(str(r.launches) for r in s.ranks))
     tables.append(launches)
     if result.failed:
-        failed = _table("traces that could not be read", ["trace", "error"], left=("trace", "error"))
-        for f in result.failed:
-            failed.add_row(_escape(f.source), _escape(f.error))
-        tables.append(failed)
+        tables.append(_failed_table(result))
     return tables
+
+
+def _failed_table(result):
+    failed = _table("traces that could not be read", ["trace", "error"], left=("trace", "error"))
+    for f in result.failed:
+        failed.add_row(_escape(f.source), _escape(f.error))
+    return failed
 
 
 def _escape(text: str) -> str:
