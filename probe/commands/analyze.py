@@ -176,7 +176,7 @@ def main_job(args: argparse.Namespace, paths: list[Path]) -> int:
         from probe.cluster import fan_out, session
 
         with session(args.address):
-            done = fan_out(analyze_one, items)
+            done = fan_out(analyze_one, items, lost=lost_trace)
     else:
         done = pool_map(analyze_one, items, lost=lost_trace)
     result = job([*done, *early.values()])
