@@ -7,10 +7,10 @@ function out over it. Importing this module imports Ray, so only those commands 
 
 Without an address a local instance is started for the command (no dashboard) and shut down after it. It listens on
 127.0.0.1 only: Ray gives a machine's node its network address, and binds every port there, unless
-$RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER is off (Ray's local-only mode: the node's address is the loopback). This module
-turns it off before it imports Ray (a user's own setting wins), refuses to start a local instance that would not be
-on the loopback, and checks the listening sockets of the instance it started. Joining by address is unchanged by it:
-Ray takes a joined node's address from the cluster.
+$RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER is off (Ray's local-only mode: the node's address is the loopback). probe turns
+it off before Ray is imported (probe/__init__.py; a user's own setting wins); this module refuses to start a local
+instance that would not be on the loopback, and checks the listening sockets of the instance it started. Joining by
+address is unchanged by it: Ray takes a joined node's address from the cluster.
 
 Joining sends Ray's token only where the user asked for it, as Ray documents: with RAY_AUTH_MODE=token set (the
 token from RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token), or with --address auto, which joins the
@@ -23,27 +23,24 @@ The scheduling is Ray's: probe only says what each task needs (a GPU, a node's C
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
+import logging
 import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
-LOCAL_ONLY_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # read by Ray once, when it is imported
-os.environ.setdefault(LOCAL_ONLY_VAR, "0")
+import psutil
+import ray
 
-import contextlib  # noqa: E402  (Ray reads the variable above when it is imported)
-import ipaddress  # noqa: E402
-import logging  # noqa: E402
-import select  # noqa: E402
-import signal  # noqa: E402
-import socket  # noqa: E402
-import sys  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable, Iterator, Sequence  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-
-import psutil  # noqa: E402
-import ray  # noqa: E402
-
-from probe.errors import ProbeError  # noqa: E402
+from probe import RAY_LOCAL_ONLY_VAR
+from probe.errors import ProbeError
 
 TIMEOUT_VAR = "PROBE_RAY_CONNECT_TIMEOUT_S"
 CONNECT_TIMEOUT_S = 60.0  # joining a cluster or starting a local instance: a few seconds when it works
@@ -175,8 +172,8 @@ def _refuse_a_wide_instance() -> None:
     ip = ray.util.get_node_ip_address()
     if not is_loopback(ip):
         raise ProbeError(
-            f"a local Ray instance listens on 127.0.0.1 only, and Ray would put it on {ip} (${LOCAL_ONLY_VAR}="
-            f"{os.environ.get(LOCAL_ONLY_VAR)}, or Ray was imported before probe.cluster): unset it, or start a "
+            f"a local Ray instance listens on 127.0.0.1 only, and Ray would put it on {ip} (${RAY_LOCAL_ONLY_VAR}="
+            f"{os.environ.get(RAY_LOCAL_ONLY_VAR)}, or Ray was imported before probe): unset it, or start a "
             "cluster yourself and join it with --address (docs/cluster.md)"
         )
 

@@ -293,9 +293,10 @@ def test_probe_run_sends_its_sweeps_to_ray(cluster, tmp_path):
 
 
 def local_env(**more: str) -> dict:
-    """The environment of a CLI process that no cluster of this module's touches."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
-    return env | {HOLD_DIR_VAR: ""} | more
+    """The environment of a CLI process that no cluster of this module's touches, and that gets none of Ray's
+    settings from the tests (tests/conftest.py): the command must bring its own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", HOLD_DIR_VAR))}
+    return env | more
 
 
 def test_a_local_instance_listens_on_loopback_only_and_sigterm_leaves_nothing_behind(tmp_path):
