@@ -130,6 +130,9 @@ def test_a_sweep_over_three_nodes_gives_the_cells_a_local_run_gives(cluster, tmp
         assert (b.tokens, b.decode_ops, b.prefill_ops) == (a.tokens, a.decode_ops, a.prefill_ops)
         assert b.decode_ops_by_op == a.decode_ops_by_op and b.parity == a.parity and b.tokens_match_naive
         assert (b.host, b.device) == (a.host, "cpu") and a.node is None
+    # The module's cluster listens where the tests' clusters must: on 127.0.0.1 only (every node is a child here).
+    sockets = listening(os.getpid())
+    assert {s.process for s in sockets} >= {"gcs_server", "raylet"} and all(is_loopback(s.ip) for s in sockets)
     names = cluster.names()
     print("\ncell            node    node id")
     for c in there.cells:
