@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -20,6 +21,12 @@ from probe.cli import main
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"
 IN_CI = os.environ.get("PROBE_CI") == "1"  # .ci/run sets it: tools that CI installs must not be skipped
+# Ray as the tests start it, set before any test module imports Ray (which reads these once): in its local-only mode,
+# so its nodes' address is the loopback and every port it opens listens on 127.0.0.1 (probe/cluster.py does the same);
+# with token authentication, one token for the session (given, so that none is written to ~/.ray).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_AUTH_MODE", "token")
+os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(16))
 
 # The property tests explore new inputs on every local run; CI replays the same derandomized examples, so a gate never
 # fails on an input that no one has seen yet (run the suite locally to keep searching).

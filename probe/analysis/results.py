@@ -108,9 +108,10 @@ class Cell:
     telemetry: TelemetrySummary | None = None  # over the recorded runs' decode phases
     decode_windows_ns: list[list[int]] = field(default_factory=list)  # each recorded run's decode phase
     # Where it ran (None in files written before schema 4): the host's name and the device ("cpu", "cuda:3": on a
-    # Ray cluster, the GPU's index on that host).
+    # Ray cluster, the GPU's index on that host); on a Ray cluster the node's id too (None on a local run).
     host: str | None = None
     device: str | None = None
+    node: str | None = None
     # Contention (probe.analysis.telemetry.contention): the CPU other processes used beside this one over the
     # decode phases, in cores; and whether that passes the rule (None: not judged, telemetry off or too short).
     other_cpu_cores: float | None = None
@@ -243,9 +244,10 @@ class FailedCell:
     prompt_tokens: int
     new_tokens: int
     batch: int
-    error: str  # "OutOfMemoryError: CUDA out of memory ...", "the worker died under this cell (Ray: ...)"
+    error: str  # "OutOfMemoryError: CUDA out of memory ...", "the node died under this cell (Ray: ...)"
     host: str | None = None
     device: str | None = None
+    node: str | None = None  # the Ray node's id, on a cluster
     status: str = FAILED
 
     @property

@@ -16,11 +16,12 @@ steady step (host, GPU, external, CPU only), the figures it rests on with their 
 would buy; with --model (and --device when the trace does not name its own), the roofline beside each step; with
 recorded shapes, the roofline of every op. --json carries all of it, step by step.
 
-Several traces (files, folders of traces, globs) are analyzed in parallel, in a pool of local processes or, with
+Several traces (files, folders of traces, globs) are analyzed in parallel, a local process each or, with
 --executor ray, as Ray tasks over a cluster (each reads its trace by path: shared storage). Then each trace's
-ledger, and the job across them step by step (probe/analysis/job.py): every rank's wall, GPU busy and launches,
-the slowest rank and how far it trails the median, and the rank slowest most often. A trace that cannot be read
-is named with its error, the others are analyzed, and the command exits 1.
+ledger and, when they are the ranks of one job (the same steps, a rank each: probe/analysis/job.py), the job
+across them step by step: every rank's wall, GPU busy and launches, the slowest rank and how far it trails the
+median, and the rank slowest most often. A trace that cannot be read, or whose process or Ray task died, is named
+with its error, the others are analyzed, and the command exits 1.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from rich.markup import escape
 
 from probe.analysis.answer import answer
 from probe.analysis.files import trace_meta
-from probe.analysis.job import TraceFailure, analyze_one, expand, job, pool_map
+from probe.analysis.job import TraceFailure, analyze_one, expand, job, lost_trace, pool_map
 from probe.analysis.ledger import AnalyzeOptions, EventCost, StepLedger, TraceAnalysis, analyze
 from probe.analysis.step_roofline import TokenFlags
 from probe.analysis.timeline import step_timeline
@@ -207,9 +208,9 @@ def main_job(args: argparse.Namespace, paths: list[Path]) -> int:
         from probe.cluster import fan_out, session  # Ray: an optional dependency, imported where it is used
 
         with session(args.address):
-            done = fan_out(analyze_one, items)
+            done = fan_out(analyze_one, items, lost=lost_trace)
     else:
-        done = pool_map(analyze_one, items)
+        done = pool_map(analyze_one, items, lost=lost_trace)
     result = job([*done, *early.values()])
     if not result.traces:
         raise ProbeError(
@@ -219,10 +220,13 @@ def main_job(args: argparse.Namespace, paths: list[Path]) -> int:
         print_json(result.to_json())
     else:
         console = stdout()
-        for trace, rank in zip(result.traces, result.ranks, strict=True):
-            console.print(f"[bold]rank {rank}[/]: {escape(trace.source)}")
+        names = [f"rank {r}" for r in result.ranks] if result.one_job else ["trace"] * len(result.traces)
+        for trace, name in zip(result.traces, names, strict=True):
+            console.print(f"[bold]{name}[/]: {escape(trace.source)}")
             console.print(steps_table(trace))
             console.print(host_table(trace))
+        if not result.one_job:
+            console.print(f"not the ranks of one job ({escape(result.not_a_job)}): each trace is shown on its own")
         for table in job_tables(result):
             console.print(table)
         for w in result.warnings:

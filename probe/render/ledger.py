@@ -255,6 +255,19 @@ def summary_table(result: TraceAnalysis) -> Table:
 
 
 def job_tables(result: JobAnalysis) -> list[Table]:
+    if not result.one_job:  # a list of traces, not one job: only what could not be read
+        return [_failed_table(result)] if result.failed else []
+    return _rank_tables(result)
+
+
+def _failed_table(result: JobAnalysis) -> Table:
+    failed = _table("traces that could not be read", ["trace", "error"], left=("trace", "error"))
+    for f in result.failed:
+        failed.add_row(escape(f.source), escape(f.error))
+    return failed
+
+
+def _rank_tables(result: JobAnalysis) -> list[Table]:
     """The job step by step: each rank's wall (with the slowest rank and its trail), GPU busy and launches; the
     straggler; the traces that could not be read."""
     ranks = [f"rank {r}" for r in result.ranks]
@@ -282,8 +295,5 @@ def job_tables(result: JobAnalysis) -> list[Table]:
         launches.add_row(str(s.step), short(s.name, 30), *(str(r.launches) for r in s.ranks))
     tables.append(launches)
     if result.failed:
-        failed = _table("traces that could not be read", ["trace", "error"], left=("trace", "error"))
-        for f in result.failed:
-            failed.add_row(escape(f.source), escape(f.error))
-        tables.append(failed)
+        tables.append(_failed_table(result))
     return tables
