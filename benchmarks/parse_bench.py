@@ -4,6 +4,7 @@
     python -m benchmarks.parse_bench --no-hta                                # ours only
     python -m benchmarks.parse_bench --big-gb 3                              # also stream a 3 GB trace
     python -m benchmarks.parse_bench --steps 20 --nsys-events 0 --nesting 0  # one row, nothing else
+    python -m benchmarks.parse_bench --baseline /tmp/probe-main --no-hta      # parse time beside another checkout
 
 1. Decode traces of ~400k events (benchmarks/synthetic_traces.py) at 20 and 1000 steps: `probe analyze FILE
    --json` as a user runs it, from interpreter start to exit, against HTA's TraceAnalysis() load plus
@@ -12,7 +13,11 @@
 2. An Nsight Systems export of ~1M events: load_trace alone, and `probe analyze` whole.
 3. N cpu_ops, user ranges or runtime calls nested N deep against N side by side, in one step: parse, ledger and
    one step's timeline (`probe analyze --step`), at N and 2N, so a superlinear cost shows.
-4. With --big-gb: a trace of that many GB (uncompressed, written to a temp folder and deleted after) through
+4. With --baseline DIR (another checkout of probe, e.g. `git archive main | tar -x -C DIR`): load_trace of the
+   same files (decode traces at each step count, the same with record_shapes' input shapes, the nsys export) by
+   this tree and by DIR, in alternating child processes (ABBA, --repeat times), best of each: a reader change
+   shows as before/after on one machine in one run.
+5. With --big-gb: a trace of that many GB (uncompressed, written to a temp folder and deleted after) through
    `probe analyze`, with its peak RSS: the document is streamed, so memory follows the event table, not the file.
 
 Every process is a child of this small one, measured by os.wait4 (wall from spawn to reap, CPU, peak RSS: the
@@ -90,11 +95,13 @@ class Run:
         return "" if self.code == 0 else f"exit {self.code}: {(self.stderr.strip().splitlines() or [''])[-1][:60]}"
 
 
-def run(cmd: list[str], timeout: float) -> Run:
-    """Run `cmd` with output to files (no pipe to fill) and reap it with wait4 for its own resource usage."""
+def run(cmd: list[str], timeout: float, root: Path = ROOT) -> Run:
+    """Run `cmd` in `root` (which it imports probe from) with output to files (no pipe to fill), and reap it with
+    wait4 for its own resource usage."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ROOT)
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=root, env=env)
         killer = threading.Timer(timeout, proc.kill)
         killer.start()
         _, status, usage = os.wait4(proc.pid, 0)
@@ -123,12 +130,15 @@ def analyze(path: Path) -> Run:
     return run([sys.executable, "-m", "probe", "analyze", str(path), "--json"], timeout=3600)
 
 
-def measure(who: str, path: Path, python: str = sys.executable, timeout: float = 600) -> tuple[Run, dict]:
-    """A child that times its own parts (parse, ledger) in process; its JSON line, or {} when it failed."""
+def measure(
+    who: str, path: Path, python: str = sys.executable, timeout: float = 600, root: Path = ROOT
+) -> tuple[Run, dict]:
+    """A child that times its own parts (parse, ledger) in process, with the probe of `root`; its JSON line, or {}
+    when it failed."""
     cmd = [python, "-m", "benchmarks.parse_bench", "--measure", who, str(path)]
     if who == "hta":  # HTA's venv has no probe: run this file by path, it imports nothing of ours at the top
         cmd = [python, str(Path(__file__).resolve()), "--measure", who, str(path)]
-    done = run(cmd, timeout)
+    done = run(cmd, timeout, root)
     return done, (json.loads(done.stdout.strip().splitlines()[-1]) if done.code == 0 else {})
 
 
@@ -238,6 +248,36 @@ def print_nesting(tmp: Path, n: int) -> None:
                 path.unlink()
 
 
+def print_baseline(tmp: Path, baseline: Path, steps: list[int], events: int, nsys_events: int, repeat: int) -> None:
+    """load_trace of the same files by this tree and by `baseline`, alternating (ABBA), best of `repeat` each."""
+    files = []
+    for n in steps:
+        for shapes in (False, True):
+            path = tmp / f"base{n}{'s' if shapes else ''}.json"
+            make("decode", str(path), str(n), str(events), *(["--shapes"] if shapes else []))
+            files.append((f"decode, {n} steps{', shapes' if shapes else ''}", path))
+    if nsys_events:
+        make("nsys", str(tmp / "base.sqlite"), str(nsys_events))
+        files.append((f"nsys, {nsys_events:,} events", tmp / "base.sqlite"))
+    print(f"\n## load_trace, this tree against {baseline} (best of {repeat}, alternating)\n")
+    print("| file | MB | before s | after s | after / before | before peak MiB | after peak MiB |")
+    print("|---|---|---|---|---|---|---|")
+    for label, path in files:
+        best: dict[Path, tuple[float, float]] = {}
+        for i in range(repeat):
+            order = (baseline, ROOT) if i % 2 == 0 else (ROOT, baseline)
+            for root in order:
+                done, parts = measure("ours", path, root=root)
+                if done.failed:
+                    raise SystemExit(f"{label} with {root}: {done.failed}")
+                prev = best.get(root, (float("inf"), float("inf")))
+                best[root] = (min(prev[0], parts["parse_s"]), min(prev[1], done.peak_mib))
+        (b, bm), (a, am) = best[baseline], best[ROOT]
+        mb = path.stat().st_size / 1e6
+        print(f"| {label} | {mb:.0f} | {b:.3f} | {a:.3f} | {a / b:.2f} | {bm:.0f} | {am:.0f} |")
+        path.unlink()
+
+
 def print_big(tmp: Path, gb: float) -> None:
     path = tmp / "big.trace.json"
     steps = int(make("big", str(path), str(gb)))
@@ -269,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nsys-events", type=int, default=NSYS_EVENTS, help="events in the nsys export (0: skip)")
     p.add_argument("--nesting", type=int, default=NESTING, help="ops nested / side by side (0: skip)")
     p.add_argument("--big-gb", type=float, default=0, help="also stream a trace of this many GB (0: skip)")
+    p.add_argument("--baseline", type=Path, help="another checkout of probe: load_trace before (it) and after (this)")
+    p.add_argument("--repeat", type=int, default=3, help="runs of each side with --baseline (best kept)")
     p.add_argument("--measure", nargs=2, metavar=("WHO", "PATH"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.measure:
@@ -278,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     has_hta = not args.no_hta and run([args.hta_python, "-c", "import hta.trace_analysis"], 120).code == 0
     print(f"load average {os.getloadavg()[0]:.1f}; HTA {'from ' + args.hta_python if has_hta else 'not run'}")
     with tempfile.TemporaryDirectory(prefix="probe-bench-") as tmp:
+        if args.baseline:
+            print_baseline(Path(tmp), args.baseline.resolve(), args.steps, args.events, args.nsys_events, args.repeat)
+            return 0
         rows = decode_rows(Path(tmp), args.steps, args.events, args.hta_python if has_hta else None, args.hta_timeout)
         print_decode(rows)
         if args.nsys_events:

@@ -6,7 +6,7 @@ The decode trace imitates what torch 2.13 writes for a CUDA decode loop under ou
 `cache.update#l` range and attention, groups of op -> child op -> cudaLaunchKernel -> kernel with their
 `ac2g` flow arrows, then `sample` and `sync` with a cudaDeviceSynchronize.
 
-    python -m benchmarks.synthetic_traces decode OUT.json STEPS EVENTS
+    python -m benchmarks.synthetic_traces decode OUT.json STEPS EVENTS [--shapes]   # --shapes: record_shapes=True
     python -m benchmarks.synthetic_traces big OUT.json GB          # steps of 400 events until GB are written
     python -m benchmarks.synthetic_traces nested OUT.json N KIND   # or flat; KIND: ops, ranges or calls
     python -m benchmarks.synthetic_traces nsys OUT.sqlite EVENTS
@@ -66,8 +66,20 @@ def _flow(ph: str, ident: int, pid, tid, ts_ns: int) -> str:
     )
 
 
+# What torch 2.13 adds to a cpu_op's args under record_shapes=True, per op name (a decode step of the tiny preset).
+SHAPES = {
+    "aten::linear": '[[1, 1, 1024], [4096, 1024], [4096]], "Input type": ["float", "float", "float"], '
+    '"Input Strides": [[1024, 1024, 1], [1024, 1], [1]], "Concrete Inputs": ["", "", ""]',
+    "aten::addmm": '[[4096], [1, 1024], [1024, 4096], [], []], "Input type": ["float", "float", "float", "Scalar", '
+    '"Scalar"], "Input Strides": [[1], [1024, 1], [1, 1024], [], []], "Concrete Inputs": ["", "", "", "1", "1"]',
+    "aten::cat": '[[[1, 4, 17, 64], [1, 4, 1, 64]], []], "Input type": ["TensorList", "Scalar"], '
+    '"Input Strides": [[[4352, 1088, 64, 1], [256, 64, 64, 1]], []], "Concrete Inputs": ["", "-2"]',
+}
+
+
 class _Writer:
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, shapes: bool = False):
+        self.shapes = shapes
         self.rnd = random.Random(seed)
         self.out: list[str] = []
         self.t = T0_NS  # host clock
@@ -77,6 +89,8 @@ class _Writer:
 
     def op(self, cat: str, name: str, ts: int, dur: int) -> None:
         args = f'"External id": {self.ext},"Record function id": 0, "Ev Idx": {self.ext}'
+        if self.shapes and cat == "cpu_op":
+            args += f',\n      "Input Dims": {SHAPES.get(name, SHAPES["aten::linear"])}'
         self.out.append(_event("X", cat, name, PID, TID, ts, dur, args))
         self.ext += 1
 
@@ -157,17 +171,18 @@ def _groups(steps: int, events: int) -> int:
     return max(LAYERS * 2, (events // steps - fixed) // 6)
 
 
-def decode_steps(steps: int, events: int, seed: int = 0) -> Iterator[str]:
+def decode_steps(steps: int, events: int, seed: int = 0, shapes: bool = False) -> Iterator[str]:
     """The text of each of `steps` decode steps, about `events` events in all."""
-    w = _Writer(seed)
+    w = _Writer(seed, shapes)
     groups = _groups(steps, events)
     for i in range(steps):
         yield w.step(i, groups)
 
 
-def make_trace(steps: int, events: int = 400_000, seed: int = 0) -> bytes:
-    """A torch-2.13-style chrome trace with `steps` decode steps and about `events` events in all."""
-    return (HEAD + ",\n".join(decode_steps(steps, events, seed)) + TAIL).encode()
+def make_trace(steps: int, events: int = 400_000, seed: int = 0, shapes: bool = False) -> bytes:
+    """A torch-2.13-style chrome trace with `steps` decode steps and about `events` events in all (with the
+    cpu_ops' input shapes, as record_shapes=True writes them, when `shapes`)."""
+    return (HEAD + ",\n".join(decode_steps(steps, events, seed, shapes)) + TAIL).encode()
 
 
 def write_big_trace(path: Path, gb: float, events_per_step: int = 400) -> int:
@@ -249,6 +264,7 @@ def main(argv: list[str]) -> None:
     decode = kind("decode", "a decode trace of STEPS steps, ~EVENTS events in all")
     decode.add_argument("steps", type=int)
     decode.add_argument("events", type=int)
+    decode.add_argument("--shapes", action="store_true", help="with the cpu_ops' input shapes (record_shapes=True)")
     kind("big", "steps of 400 events until GB gigabytes are written").add_argument("gb", type=float)
     for shape in ("nested", "flat"):
         one = kind(shape, f"N events {shape} (each inside the last, or side by side)")
@@ -257,7 +273,7 @@ def main(argv: list[str]) -> None:
     kind("nsys", "an Nsight Systems SQLite export of ~EVENTS events").add_argument("events", type=int)
     args = p.parse_args(argv)
     if args.what == "decode":
-        args.out.write_bytes(make_trace(args.steps, args.events))
+        args.out.write_bytes(make_trace(args.steps, args.events, shapes=args.shapes))
     elif args.what == "big":
         print(write_big_trace(args.out, args.gb))
     elif args.what in ("nested", "flat"):

@@ -13,12 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from probe.analysis.trace import COLUMNS, Kind, api_base_name, load_trace, pieces
+from probe.analysis.trace import COLUMNS, COPY_KINDS, DeviceInfo, Kind, Shapes, api_base_name, load_trace, pieces
 from probe.analysis.trace.chrome import decimal_text_to_ns
 from probe.errors import ProbeError
 
 DATA = Path(__file__).parent / "data"
 HAND = DATA / "hand_decode.trace.json.gz"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/traces is not here")
 sys.path.insert(0, str(DATA))
 import make_hand_trace  # noqa: E402
 import make_nsys_fixture  # noqa: E402
@@ -402,11 +404,13 @@ def test_odd_json_types_do_not_crash(tmp_path):
 
 
 def _table(trace) -> tuple:
-    """A trace's content with ids resolved to their strings (the order of the name table is not content)."""
-    cols = {c: getattr(trace, c).tolist() for c in COLUMNS if c not in ("name_id", "cat_id")}
+    """A trace's content with ids resolved to what they name (the order of the name table is not content)."""
+    cols = {c: getattr(trace, c).tolist() for c in COLUMNS if c not in ("name_id", "cat_id", "shape_id")}
     names = [trace.names[i] for i in trace.name_id]
     cats = [trace.names[i] for i in trace.cat_id]
-    return cols, names, cats, trace.base_ns, trace.rank, trace.skipped, trace.dropped, trace.warnings
+    shapes = [trace.shapes[i] if i >= 0 else None for i in trace.shape_id.tolist()]
+    top = (trace.base_ns, trace.rank, trace.devices, trace.skipped, trace.dropped, trace.warnings)
+    return cols, names, cats, shapes, top
 
 
 @pytest.fixture
@@ -498,3 +502,209 @@ def test_end_ns_is_added_once_and_read_only():
     assert trace.end_ns.tolist() == (trace.ts_ns + trace.dur_ns).tolist()
     with pytest.raises(ValueError):
         trace.end_ns[0] = 0
+
+
+# --- copies, shapes and devices ---------------------------------------------------------------------------
+
+
+def _json_events(path: Path) -> list[dict]:
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    return [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
+
+
+def _is_copy_call(event: dict) -> bool:
+    return event.get("cat") in ("cuda_runtime", "cuda_driver") and event["name"].startswith(("cudaMemcpy", "hipMemcpy"))
+
+
+@needs_shared
+@pytest.mark.parametrize(
+    "name",
+    [
+        "public/rocm_sglang_qwen3_8b_extend_step",
+        "public/mi300x_hf_qwen1.5-0.5b_prefill_b16",
+        "public/rocm_vllm_decode_cudagraph",
+        "public/h100_hf_qwen1.5-0.5b_prefill_b16",
+        "public/b200_eager",
+        "public/cuda_train_ns_resolution_5steps",
+    ],
+)
+def test_copy_bytes_and_directions_are_the_files_own(name):
+    """Every copy and memset of a real trace, read straight from its JSON: its bytes (an int on GPU rows, text on
+    ROCm's runtime calls) and direction (a runtime call's cudaMemcpyKind number, a GPU copy's kind text or name)."""
+    path = SHARED / f"{name}.trace.json.gz"
+    texts = {"HtoH": 0, "HtoD": 1, "DtoH": 2, "DtoD": 3}
+    want = []
+    for e in _json_events(path):
+        args = e.get("args", {})
+        if e.get("cat") in ("gpu_memcpy", "gpu_memset"):
+            said = args.get("kind", e["name"].split()[1] if e["cat"] == "gpu_memcpy" else None)
+            want.append((e["name"], int(args.get("bytes", -1)), texts.get(said, -1)))
+        elif _is_copy_call(e):
+            want.append((e["name"], int(args.get("bytes", -1)), int(args.get("kind", -1))))
+    trace = load_trace(path)
+    rows = np.flatnonzero((trace.bytes >= 0) | (trace.copy_kind >= 0) | np.isin(trace.kind, [5, 6]))
+    rows = np.union1d(
+        rows, [i for i in trace.rows(Kind.RUNTIME) if trace.name(i).startswith(("cudaMemcpy", "hipMemcpy"))]
+    )
+    got = [(trace.name(i), int(trace.bytes[i]), int(trace.copy_kind[i])) for i in rows.tolist()]
+    assert sorted(got) == sorted(want) and want
+
+
+@needs_shared
+def test_the_60_byte_host_to_device_copy_of_the_sglang_step():
+    """The first copy of the SGLang step: hipMemcpyWithStream, args {"bytes": "60", "kind": "1"} (text), and its GPU
+    side "Memcpy HtoD (Host -> Device)", args {"kind": "HtoD", "bytes": 60}, both joined on correlation 91058."""
+    trace = load_trace(SHARED / "public/rocm_sglang_qwen3_8b_extend_step.trace.json.gz")
+    (call,) = np.flatnonzero((trace.correlation == 91058) & (trace.kind == Kind.RUNTIME))
+    (copy,) = np.flatnonzero((trace.correlation == 91058) & (trace.kind == Kind.GPU_MEMCPY))
+    assert (trace.name(call), int(trace.bytes[call]), COPY_KINDS[trace.copy_kind[call]]) == (
+        "hipMemcpyWithStream",
+        60,
+        "HtoD",
+    )
+    assert (trace.name(copy), int(trace.bytes[copy]), COPY_KINDS[trace.copy_kind[copy]]) == (
+        "Memcpy HtoD (Host -> Device)",
+        60,
+        "HtoD",
+    )
+    not_copies = ~np.isin(trace.kind, [Kind.GPU_MEMCPY, Kind.GPU_MEMSET, Kind.RUNTIME])
+    assert set(trace.bytes[not_copies].tolist()) == {-1}  # kernels carry args.kind "Dispatch Kernel": not a copy
+    assert set(trace.copy_kind[trace.kind == Kind.KERNEL].tolist()) == {-1}
+
+
+@needs_shared
+def test_the_gemm_shapes_of_the_h100_prefill():
+    """aten::mm of the MLP's up projection: [8944, 1024] x [1024, 2816] (16 x 559 tokens, hidden 1024, intermediate
+    2816) in bf16, so M = 8944, N = 2816, K = 1024; and every cpu_op's recording is its JSON args exactly."""
+    path = SHARED / "public/h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"
+    trace = load_trace(path)
+    mm = {trace.shapes[trace.shape_id[i]] for i in range(len(trace)) if trace.name(i) == "aten::mm"}
+    up = Shapes(((8944, 1024), (1024, 2816)), ("c10::BFloat16", "c10::BFloat16"), ("", ""))
+    assert up in mm
+    (m, k), (k2, n) = up.dims
+    assert (m, n, k) == (8944, 2816, 1024) and k == k2
+
+    def frozen(v):
+        return tuple(map(frozen, v)) if isinstance(v, list) else v
+
+    ops = [e for e in _json_events(path) if e["cat"] == "cpu_op"]
+    want = sorted(
+        (
+            e["name"],
+            repr(
+                Shapes(
+                    frozen(e["args"]["Input Dims"]), tuple(e["args"]["Input type"]), tuple(e["args"]["Concrete Inputs"])
+                )
+            ),
+        )
+        for e in ops
+    )
+    rows = trace.rows(Kind.CPU_OP)
+    assert sorted((trace.name(i), repr(trace.shapes[trace.shape_id[i]])) for i in rows.tolist()) == want
+    assert len(trace.shapes) == len({w for _, w in want}) == 126  # one per distinct recording
+    assert set(trace.shape_id[trace.kind != Kind.CPU_OP].tolist()) == {-1}
+
+
+def test_shapes_as_recorded_and_what_is_not_a_shape(tmp_path):
+    tensor_list = [[1, 559, 32], [1, 559, 32]]
+    events = [
+        x("aten::cat", 1.0, 1.0, **{"Input Dims": [tensor_list, []], "Input type": ["TensorList", "Scalar"]}),
+        x(
+            "aten::add",
+            2.0,
+            1.0,
+            **{"Input Dims": [[4], [], []], "Input type": ["float", "Scalar", ""], "Concrete Inputs": ["", "1", ""]},
+        ),
+        x("aten::bad", 3.0, 1.0, **{"Input Dims": [[True, 2]], "Input type": ["float"]}),  # a bool is no size
+        x("aten::deep", 4.0, 1.0, **{"Input Dims": [[[[[[[[[[1]]]]]]]]]], "Input type": ["float"]}),
+        x("aten::cat", 5.0, 1.0, **{"Input Dims": [tensor_list, []], "Input type": ["TensorList", "Scalar"]}),
+        x("cudaLaunchKernel", 6.0, 1.0, cat="cuda_runtime", **{"Input Dims": [[1]], "Input type": ["float"]}),
+        x("aten::empty", 7.0, 1.0),
+    ]
+    trace = load_trace(write_trace(tmp_path / "t.json", events))
+    shapes = [trace.shapes[i] if i >= 0 else None for i in trace.shape_id.tolist()]
+    cat = Shapes((((1, 559, 32), (1, 559, 32)), ()), ("TensorList", "Scalar"), None)
+    add = Shapes(((4,), (), ()), ("float", "Scalar", ""), ("", "1", ""))
+    assert shapes == [cat, add, None, None, cat, None, None]
+    assert trace.shapes == (cat, add)
+    assert "2 recorded input shape(s) not lists of ints and strings: left out (shape_id -1)" in trace.warnings
+
+
+def test_copy_fields_of_other_types_and_on_other_rows(tmp_path):
+    events = [
+        x("hipMemcpyAsync", 1.0, 1.0, cat="cuda_runtime", bytes="9216", kind="1"),
+        x("cudaMemcpyAsync", 2.0, 1.0, cat="cuda_runtime", bytes=16, kind=2),
+        x("Memcpy DtoH (Device -> Pinned)", 3.0, 1.0, cat="gpu_memcpy", pid=0, tid=7, bytes=1),
+        x("Memcpy PtoP (Device -> Device)", 4.0, 1.0, cat="gpu_memcpy", pid=0, tid=7, bytes=8, kind="PtoP"),
+        x("Memset (Device)", 5.0, 1.0, cat="gpu_memset", pid=0, tid=7, bytes=4),
+        x("a_kernel", 6.0, 1.0, cat="kernel", pid=0, tid=7, bytes=4, kind="Dispatch Kernel"),
+        x("cudaLaunchKernel", 7.0, 1.0, cat="cuda_runtime", bytes=4, kind=1),
+        x("hipMemcpyAsync", 8.0, 1.0, cat="cuda_runtime", bytes="60 bytes", kind="sideways"),
+    ]
+    trace = load_trace(write_trace(tmp_path / "t.json", events))
+    assert trace.bytes.tolist() == [9216, 16, 1, 8, 4, -1, -1, -1]
+    assert trace.copy_kind.tolist() == [1, 2, 2, 3, -1, -1, -1, -1]
+
+
+@needs_shared
+def test_device_properties_typed():
+    h100 = load_trace(SHARED / "public/h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz").devices
+    assert h100 == (
+        DeviceInfo(
+            id=0,
+            name="NVIDIA H100 80GB HBM3",
+            total_memory_bytes=85018279936,
+            sm_count=132,
+            compute_major=9,
+            compute_minor=0,
+            warp_size=32,
+            max_threads_per_block=1024,
+            max_threads_per_sm=2048,
+            regs_per_block=65536,
+            regs_per_sm=65536,
+            shared_memory_per_block_bytes=49152,
+            shared_memory_per_block_optin_bytes=232448,
+            shared_memory_per_sm_bytes=233472,
+        ),
+    )
+    (mi300x,) = load_trace(SHARED / "public/mi300x_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz").devices
+    assert (mi300x.name, mi300x.sm_count, mi300x.warp_size, mi300x.shared_memory_per_sm_bytes) == (
+        "AMD Instinct MI300X VF",
+        304,
+        64,
+        65536,  # ROCm's maxSharedMemoryPerMultiProcessor
+    )
+    assert (mi300x.compute_major, mi300x.compute_minor, mi300x.regs_per_sm) == (9, 4, None)
+    names = {d.name for d in load_trace(SHARED / "public/rocm_sglang_qwen3_8b_extend_step.trace.json.gz").devices}
+    assert names == {"AMD Instinct MI300X"}
+    b200 = load_trace(SHARED / "public/b200_eager.trace.json.gz").devices
+    assert [d.id for d in b200] == list(range(len(b200))) and {d.name for d in b200} == {"NVIDIA B200"}
+    (mtia,) = load_trace(SHARED / "peer/hta_mtia_inference.trace.json.gz").devices
+    assert (mtia.id, mtia.name, mtia.sm_count) == (17, "ARTEMIS", None)
+    assert dict(mtia.other) == {
+        "runtimeMajorVersion": 1,
+        "runtimeMinorVersion": 30,
+        "maxGridHeight": 8,
+        "maxGridWidth": 8,
+    }
+    assert load_trace(HAND).devices == ()
+
+
+def test_odd_device_properties(tmp_path):
+    props = [{"id": "0", "name": 7, "numSms": 2**70, "totalGlobalMem": 1.5, "note": [1]}, "gpu", {"id": 3}]
+    (a, b) = load_trace(write_trace(tmp_path / "t.json", [x("a", 1.0, 1.0)], deviceProperties=props)).devices
+    assert (a.id, a.name, a.sm_count, a.total_memory_bytes, a.other) == (None, "", None, None, ())
+    assert (b.id, b.name) == (3, "")
+    assert load_trace(write_trace(tmp_path / "u.json", [x("a", 1.0, 1.0)], deviceProperties={"0": {}})).devices == ()
+
+
+def test_nsys_copies_and_memsets(hand_nsys):
+    """make_nsys_fixture: one HtoD copy (copyKind 1) of 4096 bytes, one memset of 1024; nsys keeps no bytes on the
+    runtime call itself."""
+    trace = load_trace(hand_nsys)
+    rows = np.flatnonzero(trace.bytes >= 0)
+    assert [(trace.name(i), int(trace.bytes[i]), int(trace.copy_kind[i])) for i in rows] == [
+        ("Memcpy HtoD", 4096, 1),
+        ("Memset", 1024, -1),
+    ]
+    assert (trace.shapes, trace.devices) == ((), ())

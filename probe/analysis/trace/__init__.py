@@ -15,13 +15,17 @@ from probe.analysis.trace.chrome import decimal_text_to_ns, read_chrome
 from probe.analysis.trace.nsys import read_nsys
 from probe.analysis.trace.table import (
     COLUMNS,
+    COPY_KINDS,
     GPU_OP_KINDS,
     GRAPH_LAUNCH_NAMES,
     LAUNCH_NAMES,
     PROFILER_STEP_PREFIX,
+    DeviceInfo,
     Kind,
+    Shapes,
     Trace,
     api_base_name,
+    is_copy_call,
 )
 from probe.errors import ProbeError
 
@@ -45,13 +49,17 @@ def load_trace(path: str | Path) -> Trace:
 
 __all__ = [
     "COLUMNS",
+    "COPY_KINDS",
     "GPU_OP_KINDS",
     "GRAPH_LAUNCH_NAMES",
     "LAUNCH_NAMES",
     "PROFILER_STEP_PREFIX",
+    "DeviceInfo",
     "Kind",
+    "Shapes",
     "Trace",
     "api_base_name",
+    "is_copy_call",
     "decimal_text_to_ns",
     "load_trace",
     "read_chrome",

@@ -14,7 +14,10 @@ with a one-line reason.
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
+from dataclasses import dataclass
+from itertools import compress, repeat
 from pathlib import Path
 from typing import Any, Union
 
@@ -23,7 +26,17 @@ import numpy as np
 
 from probe.analysis import files
 from probe.analysis.trace import pieces
-from probe.analysis.trace.table import ON_STREAM, OUT_OF_RANGE, PROFILER_STEP_PREFIX, Kind, Trace, finish
+from probe.analysis.trace.table import (
+    COPY_KIND_OF_TEXT,
+    ON_STREAM,
+    OUT_OF_RANGE,
+    PROFILER_STEP_PREFIX,
+    DeviceInfo,
+    Kind,
+    Shapes,
+    Trace,
+    finish,
+)
 from probe.analysis.trace.timetext import NOT_A_NUMBER, NUMBER, decimal_text_to_ns, times_ns
 from probe.errors import ProbeError
 
@@ -45,12 +58,20 @@ _CHROME_KINDS = {
     "python_function": Kind.PYTHON,
 }
 _I64 = np.iinfo(np.int64)
-_MISSING = msgspec.Raw()  # an absent ts / dur: empty text, which is not a number
+_MISSING = msgspec.Raw()  # an absent ts / dur (or args key): empty text, which is not a number
+_MAX_DIMS_DEPTH = 8  # Input Dims nest 2 deep (3 for a TensorList); deeper is not a shape recording
+_ENCODE = msgspec.json.encode
 
 
 class _Args(msgspec.Struct, frozen=True, gc=False):
     correlation: int = -1
     external_id: int = msgspec.field(default=-1, name="External id")
+    nbytes: int | str = msgspec.field(default=-1, name="bytes")  # ROCm writes its runtime calls' as text
+    kind: int | str = -1  # a copy's direction: "1" on a runtime call, "HtoD" on a GPU copy
+    # the shapes a cpu_op recorded, kept as their text: few are distinct, so each is decoded once (`_Shapes`)
+    dims: msgspec.Raw = msgspec.field(default=_MISSING, name="Input Dims")
+    types: msgspec.Raw = msgspec.field(default=_MISSING, name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=_MISSING, name="Concrete Inputs")
 
 
 class _Event(msgspec.Struct, tag_field="ph", tag="X", gc=False):
@@ -91,12 +112,23 @@ class _Doc(msgspec.Struct, gc=False):
     traceEvents: list[_ANY_PHASE] | None = None  # the file's own keys, as written
     baseTimeNanoseconds: Any = None
     distributedInfo: Any = None
+    deviceProperties: Any = None
 
 
 class _AnyDoc(msgspec.Struct, gc=False):
     traceEvents: msgspec.Raw = _MISSING
     baseTimeNanoseconds: Any = None
     distributedInfo: Any = None
+    deviceProperties: Any = None
+
+
+@dataclass(frozen=True)
+class _Top:
+    """The trace's top-level keys that the table keeps."""
+
+    base_ns: int | None = None
+    rank: int | None = None
+    devices: tuple[DeviceInfo, ...] = ()
 
 
 _EVENTS = msgspec.json.Decoder(list[_ANY_PHASE])
@@ -112,8 +144,7 @@ def read_chrome(source: Path) -> Trace:
     table = _Table(source)
     with files.open_content(source) as stream:
         rest = pieces.split(stream, table.add_piece, str(source), _frame_ok)
-    base, rank = table.add_document(rest)
-    return table.finish(base, rank)
+    return table.finish(table.add_document(rest))
 
 
 def _frame_ok(frame: bytes) -> bool:
@@ -151,13 +182,14 @@ class _Table:
         self.error = ""  # why the last text did not decode
         self.items = 0  # array items seen, events or not
         self.odd_start = False  # one of the first 100 items is not an object
+        self.shapes = _Shapes()
 
     def add_piece(self, array: bytes) -> bool:
         """pieces.split's test: True when `array` is a JSON array of whole events (then they are in the table)."""
         return self._add_events(array)
 
-    def add_document(self, doc: bytes) -> tuple[int | None, int | None]:
-        """The trace's last events and its top-level keys: (baseTimeNanoseconds, distributedInfo.rank)."""
+    def add_document(self, doc: bytes) -> _Top:
+        """The trace's last events and its top-level keys."""
         head = doc.lstrip()[:1]
         if not head:
             raise ProbeError(f"{self.source}: {'empty file' if not doc else 'only whitespace, no JSON'}")
@@ -166,7 +198,7 @@ class _Table:
                 raise ProbeError(f"{self.source}: not JSON ({self.error})")
             if self.items == 0 or self.odd_start:  # [1, 2, 3] is JSON, not a trace in the JSON Array Format
                 raise ProbeError(self._not_a_trace())
-            return None, None
+            return _Top()
         if head != b"{":  # a string, a number, true / false / null: JSON, or not
             valid = self._decode(_RAW, doc) is not None
             raise ProbeError(self._not_a_trace() if valid else f"{self.source}: not JSON ({self.error})")
@@ -175,7 +207,7 @@ class _Table:
             raise ProbeError(f"{self.source}: not JSON ({self.error})")
         if top.traceEvents is None:
             raise ProbeError(f"{self.source}: JSON but not a trace (no traceEvents list)")
-        return _int64_or_none(top.baseTimeNanoseconds), _rank(top.distributedInfo)
+        return _Top(_int64_or_none(top.baseTimeNanoseconds), _rank(top.distributedInfo), _devices(top.deviceProperties))
 
     def _not_a_trace(self) -> str:
         return f"{self.source}: JSON but not a trace (expected an object with traceEvents)"
@@ -228,7 +260,10 @@ class _Table:
         if phases.pop(_Event, 0) < len(events):
             self.skipped.update({_OTHER_PHASES[cls]: n for cls, n in phases.items()})
         xs = [e for e in events if type(e) is _Event]
-        self._add(*_common_fields(xs), [e.args.correlation for e in xs], [e.args.external_id for e in xs])
+        args = [e.args for e in xs]
+        shape = self.shapes.ids_of_texts(args)
+        ints = ([a.correlation for a in args], [a.external_id for a in args], [a.nbytes for a in args])
+        self._add(*_common_fields(xs), *ints, [a.kind for a in args], shape)
 
     def _add_untyped(self, items: list[msgspec.Raw]) -> None:
         events = []
@@ -246,9 +281,25 @@ class _Table:
         args = [e.args if type(e.args) is dict else {} for e in xs]
         corr = [a.get("correlation", -1) for a in args]
         ext = [a.get("External id", -1) for a in args]
-        self._add(ts, dur, list(map(_text, name)), list(map(_text, cat)), pid, tid, corr, ext)
+        nbytes = [a.get("bytes", -1) for a in args]
+        kinds = [a.get("kind", -1) for a in args]
+        shape = self.shapes.ids_of_values(args)
+        self._add(ts, dur, list(map(_text, name)), list(map(_text, cat)), pid, tid, corr, ext, nbytes, kinds, shape)
 
-    def _add(self, ts: list, dur: list, name: list, cat: list, pid: list, tid: list, corr: list, ext: list) -> None:
+    def _add(
+        self,
+        ts: list,
+        dur: list,
+        name: list,
+        cat: list,
+        pid: list,
+        tid: list,
+        corr: list,
+        ext: list,
+        nbytes: list,
+        kinds: list,
+        shape: np.ndarray,
+    ) -> None:
         ts_ns, ts_status = times_ns(ts)
         dur_ns, dur_status = times_ns(dur)
         keep = (ts_status == NUMBER) & (dur_status == NUMBER)
@@ -261,6 +312,9 @@ class _Table:
             tid=_ints(tid),
             correlation=_ints(corr),
             external_id=_ints(ext),
+            bytes=_counts(nbytes),
+            copy_kind=_copy_kinds(kinds),
+            shape_id=shape,
         )
         if not keep.all():
             self._count_dropped(ts_status, dur_status)
@@ -282,9 +336,9 @@ class _Table:
     def _ids(self, values: list[str]) -> np.ndarray:
         return np.array(list(map(self.strings.__getitem__, values)), np.int32).reshape(-1)
 
-    def finish(self, base: int | None, rank: int | None) -> Trace:
-        if not self.columns.n:
-            self._add(*[[] for _ in range(8)])  # empty columns of the right types: finish() says why
+    def finish(self, top: _Top) -> Trace:
+        if not self.columns.n:  # empty columns of the right types: finish() says why
+            self._add(*[[] for _ in range(10)], np.zeros(0, np.int32))
         names = tuple(self.strings)
         cols = self.columns.take()
         kind_of_cat = np.array([_chrome_kind(s) for s in names], dtype=np.int8)
@@ -298,17 +352,124 @@ class _Table:
         cols["stream"] = np.where(on_stream, cols["tid"], -1)
         cols["device"] = np.where(on_stream, cols["pid"], -1)
         notes = (f"replaced {self.replaced} character(s) that were not UTF-8 with U+FFFD",) if self.replaced else ()
+        ops_only = np.where(kind == Kind.CPU_OP, cols["shape_id"], -1)
+        shapes, cols["shape_id"], odd = self.shapes.finish(ops_only)
+        if odd:
+            notes += (f"{odd} recorded input shape(s) not lists of ints and strings: left out (shape_id -1)",)
         return finish(
             "torch_chrome",
             self.source,
-            base,
+            top.base_ns,
             names,
             cols,
             dict(self.skipped),
             dict(self.dropped),
-            rank=rank,
+            rank=top.rank,
             notes=notes,
+            shapes=shapes,
+            devices=top.devices,
         )
+
+
+class _Shapes:
+    """The distinct shape recordings of cpu_ops, interned as the pieces come (typed pieces by the JSON text of their
+    three keys, untyped ones by their values), each decoded once at the end and made one id per distinct `Shapes`."""
+
+    def __init__(self):
+        self.ids = _KeyTable()
+
+    def ids_of_texts(self, args: list[_Args]) -> np.ndarray:
+        n = len(args)
+        out = np.full(n, -1, np.int32)
+        dims, types = [a.dims for a in args], [a.types for a in args]
+        if dims.count(_MISSING) == n and types.count(_MISSING) == n:
+            return out  # the common case: recorded without shapes
+        # C-level passes: which rows recorded any, then their three texts joined (no NUL sits in JSON text outside
+        # a string, so the key is unique and splits back) and looked up
+        said = (map(operator.is_not, column, repeat(_MISSING)) for column in (dims, types))
+        has = list(map(operator.or_, *said))
+        rows = np.flatnonzero(np.fromiter(has, bool, n))
+        keys = map(b"\0".join, compress(zip(dims, types, [a.concrete for a in args], strict=True), has))
+        out[rows] = np.fromiter(map(self.ids.__getitem__, keys), np.int32, len(rows))
+        return out
+
+    def ids_of_values(self, args: list[dict]) -> np.ndarray:
+        out = np.full(len(args), -1, np.int32)
+        for i, a in enumerate(args):
+            if "Input Dims" in a or "Input type" in a:
+                value = tuple(a.get(k, _MISSING) for k in ("Input Dims", "Input type", "Concrete Inputs"))
+                out[i] = self.ids[_ENCODE(value)]
+                self.ids.values.setdefault(int(out[i]), value)
+        return out
+
+    def finish(self, shape_id: np.ndarray) -> tuple[tuple[Shapes, ...], np.ndarray, int]:
+        """(one Shapes per distinct recording, the ids renumbered to them, how many rows recorded something else)."""
+        keys = self.ids.keys_in_order
+        if not keys:
+            return (), shape_id, 0
+        distinct: dict[Shapes, int] = {}
+        renumber = np.full(len(keys), -1, np.int32)
+        for j, key in enumerate(keys):
+            value = self.ids.values.get(j) or tuple(_decoded(t) if t else _MISSING for t in key.split(b"\0"))
+            shapes = _shapes(*value)
+            if shapes is not None:
+                renumber[j] = distinct.setdefault(shapes, len(distinct))
+        has = shape_id >= 0
+        odd = int(np.count_nonzero(renumber[shape_id[has]] < 0))
+        out = np.full(len(shape_id), -1, np.int32)
+        out[has] = renumber[shape_id[has]]
+        return tuple(distinct), out, odd
+
+
+class _KeyTable(dict):
+    """Shape key -> id in first-seen order, a new key taking the next id as it is looked up (see _NameTable).
+    Untyped pieces key by their values' encoding (which holds no NUL, so it never meets a typed key) and keep the
+    values themselves."""
+
+    def __init__(self):
+        super().__init__()
+        self.keys_in_order: list[bytes] = []
+        self.values: dict[int, tuple] = {}  # id -> decoded values, for the keys of untyped pieces
+
+    def __missing__(self, key: bytes) -> int:
+        i = self[key] = len(self.keys_in_order)
+        self.keys_in_order.append(key)
+        return i
+
+
+def _shapes(dims, types, concrete) -> Shapes | None:
+    """A Shapes from the decoded values, or None when they are not lists of ints and lists of strings."""
+    d = () if dims is _MISSING else _dims(dims, 0)
+    t = () if types is _MISSING else _strings(types)
+    c = None if concrete is _MISSING else _strings(concrete)
+    if d is None or t is None or (c is None and concrete is not _MISSING):
+        return None
+    return Shapes(d, t, c)
+
+
+def _dims(value, depth: int) -> tuple | None:
+    """`Input Dims` as nested tuples of ints (not bools); None for anything else, or nesting past _MAX_DIMS_DEPTH."""
+    if type(value) is not list or depth > _MAX_DIMS_DEPTH:
+        return None
+    out = []
+    for v in value:
+        inner = v if type(v) is int else _dims(v, depth + 1)
+        if inner is None:
+            return None
+        out.append(inner)
+    return tuple(out)
+
+
+def _strings(value) -> tuple[str, ...] | None:
+    return tuple(value) if type(value) is list and all(type(v) is str for v in value) else None
+
+
+def _decoded(text: msgspec.Raw):
+    """A shape key's JSON value; None (not a shape) when it is nested past msgspec's limit."""
+    try:
+        return _ANY_JSON.decode(text)
+    except (msgspec.DecodeError, RecursionError):
+        return None
 
 
 class _NameTable(dict):
@@ -379,6 +540,66 @@ def _ints(values: list, default: int = -1) -> np.ndarray:
         dtype=np.int64,
         count=len(values),
     )
+
+
+def _counts(values: list) -> np.ndarray:
+    """`args.bytes` as int64: an integer, or its decimal text; -1 for anything else."""
+    if values.count(-1) == len(values):
+        return np.full(len(values), -1, np.int64)
+    return _ints([int(v) if type(v) is str and v.isdecimal() and len(v) < 19 else v for v in values])
+
+
+# args.kind as a copy_kind code: a runtime call's cudaMemcpyKind number (or its text), a GPU copy's direction name
+_COPY_CODE: dict = {**COPY_KIND_OF_TEXT, **{k: k for k in range(5)}, **{str(k): k for k in range(5)}}
+
+
+def _copy_kinds(values: list) -> np.ndarray:
+    if values.count(-1) == len(values):
+        return np.full(len(values), -1, np.int8)
+    code = _COPY_CODE.get
+    return np.fromiter((code(v, -1) if type(v) in (int, str) else -1 for v in values), np.int8, len(values))
+
+
+_DEVICE_FIELDS = {  # DeviceInfo field <- deviceProperties key (kineto's names; ROCm's for the last one)
+    "id": "id",
+    "total_memory_bytes": "totalGlobalMem",
+    "sm_count": "numSms",
+    "compute_major": "computeMajor",
+    "compute_minor": "computeMinor",
+    "warp_size": "warpSize",
+    "max_threads_per_block": "maxThreadsPerBlock",
+    "max_threads_per_sm": "maxThreadsPerMultiprocessor",
+    "regs_per_block": "regsPerBlock",
+    "regs_per_sm": "regsPerMultiprocessor",
+    "shared_memory_per_block_bytes": "sharedMemPerBlock",
+    "shared_memory_per_block_optin_bytes": "sharedMemPerBlockOptin",
+    "shared_memory_per_sm_bytes": "sharedMemPerMultiprocessor",
+}
+_ROCM_SHARED_PER_SM = "maxSharedMemoryPerMultiProcessor"
+
+
+def _devices(props) -> tuple[DeviceInfo, ...]:
+    """deviceProperties as DeviceInfo, one an object; a value of the wrong type reads as None."""
+    if type(props) is not list:
+        return ()
+    out = []
+    for p in props:
+        if type(p) is not dict:
+            continue
+        ints = {f: _int64_or_none(p.get(key)) for f, key in _DEVICE_FIELDS.items()}
+        if ints["shared_memory_per_sm_bytes"] is None:
+            ints["shared_memory_per_sm_bytes"] = _int64_or_none(p.get(_ROCM_SHARED_PER_SM))
+        known = {*_DEVICE_FIELDS.values(), _ROCM_SHARED_PER_SM, "name"}
+        other = tuple(
+            (k, v) for k, v in p.items() if k not in known and type(v) in (int, float, str, bool) and _scalar_ok(v)
+        )
+        name = p.get("name")
+        out.append(DeviceInfo(name=name if type(name) is str else "", other=other, **ints))
+    return tuple(out)
+
+
+def _scalar_ok(v) -> bool:
+    return type(v) is not int or _I64.min <= v <= _I64.max
 
 
 def _int64_or_none(v) -> int | None:

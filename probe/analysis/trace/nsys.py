@@ -21,7 +21,16 @@ from pathlib import Path
 import numpy as np
 
 from probe.analysis import files
-from probe.analysis.trace.table import COLUMNS, PROFILER_STEP_PREFIX, Kind, Trace, finish, intern
+from probe.analysis.trace.table import (
+    COLUMNS,
+    COPY_KIND_OF_TEXT,
+    DTYPES,
+    PROFILER_STEP_PREFIX,
+    Kind,
+    Trace,
+    finish,
+    intern,
+)
 from probe.errors import ProbeError
 
 _NVTX_RANGE_TYPES = (59, 60, 70, 71)  # NvtxPushPopRange, NvtxStartEndRange and their NVTXT twins
@@ -32,12 +41,12 @@ _EVENT_TABLES = (
     "CUPTI_ACTIVITY_KIND_MEMCPY",
     "CUPTI_ACTIVITY_KIND_MEMSET",
 )
-_GPU_TABLES = (
-    ("CUPTI_ACTIVITY_KIND_KERNEL", Kind.KERNEL, "demangledName"),
-    ("CUPTI_ACTIVITY_KIND_MEMCPY", Kind.GPU_MEMCPY, "copyKind"),
-    ("CUPTI_ACTIVITY_KIND_MEMSET", Kind.GPU_MEMSET, "0"),
+_GPU_TABLES = (  # (table, kind, the column naming a row, the column of its bytes)
+    ("CUPTI_ACTIVITY_KIND_KERNEL", Kind.KERNEL, "demangledName", "-1"),
+    ("CUPTI_ACTIVITY_KIND_MEMCPY", Kind.GPU_MEMCPY, "copyKind", "bytes"),
+    ("CUPTI_ACTIVITY_KIND_MEMSET", Kind.GPU_MEMSET, "0", "bytes"),
 )
-_MEMCPY_KINDS = {
+_MEMCPY_KINDS = {  # CUpti_ActivityMemcpyKind
     1: "HtoD",
     2: "DtoH",
     3: "HtoA",
@@ -121,9 +130,10 @@ def _read_tables(con: sqlite3.Connection, source: Path) -> Trace:
         parts.append(_nvtx(con, names, dropped))
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
         parts.append(_runtime(con, names, dropped))
-    for table, kind, label in _GPU_TABLES:
+    for table, kind, label, nbytes in _GPU_TABLES:
         if table in tables:
-            parts.append(_gpu(con, names, dropped, table, kind, label))
+            nbytes = nbytes if nbytes in _columns(con, table) else "-1"  # an export without it: not said
+            parts.append(_gpu(con, names, dropped, table, kind, label, nbytes))
     cols = {c: np.concatenate([p[c] for p in parts]) for c in COLUMNS}
     base = None
     if "TARGET_INFO_SESSION_START_TIME" in tables:
@@ -176,7 +186,9 @@ def _runtime(con, names: _Names, dropped: Counter) -> dict[str, np.ndarray]:
     )
 
 
-def _gpu(con, names: _Names, dropped: Counter, table: str, kind: Kind, label: str) -> dict[str, np.ndarray]:
+def _gpu(
+    con, names: _Names, dropped: Counter, table: str, kind: Kind, label: str, nbytes: str
+) -> dict[str, np.ndarray]:
     _count(con, dropped, "non-integer start or end", f"{table} WHERE NOT ({_TIMED})")
     c = _int_columns(
         con,
@@ -189,14 +201,18 @@ def _gpu(con, names: _Names, dropped: Counter, table: str, kind: Kind, label: st
         corr="correlationId",
         gpid="globalPid",
         label=label,
+        nbytes=nbytes,
     )
     n = len(c["start"])
+    copy_kind = np.full(n, -1, np.int8)
     if kind == Kind.KERNEL:
         name_id = names.of_ids(c["label"])
     elif kind == Kind.GPU_MEMCPY:
         distinct, inverse = np.unique(c["label"], return_inverse=True)
-        ids = [intern(names.table, f"Memcpy {_MEMCPY_KINDS.get(int(k), int(k))}") for k in distinct]
+        texts = [_MEMCPY_KINDS.get(int(k), str(int(k))) for k in distinct]
+        ids = [intern(names.table, f"Memcpy {t}") for t in texts]
         name_id = np.asarray(ids, np.int32)[inverse] if n else np.zeros(0, np.int32)
+        copy_kind = np.asarray([COPY_KIND_OF_TEXT.get(t, -1) for t in texts], np.int8)[inverse] if n else copy_kind
     else:
         name_id = names.of_one("Memset", n) if n else np.zeros(0, np.int32)
     return _part(
@@ -210,12 +226,18 @@ def _gpu(con, names: _Names, dropped: Counter, table: str, kind: Kind, label: st
         stream=c["stream"],
         device=c["device"],
         correlation=c["corr"],
+        bytes=c["nbytes"],
+        copy_kind=copy_kind,
     )
+
+
+def _columns(con, table: str) -> set[str]:
+    return {r[1] for r in con.execute(f"PRAGMA table_xinfo({table})")}
 
 
 def _part(kind: Kind, name_id: np.ndarray, cat_id: np.ndarray, **cols: np.ndarray) -> dict[str, np.ndarray]:
     n = len(name_id)
-    part = {c: np.full(n, -1, np.int64) for c in COLUMNS}
+    part = {c: np.full(n, -1, DTYPES[c]) for c in COLUMNS}
     part.update(kind=np.full(n, kind, np.int8), name_id=name_id, cat_id=cat_id, **cols)
     return part
 

@@ -18,6 +18,22 @@ Columns, all of length `len(trace)`:
 - `device` (int64): GPU device of those rows; -1 on host rows. Chrome: the row's `pid`; nsys: deviceId.
 - `correlation` (int64): the launch <-> GPU op link: chrome `args.correlation`, nsys `correlationId`; -1 if none.
 - `external_id` (int64): chrome `args["External id"]` (ties a cpu_op to its runtime calls); -1 if none.
+- `bytes` (int64): bytes a copy or memset moved, on gpu_memcpy and gpu_memset rows and on runtime copy calls
+  (`cudaMemcpy*`, `hipMemcpy*`, `cuMemcpy*`; `is_copy_call`); -1 on every other row and when the file does not say.
+  Chrome: `args.bytes`, an integer or its decimal text (ROCm writes `"bytes": "60"` on runtime calls); nsys: the
+  MEMCPY and MEMSET tables' `bytes`.
+- `copy_kind` (int8): a copy's direction as cudaMemcpyKind numbers (`COPY_KINDS`: 0 HtoH, 1 HtoD, 2 DtoH,
+  3 DtoD, 4 default), on gpu_memcpy rows and runtime copy calls; -1 elsewhere and when unknown. Chrome: a
+  runtime call's numeric `args.kind` (hipMemcpyKind has the same numbers; ROCm writes `"kind": "1"`), a GPU
+  copy's `args.kind` text ("HtoD") or else its name ("Memcpy HtoD (Host -> Device)"); nsys: `copyKind`. CUPTI's
+  finer directions map onto the four: arrays are device memory (HtoA is HtoD, AtoH is DtoH, AtoA / AtoD / DtoA
+  are DtoD) and a peer copy (PtoP) is DtoD.
+- `shape_id` (int32): index into `Trace.shapes`, the inputs a cpu_op recorded (torch.profiler
+  `record_shapes=True`); -1 on every other row and when the op recorded none. One `Shapes` per distinct
+  recording, in first-seen order.
+
+`Trace.devices` holds chrome's top-level `deviceProperties`, one `DeviceInfo` a device (empty when absent, and for
+nsys exports).
 
 `Trace.base_ns` is the absolute epoch time of `ts_ns == 0` when the file says it (chrome
 `baseTimeNanoseconds`, nsys `TARGET_INFO_SESSION_START_TIME.utcEpochNs`), else None. `Trace.rank` is the
@@ -120,7 +136,63 @@ COLUMNS = (
     "device",
     "correlation",
     "external_id",
+    "bytes",
+    "copy_kind",
+    "shape_id",
 )
+DTYPES = {c: np.int64 for c in COLUMNS} | {"kind": np.int8, "name_id": np.int32, "cat_id": np.int32}
+DTYPES |= {"copy_kind": np.int8, "shape_id": np.int32}
+
+# cudaMemcpyKind (and hipMemcpyKind, which has the same numbers): the `copy_kind` codes, by index.
+COPY_KINDS = ("HtoH", "HtoD", "DtoH", "DtoD", "default")
+# CUPTI's and kineto's direction names (CUpti_ActivityMemcpyKind) onto those codes: arrays are device memory,
+# and a peer copy goes from one device to another.
+COPY_KIND_OF_TEXT = {"HtoH": 0, "HtoD": 1, "DtoH": 2, "DtoD": 3, "HtoA": 1, "AtoH": 2, "AtoA": 3, "AtoD": 3}
+COPY_KIND_OF_TEXT |= {"DtoA": 3, "PtoP": 3}
+_COPY_CALL = re.compile(r"(?:cuda|hip|cu)Memcpy")
+_MEMCPY_NAME = re.compile(r"Memcpy (\w+)")  # kineto's "Memcpy HtoD (Host -> Device)", nsys's "Memcpy HtoD"
+
+
+def is_copy_call(name: str) -> bool:
+    """A runtime or driver call that copies memory: cudaMemcpy*, hipMemcpy*, cuMemcpy*."""
+    return _COPY_CALL.match(name) is not None
+
+
+def copy_kind_of_name(name: str) -> int:
+    """The copy_kind code a GPU copy's name says ("Memcpy DtoH (Device -> Pinned)" -> 2), -1 if it says none."""
+    m = _MEMCPY_NAME.match(name)
+    return COPY_KIND_OF_TEXT.get(m.group(1), -1) if m else -1
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """What one cpu_op recorded of its inputs (torch.profiler `record_shapes=True`), exactly as written."""
+
+    dims: tuple  # args["Input Dims"]: per input its sizes, a tuple of ints (a tuple of those for a TensorList);
+    # () for a scalar or None. aten::mm of [8944, 1024] by [1024, 2816]: ((8944, 1024), (1024, 2816))
+    types: tuple[str, ...]  # args["Input type"]: "c10::BFloat16", "float", "Scalar", "TensorList", "" for None
+    concrete: tuple[str, ...] | None = None  # args["Concrete Inputs"]: scalar values as text, "" for tensors
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One entry of chrome's `deviceProperties` (what kineto asks the runtime), typed; None where it is absent."""
+
+    id: int | None
+    name: str  # "NVIDIA H100 80GB HBM3", "AMD Instinct MI300X"; "" when the runtime gave none
+    total_memory_bytes: int | None  # totalGlobalMem
+    sm_count: int | None  # numSms: streaming multiprocessors (NVIDIA), compute units (AMD)
+    compute_major: int | None
+    compute_minor: int | None
+    warp_size: int | None  # 32 (NVIDIA), 64 (AMD wavefront)
+    max_threads_per_block: int | None
+    max_threads_per_sm: int | None  # maxThreadsPerMultiprocessor
+    regs_per_block: int | None
+    regs_per_sm: int | None  # regsPerMultiprocessor
+    shared_memory_per_block_bytes: int | None  # sharedMemPerBlock
+    shared_memory_per_block_optin_bytes: int | None  # sharedMemPerBlockOptin
+    shared_memory_per_sm_bytes: int | None  # sharedMemPerMultiprocessor; ROCm: maxSharedMemoryPerMultiProcessor
+    other: tuple[tuple[str, int | float | str | bool], ...] = ()  # any other scalar key, as written (MTIA's)
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,10 +214,15 @@ class Trace:
     device: np.ndarray
     correlation: np.ndarray
     external_id: np.ndarray
+    bytes: np.ndarray
+    copy_kind: np.ndarray
+    shape_id: np.ndarray
     skipped: dict[str, int] = field(default_factory=dict)  # events left out on purpose, by phase
     dropped: dict[str, int] = field(default_factory=dict)  # events that could not be kept, by reason
     warnings: tuple[str, ...] = ()
     rank: int | None = None  # distributed rank that recorded the trace, when the file says
+    shapes: tuple[Shapes, ...] = ()  # behind shape_id
+    devices: tuple[DeviceInfo, ...] = ()  # chrome's deviceProperties
 
     def __len__(self) -> int:
         return len(self.ts_ns)
@@ -202,9 +279,12 @@ def finish(
     dropped: dict[str, int],
     rank: int | None = None,
     notes: tuple[str, ...] = (),
+    shapes: tuple[Shapes, ...] = (),
+    devices: tuple[DeviceInfo, ...] = (),
 ) -> Trace:
-    """Drop rows that cannot be kept honestly, sort by start, and wrap up with warnings (`notes` first).
-    `cols` is consumed: its arrays are replaced one at a time, so the table is never held twice."""
+    """Drop rows that cannot be kept honestly, sort by start, keep `bytes`, `copy_kind` and `shape_id` only on the
+    rows they describe, and wrap up with warnings (`notes` first). `cols` is consumed: its arrays are replaced one
+    at a time, so the table is never held twice."""
     dropped = dict(dropped)
     reasons = _unkeepable(cols["ts_ns"], cols["dur_ns"])
     if reasons:
@@ -220,6 +300,7 @@ def finish(
         what = "no complete ('X') events" if fmt == "torch_chrome" else "no events in its tables"
         extra = f" ({describe(dropped)} dropped)" if dropped else ""
         raise ProbeError(f"{source}: trace has {what}{extra}")
+    shapes = _where_meaningful(cols, names, shapes)
     warnings = notes + tuple(f"dropped {n} event(s): {why}" for why, n in sorted(dropped.items()))
     return Trace(
         format=fmt,
@@ -230,8 +311,41 @@ def finish(
         dropped=dropped,
         warnings=warnings,
         rank=rank,
-        **{k: np.ascontiguousarray(cols.pop(k)) for k in COLUMNS},
+        shapes=shapes,
+        devices=devices,
+        **{k: np.ascontiguousarray(cols.pop(k), dtype=DTYPES[k]) for k in COLUMNS},
     )
+
+
+def _where_meaningful(cols: dict[str, np.ndarray], names: tuple[str, ...], shapes: tuple[Shapes, ...]):
+    """-1 in `bytes` and `copy_kind` but on copies (and memsets, for bytes), in `shape_id` but on cpu_ops; a GPU
+    copy the file gave no direction takes its name's. Returns the shapes still referenced, ids renumbered."""
+    kind, name_id = cols["kind"], cols["name_id"]
+    runtime = kind == Kind.RUNTIME
+    copies = (kind == Kind.GPU_MEMCPY) | (runtime & _of_names(names, name_id, runtime, is_copy_call, False))
+    cols["bytes"] = np.where(copies | (kind == Kind.GPU_MEMSET), cols["bytes"], -1)
+    direction = np.where(copies, cols["copy_kind"], -1).astype(np.int8)
+    unsaid = (kind == Kind.GPU_MEMCPY) & (direction < 0)
+    if unsaid.any():
+        direction[unsaid] = _of_names(names, name_id, unsaid, copy_kind_of_name, -1)[unsaid]
+    cols["copy_kind"] = direction
+    shape_id = np.where(kind == Kind.CPU_OP, cols["shape_id"], -1).astype(np.int32)
+    has = shape_id >= 0
+    used = np.bincount(shape_id[has], minlength=len(shapes)) > 0
+    renumber = (np.cumsum(used) - 1).astype(np.int32)
+    shape_id[has] = renumber[shape_id[has]]
+    cols["shape_id"] = shape_id
+    return tuple(s for s, u in zip(shapes, used.tolist(), strict=True) if u)
+
+
+def _of_names(names: tuple[str, ...], name_id: np.ndarray, rows: np.ndarray, f, default) -> np.ndarray:
+    """f(name) for each row's name, evaluated once a distinct name among `rows` (`default` elsewhere): a trace of a
+    million step names must not pay a regex a name for the few names of its copies."""
+    ids = np.unique(name_id[rows])
+    values = np.array([f(names[i]) for i in ids.tolist()])
+    table = np.full(len(names), default, values.dtype if len(ids) else type(default))
+    table[ids] = values
+    return table[name_id]
 
 
 def _unkeepable(ts: np.ndarray, dur: np.ndarray) -> dict[str, np.ndarray]:
