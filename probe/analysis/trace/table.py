@@ -322,12 +322,12 @@ def _where_meaningful(cols: dict[str, np.ndarray], names: tuple[str, ...], shape
     copy the file gave no direction takes its name's. Returns the shapes still referenced, ids renumbered."""
     kind, name_id = cols["kind"], cols["name_id"]
     runtime = kind == Kind.RUNTIME
-    copies = (kind == Kind.GPU_MEMCPY) | (runtime & _of_names(names, name_id, runtime, is_copy_call, False))
+    copies = (kind == Kind.GPU_MEMCPY) | (runtime & of_names(names, name_id, runtime, is_copy_call))
     cols["bytes"] = np.where(copies | (kind == Kind.GPU_MEMSET), cols["bytes"], -1)
     direction = np.where(copies, cols["copy_kind"], -1).astype(np.int8)
     unsaid = (kind == Kind.GPU_MEMCPY) & (direction < 0)
     if unsaid.any():
-        direction[unsaid] = _of_names(names, name_id, unsaid, copy_kind_of_name, -1)[unsaid]
+        direction[unsaid] = of_names(names, name_id, unsaid, copy_kind_of_name, np.int8, -1)[unsaid]
     cols["copy_kind"] = direction
     shape_id = np.where(kind == Kind.CPU_OP, cols["shape_id"], -1).astype(np.int32)
     has = shape_id >= 0
@@ -338,13 +338,12 @@ def _where_meaningful(cols: dict[str, np.ndarray], names: tuple[str, ...], shape
     return tuple(s for s, u in zip(shapes, used.tolist(), strict=True) if u)
 
 
-def _of_names(names: tuple[str, ...], name_id: np.ndarray, rows: np.ndarray, f, default) -> np.ndarray:
-    """f(name) for each row's name, evaluated once a distinct name among `rows` (`default` elsewhere): a trace of a
-    million step names must not pay a regex a name for the few names of its copies."""
+def of_names(names: tuple[str, ...], name_id: np.ndarray, rows: np.ndarray, f, dtype=bool, default=0) -> np.ndarray:
+    """f(name) for each row's name, evaluated once a distinct name among `rows` (`default` on the other rows): a
+    trace of a million step names must not pay a regex a name for the few names of its copies."""
     ids = np.unique(name_id[rows])
-    values = np.array([f(names[i]) for i in ids.tolist()])
-    table = np.full(len(names), default, values.dtype if len(ids) else type(default))
-    table[ids] = values
+    table = np.full(len(names), default, dtype)
+    table[ids] = [f(names[i]) for i in ids.tolist()]
     return table[name_id]
 
 
