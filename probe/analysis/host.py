@@ -20,6 +20,7 @@ import numpy as np
 
 from probe import vocabulary as V
 from probe.analysis.intervals import covered, merge, nesting
+from probe.analysis.patterns import compile_user
 from probe.analysis.trace import Kind, Trace
 from probe.errors import ProbeError
 
@@ -67,10 +68,7 @@ def parse_part(text: str, reserved: frozenset[str] = frozenset()) -> UserPart:
             f"--part {name}: clashes with a built-in part or field; built-in parts are "
             f"{', '.join((*BUILTIN_PARTS, UNATTRIBUTED))}"
         )
-    try:
-        return UserPart(name, re.compile(pattern))
-    except re.error as e:
-        raise ProbeError(f"--part {name}={pattern}: not a regular expression ({e})") from None
+    return UserPart(name, compile_user(pattern, f"--part {name}={pattern}"))
 
 
 @dataclass(frozen=True)
