@@ -640,10 +640,11 @@ def test_copy_fields_of_other_types_and_on_other_rows(tmp_path):
         x("a_kernel", 6.0, 1.0, cat="kernel", pid=0, tid=7, bytes=4, kind="Dispatch Kernel"),
         x("cudaLaunchKernel", 7.0, 1.0, cat="cuda_runtime", bytes=4, kind=1),
         x("hipMemcpyAsync", 8.0, 1.0, cat="cuda_runtime", bytes="60 bytes", kind="sideways"),
+        x("cudaMemcpy", 9.0, 1.0, cat="cuda_runtime", bytes=-3, kind=True),  # a count is never negative
     ]
     trace = load_trace(write_trace(tmp_path / "t.json", events))
-    assert trace.bytes.tolist() == [9216, 16, 1, 8, 4, -1, -1, -1]
-    assert trace.copy_kind.tolist() == [1, 2, 2, 3, -1, -1, -1, -1]
+    assert trace.bytes.tolist() == [9216, 16, 1, 8, 4, -1, -1, -1, -1]
+    assert trace.copy_kind.tolist() == [1, 2, 2, 3, -1, -1, -1, -1, -1]
 
 
 @needs_shared

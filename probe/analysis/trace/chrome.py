@@ -204,6 +204,7 @@ class _Table:
         self.items = 0  # array items seen, events or not
         self.odd_start = False  # one of the first 100 items is not an object
         self.shapes = _Shapes()
+        self.past_int64: Counter[str] = Counter()  # ids that are integers past int64, by what they are
 
     def add_piece(self, array: bytes) -> bool:
         """pieces.split's test: True when `array` is a JSON array of whole events (then they are in the table)."""
@@ -331,8 +332,8 @@ class _Table:
             cat_id=self._ids(cat),
             pid=_ints(pid),
             tid=_ints(tid),
-            correlation=_ints(corr),
-            external_id=_ints(ext),
+            correlation=self._ids_past_int64(corr, "correlation id", "left unjoined from its launch"),
+            external_id=self._ids_past_int64(ext, "External id", "not tied to its op"),
             bytes=_counts(nbytes),
             copy_kind=_copy_kinds(kinds),
             shape_id=shape,
@@ -341,6 +342,16 @@ class _Table:
             self._count_dropped(ts_status, dur_status)
             part = {k: v[keep] for k, v in part.items()}
         self.columns.append(part)
+
+    def _ids_past_int64(self, values: list, what: str, so: str) -> np.ndarray:
+        """An id column as int64 (-1 where missing or not an integer), counting the integers past int64: their
+        rows can join nothing, and the trace's warnings say how many."""
+        ids = _ints(values)
+        if len(ids) and (ids < 0).any():
+            past = sum(1 for v in values if type(v) is int and not _I64.min <= v <= _I64.max)
+            if past:
+                self.past_int64[f"{what} past int64: {so}"] += past
+        return ids
 
     def _count_dropped(self, ts_status: np.ndarray, dur_status: np.ndarray) -> None:
         no_ts = ts_status == NOT_A_NUMBER
@@ -370,6 +381,7 @@ class _Table:
         notes += _pair_profiler_ranges(names, cols)
         if self.replaced:
             notes += (f"replaced {self.replaced} character(s) that were not UTF-8 with U+FFFD",)
+        notes += tuple(f"{n} event(s) with a {why}" for why, n in sorted(self.past_int64.items()))
         ops_only = np.where(kind == Kind.CPU_OP, cols["shape_id"], -1)
         shapes, cols["shape_id"], odd = self.shapes.finish(ops_only)
         if odd:

@@ -301,6 +301,7 @@ def finish(
         extra = f" ({describe(dropped)} dropped)" if dropped else ""
         raise ProbeError(f"{source}: trace has {what}{extra}")
     shapes = _where_meaningful(cols, names, shapes)
+    notes += _join_warnings(fmt, cols, names)
     warnings = notes + tuple(f"dropped {n} event(s): {why}" for why, n in sorted(dropped.items()))
     return Trace(
         format=fmt,
@@ -317,13 +318,53 @@ def finish(
     )
 
 
+def correlation_keys(fmt: str, pid: np.ndarray, correlation: np.ndarray) -> np.ndarray:
+    """The key that joins a launch call to its GPU ops (-1: none). nsys numbers correlations per process, chrome
+    per trace (its GPU rows carry the device in pid)."""
+    if fmt == "nsys_sqlite":
+        return np.where(correlation >= 0, (pid << 40) + correlation, -1)
+    return correlation
+
+
+def _join_warnings(fmt: str, cols: dict[str, np.ndarray], names: tuple[str, ...]) -> tuple[str, ...]:
+    """Joins that would go silently wrong, with counts: GPU ops whose correlation id several runtime calls share
+    (each is joined to the first of them), and GPU ops that share the id of a kernel launch, which launches one
+    kernel (all would be credited to that call). Shared ids no GPU op carries join nothing and are not said (MTIA's
+    runtime nests calls under one id), and a graph launch's replays share its id by right."""
+    kind, key = cols["kind"], correlation_keys(fmt, cols["pid"], cols["correlation"])
+    runtime = kind == Kind.RUNTIME
+    ops = np.isin(kind, np.asarray(GPU_OP_KINDS, np.int8)) & (key >= 0)
+    ids, per_id = np.unique(key[ops], return_counts=True)
+    calls, per_call = np.unique(key[runtime & (key >= 0)], return_counts=True)
+    out = []
+    shared = calls[per_call > 1]
+    ambiguous = np.isin(ids, shared)
+    if ambiguous.any():
+        n_calls = int(per_call[np.isin(calls, ids[ambiguous])].sum())
+        out.append(
+            f"{int(per_id[ambiguous].sum())} GPU ops carry {int(ambiguous.sum())} correlation id(s) shared by "
+            f"{n_calls} runtime calls: each is joined to the first call with its id, so their GPU work may be "
+            "credited to the wrong call and step"
+        )
+    if (per_id > 1).any():
+        launch = runtime & of_names(names, cols["name_id"], runtime, lambda s: api_base_name(s) in LAUNCH_NAMES)
+        crowded = np.isin(ids, key[launch]) & (per_id > 1)
+        if crowded.any():
+            out.append(
+                f"{int(per_id[crowded].sum())} GPU ops share {int(crowded.sum())} correlation id(s) of kernel "
+                "launch calls, which launch one kernel each: all of them are credited to one call"
+            )
+    return tuple(out)
+
+
 def _where_meaningful(cols: dict[str, np.ndarray], names: tuple[str, ...], shapes: tuple[Shapes, ...]):
     """-1 in `bytes` and `copy_kind` but on copies (and memsets, for bytes), in `shape_id` but on cpu_ops; a GPU
     copy the file gave no direction takes its name's. Returns the shapes still referenced, ids renumbered."""
     kind, name_id = cols["kind"], cols["name_id"]
     runtime = kind == Kind.RUNTIME
     copies = (kind == Kind.GPU_MEMCPY) | (runtime & of_names(names, name_id, runtime, is_copy_call))
-    cols["bytes"] = np.where(copies | (kind == Kind.GPU_MEMSET), cols["bytes"], -1)
+    nbytes = cols["bytes"]
+    cols["bytes"] = np.where((copies | (kind == Kind.GPU_MEMSET)) & (nbytes >= 0), nbytes, -1)  # a count: >= 0
     direction = np.where(copies, cols["copy_kind"], -1).astype(np.int8)
     unsaid = (kind == Kind.GPU_MEMCPY) & (direction < 0)
     if unsaid.any():
@@ -341,7 +382,9 @@ def _where_meaningful(cols: dict[str, np.ndarray], names: tuple[str, ...], shape
 def of_names(names: tuple[str, ...], name_id: np.ndarray, rows: np.ndarray, f, dtype=bool, default=0) -> np.ndarray:
     """f(name) for each row's name, evaluated once a distinct name among `rows` (`default` on the other rows): a
     trace of a million step names must not pay a regex a name for the few names of its copies."""
-    ids = np.unique(name_id[rows])
+    present = np.zeros(len(names), bool)
+    present[name_id[rows]] = True  # no sort: a million distinct names are a million writes
+    ids = np.flatnonzero(present)
     table = np.full(len(names), default, dtype)
     table[ids] = [f(names[i]) for i in ids.tolist()]
     return table[name_id]
