@@ -17,7 +17,9 @@
    same files (decode traces at each step count, the same with record_shapes' input shapes, the nsys export) by
    this tree and by DIR, in alternating child processes (ABBA, --repeat times), best of each: a reader change
    shows as before/after on one machine in one run.
-5. With --big-gb: a trace of that many GB (uncompressed, written to a temp folder and deleted after) through
+5. With --rules: the kernel-category table on one kernel name of 40k and 80k characters built against it
+   ("flashinfer" repeated), beside the old attention rule `flashinfer.*(prefill|decode)` alone, in process.
+6. With --big-gb: a trace of that many GB (uncompressed, written to a temp folder and deleted after) through
    `probe analyze`, with its peak RSS: the document is streamed, so memory follows the event table, not the file.
 
 Every process is a child of this small one, measured by os.wait4 (wall from spawn to reap, CPU, peak RSS: the
@@ -278,6 +280,29 @@ def print_baseline(tmp: Path, baseline: Path, steps: list[int], events: int, nsy
         path.unlink()
 
 
+def print_rules() -> None:
+    """The built-in category rules on long names: linear in the length (each rule has a bounded width), where the
+    old `flashinfer.*(prefill|decode)` read to the end of the name from every "flashinfer" in it."""
+    import re
+
+    from probe.analysis.kernels import DEFAULT_RULES
+
+    old = re.compile(r"flashinfer.*(prefill|decode)", re.IGNORECASE)
+    print("\n## kernel-category rules on one long kernel name\n")
+    print("| characters | the whole table now, s | the old attention rule alone, s |")
+    print("|---|---|---|")
+    for n in (40_000, 80_000):
+        name = "flashinfer" * (n // 10)
+        t0 = time.perf_counter()
+        DEFAULT_RULES.category(name)
+        t1 = time.perf_counter()
+        old_s = "-"
+        if n <= 40_000:  # quadratic: 80k takes four times as long again
+            old.search(name)
+            old_s = f"{time.perf_counter() - t1:.2f}"
+        print(f"| {n:,} | {t1 - t0:.3f} | {old_s} |")
+
+
 def print_big(tmp: Path, gb: float) -> None:
     path = tmp / "big.trace.json"
     steps = int(make("big", str(path), str(gb)))
@@ -309,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nsys-events", type=int, default=NSYS_EVENTS, help="events in the nsys export (0: skip)")
     p.add_argument("--nesting", type=int, default=NESTING, help="ops nested / side by side (0: skip)")
     p.add_argument("--big-gb", type=float, default=0, help="also stream a trace of this many GB (0: skip)")
+    p.add_argument("--rules", action="store_true", help="also time the kernel-category rules on long names")
     p.add_argument("--baseline", type=Path, help="another checkout of probe: load_trace before (it) and after (this)")
     p.add_argument("--repeat", type=int, default=3, help="runs of each side with --baseline (best kept)")
     p.add_argument("--measure", nargs=2, metavar=("WHO", "PATH"), help=argparse.SUPPRESS)
@@ -319,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     has_hta = not args.no_hta and run([args.hta_python, "-c", "import hta.trace_analysis"], 120).code == 0
     print(f"load average {os.getloadavg()[0]:.1f}; HTA {'from ' + args.hta_python if has_hta else 'not run'}")
+    if args.rules:
+        print_rules()
     with tempfile.TemporaryDirectory(prefix="probe-bench-") as tmp:
         if args.baseline:
             print_baseline(Path(tmp), args.baseline.resolve(), args.steps, args.events, args.nsys_events, args.repeat)

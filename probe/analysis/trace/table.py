@@ -46,13 +46,22 @@ Kinds (`Kind`, stored in `kind`), from chrome's `cat` (case-insensitive) or the 
 - `user_range`: `user_annotation` (our `prefill`, `decode#i`, `cache.*`, ...); nsys NVTX push/pop and
   start/end ranges.
 - `profiler_step`: a `ProfilerStep#N` `user_annotation` or `cpu_op`; an NVTX range of that name.
-- `runtime`: `cuda_runtime`, `cuda_driver`, `runtime`, `hip_runtime`, `hip_driver`; CUPTI_ACTIVITY_KIND_RUNTIME.
-- `kernel`: `kernel`, `Kernel`; CUPTI_ACTIVITY_KIND_KERNEL.
-- `gpu_memcpy`: `gpu_memcpy`, `memcpy`; CUPTI_ACTIVITY_KIND_MEMCPY.
+- `runtime`: `cuda_runtime`, `cuda_driver`, `runtime`, `hip_runtime`, `hip_driver`, and kineto's other runtimes
+  (`mtia_runtime`, `xpu_runtime`, `xpu_driver`, `privateuse1_runtime`, `privateuse1_driver`, `glow_runtime`,
+  `hpu_op`); CUPTI_ACTIVITY_KIND_RUNTIME.
+- `kernel`: `kernel`, `Kernel`, `cuda_profiler_range` (the CUPTI range profiler's one range a kernel, paired with
+  the launch calls in order, as HTA does; their times are the profiler's), MTIA's `mtia_ccp_events` executions
+  (`pe_exe`, `merge`, `remote`); CUPTI_ACTIVITY_KIND_KERNEL.
+- `gpu_memcpy`: `gpu_memcpy`, `memcpy`, MTIA's `dma_request`; CUPTI_ACTIVITY_KIND_MEMCPY.
 - `gpu_memset`: `gpu_memset`, `memset`; CUPTI_ACTIVITY_KIND_MEMSET.
 - `gpu_range`: `gpu_user_annotation`, a user range projected onto a stream (never a step).
 - `python`: `python_function`.
-- `other`: anything else (`cuda_sync`, `Trace`, `overhead`, ...).
+- `other`: anything else (`cuda_sync`, MTIA's `event_record` / `event_wait`, `Trace`, `overhead`, ...). A
+  category the reader does not know at all is one line in `Trace.warnings` with its count, so a device side
+  probe does not read is never taken silently for a CPU-only trace.
+
+Joins that would go silently wrong are said in `Trace.warnings` with counts: GPU ops whose correlation id several
+runtime calls share, GPU ops sharing a kernel launch's id, ids past int64 (`correlation_keys` is the join key).
 
 Only complete events (`ph == "X"`) become rows; metadata, instants and flow arrows are counted in
 `Trace.skipped` and left out. Events the table cannot hold honestly are dropped and counted in `Trace.dropped`
