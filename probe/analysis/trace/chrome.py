@@ -345,13 +345,17 @@ class _Table:
 
     def _ids_past_int64(self, values: list, what: str, so: str) -> np.ndarray:
         """An id column as int64 (-1 where missing or not an integer), counting the integers past int64: their
-        rows can join nothing, and the trace's warnings say how many."""
-        ids = _ints(values)
-        if len(ids) and (ids < 0).any():
-            past = sum(1 for v in values if type(v) is int and not _I64.min <= v <= _I64.max)
-            if past:
-                self.past_int64[f"{what} past int64: {so}"] += past
-        return ids
+        rows can join nothing, and the trace's warnings say how many. Only a column off _ints' fast path (an
+        integer that does not fit, or another type) is looked at value by value."""
+        if set(map(type, values)) <= {int}:
+            try:
+                return np.fromiter(values, np.int64, len(values))
+            except OverflowError:
+                pass
+        past = sum(1 for v in values if type(v) is int and not _I64.min <= v <= _I64.max)
+        if past:
+            self.past_int64[f"{what} past int64: {so}"] += past
+        return _ints(values)
 
     def _count_dropped(self, ts_status: np.ndarray, dur_status: np.ndarray) -> None:
         no_ts = ts_status == NOT_A_NUMBER
@@ -407,7 +411,7 @@ def _kinds(names: tuple[str, ...], cat_id: np.ndarray, name_id: np.ndarray) -> t
     is looked at once, whatever the row count (a million step names are a million names, but a few categories)."""
     if not len(cat_id):
         return np.zeros(0, np.int8), ()
-    cats = np.unique(cat_id).tolist()
+    cats = np.flatnonzero(np.bincount(cat_id, minlength=len(names))).tolist()  # no sort of the rows
     kind_of_cat = np.full(len(names), Kind.OTHER, np.int8)
     for i in cats:
         kind_of_cat[i] = _chrome_kind(names[i])
@@ -435,9 +439,11 @@ def _pair_profiler_ranges(names: tuple[str, ...], cols: dict[str, np.ndarray]) -
     """CUPTI range-profiler kernels carry no correlation: pair the i-th (by start) with the i-th kernel launch
     call, as HTA's cupti_counter_analysis does, when their counts agree. Their times are the profiler's ranges,
     not the kernels' own, and the warning says so."""
-    if PROFILER_RANGE not in names:
+    cats = np.flatnonzero(np.bincount(cols["cat_id"], minlength=len(names))).tolist()
+    range_cats = [i for i in cats if names[i].lower() == PROFILER_RANGE]
+    if not range_cats:
         return ()
-    ranges = np.flatnonzero(cols["cat_id"] == names.index(PROFILER_RANGE))
+    ranges = np.flatnonzero(np.isin(cols["cat_id"], range_cats))
     runtime = cols["kind"] == Kind.RUNTIME
     launches = np.flatnonzero(runtime & of_names(names, cols["name_id"], runtime, _is_launch))
     said = f"{len(ranges)} kernels are CUPTI range-profiler ranges (cuda_profiler_range): their names and counters are "
