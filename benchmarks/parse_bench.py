@@ -138,7 +138,8 @@ def measure(
     """A child that times its own parts (parse, ledger) in process, with the probe of `root`; its JSON line, or {}
     when it failed."""
     cmd = [python, "-m", "benchmarks.parse_bench", "--measure", who, str(path)]
-    if who == "hta":  # HTA's venv has no probe: run this file by path, it imports nothing of ours at the top
+    if who == "hta" or root != ROOT:  # this file by path (it imports nothing of ours at the top): HTA's venv has
+        # no probe, and another checkout is measured by this file's code with that checkout's probe (PYTHONPATH)
         cmd = [python, str(Path(__file__).resolve()), "--measure", who, str(path)]
     done = run(cmd, timeout, root)
     return done, (json.loads(done.stdout.strip().splitlines()[-1]) if done.code == 0 else {})
@@ -152,12 +153,13 @@ def measure_ours(path: str, timeline: bool = False) -> dict:
     from probe.analysis.ledger import step_timeline
     from probe.analysis.trace import load_trace
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     trace = load_trace(path)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     result = ledger(trace)
     t2 = time.perf_counter()
-    out = {"parse_s": t1 - t0, "ledger_s": t2 - t1, "events": len(trace), "steps": len(result.steps)}
+    out = {"parse_s": t1 - t0, "parse_cpu_s": c1 - c0, "ledger_s": t2 - t1}
+    out |= {"events": len(trace), "steps": len(result.steps)}
     if timeline:  # what `probe analyze --step 0` adds; not by default: the ledger's step_timeline is quadratic in
         # (runtime calls x enclosing ranges), hours for a 1M-event nsys export read as one window
         step_timeline(trace, result.steps[0])
@@ -261,22 +263,23 @@ def print_baseline(tmp: Path, baseline: Path, steps: list[int], events: int, nsy
     if nsys_events:
         make("nsys", str(tmp / "base.sqlite"), str(nsys_events))
         files.append((f"nsys, {nsys_events:,} events", tmp / "base.sqlite"))
+    # CPU seconds beside wall: on a shared machine the wall clock also counts the time spent waiting for a core
     print(f"\n## load_trace, this tree against {baseline} (best of {repeat}, alternating)\n")
-    print("| file | MB | before s | after s | after / before | before peak MiB | after peak MiB |")
-    print("|---|---|---|---|---|---|---|")
+    print("| file | MB | before s | after s | before CPU s | after CPU s | CPU after/before | before MiB | after MiB |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for label, path in files:
-        best: dict[Path, tuple[float, float]] = {}
+        best: dict[Path, tuple[float, float, float]] = {}
         for i in range(repeat):
             order = (baseline, ROOT) if i % 2 == 0 else (ROOT, baseline)
             for root in order:
                 done, parts = measure("ours", path, root=root)
                 if done.failed:
                     raise SystemExit(f"{label} with {root}: {done.failed}")
-                prev = best.get(root, (float("inf"), float("inf")))
-                best[root] = (min(prev[0], parts["parse_s"]), min(prev[1], done.peak_mib))
-        (b, bm), (a, am) = best[baseline], best[ROOT]
+                now = (parts["parse_s"], parts.get("parse_cpu_s", float("nan")), done.peak_mib)
+                best[root] = tuple(map(min, zip(best.get(root, now), now, strict=True)))
+        (b, bc, bm), (a, ac, am) = best[baseline], best[ROOT]
         mb = path.stat().st_size / 1e6
-        print(f"| {label} | {mb:.0f} | {b:.3f} | {a:.3f} | {a / b:.2f} | {bm:.0f} | {am:.0f} |")
+        print(f"| {label} | {mb:.0f} | {b:.3f} | {a:.3f} | {bc:.3f} | {ac:.3f} | {ac / bc:.2f} | {bm:.0f} | {am:.0f} |")
         path.unlink()
 
 
