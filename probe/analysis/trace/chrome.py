@@ -285,7 +285,7 @@ class _Table:
         args = [e.args for e in xs]
         shape = self.shapes.ids_of_texts(args)
         ints = ([a.correlation for a in args], [a.external_id for a in args], [a.nbytes for a in args])
-        self._add(*_common_fields(xs), *ints, [a.kind for a in args], shape)
+        self._add(*_common_fields(xs), *ints, [a.kind for a in args], shape, typed=True)
 
     def _add_untyped(self, items: list[msgspec.Raw]) -> None:
         events = []
@@ -321,6 +321,7 @@ class _Table:
         nbytes: list,
         kinds: list,
         shape: np.ndarray,
+        typed: bool = False,
     ) -> None:
         ts_ns, ts_status = times_ns(ts)
         dur_ns, dur_status = times_ns(dur)
@@ -332,8 +333,8 @@ class _Table:
             cat_id=self._ids(cat),
             pid=_ints(pid),
             tid=_ints(tid),
-            correlation=self._ids_past_int64(corr, "correlation id", "left unjoined from its launch"),
-            external_id=self._ids_past_int64(ext, "External id", "not tied to its op"),
+            correlation=self._ids_past_int64(corr, "correlation id", "left unjoined from its launch", typed),
+            external_id=self._ids_past_int64(ext, "External id", "not tied to its op", typed),
             bytes=_counts(nbytes),
             copy_kind=_copy_kinds(kinds),
             shape_id=shape,
@@ -343,11 +344,12 @@ class _Table:
             part = {k: v[keep] for k, v in part.items()}
         self.columns.append(part)
 
-    def _ids_past_int64(self, values: list, what: str, so: str) -> np.ndarray:
+    def _ids_past_int64(self, values: list, what: str, so: str, typed: bool = False) -> np.ndarray:
         """An id column as int64 (-1 where missing or not an integer), counting the integers past int64: their
-        rows can join nothing, and the trace's warnings say how many. Only a column off _ints' fast path (an
-        integer that does not fit, or another type) is looked at value by value."""
-        if set(map(type, values)) <= {int}:
+        rows can join nothing, and the trace's warnings say how many. Only a column off the fast path (an integer
+        that does not fit, or another type) is looked at value by value; a typed piece's ids are ints already
+        (msgspec refused any other type), so their types need no look."""
+        if typed or set(map(type, values)) <= {int}:
             try:
                 return np.fromiter(values, np.int64, len(values))
             except OverflowError:
@@ -370,19 +372,20 @@ class _Table:
                 self.dropped[why] += int(mask.sum())
 
     def _ids(self, values: list[str]) -> np.ndarray:
-        return np.array(list(map(self.strings.__getitem__, values)), np.int32).reshape(-1)
+        return np.fromiter(map(self.strings.__getitem__, values), np.int32, len(values))
 
     def finish(self, top: _Top) -> Trace:
         if not self.columns.n:  # empty columns of the right types: finish() says why
             self._add(*[[] for _ in range(10)], np.zeros(0, np.int32))
         names = tuple(self.strings)
         cols = self.columns.take()
-        kind, notes = _kinds(names, cols["cat_id"], cols["name_id"])
+        cats = np.flatnonzero(np.bincount(cols["cat_id"], minlength=len(names))).tolist()  # no sort of the rows
+        kind, notes = _kinds(names, cats, cols["cat_id"], cols["name_id"])
         on_stream = np.isin(kind, np.asarray(ON_STREAM, dtype=np.int8))
         cols["kind"] = kind
         cols["stream"] = np.where(on_stream, cols["tid"], -1)
         cols["device"] = np.where(on_stream, cols["pid"], -1)
-        notes += _pair_profiler_ranges(names, cols)
+        notes += _pair_profiler_ranges(names, cats, cols)
         if self.replaced:
             notes += (f"replaced {self.replaced} character(s) that were not UTF-8 with U+FFFD",)
         notes += tuple(f"{n} event(s) with a {why}" for why, n in sorted(self.past_int64.items()))
@@ -405,13 +408,14 @@ class _Table:
         )
 
 
-def _kinds(names: tuple[str, ...], cat_id: np.ndarray, name_id: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]]:
+def _kinds(
+    names: tuple[str, ...], cats: list[int], cat_id: np.ndarray, name_id: np.ndarray
+) -> tuple[np.ndarray, tuple[str, ...]]:
     """Each row's Kind: by its category, then ProfilerStep#N by name, then the device events `_KIND_BY_NAME` says
     by name; and one line naming the categories this reader does not know (kept as other). Each category and name
     is looked at once, whatever the row count (a million step names are a million names, but a few categories)."""
     if not len(cat_id):
         return np.zeros(0, np.int8), ()
-    cats = np.flatnonzero(np.bincount(cat_id, minlength=len(names))).tolist()  # no sort of the rows
     kind_of_cat = np.full(len(names), Kind.OTHER, np.int8)
     for i in cats:
         kind_of_cat[i] = _chrome_kind(names[i])
@@ -435,11 +439,10 @@ def _kinds(names: tuple[str, ...], cat_id: np.ndarray, name_id: np.ndarray) -> t
     )
 
 
-def _pair_profiler_ranges(names: tuple[str, ...], cols: dict[str, np.ndarray]) -> tuple[str, ...]:
+def _pair_profiler_ranges(names: tuple[str, ...], cats: list[int], cols: dict[str, np.ndarray]) -> tuple[str, ...]:
     """CUPTI range-profiler kernels carry no correlation: pair the i-th (by start) with the i-th kernel launch
     call, as HTA's cupti_counter_analysis does, when their counts agree. Their times are the profiler's ranges,
     not the kernels' own, and the warning says so."""
-    cats = np.flatnonzero(np.bincount(cols["cat_id"], minlength=len(names))).tolist()
     range_cats = [i for i in cats if names[i].lower() == PROFILER_RANGE]
     if not range_cats:
         return ()

@@ -343,8 +343,8 @@ def _join_warnings(fmt: str, cols: dict[str, np.ndarray], names: tuple[str, ...]
     kind, key = cols["kind"], correlation_keys(fmt, cols["pid"], cols["correlation"])
     runtime = kind == Kind.RUNTIME
     ops = np.isin(kind, np.asarray(GPU_OP_KINDS, np.int8)) & (key >= 0)
-    ids, per_id = np.unique(key[ops], return_counts=True)
-    calls, per_call = np.unique(key[runtime & (key >= 0)], return_counts=True)
+    ids, per_id = _distinct(key[ops])
+    calls, per_call = _distinct(key[runtime & (key >= 0)])
     out = []
     shared = calls[per_call > 1]
     ambiguous = np.isin(ids, shared)
@@ -366,19 +366,37 @@ def _join_warnings(fmt: str, cols: dict[str, np.ndarray], names: tuple[str, ...]
     return tuple(out)
 
 
+def _distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(keys, return_counts=True) of non-negative keys; by counting, not sorting, when they are dense
+    (CUPTI numbers correlations 1, 2, 3, ...)."""
+    if len(keys) and int(keys.max()) < 4 * len(keys) + 4096:
+        counts = np.bincount(keys)
+        ids = np.flatnonzero(counts)
+        return ids, counts[ids]
+    return np.unique(keys, return_counts=True)
+
+
 def _where_meaningful(cols: dict[str, np.ndarray], names: tuple[str, ...], shapes: tuple[Shapes, ...]):
     """-1 in `bytes` and `copy_kind` but on copies (and memsets, for bytes), in `shape_id` but on cpu_ops; a GPU
-    copy the file gave no direction takes its name's. Returns the shapes still referenced, ids renumbered."""
+    copy the file gave no direction takes its name's. Returns the shapes still referenced, ids renumbered. A column
+    that holds nothing (most traces record no shapes; many no copy) is left as it is: no pass over its rows."""
     kind, name_id = cols["kind"], cols["name_id"]
-    runtime = kind == Kind.RUNTIME
-    copies = (kind == Kind.GPU_MEMCPY) | (runtime & of_names(names, name_id, runtime, is_copy_call))
-    nbytes = cols["bytes"]
-    cols["bytes"] = np.where((copies | (kind == Kind.GPU_MEMSET)) & (nbytes >= 0), nbytes, -1)  # a count: >= 0
-    direction = np.where(copies, cols["copy_kind"], -1).astype(np.int8)
-    unsaid = (kind == Kind.GPU_MEMCPY) & (direction < 0)
+    memcpy = kind == Kind.GPU_MEMCPY
+    said_bytes, said_kind = (cols["bytes"] >= 0).any(), (cols["copy_kind"] >= 0).any()
+    if said_bytes or said_kind:
+        runtime = kind == Kind.RUNTIME
+        copies = memcpy | (runtime & of_names(names, name_id, runtime, is_copy_call))
+        if said_bytes:
+            nbytes = cols["bytes"]
+            cols["bytes"] = np.where((copies | (kind == Kind.GPU_MEMSET)) & (nbytes >= 0), nbytes, -1)  # a count
+        if said_kind:
+            cols["copy_kind"] = np.where(copies, cols["copy_kind"], -1).astype(np.int8)
+    direction = cols["copy_kind"]
+    unsaid = memcpy & (direction < 0)
     if unsaid.any():
         direction[unsaid] = of_names(names, name_id, unsaid, copy_kind_of_name, np.int8, -1)[unsaid]
-    cols["copy_kind"] = direction
+    if not shapes:
+        return ()
     shape_id = np.where(kind == Kind.CPU_OP, cols["shape_id"], -1).astype(np.int32)
     has = shape_id >= 0
     used = np.bincount(shape_id[has], minlength=len(shapes)) > 0
