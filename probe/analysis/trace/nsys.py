@@ -179,17 +179,10 @@ def _read_tables(con: sqlite3.Connection, source: Path) -> Trace:
         if table in tables:
             nbytes = nbytes if nbytes in _columns(con, table) else "-1"  # an export without it: not said
             parts.append(_gpu(con, names, dropped, table, kind, label, nbytes))
-    cols = {c: np.concatenate([p[c] for p in parts]) for c in COLUMNS}
     # SQLite keeps an integer past int64 as a REAL: such an id reads as -1 and joins nothing, which is said
-    odd = sum(
-        con.execute(
-            f"SELECT COUNT(*) FROM {t} WHERE {_TIMED} AND correlationId IS NOT NULL "
-            "AND typeof(correlationId) != 'integer'"
-        ).fetchone()[0]
-        for t in present
-        if t != "NVTX_EVENTS"
-    )
+    odd = sum(int(p.pop("odd_correlation", 0)) for p in parts)
     notes = (f"{odd} row(s) with a correlation id that is not an integer (past int64, or text): left unjoined",)
+    cols = {c: np.concatenate([p[c] for p in parts]) for c in COLUMNS}
     base = None
     if "TARGET_INFO_SESSION_START_TIME" in tables:
         row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1").fetchone()
@@ -228,7 +221,8 @@ def _nvtx(con, names: _Names, dropped: Counter) -> dict[str, np.ndarray]:
 def _runtime(con, names: _Names, dropped: Counter) -> dict[str, np.ndarray]:
     table = "CUPTI_ACTIVITY_KIND_RUNTIME"
     _count(con, dropped, "non-integer start or end", f"{table} WHERE NOT ({_TIMED})")
-    c = _int_columns(con, table, _TIMED, start="start", end="end", gid="globalTid", corr="correlationId", name="nameId")
+    ids = {"gid": "globalTid", "corr": "correlationId", "name": "nameId"}
+    c = _int_columns(con, table, _TIMED, "correlationId", start="start", end="end", **ids)
     return _part(
         Kind.RUNTIME,
         names.of_ids(c["name"]),
@@ -238,7 +232,7 @@ def _runtime(con, names: _Names, dropped: Counter) -> dict[str, np.ndarray]:
         pid=_gid_pid(c["gid"]),
         tid=_gid_tid(c["gid"]),
         correlation=c["corr"],
-    )
+    ) | {"odd_correlation": c["odd"][0]}
 
 
 def _gpu(
@@ -249,6 +243,7 @@ def _gpu(
         con,
         table,
         _TIMED,
+        "correlationId",
         start="start",
         end="end",
         device="deviceId",
@@ -283,7 +278,7 @@ def _gpu(
         correlation=c["corr"],
         bytes=c["nbytes"],
         copy_kind=copy_kind,
-    )
+    ) | {"odd_correlation": c["odd"][0]}
 
 
 def _columns(con, table: str) -> set[str]:
@@ -303,30 +298,33 @@ def _count(con, dropped: Counter, why: str, rows: str) -> None:
         dropped[why] += n
 
 
-def _int_columns(con, table: str, where: str, **exprs: str) -> dict[str, np.ndarray]:
+def _int_columns(con, table: str, where: str, odd: str = "NULL", **exprs: str) -> dict[str, np.ndarray]:
     """Integer columns (and `rowid`) of the rows of `table` that pass `where`, in rowid order; a value that is
     not an integer reads as -1. All aggregates of one SELECT step through the same rows in the same order, so
-    the columns stay aligned; chunks follow rowid, so each resumes with an index seek."""
+    the columns stay aligned; chunks follow rowid, so each resumes with an index seek. `odd`: a column whose
+    values that are neither integers nor NULL are counted on the way (in "odd", a one-element array)."""
     exprs = {"rowid": "rowid", **exprs}
     ints = ", ".join(
         f"CASE WHEN typeof({e}) = 'integer' THEN {e} ELSE -1 END AS c{i}" for i, e in enumerate(exprs.values())
     )
     concat = ", ".join(f"group_concat(c{i})" for i in range(len(exprs)))
     rows = f"FROM {table} WHERE (?1 IS NULL OR rowid > ?1) AND ({where}) ORDER BY rowid LIMIT {_CHUNK_ROWS}"
-    sql = f"SELECT COUNT(*), max(c0), {concat} FROM (SELECT {ints} {rows})"
+    odd_row = f"typeof({odd}) NOT IN ('integer', 'null')"
+    sql = f"SELECT COUNT(*), max(c0), total(odd), {concat} FROM (SELECT {ints}, {odd_row} AS odd {rows})"
     chunks: list[list[np.ndarray]] = []
-    after = None
+    after, n_odd = None, 0
     while True:
-        n, last, *texts = con.execute(sql, (after,)).fetchone()
+        n, last, some_odd, *texts = con.execute(sql, (after,)).fetchone()
         if n == 0:
             break
+        n_odd += int(some_odd)
         chunks.append([_parse_ints(t, n) for t in texts])
         if n < _CHUNK_ROWS:
             break
         after = last
     if not chunks:
-        return {k: np.zeros(0, np.int64) for k in exprs}
-    return {k: np.concatenate([c[i] for c in chunks]) for i, k in enumerate(exprs)}
+        return {k: np.zeros(0, np.int64) for k in exprs} | {"odd": np.zeros(1, np.int64)}
+    return {k: np.concatenate([c[i] for c in chunks]) for i, k in enumerate(exprs)} | {"odd": np.array([n_odd])}
 
 
 def _parse_ints(text: str, n: int) -> np.ndarray:

@@ -382,7 +382,7 @@ def _where_meaningful(cols: dict[str, np.ndarray], names: tuple[str, ...], shape
     that holds nothing (most traces record no shapes; many no copy) is left as it is: no pass over its rows."""
     kind, name_id = cols["kind"], cols["name_id"]
     memcpy = kind == Kind.GPU_MEMCPY
-    said_bytes, said_kind = (cols["bytes"] >= 0).any(), (cols["copy_kind"] >= 0).any()
+    said_bytes, said_kind = (cols["bytes"] != -1).any(), (cols["copy_kind"] != -1).any()
     if said_bytes or said_kind:
         runtime = kind == Kind.RUNTIME
         copies = memcpy | (runtime & of_names(names, name_id, runtime, is_copy_call))
