@@ -222,7 +222,7 @@ def _runtime(con, names: _Names, dropped: Counter) -> dict[str, np.ndarray]:
     table = "CUPTI_ACTIVITY_KIND_RUNTIME"
     _count(con, dropped, "non-integer start or end", f"{table} WHERE NOT ({_TIMED})")
     ids = {"gid": "globalTid", "corr": "correlationId", "name": "nameId"}
-    c = _int_columns(con, table, _TIMED, "correlationId", start="start", end="end", **ids)
+    c = _int_columns(con, table, _TIMED, start="start", end="end", **ids)
     return _part(
         Kind.RUNTIME,
         names.of_ids(c["name"]),
@@ -232,7 +232,7 @@ def _runtime(con, names: _Names, dropped: Counter) -> dict[str, np.ndarray]:
         pid=_gid_pid(c["gid"]),
         tid=_gid_tid(c["gid"]),
         correlation=c["corr"],
-    ) | {"odd_correlation": c["odd"][0]}
+    ) | {"odd_correlation": _odd_ids(con, table, c["corr"])}
 
 
 def _gpu(
@@ -243,7 +243,6 @@ def _gpu(
         con,
         table,
         _TIMED,
-        "correlationId",
         start="start",
         end="end",
         device="deviceId",
@@ -278,7 +277,7 @@ def _gpu(
         correlation=c["corr"],
         bytes=c["nbytes"],
         copy_kind=copy_kind,
-    ) | {"odd_correlation": c["odd"][0]}
+    ) | {"odd_correlation": _odd_ids(con, table, c["corr"])}
 
 
 def _columns(con, table: str) -> set[str]:
@@ -298,33 +297,39 @@ def _count(con, dropped: Counter, why: str, rows: str) -> None:
         dropped[why] += n
 
 
-def _int_columns(con, table: str, where: str, odd: str = "NULL", **exprs: str) -> dict[str, np.ndarray]:
+def _int_columns(con, table: str, where: str, **exprs: str) -> dict[str, np.ndarray]:
     """Integer columns (and `rowid`) of the rows of `table` that pass `where`, in rowid order; a value that is
     not an integer reads as -1. All aggregates of one SELECT step through the same rows in the same order, so
-    the columns stay aligned; chunks follow rowid, so each resumes with an index seek. `odd`: a column whose
-    values that are neither integers nor NULL are counted on the way (in "odd", a one-element array)."""
+    the columns stay aligned; chunks follow rowid, so each resumes with an index seek."""
     exprs = {"rowid": "rowid", **exprs}
     ints = ", ".join(
         f"CASE WHEN typeof({e}) = 'integer' THEN {e} ELSE -1 END AS c{i}" for i, e in enumerate(exprs.values())
     )
     concat = ", ".join(f"group_concat(c{i})" for i in range(len(exprs)))
     rows = f"FROM {table} WHERE (?1 IS NULL OR rowid > ?1) AND ({where}) ORDER BY rowid LIMIT {_CHUNK_ROWS}"
-    odd_row = f"typeof({odd}) NOT IN ('integer', 'null')"
-    sql = f"SELECT COUNT(*), max(c0), total(odd), {concat} FROM (SELECT {ints}, {odd_row} AS odd {rows})"
+    sql = f"SELECT COUNT(*), max(c0), {concat} FROM (SELECT {ints} {rows})"
     chunks: list[list[np.ndarray]] = []
-    after, n_odd = None, 0
+    after = None
     while True:
-        n, last, some_odd, *texts = con.execute(sql, (after,)).fetchone()
+        n, last, *texts = con.execute(sql, (after,)).fetchone()
         if n == 0:
             break
-        n_odd += int(some_odd)
         chunks.append([_parse_ints(t, n) for t in texts])
         if n < _CHUNK_ROWS:
             break
         after = last
     if not chunks:
-        return {k: np.zeros(0, np.int64) for k in exprs} | {"odd": np.zeros(1, np.int64)}
-    return {k: np.concatenate([c[i] for c in chunks]) for i, k in enumerate(exprs)} | {"odd": np.array([n_odd])}
+        return {k: np.zeros(0, np.int64) for k in exprs}
+    return {k: np.concatenate([c[i] for c in chunks]) for i, k in enumerate(exprs)}
+
+
+def _odd_ids(con, table: str, ids: np.ndarray) -> int:
+    """How many rows hold a correlation id that is neither an integer nor NULL (SQLite keeps an integer past int64
+    as a REAL): they read as -1 and join nothing. Counted only when some id read as -1."""
+    if not (ids < 0).any():
+        return 0
+    sql = f"SELECT COUNT(*) FROM {table} WHERE {_TIMED} AND typeof(correlationId) NOT IN ('integer', 'null')"
+    return con.execute(sql).fetchone()[0]
 
 
 def _parse_ints(text: str, n: int) -> np.ndarray:
