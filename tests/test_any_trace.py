@@ -381,6 +381,7 @@ def test_analyze_json_contract():
     assert out["step_rule"].startswith("engine markers")
     assert set(out["kernels"][0]) == {
         "name",
+        "short_name",
         "category",
         "count",
         "total_us",

@@ -346,7 +346,7 @@ def test_kernels_view_draws_categories_per_step_and_top_kernels(monkeypatch):
         {c: ns / 1e6 for c, ns in step.kernels_by_category.items()}
     )
     top = at.dataframe[-1].value
-    assert top["kernel"][0].startswith("_matmul_ogs") and top["category"][0] == "gemm"
+    assert top["kernel"][0].startswith("_matmul_ogs") and top["category"][0] == "moe"
 
 
 def test_top_ops_view_shows_the_python_frames(monkeypatch):

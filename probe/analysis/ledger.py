@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -69,6 +68,7 @@ from probe.analysis.host import (
 )
 from probe.analysis.intervals import assign, covered, merge
 from probe.analysis.kernels import KernelStat
+from probe.analysis.patterns import Pattern
 from probe.analysis.steps import StepSet, StepTokens, compile_steps_regex, find_steps
 from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
 from probe.errors import ProbeError
@@ -103,7 +103,7 @@ class AnalyzeOptions:
     """How to read a trace: which ranges are steps, the user's own parts and kernel categories, the gap under which
     GPU idle is kernel wait, and the profiler's cost per recorded event when it is known."""
 
-    steps: re.Pattern | None = None  # --steps
+    steps: Pattern | None = None  # --steps, RE2 (probe.analysis.patterns)
     parts: tuple[UserPart, ...] = ()  # --part NAME=REGEX, in priority order
     kernel_rules: tuple[tuple[str, str], ...] = ()  # --kernel-category CATEGORY=REGEX, before the built-in rules
     event_cost: EventCost | None = None  # the profiler's cost per recorded event (probe.capture.calibrate)
