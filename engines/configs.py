@@ -1,7 +1,10 @@
-"""Model configs without torch: shipped presets, config files and model folders, resolved to a transformers config.
+"""Model configs without torch: shipped presets, config files and model folders, read as JSON and checked.
 
-A preset is a `config.json` shipped in `engines/presets/`. Reading a config needs transformers' config classes
-only, so the analysis side (rooflines, byte counts) can use it on a machine without torch.
+A preset is a `config.json` shipped in `engines/presets/`. `read_config` reads a spec's config.json as plain JSON
+(no transformers, no torch: the analysis side counts bytes from it through `engines.arch`); `load_config` turns it
+into its family's transformers config (transformers 5.24's configuration module imports torch). Both check the
+sizes first: a size that is not a positive integer, or a layer count no model has, is one line before any list,
+module or tensor is built for it.
 """
 
 from __future__ import annotations
@@ -27,7 +30,24 @@ SHAPE_KEYS = (
     "n_head",
     "n_positions",
     "n_inner",
+    "num_layers",
+    "num_heads",
+    "num_kv_heads",
+    "ffn_dim",
+    "ffn_hidden_size",
+    "moe_intermediate_size",
+    "num_local_experts",
+    "n_routed_experts",
+    "num_experts_per_tok",
+    "kv_lora_rank",
+    "window_size",
+    "state_size",
 )
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+# The largest released decoders have under 200 layers. transformers builds per-layer lists as it reads a config
+# and a module a layer as it builds one (num_hidden_layers of 1e12 hung `probe roofline`, its memory growing), so a
+# count this far past any model is refused before anything is built for it.
+MAX_LAYERS = 10_000
 
 
 class ModelError(ValueError):
@@ -67,33 +87,52 @@ def resolve(spec: str) -> ModelSource:
     raise ModelError(f"unknown model {spec!r}: use a preset ({', '.join(presets())}) or a local path")
 
 
+def check_sizes(raw: dict, where: str = "config") -> None:
+    """Every size a config.json sets is a positive integer, and its layer count one a model can have."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("model_type"), str):
+        raise ModelError(f"{where} has no model_type")
+    for key in SHAPE_KEYS:  # transformers takes any JSON value here; a model built from a string would not
+        value = raw.get(key)
+        if value is not None and (type(value) is not int or value < 1):
+            raise ModelError(f"{where}: {key} must be a positive integer, got {value!r}")
+    for key in LAYER_KEYS:
+        if raw.get(key, 0) > MAX_LAYERS:
+            raise ModelError(f"{where}: {key} is {raw[key]:,}; probe reads at most {MAX_LAYERS:,} layers")
+
+
 def config_from_dict(raw: dict, where: str = "config"):
     """A config.json's dict as its family's transformers config, family defaults filled in."""
     # transformers loads here, when a config is first read, not when this module is imported: a CLI that
     # only builds its flags from configs stays fast.
     from transformers import AutoConfig
 
-    if not isinstance(raw, dict) or "model_type" not in raw:
-        raise ModelError(f"{where} has no model_type")
+    check_sizes(raw, where)
     try:
         config = AutoConfig.for_model(**raw)
     except Exception as e:  # transformers validates in its own ways (huggingface_hub's strict dataclasses, ...)
         raise ModelError(f"{where}: {' '.join(str(e).split())[:300]}") from None
-    for key in SHAPE_KEYS:  # transformers takes any JSON value here; a model built from a string would not
+    for key in SHAPE_KEYS:  # and defaults filled in must be sizes too
         value = getattr(config, key, None)
         if value is not None and (type(value) is not int or value < 1):
             raise ModelError(f"{where}: {key} must be a positive integer, got {value!r}")
     return config
 
 
-def load_config(spec: str):
-    """The transformers config of a model spec, without building the model."""
+def read_config(spec: str) -> dict:
+    """A model spec's config.json as a plain dict, its sizes checked: no transformers, no torch."""
     source = resolve(spec)
     try:
-        raw = json.loads(source.config_path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelError(f"cannot read {source.config_path}: {e}") from None
-    return config_from_dict(raw, str(source.config_path))
+        raw = json.loads(source.config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        why = "nested too deeply" if isinstance(e, RecursionError) else e
+        raise ModelError(f"cannot read {source.config_path}: {why}") from None
+    check_sizes(raw, str(source.config_path))
+    return raw
+
+
+def load_config(spec: str):
+    """The transformers config of a model spec, without building the model."""
+    return config_from_dict(read_config(spec), str(resolve(spec).config_path))
 
 
 def max_positions(config) -> int | None:

@@ -27,6 +27,7 @@ TORCH_FREE = (
     "probe.cluster",  # Ray's side: a Ray task that analyzes traces must not need torch either
     "probe.capture.config",
     "engines.configs",
+    "engines.arch",  # config -> parameters by kind and cache layout, the roofline's input
 )
 
 HIDE_TORCH = """

@@ -1,16 +1,27 @@
-"""Device constants: peak memory bandwidth, one table, each figure with the vendor document it comes from.
+"""Device constants: memory bandwidth, memory capacity and peak dense FLOP/s per dtype, one table, each figure with
+the vendor document it comes from.
 
-Units: bytes/s, decimal, as the vendors print them (600 GB/s = 600e9 bytes/s, 3.35 TB/s = 3.35e12).
-These are the vendors' theoretical peaks; a copy kernel reaches some fraction of them, so a roofline built on
-them is a lower bound on step time, never a prediction of it (`probe roofline --measure` gives the copy rate).
+Units: bytes/s and FLOP/s are decimal, as the vendors print them (600 GB/s = 600e9 bytes/s, 989.5 TFLOPS =
+989.5e12 FLOP/s). Memory capacity is binary: the vendors' "80GB" of HBM is 80 GiB (five 16 GiB stacks on an
+H100; nvidia-smi shows 81,559 MiB of it to programs), so `memory_bytes` = the printed figure x 2**30.
+
+FLOP/s are dense: NVIDIA's datasheets print Hopper, Ada and Blackwell tensor figures "with sparsity" (2:4
+structured), twice the dense rate, so the figure here is half the printed one, and the comment says so. fp32 is
+the CUDA-core (non-tensor) rate, what an fp32 matmul gets with TF32 off (PyTorch's default for matmuls); fp8 is
+listed only where the part has fp8 tensor cores. AMD prints dense peaks.
+
+These are the vendors' theoretical peaks; a kernel reaches some fraction of them, so a roofline built on them is a
+lower bound on step time, never a prediction of it (`probe roofline --measure` gives the copy rate).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from probe.errors import ProbeError
+
+TERA, GIB = 10**12, 2**30
 
 
 @dataclass(frozen=True)
@@ -18,16 +29,60 @@ class Device:
     name: str
     memory_bandwidth_bytes_s: int
     source: str  # the vendor document (title and URL) that prints the bandwidth figure
-    pattern: str  # regex over torch.cuda.get_device_name(), case-insensitive
+    pattern: str  # regex over torch.cuda.get_device_name() / a trace's deviceProperties name, case-insensitive
+    memory_bytes: int | None = None
+    peak_flops_s: dict[str, float] = field(default_factory=dict)  # dense, by dtype name: float32, bfloat16, ...
+    spec_source: str = ""  # the vendor document that prints the capacity and FLOP/s figures
+
+    def flops_s(self, dtype: str) -> float | None:
+        """The dense peak for `dtype` (float8 for the fp8 formats), if the part has it."""
+        return self.peak_flops_s.get("float8" if dtype.startswith("float8") else dtype)
 
 
-# Where one document lists several variants, the figure is the row for the named variant.
+def _t(**tflops: float) -> dict[str, float]:
+    return {dtype: value * TERA for dtype, value in tflops.items()}
+
+
+A100_PDF = (
+    "NVIDIA A100 Tensor Core GPU datasheet (FP32 19.5 TFLOPS, BF16/FP16 Tensor Core 312 TFLOPS dense, "
+    "624 with sparsity; 40GB HBM2 / 80GB HBM2e), https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/"
+    "a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"
+)
+H100_DATASHEET = (
+    "NVIDIA H100 Tensor Core GPU datasheet (SXM: FP32 67 TFLOPS, BF16/FP16 1,979 and FP8 3,958 TFLOPS with "
+    "sparsity, 80GB; PCIe: 51, 1,513, 3,026, 80GB; NVL: 60, 1,671, 3,341, 94GB), "
+    "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"
+)
+MI200_SPECS = (
+    "AMD Instinct MI200 series data sheet (MI250X: FP16/BF16 383 TFLOPS, FP32 matrix 95.7 TFLOPS, 128GB HBM2e, "
+    "3.2768 TB/s; MI250: 362.1, 90.5, 128GB, 3.2768 TB/s), "
+    "https://www.amd.com/content/dam/amd/en/documents/instinct-business-docs/product-briefs/"
+    "instinct-mi200-series-data-sheet.pdf"
+)
+MI200_NOTE = "; ROCm shows each of the module's two GCDs as a device: every figure here is half the module's"
+
+# Where one document lists several variants, the figure is the row for the named variant. Entries are tried in
+# table order by match_device, so the more specific variants come before the catch-alls.
 DEVICES: tuple[Device, ...] = (
     Device(
         "T4",
         320 * 10**9,
         "NVIDIA T4 Tensor Core GPU datasheet (320+ GB/s GDDR6), https://www.nvidia.com/en-us/data-center/tesla-t4/",
         r"\bT4\b",
+        16 * GIB,
+        _t(float32=8.1, float16=65),  # Turing: no bf16 tensor cores
+        "NVIDIA T4 datasheet (Single-Precision 8.1 TFLOPS, Mixed-Precision FP16/FP32 65 TFLOPS, 16 GB GDDR6), "
+        "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf",
+    ),
+    Device(
+        "V100-PCIe",
+        900 * 10**9,
+        "NVIDIA V100 Tensor Core GPU datasheet (V100 PCIe: 900 GB/s HBM2), https://www.nvidia.com/en-us/data-center/v100/",
+        r"V100.*PCIE",
+        32 * GIB,
+        _t(float32=14, float16=112),
+        "NVIDIA V100 datasheet (PCIe: FP32 14 TFLOPS, Tensor 112 TFLOPS; 32/16 GB HBM2, the larger listed), "
+        "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf",
     ),
     Device(
         "V100",
@@ -35,6 +90,10 @@ DEVICES: tuple[Device, ...] = (
         "NVIDIA V100 Tensor Core GPU datasheet (V100 SXM2/PCIe: 900 GB/s HBM2), "
         "https://www.nvidia.com/en-us/data-center/v100/",
         r"\bV100",
+        32 * GIB,
+        _t(float32=15.7, float16=125),
+        "NVIDIA V100 datasheet (SXM2: FP32 15.7 TFLOPS, Tensor 125 TFLOPS; 32/16 GB HBM2, the larger listed), "
+        "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf",
     ),
     Device(
         "A10",
@@ -42,9 +101,14 @@ DEVICES: tuple[Device, ...] = (
         "NVIDIA A10 Tensor Core GPU datasheet (GPU memory bandwidth 600 GB/s), "
         "https://www.nvidia.com/en-us/data-center/products/a10-gpu/",
         r"\bA10\b",
+        24 * GIB,
+        _t(float32=31.2, bfloat16=125, float16=125),  # printed 125 | 250 with sparsity
+        "NVIDIA A10 datasheet (FP32 31.2 TFLOPS, BF16/FP16 Tensor Core 125 | 250* TFLOPS, 24 GB GDDR6), "
+        "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/a10-datasheet.pdf",
     ),
     # NVIDIA publishes no A10G datasheet (it is AWS's G5 part); it is the A10's GA102 with the same 24 GB of
-    # 384-bit GDDR6 at 12.5 Gbps, which is 600 GB/s.
+    # 384-bit GDDR6 at 12.5 Gbps, which is 600 GB/s. Its clocks differ from the A10's and no vendor prints its
+    # FLOP/s, so none are given.
     Device(
         "A10G",
         600 * 10**9,
@@ -52,6 +116,9 @@ DEVICES: tuple[Device, ...] = (
         "per A10G; 600 GB/s per Baseten, 'NVIDIA A10 vs A10G for ML model inference', "
         "https://www.baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference/",
         r"\bA10G\b",
+        24 * GIB,
+        {},
+        "Amazon EC2 G5 instance types (24 GB GPU memory per A10G), https://aws.amazon.com/ec2/instance-types/g5/",
     ),
     Device(
         "L4",
@@ -59,12 +126,20 @@ DEVICES: tuple[Device, ...] = (
         "NVIDIA L4 Tensor Core GPU datasheet (GPU memory bandwidth 300 GB/s), "
         "https://www.nvidia.com/en-us/data-center/l4/",
         r"\bL4\b",
+        24 * GIB,
+        _t(float32=30.3, bfloat16=121, float16=121, float8=242.5),  # printed 242 / 485 with sparsity
+        "NVIDIA L4 datasheet (FP32 30.3 TFLOPS; BF16/FP16 242 and FP8 485 TFLOPS with sparsity; 24GB), "
+        "https://resources.nvidia.com/en-us-data-center-overview/l4-gpu-datasheet",
     ),
     Device(
         "L40S",
         864 * 10**9,
         "NVIDIA L40S GPU datasheet (GPU memory bandwidth 864 GB/s), https://www.nvidia.com/en-us/data-center/l40s/",
         r"\bL40S\b",
+        48 * GIB,
+        _t(float32=91.6, bfloat16=362.05, float16=362.05, float8=733),  # printed 733 / 1,466 with sparsity
+        "NVIDIA L40S datasheet (FP32 91.6 TFLOPS; BF16/FP16 362.05 | 733* and FP8 733 | 1,466* TFLOPS; 48GB "
+        "GDDR6), https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413",
     ),
     Device(
         "A100-40GB",
@@ -73,6 +148,9 @@ DEVICES: tuple[Device, ...] = (
         "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
         "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf",
         r"A100.*40\s*GB",
+        40 * GIB,
+        _t(float32=19.5, bfloat16=312, float16=312),
+        A100_PDF,
     ),
     Device(
         "A100-80GB-PCIe",
@@ -80,6 +158,9 @@ DEVICES: tuple[Device, ...] = (
         "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB PCIe: 1,935 GB/s), "
         "https://www.nvidia.com/en-us/data-center/a100/",
         r"A100.*80\s*GB.*PCIe|A100.*PCIe.*80\s*GB",
+        80 * GIB,
+        _t(float32=19.5, bfloat16=312, float16=312),
+        A100_PDF,
     ),
     Device(
         "A100-80GB-SXM",
@@ -87,6 +168,9 @@ DEVICES: tuple[Device, ...] = (
         "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM: 2,039 GB/s), "
         "https://www.nvidia.com/en-us/data-center/a100/",
         r"A100.*SXM.*80\s*GB|A100.*80\s*GB",
+        80 * GIB,
+        _t(float32=19.5, bfloat16=312, float16=312),
+        A100_PDF,
     ),
     Device(
         "H100-PCIe",
@@ -94,18 +178,38 @@ DEVICES: tuple[Device, ...] = (
         "NVIDIA H100 Tensor Core GPU datasheet (H100 PCIe: 2 TB/s), "
         "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet",
         r"H100.*PCIe",
+        80 * GIB,
+        _t(float32=51, bfloat16=756.5, float16=756.5, float8=1513),
+        H100_DATASHEET,
     ),
     Device(
         "H100-NVL",
         3900 * 10**9,
         "NVIDIA H100 Tensor Core GPU datasheet (H100 NVL: 3.9 TB/s), https://www.nvidia.com/en-us/data-center/h100/",
         r"H100.*NVL",
+        94 * GIB,
+        _t(float32=60, bfloat16=835.5, float16=835.5, float8=1670.5),
+        H100_DATASHEET,
     ),
     Device(
         "H100-SXM",
         3350 * 10**9,
         "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM: 3.35 TB/s), https://www.nvidia.com/en-us/data-center/h100/",
         r"H100",
+        80 * GIB,
+        _t(float32=67, bfloat16=989.5, float16=989.5, float8=1979),
+        H100_DATASHEET,
+    ),
+    Device(
+        "H200-NVL",
+        4800 * 10**9,
+        "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM and NVL: 4.8 TB/s HBM3e), "
+        "https://www.nvidia.com/en-us/data-center/h200/",
+        r"H200.*NVL",
+        141 * GIB,
+        _t(float32=60, bfloat16=835.5, float16=835.5, float8=1670.5),
+        "NVIDIA H200 datasheet (H200 NVL: FP32 60 TFLOPS; BF16/FP16 1,671 and FP8 3,341 TFLOPS with sparsity; "
+        "141GB), https://www.nvidia.com/en-us/data-center/h200/",
     ),
     Device(
         "H200",
@@ -113,6 +217,10 @@ DEVICES: tuple[Device, ...] = (
         "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM and NVL: 4.8 TB/s HBM3e), "
         "https://www.nvidia.com/en-us/data-center/h200/",
         r"\bH200\b",
+        141 * GIB,
+        _t(float32=67, bfloat16=989.5, float16=989.5, float8=1979),
+        "NVIDIA H200 datasheet (H200 SXM: FP32 67 TFLOPS; BF16/FP16 1,979 and FP8 3,958 TFLOPS with sparsity; "
+        "141GB), https://www.nvidia.com/en-us/data-center/h200/",
     ),
     Device(
         "B200",
@@ -120,6 +228,10 @@ DEVICES: tuple[Device, ...] = (
         "NVIDIA DGX B200 datasheet (8 GPUs: 64 TB/s HBM3e in all, 8 TB/s each), "
         "https://www.nvidia.com/en-us/data-center/dgx-b200/",
         r"\bB200\b",
+        180 * GIB,
+        _t(float32=75, bfloat16=2250, float16=2250, float8=4500),
+        "NVIDIA HGX B200 specifications (8 GPUs: FP32 600 TFLOPS; FP16/BF16 36 and FP8 72 PFLOPS with sparsity; "
+        "1,440GB in all), https://www.nvidia.com/en-us/data-center/hgx/",
     ),
     Device(
         "MI300X",
@@ -127,6 +239,29 @@ DEVICES: tuple[Device, ...] = (
         "AMD Instinct MI300X accelerator data sheet (peak memory bandwidth 5.3 TB/s), "
         "https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html",
         r"MI300X",
+        192 * GIB,
+        _t(float32=163.4, bfloat16=1307.4, float16=1307.4, float8=2614.9),
+        "AMD Instinct MI300X data sheet (FP32 163.4 TFLOPS, FP16/BF16 1307.4 and FP8 2614.9 TFLOPS dense; 192 GB "
+        "HBM3), https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/"
+        "amd-instinct-mi300x-data-sheet.pdf",
+    ),
+    Device(
+        "MI250X",
+        1638 * 10**9 + 4 * 10**8,
+        MI200_SPECS + MI200_NOTE,
+        r"MI250X",
+        64 * GIB,
+        _t(float32=47.85, bfloat16=191.5, float16=191.5),
+        MI200_SPECS + MI200_NOTE,
+    ),
+    Device(
+        "MI250",
+        1638 * 10**9 + 4 * 10**8,
+        MI200_SPECS + MI200_NOTE,
+        r"MI250(?!X)",
+        64 * GIB,
+        _t(float32=45.25, bfloat16=181.05, float16=181.05),
+        MI200_SPECS + MI200_NOTE,
     ),
 )
 
@@ -136,11 +271,15 @@ def _key(name: str) -> str:
 
 
 def device(name: str) -> Device:
-    """A table entry by name, ignoring case and punctuation (`h100-sxm`, `H100 SXM`, `h100sxm`)."""
+    """A table entry by name, ignoring case and punctuation (`h100-sxm`, `H100 SXM`, `h100sxm`), or by a name as
+    torch or a trace's deviceProperties print it (`NVIDIA H100 80GB HBM3`, `AMD Instinct MI300X VF`)."""
     for d in DEVICES:
         if _key(d.name) == _key(name):
             return d
-    raise ProbeError(f"unknown device {name!r}: use one of {', '.join(d.name for d in DEVICES)}")
+    found = match_device(name)
+    if found is None:
+        raise ProbeError(f"unknown device {name!r}: use one of {', '.join(d.name for d in DEVICES)}")
+    return found
 
 
 def match_device(gpu_name: str) -> Device | None:

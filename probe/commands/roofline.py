@@ -1,7 +1,9 @@
-"""Bandwidth roofline of a decode step, from a model config alone: the bytes a step must move (weights once,
-the KV cache in full), how long the bandwidth needs for them, the token forwards a cache saves, and the
-largest batch a step budget allows. `--check` recomputes every number the write-ups derive
-(probe/data/published.json) and exits 1 if any has drifted.
+"""Roofline of a decode step, from a model config alone: the bytes a step must move (weights once, the KV cache it
+attends to), the FLOPs it must do, how long the device's bandwidth and peak need for them, whether the weights and
+cache fit its memory, the token forwards a cache saves, and the largest batch memory, compute and a step budget
+allow. Parameters are counted by the torch-free formulas of engines/arch.py, or, for a family without one (or
+with `--count meta`), on the meta device when torch is importable. `--check` recomputes every number the
+write-ups derive (probe/analysis/roofline/published.json) and exits 1 if any has drifted.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import argparse
 import dataclasses
 import json
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from probe.flags import from_args, knob
 HELP = "bytes a decode step moves, its bandwidth floor and batch limit; --check the write-ups' numbers"
 
 DEFAULT_DEVICE = "A10"  # the write-ups' card
+MEMORY_SHARE = "90%"  # formulas.MEMORY_FRACTION, as printed (imported with the formulas, not at --help)
 COPY_BYTES, COPY_REPEATS = 256 * 2**20, 10  # --measure: far past any CPU's last-level cache or a GPU's L2
 
 
@@ -40,7 +44,13 @@ class RooflineConfig:
     )
     bandwidth: float | None = knob(None, "memory bandwidth in bytes/s, e.g. 600e9 (instead of --device)")
     measure: bool = knob(False, "measure this machine's copy bandwidth, CUDA when available (instead of --device)")
-    step_ms: float = knob(22.0, "step budget for the batch limit, ms (the write-ups' cached step)")
+    step_ms: float | None = knob(None, "a measured step, ms: the batch's traffic must fit in it (default: no budget)")
+    count: str = knob(
+        "auto",
+        "how parameters are counted: formula (torch-free), meta (a meta-device build, needs torch), "
+        "auto (formula when the family has one, else meta)",
+        choices=("auto", "formula", "meta"),
+    )
 
     def __post_init__(self):
         for name in ("prompt", "new_tokens", "batch", "context"):
@@ -101,18 +111,47 @@ def bandwidth_of(cfg: RooflineConfig) -> tuple[float, str]:
     return entry.memory_bandwidth_bytes_s, f"{entry.name}: {entry.source}"
 
 
+def arch_of(spec: str, count: str):
+    """(Arch, how it was counted): the torch-free formula, or a meta-device build (torch, on demand)."""
+    import importlib.util
+
+    from engines.arch import ArchError, from_raw
+    from engines.configs import ModelError, read_config
+
+    try:
+        raw = read_config(spec)
+    except ModelError as e:
+        raise ProbeError(str(e)) from None
+    if count != "meta":
+        try:
+            return from_raw(raw), f"formula (engines/arch.py, {raw['model_type']})"
+        except ArchError as e:
+            if count == "formula" or importlib.util.find_spec("torch") is None:
+                raise ProbeError(f"{e}" + ("" if count == "formula" else "; torch is not importable here")) from None
+    if importlib.util.find_spec("torch") is None:
+        raise ProbeError("--count meta builds the model on the meta device, which needs torch")
+    from engines.meta import meta_arch
+
+    try:
+        return meta_arch(raw), "meta-device build"
+    except ModelError as e:
+        raise ProbeError(str(e)) from None
+
+
 def main(args: argparse.Namespace) -> int:
     if args.check:
         return check(args.published, args.json)
     from probe import render
-    from probe.analysis.roofline.formulas import arch_for, roofline
+    from probe.analysis.hardware import device
+    from probe.analysis.roofline.formulas import roofline
 
     cfg = from_args(RooflineConfig, args)
-    arch = arch_for(cfg.model)
+    arch, counted_by = arch_of(cfg.model, cfg.count)
     longest = max(cfg.prompt + cfg.new_tokens, cfg.context or 0)
     if arch.max_positions is not None and longest > arch.max_positions:
         raise ProbeError(f"{longest} positions exceed the model's maximum of {arch.max_positions}")
     bandwidth, source = bandwidth_of(cfg)
+    entry = device(cfg.device or DEFAULT_DEVICE) if cfg.bandwidth is None and not cfg.measure else None
     report = roofline(
         arch,
         cfg.dtype,
@@ -124,12 +163,29 @@ def main(args: argparse.Namespace) -> int:
         bandwidth_source=source,
         step_ms=cfg.step_ms,
         model=cfg.model,
+        counted_by=counted_by,
+        device=entry.name if entry else None,
+        peak_flops_s=entry.flops_s(cfg.dtype) if entry else None,
+        memory_bytes=entry.memory_bytes if entry else None,
     )
     if args.json:
         print_json(report.to_json())
     else:
         render.stdout().print(table(report))
+        if report.fit and not report.fit["fits"]:
+            print(fit_line(report), file=sys.stderr)
     return 0
+
+
+def fit_line(r) -> str:
+    f = r.fit
+    verdict = "fits" if f["fits"] else "does not fit"
+    return (
+        f"{r.device} memory: {verdict}: weights {r.resident_bytes / 1e9:.2f} GB + KV cache "
+        f"{(f['need_bytes'] - r.resident_bytes) / 1e9:.2f} GB (B={r.batch} x {f['positions']:,} positions) = "
+        f"{f['need_bytes'] / 1e9:.2f} GB {'<=' if f['fits'] else '>'} {f['usable_bytes'] / 1e9:.2f} GB usable "
+        f"({MEMORY_SHARE} of {r.memory_bytes / 1e9:.2f} GB = {r.memory_bytes / 2**30:.0f} GiB)"
+    )
 
 
 def _bytes(n: float) -> str:
@@ -139,11 +195,15 @@ def _bytes(n: float) -> str:
     return f"{n:,.0f} B"
 
 
+def _flops(n: float) -> str:
+    return f"{n:,.0f} ({n / 1e9:.2f} GFLOP)"
+
+
 def table(r):
     """The report as a rich table: quantity, value, and how it is counted."""
     from rich.table import Table
 
-    a, step, limit = r.arch, r.decode_step, r.batch_limit
+    a, step, cost, limit = r.arch, r.decode_step, r.step_cost, r.batch_limit
     t = Table(
         title=f"roofline: {r.model} {r.dtype}, P={r.prompt} L={r.new_tokens} B={r.batch} C={r.context}",
         title_justify="left",
@@ -152,36 +212,71 @@ def table(r):
     )
     for col in ("quantity", "value", "how"):
         t.add_column(col, justify="right" if col == "value" else "left")
+    kinds = ", ".join(f"{k} {v:,}" for k, v in r.params_by_kind.items() if v)
+    window = f", window {a.window} on {a.sliding_layers} layers" if a.sliding_layers else ""
     rows = [
         (
             "parameters",
             f"{r.params:,}",
-            f"{a.model_type}: {a.layers} layers, hidden {a.hidden}, "
-            f"{a.heads}/{a.kv_heads} heads x {a.head_dim}, tied={a.tied}",
+            f"{a.model_type}: {a.layers} layers, hidden {a.hidden}, {a.heads}/{a.kv_heads} heads x {a.head_dim}, "
+            f"tied={a.tied}{window}; counted by {r.counted_by}",
         ),
-        ("weights read per pass", _bytes(r.weights_bytes), "layers + final norm + LM head; gathered tables left out"),
+        ("  by kind", "", kinds),
+        ("weights read per pass", _bytes(r.weights_bytes), "dense weights + every expert; gathered tables left out"),
         ("weights resident", f"{_bytes(r.resident_bytes)} = {r.resident_bytes / 2**30:.2f} GiB", "parameters x dtype"),
         (
             "KV cache per position",
             f"{r.kv_bytes_per_token:,} B ({r.kv_bytes_per_token / 2**10:.1f} KiB)",
-            "2 x layers x kv_heads x head_dim x dtype",
+            f"{a.attention_layers} attention layers x (keys {a.kv_width[0]} + values {a.kv_width[1]}) x dtype",
         ),
-        ("KV cache", f"{_bytes(r.cache_bytes)} = {r.cache_bytes / 2**20:.1f} MiB", "B x (P+L) positions"),
+        ("KV cache", f"{_bytes(r.cache_bytes)} = {r.cache_bytes / 2**20:.1f} MiB", "B x (P+L) positions; windows cap"),
         ("token forwards, no cache", f"{r.naive_token_forwards:,}", "per sequence: sum over i < L of (P + i)"),
         ("token forwards, cached", f"{r.cached_token_forwards:,}", "per sequence: P + L"),
         ("recompute ratio", f"{r.recompute_ratio:,.1f}x", f"{100 * (1 - 1 / r.recompute_ratio):.1f}% recomputed"),
         (f"decode step at C={step.context}: weights", _bytes(step.weight_bytes), ""),
-        ("  KV cache read", _bytes(step.kv_read_bytes), "B x C positions"),
-        ("  traffic", _bytes(step.traffic_bytes), ""),
+        ("  KV cache read", _bytes(step.kv_read_bytes), "B x C positions (at most the window on sliding layers)"),
+        ("  traffic", _bytes(step.traffic_bytes), "reads (writes add " + _bytes(cost.kv_write_bytes) + ")"),
         ("  traffic time", f"{step.traffic_ms:.3f} ms", f"of which KV cache {step.kv_read_ms:.3f} ms"),
-        ("  ceiling", f"{step.ceiling_tok_s:,.1f} tok/s", "B tokens per traffic time"),
-        (f"batch limit in {limit.step_ms:g} ms: bytes per step", _bytes(limit.step_bytes), ""),
-        ("  cache budget", _bytes(limit.cache_budget_bytes), "less the weights, read once per step"),
-        ("  max cached positions", f"{limit.max_cached_positions:,}", ""),
-        ("  max batch", f"{limit.max_batch:,}", f"at {limit.sequence_tokens:,} positions a sequence (C)"),
+        ("  FLOPs", _flops(cost.flops), f"linear {cost.linear_flops:,} + attention {cost.attention_flops:,}"),
     ]
+    if r.compute_ms is not None:
+        rows.append(
+            (
+                "  compute time",
+                f"{r.compute_ms:.3f} ms",
+                f"at {r.peak_flops_s / 1e12:,.1f} TFLOP/s ({r.dtype}, dense, {r.device}); binds: {r.binding_term}",
+            )
+        )
+    rows.append(("  ceiling", f"{step.ceiling_tok_s:,.1f} tok/s", "B tokens per traffic time"))
+    if r.expert_bounds:
+        b = r.expert_bounds
+        rows += [
+            ("  MoE weights at B=1", _bytes(b["batch_1_weight_bytes"]), "dense + top_k experts a layer"),
+            ("  MoE weights, every expert", _bytes(b["all_experts_weight_bytes"]), "a batch that touches them all"),
+        ]
+    if r.fit is not None:
+        rows.append(("memory", "fits" if r.fit["fits"] else "DOES NOT FIT", fit_line(r)))
+    bounds = [
+        (name, value)
+        for name, value in (
+            ("memory", limit.memory_max_batch),
+            ("compute-bound from", limit.compute_bound_batch),
+            (f"traffic within {limit.step_ms:g} ms" if limit.step_ms else "", limit.traffic_max_batch),
+        )
+        if value is not None
+    ]
+    rows.append(
+        (
+            f"batch limit at C={limit.sequence_tokens:,}",
+            f"{limit.max_batch:,}" if limit.max_batch is not None else "-",
+            "; ".join(f"{n} {v:,}" for n, v in bounds) + (f"; binds: {limit.binding}" if limit.binding else "")
+            or "no device memory, peak or step budget known",
+        )
+    )
     for row in rows:
         t.add_row(*row)
+    for note in cost.notes:
+        t.add_row("note", "", note)
     return t
 
 
