@@ -111,6 +111,7 @@ class Cell:
     # Ray cluster, the GPU's index on that host).
     host: str | None = None
     device: str | None = None
+    attn: str | None = None  # the attention implementation the model ran (--attn, resolved); None in older files
     # Contention (probe.analysis.telemetry.contention): the CPU other processes used beside this one over the
     # decode phases, in cores; and whether that passes the rule (None: not judged, telemetry off or too short).
     other_cpu_cores: float | None = None
@@ -246,6 +247,7 @@ class FailedCell:
     error: str  # "OutOfMemoryError: CUDA out of memory ...", "the worker died under this cell (Ray: ...)"
     host: str | None = None
     device: str | None = None
+    attn: str | None = None
     status: str = FAILED
 
     @property
