@@ -67,14 +67,14 @@ def parameter_count(raw: dict) -> int:
         return meta_params(raw)[0].total
 
 
-def check_fits(raw: dict, dtype: str, device: torch.device, name: str) -> None:
+def check_fits(raw: dict, dtype: str, device: torch.device, where: str) -> None:
     """One line, before anything is allocated, when the weights alone cannot fit the device (a vocab of 1e10 or an
     intermediate size of 2**62 ended in an allocator traceback)."""
     need = parameter_count(raw) * DTYPES[dtype].itemsize
     have = available_bytes(device)
     if need > have:
         raise ModelError(
-            f"{name}: the weights need {need / 1e9:,.1f} GB in {dtype}; {device} has {have / 1e9:,.1f} GB available"
+            f"{where}: the weights need {need / 1e9:,.1f} GB in {dtype}; {device} has {have / 1e9:,.1f} GB available"
         )
 
 
@@ -92,7 +92,7 @@ def load_model(spec: str, dtype: str = "float32", device: str = "auto", seed: in
     if attn not in ATTENTION:
         raise ModelError(f"unknown attention {attn!r}: use one of {', '.join(ATTENTION)}")
     raw = read_config(spec)
-    check_fits(raw, dtype, dev, source.name)
+    check_fits(raw, dtype, dev, str(source.config_path))
     impl = None if attn == "auto" else attn
     try:
         if source.weights_dir is not None:
@@ -108,8 +108,8 @@ def load_model(spec: str, dtype: str = "float32", device: str = "auto", seed: in
     except ModelError:
         raise
     except Exception as e:  # transformers' and torch's own refusals (an unsupported attention, a bad pickle, OOM)
-        what = "load the weights of" if source.weights_dir is not None else "build"
-        raise ModelError(f"cannot {what} {source.name} (attention {attn}): {_one_line(e)}") from None
+        what = f"load the weights in {source.weights_dir}" if source.weights_dir else f"build {source.config_path}"
+        raise ModelError(f"cannot {what} (attention {attn}): {_one_line(e)}") from None
     return model.eval()
 
 

@@ -295,3 +295,83 @@ def test_cached_delegates_state_layers_to_transformers():
     assert issubclass(ContiguousHybridLayer, LinearAttentionLayer) and issubclass(
         ContiguousHybridLayer, ContiguousLayer
     )
+
+
+# ---- --attn ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "family, chosen",
+    [("llama", "sdpa"), ("gemma2", "eager"), ("gpt_oss", "eager"), ("bloom", "eager"), ("gpt_neo", "eager")],
+)
+def test_attn_auto_is_what_the_family_supports(family, chosen):
+    assert family_model(family).config._attn_implementation == chosen
+
+
+def test_an_attention_the_family_lacks_is_one_line():
+    spec = str(CONFIGS / "gemma2.json")
+    with pytest.raises(ModelError, match=rf"cannot build {spec} \(attention sdpa\): ValueError: .*does not support"):
+        load_model(spec, "float32", "cpu", attn="sdpa")
+    with pytest.raises(ModelError, match="unknown attention 'fast'"):
+        load_model("tiny", "float32", "cpu", attn="fast")
+
+
+def test_attn_is_recorded_in_each_cell_and_the_environment():
+    from probe.capture.bench import bench
+    from probe.capture.config import BenchConfig
+
+    for attn, chosen in (("eager", "eager"), ("auto", "sdpa")):
+        cfg = BenchConfig(engines=("cached",), prompts=(8,), new_tokens=3, runs=1, warmup=0, device="cpu", attn=attn)
+        results = bench(cfg)
+        assert [c.attn for c in results.cells] == [chosen] and results.env["attn_implementation"] == chosen
+        assert results.config["attn"] == attn and all(c.tokens_match_naive for c in results.cells)
+
+
+# ---- configs that cost before they are checked (issue 28, item 9) -------------------------------------------------
+
+
+def _config_file(tmp_path, name: str, **changes) -> str:
+    raw = json.loads(resolve("tiny").config_path.read_text()) | changes
+    path = tmp_path / name / "config.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(raw))
+    return str(path)
+
+
+BENCH = ("bench", "--engines", "cached", "--prompts", "8", "--new-tokens", "2", "--runs", "1", "--warmup", "0")
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"num_hidden_layers": 1e12}, "num_hidden_layers must be a positive integer, got 1000000000000.0"),
+        ({"num_hidden_layers": 10**12}, "num_hidden_layers is 1,000,000,000,000; probe reads at most 10,000 layers"),
+    ],
+)
+def test_a_layer_count_no_model_has_is_one_line_not_a_hang(tmp_path, changes, message):
+    """transformers builds per-layer lists as it reads a config: 1e12 layers hung `probe roofline`, memory growing."""
+    spec = _config_file(tmp_path, "layers", **changes)
+    for argv in (("roofline", "--model", spec, "--new-tokens", "8"), (*BENCH, "--model", spec, "--out", str(tmp_path))):
+        result = run_probe(*argv, timeout=120)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+        assert result.stderr.strip().splitlines()[-1] == f"probe: error: {spec}: {message}"
+
+
+@pytest.mark.parametrize("changes", [{"vocab_size": 10**10}, {"intermediate_size": 2**62}])
+def test_weights_larger_than_the_machine_are_one_line_before_any_allocation(tmp_path, changes):
+    spec = _config_file(tmp_path, "huge", **changes)
+    result = run_probe(*BENCH, "--model", spec, "--device", "cpu", "--out", str(tmp_path / "out"), timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"probe: error: {spec}: the weights need ") and "GB in float32; cpu has " in last, last
+
+
+def test_unreadable_weights_are_one_line(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(resolve("tiny").config_path.read_text())
+    (folder / "pytorch_model.bin").write_bytes(b"\x80\x04not a pickle at all")
+    result = run_probe(*BENCH, "--model", str(folder), "--device", "cpu", "--out", str(tmp_path / "out"), timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"probe: error: cannot load the weights in {folder} (attention auto): "), last
