@@ -202,6 +202,11 @@ FULL_MATRIX = os.environ.get("PROBE_FULL_MATRIX") == "1"
 _MODELS: dict[str, torch.nn.Module] = {}
 
 
+def compiled_graphs() -> int:
+    """Graphs dynamo has compiled in this process: one per shape, plus one per recompile."""
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+
 def family_model(name: str) -> torch.nn.Module:
     """The family's tiny model, float32, seed 0, its attention as transformers picks it; built once per session."""
     if name not in _MODELS:
@@ -220,7 +225,13 @@ def check_cell(engine_name: str, family: str) -> None:
     model = family_model(family)
     rows = 2 if engine_name == "batched" else 1
     prompt = prompt_ids(PROMPT, rows, model.config.vocab_size)
-    out = tokens(cls(model), prompt, NEW)
+    if engine_name == "static":  # compiles once for the whole decode, sliding windows included: dynamo's count
+        torch._dynamo.reset()  # no graph of this shape left from an earlier test
+        before = compiled_graphs()
+        out = tokens(cls(model), prompt, NEW)
+        assert compiled_graphs() - before == 1, (family, compiled_graphs() - before)
+    else:
+        out = tokens(cls(model), prompt, NEW)
     for row in range(rows):
         reference = tokens(engine_class("naive")(model), prompt[row : row + 1], NEW)
         assert torch.equal(out[row : row + 1], reference), (engine_name, family, row, out.tolist(), reference.tolist())
