@@ -224,10 +224,20 @@ def _base(c: _Config, kv_key: str = "num_key_value_heads", attention: bool = Tru
     return b
 
 
+def _given_types(b: _Build, allowed: tuple[str, ...]) -> list[str] | None:
+    """The config's own layer_types, checked: one a layer, each a type this family's rule knows."""
+    given = b.c.get("layer_types")
+    if not given:
+        return None
+    if not isinstance(given, list) or len(given) != b.layers or not set(given) <= set(allowed):
+        raise ArchError(f"config: layer_types must list {b.layers} of {', '.join(allowed)}, got {given!r}"[:300])
+    return list(given)
+
+
 def _window_types(b: _Build, rule: Callable[[int], bool]) -> None:
     """layer_types from the config, else from `rule(i)` (True: sliding); the window from `sliding_window`."""
-    given = b.c.get("layer_types")
-    b.layer_types = list(given) if given else [SLIDING if rule(i) else FULL for i in range(b.layers)]
+    given = _given_types(b, (FULL, SLIDING))
+    b.layer_types = given or [SLIDING if rule(i) else FULL for i in range(b.layers)]
     if SLIDING in b.layer_types:
         b.window = b.c.int("sliding_window")
 
@@ -644,8 +654,8 @@ def qwen3_next(b: _Build) -> None:
     """Gated delta-net (linear attention) in 3 of 4 layers, gated full attention in the 4th; MoE MLPs."""
     c, h = b.c, b.hidden
     interval = c.get("full_attention_interval", 4)
-    given = c.get("layer_types")
-    b.layer_types = list(given) if given else [LINEAR if (i + 1) % interval else FULL for i in range(b.layers)]
+    given = _given_types(b, (FULL, LINEAR))
+    b.layer_types = given or [LINEAR if (i + 1) % interval else FULL for i in range(b.layers)]
     full = b.layer_types.count(FULL)
     linear = b.layers - full
     bias = c.flag("attention_bias")

@@ -797,3 +797,11 @@ def test_roofline_says_when_the_batch_does_not_fit(capsys):
     assert (data["batch_limit"]["max_batch"], data["batch_limit"]["binding"]) == (57, "memory")
     assert main([*argv, "--batch", "8", "--context", "8192", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["fit"]["fits"] is True
+
+
+@pytest.mark.parametrize(
+    "changes", [{"layer_types": ["full_attention"]}, {"layer_types": ["full_attention", "chunked_attention"]}]
+)
+def test_layer_types_a_rule_cannot_read_are_one_line(changes, capsys):
+    with pytest.raises(ArchError, match="layer_types must list 2 of full_attention, sliding_attention"):
+        tiny("gemma2", **changes)
