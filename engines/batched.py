@@ -109,7 +109,7 @@ class BatchedEngine(Engine):
                 f"batched keeps K/V slots per row; {model_type(config)}'s {', '.join(state)} layers keep a "
                 "recurrent state per sequence, which its rows cannot hold"
             )
-        if other := sorted(types - ATTENTION_TYPES - {"chunked_attention"}):
+        if other := sorted(types - ATTENTION_TYPES):
             return f"batched has no slots for {', '.join(other)} layers"
         if "chunked_attention" in types:
             return "batched builds full and sliding masks only, not chunked attention's"
