@@ -233,7 +233,7 @@ def test_analyze_json_roofline_with_a_model(cli):
     """The H100 HF forward with Qwen1.5-0.5B's config: the device from the trace's deviceProperties, the tokens
     from the flags (the trace has no engine marker), every roofline key, and the per-op table's GEMM."""
     path = DATA / "h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"
-    model = DATA / "configs" / "qwen1.5-0.5b.json"
+    model = "qwen1.5-0.5b"  # the shipped preset
     code, out, _ = _run(cli, "analyze", str(path), "--json", "--model", str(model), "--tokens", "8944", "--batch", "16")
     assert code == 0
     doc = json.loads(out)

@@ -232,3 +232,25 @@ def test_every_benchmark_still_parses_its_flags():
             [sys.executable, "-m", f"benchmarks.{name}", "--help"], cwd=ROOT, capture_output=True, text=True
         )
         assert result.returncode == 0 and "usage:" in result.stdout, (name, result.stderr[-2000:])
+
+
+def test_roofline_reads_presets_config_files_and_model_folders_without_torch(tmp_path):
+    """config.json is read as plain JSON with the family defaults the roofline needs: no transformers, no torch."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text((DATA / "configs" / "deepseek_v3.json").read_text())
+    (folder / "model.safetensors").write_bytes(b"")  # a folder with weights: they are never opened
+    (tmp_path / "bert.json").write_text('{"model_type": "bert", "hidden_size": 64}')
+    specs = ["qwen2.5-1.5b", "llama-3-8b", str(DATA / "configs" / "qwen3_next.json"), str(folder)]
+    for spec in specs:
+        code = (
+            "from probe.cli import main\n"
+            f"rc = main(['roofline', '--model', {spec!r}, '--new-tokens', '8', '--json'])\n"
+            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules\nsys.exit(rc)"
+        )
+        result = _without_torch(code, tmp_path)
+        assert result.returncode == 0, (spec, result.stderr[-2000:])
+    code = f"from probe.cli import main\nsys.exit(main(['roofline', '--model', {str(tmp_path / 'bert.json')!r}]))"
+    result = _without_torch(code, tmp_path)
+    assert result.returncode == 2 and "torch is not importable here" in result.stderr
+    assert result.stderr.count("\n") == 1

@@ -112,6 +112,7 @@ class Cell:
     host: str | None = None
     device: str | None = None
     node: str | None = None
+    attn: str | None = None  # the attention implementation the model ran (--attn, resolved); None in older files
     # Contention (probe.analysis.telemetry.contention): the CPU other processes used beside this one over the
     # decode phases, in cores; and whether that passes the rule (None: not judged, telemetry off or too short).
     other_cpu_cores: float | None = None
@@ -248,6 +249,7 @@ class FailedCell:
     host: str | None = None
     device: str | None = None
     node: str | None = None  # the Ray node's id, on a cluster
+    attn: str | None = None
     status: str = FAILED
 
     @property

@@ -34,8 +34,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from engines import engine_class
+from engines import check_serves, engine_class
 from engines.base import Engine
+from engines.configs import load_config
 from engines.models import load_model, prompt_ids, resolve_device
 from probe.analysis.results import RESULTS_FILE, BenchResults, Cell, Clock, FailedCell, Parity, load_results
 from probe.analysis.telemetry import TELEMETRY_FILE, cell_telemetry, contention, decode_windows, write_samples
@@ -304,6 +305,7 @@ def plan(cfg: BenchConfig, classes: dict[str, type]) -> list[CellSpec]:
         for name in order
         if cfg.times(classes[name].name, length)
     ]
+    check_serves(classes.values(), load_config(cfg.model))  # an engine that cannot serve the family: one line, now
     return [CellSpec(i, e, classes[e].name, p, b, cfg.new_tokens) for i, (e, p, b) in enumerate(cells)]
 
 
@@ -336,23 +338,26 @@ class CellRunner:
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
         if model is None:
-            model = load_model(self.cfg.model, self.cfg.dtype, str(self.device), self.cfg.seed)
+            model = load_model(self.cfg.model, self.cfg.dtype, str(self.device), self.cfg.seed, self.cfg.attn)
         self.model = model
         self.mem, self.telemetry = PeakMemory(self.device), Telemetry(self.cfg, self.device)
         self.references = References(model, self.cfg, self.device)
         self.host, self.device_label = socket.gethostname(), device_label or str(self.device)
 
     def environment(self) -> dict:
-        return environment(self.device, self.cfg.dtype)
+        return environment(self.device, self.cfg.dtype) | {
+            "attn_implementation": self.model.config._attn_implementation
+        }
 
     def run(self, spec: CellSpec, progress: ProgressFn = lambda d, n: None, references: RefRows | None = None):
         """One cell. An exception (an OOM, an engine that refuses the shape) becomes a FailedCell; the runner stays
         usable for the next cell. KeyboardInterrupt goes through."""
         self.references.add(references or {})
         before = set(self.references.rows_)
-        where = dict(host=self.host, device=self.device_label)
+        where = dict(host=self.host, device=self.device_label, attn=self.model.config._attn_implementation)
         try:
             engine = self.classes[spec.engine](self.model)
+            engine.reserve(spec.batch, max(self.cfg.prompts) + self.cfg.new_tokens)  # one buffer length a run
             prompt = prompt_ids(spec.prompt_tokens, spec.batch, self.model.config.vocab_size, self.cfg.seed)
             cell, samples = run_cell(
                 engine,

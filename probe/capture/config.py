@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 
 from engines import engine_class
-from engines.configs import DTYPE_NAMES, load_config, max_positions
+from engines.configs import ATTENTION, DTYPE_NAMES, load_config, max_positions
 from probe.errors import ProbeError
 from probe.flags import int_list, knob, str_list
 
@@ -20,6 +20,7 @@ DEVICE_DEFAULTS = {"cuda": ("qwen2.5-1.5b", "float16"), "cpu": ("tiny", "float32
 DTYPE_CHOICES = (AUTO, *DTYPE_NAMES)
 MODEL_HELP = "preset name, config.json or local model folder; auto: qwen2.5-1.5b on a GPU, tiny on a CPU"
 DTYPE_HELP = "weights and activations dtype; auto: float16 on a GPU, float32 on a CPU"
+ATTN_HELP = "attention implementation; auto: transformers' choice (SDPA where the family has it, else eager)"
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class BenchConfig:
     batch: tuple[int, ...] = knob((1,), "comma-separated batch sizes: sequences per forward", int_list)
     model: str = knob(AUTO, MODEL_HELP)
     dtype: str = knob(AUTO, DTYPE_HELP, choices=DTYPE_CHOICES)
+    attn: str = knob(AUTO, ATTN_HELP, choices=ATTENTION)
     device: str = knob("auto", "auto (CUDA when available), cpu, cuda, cuda:1 ...")
     seed: int = knob(0, "seed for weights and prompts")
     allow_mismatch: bool = knob(False, "exit 0 even when an engine's tokens differ from naive's")
@@ -80,6 +82,7 @@ class ProfileConfig:
     new_tokens: int = knob(8, "tokens generated in the recorded run")
     model: str = knob(AUTO, MODEL_HELP)
     dtype: str = knob(AUTO, DTYPE_HELP, choices=DTYPE_CHOICES)
+    attn: str = knob(AUTO, ATTN_HELP, choices=ATTENTION)
     device: str = knob("auto", "auto (CUDA when available), cpu, cuda, ...")
     batch: int = knob(1, "sequences per forward")
     seed: int = knob(0, "seed for weights and prompts")

@@ -140,12 +140,13 @@ def _prepare(cfg: ProfileConfig, model=None):
         batch=(cfg.batch,),
         model=cfg.model,
         dtype=cfg.dtype,
+        attn=cfg.attn,
         device=cfg.device,
         seed=cfg.seed,
     )
     classes, device = validate(bench_cfg), resolve_device(cfg.device)
     if model is None:
-        model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
+        model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed, cfg.attn)
     engine = classes[cfg.engine](model)
     prompt = prompt_ids(cfg.prompt, cfg.batch, model.config.vocab_size, cfg.seed).to(device)
     return cfg, engine, prompt, device
