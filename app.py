@@ -17,7 +17,7 @@ import streamlit as st
 from probe.analysis import history
 from probe.analysis.compare import compare
 from probe.analysis.job import TraceFailure, job
-from probe.analysis.ledger import AnalyzeOptions, EventCost, analyze, step_timeline
+from probe.analysis.ledger import AnalyzeOptions, analyze, step_timeline
 from probe.analysis.report import load_report
 from probe.analysis.results import load_results
 from probe.analysis.trace import load_trace as parse
@@ -48,8 +48,8 @@ def load_trace(path: str, stamp: tuple):
 def load_analysis(path: str, stamp: tuple, how: tuple = ()):
     """`how`: the sidebar's (steps regex, parts, kernel categories), the `probe analyze` flags as text."""
     steps, parts, categories = how or (None, (), ())
-    cost = EventCost.from_json((sources.trace_meta(ROOT, Path(path)) or {}).get("event_cost_ns"))
-    options = AnalyzeOptions.parse(steps, parts, categories, cost)
+    meta = sources.trace_meta(ROOT, Path(path))
+    options = AnalyzeOptions.parse(steps, parts, categories, meta.event_cost if meta else None)
     return analyze(load_trace(path, stamp), options)
 
 
@@ -204,8 +204,7 @@ except LOAD_ERRORS as e:
 # ---- 1. sweep ------------------------------------------------------------------------------------------------
 
 if chosen == "Sweep":
-    env = loaded.env
-    st.subheader(md(f"{loaded.config.get('model', '?')} {env.get('dtype', '')} on {env.get('device_name', '?')}"))
+    st.subheader(md(f"{loaded.config.model} {loaded.dtype} on {loaded.env.device_name or '?'}"))
     st.plotly_chart(figures.sweep_figure(loaded, report), key="sweep_chart")
     frame = figures.sweep_frame(loaded)
     if frame["mismatch"].any():

@@ -53,7 +53,7 @@ def contention_text(c) -> str:
 def cells_table(results: BenchResults, title: str | None = None) -> Table:
     env = results.env
     table = Table(
-        title=title or f"{results.config.get('model')} {env.get('dtype')} on {env.get('device_name')}",
+        title=title or f"{results.config.model} {results.dtype} on {env.device_name}",
         title_justify="left",
     )
     batched = any(c.batch > 1 for c in [*results.cells, *results.failed])
@@ -371,10 +371,10 @@ def report_markdown(results: BenchResults, report, figures=()) -> str:
     preds = pd.DataFrame([dataclasses.asdict(p) for p in report.predictions])
     env = results.env
     lines = [
-        f"# probe run: {results.config.get('model')} {env.get('dtype')} on {env.get('device_name')}",
+        f"# probe run: {results.config.model} {results.dtype} on {env.device_name}",
         "",
-        f"torch {env.get('torch')}, transformers {env.get('transformers')}, CPU {env.get('cpu_model')}, "
-        f"commit {env.get('git_commit')}",
+        f"torch {env.torch}, transformers {env.transformers}, CPU {env.cpu_model}, "
+        f"commit {env.commit}{'-dirty' if env.dirty else ''}",
         "",
         "## Cells",
         "",

@@ -81,8 +81,8 @@ def test_batched_admits_ragged_prompts(tiny):
 
 
 def test_bench_batch_sweep_checks_each_row(tmp_path):
-    from probe.capture.bench import bench
     from probe.capture.config import BenchConfig
+    from probe.capture.sweep import bench
 
     results = bench(
         BenchConfig(

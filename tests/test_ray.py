@@ -10,9 +10,9 @@ import pytest
 import ray
 
 from probe.analysis.results import load_results
-from probe.capture.bench import bench
 from probe.capture.config import BenchConfig
 from probe.capture.raysweep import bench_on_ray
+from probe.capture.sweep import bench
 from tests.conftest import interrupt_sweep, run_probe
 from tests.ranks import make_rank_traces
 from tests.variants import RAISE_AT_PROMPT
@@ -41,7 +41,7 @@ def test_a_ray_sweep_gives_the_cells_a_local_run_gives(cluster, tmp_path):
     folder = tmp_path / "ray"
     for name in ("results.json", "cells.parquet", "cells.csv", "telemetry.parquet"):
         assert (folder / name).is_file()
-    assert load_results(folder).env["executor"] == "ray" and load_results(folder).complete
+    assert load_results(folder).env.executor == "ray" and load_results(folder).complete
     same = run_probe("compare", str(tmp_path / "local"), str(folder), "--counts-only")
     assert same.returncode == 0, same.stdout + same.stderr
 
@@ -124,7 +124,7 @@ def test_probe_run_sends_its_sweeps_to_ray(cluster, tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     main, batched = load_results(out), load_results(out / "next-batched")
-    assert main.env["executor"] == batched.env["executor"] == "ray"
+    assert main.env.executor == batched.env.executor == "ray"
     assert [(c.engine, c.batch) for c in main.cells + batched.cells] == [
         ("naive", 1), ("cached", 1), ("batched", 1), ("batched", 2), ("batched", 4), ("batched", 8),
     ]  # fmt: skip

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from probe import render
+from probe.analysis.environment import Environment
 from probe.analysis.ledger import analyze
 from probe.analysis.report import (
     Machine,
@@ -23,6 +24,7 @@ from probe.analysis.results import BenchResults, Cell
 from probe.analysis.roofline.formulas import arch_for, decode_step
 from probe.analysis.telemetry import TelemetrySummary
 from probe.analysis.trace import load_trace
+from probe.settings import BenchConfig
 
 TINY = arch_for("tiny")
 
@@ -39,12 +41,11 @@ def cell(engine: str, prompt: int, itl_ms: float, batch: int = 1, new_tokens: in
         tokens=[[[1] * new_tokens] * batch],
         peak_mem_bytes=1,
         peak_mem_kind="cpu_rss",
-        reference=None,
     )
 
 
 def results(*cells: Cell) -> BenchResults:
-    return BenchResults(list(cells), {"dtype": "float32"}, {"dtype": "float32", "model": "tiny"})
+    return BenchResults(list(cells), Environment(dtype="float32"), BenchConfig(dtype="float32", model="tiny"))
 
 
 def test_prediction_is_max_of_floor_and_traffic():

@@ -15,13 +15,13 @@ It also checks the write-ups' two closing predictions against this machine's mea
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
 import numpy as np
 
+from probe.analysis.files import read_json
 from probe.analysis.ledger import StepDigest, TraceAnalysis, steady_steps
 from probe.analysis.results import BenchResults, Cell
 from probe.analysis.roofline.formulas import batch_limit, predict_step_ms
@@ -81,7 +81,7 @@ def points_at(ratio: float, binding: str, recompute: bool) -> str:
 
 
 def predictions(results: BenchResults, arch, machine: Machine) -> list[Prediction]:
-    dtype = results.config.get("dtype", results.env.get("dtype"))
+    dtype = results.dtype
     rows = []
     for c in results.cells:
         context = c.prompt_tokens + c.new_tokens // 2
@@ -159,7 +159,7 @@ def batching_verdict(results: BenchResults, arch, machine: Machine, engine: str 
         }
         for b, c in sorted(by_batch.items())
     }
-    dtype = results.config.get("dtype", results.env.get("dtype"))
+    dtype = results.dtype
     limit = batch_limit(arch, dtype, one.itl_p50_ms, prompt + one.new_tokens, machine.bandwidth_bytes_s)
     holds = {b: r["step_ratio"] <= FLAT and r["scaling"] >= LINEAR for b, r in rows.items()}
     parts = ", ".join(
@@ -423,8 +423,6 @@ def load_report(folder) -> Report | None:
     if not Path(folder).is_dir() or not path.is_file():
         return None
     try:
-        return Report.from_json(json.loads(path.read_text()))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ProbeError(f"cannot read {path}: {str(e).splitlines()[0]}") from None
+        return Report.from_json(read_json(path))  # one line for a file that is not JSON, too deep or not UTF-8
     except ValueError as e:
         raise ProbeError(f"{path} is not a probe report ({e})") from None

@@ -7,7 +7,7 @@ Each worker builds the model once (a `CellRunner`) and runs the cells it is hand
 the next cell to whichever worker is free. Naive's tokens travel with the results: a cell judged against naive
 waits until the naive cell of its prompt length has finished (when that cell runs in this sweep), and gets its
 reference rows with it. Every outcome goes into the same results folder a local run writes
-(`probe.capture.bench.Sweep`), each cell with the host and device it ran on.
+(`probe.capture.sweep.Sweep`), each cell with the host and device it ran on.
 
 A worker that dies (killed, or out of memory in a way Python cannot catch) fails the cell it was running; Ray
 restarts it, up to MAX_RESTARTS times, for the cells after it.
@@ -23,8 +23,8 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from probe.analysis.results import BenchResults, FailedCell
-from probe.capture.bench import CellRunner, CellSpec, Outcome, RefRows, Sweep, one_line, plan, precheck_resume
 from probe.capture.config import BenchConfig, settle, validate
+from probe.capture.sweep import CellRunner, CellSpec, Outcome, RefRows, Sweep, one_line, plan, precheck_resume
 from probe.cluster import session
 from probe.errors import ProbeError
 
@@ -76,7 +76,7 @@ def bench_on_ray(
     resume: bool = False,
 ) -> BenchResults:
     """The sweep of `cfg` on the Ray cluster at `address` (None: a local instance), saved into `out` after every
-    cell as `probe.capture.bench.bench` does. `progress(done, running, failed)` after every change."""
+    cell as `probe.capture.sweep.bench` does. `progress(done, running, failed)` after every change."""
     with session(address):
         kind, options = placements(cfg.device)
         cfg = settle(cfg, kind)
@@ -85,7 +85,7 @@ def bench_on_ray(
             precheck_resume(cfg, out)  # before any worker builds a model
         on_worker = dataclasses.replace(cfg, device=kind)  # a worker sees its own GPU as cuda:0
         workers, where, env = _start(on_worker, options)
-        sweep = Sweep(cfg, specs, env | {"executor": "ray", "workers": len(workers)}, out, resume)
+        sweep = Sweep(cfg, specs, dataclasses.replace(env, executor="ray", workers=len(workers)), out, resume)
         return _dispatch(sweep, workers, where, progress, on_cell)
 
 
@@ -140,7 +140,7 @@ def _dispatch(sweep: Sweep, workers: list, where: dict, progress, on_cell) -> Be
             report()
             if not running and not probes:  # no worker left alive: what is pending cannot run
                 for spec in pending:
-                    on_cell(sweep.add(Outcome(spec, FailedCell(*spec.key, error="no Ray worker left alive"))))
+                    on_cell(sweep.add(Outcome(spec, FailedCell.of(spec.key, "no Ray worker left alive"))))
                 break
             [ref], _ = ray.wait([*running, *probes], num_returns=1)
             if ref in probes:
@@ -160,7 +160,7 @@ def _dispatch(sweep: Sweep, workers: list, where: dict, progress, on_cell) -> Be
                 idle.append(worker)
             except ray.exceptions.RayError as e:
                 host, device, _ = where[worker]
-                outcome = Outcome(spec, FailedCell(*spec.key, error=_error(e), host=host, device=device))
+                outcome = Outcome(spec, FailedCell.of(spec.key, _error(e), host=host, device=device))
                 if not isinstance(e, ray.exceptions.RayActorError):
                     idle.append(worker)  # the call failed, not the worker
                 else:

@@ -80,13 +80,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def options_from(args: argparse.Namespace, trace_path: Path):
     """AnalyzeOptions from the flags; the event cost from the trace's sidecar when the flag does not give it."""
-    from probe.analysis.files import trace_meta
-    from probe.analysis.ledger import AnalyzeOptions, EventCost
+    from probe.analysis.ledger import AnalyzeOptions
+    from probe.analysis.sidecar import trace_meta
 
     if args.event_cost_ns is not None:
         cost = parse_event_cost(args.event_cost_ns)
     else:
-        cost = EventCost.from_json((trace_meta(trace_path) or {}).get("event_cost_ns"))
+        meta = trace_meta(trace_path)
+        cost = meta.event_cost if meta else None
     return AnalyzeOptions.parse(args.steps, args.part, args.kernel_category, cost)
 
 

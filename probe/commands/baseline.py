@@ -52,8 +52,8 @@ def baseline_json(results) -> dict:
 
 
 def main(args: argparse.Namespace) -> int:
-    from probe.analysis.results import atomic_write
-    from probe.capture.bench import bench, check_writable, mismatches
+    from probe.analysis.files import atomic_write
+    from probe.capture.sweep import bench, check_writable, mismatches
     from probe.errors import ProbeError
 
     cfg = from_args(BenchConfig, args, **BASELINE_DEFAULTS)

@@ -101,20 +101,20 @@ def execute(
     "table" (with a progress bar), its "json", or "none" (with a progress bar). Returns (results, exit code)."""
     from engines.models import resolve_device
     from probe import render
-    from probe.capture.bench import (
+    from probe.capture.config import validate
+    from probe.capture.sweep import (
         bench,
         cell_count,
         check_writable,
         mismatches,
         precheck_resume,
         runs_per_cell,
-        settled,
+        settle_here,
     )
-    from probe.capture.config import validate
 
     if executor == "local":
-        cfg = settled(cfg)
-    validate(settled(cfg))  # bad input fails here, before Ray starts or a model loads
+        cfg = settle_here(cfg)
+    validate(settle_here(cfg))  # bad input fails here, before Ray starts or a model loads
     if out is not None:
         check_writable(out)
         if resume and executor == "local":  # on Ray, "auto" is settled by the cluster's devices: checked there
@@ -162,7 +162,7 @@ def execute(
         code = 1
     bad = mismatches(results)
     if bad and not cfg.allow_mismatch:
-        names = ", ".join(f"{c.engine}@p{c.prompt_tokens}" + (f"b{c.batch}" if c.batch > 1 else "") for c in bad)
+        names = ", ".join(c.label for c in bad)
         print(f"probe: error: tokens differ from naive for {names} (use --allow-mismatch to accept)", file=sys.stderr)
         code = 1
     return results, code

@@ -193,13 +193,14 @@ def record(
     its own files are written. Returns the command's exit code: unchanged, unless the write failed and the user
     named the history file (then 2, or the code the command already had)."""
     from probe.analysis import history
+    from probe.analysis.environment import git_state
     from probe.errors import ProbeError
 
     if args.no_history:
         return code
     path, named = history.history_path(args.history)
     try:
-        commit, dirty = history.git_state(Path.cwd())
+        commit, dirty = git_state(Path.cwd())
         how = dict(commit=commit, dirty=dirty, recorded_at=history.now_utc(), env_extra={"driver": driver_version()})
         if folder is not None:
             rec = history.folder_record(folder, command, **how)

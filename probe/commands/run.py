@@ -94,14 +94,14 @@ def profile_engines(cfg, folder: Path, model, engines: list[str], new_tokens: in
             batch=PROFILE_BATCH if engine == "batched" else 1,
             seed=cfg.seed,
         )
-        capture = profile_torch(pcfg, folder, model)
+        capture = profile_torch(pcfg, folder, model, force=True)  # the run's folder, claimed: its own traces
         analysis = analyze(load_trace(capture.trace))
         digests[engine] = digest(analysis)
         counts[engine] = step_counts(engine, analysis, capture.trace.name)
         if engine not in nsys:
             continue
         try:
-            sqlite = profile_nsys(pcfg, folder).sqlite
+            sqlite = profile_nsys(pcfg, folder, force=True).sqlite
             counts[f"{engine} (nsys)"] = step_counts(engine, analyze(load_trace(sqlite)), sqlite.name, "nsys")
         except ProbeError as e:  # nsys is a second opinion: its failure is reported, never fatal
             notes.append(f"nsys trace of {engine} not taken: {e}")
@@ -183,7 +183,7 @@ def main(args: argparse.Namespace) -> int:
                 )
     if model is None:
         model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
-    machine, overhead = measure_machine(cfg.model, cfg.dtype, cfg.device, results.env["device_name"], model)
+    machine, overhead = measure_machine(cfg.model, cfg.dtype, cfg.device, results.env.device_name, model)
     arch = arch_for(cfg.model)
     engines = list(cfg.engines) + (["batched"] if args.quick and not args.no_next else [])
     nsys, missing = (), []

@@ -20,6 +20,7 @@ from probe.analysis.compare import COLUMNS, fmt_count, row_cells
 from probe.analysis.ledger import steady_steps
 from probe.analysis.report import Report
 from probe.analysis.results import BenchResults
+from probe.analysis.sidecar import Sidecar
 from probe.errors import ProbeError
 
 MAX_SHADED = 200  # cache ranges shaded on one timeline; beyond this the bars' own colour carries it
@@ -334,14 +335,14 @@ def timeline_figure(items, title: str = "") -> go.Figure:
     return fig
 
 
-def telemetry_offset_ns(meta: dict | None, analysis) -> int | None:
+def telemetry_offset_ns(meta: Sidecar | None, analysis) -> int | None:
     """What turns a sample's perf_counter_ns into ns from the trace's first event: the sidecar's clock anchor
     (perf_counter_ns and epoch ns read at one instant) against the trace's epoch origin. None if either is
     missing."""
-    clock = (meta or {}).get("clock")
-    if not clock or analysis.origin_epoch_ns is None:
+    clock = meta.clock if meta else None
+    if clock is None or analysis.origin_epoch_ns is None:
         return None
-    return int(clock["epoch_ns"]) - int(clock["perf_counter_ns"]) - analysis.origin_epoch_ns
+    return clock.epoch_ns - clock.perf_counter_ns - analysis.origin_epoch_ns
 
 
 def telemetry_frame(path: Path, offset_ns: int | None = None) -> pd.DataFrame:
@@ -668,7 +669,7 @@ def run_compare_frame(base: BenchResults, cur: BenchResults) -> pd.DataFrame:
             bv, cv = getattr(b, metric), getattr(c, metric)
             rows.append(
                 {
-                    "cell": f"{line_name(b.engine, b.batch)} p{b.prompt_tokens} n{b.new_tokens}",
+                    "cell": str(b.key),
                     "metric": label,
                     "baseline": bv,
                     "current": cv,

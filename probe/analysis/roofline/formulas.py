@@ -18,7 +18,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from engines.configs import config_from_dict, load_config, max_positions
+from engines.configs import config_from_dict, max_positions
+from probe.analysis.files import model_config
 from probe.errors import ProbeError
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}  # the dtypes engines.models.DTYPES can build
@@ -131,8 +132,8 @@ class Arch:
 
 
 def arch_for(spec: str) -> Arch:
-    """The Arch of a preset name, a config.json or a model folder (engines.configs.load_config resolves it)."""
-    return Arch.from_config(load_config(spec))
+    """The Arch of a preset name, a config.json or a model folder (probe.analysis.files.model_config reads it)."""
+    return Arch.from_config(model_config(spec))
 
 
 # ---- counts -------------------------------------------------------------------------------------------
