@@ -38,7 +38,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Literal
 
 import numpy as np
 
@@ -61,7 +61,12 @@ _STEM_SUFFIXES = (
     ".sqlite",
 )
 
-NSYS_SQLITE, CHROME, JSON, NSYS_REPORT, UNKNOWN = "nsys_sqlite", "chrome", "json", "nsys_report", "unknown"
+FileKind = Literal["nsys_sqlite", "chrome", "json", "nsys_report", "unknown"]  # what `sniff` says a file holds
+NSYS_SQLITE: FileKind = "nsys_sqlite"
+CHROME: FileKind = "chrome"
+JSON: FileKind = "json"
+NSYS_REPORT: FileKind = "nsys_report"
+UNKNOWN: FileKind = "unknown"
 
 
 GUNZIP_LIMIT_ENV = "PROBE_MAX_GUNZIP_GIB"
@@ -150,7 +155,7 @@ def head(path: Path, size: int = 1 << 16) -> bytes:
         return b""
 
 
-def sniff(path: Path) -> str:
+def sniff(path: Path) -> FileKind:
     """What a file holds, by its content: an nsys SQLite export, a chrome trace, other JSON, an nsys report
     (by suffix: it must be exported first), or unknown."""
     if Path(path).name.endswith(NSYS_REPORT_SUFFIXES):

@@ -615,7 +615,7 @@ def records_in(path: str | Path) -> tuple[list[RunRecord], list[str]]:
         """One run, or one line saying why not: a name that is not UTF-8 (no history column can hold it) is
         refused before it is read."""
         try:
-            str(where.resolve()).encode("utf-8")
+            str(where.absolute()).encode("utf-8")
         except UnicodeEncodeError:
             skipped.append(f"{os.fsencode(where)!r}: its name is not UTF-8, so the history cannot hold it")
             return
