@@ -202,6 +202,7 @@ class Sweep:
             names = ((TELEMETRY_FILE,) if rows else ()) + SAVED_FILES  # results.json last: what readers trust
             # One set: every file written before any replaces the old one, and an interrupt lands after all of them.
             try:
+                self.out.mkdir(parents=True, exist_ok=True)
                 with _signals_deferred(), atomic_set(self.out, names) as paths:
                     if rows:
                         write_samples(rows, paths[TELEMETRY_FILE])
