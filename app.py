@@ -25,7 +25,7 @@ from probe.analysis import history
 from probe.analysis.compare import Comparison, compare
 from probe.analysis.history import ConfigInfo
 from probe.analysis.job import JobAnalysis, TraceFailure, job
-from probe.analysis.ledger import AnalyzeOptions, EventCost, StepLedger, TraceAnalysis, analyze
+from probe.analysis.ledger import AnalyzeOptions, StepLedger, TraceAnalysis, analyze
 from probe.analysis.report import Report, load_report
 from probe.analysis.results import BenchResults, load_results
 from probe.analysis.timeline import step_timeline
@@ -119,8 +119,8 @@ def load_trace(path: bytes, stamp: tuple):
 @st.cache_resource(max_entries=16, show_spinner="Building the ledger")
 def load_analysis(root: bytes, path: bytes, stamp: tuple, reading: Reading) -> TraceAnalysis:
     """Shared, not copied, between sessions and reruns (cache_resource): an analysis is never changed."""
-    cost = EventCost.from_json((sources.trace_meta(unkey(root), unkey(path)) or {}).get("event_cost_ns"))
-    options = AnalyzeOptions.parse(reading.steps, reading.parts, reading.kernel_categories, cost)
+    meta = sources.trace_meta(unkey(root), unkey(path))
+    options = AnalyzeOptions.parse(reading.steps, reading.parts, reading.kernel_categories, meta and meta.event_cost)
     return analyze(load_trace(path, stamp), options)
 
 
@@ -275,8 +275,8 @@ def pick_step(
 
 
 def show_sweep(run: Run, page: Page) -> None:
-    env, results, report = run.results.env, run.results, run.report
-    st.subheader(md(f"{results.config.get('model', '?')} {env.get('dtype', '')} on {env.get('device_name', '?')}"))
+    results, report = run.results, run.report
+    st.subheader(md(f"{results.config.model} {results.dtype} on {results.env.device_name or '?'}"))
     st.plotly_chart(figures.sweep.sweep_figure(results, report), key="sweep_chart")
     frame = figures.sweep.sweep_frame(results)
     if frame["mismatch"].any():

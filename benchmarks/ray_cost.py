@@ -42,9 +42,9 @@ import torch  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 
-from probe.capture.bench import CellRunner, plan  # noqa: E402
 from probe.capture.config import BenchConfig, settle, validate  # noqa: E402
 from probe.capture.raysweep import Worker, placements  # noqa: E402
+from probe.capture.sweep import CellRunner, plan  # noqa: E402
 from probe.cluster import session  # noqa: E402
 
 
@@ -76,7 +76,7 @@ ray.init(address=sys.argv[1], log_to_driver=False, logging_level=logging.WARNING
 print(time.perf_counter() - t)"""
 BUILD = """import sys, time
 t = time.perf_counter()
-from probe.capture.bench import CellRunner
+from probe.capture.sweep import CellRunner
 from probe.capture.config import BenchConfig, settle
 CellRunner(settle(BenchConfig(prompts=(int(sys.argv[1]),), device="cpu"), "cpu"))
 print(time.perf_counter() - t)"""

@@ -31,9 +31,10 @@ int_list = _list_of(int, "integer")
 str_list = _list_of(str, "name")
 
 
-def knob(default, help: str, parse=None, choices=None):
-    """A config field with its CLI help; `parse` turns the flag's text into the field's value."""
-    return field(default=default, metadata={"help": help, "parse": parse, "choices": choices})
+def knob(default, help: str, parse=None, choices=None, resumable: bool = False):
+    """A config field with its CLI help; `parse` turns the flag's text into the field's value. `resumable`: a
+    sweep resumed with --resume may change it (probe.capture.sweep.check_resume)."""
+    return field(default=default, metadata={"help": help, "parse": parse, "choices": choices, "resumable": resumable})
 
 
 def _base_type(tp):

@@ -328,14 +328,14 @@ def test_an_attention_the_family_lacks_is_one_line():
 
 
 def test_attn_is_recorded_in_each_cell_and_the_environment():
-    from probe.capture.bench import bench
     from probe.capture.config import BenchConfig
+    from probe.capture.sweep import bench
 
     for attn, chosen in (("eager", "eager"), ("auto", "sdpa")):
         cfg = BenchConfig(engines=("cached",), prompts=(8,), new_tokens=3, runs=1, warmup=0, device="cpu", attn=attn)
         results = bench(cfg)
-        assert [c.attn for c in results.cells] == [chosen] and results.env["attn_implementation"] == chosen
-        assert results.config["attn"] == attn and all(c.tokens_match_naive for c in results.cells)
+        assert [c.attn for c in results.cells] == [chosen] and results.env.attn_implementation == chosen
+        assert results.config.attn == attn and all(c.tokens_match_naive for c in results.cells)
 
 
 # ---- configs that cost before they are checked (issue 28, item 9) -------------------------------------------------

@@ -81,8 +81,8 @@ def test_batched_admits_ragged_prompts(tiny):
 
 
 def test_bench_batch_sweep_checks_each_row(tmp_path):
-    from probe.capture.bench import bench
     from probe.capture.config import BenchConfig
+    from probe.capture.sweep import bench
 
     results = bench(
         BenchConfig(
@@ -124,8 +124,8 @@ def test_static_compiles_each_shape_with_fixed_sizes_before_any_caller_times_it(
 def test_a_sweep_compiles_the_static_step_once_for_every_prompt():
     """Issue 24: one StaticCache length for the whole run (the sweep reserves its longest prompt + new tokens), so
     three prompt lengths compile the step once; later cells only re-record (on CUDA) at their buffers' addresses."""
-    from probe.capture.bench import bench
     from probe.capture.config import BenchConfig
+    from probe.capture.sweep import bench
 
     torch._dynamo.reset()  # no graph of this shape left from an earlier test
     before = torch._dynamo.utils.counters["stats"]["unique_graphs"]

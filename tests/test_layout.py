@@ -48,6 +48,7 @@ TORCH_FREE = (
     "probe.cli",
     "probe.cluster",  # Ray's side: a Ray task that analyzes traces must not need torch either
     "probe.capture.config",
+    "probe.settings",  # the config dataclasses results files and sidecars are read back into
     "engines.configs",
     "engines.arch",  # config -> parameters by kind and cache layout, the roofline's input
 )

@@ -34,9 +34,9 @@ from ray.cluster_utils import Cluster
 from probe.analysis.job import TraceFailure, analyze_one, lost_trace
 from probe.analysis.ledger import TraceAnalysis
 from probe.analysis.results import load_results
-from probe.capture.bench import bench
 from probe.capture.config import BenchConfig
 from probe.capture.raysweep import bench_on_ray
+from probe.capture.sweep import bench
 from probe.cluster import fan_out, is_loopback, listening
 from tests.conftest import DATA, ROOT, interrupt_sweep, run_probe
 from tests.ranks import make_rank_traces
@@ -143,7 +143,7 @@ def test_a_sweep_over_three_nodes_gives_the_cells_a_local_run_gives(cluster, tmp
     for name in ("results.json", "cells.parquet", "cells.csv", "telemetry.parquet"):
         assert (folder / name).is_file()
     saved = load_results(folder)
-    assert saved.env["executor"] == "ray" and saved.env["workers"] == 3 and saved.complete
+    assert saved.env.executor == "ray" and saved.env.workers == 3 and saved.complete
     assert [c.node for c in saved.cells] == [c.node for c in there.cells]
     same = run_probe("compare", str(tmp_path / "local"), str(folder), "--counts-only")
     assert same.returncode == 0, same.stdout + same.stderr
@@ -282,7 +282,7 @@ def test_probe_run_sends_its_sweeps_to_ray(cluster, tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     main, batched = load_results(out), load_results(out / "next-batched")
-    assert main.env["executor"] == batched.env["executor"] == "ray"
+    assert main.env.executor == batched.env.executor == "ray"
     assert [(c.engine, c.batch) for c in main.cells + batched.cells] == [
         ("naive", 1), ("cached", 1), ("batched", 1), ("batched", 2), ("batched", 4), ("batched", 8),
     ]  # fmt: skip

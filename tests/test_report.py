@@ -8,6 +8,7 @@ import json
 import pytest
 
 from probe.analysis.diagnosis import Context, diagnose_trace
+from probe.analysis.environment import Environment
 from probe.analysis.ledger import analyze
 from probe.analysis.report import (
     Machine,
@@ -31,6 +32,7 @@ from probe.analysis.telemetry import TelemetrySummary, cell_telemetry
 from probe.analysis.trace import load_trace
 from probe.render import terminal
 from probe.render.markdown import report_markdown
+from probe.settings import BenchConfig
 from tests.test_diagnosis import python_bound_trace
 from tests.test_overhead import FAKE_FLOOR
 
@@ -49,12 +51,11 @@ def cell(engine: str, prompt: int, itl_ms: float, batch: int = 1, new_tokens: in
         tokens=[[[1] * new_tokens] * batch],
         peak_mem_bytes=1,
         peak_mem_kind="cpu_rss",
-        reference=None,
     )
 
 
 def results(*cells: Cell) -> BenchResults:
-    return BenchResults(list(cells), {"dtype": "float32"}, {"dtype": "float32", "model": "tiny"})
+    return BenchResults(list(cells), Environment(dtype="float32"), BenchConfig(dtype="float32", model="tiny"))
 
 
 def test_prediction_is_max_of_floor_and_traffic():

@@ -19,7 +19,7 @@ import pytest
 
 from probe.analysis.ledger import analyze, steady
 from probe.analysis.report import load_report
-from probe.analysis.results import load_results
+from probe.analysis.results import CellKey, load_results
 from probe.analysis.timeline import step_timeline
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
@@ -462,7 +462,7 @@ def test_run_compare_frame_pairs_cells_by_key():
     frame = figures.compare.run_compare_frame(a, b)
     assert len(frame) == 6 * 3
     row = frame[(frame["cell"] == "cached p64 n8") & (frame["metric"] == "ITL p50 (ms)")].iloc[0]
-    ca, cb = (next(c for c in r.cells if c.key == ("cached", 64, 8, 1)) for r in (a, b))
+    ca, cb = (next(c for c in r.cells if c.key == CellKey("cached", 64, 8, 1)) for r in (a, b))
     assert (row["baseline"], row["current"]) == (ca.itl_p50_ms, cb.itl_p50_ms)
     b.cells = [c for c in b.cells if c.engine == "naive"]
     assert set(figures.compare.run_compare_frame(a, b)["cell"]) == {"naive p16 n8", "naive p64 n8", "naive p256 n8"}
@@ -481,7 +481,7 @@ def test_alerts_come_from_probe_compare(tmp_path):
     result = compare(*sets)
     assert [a.key for a in result.alerts] == ["prefill", "decode"]  # the cache adds copy_ and slice ops
     assert "aten::copy_" in result.alerts[1].message
-    assert sets[0].env["torch"]  # the sidecar was read
+    assert sets[0].env.torch  # the sidecar was read
     frame = figures.compare.comparison_frame(result)
     assert list(frame.columns) == list(COLUMNS) and len(frame) == len(result.rows)
 
@@ -495,7 +495,7 @@ def test_a_sidecar_linking_out_of_the_root_is_not_read(tmp_path):
     assert sources.trace_meta(root, root / CACHED.name) is None
     (root / CACHED.name.replace(".trace.json.gz", ".meta.json")).unlink()
     shutil.copy(CACHED.with_name(CACHED.name.replace(".trace.json.gz", ".meta.json")), root)
-    assert sources.trace_meta(root, root / CACHED.name)["config"]["engine"] == "cached"
+    assert sources.trace_meta(root, root / CACHED.name).config.engine == "cached"
 
 
 def test_md_escape_keeps_op_names_literal():

@@ -15,7 +15,6 @@ It also checks the write-ups' two closing predictions against this machine's mea
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,12 +23,12 @@ import numpy as np
 
 from probe.analysis.diagnosis import Context, Diagnosis, predict_batch
 from probe.analysis.digest import StepDigest
+from probe.analysis.files import read_json
 from probe.analysis.ledger import TraceAnalysis, steady
 from probe.analysis.results import BenchResults, Cell
 from probe.analysis.roofline.formulas import batch_limit, predict_step_ms
 from probe.analysis.telemetry import ENERGY_WINDOW_NOTE
 from probe.errors import ProbeError
-from probe.render.text import first_line
 
 HOLDS = 0.15  # |measured / predicted - 1| within this: the prediction holds (Part 2 missed by 12-15%)
 FLAT = 1.25  # a batched step within 25% of the batch-1 step counts as "near flat"
@@ -162,7 +161,7 @@ def predictions(
 ) -> list[Prediction]:
     """One row a cell: max(host term, traffic / bandwidth) against its ITL. The host term is the eager floor,
     except for the engines in `host` (a captured step), which are predicted from their own host cost."""
-    dtype = results.config.get("dtype", results.env.get("dtype"))
+    dtype = results.dtype
     rows = []
     for c in results.cells:
         context = c.prompt_tokens + c.new_tokens // 2
@@ -253,7 +252,7 @@ def batching_verdict(results: BenchResults, arch, machine: Machine | None, engin
         }
         for b, c in sorted(by_batch.items())
     }
-    dtype = results.config.get("dtype", results.env.get("dtype"))
+    dtype = results.dtype
     limit = batch_limit(arch, dtype, one.itl_p50_ms, prompt + one.new_tokens, machine.bandwidth_bytes_s)
     holds = {b: r["step_ratio"] <= FLAT and r["scaling"] >= LINEAR for b, r in rows.items()}
     parts = ", ".join(
@@ -628,8 +627,6 @@ def load_report(folder) -> Report | None:
     if not Path(folder).is_dir() or not path.is_file():
         return None
     try:
-        return Report.from_json(json.loads(path.read_text()))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ProbeError(f"cannot read {path}: {first_line(e)}") from None
+        return Report.from_json(read_json(path))  # one line for a file that is not JSON, too deep or not UTF-8
     except ValueError as e:
         raise ProbeError(f"{path} is not a probe report ({e})") from None

@@ -54,11 +54,19 @@ from probe.analysis.results import BenchResults
 from probe.analysis.roofline.formulas import arch_for
 from probe.analysis.runfolder import claim
 from probe.analysis.trace import load_trace
-from probe.capture.bench import bench, cell_count, check_writable, mismatches, precheck_resume, runs_per_cell, settled
 from probe.capture.calibrate import CALIBRATION_REPS
 from probe.capture.config import BenchConfig, ProfileConfig, settle, validate
 from probe.capture.machine import measure_machine
 from probe.capture.profile import find_nsys, prepare_graph_profiling, profile_nsys, profile_torch, self_check
+from probe.capture.sweep import (
+    bench,
+    cell_count,
+    check_writable,
+    mismatches,
+    precheck_resume,
+    runs_per_cell,
+    settle_here,
+)
 from probe.errors import ProbeError
 from probe.render.markdown import report_markdown
 from probe.render.text import first_line
@@ -153,7 +161,7 @@ def sweep_problems(cfg: BenchConfig, results: BenchResults) -> tuple[list[str], 
         errors.append(f"{len(results.failed)} of {cell_count(cfg)} cells failed: {names}")
     bad = mismatches(results)
     if bad and not cfg.allow_mismatch:
-        names = ", ".join(f"{c.engine}@p{c.prompt_tokens}" + (f"b{c.batch}" if c.batch > 1 else "") for c in bad)
+        names = ", ".join(c.label for c in bad)
         errors.append(f"tokens differ from naive for {names} (use --allow-mismatch to accept)")
     return warnings, errors
 
@@ -171,8 +179,8 @@ def sweep(
     cell into `out`. Bad input fails before Ray starts or a model loads."""
     watch = watch or Watch()
     if executor == "local":
-        cfg = settled(cfg)
-    validate(settled(cfg))
+        cfg = settle_here(cfg)
+    validate(settle_here(cfg))
     if out is not None:
         check_writable(out)
         if resume and executor == "local":  # on Ray, "auto" is settled by the cluster's devices: checked there
@@ -244,7 +252,7 @@ def _profile_one(cfg: BenchConfig, folder: Path, model, engine: str, new_tokens:
         batch=batch,
         seed=cfg.seed,
     )
-    trace = profile_torch(pcfg, folder, model).trace
+    trace = profile_torch(pcfg, folder, model, force=True).trace  # the run's folder, claimed: its own traces
     if trace is None:
         raise ProbeError(f"torch.profiler wrote no trace of {label}")
     events = load_trace(trace)
@@ -257,7 +265,7 @@ def _profile_one(cfg: BenchConfig, folder: Path, model, engine: str, new_tokens:
     if not nsys:
         return
     try:
-        sqlite = profile_nsys(pcfg, folder).sqlite
+        sqlite = profile_nsys(pcfg, folder, force=True).sqlite
         if sqlite is None:
             raise ProbeError("nsys wrote no SQLite export")
     except ProbeError as e:
@@ -327,7 +335,7 @@ def run_job(cfg: BenchConfig, out: Path, options: RunOptions = RunOptions(), wat
     watch.phase("machine: the floor, a cached step piece by piece, the copy bandwidth")
     with _part(report, "machine"):
         report.machine, report.overhead = measure_machine(
-            cfg.model, cfg.dtype, cfg.device, results.env["device_name"], model
+            cfg.model, cfg.dtype, cfg.device, results.env.device_name, model
         )
     write_report(out, combined, report, prompt)
     for engine in engines:

@@ -1,8 +1,10 @@
 """Trace capture: one engine, one prompt length, a few decode steps, under torch.profiler or Nsight Systems.
 
-Warmup is never recorded. Traces are written as `<model>_<engine>_<device>_p<P>_n<N>.trace.json.gz` with a
-sidecar `<same stem>.meta.json` holding the run config and the environment. The chrome trace is torch's own
-export, gzipped: Perfetto and chrome://tracing open it unchanged.
+Warmup is never recorded. Traces are written as `<model>_<engine>_<device>_p<P>_n<N>.trace.json.gz` (probe.analysis.
+files.trace_stem; a config file's model is named by its model_type and a short hash) with a sidecar `<same
+stem>.meta.json` holding the run config and the environment (probe.analysis.sidecar.Sidecar). A trace already
+there is never replaced unless `force`. The chrome trace is torch's own export, gzipped: Perfetto and
+chrome://tracing open it unchanged.
 
 CUDA graphs: a graph captured before the profiler first ran in the process can replay with its kernels missing
 from the trace (the GPU would then look idle). `prepare_graph_profiling` initialises the profiler for graphs
@@ -40,19 +42,20 @@ except ImportError:  # optional: ranges then go through torch.cuda.nvtx where CU
 
 
 from engines import engine_class
-from engines.configs import resolve
 from engines.models import load_model, prompt_ids, resolve_device
-from probe.analysis.files import atomic_path, atomic_write
+from probe.analysis.files import atomic_path, atomic_write, trace_stem
 from probe.analysis.report import SelfCheck
 from probe.analysis.results import Clock
+from probe.analysis.runfolder import check_writable
+from probe.analysis.sidecar import Sidecar
 from probe.analysis.telemetry import cell_telemetry, decode_windows, write_samples
 from probe.analysis.trace import Kind, load_trace
 from probe.capture import annotate as A
-from probe.capture.bench import check_writable, settled
 from probe.capture.calibrate import event_costs
-from probe.capture.config import BenchConfig, ProfileConfig, validate
+from probe.capture.config import BenchConfig, ProfileConfig, model_name, validate
 from probe.capture.env import environment
 from probe.capture.loop import generate
+from probe.capture.sweep import settle_here
 from probe.capture.telemetry.samplers import make_sampler
 from probe.errors import ProbeError
 
@@ -115,10 +118,17 @@ def prepare_graph_profiling(device: torch.device) -> bool:
 
 
 def stem(cfg: ProfileConfig, device: torch.device) -> str:
-    """`<model>_<engine>_<device>_p<P>_n<N>`, and `_b<B>` when the run batched B sequences."""
-    model = resolve(cfg.model).name
-    batch = f"_b{cfg.batch}" if cfg.batch > 1 else ""
-    return f"{model}_{engine_class(cfg.engine).name}_{device.type}_p{cfg.prompt}_n{cfg.new_tokens}{batch}"
+    """`<model>_<engine>_<device>_p<P>_n<N>`, and `_b<B>` when the run batched B sequences (files.trace_stem)."""
+    return trace_stem(
+        model_name(cfg.model), engine_class(cfg.engine).name, device.type, cfg.prompt, cfg.new_tokens, cfg.batch
+    )
+
+
+def refuse_existing(paths: list[Path], force: bool) -> None:
+    """A trace (or its sidecar) already at one of `paths` is replaced only with `force`: else a one-line error,
+    before any work."""
+    if not force and (there := [p for p in paths if p.exists()]):
+        raise ProbeError(f"{there[0]} already exists: --force to replace it, or another --out")
 
 
 @dataclass(frozen=True)
@@ -130,7 +140,7 @@ class Capture:
 
 
 def _prepare(cfg: ProfileConfig, model=None):
-    cfg = settled(cfg)
+    cfg = settle_here(cfg)
     bench_cfg = BenchConfig(
         engines=(cfg.engine,),
         prompts=(cfg.prompt,),
@@ -152,15 +162,19 @@ def _prepare(cfg: ProfileConfig, model=None):
     return cfg, engine, prompt, device
 
 
-def _write_meta(path: Path, cfg: ProfileConfig, device: torch.device, **extra) -> None:
-    meta = {"config": dataclasses.asdict(cfg), "env": environment(device, cfg.dtype), **extra}
-    atomic_write(path, json.dumps(meta, indent=1))
+def _write_meta(path: Path, sidecar: Sidecar) -> None:
+    atomic_write(path, json.dumps(sidecar.to_json(), indent=1))
 
 
-def profile_torch(cfg: ProfileConfig, out: Path, model=None) -> Capture:
+def profile_torch(cfg: ProfileConfig, out: Path, model=None, force: bool = False) -> Capture:
     """Record one generation under torch.profiler (CPU, plus CUDA when available) after `warmup` runs (at least
-    one for an engine that compiles its step). `model`, when given, is used instead of loading `cfg.model` again."""
+    one for an engine that compiles its step). `model`, when given, is used instead of loading `cfg.model` again;
+    a trace already there is replaced only with `force`."""
     check_writable(out)
+    cfg = settle_here(cfg)
+    name = stem(cfg, resolve_device(cfg.device))
+    written = (".trace.json.gz", ".meta.json", ".telemetry.parquet")
+    refuse_existing([out / f"{name}{suffix}" for suffix in written], force)  # before the model is built
     cfg, engine, prompt, device = _prepare(cfg, model)
     prepare_graph_profiling(device)  # before the warmup captures anything
     annotator = A.Annotator()
@@ -173,7 +187,6 @@ def profile_torch(cfg: ProfileConfig, out: Path, model=None) -> Capture:
     with make_sampler(10.0, device, torch.get_num_threads()) as sampler:
         with torch.profiler.profile(activities=activities) as prof:
             gen = generate(engine, prompt, cfg.new_tokens, annotator)
-    name = stem(cfg, device)
     tokens = gen.tokens.shape[0] * (gen.tokens.shape[1] - 1)
     write_samples(sampler.samples, out / f"{name}.telemetry.parquet")
     trace = out / f"{name}.trace.json.gz"
@@ -184,21 +197,19 @@ def profile_torch(cfg: ProfileConfig, out: Path, model=None) -> Capture:
             shutil.copyfileobj(src, dst)
     meta = out / f"{name}.meta.json"
     telemetry = cell_telemetry(sampler.samples, decode_windows([gen]), tokens)
-    _write_meta(
-        meta,
-        cfg,
-        device,
-        tool="torch.profiler",
+    details = dict(
         trace=trace.name,
-        clock=dataclasses.asdict(clock),
         start_ns=gen.start_ns,
         ttft_ms=gen.ttft_ns / 1e6,
         itl_ms=[s / 1e6 for s in gen.step_ns],
         tokens=gen.tokens.tolist(),
         telemetry=telemetry.to_json(),
-        # after the recorded run, so calibrating cannot warm what the run measured; probe analyze reads it
-        event_cost_ns=event_costs(device).to_json(),
     )
+    # the event cost after the recorded run, so calibrating cannot warm what the run measured; probe analyze reads it
+    env = dataclasses.replace(
+        environment(device, cfg.dtype), attn_implementation=engine.model.config._attn_implementation
+    )
+    _write_meta(meta, Sidecar(cfg, env, clock, event_costs(device), "torch.profiler", details))
     return Capture(trace, meta)
 
 
@@ -242,12 +253,13 @@ def check_nvtx_for(nsys: str) -> None:
         )
 
 
-def profile_nsys(cfg: ProfileConfig, out: Path) -> Capture:
-    """Run the same generation under `nsys profile`; export the report to SQLite next to it."""
+def profile_nsys(cfg: ProfileConfig, out: Path, force: bool = False) -> Capture:
+    """Run the same generation under `nsys profile`; export the report to SQLite next to it. A report already
+    there is replaced only with `force`."""
     nsys = find_nsys()
     check_nvtx_for(nsys)
     check_writable(out)
-    cfg = settled(cfg)
+    cfg = settle_here(cfg)
     validate(
         BenchConfig(
             engines=(cfg.engine,),
@@ -260,6 +272,9 @@ def profile_nsys(cfg: ProfileConfig, out: Path) -> Capture:
     )
     device = resolve_device(cfg.device)
     base = out / stem(cfg, device)
+    # Beside the stem, not in place of a suffix: a model name such as qwen2.5-1.5b holds dots.
+    rep, sqlite, meta = (out / f"{base.name}{suffix}" for suffix in (".nsys-rep", ".sqlite", ".nsys.meta.json"))
+    refuse_existing([rep, sqlite, meta], force)
     traces = "nvtx,osrt" + (",cuda" if device.type == "cuda" else "")
     # Each kernel of a replayed graph as its own event, where this nsys can (2022.4 can): else one per graph.
     graph_nodes = ["--cuda-graph-trace=node"] if device.type == "cuda" and _nsys_has(nsys, "--cuda-graph-trace") else []
@@ -301,11 +316,9 @@ def profile_nsys(cfg: ProfileConfig, out: Path) -> Capture:
         *inner,
     ]
     run = subprocess.run(cmd, capture_output=True, text=True)
-    rep = base.with_suffix(".nsys-rep")
     if run.returncode != 0 or not rep.exists():
         tail = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
         raise ProbeError(f"nsys profile failed (exit {run.returncode}): {tail[0]}")
-    sqlite = base.with_suffix(".sqlite")
     export = subprocess.run(
         [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(sqlite), str(rep)],
         capture_output=True,
@@ -313,8 +326,8 @@ def profile_nsys(cfg: ProfileConfig, out: Path) -> Capture:
     )
     if export.returncode != 0 or not sqlite.exists():
         raise ProbeError(f"nsys export failed (exit {export.returncode}): {export.stderr.strip()[:200]}")
-    meta = out / f"{stem(cfg, device)}.nsys.meta.json"
-    _write_meta(meta, cfg, device, tool="nsys", nsys=nsys, nsys_rep=rep.name, sqlite=sqlite.name, command=cmd)
+    details = dict(nsys=nsys, nsys_rep=rep.name, sqlite=sqlite.name, command=cmd)
+    _write_meta(meta, Sidecar(cfg, environment(device, cfg.dtype), tool="nsys", details=details))
     return Capture(None, meta, rep, sqlite)
 
 

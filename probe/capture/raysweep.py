@@ -7,7 +7,7 @@ Each worker builds the model once (a `CellRunner`) and runs the cells it is hand
 the next cell to whichever worker is free. Naive's tokens travel with the results: a cell judged against naive
 waits until the naive cell of its prompt length has finished (when that cell runs in this sweep), and gets its
 reference rows with it. Every outcome goes into the same results folder a local run writes
-(`probe.capture.bench.Sweep`), each cell with the host, device and Ray node it ran on.
+(`probe.capture.sweep.Sweep`), each cell with the host, device and Ray node it ran on.
 
 A worker that dies (killed, or out of memory in a way Python cannot catch) fails the cell it was running ("the
 worker died under this cell"); Ray restarts it, up to MAX_RESTARTS times, for the cells after it. A node that dies
@@ -30,8 +30,8 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from probe.analysis.results import BenchResults, FailedCell
-from probe.capture.bench import CellRunner, CellSpec, Outcome, RefRows, Sweep, plan, precheck_resume
 from probe.capture.config import BenchConfig, settle, validate
+from probe.capture.sweep import CellRunner, CellSpec, Outcome, RefRows, Sweep, plan, precheck_resume
 from probe.cluster import POLL_S, alive_nodes, lost_reason, session
 from probe.errors import ProbeError
 
@@ -84,7 +84,7 @@ def bench_on_ray(
     resume: bool = False,
 ) -> BenchResults:
     """The sweep of `cfg` on the Ray cluster at `address` (None: a local instance), saved into `out` after every
-    cell as `probe.capture.bench.bench` does. `progress(done, running, failed)` after every change."""
+    cell as `probe.capture.sweep.bench` does. `progress(done, running, failed)` after every change."""
     with session(address):
         kind, options = placements(cfg.device)
         cfg = settle(cfg, kind)
@@ -95,7 +95,7 @@ def bench_on_ray(
         workers = [Worker.options(**o).remote(on_worker) for o in options]
         try:
             where, env = _start(workers)
-            sweep = Sweep(cfg, specs, env | {"executor": "ray", "workers": len(where)}, out, resume)
+            sweep = Sweep(cfg, specs, dataclasses.replace(env, executor="ray", workers=len(where)), out, resume)
             return _Dispatch(sweep, where, progress, on_cell).run()
         finally:
             for w in workers:  # on a joined cluster the workers' GPUs and CPUs go back now, not at exit
@@ -166,7 +166,7 @@ class _Dispatch:
             self.report()
             if not self.running and not self.restarting:  # no worker left alive: what is pending cannot run
                 for spec in self.pending:
-                    self.add(spec, FailedCell(*spec.key, error="no Ray worker left alive"))
+                    self.add(spec, FailedCell.of(spec.key, "no Ray worker left alive"))
                 break
             done, _ = ray.wait([*self.running, *self.restarting], num_returns=1, timeout=POLL_S)
             for ref in done:
@@ -186,7 +186,7 @@ class _Dispatch:
 
     def fail(self, worker, spec: CellSpec, error: str) -> None:
         host, device, node = self.where[worker]
-        self.add(spec, FailedCell(*spec.key, error=error, host=host, device=device, node=node))
+        self.add(spec, FailedCell.of(spec.key, error, host=host, device=device, node=node))
 
     def outcome(self, ref) -> None:
         worker, spec = self.running.pop(ref)

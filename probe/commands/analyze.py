@@ -33,9 +33,9 @@ from pathlib import Path
 from rich.markup import escape
 
 from probe.analysis.answer import answer
-from probe.analysis.files import trace_meta
 from probe.analysis.job import TraceFailure, analyze_one, expand, job, lost_trace, pool_map
 from probe.analysis.ledger import AnalyzeOptions, EventCost, StepLedger, TraceAnalysis, analyze
+from probe.analysis.sidecar import trace_meta
 from probe.analysis.step_roofline import TokenFlags
 from probe.analysis.timeline import step_timeline
 from probe.analysis.trace import load_trace
@@ -122,11 +122,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def options_from(args: argparse.Namespace, trace_path: Path) -> AnalyzeOptions:
     """AnalyzeOptions from the flags; the event cost from the trace's sidecar when the flag does not give it."""
-    cost: EventCost | None
     if args.event_cost_ns is not None:
         cost = parse_event_cost(args.event_cost_ns)
     else:
-        cost = EventCost.from_json((trace_meta(trace_path) or {}).get("event_cost_ns"))
+        meta = trace_meta(trace_path)
+        cost = meta.event_cost if meta else None
     return AnalyzeOptions.parse(args.steps, args.part, args.kernel_category, cost, args.kernel_wait_us)
 
 

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from probe.analysis.files import atomic_write
-from probe.capture.bench import bench, check_writable, mismatches
 from probe.capture.config import BenchConfig
+from probe.capture.sweep import bench, check_writable, mismatches
 from probe.commands.history import add_record_arguments, record
 from probe.errors import ProbeError
 from probe.flags import add_arguments as add_config_arguments

@@ -13,9 +13,9 @@ import argparse
 from pathlib import Path
 
 from probe.analysis.runfolder import claim
-from probe.capture.bench import cell_count
 from probe.capture.config import BenchConfig
 from probe.capture.pipeline import sweep, sweep_problems
+from probe.capture.sweep import cell_count
 from probe.commands import print_json
 from probe.commands._sweep import print_problems, print_sweep, sweep_interrupts, watch_for
 from probe.commands.history import add_record_arguments, record

@@ -195,11 +195,12 @@ def record(
     if args.no_history:  # before the import: --no-history must never load DuckDB (an optional dependency)
         return code
     from probe.analysis import history
+    from probe.analysis.environment import git_state
     from probe.errors import ProbeError
 
     path, named = history.history_path(args.history)
     try:
-        commit, dirty = history.git_state(Path.cwd())
+        commit, dirty = git_state(Path.cwd())
         how = dict(commit=commit, dirty=dirty, recorded_at=history.now_utc(), env_extra={"driver": driver_version()})
         if folder is not None:
             rec = history.folder_record(folder, command, **how)

@@ -23,6 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p, ProfileConfig)
     p.add_argument("--out", type=Path, default=Path("traces"), help="folder for the trace (default: traces)")
     p.add_argument("--nsys", action="store_true", help="run under Nsight Systems and export SQLite")
+    p.add_argument("--force", action="store_true", help="replace a trace of the same name already in --out")
     p.add_argument("--annotated-run", action="store_true", help=argparse.SUPPRESS)  # the process nsys watches
     add_record_arguments(p)
 
@@ -32,7 +33,10 @@ def main(args: argparse.Namespace) -> int:
     if args.annotated_run:
         capture.run_annotated(cfg)
         return 0
-    result = capture.profile_nsys(cfg, args.out) if args.nsys else capture.profile_torch(cfg, args.out)
+    if args.nsys:
+        result = capture.profile_nsys(cfg, args.out, force=args.force)
+    else:
+        result = capture.profile_torch(cfg, args.out, force=args.force)
     for path in (result.trace, result.nsys_rep, result.sqlite, result.meta):
         if path is not None:
             print(path)

@@ -116,10 +116,11 @@ def arch_of(spec: str, count: str):
     import importlib.util
 
     from engines.arch import ArchError, from_raw
-    from engines.configs import ModelError, read_config
+    from engines.configs import ModelError
+    from probe.analysis.files import model_raw
 
     try:
-        raw = read_config(spec)
+        raw = model_raw(spec)
     except ModelError as e:
         raise ProbeError(str(e)) from None
     if count != "meta":

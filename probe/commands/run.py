@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 
 from engines.models import resolve_device
-from probe.capture.bench import cell_count
 from probe.capture.config import BenchConfig
 from probe.capture.pipeline import RunOptions, RunOutcome, defaults_for, run_job
+from probe.capture.sweep import cell_count
 from probe.commands import print_json
 from probe.commands._sweep import print_problems, print_sweep, sweep_interrupts, watch_for
 from probe.commands.history import add_record_arguments, record
@@ -53,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def print_outcome(o: RunOutcome) -> None:
     """The run's tables, in the order the job measured them."""
     console = stdout()
-    print_sweep(o.results, f"probe run: {o.results.config.get('model')} {o.results.config.get('dtype')}")
+    print_sweep(o.results, f"probe run: {o.results.config.model} {o.results.dtype}")
     console.print(terminal.serving_table(o.results))
     if o.next_results:
         extra = o.combined.cells[len(o.results.cells) :]

@@ -156,10 +156,10 @@ def report_markdown(results: BenchResults, report: Report, figures: list[Figure]
     the self-check, and what failed or warned."""
     env = results.env
     lines = [
-        f"# probe run: {results.config.get('model')} {env.get('dtype')} on {env.get('device_name')}",
+        f"# probe run: {results.config.model} {results.dtype} on {env.device_name}",
         "",
-        f"torch {env.get('torch')}, transformers {env.get('transformers')}, CPU {env.get('cpu_model')}, "
-        f"commit {env.get('git_commit')}",
+        f"torch {env.torch}, transformers {env.transformers}, CPU {env.cpu_model}, "
+        f"commit {env.commit}{'-dirty' if env.dirty else ''}",
         "",
     ]
     lines += _problems(report)[1:] + [""] if report.failed or report.warnings else []

@@ -49,7 +49,7 @@ def contention_text(c: Cell) -> str:
 def cells_table(results: BenchResults, title: str | None = None) -> Table:
     env = results.env
     table = Table(
-        title=title or f"{results.config.get('model')} {env.get('dtype')} on {env.get('device_name')}",
+        title=title or f"{results.config.model} {results.dtype} on {env.device_name}",
         title_justify="left",
     )
     batched = any(c.batch > 1 for c in [*results.cells, *results.failed])
