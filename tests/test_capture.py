@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 import os
 import sqlite3
 from collections import Counter
@@ -45,6 +46,25 @@ def test_trace_name_sidecar_and_step_sequence(cpu_trace):
     assert meta["config"]["engine"] == "cached" and meta["env"]["torch"] and len(meta["itl_ms"]) == NEW_TOKENS - 1
     steps = [e["name"] for e in sorted(events, key=lambda e: e["ts"]) if V.split_label(e["name"])[0] in V.STEP_RANGES]
     assert steps == ["prefill"] + [f"decode#{i}" for i in range(NEW_TOKENS - 1)]  # warmup not recorded
+
+
+def test_a_trace_recorded_contended_is_diagnosed_with_that_caveat_first(cpu_trace, cli, tmp_path):
+    """The sidecar records telemetry.contention's verdict on the recorded run; probe analyze says it before its
+    verdict when the run was contended, and says nothing of it when it was not."""
+    capture, _ = cpu_trace
+    meta = json.loads(capture.meta.read_text())
+    assert set(meta["contention"]) == {"other_cpu_cores", "contended"}
+    for contended, cores in ((False, 0.01), (True, 1.37)):
+        trace = shutil.copy(capture.trace, tmp_path / capture.trace.name)
+        meta["contention"] = {"other_cpu_cores": cores, "contended": contended}
+        (tmp_path / capture.meta.name).write_text(json.dumps(meta))
+        out = cli("analyze", trace)
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        if contended:
+            assert lines[0].startswith("caveat: recorded contended: 1.37 cores of other work"), lines[:3]
+        else:
+            assert "contended" not in out.stdout
 
 
 def test_every_decode_step_has_every_range(cpu_trace):

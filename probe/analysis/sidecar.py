@@ -39,6 +39,23 @@ class Sidecar:
     tool: Tool | None = None
     details: dict = field(default_factory=dict)  # the rest, as the tool wrote it
 
+    @property
+    def contended(self) -> str | None:
+        """The caveat a diagnosis says first when `probe profile` recorded the trace contended (the verdict
+        telemetry.contention gave at capture); None when it was not, was not judged, or the sidecar predates it."""
+        c = self.details.get("contention")
+        if not isinstance(c, dict):
+            return None
+        other, judged = c.get("other_cpu_cores"), c.get("contended")
+        if not isinstance(other, int | float) or not isinstance(judged, bool):
+            return None
+        if not judged:
+            return None
+        return (
+            f"recorded contended: {other:.2f} cores of other work ran beside it (probe.analysis.telemetry's "
+            "contention rule), so its host times are inflated and are not a verdict on the code"
+        )
+
     def to_json(self) -> dict:
         return self.details | {
             "config": self.config.to_json(),

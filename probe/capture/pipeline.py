@@ -53,6 +53,7 @@ from probe.analysis.report import (
 from probe.analysis.results import BenchResults
 from probe.analysis.roofline.formulas import arch_for
 from probe.analysis.runfolder import claim
+from probe.analysis.sidecar import trace_meta
 from probe.analysis.trace import load_trace
 from probe.capture.calibrate import CALIBRATION_REPS
 from probe.capture.config import BenchConfig, ProfileConfig, settle, validate
@@ -258,7 +259,8 @@ def _profile_one(cfg: BenchConfig, folder: Path, model, engine: str, new_tokens:
     events = load_trace(trace)
     analysis = analyze(events)
     report.ledgers[label] = digest(analysis)
-    if (median := diagnose_trace(analysis, Context.of(events)).median) is not None:
+    contended = (meta := trace_meta(trace)) and meta.contended
+    if (median := diagnose_trace(analysis, Context.of(events, contended=contended)).median) is not None:
         report.diagnoses[label] = median
     report.steps[label] = step_counts(engine, analysis, trace.name, batch=batch)
     report.warnings += [f"{trace.name}: {w}" for w in analysis.warnings]

@@ -155,7 +155,8 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
     result = analyze(trace, options)
     step = _pick(result, args.step) if args.step is not None else None
     flags = TokenFlags(args.tokens, args.batch, args.context)
-    found = answer(trace, result, args.model, args.device, args.dtype, flags)
+    meta = trace_meta(path)
+    found = answer(trace, result, args.model, args.device, args.dtype, flags, contended=meta and meta.contended)
     if args.json:
         out = result.to_json() | found.to_json()
         for doc, s in zip(out["steps"], result.steps, strict=True):
