@@ -156,7 +156,9 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
     step = _pick(result, args.step) if args.step is not None else None
     flags = TokenFlags(args.tokens, args.batch, args.context)
     meta = trace_meta(path)
-    found = answer(trace, result, args.model, args.device, args.dtype, flags, contended=meta and meta.contended)
+    found = answer(
+        trace, result, args.model, args.device, args.dtype, flags, contended=meta.contended if meta else None
+    )
     if args.json:
         out = result.to_json() | found.to_json()
         for doc, s in zip(out["steps"], result.steps, strict=True):
