@@ -552,6 +552,9 @@ def show_one_step(trace: Trace, page: Page) -> None:
         )
         + md(figures.step.merged_text(tl))
     )
+    linked = len(tl.links([link])) if link is not None else 0
+    if linked > figures.step.MAX_LINKS:
+        st.caption(f"Arrows drawn to the first {figures.step.MAX_LINKS} of the {linked} GPU ops this call launched.")
     for note in tl.notes:
         st.caption(md(note))
     frames, ops = step.top_frames, step.top_ops
@@ -588,6 +591,7 @@ def pick_window(step: StepLedger) -> tuple[int, int] | None:
         step=max(span / 2000, 1e-6),
         format="%.3f",
         key=WINDOW_KEY,
+        bind="query-params",
     )
     if lo <= 0 and hi >= span:
         return None
@@ -616,6 +620,7 @@ def pick_link(tl: StepTimeline) -> int | None:
         "Link a GPU op to its launch call",
         options,
         key=LINK_KEY,
+        bind="query-params",
         format_func=lambda r: "(none)" if r is None else printable(short(text[r][1], 140)),
     )
 

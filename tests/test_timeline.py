@@ -104,7 +104,8 @@ def test_the_external_wait_is_the_stretches_no_gpu_op_covers():
 
 
 def test_the_hand_decode_step_on_one_clock(hand):
-    """decode#0, host window 110-200 us, GPU work 125-176: drawn whole (90 us, 75 ns a column), nothing merged."""
+    """decode#0, host window 110-200 us, GPU work 125-176: drawn whole (90 us, 90,000 // 800 = 112 ns a column), and
+    nothing merged."""
     trace, analysis = hand
     tl = step_clock(trace, analysis, 1)
     assert (tl.step, tl.wall_ns, tl.span_ns, tl.window, tl.resolution_ns) == (
@@ -112,7 +113,7 @@ def test_the_hand_decode_step_on_one_clock(hand):
         90_000,
         90_000,
         (0, 90_000),
-        75,
+        112,
     )
     labels = [lane.label for lane in tl.lanes]
     # ProfilerStep#3 > decode#0 > forward > cache.update#0 nest four deep; aten::linear > aten::addmm two
@@ -206,9 +207,9 @@ def _many_ops(tmp_path: Path, n: int) -> Path:
 
 
 def test_short_events_merge_into_bars_that_say_what_they_hold(tmp_path):
-    """4,000 ops of 100 ns, 100 ns apart, in a 1 ms step: a column is 1,000,000 // 1,200 = 833 ns, so they form one
+    """4,000 ops of 100 ns, 100 ns apart, in a 1 ms step: a column is 1,000,000 // 800 = 1,250 ns, so they form one
     run of 4,000 ops in a single hatched bar from 0 to 799.9 us; the 50 us op is drawn as itself. Zoomed to the
-    first 100 us (83 ns a column), the 501 ops that touch it are drawn one by one."""
+    first 50 us (62 ns a column), the 251 ops that touch it (the i-th starts at 0.2 i us) are drawn one by one."""
     trace = load_trace(_many_ops(tmp_path, 4000))
     analysis = analyze(trace)
     tl = step_clock(trace, analysis, 0)
@@ -220,19 +221,19 @@ def test_short_events_merge_into_bars_that_say_what_they_hold(tmp_path):
     assert [b.name for b in ops if b.count == 1] == ["aten::long"]
     assert [(m.lane, m.events, m.bars) for m in tl.merged] == [("ops 0", 4000, 1)]
     assert sum(b.count for b in tl.bars) == tl.events  # every event is in exactly one bar
-    zoomed = step_clock(trace, analysis, 0, window=(0, 100_000))
+    zoomed = step_clock(trace, analysis, 0, window=(0, 50_000))
     ops = [b for b in zoomed.bars if zoomed.lanes[b.lane].label == "ops 0"]
-    assert zoomed.resolution_ns == 83 and len(ops) == 501 and all(b.count == 1 for b in ops)
+    assert zoomed.resolution_ns == 62 and len(ops) == 251 and all(b.count == 1 for b in ops)
 
 
 def test_past_max_bars_the_resolution_doubles(tmp_path, monkeypatch):
-    """With room for 50 bars, the 501 ops of the first 100 us are merged at a coarser column until at most 50 bars
+    """With room for 50 bars, the 251 ops of the first 50 us are merged at a coarser column until at most 50 bars
     remain (the step's range among them), and still every event is in one bar."""
     monkeypatch.setattr(timeline, "MAX_BARS", 50)
     trace = load_trace(_many_ops(tmp_path, 4000))
-    tl = step_clock(trace, analyze(trace), 0, window=(0, 100_000))
-    assert len(tl.bars) <= 50 and tl.resolution_ns > 83
-    assert sum(b.count for b in tl.bars) == tl.events == 502
+    tl = step_clock(trace, analyze(trace), 0, window=(0, 50_000))
+    assert len(tl.bars) <= 50 and tl.resolution_ns > 62
+    assert sum(b.count for b in tl.bars) == tl.events == 252
 
 
 # ---- every public trace: what is drawn adds up to the ledger --------------------------------------------------
@@ -255,3 +256,29 @@ def test_every_public_step_on_one_clock_adds_up_to_its_ledger(name):
     if all(b.count == 1 for b in gaps):  # none merged: each gap drawn at its length, adding up to the ledger's
         for cause, ns in (("host_wait", step.idle_host_wait_ns), ("kernel_wait", step.idle_kernel_wait_ns)):
             assert sum(b.dur_ns for b in gaps if b.key == cause) == ns
+
+
+def test_a_kernel_names_the_op_it_ran_for_with_its_shapes():
+    """H100 Qwen1.5-0.5B: the 48 aten::mm calls of shape 8944x1024 by 1024x2816 (the per-op roofline's count) each
+    launch a memset (cudaMemsetAsync, cuBLASLt's workspace) and a GEMM (cudaLaunchKernelExC) from inside the op."""
+    trace = load_trace(DATA / "h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz")
+    tl = step_clock(trace, analyze(trace), 0)
+    mm = [o for o in tl.ops if o.op == "aten::mm [(8944, 1024), (1024, 2816)]"]
+    assert (
+        sorted((o.category, o.call_name) for o in mm)
+        == [("gemm", "cudaLaunchKernelExC")] * 48 + [("memset", "cudaMemsetAsync")] * 48
+    )
+    gemm = next(o for o in mm if o.category == "gemm")
+    zoomed = step_clock(trace, analyze(trace), 0, window=(gemm.start_ns, gemm.start_ns + gemm.dur_ns))
+    (bar,) = [b for b in zoomed.bars if b.row == gemm.row]  # drawn alone at this zoom: its hover says the op
+    assert "for aten::mm [(8944, 1024), (1024, 2816)]" in bar.detail and "category gemm" in bar.detail
+
+
+def test_a_gpu_gap_under_the_external_wait_is_said_to_be_the_unseen_work_s():
+    """SGLang's extend step: its GPU gap of 493.255 ms is host wait by the ledger's rule, and lies wholly inside the
+    host's 493.255 ms of external wait; the timeline says so (the diagnosis calls the step external)."""
+    trace = load_trace(DATA / "rocm_sglang_qwen3_8b_extend_step.trace.json.gz")
+    tl = step_clock(trace, analyze(trace), 0)
+    assert any(n.startswith("493.255 ms of the GPU's idle gaps") for n in tl.notes)
+    hand = load_trace(HAND)
+    assert not any("idle gaps" in n for n in step_clock(hand, analyze(hand), 1).notes)  # none lie under its wait

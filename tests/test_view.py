@@ -324,10 +324,10 @@ def test_timeline_figure_draws_every_bar_on_its_lane(hand_clock):
     assert tuple(fig.layout.yaxis.range) == (9.5, -0.5)  # the first lane on top
     gemv = next(t for t in bars if t.name == "GPU: gemm")
     assert list(gemv.y) == [9] and list(gemv.base) == [0.015] and list(gemv.x) == [0.015]
-    # a bar shorter than a column (75 ns) is drawn a column wide; its hover keeps the 10 ns
+    # a bar shorter than a column (112 ns) is drawn a column wide; its hover keeps the 10 ns
     wait = next(t for t in bars if t.name == "GPU idle: kernel wait")
     tiny = [i for i, c in enumerate(wait.customdata) if c[6] == 10]
-    assert len(tiny) == 1 and wait.x[tiny[0]] == pytest.approx(75 / 1e6)
+    assert len(tiny) == 1 and wait.x[tiny[0]] == pytest.approx(112 / 1e6)
     # idle gaps shaded across the GPU lanes (8-9), the external wait across the host lanes (0-7), both host edges
     rects = [s for s in fig.layout.shapes if s.type == "rect"]
     assert {(r.y0, r.y1) for r in rects} == {(9.5, 7.5), (7.5, -0.5)}

@@ -48,10 +48,11 @@ from probe.analysis.intervals import covered, inside_any, merge, nesting
 from probe.analysis.ledger import AnalyzeOptions, StepLedger, TraceAnalysis, unseen_wait_pieces
 from probe.analysis.trace import COPY_KINDS, GPU_OP_KINDS, Kind, Trace
 
-COLUMNS = 1200  # a window's width in columns: an event shorter than a column is under a pixel wide on a screen
-MAX_BARS = 6000  # bars in one drawing; past this the resolution doubles until they fit
+COLUMNS = 800  # a window's width in columns: about a pixel each, at the width the explorer draws the lanes
+MAX_BARS = 3000  # bars in one drawing (about 0.9 MB of figure, drawn in seconds); past this the resolution doubles
 MAX_THREADS = 6  # other threads drawn, busiest in the window first; the rest are named in the notes
 MAX_MARKS = 300  # sync call sites marked; past this the notes say how many more there are
+NOTABLE = 0.01  # of the window: a stretch worth a note of its own
 HOST_KINDS = (  # the step's thread, top to bottom: (trace kinds, lane name, what one event is called)
     ((Kind.USER_RANGE, Kind.PROFILER_STEP), "ranges", "range"),
     ((Kind.PYTHON,), "Python", "Python frame"),
@@ -99,6 +100,7 @@ class GpuOp:
     call_name: str
     call_lane: int  # -1: the call lies on no drawn lane
     call_start_ns: int | None
+    op: str = ""  # the innermost cpu_op around the launch call on the step's thread, with its recorded shapes
 
 
 @dataclass(frozen=True)
@@ -197,6 +199,7 @@ def step_clock(
     notes += _other_threads(trace, step, t0, a, b, lanes, items, call_lane)
     ops = _gpu(trace, analysis, step, options, t0, a, b, lanes, items, call_lane)
     events = sum(len(x) for x in items.start)
+    notes += _unseen_gaps(items, hi - lo)
     bars, merged, q = _aggregate(trace, items, lanes, hi - lo)
     ops_detail = {o.row: o for o in ops}
     bars = [_described(trace, bar, ops_detail) for bar in bars]
@@ -447,9 +450,10 @@ def _gpu(trace, analysis: TraceAnalysis, step: StepLedger, options, t0, a, b, la
         np.searchsorted([Kind.KERNEL, Kind.GPU_MEMCPY, Kind.GPU_MEMSET], trace.kind[rows])
     ]
     items.add(lane, trace.ts_ns[rows] - t0, trace.end_ns[rows] - t0, kind, category, rows, own)
+    around = _ops_around(trace, step, launch)
     out = []
-    for r, ln, cat, is_own, call in zip(
-        rows.tolist(), lane.tolist(), category.tolist(), own.tolist(), launch.tolist(), strict=True
+    for r, ln, cat, is_own, call, op in zip(
+        rows.tolist(), lane.tolist(), category.tolist(), own.tolist(), launch.tolist(), around, strict=True
     ):
         has = call >= 0
         out.append(
@@ -465,8 +469,31 @@ def _gpu(trace, analysis: TraceAnalysis, step: StepLedger, options, t0, a, b, la
                 call_name=trace.name(call) if has else "",
                 call_lane=call_lane.get(call, -1) if has else -1,
                 call_start_ns=int(trace.ts_ns[call] - t0) if has else None,
+                op=op,
             )
         )
+    return out
+
+
+def _ops_around(trace: Trace, step: StepLedger, calls: np.ndarray) -> list[str]:
+    """For each launch call (a row, -1 for none), the innermost cpu_op holding it on the step's thread, named with
+    its recorded input shapes: what a kernel computes for; "" when no op holds the call (a graph replay)."""
+    ops = thread_ops(trace, step.pid, step.tid)
+    out = [""] * len(calls)
+    mine = np.flatnonzero((calls >= 0) & (trace.pid[np.maximum(calls, 0)] == step.pid))
+    mine = mine[trace.tid[calls[mine]] == step.tid]
+    if not len(ops.rows) or not len(mine):
+        return out
+    t, te = trace.ts_ns[calls[mine]], trace.end_ns[calls[mine]]
+    cur = np.searchsorted(ops.start, t, side="right") - 1  # the latest op starting at or before the call
+    for _ in range(int(ops.depth.max()) + 1):  # walk out until an op holds the call whole
+        outside = (cur >= 0) & (ops.end[np.maximum(cur, 0)] < te)
+        cur = np.where(outside, ops.parent[np.maximum(cur, 0)], cur)
+    for i, c in zip(mine.tolist(), cur.tolist(), strict=True):
+        if c >= 0:
+            row = int(ops.rows[c])
+            shape = int(trace.shape_id[row])
+            out[i] = trace.name(row) + (f" {list(trace.shapes[shape].dims)}" if shape >= 0 else "")
     return out
 
 
@@ -478,6 +505,28 @@ def _categories(trace: Trace, rows: np.ndarray, rules: kernels.Rules) -> np.ndar
     out[trace.kind[rows] == Kind.GPU_MEMCPY] = kernels.MEMCPY
     out[trace.kind[rows] == Kind.GPU_MEMSET] = kernels.MEMSET
     return out.astype(object)
+
+
+def _unseen_gaps(items: _Items, width: int) -> list[str]:
+    """A GPU gap the ledger calls host wait, lying inside the host's external wait: the host could not issue, since
+    it was blocked on device work the trace does not hold. Said, so that the two shadings are read together, when
+    it is at least NOTABLE of the window."""
+    _, start, end, kind, key, _, _ = items.columns()
+    if not len(start):
+        return []
+    ext = kind == "external"
+    gap = (kind == "idle") & (key == "host_wait")
+    if not ext.any() or not gap.any():
+        return []
+    es, ee = merge(start[ext], end[ext])
+    inside = int(covered(es, ee, start[gap], end[gap]).sum())
+    if inside < NOTABLE * width:
+        return []
+    return [
+        f"{inside / 1e6:.3f} ms of the GPU's idle gaps, classed host wait by the ledger's rule (the op after each gap "
+        "was launched after it began), lie inside the host's external wait: the host was blocked on device work "
+        "the trace does not hold, not slow to issue"
+    ]
 
 
 # ---- aggregation and words --------------------------------------------------------------------------------------
@@ -624,6 +673,8 @@ def _described(trace: Trace, bar: Bar, ops: dict[int, GpuOp]) -> Bar:
             said.append(f"{int(trace.bytes[r]):,} B")
         if o is not None and o.call_start_ns is not None:
             said.append(f"launched by {o.call_name} at {o.call_start_ns / 1e6:+.3f} ms")
+        if o is not None and o.op:
+            said.append(f"for {o.op}")
         if not bar.own:
             said.append("not this step's: launched in another step, or in none")
     else:

@@ -138,14 +138,16 @@ def timeline_figure(tl: StepTimeline, selected: Sequence[int] = (), title: str =
                 hovertemplate="sync: %{customdata[0]}<br>%{customdata[1]}<extra></extra>",
             )
         )
+    height = max(360, LANE_PX * len(tl.lanes) + 200)
+    plot = height - 140  # about the plot area's height: what the margins, the axis and the legend leave
     fig.update_layout(
         shapes=_shading(tl),
         annotations=_links(tl, selected),
         barmode="overlay",
-        height=max(320, LANE_PX * len(tl.lanes) + 170),
+        height=height,
         title=label(title),
         margin={"t": 40 if title else 10, "b": 10, "l": 10},
-        legend={"orientation": "h", "y": -0.08, "yanchor": "top"},
+        legend={"orientation": "h", "y": -50 / plot, "yanchor": "top"},  # 50 px below the axis: under its title
         xaxis={"title": "ms from the step's start (its host window opens at 0)", "range": _ms(tl.window)},
         yaxis={
             "tickvals": list(range(len(tl.lanes))),
