@@ -653,7 +653,8 @@ def apply_clicks() -> None:
 def steady_scope(analysis: TraceAnalysis) -> str:
     """The whole-trace scope as the pickers name it: the steps the summary is taken over."""
     s = analysis.summary
-    return f"all {s.steps_used} steps" if s.steps_used != "all" else f"all {s.steps} steps"
+    kind = "decode " if s.steps_used == "decode" else ""
+    return f"its one {kind}step" if s.steps == 1 else f"all {s.steps} {kind}steps"
 
 
 def show_top_ops(trace: Trace, page: Page) -> None:

@@ -380,7 +380,7 @@ def test_a_long_source_label_is_shown_by_its_end_and_a_short_one_whole(monkeypat
 
 def test_top_ops_over_the_decode_steps_and_one_step(monkeypatch):
     at = app(monkeypatch, DATA, CACHED, "Top ops")
-    assert shown(at, "top_ops_scope") == "all decode steps" and at.selectbox(key="top_ops_scope").value is None
+    assert shown(at, "top_ops_scope") == "all 5 decode steps" and at.selectbox(key="top_ops_scope").value is None
     bars = chart(at, "top_ops_chart")[0]
     assert bars["x"] == sorted(bars["x"]) and len(bars["x"]) == 10  # drawn bottom-up: largest last
     at.selectbox(key="top_ops_scope").set_value("0: prefill").run()
@@ -388,10 +388,13 @@ def test_top_ops_over_the_decode_steps_and_one_step(monkeypatch):
 
 
 def test_top_ops_over_every_step_says_so_once(monkeypatch):
-    """A trace without decode steps is summarized over all its steps: "all 5 steps", not "all all steps"."""
+    """A trace without decode steps is summarized over all its steps: "all 5 steps", not "all all steps"; a trace of
+    one step over "its one step", not "all 1 steps"."""
     at = app(monkeypatch, DATA, GPU, "Top ops")
     assert shown(at, "top_ops_scope") == "all 5 steps"
     assert at.selectbox(key="top_ops_scope").options[1:] == [f"{i}: ProfilerStep#{101 + i}" for i in range(5)]
+    at = app(monkeypatch, DATA, SGLANG, "Top ops")
+    assert shown(at, "top_ops_scope") == "its one step"
 
 
 # ---- 5. compare ----------------------------------------------------------------------------------------------

@@ -99,11 +99,12 @@ def step_figure(d: Diagnosis, roofline: StepRoofline | None = None) -> go.Figure
     measured = d.evidence.measured_ns / 1e6
     fig.add_vline(x=measured, line={"dash": "dash", "color": COLORS["line"], "width": 1})
     fig.add_annotation(x=measured, y=1.0, yref="paper", text=f"measured step {measured:.3f} ms", showarrow=False)
+    height = 130 + 42 * len(order)
     fig.update_layout(
         barmode="stack",
-        height=110 + 42 * len(order),
+        height=height,
         margin={"t": 30, "b": 10, "l": 10},
-        legend={"orientation": "h", "y": -0.25},
+        legend={"orientation": "h", "yanchor": "top", "y": -50 / (height - 90)},  # below the axis and its title
         xaxis_title="ms",
         yaxis={"categoryorder": "array", "categoryarray": order[::-1]},
     )
