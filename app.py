@@ -28,7 +28,7 @@ from probe.analysis.compare import Comparison, compare
 from probe.analysis.hardware import DEVICES, device
 from probe.analysis.history import ConfigInfo
 from probe.analysis.job import JobAnalysis, TraceFailure, job
-from probe.analysis.ledger import AnalyzeOptions, EventCost, StepLedger, TraceAnalysis, analyze
+from probe.analysis.ledger import AnalyzeOptions, StepLedger, TraceAnalysis, analyze
 from probe.analysis.report import Report, load_report
 from probe.analysis.results import BenchResults, load_results
 from probe.analysis.step_roofline import TokenFlags
@@ -134,8 +134,8 @@ def load_trace(path: bytes, stamp: tuple):
 
 def analyze_options(root: bytes, path: bytes, reading: Reading) -> AnalyzeOptions:
     """`probe analyze`'s options as the sidebar gives them, with the profiler's cost per event from the sidecar."""
-    cost = EventCost.from_json((sources.trace_meta(unkey(root), unkey(path)) or {}).get("event_cost_ns"))
-    return AnalyzeOptions.parse(reading.steps, reading.parts, reading.kernel_categories, cost)
+    meta = sources.trace_meta(unkey(root), unkey(path))
+    return AnalyzeOptions.parse(reading.steps, reading.parts, reading.kernel_categories, meta and meta.event_cost)
 
 
 @st.cache_resource(max_entries=16, show_spinner="Building the ledger")
@@ -455,8 +455,8 @@ def show_op_roofline(trace: Trace, page: Page) -> None:
 
 
 def show_sweep(run: Run, page: Page) -> None:
-    env, results, report = run.results.env, run.results, run.report
-    st.subheader(md(f"{results.config.get('model', '?')} {env.get('dtype', '')} on {env.get('device_name', '?')}"))
+    results, report = run.results, run.report
+    st.subheader(md(f"{results.config.model} {results.dtype} on {results.env.device_name or '?'}"))
     st.plotly_chart(figures.sweep.sweep_figure(results, report), key="sweep_chart")
     frame = figures.sweep.sweep_frame(results)
     if frame["mismatch"].any():
@@ -752,12 +752,18 @@ def show_history(hist: History, page: Page) -> None:
 
 
 def show_ranks(loaded: Job, page: Page) -> None:
-    # Issue 23 item 5, ranks only for jobs: the rule (same step names and counts, a rank in the trace or its file
-    # name) is probe.analysis.job's to give; a folder it says is not one job is then shown as its list of traces,
-    # each linked, in place of what follows. That is one call here, on loaded.job.traces.
+    """Each rank's wall per step and the straggler, when probe.analysis.job says the folder's traces are the ranks
+    of one job (same steps, a distinct rank for each); otherwise the folder's traces, each linked, and why."""
     result = loaded.job
     for f in result.failed:
         st.error(f"Cannot read {md(f.source)}: {md(f.error)}")
+    if not result.one_job:
+        st.info(md(f"These traces are not the ranks of one job: {result.not_a_job}. Open each on its own:"))
+        for trace in result.traces:
+            opened = sources.source_of(page.root, trace.source)
+            if opened is not None:
+                st.markdown(f"- [{md(opened.rel)}]({opened.link})")
+        return
     if not result.by_step:
         st.info("No step to compare across these traces.")
         return

@@ -14,7 +14,7 @@ Every verdict is computed at several thresholds from the same samples (the defau
 the trade between false alarms and sensitivity. Two ways to measure a pair:
 
 - `sessions` (default): two separate bench runs, one after the other, as a baseline recorded earlier and a
-  CI run would be. In-process calls of probe.capture.bench.bench (a fresh model, engine and warmup each time; a
+  CI run would be. In-process calls of probe.capture.sweep.bench (a fresh model, engine and warmup each time; a
   fresh process would add ~5 s of imports and measure nothing more).
 - `interleaved`: both engines in one session, runs alternating A B A B, so the machine's drift hits both.
 
@@ -39,7 +39,7 @@ SLOW_US_VAR = "PROBE_SLOW_US"  # tests.variants.SLOW_US_VAR, read when the engin
 
 def session(cfg, engine: str):
     from probe.analysis.compare import from_results
-    from probe.capture.bench import bench
+    from probe.capture.sweep import bench
 
     return from_results(bench(dataclasses.replace(cfg, engines=(engine,))), engine)
 

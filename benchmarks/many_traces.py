@@ -29,11 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import ray
-
 from benchmarks.synthetic_traces import make_trace
 from probe.analysis.job import analyze_one, job, pool_map
-from probe.cluster import fan_out, session
+from probe.cluster import fan_out, ray, session  # Ray imported after probe: in its local-only mode
 
 
 def make_ranks(folder: Path, traces: int, events: int, steps: int) -> list[Path]:

@@ -17,7 +17,9 @@
    same files (decode traces at each step count, the same with record_shapes' input shapes, the nsys export) by
    this tree and by DIR, in alternating child processes (ABBA, --repeat times), best of each: a reader change
    shows as before/after on one machine in one run.
-5. With --big-gb: a trace of that many GB (uncompressed, written to a temp folder and deleted after) through
+5. With --rules: the kernel-category table on one kernel name of 40k and 80k characters built against it
+   ("flashinfer" repeated), beside the old attention rule `flashinfer.*(prefill|decode)` alone, in process.
+6. With --big-gb: a trace of that many GB (uncompressed, written to a temp folder and deleted after) through
    `probe analyze`, with its peak RSS: the document is streamed, so memory follows the event table, not the file.
 
 Every process is a child of this small one, measured by os.wait4 (wall from spawn to reap, CPU, peak RSS: the
@@ -136,7 +138,8 @@ def measure(
     """A child that times its own parts (parse, ledger) in process, with the probe of `root`; its JSON line, or {}
     when it failed."""
     cmd = [python, "-m", "benchmarks.parse_bench", "--measure", who, str(path)]
-    if who == "hta":  # HTA's venv has no probe: run this file by path, it imports nothing of ours at the top
+    if who == "hta" or root != ROOT:  # this file by path (it imports nothing of ours at the top): HTA's venv has
+        # no probe, and another checkout is measured by this file's code with that checkout's probe (PYTHONPATH)
         cmd = [python, str(Path(__file__).resolve()), "--measure", who, str(path)]
     done = run(cmd, timeout, root)
     return done, (json.loads(done.stdout.strip().splitlines()[-1]) if done.code == 0 else {})
@@ -150,12 +153,13 @@ def measure_ours(path: str, timeline: bool = False) -> dict:
     from probe.analysis.timeline import step_timeline
     from probe.analysis.trace import load_trace
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     trace = load_trace(path)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     result = ledger(trace)
     t2 = time.perf_counter()
-    out = {"parse_s": t1 - t0, "ledger_s": t2 - t1, "events": len(trace), "steps": len(result.steps)}
+    out = {"parse_s": t1 - t0, "parse_cpu_s": c1 - c0, "ledger_s": t2 - t1}
+    out |= {"events": len(trace), "steps": len(result.steps)}
     if timeline:  # what `probe analyze --step 0` adds; not by default: the ledger's step_timeline is quadratic in
         # (runtime calls x enclosing ranges), hours for a 1M-event nsys export read as one window
         step_timeline(trace, result.steps[0])
@@ -259,23 +263,47 @@ def print_baseline(tmp: Path, baseline: Path, steps: list[int], events: int, nsy
     if nsys_events:
         make("nsys", str(tmp / "base.sqlite"), str(nsys_events))
         files.append((f"nsys, {nsys_events:,} events", tmp / "base.sqlite"))
+    # CPU seconds beside wall: on a shared machine the wall clock also counts the time spent waiting for a core
     print(f"\n## load_trace, this tree against {baseline} (best of {repeat}, alternating)\n")
-    print("| file | MB | before s | after s | after / before | before peak MiB | after peak MiB |")
-    print("|---|---|---|---|---|---|---|")
+    print("| file | MB | before s | after s | before CPU s | after CPU s | CPU after/before | before MiB | after MiB |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for label, path in files:
-        best: dict[Path, tuple[float, float]] = {}
+        best: dict[Path, tuple[float, float, float]] = {}
         for i in range(repeat):
             order = (baseline, ROOT) if i % 2 == 0 else (ROOT, baseline)
             for root in order:
                 done, parts = measure("ours", path, root=root)
                 if done.failed:
                     raise SystemExit(f"{label} with {root}: {done.failed}")
-                prev = best.get(root, (float("inf"), float("inf")))
-                best[root] = (min(prev[0], parts["parse_s"]), min(prev[1], done.peak_mib))
-        (b, bm), (a, am) = best[baseline], best[ROOT]
+                now = (parts["parse_s"], parts.get("parse_cpu_s", float("nan")), done.peak_mib)
+                best[root] = tuple(map(min, zip(best.get(root, now), now, strict=True)))
+        (b, bc, bm), (a, ac, am) = best[baseline], best[ROOT]
         mb = path.stat().st_size / 1e6
-        print(f"| {label} | {mb:.0f} | {b:.3f} | {a:.3f} | {a / b:.2f} | {bm:.0f} | {am:.0f} |")
+        print(f"| {label} | {mb:.0f} | {b:.3f} | {a:.3f} | {bc:.3f} | {ac:.3f} | {ac / bc:.2f} | {bm:.0f} | {am:.0f} |")
         path.unlink()
+
+
+def print_rules() -> None:
+    """The built-in category rules on long names: linear in the length (each rule has a bounded width), where the
+    old `flashinfer.*(prefill|decode)` read to the end of the name from every "flashinfer" in it."""
+    import re
+
+    from probe.analysis.kernels import DEFAULT_RULES
+
+    old = re.compile(r"flashinfer.*(prefill|decode)", re.IGNORECASE)
+    print("\n## kernel-category rules on one long kernel name\n")
+    print("| characters | the whole table now, s | the old attention rule alone, s |")
+    print("|---|---|---|")
+    for n in (40_000, 80_000):
+        name = "flashinfer" * (n // 10)
+        t0 = time.perf_counter()
+        DEFAULT_RULES.category(name)
+        t1 = time.perf_counter()
+        old_s = "-"
+        if n <= 40_000:  # quadratic: 80k takes four times as long again
+            old.search(name)
+            old_s = f"{time.perf_counter() - t1:.2f}"
+        print(f"| {n:,} | {t1 - t0:.3f} | {old_s} |")
 
 
 def print_big(tmp: Path, gb: float) -> None:
@@ -309,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nsys-events", type=int, default=NSYS_EVENTS, help="events in the nsys export (0: skip)")
     p.add_argument("--nesting", type=int, default=NESTING, help="ops nested / side by side (0: skip)")
     p.add_argument("--big-gb", type=float, default=0, help="also stream a trace of this many GB (0: skip)")
+    p.add_argument("--rules", action="store_true", help="also time the kernel-category rules on long names")
     p.add_argument("--baseline", type=Path, help="another checkout of probe: load_trace before (it) and after (this)")
     p.add_argument("--repeat", type=int, default=3, help="runs of each side with --baseline (best kept)")
     p.add_argument("--measure", nargs=2, metavar=("WHO", "PATH"), help=argparse.SUPPRESS)
@@ -319,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     has_hta = not args.no_hta and run([args.hta_python, "-c", "import hta.trace_analysis"], 120).code == 0
     print(f"load average {os.getloadavg()[0]:.1f}; HTA {'from ' + args.hta_python if has_hta else 'not run'}")
+    if args.rules:
+        print_rules()
     with tempfile.TemporaryDirectory(prefix="probe-bench-") as tmp:
         if args.baseline:
             print_baseline(Path(tmp), args.baseline.resolve(), args.steps, args.events, args.nsys_events, args.repeat)

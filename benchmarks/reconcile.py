@@ -18,12 +18,12 @@ from pathlib import Path
 
 import torch
 
-from probe.analysis.files import trace_meta
-from probe.analysis.ledger import AnalyzeOptions, EventCost, analyze, steady
+from probe.analysis.ledger import AnalyzeOptions, analyze, steady
+from probe.analysis.sidecar import trace_meta
 from probe.analysis.trace import load_trace
-from probe.capture.bench import bench
-from probe.capture.config import BenchConfig, ProfileConfig
 from probe.capture.profile import profile_torch
+from probe.capture.sweep import bench
+from probe.settings import BenchConfig, ProfileConfig
 
 
 def one_round(engine: str, prompt: int, new_tokens: int, out: Path) -> dict:
@@ -33,8 +33,9 @@ def one_round(engine: str, prompt: int, new_tokens: int, out: Path) -> dict:
         )
     )
     itl = next(c for c in cells.cells if c.engine == engine).itl_p50_ms
-    capture = profile_torch(ProfileConfig(engine=engine, prompt=prompt, new_tokens=new_tokens, device="cpu"), out)
-    cost = EventCost.from_json(trace_meta(capture.trace)["event_cost_ns"])
+    cfg = ProfileConfig(engine=engine, prompt=prompt, new_tokens=new_tokens, device="cpu")
+    capture = profile_torch(cfg, out, force=True)  # every round into the same folder
+    cost = trace_meta(capture.trace).event_cost
     steps = steady(analyze(load_trace(capture.trace), AnalyzeOptions(event_cost=cost)).steps)
     return {
         "itl": itl,

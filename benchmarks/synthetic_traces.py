@@ -10,6 +10,7 @@ The decode trace imitates what torch 2.13 writes for a CUDA decode loop under ou
     python -m benchmarks.synthetic_traces big OUT.json GB          # steps of 400 events until GB are written
     python -m benchmarks.synthetic_traces nested OUT.json N KIND   # or flat; KIND: ops, ranges or calls
     python -m benchmarks.synthetic_traces nsys OUT.sqlite EVENTS
+    python -m benchmarks.synthetic_traces tiny OUT.json STEPS      # STEPS steps of one range and one op each
 """
 
 from __future__ import annotations
@@ -217,6 +218,21 @@ def nested_trace(n: int, nested: bool, kind: str = "ops") -> str:
     return json.dumps({"traceEvents": events})
 
 
+def write_tiny_steps(path: Path, steps: int) -> None:
+    """`steps` decode steps of ~190 bytes each, written as they are made: a `decode#i` range holding one cpu_op,
+    the shape of issue 28's 190 MB trace of a million steps (9.4 GiB and 118 s before)."""
+    with open(path, "w") as f:
+        f.write('{"traceEvents": [\n')
+        for i in range(steps):
+            ts, sep = 10 * i, ",\n" if i else ""
+            f.write(
+                f'{sep}{{"ph": "X", "cat": "user_annotation", "name": "decode#{i}", "pid": 1, '
+                f'"tid": 1, "ts": {ts}.000, "dur": 8.000}},\n{{"ph": "X", "cat": "cpu_op", "name": "aten::add", '
+                f'"pid": 1, "tid": 1, "ts": {ts + 1}.000, "dur": 5.000}}'
+            )
+        f.write("\n]}\n")
+
+
 def make_nsys_export(path: Path, events: int) -> None:
     """An export of `events` rows: per group a cudaLaunchKernel and its kernel, and an NVTX range every 2 groups.
     Rows are made by SQLite itself (a recursive CTE), so a million take about a second."""
@@ -271,11 +287,14 @@ def main(argv: list[str]) -> None:
         one.add_argument("n", type=int)
         one.add_argument("kind", choices=("ops", "ranges", "calls"))
     kind("nsys", "an Nsight Systems SQLite export of ~EVENTS events").add_argument("events", type=int)
+    kind("tiny", "STEPS steps of one range and one op each").add_argument("steps", type=int)
     args = p.parse_args(argv)
     if args.what == "decode":
         args.out.write_bytes(make_trace(args.steps, args.events, shapes=args.shapes))
     elif args.what == "big":
         print(write_big_trace(args.out, args.gb))
+    elif args.what == "tiny":
+        write_tiny_steps(args.out, args.steps)
     elif args.what in ("nested", "flat"):
         args.out.write_text(nested_trace(args.n, args.what == "nested", args.kind))
     else:

@@ -42,6 +42,14 @@ def engine_class(name: str):
     raise EngineError(f"{name!r} is not an Engine subclass")
 
 
+def check_serves(classes, config) -> None:
+    """One line naming every engine in `classes` that cannot serve a model of this transformers config, and why
+    (its `refusal`), before anything is built."""
+    refused = [f"{cls.name} cannot serve {config.model_type}: {why}" for cls in classes if (why := cls.refusal(config))]
+    if refused:
+        raise EngineError("; ".join(refused))
+
+
 def engines() -> dict[str, type]:
     """Every built-in engine class by name (imports them, and torch)."""
     return {name: engine_class(name) for name in BUILTIN}

@@ -224,10 +224,20 @@ def _base(c: _Config, kv_key: str = "num_key_value_heads", attention: bool = Tru
     return b
 
 
+def _given_types(b: _Build, allowed: tuple[str, ...]) -> list[str] | None:
+    """The config's own layer_types, checked: one a layer, each a type this family's rule knows."""
+    given = b.c.get("layer_types")
+    if not given:
+        return None
+    if not isinstance(given, list) or len(given) != b.layers or not set(given) <= set(allowed):
+        raise ArchError(f"config: layer_types must list {b.layers} of {', '.join(allowed)}, got {given!r}"[:300])
+    return list(given)
+
+
 def _window_types(b: _Build, rule: Callable[[int], bool]) -> None:
     """layer_types from the config, else from `rule(i)` (True: sliding); the window from `sliding_window`."""
-    given = b.c.get("layer_types")
-    b.layer_types = list(given) if given else [SLIDING if rule(i) else FULL for i in range(b.layers)]
+    given = _given_types(b, (FULL, SLIDING))
+    b.layer_types = given or [SLIDING if rule(i) else FULL for i in range(b.layers)]
     if SLIDING in b.layer_types:
         b.window = b.c.int("sliding_window")
 
@@ -459,6 +469,7 @@ def deepseek_v3(b: _Build) -> None:
 
 
 def gpt2(b: _Build) -> None:
+    b.kv_heads = b.heads  # multi-head attention only: num_key_value_heads, if set, is not read
     h, inner = b.hidden, b.c.get("n_inner") or 4 * b.hidden
     b.add("attention", b.layers * (_lin(h, 3 * h, True) + _lin(h, h, True)))
     b.add("mlp", b.layers * _plain(h, inner))
@@ -480,6 +491,7 @@ def gpt_bigcode(b: _Build) -> None:  # multi_query: one K and one V head, fused 
 
 def gpt_neo(b: _Build) -> None:
     """Local layers attend to the last `window_size` positions; the pattern comes from `attention_types`."""
+    b.kv_heads = b.heads  # multi-head attention only: num_key_value_heads, if set, is not read
     h, inner = b.hidden, b.c.get("intermediate_size") or 4 * b.hidden
     b.add("attention", b.layers * (3 * h * h + _lin(h, h, True)))
     b.add("mlp", b.layers * _plain(h, inner))
@@ -492,9 +504,14 @@ def gpt_neo(b: _Build) -> None:
     b.layer_types = [SLIDING if k == "local" else FULL for k in kinds]
     if SLIDING in b.layer_types:
         b.window = b.c.int("window_size")
+        b.notes.append(
+            "gpt_neo: local layers mask inside attention (its own causal table); transformers' cache keeps every "
+            "position of them and attention reads them all; the window caps what a step must read"
+        )
 
 
 def gptj(b: _Build) -> None:  # attention and MLP in parallel off one LayerNorm; the LM head has a bias
+    b.kv_heads = b.heads  # multi-head attention only: num_key_value_heads, if set, is not read
     h, inner = b.hidden, b.c.get("n_inner") or 4 * b.hidden
     b.add("attention", b.layers * 4 * h * h)
     b.add("mlp", b.layers * _plain(h, inner))
@@ -504,6 +521,7 @@ def gptj(b: _Build) -> None:  # attention and MLP in parallel off one LayerNorm;
 
 
 def gpt_neox(b: _Build) -> None:
+    b.kv_heads = b.heads  # multi-head attention only: num_key_value_heads, if set, is not read
     h, bias = b.hidden, b.c.flag("attention_bias")
     b.add("attention", b.layers * (_lin(h, 3 * h, bias) + _lin(h, h, bias)))
     b.add("mlp", b.layers * _plain(h, b.c.int("intermediate_size")))
@@ -522,6 +540,7 @@ def phi(b: _Build) -> None:  # parallel attention and MLP off one LayerNorm; bia
 
 
 def bloom(b: _Build) -> None:  # ALiBi, no position table; a LayerNorm right after the embedding
+    b.kv_heads = b.heads  # multi-head attention only: num_key_value_heads, if set, is not read
     h = b.hidden
     b.add("attention", b.layers * (_lin(h, 3 * h, True) + _lin(h, h, True)))
     b.add("mlp", b.layers * _plain(h, 4 * h))
@@ -532,6 +551,7 @@ def bloom(b: _Build) -> None:  # ALiBi, no position table; a LayerNorm right aft
 def opt(b: _Build) -> None:
     """Learned positions with an offset of 2 rows; a token table of `word_embed_proj_dim`, projected in and out
     when that differs from the hidden size."""
+    b.kv_heads = b.heads  # multi-head attention only: num_key_value_heads, if set, is not read
     c, h = b.c, b.hidden
     bias, affine = c.flag("enable_bias"), c.flag("layer_norm_elementwise_affine")
     b.add("attention", b.layers * 4 * _lin(h, h, bias))
@@ -548,13 +568,19 @@ def opt(b: _Build) -> None:
 
 
 def falcon(b: _Build) -> None:
-    """K/V heads: `num_kv_heads` counts only with new_decoder_architecture; otherwise multi_query keeps one K and
-    one V head, and without it every head has its own (transformers' FalconAttention)."""
+    """K/V heads (transformers' FalconAttention): with new_decoder_architecture the projection makes
+    `num_kv_heads` of them and broadcasts them to every head before the cache update, so the cache keeps all heads;
+    otherwise multi_query makes one, and without it every head has its own."""
     c, h = b.c, b.hidden
-    new = c.flag("new_decoder_architecture")
-    b.kv_heads = (c.get("num_kv_heads") or b.heads) if new else (1 if c.flag("multi_query") else b.heads)
+    new, mqa, kv = c.flag("new_decoder_architecture"), c.flag("multi_query"), c.get("num_kv_heads")
+    if not new and not mqa and kv not in (None, b.heads):
+        raise ArchError(
+            f"falcon: num_kv_heads={kv} needs new_decoder_architecture (transformers' FalconAttention cannot "
+            f"reshape {b.heads} heads into {kv})"
+        )
+    made = (kv or b.heads) if new else (1 if mqa else b.heads)
     bias = c.flag("bias")
-    b.add("attention", b.layers * (_lin(h, (b.heads + 2 * b.kv_heads) * b.head_dim, bias) + _lin(h, h, bias)))
+    b.add("attention", b.layers * (_lin(h, (b.heads + 2 * made) * b.head_dim, bias) + _lin(h, h, bias)))
     b.add("mlp", b.layers * _plain(h, c.get("ffn_hidden_size") or 4 * h, bias))
     if new:
         norms = c.get("num_ln_in_parallel_attn") or 2
@@ -562,10 +588,11 @@ def falcon(b: _Build) -> None:
         norms = 1 if c.flag("parallel_attn") else 2
     b.norm(norms * b.layers + 1, bias=True)
     b.layer_types = [FULL] * b.layers
-    if not new and c.get("num_kv_heads") not in (None, b.kv_heads):
+    b.kv_heads = b.heads if new else made
+    if new and made != b.heads:
         b.notes.append(
-            f"falcon: num_kv_heads={c.get('num_kv_heads')} is read only with new_decoder_architecture; "
-            f"this model keeps K and V for {b.kv_heads} heads"
+            f"falcon: transformers broadcasts its {made} K/V heads to all {b.heads} before caching them; "
+            f"a cache of the {made} (vLLM's) would hold {made}/{b.heads} of it"
         )
 
 
@@ -627,8 +654,8 @@ def qwen3_next(b: _Build) -> None:
     """Gated delta-net (linear attention) in 3 of 4 layers, gated full attention in the 4th; MoE MLPs."""
     c, h = b.c, b.hidden
     interval = c.get("full_attention_interval", 4)
-    given = c.get("layer_types")
-    b.layer_types = list(given) if given else [LINEAR if (i + 1) % interval else FULL for i in range(b.layers)]
+    given = _given_types(b, (FULL, LINEAR))
+    b.layer_types = given or [LINEAR if (i + 1) % interval else FULL for i in range(b.layers)]
     full = b.layer_types.count(FULL)
     linear = b.layers - full
     bias = c.flag("attention_bias")

@@ -1,7 +1,10 @@
 """The engine interface: a prefill and a decode step, nothing else.
 
-Engines hold no timing or profiling code. The decode loop in `probe.loop` is written once and wraps each
+Engines hold no timing or profiling code. The decode loop in `probe.capture.loop` is written once and wraps each
 call; it also does the sampling, so an engine only maps token ids to next-token logits.
+
+An engine that cannot serve a family says so before it runs: `refusal(config)` is one line naming what it lacks
+(the sweep asks at plan time and records the refusal instead of a cell), None when it can.
 """
 
 from __future__ import annotations
@@ -11,11 +14,34 @@ from abc import ABC, abstractmethod
 from typing import ClassVar
 
 import torch
+from transformers.cache_utils import get_layer_types_and_kwargs
+
+# Layer types with a per-token K/V cache, and those with a constant state (transformers' cache names).
+ATTENTION_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
+STATE_TYPES = frozenset({"linear_attention", "conv", "hybrid", "hybrid_sliding"})
+# Families whose attention finds a query's position from the key length (a causal table sliced at key_length -
+# query_length): right only when the keys a layer is handed end at the query.
+QUERY_AT_KEY_LENGTH = {
+    "gpt_neo": "gpt_neo's local layers slice their own causal table at the key length (modeling_gpt_neo)",
+}
 
 
 def cache_kwarg(model) -> str:
     """The forward's name for the cache argument: `cache` from transformers 5.24, `past_key_values` before."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def text_config(config):
+    return config.get_text_config(decoder=True)
+
+
+def model_type(config) -> str:
+    return text_config(config).model_type
+
+
+def layer_types(config) -> list[str]:
+    """Each layer's cache type as transformers names it: full_attention, sliding_attention, linear_attention, ..."""
+    return get_layer_types_and_kwargs(text_config(config))[0]
 
 
 class Engine(ABC):
@@ -29,6 +55,15 @@ class Engine(ABC):
     def __init__(self, model: torch.nn.Module):
         self.model = model
         self.cache = None  # the transformers Cache the model writes into, when the engine has one
+
+    @classmethod
+    def refusal(cls, config) -> str | None:
+        """Why this engine cannot serve a model of this transformers config, in one line; None when it can."""
+        return None
+
+    def reserve(self, batch: int, max_len: int) -> None:  # noqa: B027 (a hook: most engines need nothing)
+        """The longest sequence (prompt + new tokens) a run will feed at this batch, before its first prefill, so an
+        engine with fixed buffers sizes them once. A no-op for engines that allocate per sequence."""
 
     @abstractmethod
     def prefill(self, input_ids: torch.Tensor, max_len: int) -> torch.Tensor:

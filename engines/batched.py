@@ -5,6 +5,12 @@ layer's buffer, at its own length, and then every decode step runs all rows in o
 different lengths, so each row carries its own position and its own mask; a row never attends to slots
 past its own length. The host cost of a forward is paid once per step for all B sequences, which is the
 point of batching (Part 2's prediction: step time near flat in B, throughput near B x single-sequence).
+
+transformers uses a 4-D mask as it is given, so the decode mask is built here for each layer type: a row sees its
+own slots, and on a sliding layer only the last `sliding_window` of them (what transformers' own sliding-window
+mask keeps: slot > position - window). A model whose config lists `layer_types` takes one mask per type; one
+without takes a single mask, windowed when the config sets a window. ALiBi models (bloom) read their position
+biases off a 2-D mask, so they get the rows' 2-D mask and build the rest themselves.
 """
 
 from __future__ import annotations
@@ -12,7 +18,19 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from engines.base import Engine, cache_kwarg
+from engines.base import (
+    ATTENTION_TYPES,
+    QUERY_AT_KEY_LENGTH,
+    STATE_TYPES,
+    Engine,
+    cache_kwarg,
+    layer_types,
+    model_type,
+    text_config,
+)
+
+ALIBI = {"bloom"}  # families whose forward builds ALiBi biases from a 2-D attention mask
+MASK_FORMATS = ("sdpa", "eager")  # sdpa takes a boolean mask (True: attend); eager adds it to the scores
 
 
 class SlotLayer(CacheLayerMixin):
@@ -46,7 +64,9 @@ class SlotLayer(CacheLayerMixin):
         return self.keys[:, :, :width], self.values[:, :, :width]
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return query_length, 0  # admission only: a fresh row has nothing before the prompt
+        if self.owner.active_row is not None:
+            return query_length, 0  # admission: a fresh row has nothing before the prompt
+        return self.owner.width, 0  # decode: the slots any row may read
 
     def get_seq_length(self) -> int:
         return 0 if self.owner.active_row is not None else self.owner.width - 1
@@ -72,12 +92,39 @@ class BatchedEngine(Engine):
     def __init__(self, model: torch.nn.Module):
         super().__init__(model)
         self._kw = cache_kwarg(model)
+        config = text_config(model.config)
+        self._types = getattr(config, "layer_types", None)  # given: the model takes one mask per layer type
+        self._window = getattr(config, "sliding_window", None) or None  # Qwen2-MoE sets 0 for none
+        self._alibi = model_type(model.config) in ALIBI
+        self._query_at_key_length = QUERY_AT_KEY_LENGTH.get(model_type(model.config))
+        self._attn = model.config._attn_implementation
+        if self._attn not in MASK_FORMATS:
+            raise ValueError(f"batched builds {' and '.join(MASK_FORMATS)} masks; {self._attn} takes its own")
+
+    @classmethod
+    def refusal(cls, config) -> str | None:
+        types = set(layer_types(config))
+        if state := sorted(types & STATE_TYPES):
+            return (
+                f"batched keeps K/V slots per row; {model_type(config)}'s {', '.join(state)} layers keep a "
+                "recurrent state per sequence, which its rows cannot hold"
+            )
+        if other := sorted(types - ATTENTION_TYPES):
+            return f"batched has no slots for {', '.join(other)} layers"
+        if "chunked_attention" in types:
+            return "batched builds full and sliding masks only, not chunked attention's"
+        return None
 
     def prefill(self, input_ids: torch.Tensor, max_len: int) -> torch.Tensor:
         return self.admit(list(input_ids), max_len - input_ids.shape[1])
 
     def admit(self, prompts: list[torch.Tensor], new_tokens: int) -> torch.Tensor:
         """Prefill each 1-D prompt alone into its own row; return every row's last logits (B, V)."""
+        if self._query_at_key_length and len({p.shape[0] for p in prompts}) > 1:
+            raise ValueError(
+                f"{self._query_at_key_length}: rows of different lengths would put the shorter rows' "
+                "queries at the longest row's position"
+            )
         device = prompts[0].device
         capacity = max(p.shape[0] for p in prompts) + new_tokens
         self.cache = cache = SlotCache(self.model.config.num_hidden_layers, len(prompts), capacity, device)
@@ -93,12 +140,31 @@ class BatchedEngine(Engine):
     def decode(self, next_ids: torch.Tensor) -> torch.Tensor:
         cache = self.cache
         cache.width = max(cache.lengths) + 1
-        slots = torch.arange(cache.width, device=next_ids.device)
-        mask = (slots[None, :] <= cache.positions[:, None])[:, None, None, :]  # (B, 1, 1, width): own slots only
-        logits = self._forward(next_ids, position_ids=cache.positions[:, None], attention_mask=mask)
+        logits = self._forward(next_ids, position_ids=cache.positions[:, None], attention_mask=self._masks())
         cache.positions += 1
         cache.lengths = [n + 1 for n in cache.lengths]
         return logits
+
+    def _masks(self):
+        """Each row's slots, as the model takes them: a 2-D row mask (ALiBi), one 4-D mask a layer type, or one."""
+        slots = torch.arange(self.cache.width, device=self.cache.positions.device)
+        pos = self.cache.positions[:, None]  # (B, 1)
+        own = slots[None, :] <= pos  # (B, width): a row's own slots, the new one included
+        if self._alibi:
+            return own.long()
+        full = own[:, None, None, :]  # (B, 1, 1, width)
+        if self._window is None:
+            windowed = full
+        else:  # transformers' sliding_window_overlay: kv > q - window
+            windowed = (own & (slots[None, :] > pos - self._window))[:, None, None, :]
+        if self._attn == "eager":  # additive: 0 where a row attends, the dtype's lowest elsewhere
+            low = torch.finfo(self.model.dtype).min
+            full, windowed = (
+                torch.zeros_like(m, dtype=self.model.dtype).masked_fill(~m, low) for m in (full, windowed)
+            )
+        if self._types is None:
+            return full if self._window is None else windowed
+        return {kind: windowed if kind == "sliding_attention" else full for kind in set(self._types)}
 
     def _forward(self, ids: torch.Tensor, **kwargs) -> torch.Tensor:
         out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1, **{self._kw: self.cache}, **kwargs)

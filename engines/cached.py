@@ -1,17 +1,23 @@
 """A preallocated contiguous KV cache plugged into transformers' Cache API (Part 2).
 
-One key and one value buffer per layer, allocated once at the full size of the run (prompt + new tokens).
-Each `update` writes the new positions in place and hands attention a view of the filled slots only, so
+One key and one value buffer per attention layer, allocated once at the full size of the run (prompt + new
+tokens). Each `update` writes the new positions in place and hands attention a view of the filled slots only, so
 attention never reads a slot that has not been written. The model itself does the bookkeeping the write-up
 describes: it reads the sequence length back for positions and asks the cache for the mask sizes.
+
+A sliding-window layer gets the same buffer: it keeps every position and the model's sliding-window mask hides
+those outside the window (no ring), so attention still reads the whole filled view. The layers that keep no
+per-token K/V are delegated to transformers' own classes: a linear-attention or SSM layer (mamba, Qwen3-Next's
+delta-net) keeps its conv and recurrent state in a `LinearAttentionLayer`, and a hybrid layer (Falcon-H1:
+attention beside a Mamba-2 mixer) keeps its state the same way beside a contiguous K/V buffer.
 """
 
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers.cache_utils import Cache, CacheLayerMixin, DummyLayer, LinearAttentionLayer
 
-from engines.base import Engine, cache_kwarg
+from engines.base import ATTENTION_TYPES, Engine, cache_kwarg, layer_types
 
 
 class ContiguousLayer(CacheLayerMixin):
@@ -28,7 +34,7 @@ class ContiguousLayer(CacheLayerMixin):
         b, h, _, d = key_states.shape
         opts = dict(dtype=key_states.dtype, device=key_states.device)
         self.keys = torch.empty(b, h, self.capacity, d, **opts)  # (B, H_kv, P+N, D)
-        self.values = torch.empty(b, h, self.capacity, value_states.shape[-1], **opts)
+        self.values = torch.empty(b, value_states.shape[1], self.capacity, value_states.shape[-1], **opts)
         self.device = key_states.device
         self.is_initialized = True
 
@@ -56,9 +62,43 @@ class ContiguousLayer(CacheLayerMixin):
         self.length = 0
 
 
+class ContiguousHybridLayer(LinearAttentionLayer, ContiguousLayer):
+    """K/V in a contiguous buffer, the conv and SSM state in transformers' LinearAttentionLayer (as transformers'
+    own LinearAttentionAndFullAttentionLayer pairs them)."""
+
+    def __init__(self, capacity: int):
+        ContiguousLayer.__init__(self, capacity)
+        LinearAttentionLayer.__init__(self)
+
+    def lazy_initialization(self, *args, **kwargs) -> None:
+        if len(args) == 2 and not kwargs:  # the attention cache's first update: (keys, values)
+            ContiguousLayer.lazy_initialization(self, *args)
+        else:  # update_conv_state / update_recurrent_state: keyword states
+            LinearAttentionLayer.lazy_initialization(self, **kwargs)
+
+    def reset(self) -> None:
+        LinearAttentionLayer.reset(self)
+        ContiguousLayer.reset(self)
+
+
+def _layer(kind: str, capacity: int):
+    if kind in ATTENTION_TYPES:
+        return ContiguousLayer(capacity)
+    if kind in ("linear_attention", "conv"):
+        return LinearAttentionLayer()
+    if kind == "hybrid":
+        return ContiguousHybridLayer(capacity)
+    if kind == "dummy":  # a layer that keeps nothing (an MLP-only layer, or one reading another's K/V)
+        return DummyLayer()
+    raise ValueError(f"cached has no layer for {kind} layers")
+
+
 class ContiguousCache(Cache):
-    def __init__(self, num_layers: int, capacity: int):
-        super().__init__(layers=[ContiguousLayer(capacity) for _ in range(num_layers)])
+    """A layer per model layer, by its type: contiguous K/V where it attends, transformers' own classes for the
+    rest (every layer full attention when no types are given)."""
+
+    def __init__(self, num_layers: int, capacity: int, types: list[str] | None = None):
+        super().__init__(layers=[_layer(kind, capacity) for kind in types or ["full_attention"] * num_layers])
 
 
 class CachedEngine(Engine):
@@ -68,8 +108,15 @@ class CachedEngine(Engine):
         super().__init__(model)
         self._kw = cache_kwarg(model)
 
+    @classmethod
+    def refusal(cls, config) -> str | None:
+        known = ATTENTION_TYPES | {"linear_attention", "conv", "hybrid", "dummy"}
+        other = sorted(set(layer_types(config)) - known)
+        return f"cached has no layer for {', '.join(other)} layers" if other else None
+
     def prefill(self, input_ids: torch.Tensor, max_len: int) -> torch.Tensor:
-        self.cache = ContiguousCache(self.model.config.num_hidden_layers, max_len)
+        types = layer_types(self.model.config)
+        self.cache = ContiguousCache(len(types), max_len, types)
         return self._forward(input_ids)
 
     def decode(self, next_ids: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,9 @@ from pathlib import Path
 
 PRESET_DIR = Path(__file__).parent / "presets"
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
+# --attn: transformers' attention implementations; auto is transformers' own choice (SDPA where the family supports
+# it, else eager), and the one it chose is what a run records.
+ATTENTION = ("auto", "sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt")
 SHAPE_KEYS = (
     "num_hidden_layers",

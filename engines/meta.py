@@ -12,13 +12,14 @@ import dataclasses
 import json
 import math
 import re
+from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM
 from transformers.cache_utils import get_layer_types_and_kwargs
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-from engines.arch import FAMILIES_FILE, FULL, HYBRID, KINDS, LINEAR, RULES, SLIDING, Arch, Experts, Params
+from engines.arch import FAMILIES_FILE, FULL, HYBRID, KINDS, LINEAR, RULES, SLIDING, Arch, Experts, Params, from_raw
 from engines.configs import ModelError, config_from_dict, max_positions
 
 ATTENTION_PARTS = {"self_attn", "attn", "attention", "self_attention"}
@@ -177,13 +178,60 @@ def family_defaults(model_type: str) -> dict:
     return {"attribute_map": dict(getattr(cls, "attribute_map", {})), "defaults": defaults}
 
 
+def cache_elements(config, positions: int = 20) -> int:
+    """Elements a real cache holds after a `positions`-token prefill of the model (random weights, on the CPU)."""
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    with torch.no_grad():
+        cache = model(torch.arange(3, 3 + positions)[None], use_cache=True).cache
+    held = 0
+    for layer in cache.layers:
+        for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+            held += t.numel() if isinstance(t, torch.Tensor) else 0
+        for states in (getattr(layer, "conv_states", {}), getattr(layer, "recurrent_states", {})):
+            held += sum(t.numel() for t in states.values() if t is not None)
+    return held
+
+
+def family_table(folder: str) -> str:
+    """Markdown: for each config.json in `folder`, parameters by the formula and on the meta device, and the cache
+    a 20-token prefill holds by the formula and in a real cache (float32 bytes)."""
+    rows = [
+        "| family | parameters (formula) | parameters (meta device) | layers: full / sliding (window) / state | "
+        "KV per position, formula | cache after 20 tokens, formula | real cache |",
+        "|---|--:|--:|---|--:|--:|--:|",
+    ]
+    for path in sorted(Path(folder).glob("*.json")):
+        raw = json.loads(path.read_text())
+        arch, (counts, _) = from_raw(raw), meta_params(raw)
+        positions = 20
+        window = min(positions, arch.window - 1) if arch.window else positions
+        width = sum(arch.kv_width)
+        full = arch.attention_layers - arch.sliding_layers
+        formula = 4 * (
+            width * (full * positions + arch.sliding_layers * window)
+            + arch.state_layers * (arch.state.elements if arch.state else 0)
+        )
+        real = 4 * cache_elements(config_from_dict(raw), positions)
+        sliding = f"{arch.sliding_layers} ({arch.window})" if arch.sliding_layers else "0"
+        rows.append(
+            f"| {path.stem} | {arch.params.total:,} | {counts.total:,} | {full} / {sliding} / {arch.state_layers} | "
+            f"{4 * width * arch.attention_layers:,} B | {formula:,} B | {real:,} B |"
+        )
+    return "\n".join(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", action="store_true", help="rewrite engines/families.json")
-    if parser.parse_args().families:
+    parser.add_argument("--table", metavar="FOLDER", help="print the formula-vs-meta table for FOLDER's configs")
+    args = parser.parse_args()
+    if args.families:
         table = {name: family_defaults(name) for name in sorted(RULES)}
         FAMILIES_FILE.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         print(f"wrote {FAMILIES_FILE}: {len(table)} families")
+    if args.table:
+        print(family_table(args.table))
 
 
 if __name__ == "__main__":

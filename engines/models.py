@@ -14,10 +14,14 @@ The two presets' ranges, checked on this CPU (seed 0, cached engine, greedy):
 
 from __future__ import annotations
 
+import os
+
 import torch
 from transformers import AutoModelForCausalLM
 
-from engines.configs import ModelError, load_config, resolve
+from engines.arch import ArchError, from_raw
+from engines.configs import ATTENTION, ModelError, config_from_dict, read_config, resolve
+from engines.meta import meta_params
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -40,20 +44,72 @@ def resolve_dtype(dtype: str) -> torch.dtype:
     return DTYPES[dtype]
 
 
-def load_model(spec: str, dtype: str = "float32", device: str = "auto", seed: int = 0):
-    """Build (random weights) or load (folder with weights) a causal LM in eval mode with SDPA attention."""
+def available_bytes(device: torch.device) -> int:
+    """Memory a new model may take on `device`: CUDA's free memory, or the host's MemAvailable (physical memory
+    where /proc/meminfo is missing)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def parameter_count(raw: dict) -> int:
+    """Parameters a config builds: engines.arch's formula, or a meta-device count for a family it has no rule for."""
+    try:
+        return from_raw(raw).params.total
+    except ArchError:
+        return meta_params(raw)[0].total
+
+
+def check_fits(raw: dict, dtype: str, device: torch.device, where: str) -> None:
+    """One line, before anything is allocated, when the weights alone cannot fit the device (a vocab of 1e10 or an
+    intermediate size of 2**62 ended in an allocator traceback)."""
+    need = parameter_count(raw) * DTYPES[dtype].itemsize
+    have = available_bytes(device)
+    if need > have:
+        raise ModelError(
+            f"{where}: the weights need {need / 1e9:,.1f} GB in {dtype}; {device} has {have / 1e9:,.1f} GB available"
+        )
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {' '.join(text[0].split())[:300]}" if text else type(e).__name__
+
+
+def load_model(spec: str, dtype: str = "float32", device: str = "auto", seed: int = 0, attn: str = "auto"):
+    """Build (random weights) or load (folder with weights) a causal LM in eval mode. `attn` names the attention
+    implementation (`model.config._attn_implementation` holds the one used). Sizes are checked against the device
+    before anything is built, and any failure to build or load is one line (ModelError)."""
     source = resolve(spec)
     torch_dtype, dev = resolve_dtype(dtype), resolve_device(device)
-    if source.weights_dir is not None:
-        model = AutoModelForCausalLM.from_pretrained(
-            source.weights_dir, dtype=torch_dtype, attn_implementation="sdpa"
-        ).to(dev)
-    else:
-        config = load_config(spec)
-        torch.manual_seed(seed)
-        # Building on the target device makes the 1.5B init take seconds on a GPU instead of ~30 s on a CPU.
-        with dev:
-            model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype, attn_implementation="sdpa")
+    if attn not in ATTENTION:
+        raise ModelError(f"unknown attention {attn!r}: use one of {', '.join(ATTENTION)}")
+    raw = read_config(spec)
+    check_fits(raw, dtype, dev, str(source.config_path))
+    impl = None if attn == "auto" else attn
+    try:
+        if source.weights_dir is not None:
+            model = AutoModelForCausalLM.from_pretrained(
+                source.weights_dir, dtype=torch_dtype, attn_implementation=impl
+            ).to(dev)
+        else:
+            config = config_from_dict(raw, str(source.config_path))
+            torch.manual_seed(seed)
+            # Building on the target device makes the 1.5B init take seconds on a GPU instead of ~30 s on a CPU.
+            with dev:
+                model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype, attn_implementation=impl)
+    except ModelError:
+        raise
+    except Exception as e:  # transformers' and torch's own refusals (an unsupported attention, a bad pickle, OOM)
+        what = f"load the weights in {source.weights_dir}" if source.weights_dir else f"build {source.config_path}"
+        raise ModelError(f"cannot {what} (attention {attn}): {_one_line(e)}") from None
     return model.eval()
 
 

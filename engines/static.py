@@ -6,14 +6,28 @@ the step reads a value back to the host, so nothing syncs inside the loop, and e
 same shapes. On CUDA the step is compiled with mode="reduce-overhead", which captures it as a CUDA graph
 (one graph launch per step); on a CPU it is compiled with inductor. `static-eager` is the same engine
 uncompiled, so what compilation buys can be measured side by side.
+
+One buffer length for a whole run: `reserve` (the sweep calls it with its longest prompt plus the new tokens)
+sizes every cache of the run alike, so the step compiles once per batch size and later cells only re-record the
+graph at their buffers' addresses. Every cell's decode then attends over that length, masked past its own.
+
+Sliding-window layers keep every position and mask: transformers' StaticSlidingWindowLayer tracks its fill as a
+Python int (`cumulative_length_int`), which torch.compile guards on, so it recompiled at every decode step (one
+compile a position). Here a sliding layer is a plain StaticLayer the length of the buffer, and the model's own
+sliding-window mask hides what lies outside the window, so the step's shapes and guards never change.
 """
 
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import StaticCache
+from transformers.cache_utils import (
+    LinearAttentionAndStaticFullAttentionLayer,
+    StaticCache,
+    StaticLayer,
+    get_layer_types_and_kwargs,
+)
 
-from engines.base import Engine, cache_kwarg
+from engines.base import QUERY_AT_KEY_LENGTH, Engine, cache_kwarg, model_type
 
 # One compiled graph per (batch, max_len) a process meets; the default limit (8) would silently send a longer
 # sweep back to eager, so the limit is raised and hitting it is an error.
@@ -21,6 +35,21 @@ RECOMPILE_LIMIT = 64
 # Calls of the compiled step at a new shape before any real one: compile; on CUDA, cudagraph trees then run
 # once more to warm up, record on the next call and replay from the one after.
 WARM_CALLS = 3
+# Layer types whose static layer tracks its length on the host; each gets a full-length layer of the same kind.
+FULL_LENGTH = {"sliding_attention": StaticLayer, "chunked_attention": StaticLayer}
+FULL_LENGTH_HYBRID = {"hybrid_sliding": LinearAttentionAndStaticFullAttentionLayer}
+
+
+def static_cache(config, max_len: int) -> StaticCache:
+    """transformers' StaticCache of `max_len` positions, with every sliding layer as a full-length StaticLayer."""
+    cache = StaticCache(config=config, max_cache_len=max_len)
+    types, _ = get_layer_types_and_kwargs(config.get_text_config(decoder=True))
+    for i, kind in enumerate(types):
+        if kind in FULL_LENGTH:
+            cache.layers[i] = FULL_LENGTH[kind](max_cache_len=max_len)
+        elif kind in FULL_LENGTH_HYBRID:
+            cache.layers[i] = FULL_LENGTH_HYBRID[kind](max_cache_len=max_len)
+    return cache
 
 
 class StaticEagerEngine(Engine):
@@ -30,12 +59,22 @@ class StaticEagerEngine(Engine):
         super().__init__(model)
         self._kw = cache_kwarg(model)
         self._shape: tuple[int, int] | None = None
+        self._capacity = 0  # the longest sequence reserved for
         self._step = self._forward
 
+    @classmethod
+    def refusal(cls, config) -> str | None:
+        if reason := QUERY_AT_KEY_LENGTH.get(model_type(config)):
+            return f"{reason}, which a fixed-size buffer puts at the buffer's end, not at the query"
+        return None
+
+    def reserve(self, batch: int, max_len: int) -> None:
+        self._capacity = max(self._capacity, max_len)
+
     def prefill(self, input_ids: torch.Tensor, max_len: int) -> torch.Tensor:
-        shape = (input_ids.shape[0], max_len)
+        shape = (input_ids.shape[0], max(max_len, self._capacity))
         if shape != self._shape:  # new buffers only when the shape changes: a captured graph keeps its addresses
-            self.cache = StaticCache(config=self.model.config, max_cache_len=max_len)
+            self.cache = static_cache(self.model.config, shape[1])
             self._shape = shape
         else:
             self.cache.reset()  # zero in place; the position tensors go back to 0
@@ -64,8 +103,17 @@ class StaticEngine(StaticEagerEngine):
         self._compiled = torch.compile(self._forward, mode=mode, dynamic=False, fullgraph=True)
         self._step = self._compiled_step
 
+    @classmethod
+    def refusal(cls, config) -> str | None:
+        if model_type(config) == "opt":
+            return (
+                "opt builds its learned positions from a mask of past_seen_tokens + T positions, and a static "
+                "cache's length is a device tensor: a data-dependent shape torch.compile cannot guard on"
+            )
+        return super().refusal(config)
+
     def prefill(self, input_ids: torch.Tensor, max_len: int) -> torch.Tensor:
-        if (input_ids.shape[0], max_len) != self._shape:
+        if (input_ids.shape[0], max(max_len, self._capacity)) != self._shape:
             self._warm(input_ids.shape[0], max_len, input_ids.device)
         return super().prefill(input_ids, max_len)  # same shape now: resets the cache the warm-up wrote
 
@@ -74,7 +122,7 @@ class StaticEngine(StaticEagerEngine):
         step a caller times is ever a compilation or a capture."""
         token = torch.zeros(batch, 1, dtype=torch.long, device=device)  # (B, 1)
         super().prefill(token, max_len)  # new buffers; position 0 written
-        for _ in range(min(WARM_CALLS, max_len - 1)):
+        for _ in range(min(WARM_CALLS, max(max_len, self._capacity) - 1)):
             self._compiled_step(token)
 
     def _compiled_step(self, next_ids: torch.Tensor) -> torch.Tensor:

@@ -1,8 +1,8 @@
 """`probe` and `python -m probe`: one console script, one subcommand a job.
 
-Command modules are imported when the parser is built, but they import torch and friends only inside
-`main`, so `probe --help` stays fast. A command line that names its subcommand imports that module alone:
-`probe analyze` starts in ~0.1 s instead of ~1 s spent importing scipy and pandas for `compare` and `ab`.
+`probe --help` is built from the static table below and imports no command module. A command line that names its
+subcommand imports that module alone (its `add_arguments(parser)` and `main(args) -> exit code`), so each command
+pays for its own imports and no other's: `probe analyze` never loads torch, scipy or DuckDB.
 """
 
 from __future__ import annotations
@@ -12,21 +12,23 @@ import importlib
 import sys
 
 from probe.errors import ProbeError
+from probe.render.text import first_line
 
-COMMANDS = (
-    "run",
-    "bench",
-    "profile",
-    "count",
-    "roofline",
-    "overhead",
-    "analyze",
-    "compare",
-    "baseline",
-    "app",
-    "ab",
-    "history",
-)
+# name -> the one line `probe --help` shows for it; the module probe.commands.<name> does the rest.
+COMMANDS = {
+    "run": "the default sweep (naive vs cached) with predictions, written to a report folder",
+    "bench": "time engines across prompt lengths, with token parity against naive",
+    "profile": "record a torch.profiler (or --nsys) trace of one engine at one prompt length",
+    "count": "count aten ops dispatched per forward (prefill and one decode step)",
+    "roofline": "bytes a decode step moves, its bandwidth floor and batch limit; --check the write-ups' numbers",
+    "overhead": "measure the host floor and time a cached step's bookkeeping piece by piece",
+    "analyze": "per-step ledger of any trace: steps, launches, kernels, GPU window busy/idle, host time by part",
+    "compare": "compare against a baseline: exact launch counts, noise-aware timings; exit 1 on a regression",
+    "baseline": "record the default CPU configuration's launch counts and timings into a baseline file",
+    "app": "open the Streamlit explorer on the runs and traces under a folder (localhost only)",
+    "ab": "A/B two engines interleaved in one process; exit 1 if the second regressed",
+    "history": "the run history (DuckDB): list runs, check the trend of every configuration, show a run, import runs",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,12 +37,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The whole CLI, or, when `only` names a subcommand, a parser that knows that one alone."""
+    """The CLI. Every subcommand is listed from COMMANDS; the one `only` names (if any) is imported and given its
+    flags, description and main."""
     parser = _Parser(prog="probe", description="Where each millisecond of an LLM decode step goes.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for name in (only,) if only in COMMANDS else COMMANDS:
+    for name, help_text in COMMANDS.items():
+        if name != only:
+            sub.add_parser(name, help=help_text)
+            continue
         module = importlib.import_module(f"probe.commands.{name}")
-        p = sub.add_parser(name, help=module.HELP, description=module.__doc__)
+        p = sub.add_parser(name, help=help_text, description=module.__doc__)
         module.add_arguments(p)
         p.set_defaults(_main=module.main)
     return parser
@@ -57,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         # engines.EngineError / ModelError and unreadable files: a one-line reason, never a traceback
         if type(e).__module__.startswith(("engines", "probe")) or isinstance(e, OSError):
-            print(f"probe: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+            print(f"probe: error: {first_line(e)}", file=sys.stderr)
             return 2
         raise
     except KeyboardInterrupt:

@@ -8,6 +8,8 @@ import types
 import typing
 from dataclasses import field
 
+from probe.errors import ProbeError
+
 
 def _list_of(kind: type, what: str):
     def parse(text: str) -> tuple:
@@ -29,9 +31,10 @@ int_list = _list_of(int, "integer")
 str_list = _list_of(str, "name")
 
 
-def knob(default, help: str, parse=None, choices=None):
-    """A config field with its CLI help; `parse` turns the flag's text into the field's value."""
-    return field(default=default, metadata={"help": help, "parse": parse, "choices": choices})
+def knob(default, help: str, parse=None, choices=None, resumable: bool = False):
+    """A config field with its CLI help; `parse` turns the flag's text into the field's value. `resumable`: a
+    sweep resumed with --resume may change it (probe.capture.sweep.check_resume)."""
+    return field(default=default, metadata={"help": help, "parse": parse, "choices": choices, "resumable": resumable})
 
 
 def _base_type(tp):
@@ -68,3 +71,23 @@ def from_args(cls, ns: argparse.Namespace, **base):
         if hasattr(ns, f.name):
             values[f.name] = getattr(ns, f.name)
     return cls(**values)
+
+
+def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
+    """Where the cells run, and what to do with an --out folder that already holds results (bench and run)."""
+    p.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="local: every cell in this process; ray: a cell per GPU (or per node on CPUs) of a Ray cluster",
+    )
+    p.add_argument("--address", help="--executor ray: the cluster to join (default: start a local Ray instance)")
+    p.add_argument("--resume", action="store_true", help="keep the cells --out already holds and run the others")
+    p.add_argument("--force", action="store_true", help="clear probe's own files from --out before the sweep")
+
+
+def check_sweep_arguments(args: argparse.Namespace) -> None:
+    if args.address and args.executor != "ray":
+        raise ProbeError("--address names a Ray cluster: use it with --executor ray")
+    if (args.resume or args.force) and args.out is None:
+        raise ProbeError("--resume and --force act on an --out folder")

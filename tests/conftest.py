@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -15,10 +16,17 @@ import torch
 
 from engines.models import load_model, prompt_ids
 from engines.naive import no_cache_forward, prepared_masks
+from probe.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"
 IN_CI = os.environ.get("PROBE_CI") == "1"  # .ci/run sets it: tools that CI installs must not be skipped
+# Ray as the tests start it, set before any test module imports Ray (which reads these once): in its local-only mode,
+# so its nodes' address is the loopback and every port it opens listens on 127.0.0.1 (probe/cluster.py does the same);
+# with token authentication, one token for the session (given, so that none is written to ~/.ray).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_AUTH_MODE", "token")
+os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(16))
 
 # The property tests explore new inputs on every local run; CI replays the same derandomized examples, so a gate never
 # fails on an input that no one has seen yet (run the suite locally to keep searching).
@@ -37,6 +45,21 @@ def history_outside_the_checkout(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny():
     return load_model("tiny", "float32", "cpu", seed=0)
+
+
+@pytest.fixture
+def cli(capsys):
+    """`probe ARGS` in this process, as a CompletedProcess (exit code, stdout, stderr): no interpreter start-up and
+    no imports per call. Use `run_probe` where the process is what the test is about (exit codes of a real process,
+    signals, what a fresh process imports)."""
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        capsys.readouterr()
+        code = main([str(a) for a in args])
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+    return run
 
 
 def run_probe(*args: str, timeout: float = 600, **kw) -> subprocess.CompletedProcess:

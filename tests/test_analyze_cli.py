@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from probe.cli import main
 from tests.conftest import run_probe
 from tests.test_trace import BAD, _bad_files
 
@@ -15,14 +15,19 @@ DATA = Path(__file__).parent / "data"
 HAND = DATA / "hand_decode.trace.json.gz"
 
 
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    code = main(["analyze", *args])
-    out = capsys.readouterr()
-    return code, out.out, out.err
+@pytest.fixture
+def run(cli):
+    """`probe analyze ARGS` in this process: (exit code, stdout, stderr)."""
+
+    def analyze(*args: str) -> tuple[int, str, str]:
+        done = cli("analyze", *args)
+        return done.returncode, done.stdout, done.stderr
+
+    return analyze
 
 
-def test_json_output_has_the_documented_shape(capsys):
-    code, out, err = run(capsys, str(HAND), "--json")
+def test_json_output_has_the_documented_shape(run):
+    code, out, err = run(str(HAND), "--json")
     assert code == 0 and err == ""
     doc = json.loads(out)
     assert doc["format"] == "torch_chrome"
@@ -60,8 +65,8 @@ def test_json_output_has_the_documented_shape(capsys):
     assert doc["summary"]["step_p50_us"] == 70.0
 
 
-def test_tables_name_every_step_and_the_summary(capsys):
-    code, out, _ = run(capsys, str(HAND))
+def test_tables_name_every_step_and_the_summary(run):
+    code, out, _ = run(str(HAND))
     assert code == 0
     for text in (
         "prefill",
@@ -80,15 +85,15 @@ def test_tables_name_every_step_and_the_summary(capsys):
         assert text in out, text
 
 
-def test_cpu_trace_shows_top_level_ops_instead_of_launches(capsys):
-    code, out, _ = run(capsys, str(DATA / "cpu_only_small.trace.json.gz"))
+def test_cpu_trace_shows_top_level_ops_instead_of_launches(run):
+    code, out, _ = run(str(DATA / "cpu_only_small.trace.json.gz"))
     assert code == 0
     assert "ProfilerStep#551" in out and "top-level ops per step" in out and "launches per step" not in out
 
 
 @pytest.mark.parametrize("key", ["1", "decode#0"])
-def test_one_step_by_position_or_name(capsys, key):
-    code, out, _ = run(capsys, str(HAND), "--step", key, "--json")
+def test_one_step_by_position_or_name(run, key):
+    code, out, _ = run(str(HAND), "--step", key, "--json")
     assert code == 0
     doc = json.loads(out)
     assert [s["name"] for s in doc["steps"]] == ["decode#0"]
@@ -97,19 +102,19 @@ def test_one_step_by_position_or_name(capsys, key):
         ("aten::linear", "model"),
         ("cache.update#0", "cache_update"),
     ]
-    code, out, _ = run(capsys, str(HAND), "--step", key)
+    code, out, _ = run(str(HAND), "--step", key)
     assert code == 0 and "step 1: decode#0" in out and "cudaGraphLaunch" in out
     assert "host by purpose: cache_update" in out
 
 
-def test_unknown_step_is_one_line(capsys):
-    code, out, err = run(capsys, str(HAND), "--step", "decode#9")
+def test_unknown_step_is_one_line(run):
+    code, out, err = run(str(HAND), "--step", "decode#9")
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "no step 'decode#9'" in err
 
 
-def test_reference_counts_in_the_table(capsys):
-    code, out, _ = run(capsys, str(DATA / "rocm_vllm_decode_cudagraph.trace.json.gz"))
+def test_reference_counts_in_the_table(run):
+    code, out, _ = run(str(DATA / "rocm_vllm_decode_cudagraph.trace.json.gz"))
     assert code == 0 and "434 / 10.718" in out and "425 / 4 / 1" in out
 
 
@@ -119,8 +124,8 @@ def bad_files(tmp_path_factory):
 
 
 @pytest.mark.parametrize("case", BAD)
-def test_bad_input_is_one_line_in_the_cli(bad_files, capsys, case):
-    code, out, err = run(capsys, str(bad_files[case]))
+def test_bad_input_is_one_line_in_the_cli(bad_files, run, case):
+    code, out, err = run(str(bad_files[case]))
     assert code == 2 and out == ""
     assert err.startswith("probe: error: ") and err.count("\n") == 1 and "Traceback" not in err
 
@@ -133,3 +138,24 @@ def test_as_a_user_runs_it(tmp_path):
     (tmp_path / "bad.json").write_text("{")
     bad = run_probe("analyze", str(tmp_path / "bad.json"), timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+
+
+def test_cpu_only_trace_prints_dashes_for_gpu_figures(run):
+    """22 §5: a trace with no GPU activity has no GPU busy fraction to show; a dash, never "0.0 %" (the old table
+    printed "GPU busy fraction ... 0.0 %" and "GPU ops / GPU busy ms 0 / 0.000")."""
+    trace = str(DATA / "cpu_only_small.trace.json.gz")
+    code, out, _ = run(trace)
+    assert code == 0
+    assert re.search(r"GPU busy fraction \(of the GPU windows\)\s*│\s*-\s*│", out)
+    assert re.search(r"trace: GPU ops / GPU busy ms\s*│\s*0 / -\s*│", out)
+    code, out, _ = run(trace, "--step", "0")
+    assert code == 0 and re.search(r"GPU busy ms\s*│\s*-\s*│", out) and re.search(r"kernels\s*│\s*-\s*│", out)
+
+
+def test_kernels_are_shown_by_their_short_names(run):
+    """The table shows `at::native::elementwise_kernel`, not the 300-character template; --json keeps the whole."""
+    trace = str(DATA / "cuda_alexnet.trace.json.gz")
+    code, out, _ = run(trace)
+    assert code == 0 and "at::native::elementwise_kernel " in out and "void at::native" not in out
+    code, out, _ = run(trace, "--json")
+    assert any(k["name"].startswith("void at::native::elementwise_kernel<") for k in json.loads(out)["kernels"])

@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 APP_PY = ROOT / "app.py"
 DATA = Path(__file__).parent / "data"
 RUN_A, RUN_B = "run: app/runs/tiny-cpu-a", "run: app/runs/tiny-cpu-b"
+QWEN_PRESET = Path(__file__).resolve().parents[1] / "engines" / "presets" / "qwen1.5-0.5b.json"
 CACHED = "trace: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz"
 NAIVE = "trace: app/traces/tiny_naive_cpu_p16_n6.trace.json.gz"
 GPU = "trace: cuda_train_ns_resolution_5steps.trace.json.gz"
@@ -156,10 +157,10 @@ def test_the_sglang_step_is_external_then_gpu_bound(monkeypatch):
 
 
 def test_a_model_in_the_sidebar_puts_the_roofline_beside_the_step(monkeypatch):
-    """H100 Qwen1.5-0.5B with its config (tests/data/configs, under the root) and 16 x 559 tokens: 2.686 GB to move
-    and 5.768 TFLOP to do, 5.829 ms at the H100's peaks (tests/test_step_roofline.py works them out)."""
+    """H100 Qwen1.5-0.5B by its preset name and 16 x 559 tokens: 2.686 GB to move and 5.768 TFLOP to do, 5.829 ms
+    at the H100's peaks (tests/test_step_roofline.py works them out)."""
     at = app(monkeypatch, DATA, H100)
-    at.text_input(key="model").set_value("configs/qwen1.5-0.5b.json").run()
+    at.text_input(key="model").set_value("qwen1.5-0.5b").run()
     at.number_input(key="tokens").set_value(8944).run()
     at.number_input(key="batch").set_value(16).run()
     assert not at.exception and not at.error
@@ -175,7 +176,7 @@ def test_a_model_in_the_sidebar_puts_the_roofline_beside_the_step(monkeypatch):
 
 def test_a_model_path_outside_the_root_is_refused(monkeypatch, tmp_path):
     shutil.copy(DATA / "h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz", tmp_path)
-    (tmp_path.parent / "config.json").write_text((DATA / "configs" / "qwen1.5-0.5b.json").read_text())
+    (tmp_path.parent / "config.json").write_text(QWEN_PRESET.read_text())
     at = app(monkeypatch, tmp_path)
     at.text_input(key="model").set_value("../config.json").run()
     assert not at.exception and "outside the app's root" in at.sidebar.error[0].value
@@ -480,7 +481,7 @@ def test_kernels_view_draws_categories_per_step_and_top_kernels(monkeypatch):
         {c: ns / 1e6 for c, ns in step.kernels_by_category.items()}
     )
     top = at.dataframe[-1].value
-    assert top["kernel"][0].startswith("_matmul_ogs") and top["category"][0] == "gemm"
+    assert top["kernel"][0].startswith("_matmul_ogs") and top["category"][0] == "moe"
 
 
 def test_top_ops_view_shows_the_python_frames(monkeypatch):
@@ -687,6 +688,19 @@ def test_a_folder_of_rank_traces_opens_as_one_job(monkeypatch, tmp_path):
     table = at.dataframe[0].value
     assert list(table["slowest rank"]) == [1] * 5 and table["trails %"].tolist() == pytest.approx([20.0] * 5, abs=1e-4)
     assert any("rank3.trace.json" in e.value.replace("\\", "") for e in at.error)
+
+
+def test_a_folder_of_unrelated_traces_is_a_list_not_a_job(monkeypatch, tmp_path):
+    """Two traces of different runs in one folder are not ranks (probe.analysis.job's rule): the Ranks view says
+    why and links each trace, and draws no cross-rank chart."""
+    (tmp_path / "two").mkdir()
+    shutil.copy(DATA / "hand_decode.trace.json.gz", tmp_path / "two" / "a.trace.json.gz")
+    shutil.copy(DATA / CACHED.removeprefix("trace: "), tmp_path / "two" / "b.trace.json.gz")
+    at = app(monkeypatch, tmp_path, "job: two", "Ranks")
+    assert not at.exception and not at.get("plotly_chart") and not at.metric
+    assert "not the ranks of one job" in at.info[0].value
+    links = [m.value for m in at.markdown if "a.trace.json.gz" in m.value or "b.trace.json.gz" in m.value]
+    assert len(links) == 2 and all("](" in m for m in links)
 
 
 def test_a_sweep_with_a_failed_cell_shows_its_error(monkeypatch, tmp_path):

@@ -33,6 +33,7 @@ from tests.conftest import IN_CI  # PROBE_CI=1: a missing browser fails instead 
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
+QWEN_PRESET = ROOT / "engines" / "presets" / "qwen1.5-0.5b.json"
 CHROMIUM = Path(os.environ.get("PROBE_CHROMIUM", "/usr/bin/chromium"))
 SCREENSHOTS = Path(os.environ.get("PROBE_SCREENSHOTS", ROOT / "build" / "app-screenshots"))
 CHROMIUM_ARGS = [
@@ -613,7 +614,7 @@ def docs_root(root: Path, run: Path) -> Path:
     shutil.copytree(run, root / "runs" / "quick")
     shutil.copytree(DATA / "app", root / "app")
     (root / "configs").mkdir()
-    shutil.copy(DATA / "configs" / "qwen1.5-0.5b.json", root / "configs")
+    shutil.copy(QWEN_PRESET, root / "configs")
     history_root(root / "history")
     make_rank_traces(root / "ranks")
     return root

@@ -10,11 +10,14 @@ import pandas as pd
 import pytest
 import torch
 
+from probe.analysis.environment import Environment
 from probe.analysis.results import Cell, Parity, load_results
-from probe.capture.bench import bench, mismatches, sync_cost_ms
-from probe.capture.config import BenchConfig, ProfileConfig, settle
+from probe.capture.cell import PeakMemory, sync_cost_ms
+from probe.capture.config import settle
 from probe.capture.parity import NEAR_TIE_ULPS, Checked, judge
+from probe.capture.sweep import bench, mismatches
 from probe.errors import ProbeError
+from probe.settings import BenchConfig, ProfileConfig
 from tests.conftest import run_probe
 
 SMALL = dict(prompts=(8, 24), new_tokens=5, runs=2, warmup=1, device="cpu")
@@ -43,7 +46,7 @@ def test_bench_writes_cells_raw_latencies_and_env(tmp_path):
         assert cell["ttft_ms"] > 0 and cell["peak_mem_bytes"] > 0
         steps = [x for r in cell["itl_runs_ms"] for x in r]
         assert min(steps) <= cell["itl_p50_ms"] <= cell["itl_p90_ms"] <= max(steps)
-    for key in ("torch", "transformers", "device_name", "cpu_model", "dtype", "git_commit"):
+    for key in ("torch", "transformers", "device_name", "cpu_model", "dtype", "commit", "dirty"):
         assert key in data["env"]
     table = pd.read_parquet(tmp_path / "cells.parquet")
     assert list(table["engine"]) == ["naive", "cached", "naive", "cached"]
@@ -83,7 +86,7 @@ def test_cli_json_and_mismatch_exit_code(tmp_path):
     assert bad.returncode == 1, bad.stderr
     cells = json.loads(bad.stdout)["cells"]
     assert [c["tokens_match_naive"] for c in cells] == [True, True, False]
-    assert "tokens differ from naive for wrong@p8" in bad.stderr
+    assert "tokens differ from naive for wrong p8" in bad.stderr
     ok = run_probe(*args, "--allow-mismatch", "--out", str(tmp_path / "o"))
     assert ok.returncode == 0, ok.stderr
     assert "MISMATCH" in ok.stdout and (tmp_path / "o" / "results.json").exists()
@@ -148,7 +151,6 @@ def test_serving_figures_follow_vllms_definitions():
         tokens=[[[1, 2, 3, 4]], [[1, 2, 3, 4]]],
         peak_mem_bytes=1,
         peak_mem_kind="cpu_rss",
-        reference=None,
     )
     assert cell.ttft_p50_ms == 15.0 and cell.ttft_p99_ms == pytest.approx(10 + 0.99 * 10)
     assert cell.itl_mean_ms == 3.5 and cell.itl_std_ms == pytest.approx((35 / 12) ** 0.5)
@@ -272,19 +274,29 @@ def test_commands_default_to_the_write_ups_model_on_a_gpu(monkeypatch, tmp_path,
     """A fake CUDA device (torch.device("cuda") from a fake resolve_device; no GPU here) and a fake loader that
     stops at the build: every command asks for the 1.5B preset in float16, as `probe run` does."""
     import engines.models
-    import probe.capture.bench
     import probe.capture.machine
     import probe.capture.profile
+    import probe.capture.sweep
     from probe import cli
 
     def fake_load(spec, dtype, *args, **kwargs):
         raise Built(spec, dtype)
 
-    for module in (engines.models, probe.capture.bench, probe.capture.machine, probe.capture.profile):
+    for module in (engines.models, probe.capture.sweep, probe.capture.machine, probe.capture.profile):
         monkeypatch.setattr(module, "resolve_device", lambda device: torch.device("cuda"), raising=False)
         monkeypatch.setattr(module, "load_model", fake_load, raising=False)
-    monkeypatch.setattr(probe.capture.bench, "environment", lambda device, dtype: {"dtype": dtype})
+    monkeypatch.setattr(probe.capture.sweep, "environment", lambda device, dtype: Environment(dtype=dtype))
     monkeypatch.chdir(tmp_path)
     with pytest.raises(Built) as built:
         cli.main(argv)
     assert built.value.args == ("qwen2.5-1.5b", "float16")
+
+
+def test_every_cell_starts_after_the_previous_cells_leftovers_are_let_go(monkeypatch):
+    """Issue 24: a later cell's peak memory must not hold the previous cell's leftovers. The runner lets go of them
+    (PeakMemory.between_cells; tests/test_results.py shows what that frees) before every cell, not once a sweep."""
+    calls = []
+    release = PeakMemory.between_cells
+    monkeypatch.setattr(PeakMemory, "between_cells", lambda self: calls.append(self.device.type) or release(self))
+    results = bench(BenchConfig(**SMALL | dict(telemetry_ms=0)))
+    assert calls == ["cpu"] * len(results.cells) == ["cpu"] * 4

@@ -9,6 +9,7 @@ import sqlite3
 from collections import Counter
 
 import pytest
+import torch
 from transformers.cache_utils import Cache
 
 from engines import engine_class
@@ -143,9 +144,10 @@ def test_nsys_capture_has_our_ranges(tmp_path):
         assert names[name] == 4
 
 
-def test_missing_nsys_is_one_line(tmp_path):
-    env = os.environ | {"PROBE_NSYS": "", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    result = run_probe("profile", "--nsys", "--device", "cpu", "--out", str(tmp_path), env=env)
+def test_missing_nsys_is_one_line(tmp_path, cli, monkeypatch):
+    for name, value in (("PROBE_NSYS", ""), ("PATH", "/usr/bin:/bin"), ("HOME", str(tmp_path))):
+        monkeypatch.setenv(name, value)
+    result = cli("profile", "--nsys", "--device", "cpu", "--out", tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [f"probe: error: {NSYS_HINT}"]
 
@@ -197,3 +199,46 @@ def test_kinetos_per_session_lines_are_quiet_unless_asked_for(tmp_path):
     assert "USDT:" not in quiet.stderr
     asked = run_probe(*argv, "--out", str(tmp_path / "b"), env=os.environ | {"KINETO_LOG_LEVEL": "0"})
     assert asked.returncode == 0 and "profiler_start" in asked.stderr  # the user's setting wins
+
+
+def test_the_batched_trace_name_says_b():
+    """Issue 24 §3: a B=4 trace must not pass for a batch-1 one."""
+    from probe.capture.profile import stem
+
+    cpu = torch.device("cpu")
+    assert stem(ProfileConfig(engine="batched", prompt=16, new_tokens=9, model="tiny", batch=4), cpu) == (
+        "tiny_batched_cpu_p16_n9_b4"
+    )
+    assert stem(ProfileConfig(engine="cached", prompt=16, new_tokens=9, model="tiny"), cpu) == "tiny_cached_cpu_p16_n9"
+
+
+@pytest.mark.parametrize(
+    "cuda, preset, set_to, says",
+    [
+        ("12.4", None, "0", "TEARDOWN_CUPTI=0 set: CUDA 12.4"),  # torch's own rule: graphs below 12.6
+        ("13.0", None, None, "TEARDOWN_CUPTI left unset: CUDA 13.0"),  # from 12.6 torch keeps the teardown
+        ("12.4", "1", "1", "TEARDOWN_CUPTI=1 as set before the run: kept"),  # the user's setting wins
+        (None, None, None, "TEARDOWN_CUPTI: not applicable (no CUDA)"),
+    ],
+)
+def test_teardown_cupti_follows_torchs_rule(monkeypatch, cuda, preset, set_to, says):
+    from probe.capture import profile
+
+    profile.cupti_teardown.cache_clear()
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    if preset is not None:
+        monkeypatch.setenv("TEARDOWN_CUPTI", preset)
+    try:
+        assert profile.cupti_teardown(cuda).startswith(says)
+        assert os.environ.get("TEARDOWN_CUPTI") == set_to
+    finally:
+        profile.cupti_teardown.cache_clear()
+
+
+def test_the_self_check_on_a_cpu_skips_its_cuda_part_with_a_line():
+    from probe.capture.profile import self_check
+
+    check = self_check(torch.device("cpu"), sessions=3)
+    assert check.note.startswith("CUDA part skipped: no CUDA device (cpu)") and check.sessions == 3
+    assert check.cpu_ops_before == check.cpu_ops_after > 0  # matmul, relu, matmul: the same ops every session
+    assert check.eager_kernels_before is None and check.graph_kernels_after is None and not check.kernels_lost

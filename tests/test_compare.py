@@ -19,10 +19,11 @@ from probe.analysis.compare import (
     load_samples,
     timing_row,
 )
+from probe.analysis.environment import Environment
 from probe.analysis.results import RESULTS_FILE, BenchResults, Cell, load_results
-from probe.capture.bench import bench
 from probe.capture.config import BenchConfig
 from probe.capture.loop import generate
+from probe.capture.sweep import bench
 from probe.errors import ProbeError
 from tests.conftest import DATA, ROOT, run_probe
 from tests.variants import SLOW_US_VAR, ExtraOpCacheEngine, SlowCachedEngine
@@ -137,7 +138,6 @@ def interleaved_cells(engines: dict, tiny, prompt_len: int, new_tokens: int, run
             tokens=[g.tokens.tolist() for g in gs],
             peak_mem_bytes=0,
             peak_mem_kind="cpu_rss",
-            reference=None,
         )
         for name, gs in gens.items()
     }
@@ -168,9 +168,9 @@ def test_injected_delay_is_caught(tiny, one_thread, monkeypatch):
     cells = interleaved_cells(
         {"a": CachedEngine(tiny), "slow": SlowCachedEngine(tiny)}, tiny, prompt_len=8, new_tokens=16, runs=5
     )
-    env = {"torch": "x", "transformers": "y", "device": "cpu", "device_name": "cpu", "dtype": "float32"}
+    env = Environment(torch="x", transformers="y", device="cpu", device_name="cpu", dtype="float32")
     base, slow = (
-        from_results(BenchResults([cells[n]], env, {"model": "tiny"}, complete=True), n) for n in ("a", "slow")
+        from_results(BenchResults([cells[n]], env, BenchConfig(model="tiny"), complete=True), n) for n in ("a", "slow")
     )
     result = compare(base, slow)
     host = next(r for r in result.rows if r.metric == "host_us_per_step")

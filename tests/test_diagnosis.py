@@ -106,10 +106,9 @@ def test_external_wait_then_its_own_gpu_work(tmp_path):
     assert "0.002 ms after a stream-wait-event call" in d.lines[0]
 
 
-def test_host_bound_by_python_and_what_fixing_it_buys(tmp_path):
-    """No sync; host work 100 us against 7 us of GPU work: host-bound, by Python (85 us: the loop frame 10, the
-    forward frame 25, `slow` 50), dispatch 10 (mm 10 - 3, add 5 - 2), launches 5."""
-    path = _trace(
+def python_bound_trace(tmp_path: Path) -> Path:
+    """A decode step of 100 us whose host is mostly Python, for 7 us of GPU work (test_report.py uses it too)."""
+    return _trace(
         tmp_path,
         [
             ("user_annotation", "decode#0", 0, 100, {}),
@@ -123,7 +122,12 @@ def test_host_bound_by_python_and_what_fixing_it_buys(tmp_path):
         ],
         [("kernel", "gemm", 20, 25, {"correlation": 1}), ("kernel", "add", 90, 92, {"correlation": 2})],
     )
-    d = _diagnose(path)
+
+
+def test_host_bound_by_python_and_what_fixing_it_buys(tmp_path):
+    """No sync; host work 100 us against 7 us of GPU work: host-bound, by Python (85 us: the loop frame 10, the
+    forward frame 25, `slow` 50), dispatch 10 (mm 10 - 3, add 5 - 2), launches 5."""
+    d = _diagnose(python_bound_trace(tmp_path))
     assert (d.bound, d.host_bound_by) == ("host", "python")
     e = d.evidence
     assert (e.python_ns, e.dispatch_ns, e.launch_ns, e.unattributed_ns) == (85_000, 10_000, 5_000, 0)
@@ -189,3 +193,59 @@ def test_public_trace_verdicts(name):
 def test_the_hf_forwards_are_balanced():
     for name in ("h100_hf_qwen1.5-0.5b_prefill_b16", "mi300x_hf_qwen1.5-0.5b_prefill_b16"):
         assert diagnose_trace(analyze(load_trace(PUBLIC / f"{name}.trace.json.gz"))).median.balanced, name
+
+
+# --- the CLI: the answer first, and in --json --------------------------------------------------------------------
+
+
+def _run(cli, *args):
+    done = cli(*args)
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_analyze_prints_the_answer_before_any_table(cli):
+    code, out, err = _run(cli, "analyze", str(DATA / "rocm_vllm_decode_cudagraph.trace.json.gz"))
+    assert code == 0
+    first = out.lstrip().splitlines()[0]
+    assert first.startswith("step 0 (decode, execute_32_context_0") and "GPU-bound" in first
+    assert out.index("GPU-bound") < out.index("GPU idle in each step")
+
+
+def test_analyze_json_has_a_diagnosis_for_every_step_and_the_summary(cli):
+    code, out, _ = _run(cli, "analyze", str(DATA / "hand_decode.trace.json.gz"), "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert [s["diagnosis"]["bound"] for s in doc["steps"]] == ["host", "host", "host"]
+    assert set(doc["diagnosis"]) == {"median", "by_kind"} and doc["diagnosis"]["median"]["step"] == "decode#1"
+    assert set(doc["diagnosis"]["median"]) == {
+        "step", "kind", "bound", "then", "host_bound_by", "balanced", "headline", "lines", "caveats", "evidence",
+        "what_if",
+    }  # fmt: skip
+    assert all(set(w) == {"change", "predicted_step_ms", "saving_ms", "saving_pct", "arithmetic", "assumption"}
+               for s in doc["steps"] for w in s["diagnosis"]["what_if"])  # fmt: skip
+    assert doc["steps"][0]["roofline"] is None  # no model
+    # no recorded shapes: each op's kernel time, and no figure guessed
+    assert doc["op_roofline"] and all(o["model"] is None and o["flops"] is None for o in doc["op_roofline"])
+    assert "record_shapes=True" in " ".join(doc["answer_notes"])
+
+
+def test_analyze_json_roofline_with_a_model(cli):
+    """The H100 HF forward with Qwen1.5-0.5B's config: the device from the trace's deviceProperties, the tokens
+    from the flags (the trace has no engine marker), every roofline key, and the per-op table's GEMM."""
+    path = DATA / "h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"
+    model = "qwen1.5-0.5b"  # the shipped preset
+    code, out, _ = _run(cli, "analyze", str(path), "--json", "--model", str(model), "--tokens", "8944", "--batch", "16")
+    assert code == 0
+    doc = json.loads(out)
+    r = doc["steps"][0]["roofline"]
+    for key in ("sequences", "tokens", "context_tokens", "bytes", "flops", "traffic_ms", "compute_ms",
+                "predicted_gpu_ms", "measured_gpu_ms", "efficiency", "binding_term"):  # fmt: skip
+        assert key in r, key
+    assert (r["sequences"], r["tokens"], r["device"], r["binding_term"]) == (16, 8944, "H100-SXM", "compute")
+    gemm = next(
+        o for o in doc["op_roofline"] if o["op"] == "aten::mm" and o["shapes"] == "[(8944, 1024), (1024, 2816)]"
+    )
+    assert (gemm["flops"], gemm["bytes"], gemm["bound"]) == (51_581_550_592, 74_457_088, "compute")
+    assert doc["steps"][0]["op_roofline"][0]["op"] == doc["op_roofline"][0]["op"]
+    code, out, _ = _run(cli, "analyze", str(path), "--model", str(model), "--tokens", "8944", "--batch", "16")
+    assert "roofline (" in out and "compute binds" in out and "ops by GPU time beside the roofline (H100-SXM" in out

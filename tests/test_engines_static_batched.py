@@ -81,8 +81,8 @@ def test_batched_admits_ragged_prompts(tiny):
 
 
 def test_bench_batch_sweep_checks_each_row(tmp_path):
-    from probe.capture.bench import bench
     from probe.capture.config import BenchConfig
+    from probe.capture.sweep import bench
 
     results = bench(
         BenchConfig(
@@ -118,3 +118,41 @@ def test_static_compiles_each_shape_with_fixed_sizes_before_any_caller_times_it(
         assert torch.equal(generate(engine, a, 6).tokens, naive_tokens(tiny, a, 6))  # the first shape: cached
         with pytest.raises(torch._dynamo.exc.RecompileError):
             generate(engine, c, 6)  # a third shape must compile: no graph with a symbolic length serves it
+
+
+@pytest.mark.slow
+def test_a_sweep_compiles_the_static_step_once_for_every_prompt():
+    """Issue 24: one StaticCache length for the whole run (the sweep reserves its longest prompt + new tokens), so
+    three prompt lengths compile the step once; later cells only re-record (on CUDA) at their buffers' addresses."""
+    from probe.capture.config import BenchConfig
+    from probe.capture.sweep import bench
+
+    torch._dynamo.reset()  # no graph of this shape left from an earlier test
+    before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    cfg = BenchConfig(engines=("static",), prompts=(8, 16, 24), new_tokens=4, runs=1, warmup=0, device="cpu")
+    results = bench(cfg)
+    assert [c.prompt_tokens for c in results.cells] == [8, 16, 24] and all(c.tokens_match_naive for c in results.cells)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - before == 1
+
+
+def test_static_reserve_sizes_one_buffer_for_the_run(tiny):
+    engine = StaticEagerEngine(tiny)
+    engine.reserve(1, 40)
+    for length in (8, 16):
+        prompt = prompt_ids(length, 1, tiny.config.vocab_size)
+        assert torch.equal(generate(engine, prompt, 6).tokens, naive_tokens(tiny, prompt, 6))
+        assert engine.cache.layers[0].keys.shape[2] == 40  # not length + 6
+
+
+def test_batched_refuses_ragged_rows_where_a_query_sits_at_the_key_length():
+    """gpt_neo's local layers place each query at the key length, which rows of different lengths share: one line."""
+    from engines.models import load_model
+    from tests.conftest import DATA
+
+    model = load_model(str(DATA / "configs" / "gpt_neo.json"), "float32", "cpu")
+    prompts = [prompt_ids(n, 1, model.config.vocab_size)[0] for n in (5, 9)]
+    with pytest.raises(ValueError, match="causal table at the key length.*rows of different lengths"):
+        BatchedEngine(model).admit(prompts, 4)
+    same = prompt_ids(9, 2, model.config.vocab_size)
+    out = generate(BatchedEngine(model), same, 6).tokens  # one length: every query is at the key length
+    assert torch.equal(out[1:], naive_tokens(model, same[1:], 6))

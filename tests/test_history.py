@@ -58,20 +58,6 @@ def one_line_error(proc: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-@pytest.fixture
-def cli(capsys):
-    """`probe ARGS` in this process (the history commands import no torch; a process each would cost ~2 s)."""
-    from probe.cli import main
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        capsys.readouterr()
-        code = main([str(a) for a in args])
-        out = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, out.out, out.err)
-
-    return run
-
-
 def runs_json(path: Path, *args: str) -> list[dict]:
     """`probe history list --json`, in this process."""
     from probe.cli import main
@@ -143,7 +129,7 @@ def test_a_bench_run_stores_its_cells_counts_ops_and_samples(measured):
         assert [x for (x,) in host] == pytest.approx([x * 1e3 for run in cell.itl_runs_ms for x in run])
         assert one("SELECT count(*) FROM samples WHERE run_id = ? AND metric = 'ttft_ms'") == [(2,)]
         torch_version, env = one("SELECT torch, env_json FROM runs WHERE run_id = ?")[0]
-        assert torch_version == json.loads(env)["torch"] == load_results(measured["repo"] / "bench").env["torch"]
+        assert torch_version == json.loads(env)["torch"] == load_results(measured["repo"] / "bench").env.torch
 
 
 def test_a_profiled_run_stores_its_per_step_ledger(measured):
@@ -300,7 +286,7 @@ def test_import_of_the_committed_runs_and_traces(tmp_path, cli):
     assert sorted(r["command"] for r in runs) == ["profile", "profile", "run", "run"]
     env = load_results(RUN_A).env
     # an imported folder keeps the commit its results recorded (probe's own checkout, then)
-    assert {r["commit"] for r in runs} == {env["git_commit"].removesuffix("-dirty")}
+    assert {r["commit"] for r in runs} == {env.commit}
     single = ok(cli("history", "import", str(DATA / "hand_decode.trace.json.gz"), "--history", str(path)))
     assert "0 run(s) added" in single.stdout and "no .meta.json" in single.stderr
 

@@ -1,15 +1,38 @@
-"""probe analyze over several traces: the ranks of one job, analyzed in a local process pool, step by step."""
+"""probe analyze over several traces: each in a process of its own; lined up step by step only when they are the
+ranks of one job (probe.analysis.job.check_job), else a list of traces; a trace whose analysis raises or whose
+process dies is that trace's failure, and signals end the workers with the command."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
+import psutil
 import pytest
 
-from probe.analysis.job import TraceFailure, analyze_one, expand, job
-from tests.conftest import DATA, run_probe
+from probe.analysis.job import (
+    TraceFailure,
+    analyze_one,
+    check_job,
+    expand,
+    is_one_job,
+    job,
+    lost_trace,
+    pool_map,
+    rank_in_name,
+)
+from tests.conftest import DATA, ROOT, run_probe
 from tests.ranks import make_rank_traces
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/traces is not here")
 
 
 @pytest.fixture(scope="module")
@@ -19,10 +42,16 @@ def ranks(tmp_path_factory):
     return folder
 
 
+@pytest.fixture(scope="module")
+def analyses(ranks):
+    return [analyze_one((p, None)) for p in sorted(ranks.iterdir())]
+
+
 def test_a_folder_of_rank_traces_names_the_straggler(ranks):
     result = run_probe("analyze", str(ranks), "--json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
+    assert doc["one_job"] is True and doc["not_a_job"] is None
     assert [t["rank"] for t in doc["traces"]] == [0, 1, 2, 3]
     assert [t["source"] for t in doc["traces"]] == [str(ranks / f"rank{r}.trace.json.gz") for r in range(4)]
     assert all(len(t["steps"]) == 5 for t in doc["traces"])  # each trace's own ledger, as `probe analyze` gives it
@@ -59,14 +88,85 @@ def test_one_trace_keeps_todays_output(ranks, tmp_path):
     assert by_folder.stdout == by_file.stdout and "by_step" not in json.loads(by_file.stdout)
 
 
-def test_ranks_are_the_file_order_when_the_traces_do_not_say(tmp_path):
-    """Two copies of one trace both claim rank 0: ranks come from the order they were given."""
-    a = analyze_one((DATA / "cuda_alexnet.trace.json.gz", None))
-    result = job([a, a])
-    assert result.ranks == (0, 1) and "missing or repeated" in result.warnings[0]
-    assert [s.slowest_rank for s in result.by_step] == [0] * len(result.by_step)  # a tie goes to the lower rank
-    broken = job([TraceFailure("x", "bad"), a])
-    assert broken.ranks == (0,) and broken.failed == (TraceFailure("x", "bad"),)
+def test_a_runs_traces_folder_is_a_list_of_traces_with_no_straggler():
+    """One trace per engine (naive and cached, the same six steps each, no rank anywhere): not ranks of one job."""
+    folder = DATA / "app" / "traces"
+    result = run_probe("analyze", str(folder), "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["straggler"] is None and doc["by_step"] == []  # today's code named naive the straggler
+    assert doc["one_job"] is False and "no distinct rank" in doc["not_a_job"]
+    assert [t["rank"] for t in doc["traces"]] == [None, None] and all(len(t["steps"]) == 6 for t in doc["traces"])
+    table = run_probe("analyze", str(folder))
+    assert table.returncode == 0 and "straggler" not in table.stdout and "wall per step and rank" not in table.stdout
+    assert "not the ranks of one job (no distinct rank" in table.stdout.replace("\n", " ")
+
+
+@needs_shared
+@pytest.mark.parametrize(
+    "names, why",
+    [
+        # Both record ProfilerStep#1009 and #1010, and both say distributedInfo.rank 1: two runs, not two ranks.
+        (("peer/hta_trace_compare_base.trace.json.gz", "peer/hta_trace_compare_test.trace.json.gz"), "no distinct"),
+        # One ProfilerStep#6 each, on an H100 and on an MI300X, no rank: two machines' runs.
+        (("public/h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz",
+          "public/mi300x_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"), "no distinct"),
+        # Rank 1 of HTA's sampled job beside the V100 run: 2 steps and 5.
+        (("peer/hta_cuda_sampled_rank1.trace.json.gz",
+          "public/cuda_train_ns_resolution_5steps.trace.json.gz"), "steps"),
+    ],
+)  # fmt: skip
+def test_the_shared_traces_are_not_one_job(names, why):
+    result = run_probe("analyze", *(str(SHARED / n) for n in names), "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["straggler"] is None and doc["by_step"] == []
+    assert doc["one_job"] is False and why in doc["not_a_job"]
+    assert [t["source"] for t in doc["traces"]] == [str(SHARED / n) for n in names]  # in the order given
+
+
+def test_a_rank_comes_from_distributed_info_or_from_the_file_names(analyses):
+    """The four rank traces, their declared ranks and file names varied: each case is the rule's, exactly."""
+    assert check_job(analyses).ranks == (0, 1, 2, 3) and is_one_job(analyses)
+
+    def vary(**change):
+        return [dataclasses.replace(a, **{k: v[i] for k, v in change.items()}) for i, a in enumerate(analyses)]
+
+    undeclared = vary(rank=[None] * 4)
+    assert check_job(undeclared).ranks == (0, 1, 2, 3)  # rank<N> in every file name
+    renamed = vary(rank=[None] * 4, source=[f"/x/worker_rank-{r}.pt.trace.json" for r in (3, 1, 0, 2)])
+    assert check_job(renamed).ranks == (3, 1, 0, 2)
+    assert [t.source for t in job(renamed).traces] == [f"/x/worker_rank-{r}.pt.trace.json" for r in range(4)]
+    repeated = vary(rank=[0] * 4)  # distributedInfo repeats a rank: the names decide
+    assert check_job(repeated).ranks == (0, 1, 2, 3)
+    nameless = vary(rank=[0] * 4, source=[f"/x/host{r}.trace.json" for r in range(4)])
+    assert not is_one_job(nameless) and "no distinct rank" in check_job(nameless).why_not
+    declared_only = vary(source=[f"/x/host{r}.trace.json" for r in range(4)])
+    assert check_job(declared_only).ranks == (0, 1, 2, 3)
+    twice = vary(rank=[None] * 4, source=["/a/rank0.json", "/b/rank1.json", "/b/rank3.json", "/c/rank3.json"])
+    assert not is_one_job(twice)
+    # Only the file name counts, "rank" inside another word is not a rank, nor are two ranks in one name.
+    assert [rank_in_name(n) for n in ("job-RANK_12.pt.trace.json.gz", "rank7.json", "/rank9/x.json")] == [12, 7, None]
+    assert rank_in_name("frank0.json") is None and rank_in_name("rank1_rank2.json") is None
+
+
+def test_the_same_steps_in_every_trace(analyses):
+    fewer = [*analyses[:3], dataclasses.replace(analyses[3], steps=analyses[3].steps[:4])]
+    assert check_job(fewer).why_not.endswith("rank3.trace.json.gz has 4 steps, " + analyses[0].source + " 5")
+    steps = list(analyses[1].steps)
+    steps[2] = dataclasses.replace(steps[2], name="x")
+    other = [analyses[0], dataclasses.replace(analyses[1], steps=tuple(steps)), *analyses[2:]]
+    why = check_job(other).why_not
+    assert why == f"step 2 is 'ProfilerStep#103' in {analyses[0].source}, 'x' in {analyses[1].source}"
+    assert not is_one_job(analyses[:1]) and job(analyses[:1]).straggler is None
+    listed = job([*fewer, TraceFailure("x", "bad")])
+    assert (listed.ranks, listed.by_step, listed.straggler, listed.failed) == (
+        (),
+        (),
+        None,
+        (TraceFailure("x", "bad"),),
+    )
+    assert [t.source for t in listed.traces] == [a.source for a in fewer]
 
 
 def test_paths_expand_from_folders_and_globs(ranks):
@@ -75,3 +175,92 @@ def test_paths_expand_from_folders_and_globs(ranks):
     ]
     with pytest.raises(Exception, match="no file matches"):
         expand([str(ranks / "nothing*.json")])
+
+
+def _square_or_fail(n: int) -> int:
+    if n == 2:
+        raise MemoryError
+    if n == 3:
+        os._exit(7)
+    if n == 4:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return n * n
+
+
+def test_the_pool_keeps_every_call_that_did_not_fail():
+    """A MemoryError, a process that exits and one the OOM killer would kill are each that call's failure."""
+    out = pool_map(_square_or_fail, [0, 1, 2, 3, 4, 5], workers=2, lost=lambda n, why: (n, why))
+    assert out[:2] == [0, 1] and out[5] == 25
+    assert out[2] == (2, "MemoryError")
+    assert out[3] == (3, "the process analyzing it exited with status 7 before it answered")
+    assert out[4] == (4, "the process analyzing it was killed by SIGKILL (what the OOM killer sends)")
+    assert lost_trace(("a.json", None), "MemoryError") == TraceFailure("a.json", "MemoryError")
+
+
+def _analyze(folder: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "probe", "analyze", str(folder), "--json"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _children(proc: subprocess.Popen, count: int) -> list[psutil.Process]:
+    """The pool's first `count` processes, oldest first, as soon as they are there."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = psutil.Process(proc.pid).children()
+        if len(found) >= count:
+            return sorted(found, key=lambda p: (p.create_time(), p.pid))
+        time.sleep(0.005)
+    raise AssertionError(f"no {count} pool processes: {proc.communicate()}")
+
+
+def _running(p: psutil.Process) -> bool:
+    """Not ended (a zombie has ended: whoever inherited it has not reaped it yet)."""
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_killed_worker_fails_its_trace_and_the_others_finish(tmp_path):
+    """rank0 takes 2 s to analyze (its steps played 12 times); its process is killed as the OOM killer would."""
+    make_rank_traces(tmp_path, ranks=1, repeat=12)
+    make_rank_traces(tmp_path / "short", ranks=4)
+    for p in sorted((tmp_path / "short").iterdir())[1:]:
+        p.rename(tmp_path / p.name)
+    proc = _analyze(tmp_path)
+    first = _children(proc, 1)[0]
+    first.kill()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    doc = json.loads(out)
+    assert doc["failed"] == [
+        {
+            "source": str(tmp_path / "rank0.trace.json.gz"),
+            "error": "the process analyzing it was killed by SIGKILL (what the OOM killer sends)",
+        }
+    ]
+    assert [t["rank"] for t in doc["traces"]] == [1, 2, 3] and doc["straggler"]["rank"] == 2
+    assert "Traceback" not in err and "rank0.trace.json.gz: the process analyzing it was killed" in err
+
+
+def test_sigterm_ends_the_workers_and_the_callers_pipes_close(tmp_path):
+    """SIGTERM to `probe analyze DIR` while its pool works: the command and every pool process end with it, so a
+    caller reading its output to the end is not left waiting. Four traces of 2 s each, two at a time: a worker left
+    running would hold the pipes for seconds more, many times the second allowed here."""
+    [long] = make_rank_traces(tmp_path, ranks=1, repeat=12)
+    for r in (1, 2, 3):
+        shutil.copy(long, tmp_path / f"copy{r}.trace.json.gz")
+    proc = _analyze(tmp_path)
+    workers = _children(proc, 2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == -signal.SIGTERM
+    deadline = time.monotonic() + 1
+    while (alive := [p for p in workers if _running(p)]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert alive == []
+    assert proc.communicate(timeout=5) == ("", "")  # both pipes at EOF: nothing holds them any more

@@ -1,16 +1,23 @@
-"""Kernel names as people read them (kernels.short_name): nsys's and TraceLens's elision, on real names."""
+"""Kernel names as people read them (kernels.short_name: nsys's and TraceLens's elision) and the categories the
+rule table gives them, on every kernel name of every real trace."""
 
 from __future__ import annotations
 
 import gzip
 import json
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
-from probe.analysis.kernels import short_name
+from probe.analysis.kernels import DEFAULT_RULES, KERNEL_RULES, short_name
+from probe.analysis.ledger import analyze
+from probe.analysis.patterns import max_width
+from probe.analysis.trace import Kind, load_trace
 
+DATA = Path(__file__).parent / "data"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/traces is not here")
 
 
 @pytest.mark.parametrize(
@@ -84,3 +91,70 @@ def test_every_real_kernel_name_shortens_to_a_name_without_parameters():
             shortened += 1
             assert not short.startswith("void ")
     assert shortened > 100  # the templated CUDA kernels: most of them
+
+
+# --- categories -------------------------------------------------------------------------------------------
+
+
+def _kernel_names(paths) -> set[str]:
+    """The names of every row the reader takes for a kernel (range-profiler and MTIA kernels included)."""
+    names = set()
+    for path in paths:
+        trace = load_trace(path)
+        names |= {trace.names[i] for i in set(trace.name_id[trace.kind == Kind.KERNEL].tolist())}
+    return names
+
+
+@needs_shared
+def test_every_kernel_of_every_real_trace_has_its_hand_assigned_category():
+    """tests/data/kernel_categories.json: each kernel name of the public and peer traces (417), with the category a
+    person gave it after reading the name (tests/data/PROVENANCE.md); the file holds exactly those names."""
+    expected = json.loads((DATA / "kernel_categories.json").read_text())
+    names = _kernel_names(sorted(SHARED.glob("*/*.json.gz")))
+    assert set(expected) == names and len(names) == 417
+    wrong = {n: (DEFAULT_RULES.category(n), want) for n, want in expected.items() if DEFAULT_RULES.category(n) != want}
+    assert wrong == {}
+
+
+def test_the_fixtures_kernels_are_in_the_hand_table():
+    expected = json.loads((DATA / "kernel_categories.json").read_text())
+    names = _kernel_names(p for p in sorted(DATA.glob("*.trace.json.gz")) if not p.name.startswith("hand_"))
+    assert names <= set(expected) and {DEFAULT_RULES.category(n) for n in names} <= set(expected.values())
+
+
+def test_moe_expert_gemms_are_moe_on_the_vllm_decode_trace():
+    """gpt-oss on vLLM (MI300X, graph replay): triton_kernels' _matmul_ogs_* expert GEMMs (with and without the
+    fused swiglu) are 65.6% of GPU busy; they were `gemm`, leaving `moe` the routing kernels' 7.0%. Summed from the
+    JSON text: _matmul_ogs 7,034,595 ns of 10,717,708 busy (0.656); with routing, finalize and topk, moe is
+    7,789,086 ns (0.727) and gemm keeps the dense projections' 1,230,560 ns (0.115)."""
+    path = DATA / "rocm_vllm_decode_cudagraph.trace.json.gz"
+    doc = json.loads(gzip.decompress(path.read_bytes()), parse_float=Decimal)
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    ogs = sum(int(Decimal(e["dur"]) * 1000) for e in kernels if e["name"].startswith("_matmul_ogs"))
+    a = analyze(load_trace(path))
+    busy = a.totals.gpu_busy_ns
+    assert (ogs, busy) == (7_034_595, 10_717_708) and round(ogs / busy, 3) == 0.656
+    assert a.kernel_categories["moe"] == 7_789_086 and a.kernel_categories["gemm"] == 1_230_560
+    assert {k.category for k in a.kernels if k.name.startswith("_matmul_ogs")} == {"moe"}
+
+
+def test_every_built_in_rule_has_a_bounded_match_width():
+    """A bounded width W makes re.search linear in the name (each start reads at most W characters), so no kernel
+    name can make the table quadratic. `flashinfer.*(prefill|decode)`, the old attention rule that took 15.7 s on
+    one 80k-character name, is the kind this rejects."""
+    widths = {category: max_width(pattern) for category, pattern in KERNEL_RULES}
+    assert all(w is not None and w <= 32 for w in widths.values()), widths
+    assert max_width(r"flashinfer.*(prefill|decode)") is None and max_width(r"cutlass.*(sgemm|tensorop)") is None
+    # what the old rule caught, the bounded one still does
+    for name in ("void flashinfer::BatchPrefillWithPagedKVCacheKernel<...>", "flashinfer::SingleDecodeWithKVCache"):
+        assert DEFAULT_RULES.category(name) == "attention"
+
+
+@needs_shared
+def test_kernel_stats_carry_the_short_name_beside_the_full_one():
+    a = analyze(load_trace(SHARED / "public/h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"))
+    for k in a.kernels:
+        assert k.short_name == short_name(k.name)
+        assert k.to_json()["name"] == k.name and k.to_json()["short_name"] == k.short_name
+    assert any(k.short_name != k.name for k in a.kernels)
+    assert all(k.short_name == short_name(k.name) for s in a.steps for k in s.top_kernels)

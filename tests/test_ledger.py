@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
 from pathlib import Path
 
@@ -804,3 +805,18 @@ def test_find_steps_is_one_window_for_a_trace_without_markers():
     steps = find_steps(load_trace(DATA / "cuda_alexnet.trace.json.gz"))
     assert steps.names == ["trace"] and steps.kinds == ["window"] and steps.rule == "whole trace"
     assert any("--steps" in w for w in steps.warnings)
+
+
+def test_more_steps_than_one_analysis_holds_is_one_line(tmp_path):
+    """Each step costs a few KiB of figures, so the step count is bounded (PROBE_MAX_STEPS) with a one-line refusal
+    that names the count and the way out, never gigabytes of memory."""
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": f"decode#{i}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5}
+        for i in range(30)
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    result = run_probe("analyze", str(path), env={**os.environ, "PROBE_MAX_STEPS": "29"})
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "30 steps found by probe ranges, more than the 29 one analysis holds" in result.stderr
+    assert run_probe("analyze", str(path), env={**os.environ, "PROBE_MAX_STEPS": "30"}).returncode == 0

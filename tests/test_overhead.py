@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from probe import vocabulary as V
@@ -80,3 +82,33 @@ FAKE_FLOOR = dict(
     cached_step_ms=3.0,
     cached_launches_per_forward=120,
 )
+
+
+def test_us_per_launch_divides_by_kernel_launches_on_a_gpu(monkeypatch):
+    """Issue 24 §3: on a GPU the floor forward's count is its kernel launch calls, not its aten ops. A fake CUDA
+    forward (no GPU here): the profiler stand-in records two cudaLaunchKernel calls among three aten ops."""
+    import torch
+
+    from probe.capture import machine
+
+    class FakeProfile:
+        def __init__(self, activities):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def events(self):
+            names = ["aten::mm", "cudaLaunchKernel", "aten::relu", "cudaLaunchKernel", "aten::add"]
+            return [SimpleNamespace(name=n) for n in names]
+
+    monkeypatch.setattr(machine, "no_cache_forward", lambda model, token, masks: None)
+    monkeypatch.setattr(machine, "prepared_masks", lambda model: None)
+    monkeypatch.setattr(machine, "prepare_graph_profiling", lambda device: False)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.profiler, "profile", FakeProfile)
+    token = SimpleNamespace(device=SimpleNamespace(type="cuda"))
+    assert machine.floor_launches(None, None, token) == (2, "kernel launches")

@@ -7,22 +7,34 @@ import json
 
 import pytest
 
-from probe import render
+from probe.analysis.diagnosis import Context, diagnose_trace
+from probe.analysis.environment import Environment
 from probe.analysis.ledger import analyze
 from probe.analysis.report import (
     Machine,
+    OverheadReport,
     Report,
+    SelfCheck,
+    StepCounts,
     batching_verdict,
+    captured_host_cost,
+    engine_label,
     hand_figures,
     host_overhead_verdict,
     points_at,
+    prediction_checks,
     predictions,
     step_counts,
 )
 from probe.analysis.results import BenchResults, Cell
 from probe.analysis.roofline.formulas import arch_for, decode_step
-from probe.analysis.telemetry import TelemetrySummary
+from probe.analysis.telemetry import TelemetrySummary, cell_telemetry
 from probe.analysis.trace import load_trace
+from probe.render import terminal
+from probe.render.markdown import report_markdown
+from probe.settings import BenchConfig
+from tests.test_diagnosis import python_bound_trace
+from tests.test_overhead import FAKE_FLOOR
 
 TINY = arch_for("tiny")
 
@@ -39,12 +51,11 @@ def cell(engine: str, prompt: int, itl_ms: float, batch: int = 1, new_tokens: in
         tokens=[[[1] * new_tokens] * batch],
         peak_mem_bytes=1,
         peak_mem_kind="cpu_rss",
-        reference=None,
     )
 
 
 def results(*cells: Cell) -> BenchResults:
-    return BenchResults(list(cells), {"dtype": "float32"}, {"dtype": "float32", "model": "tiny"})
+    return BenchResults(list(cells), Environment(dtype="float32"), BenchConfig(dtype="float32", model="tiny"))
 
 
 def test_prediction_is_max_of_floor_and_traffic():
@@ -153,7 +164,7 @@ def test_hand_figures_from_fake_cuda_traces(tmp_path):
     assert figures["energy per token"].values == {"cached": 0.25, "static": None}
     assert "NVML (counter)" in figures["energy per token"].source
     assert all(f.source for f in figures.values())  # every figure says where it comes from
-    assert "graph launches per step" in render.report_markdown(res, report, list(figures.values()))
+    assert "graph launches per step" in report_markdown(res, report, list(figures.values()))
 
 
 def test_hand_figures_on_a_cpu_say_what_is_not_measured():
@@ -167,6 +178,114 @@ def test_hand_figures_on_a_cpu_say_what_is_not_measured():
 
 def test_datasheet_bandwidth_is_shown_beside_the_measured_one():
     machine = Machine(1.0, "floor", 3.9e12, "measured copy on NVIDIA H200", 4.8e12, "H200 datasheet: NVIDIA ...")
-    text = render.bandwidth_text(machine)
+    text = terminal.bandwidth_text(machine)
     assert "3900.0 GB/s (measured copy on NVIDIA H200)" in text and "H200 datasheet: 4800 GB/s" in text
     assert Report.from_json(Report(machine, [], []).to_json()).machine == machine
+
+
+def test_a_captured_engine_is_predicted_from_its_own_host_cost():
+    """Issue 24 §3: a static (captured) step is one graph launch; predicting it from the eager floor (2 ms here)
+    read "host term too high" for every static cell. The fake floor issues 100 launches at 15 us each, so static's
+    host term is 1 x 0.015 ms; its prediction is max(0.015 ms, the traffic term), never the 2 ms floor."""
+    overhead = OverheadReport.from_json({"model": "tiny", "dtype": "float16", "device": "cuda:0", **FAKE_FLOOR})
+    cost = captured_host_cost(True, overhead)
+    assert (cost.dispatches, cost.per_dispatch_ms) == (1.0, pytest.approx(0.015)) and "1 graph launch" in cost.source
+    machine = Machine(2.0, "test", 10e9, "test")
+    rows = predictions(results(cell("cached", 16, 2.1), cell("static", 16, 0.9)), TINY, machine, {"static": cost})
+    cached, static = rows
+    assert (cached.floor_ms, cached.host_source) == (2.0, "eager floor")
+    assert static.floor_ms == pytest.approx(0.015) and static.host_source == cost.source
+    traffic = decode_step(TINY, "float32", 16 + 4, 1, 10e9).traffic_ms
+    assert static.predicted_ms == pytest.approx(max(0.015, traffic)) and static.predicted_ms < 2.0
+    assert not static.points_at.startswith("host term too high")
+    # a CPU compiles the static engine but captures no graph: no cost of its own, the eager floor stays
+    assert captured_host_cost(False, overhead) is None
+
+
+def test_the_batched_column_is_its_profiled_batch():
+    """Issue 24 §3: the batched trace is B=4, so its column's bench figures are the B=4 cell's, not B=1's, and its
+    name says B."""
+    counts = StepCounts("batched", "t_b4.json", "torch.profiler", 8, False, 4000.0, 270.0, 0.0, 0.0, 0.0, None, None, 4)
+    report = Report(Machine(1.0, "test", 1e9, "test"), [], [], steps={engine_label("batched", 4): counts})
+    res = results(cell("batched", 16, 2.0), cell("batched", 16, 3.0, batch=4))
+    figures = {f.name: f for f in hand_figures(res, report, 16)}
+    assert figures["step (ITL p50)"].values == {"batched B=4": 3.0}
+    assert figures["profiled step"].values == {"batched B=4": 4.0}
+
+
+def test_energy_over_phases_shorter_than_nvmls_window_is_marked_unreliable():
+    """Issue 24 §3: 31 decode steps of 2 ms are 62 ms, far under NVML's 1 s power window: the figure stays in the
+    JSON, marked unreliable, and the report shows no number for it."""
+    t0 = 10**12
+    rows = [{"t_ns": t0 + i * 10_000_000, "energy_j": 100.0 + 0.5 * i} for i in range(200)]  # 50 W for 2 s
+    short = cell_telemetry(rows, [(t0, t0 + 62_000_000)], 31)
+    assert short.energy_per_token_j == pytest.approx(0.1) and short.energy_reliable is False  # 3.1 J / 31 tokens
+    long = cell_telemetry(rows, [(t0, t0 + 1_500_000_000)], 750)
+    assert long.energy_per_token_j == pytest.approx(0.1) and long.energy_reliable is True  # 75 J / 750 tokens
+    res = results(dataclasses.replace(cell("cached", 16, 2.0), telemetry=short))
+    figures = {f.name: f for f in hand_figures(res, Report(Machine(1.0, "t", 1e9, "t"), [], []), 16)}
+    assert (
+        figures["energy per token"].values == {"cached": None}
+        and "unreliable for cached" in figures["energy per token"].source
+    )
+    table = terminal.telemetry_table(res)
+    assert table.columns[-1]._cells == ["unreliable"]
+
+
+def test_failures_warnings_and_lost_kernels_reach_the_report():
+    """Issue 24 §2-3: a part that failed and what the ledgers warned are in report.md; a GPU trace whose steps
+    launch and hold no kernel, and a self-check whose kernels vanished, are what the exit status turns on."""
+    lost = StepCounts("static", "s.json", "torch.profiler", 8, True, 100.0, 5.0, 0.0, 1.0, 0.0, 0.0, 100.0)
+    fine = dataclasses.replace(lost, engine="cached", launches=3.0, graph_launches=0.0, kernels=3.0)
+    check = SelfCheck("cuda:0", 38, 3, 3, 3, 0, 3, 3, "TEARDOWN_CUPTI left unset", "kernels ... 3 -> 0")
+    report = Report(
+        Machine(1.0, "t", 1e9, "t"),
+        [],
+        [],
+        steps={"static": lost, "cached": fine},
+        warnings=["s.json: 8 step(s) launched a graph but hold none of its kernels"],
+        failed={"profile naive": "RuntimeError: CUPTI_ERROR_NOT_INITIALIZED"},
+        self_check=check,
+    )
+    assert report.lost_kernels == ["static", "self-check"]
+    assert Report.from_json(json.loads(json.dumps(report.to_json()))) == report
+    md = report_markdown(results(cell("cached", 16, 2.0)), report)
+    assert "## Parts that failed" in md and "CUPTI\\_ERROR\\_NOT\\_INITIALIZED" in md
+    assert "## Warnings" in md and "## Profiler self-check" in md
+    assert md.index("## Warnings") < md.index("## Cells")  # problems first
+
+
+def test_an_old_report_without_the_new_fields_still_reads():
+    old = {"machine": dataclasses.asdict(Machine(1.0, "t", 1e9, "t")), "predictions": [], "verdicts": []}
+    report = Report.from_json(old)
+    assert (report.warnings, report.failed, report.self_check, report.lost_kernels) == ([], {}, None, [])
+
+
+def test_a_batch_that_beats_b_times_single_is_a_measurement_error_not_a_verdict():
+    """A run printed "supported ... 488% of B x single" against a contended B=1 cell: a batch of B cannot produce
+    more than B sequences run one at a time. B=1 at 10 ms (100 tok/s), B=2 at 2 ms (1000 tok/s): 500%."""
+    machine = Machine(1.0, "test", 10e9, "test")
+    v = batching_verdict(results(cell("batched", 16, 10.0), cell("batched", 16, 2.0, batch=2)), TINY, machine)
+    assert v.supported is None and "500% of B x single" in v.evidence and "measurement error" in v.evidence
+
+
+def test_a_contended_reference_cell_is_not_judged():
+    machine = Machine(1.0, "test", 10e9, "test")
+    one = dataclasses.replace(cell("batched", 16, 2.0), contended=True, other_cpu_cores=1.5)
+    v = batching_verdict(results(one, cell("batched", 16, 2.1, batch=2)), TINY, machine)
+    assert v.supported is None and "ran contended (1.50 cores" in v.evidence
+
+
+def test_the_cached_trace_predicts_static_and_b2(tmp_path):
+    """The diagnosis of a host-bound cached step (tests/test_diagnosis.py: host 100 us, GPU 7 us) predicts a
+    captured step of 87.5 us and, at B=2, 100 us (host work stays, GPU 7 -> 14 us stays under it); the static cell
+    measures 0.1 ms (1.14x the prediction), the B=2 cell 0.12 ms (1.2x)."""
+    trace = load_trace(python_bound_trace(tmp_path))
+    median = diagnose_trace(analyze(trace), Context.of(trace)).median
+    cells = results(cell("static", 16, 0.1), cell("batched", 16, 0.12, batch=2))
+    static, two = prediction_checks(cells, {"cached": median}, 16)
+    assert (static.predicted_ms, static.measured_ms) == (pytest.approx(0.0875), 0.1)
+    assert static.ratio == pytest.approx(0.1 / 0.0875)
+    assert (two.predicted_ms, two.ratio) == (pytest.approx(0.1), pytest.approx(1.2))
+    cpu = dataclasses.replace(median, bound="cpu_only")
+    assert all(c.ratio is None and "a CPU trace" in c.evidence for c in prediction_checks(cells, {"cached": cpu}, 16))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engines.arch import from_raw
+from engines.arch import ArchError, from_raw
 from engines.configs import load_config
 from engines.models import DTYPES
 from probe.analysis import hardware
@@ -34,7 +34,7 @@ from probe.analysis.roofline.published import PUBLISHED, check_published, rounde
 from probe.capture.machine import measure_copy_bandwidth
 from probe.cli import main
 from probe.errors import ProbeError
-from tests.conftest import ROOT
+from tests.conftest import DATA, ROOT
 
 A10 = 600e9  # bytes/s, the write-ups' card
 SEEDS = ROOT / "docs" / "seeds"  # the two write-ups, copied verbatim from shared/seeds
@@ -305,7 +305,17 @@ def test_device_table_cites_a_source_per_entry():
     names = [d.name for d in hardware.DEVICES]
     assert len(names) == len(set(names))
     for d in hardware.DEVICES:
-        assert d.memory_bandwidth_bytes_s > 0 and "https://" in d.source
+        assert d.memory_bandwidth_bytes_s > 0 and "https://" in d.source and "https://" in d.spec_source
+        assert d.memory_bytes and d.memory_bytes % 2**30 == 0  # the vendors' GB of device memory are GiB
+        if d.name != "A10G":  # no vendor prints the A10G's FLOP/s
+            assert {"float32", "float16"} <= set(d.peak_flops_s) and all(v > 0 for v in d.peak_flops_s.values())
+    assert hardware.device("A10G").peak_flops_s == {}
+    for name in ("H100", "MI250X", "MI250", "B200", "L40S"):
+        assert name in "".join(names)
+    h100 = hardware.device("H100-SXM")
+    assert h100.memory_bytes == 80 * 2**30
+    assert (h100.flops_s("bfloat16"), h100.flops_s("float8_e4m3fn")) == (989.5e12, 1979e12)  # dense
+    assert hardware.device("T4").flops_s("bfloat16") is None  # Turing has no bf16 tensor cores
     assert hardware.device("a10").memory_bandwidth_bytes_s == A10
     assert hardware.device("h100 sxm") is hardware.device("H100-SXM")
     with pytest.raises(ProbeError, match="unknown device"):
@@ -329,6 +339,13 @@ def test_device_table_cites_a_source_per_entry():
         ("NVIDIA H200", "H200"),
         ("NVIDIA B200", "B200"),
         ("AMD Instinct MI300X", "MI300X"),
+        ("AMD Instinct MI300X VF", "MI300X"),
+        ("AMD Instinct MI250X", "MI250X"),
+        ("AMD Instinct MI250", "MI250"),
+        ("NVIDIA H200 NVL", "H200-NVL"),
+        ("Tesla V100-SXM2-32GB", "V100"),
+        ("Tesla V100-PCIE-16GB", "V100-PCIe"),
+        ("NVIDIA A100-PG509-200", "A100-40GB"),
         ("NVIDIA GeForce RTX 4090", None),
         ("NVIDIA GH200 480GB", None),
     ],
@@ -336,6 +353,24 @@ def test_device_table_cites_a_source_per_entry():
 def test_match_device_maps_torch_names(gpu_name, entry):
     found = hardware.match_device(gpu_name)
     assert (found.name if found else None) == entry
+    if entry:
+        assert hardware.device(gpu_name) is found  # a trace's deviceProperties name works as --device
+
+
+def test_capacity_is_binary_as_real_traces_report_it():
+    """Every committed trace whose deviceProperties name is in the table reports totalGlobalMem within 2% below the
+    table's GiB figure (the driver keeps a little): decimal GB would be 7% too small."""
+    import gzip
+    import re
+
+    seen = {}
+    for path in sorted(DATA.glob("*.trace.json.gz")):
+        text = gzip.open(path, "rt").read(400_000)
+        for name, total in re.findall(r'"name":\s*"([^"]+)",[^}]*?"totalGlobalMem":\s*(\d+)', text):
+            if (entry := hardware.match_device(name)) is not None:
+                seen[entry.name] = int(total)
+                assert 0.98 * entry.memory_bytes <= int(total) <= entry.memory_bytes, (path.name, name, total)
+    assert set(seen) >= {"B200", "MI300X", "V100", "A100-40GB"}
 
 
 # ---- the published values and --check -------------------------------------------------------------------
@@ -625,3 +660,148 @@ def test_bad_steps_are_one_line():
     for args in ((0, 1, 0), (2, 1, 0), (1, 1, -1)):
         with pytest.raises(ProbeError, match="a step needs"):
             step_cost(arch, "float32", *args)
+
+
+# ---- every family: the formulas against the meta device and a real cache ------------------------------------
+
+FAMILY_CONFIGS = sorted(p.stem for p in CONFIGS.glob("*.json"))
+UNCAPPED = {"gpt_neo"}  # local layers: a windowed cache would keep w - 1 positions, transformers keeps them all
+
+
+def test_every_family_has_a_tiny_config_and_a_rule():
+    from engines.arch import RULES
+
+    assert len(FAMILY_CONFIGS) == 34 and set(FAMILY_CONFIGS) == set(RULES)
+
+
+@pytest.mark.parametrize("name", FAMILY_CONFIGS)
+def test_formula_counts_equal_the_meta_device_build(name):
+    from engines.meta import meta_params
+
+    raw = json.loads((CONFIGS / f"{name}.json").read_text())
+    counts, head = meta_params(raw)
+    arch = from_raw(raw)
+    assert arch.params == counts and arch.head_params == head
+
+
+@pytest.mark.parametrize("name", FAMILY_CONFIGS)
+def test_cache_layout_equals_a_real_cache_after_a_prefill(name):
+    """Layer types and window as transformers' cache reads them; every tensor a 20-token prefill leaves in the cache,
+    element for element: K/V widths, the window's w - 1 positions, the SSM / delta-net states."""
+    from transformers import AutoModelForCausalLM
+    from transformers.cache_utils import get_layer_types_and_kwargs
+
+    arch = tiny(name)
+    config = load_config(str(CONFIGS / f"{name}.json"))
+    types, kwargs = get_layer_types_and_kwargs(config.get_text_config(decoder=True))
+    if name in UNCAPPED:  # the window lives in the attention's own mask; the cache keeps every position
+        arch = dataclasses.replace(arch, layer_types=("full_attention",) * arch.layers, window=None)
+    assert tuple(types) == arch.layer_types
+    assert {k["sliding_window"] for k in kwargs if "sliding_window" in k} == ({arch.window} if arch.window else set())
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    with torch.no_grad():
+        cache = model(torch.arange(3, 23)[None], use_cache=True).cache
+    held = 0
+    for kind, layer in zip(arch.layer_types, cache.layers, strict=True):
+        if kind in ("full_attention", "sliding_attention", "hybrid"):
+            positions = min(20, arch.window - 1) if kind == "sliding_attention" else 20
+            assert layer.keys.shape[-2] == layer.values.shape[-2] == positions
+            assert (layer.keys[0, :, 0].numel(), layer.values[0, :, 0].numel()) == arch.kv_width
+            held += layer.keys.numel() + layer.values.numel()
+        if kind in ("linear_attention", "hybrid"):
+            conv, recurrent = layer.conv_states[0], layer.recurrent_states[0]
+            assert (conv.numel(), recurrent.numel()) == (arch.state.conv, arch.state.recurrent)
+            held += conv.numel() + recurrent.numel()
+    assert cache_bytes(arch, "float32", 20) == 4 * held
+
+
+def test_family_defaults_are_transformers_own():
+    from engines.arch import families
+    from engines.meta import family_defaults
+
+    table = families()
+    assert {name: family_defaults(name) for name in table} == table
+
+
+def test_falcon_keeps_k_and_v_for_every_head():
+    """The issue's falcon: new_decoder_architecture with 2 K/V heads of 4. transformers broadcasts them to every
+    head before the cache update: 2 layers x 2 x 4 heads x 16 x float32 = 1,024 B a position, where 2 heads would
+    keep 512."""
+    new = tiny("falcon", new_decoder_architecture=True, num_kv_heads=2)
+    assert new.kv_heads == 4 and kv_bytes_per_token(new, "float32") == 1024
+    assert any("broadcasts its 2 K/V heads to all 4" in n for n in new.notes)
+    assert tiny("falcon", multi_query=True).kv_heads == 1
+    assert tiny("falcon", multi_query=False).kv_heads == 4
+    with pytest.raises(ArchError, match="needs new_decoder_architecture"):  # transformers cannot run it either
+        tiny("falcon", multi_query=False, num_kv_heads=2)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"multi_query": False},
+        {"new_decoder_architecture": True, "num_kv_heads": 2},
+        {"parallel_attn": False},
+    ],
+)
+def test_falcon_variants_against_meta_and_a_real_cache(changes):
+    from transformers import AutoModelForCausalLM
+
+    from engines.configs import config_from_dict
+    from engines.meta import meta_params
+
+    raw = json.loads((CONFIGS / "falcon.json").read_text()) | changes
+    arch = from_raw(raw)
+    assert (arch.params, arch.head_params) == meta_params(raw)
+    model = AutoModelForCausalLM.from_config(config_from_dict(raw)).eval()
+    with torch.no_grad():
+        cache = model(torch.arange(3, 8)[None], use_cache=True).cache
+    assert cache.layers[0].keys.shape[1] == arch.kv_heads
+
+
+# ---- the batch limit: memory, compute, a measured step ----------------------------------------------------------
+
+
+def test_batch_limit_is_bounded_by_memory_and_by_compute():
+    arch, h100 = arch_for("llama-3-8b"), hardware.device("H100-SXM")
+    assert params(arch) == 8_030_261_248 and kv_bytes_per_token(arch, "bfloat16") == 131_072  # 2 x 32 x 8 x 128 x 2
+    limit = batch_limit(
+        arch, "bfloat16", None, 64, h100.memory_bandwidth_bytes_s, memory_bytes=h100.memory_bytes, peak_flops_s=989.5e12
+    )
+    # memory: (0.9 x 80 GiB - 16,060,522,496 B of weights) / (64 positions x 131,072 B) = 7,301.4
+    assert limit.memory_max_batch == (int(0.9 * 80 * 2**30) - 16_060_522_496) // (64 * 131_072) == 7_301
+    # compute: B x (2 x 7,504,924,672 + 2 x 32 x 256 x 64 x 32) / 989.5e12 >= (15,009,849,344 + B x 64 x 131,072) /
+    # 3.35e12 from B = 4.4805 ms / (15.203 - 2.504 us) = 352.8, so 353
+    assert limit.compute_bound_batch == 353 and (limit.max_batch, limit.binding) == (353, "compute")
+    assert limit.traffic_max_batch is None and limit.step_ms is None  # no measured step: no budget
+    # at 8,192 positions the KV reads outgrow the FLOPs: never compute-bound; memory binds at 57
+    long = batch_limit(arch, "bfloat16", None, 8192, 3.35e12, memory_bytes=h100.memory_bytes, peak_flops_s=989.5e12)
+    assert (long.compute_bound_batch, long.max_batch, long.binding) == (None, 57, "memory")
+    weights_only = batch_limit(arch, "bfloat16", None, 64, 3.35e12, memory_bytes=10 * 2**30)
+    assert weights_only.max_batch == 0  # 16 GB of weights in 9 GiB usable
+
+
+def test_roofline_says_when_the_batch_does_not_fit(capsys):
+    argv = ["roofline", "--model", "llama-3-8b", "--dtype", "bfloat16", "--device", "NVIDIA H100 80GB HBM3"]
+    assert main([*argv, "--batch", "64", "--context", "8192"]) == 0
+    captured = capsys.readouterr()
+    # 16,060,522,496 B of weights + 64 x 8,192 x 131,072 B = 68,719,476,736 B of KV = 84.78 GB > 0.9 x 80 GiB
+    assert "does not fit: weights 16.06 GB + KV cache 68.72 GB" in captured.err
+    assert "= 84.78 GB > 77.31 GB usable (90% of 85.90 GB = 80 GiB)" in captured.err
+    assert "DOES NOT FIT" in captured.out
+    assert main([*argv, "--batch", "64", "--context", "8192", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    need, usable = 84_779_999_232, 0.9 * 80 * 2**30
+    assert data["fit"] == {"fits": False, "need_bytes": need, "usable_bytes": usable, "positions": 8192}
+    assert (data["batch_limit"]["max_batch"], data["batch_limit"]["binding"]) == (57, "memory")
+    assert main([*argv, "--batch", "8", "--context", "8192", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fit"]["fits"] is True
+
+
+@pytest.mark.parametrize(
+    "changes", [{"layer_types": ["full_attention"]}, {"layer_types": ["full_attention", "chunked_attention"]}]
+)
+def test_layer_types_a_rule_cannot_read_are_one_line(changes, capsys):
+    with pytest.raises(ArchError, match="layer_types must list 2 of full_attention, sliding_attention"):
+        tiny("gemma2", **changes)

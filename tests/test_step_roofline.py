@@ -17,7 +17,7 @@ from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
 
 DATA = Path(__file__).parent / "data"
-QWEN = str(DATA / "configs" / "qwen1.5-0.5b.json")  # Qwen/Qwen1.5-0.5B's config.json
+QWEN = "qwen1.5-0.5b"  # the shipped preset: Qwen/Qwen1.5-0.5B's config.json
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import pytest
 
 from probe.analysis.results import load_results
 from probe.analysis.telemetry import CONTENDED_CORES, MIN_JUDGED_NS, TelemetrySummary, contention
-from probe.capture.bench import _signals_deferred
+from probe.capture.sweep import _signals_deferred
 from tests.conftest import ROOT, interrupt_sweep, run_probe
 from tests.variants import RAISE_AT_PROMPT
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
@@ -459,6 +460,19 @@ def test_process_sampler_watches_this_process_on_the_same_clock():
     assert 50 < summary["proc_cpu_pct_mean"] < 250  # one busy core, measured from outside in clock ticks
     assert summary["gpu_util_pct_mean"] is None  # not measured here: None, never 0
     assert notes == ["telemetry: device cpu has no NVML figures; recording CPU figures only"]
+    # the child's own CPU, as a rate of its own: what the contention rule takes off the machine's busy time
+    assert all(math.isnan(r["sampler_cpu_pct"]) for r in rows[:1]) and summary["sampler_cpu_pct_mean"] >= 0
+
+
+def test_the_sampler_processs_own_cpu_is_not_contention():
+    """Issue 24 §3: on 2 cores, the machine busy 40% (0.8 cores) while this process uses 50% of one core and the
+    sampler child 30%: 0.8 - 0.5 - 0.3 = 0 cores of others, not the 0.3 the old rule counted (over 0.25: contended)."""
+    summary = T.TelemetrySummary(sys_cpu_pct_mean=40.0, proc_cpu_pct_mean=50.0, sampler_cpu_pct_mean=30.0)
+    window = [(0, 200_000_000)]
+    judged = T.contention(summary, window, cores=2)
+    assert judged.other_cpu_cores == pytest.approx(0.0) and judged.contended is False
+    thread = dataclasses.replace(summary, sampler_cpu_pct_mean=None)  # a sampler thread: inside proc_cpu_pct already
+    assert T.contention(thread, window, cores=2).other_cpu_cores == pytest.approx(0.3)
 
 
 def test_make_sampler_picks_a_process_only_with_a_core_to_spare():

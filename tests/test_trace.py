@@ -640,10 +640,11 @@ def test_copy_fields_of_other_types_and_on_other_rows(tmp_path):
         x("a_kernel", 6.0, 1.0, cat="kernel", pid=0, tid=7, bytes=4, kind="Dispatch Kernel"),
         x("cudaLaunchKernel", 7.0, 1.0, cat="cuda_runtime", bytes=4, kind=1),
         x("hipMemcpyAsync", 8.0, 1.0, cat="cuda_runtime", bytes="60 bytes", kind="sideways"),
+        x("cudaMemcpy", 9.0, 1.0, cat="cuda_runtime", bytes=-3, kind=True),  # a count is never negative
     ]
     trace = load_trace(write_trace(tmp_path / "t.json", events))
-    assert trace.bytes.tolist() == [9216, 16, 1, 8, 4, -1, -1, -1]
-    assert trace.copy_kind.tolist() == [1, 2, 2, 3, -1, -1, -1, -1]
+    assert trace.bytes.tolist() == [9216, 16, 1, 8, 4, -1, -1, -1, -1]
+    assert trace.copy_kind.tolist() == [1, 2, 2, 3, -1, -1, -1, -1, -1]
 
 
 @needs_shared
@@ -708,3 +709,85 @@ def test_nsys_copies_and_memsets(hand_nsys):
         ("Memset", 1024, -1),
     ]
     assert (trace.shapes, trace.devices) == ((), ())
+
+
+# --- device sides beyond CUDA and ROCm kernels ------------------------------------------------------------
+
+
+@needs_shared
+def test_cupti_range_profiler_kernels_are_kernels_paired_with_their_launches():
+    """HTA's cupti_profiler trace: 77 kernels recorded as `cuda_profiler_range` (one range a kernel, its SASS
+    counters in args) and 77 cudaLaunchKernel calls. HTA pairs them in order and asserts, of the kernel at index 5
+    by start: fft2d_r2c_32x32, top-level op aten::conv2d, bottom-level op aten::_convolution. Read as kernels, the
+    ledger no longer warns that kernel collection was off."""
+    from probe.analysis.ledger import analyze
+
+    trace = load_trace(SHARED / "peer/hta_cuda_cupti_profiler_ranges.trace.json.gz")
+    kernels = trace.rows(Kind.KERNEL)
+    assert len(kernels) == 77
+    launches = {int(trace.correlation[i]): i for i in trace.rows(Kind.RUNTIME) if trace.name(i) == "cudaLaunchKernel"}
+    assert len(launches) == 77 and sorted(trace.correlation[kernels].tolist()) == sorted(launches)
+    fifth = kernels[5]
+    assert "fft2d_r2c_32x32" in trace.name(fifth)
+    launch = launches[int(trace.correlation[fifth])]
+    ops = [
+        i
+        for i in trace.rows(Kind.CPU_OP)
+        if (trace.pid[i], trace.tid[i]) == (trace.pid[launch], trace.tid[launch])
+        and trace.ts_ns[i] <= trace.ts_ns[launch]
+        and trace.end_ns[i] >= trace.end_ns[launch]
+    ]
+    # HTA's call graph ends the stack at aten::_convolution; the trace has cudnn_convolution inside it
+    assert [trace.name(i) for i in ops][:1] + [trace.name(i) for i in ops][-2:] == [
+        "aten::conv2d",
+        "aten::_convolution",
+        "aten::cudnn_convolution",
+    ]
+    (said,) = [w for w in trace.warnings if "range-profiler" in w]
+    assert "paired with a launch call in order" in said and "times are the profiler's" in said
+    analysis = analyze(trace)
+    assert analysis.totals.kernels == 77
+    assert not any("kernel collection was off" in w for w in analysis.warnings)
+
+
+def test_range_profiler_kernels_that_do_not_pair_are_left_unjoined_and_said(tmp_path):
+    events = [
+        x("cudaLaunchKernel", 1.0, 1.0, cat="cuda_runtime", correlation=7),
+        x("k1", 5.0, 10.0, cat="cuda_profiler_range", pid=0, tid=0),
+        x("k2", 15.0, 10.0, cat="cuda_profiler_range", pid=0, tid=0),
+    ]
+    trace = load_trace(write_trace(tmp_path / "t.json", events))
+    assert trace.kind.tolist() == [Kind.RUNTIME, Kind.KERNEL, Kind.KERNEL]
+    assert trace.correlation.tolist() == [7, -1, -1]
+    assert any("not paired with the 1 launch calls" in w for w in trace.warnings)
+
+
+@needs_shared
+def test_mtia_device_side_is_read_in_the_kernel_and_launch_shape():
+    """HTA's MTIA inference trace: mtia_runtime calls (correlation ids) and mtia_ccp_events on the device (pid 17),
+    which kineto aliases to RUNTIME and CONCURRENT_KERNEL. From its JSON: pe_exe 24 + merge 36 + remote 37 = 97
+    executions (kernels), 877 dma_request copies, event_record 291 + event_wait 48 (syncs, other)."""
+    trace = load_trace(SHARED / "peer/hta_mtia_inference.trace.json.gz")
+    named = {(Kind(k).label, trace.names[n]) for k, n in zip(trace.kind.tolist(), trace.name_id.tolist(), strict=True)}
+    counts = {k.label: int(np.sum(trace.kind == k)) for k in (Kind.KERNEL, Kind.GPU_MEMCPY, Kind.RUNTIME)}
+    assert counts == {"kernel": 97, "gpu_memcpy": 877, "runtime": 823}
+    assert {("other", "event_record"), ("other", "event_wait"), ("gpu_memcpy", "dma_request")} <= named
+    device = np.isin(trace.kind, [Kind.KERNEL, Kind.GPU_MEMCPY])
+    assert set(trace.device[device].tolist()) == {17} and trace.warnings == ()
+    # every device op that carries a correlation id finds its runtime call
+    runtime = set(trace.correlation[trace.kind == Kind.RUNTIME].tolist())
+    joined = trace.correlation[device]
+    assert set(joined[joined >= 0].tolist()) <= runtime
+
+
+def test_a_device_side_this_reader_does_not_know_is_said_in_one_line(tmp_path):
+    events = [
+        x("aten::mm", 1.0, 5.0),
+        x("gcuLaunchKernel", 2.0, 1.0, cat="gcu_runtime", correlation=1),
+        x("gemm_kernel", 3.0, 2.0, cat="gcu_kernel", pid=0, tid=3, correlation=1),
+        x("sync", 6.0, 1.0, cat="cuda_sync"),
+    ]
+    trace = load_trace(write_trace(tmp_path / "t.json", events))
+    assert set(trace.kind.tolist()) == {Kind.CPU_OP, Kind.OTHER}
+    (said,) = trace.warnings
+    assert said.endswith("gcu_runtime (1), gcu_kernel (1)") and "does not know" in said and "\n" not in said

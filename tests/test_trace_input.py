@@ -11,12 +11,13 @@ import sqlite3
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from probe.analysis import files
-from probe.analysis.trace import load_trace, pieces
+from probe.analysis.trace import Kind, load_trace, pieces
 from probe.errors import ProbeError
 from tests.conftest import run_probe
 
@@ -271,6 +272,34 @@ JSON_VALUES = st.recursive(
 )
 NUMBER_TEXT = st.from_regex(r"-?(0|[1-9][0-9]{0,21})(\.[0-9]{1,5})?([eE][+-]?[0-9]{1,3})?", fullmatch=True)
 DEEP = st.integers(1, 3000).map(lambda depth: "[" * depth + "]" * depth)  # past msgspec's depth limit
+# the args the new columns read (bytes, kind, the shape recordings), with the values torch writes and odd ones
+ARG_VALUES = {
+    "bytes": st.sampled_from(["60", '"60"', '"sixty"', "-3", "1.5", str(2**70), "null"]),
+    "kind": st.sampled_from(['"1"', "2", '"HtoD"', '"Dispatch Kernel"', "true", "9"]),
+    "Input Dims": st.sampled_from(
+        ["[[1, 2], []]", "[[[1, 2], [3]], []]", "[[true]]", "[1]", '"x"', "[[[[[[[[[[1]]]]]]]]]]"]
+    ),
+    "Input type": st.sampled_from(['["float", "Scalar"]', "[1]", '"float"', "[]"]),
+    "Concrete Inputs": st.sampled_from(['["", "1"]', "[1]", "null"]),
+}
+ARGS_TEXTS = st.dictionaries(st.sampled_from(sorted(ARG_VALUES)), st.just(None), max_size=5).flatmap(
+    lambda keys: st.tuples(*(ARG_VALUES[k] for k in keys)).map(
+        lambda values, keys=tuple(keys): "{" + ", ".join(f'"{k}": {v}' for k, v in zip(keys, values, strict=True)) + "}"
+    )
+)
+DEVICE_PROPERTIES = st.lists(
+    st.dictionaries(
+        st.sampled_from(["id", "name", "totalGlobalMem", "numSms", "computeMajor", "warpSize", "other"]),
+        st.none()
+        | st.booleans()
+        | st.integers(-(2**70), 2**70)
+        | st.text(max_size=4)
+        | st.lists(st.integers(), max_size=2),
+        max_size=4,
+    )
+    | st.integers(),
+    max_size=3,
+)
 FIELD = st.sampled_from(["ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id"])
 
 
@@ -283,7 +312,7 @@ def event_texts(draw) -> str:
         "name": st.sampled_from(['"aten::mm"', '"ProfilerStep#1"', '"decode#0"', '"cudaLaunchKernel"']),
         "ts": NUMBER_TEXT,
         "dur": NUMBER_TEXT,
-        "args": st.sampled_from(['{"correlation": 1}', '{"External id": 2}', "{}"]),
+        "args": st.sampled_from(['{"correlation": 1}', '{"External id": 2}', "{}"]) | ARGS_TEXTS,
     }
     keys = draw(st.lists(FIELD, max_size=8))
     parts = []
@@ -302,7 +331,11 @@ TRACE_TEXTS = st.builds(
         + "]}"
     ),
     st.lists(event_texts() | JSON_VALUES.map(json.dumps) | DEEP, max_size=12),
-    st.dictionaries(st.sampled_from(["baseTimeNanoseconds", "distributedInfo", "traceName"]), JSON_VALUES, max_size=3),
+    st.dictionaries(
+        st.sampled_from(["baseTimeNanoseconds", "distributedInfo", "traceName", "deviceProperties"]),
+        JSON_VALUES | DEVICE_PROPERTIES,
+        max_size=3,
+    ),
 )
 SQL_VALUES = (
     st.none()
@@ -317,9 +350,36 @@ NSYS_TABLES = st.sets(st.sampled_from(range(len(make_nsys_fixture.SCHEMA))), min
 
 def _loads_or_one_line(path: Path) -> None:
     try:
-        load_trace(path)
+        trace = load_trace(path)
     except ProbeError as e:
         assert str(e) and "\n" not in str(e)
+        return
+    _holds_the_table_invariants(trace)
+
+
+def _holds_the_table_invariants(trace) -> None:
+    """What every Trace promises, whatever the file held (see probe.analysis.trace.table)."""
+    from probe.analysis.trace import COLUMNS, DeviceInfo, Shapes
+    from probe.analysis.trace.table import DTYPES
+
+    n = len(trace)
+    for c in COLUMNS:
+        column = getattr(trace, c)
+        assert len(column) == n and column.dtype == DTYPES[c], c
+    assert np.all(np.diff(trace.ts_ns) >= 0) and np.all(trace.dur_ns >= 0)
+    kind = trace.kind
+    copies, runtime = kind == Kind.GPU_MEMCPY, kind == Kind.RUNTIME
+    assert np.all(trace.bytes >= -1) and not np.any(
+        (trace.bytes >= 0) & ~(copies | runtime | (kind == Kind.GPU_MEMSET))
+    )
+    assert np.all((trace.copy_kind >= -1) & (trace.copy_kind <= 4))
+    assert not np.any((trace.copy_kind >= 0) & ~(copies | runtime))
+    assert np.all((trace.shape_id >= -1) & (trace.shape_id < len(trace.shapes)))
+    assert not np.any((trace.shape_id >= 0) & (kind != Kind.CPU_OP))
+    assert set(trace.shape_id[trace.shape_id >= 0].tolist()) == set(range(len(trace.shapes)))  # none unused
+    assert len(set(trace.shapes)) == len(trace.shapes) and all(type(x) is Shapes for x in trace.shapes)
+    assert all(type(d) is DeviceInfo for d in trace.devices)
+    assert all(w and "\n" not in w for w in trace.warnings)
 
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -386,3 +446,205 @@ def test_probe_analyze_end_to_end(tmp_path, text):
     assert done.returncode in (0, 2), done.stderr[-2000:]
     if done.returncode == 2:
         assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("probe: error: ")
+
+
+# --- bounded cost: memory follows the table, work follows what is distinct -------------------------------
+
+
+def test_a_timestamp_of_100k_digits_costs_its_length_not_the_table_times_it():
+    """The vectorized time reader held every text in one fixed-width array as wide as the longest: one 100k-digit
+    time among 2,000 others was 2,001 x 100,001 bytes (200 MB; 4.8 GiB in issue 28's 4.5 MB trace). Now a text
+    past PLAIN_CHARS is read on its own: the peak is a few MB. The long values stay exact."""
+    import tracemalloc
+
+    from probe.analysis.trace.timetext import times_ns
+
+    texts = [b"1.5"] * 2000 + [
+        b"1" + b"0" * 100_000,  # 1e100000 us: past int64
+        b"0." + b"0" * 100_000 + b"5",  # 5e-100001 us: 0 ns
+        b"5082703139188.5245" + b"0" * 40,  # exactly .5 ns past 524: half-to-even keeps 524
+        b"5082703139188.5245" + b"0" * 40 + b"1",  # just past the half: 525
+        b'"not a time"',
+    ]
+    tracemalloc.start()
+    try:
+        ns, status = times_ns(texts)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"{peak / 2**20:.0f} MiB"
+    assert ns[-5:].tolist() == [0, 0, 5082703139188524, 5082703139188525, 0]
+    assert status[-5:].tolist() == [2, 0, 0, 0, 1]  # OUT_OF_INT64, NUMBER, NUMBER, NUMBER, NOT_A_NUMBER
+    assert ns[:2000].tolist() == [1500] * 2000
+
+
+def test_a_trace_with_a_huge_timestamp_is_read_in_little_memory(tmp_path):
+    import tracemalloc
+
+    events = [event(f"op{i}", ts=f"{i}.5", dur="1.25") for i in range(3000)]
+    events.append(event("huge", ts="1" + "0" * 100_000))
+    path = chrome(tmp_path / "t.json", *events)
+    tracemalloc.start()
+    try:
+        trace = load_trace(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(trace) == 3000 and trace.dropped == {"time beyond +-2**62 ns": 1}
+    assert peak < 64 << 20, f"{peak / 2**20:.0f} MiB"
+
+
+def test_kinds_are_decided_once_a_category_and_a_name_not_once_a_name_of_the_table(tmp_path, monkeypatch):
+    """A trace of N tiny steps has N distinct step names: deciding each row's kind once per name of the whole table
+    (categories share it) was N dict lookups, and the copy columns' name checks N regexes. Counted here: the work is
+    one call a distinct category, and none of the copy checks for a trace without runtime calls."""
+    from probe.analysis.trace import chrome as reader
+    from probe.analysis.trace import table
+
+    steps = 2000
+    events = [
+        event(f"decode#{i}", ts=f"{10 * i}.0", dur="8.0").replace("cpu_op", "user_annotation") for i in range(steps)
+    ]
+    events += [event("aten::add", ts=f"{10 * i + 1}.0", dur="5.0") for i in range(steps)]
+    path = chrome(tmp_path / "t.json", *events)
+    calls = {"kind": 0, "copy": 0}
+
+    def counted(real, key):
+        def f(*a):
+            calls[key] += 1
+            return real(*a)
+
+        return f
+
+    monkeypatch.setattr(reader, "_chrome_kind", counted(reader._chrome_kind, "kind"))
+    monkeypatch.setattr(table, "is_copy_call", counted(table.is_copy_call, "copy"))
+    trace = load_trace(path)
+    assert len(trace.names) == steps + 3  # decode#0..1999, aten::add, the two categories
+    assert calls == {"kind": 2, "copy": 0}
+
+
+def test_an_nsys_export_with_a_generated_column_is_refused_before_it_costs(tmp_path, hand_nsys):
+    """issue 28: a 45 KB export whose `start` was a generated column ran over 120 s, the expression evaluated on
+    every read of every row. Here `start` is added to 3,000 rows as a virtual column that builds a 40 MB string a
+    row (a third of a second each here): the old reader spent over a quarter of an hour on every pass; now the
+    schema is refused in one line before a row is read (the timeout only bounds a hang)."""
+    path = tmp_path / "generated.sqlite"
+    path.write_bytes(hand_nsys.read_bytes())
+    con = sqlite3.connect(str(path))
+    (sql,) = con.execute("SELECT sql FROM sqlite_master WHERE name = 'CUPTI_ACTIVITY_KIND_RUNTIME'").fetchone()
+    con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME")
+    con.execute(sql.replace("start                       INTEGER   NOT NULL,", ""))
+    con.execute(
+        "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 2999) "
+        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (end, eventClass, globalTid, correlationId, nameId, returnValue) "
+        "SELECT 1000000000000, 0, 1, i, 1, 0 FROM n"
+    )
+    con.execute(  # added after the rows, so nothing computes it until a reader reads it
+        "ALTER TABLE CUPTI_ACTIVITY_KIND_RUNTIME ADD COLUMN start INTEGER "
+        "GENERATED ALWAYS AS (length(hex(zeroblob(20000000 + correlationId)))) VIRTUAL"
+    )
+    con.commit()
+    con.close()
+    assert path.stat().st_size < 200_000
+    done = run_probe("analyze", str(path), timeout=120)
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert "CUPTI_ACTIVITY_KIND_RUNTIME.start is a generated column" in line
+
+
+def test_an_nsys_read_past_its_budget_is_refused_in_one_line(tmp_path, monkeypatch):
+    """The second bound: whatever the schema, the read may run at most VM_STEPS_PER_BYTE SQLite instructions a byte
+    of the file (reading an export takes under 2). Set to nothing here, a real-sized export stops at once."""
+    from benchmarks.synthetic_traces import make_nsys_export
+    from probe.analysis.trace import nsys
+
+    path = tmp_path / "export.sqlite"
+    make_nsys_export(path, 20_000)
+    assert len(load_trace(path)) == 20_000
+    monkeypatch.setattr(nsys, "MIN_VM_STEPS", 0)
+    monkeypatch.setattr(nsys, "VM_STEPS_PER_BYTE", 0)
+    assert "SQLite steps; refused" in one_line_error(path)
+
+
+# --- silent wrong joins -----------------------------------------------------------------------------------
+
+
+def _launches(n: int, corr, step_every: int = 2) -> list[str]:
+    """n launch calls and their kernels, a step range every `step_every` of them; `corr(i)` is each pair's id."""
+    out = []
+    for i in range(n):
+        if i % step_every == 0:
+            out.append(
+                event(f"decode#{i // step_every}", ts=f"{100 * i}.0", dur=f"{100 * step_every - 1}.0").replace(
+                    "cpu_op", "user_annotation"
+                )
+            )
+        c = corr(i)
+        out.append(
+            f'{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, '
+            f'"ts": {100 * i + 10}.0, "dur": 5.0, "args": {{"correlation": {c}}}}}'
+        )
+        out.append(
+            f'{{"ph": "X", "cat": "kernel", "name": "k{i}", "pid": 0, "tid": 7, "ts": {100 * i + 20}.0, '
+            f'"dur": 5.0, "args": {{"correlation": {c}}}}}'
+        )
+    return out
+
+
+def test_duplicate_correlation_ids_warn_with_counts(tmp_path):
+    """10 launches and 10 kernels all with correlation id 5 (issue 28: 10,000 of them, every kernel credited to
+    step 0): the trace says so, with counts, and the ledger passes it on."""
+    from probe.analysis.ledger import analyze
+
+    trace = load_trace(chrome(tmp_path / "t.json", *_launches(10, lambda i: 5)))
+    assert trace.warnings == (
+        "10 GPU ops carry 1 correlation id(s) shared by 10 runtime calls: each is joined to the first call with "
+        "its id, so their GPU work may be credited to the wrong call and step",
+        "10 GPU ops share 1 correlation id(s) of kernel launch calls, which launch one kernel each: all of them "
+        "are credited to one call",
+    )
+    assert set(trace.warnings) <= set(analyze(trace).warnings)
+    clean = load_trace(chrome(tmp_path / "u.json", *_launches(10, lambda i: i)))
+    assert clean.warnings == ()
+
+
+def test_correlation_ids_past_int64_warn_with_counts(tmp_path):
+    trace = load_trace(chrome(tmp_path / "t.json", *_launches(4, lambda i: 2**64 + i if i % 2 else i)))
+    assert trace.warnings == ("4 event(s) with a correlation id past int64: left unjoined from its launch",)
+    joined = np.isin(trace.kind, [Kind.RUNTIME, Kind.KERNEL])
+    assert int((trace.correlation[joined] == -1).sum()) == 4  # the two past int64, on each side
+
+
+def test_duplicate_ids_through_the_cli_on_a_real_trace(tmp_path):
+    """The real command on HTA's 5-step training trace with every correlation id made 7 (issue 28's case, where
+    10,000 kernels all went to step 0): the JSON's warnings carry the counts. From the file (tests/data keeps the
+    runtime calls that launch GPU work): 6,095 such calls, 6,095 GPU ops (4,350 kernels, 1,600 copies, 145 memsets).
+    """
+    doc = json.loads(gzip.decompress((DATA / "cuda_train_ns_resolution_5steps.trace.json.gz").read_bytes()))
+    for e in doc["traceEvents"]:
+        if isinstance(e.get("args"), dict) and "correlation" in e["args"]:
+            e["args"]["correlation"] = 7
+    path = tmp_path / "collide.json"
+    path.write_text(json.dumps(doc))
+    done = run_probe("analyze", str(path), "--json", timeout=120)
+    assert done.returncode == 0, done.stderr
+    said = [w for w in json.loads(done.stdout)["warnings"] if "correlation id" in w]
+    assert said == [
+        "6095 GPU ops carry 1 correlation id(s) shared by 6095 runtime calls: each is joined to the first call "
+        "with its id, so their GPU work may be credited to the wrong call and step",
+        "6095 GPU ops share 1 correlation id(s) of kernel launch calls, which launch one kernel each: all of them "
+        "are credited to one call",
+    ]
+
+
+def test_nsys_correlation_ids_that_are_not_integers_warn(hand_nsys, tmp_path):
+    path = tmp_path / "real.sqlite"
+    path.write_bytes(hand_nsys.read_bytes())
+    con = sqlite3.connect(str(path))
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET correlationId = 18446744073709551616.0 WHERE correlationId = 2")
+    con.commit()
+    con.close()
+    trace = load_trace(path)
+    assert (
+        "1 row(s) with a correlation id that is not an integer (past int64, or text): left unjoined" in trace.warnings
+    )

@@ -20,7 +20,7 @@ import pytest
 from probe.analysis.diagnosis import diagnose_trace
 from probe.analysis.ledger import analyze, steady
 from probe.analysis.report import load_report
-from probe.analysis.results import load_results
+from probe.analysis.results import CellKey, load_results
 from probe.analysis.timeline import step_clock
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
@@ -413,7 +413,7 @@ def test_the_roofline_beside_the_step_and_the_op_roofline():
     from probe.analysis.step_roofline import TokenFlags
 
     path = DATA / "h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"
-    result = _answer(path, model=str(DATA / "configs" / "qwen1.5-0.5b.json"), flags=TokenFlags(8944, 16, 0))
+    result = _answer(path, model="qwen1.5-0.5b", flags=TokenFlags(8944, 16, 0))
     r = result.rooflines[0]
     table = figures.diagnosis.roofline_frame(r).set_index("figure")["value"]
     assert table["bytes to move"] == f"{r.bytes / 1e9:,.3f} GB" and table["predicted GPU"].endswith("(compute binds)")
@@ -561,7 +561,7 @@ def test_run_compare_frame_pairs_cells_by_key():
     frame = figures.compare.run_compare_frame(a, b)
     assert len(frame) == 6 * 3
     row = frame[(frame["cell"] == "cached p64 n8") & (frame["metric"] == "ITL p50 (ms)")].iloc[0]
-    ca, cb = (next(c for c in r.cells if c.key == ("cached", 64, 8, 1)) for r in (a, b))
+    ca, cb = (next(c for c in r.cells if c.key == CellKey("cached", 64, 8, 1)) for r in (a, b))
     assert (row["baseline"], row["current"]) == (ca.itl_p50_ms, cb.itl_p50_ms)
     b.cells = [c for c in b.cells if c.engine == "naive"]
     assert set(figures.compare.run_compare_frame(a, b)["cell"]) == {"naive p16 n8", "naive p64 n8", "naive p256 n8"}
@@ -580,7 +580,7 @@ def test_alerts_come_from_probe_compare(tmp_path):
     result = compare(*sets)
     assert [a.key for a in result.alerts] == ["prefill", "decode"]  # the cache adds copy_ and slice ops
     assert "aten::copy_" in result.alerts[1].message
-    assert sets[0].env["torch"]  # the sidecar was read
+    assert sets[0].env.torch  # the sidecar was read
     frame = figures.compare.comparison_frame(result)
     assert list(frame.columns) == list(COLUMNS) and len(frame) == len(result.rows)
 
@@ -594,7 +594,7 @@ def test_a_sidecar_linking_out_of_the_root_is_not_read(tmp_path):
     assert sources.trace_meta(root, root / CACHED.name) is None
     (root / CACHED.name.replace(".trace.json.gz", ".meta.json")).unlink()
     shutil.copy(CACHED.with_name(CACHED.name.replace(".trace.json.gz", ".meta.json")), root)
-    assert sources.trace_meta(root, root / CACHED.name)["config"]["engine"] == "cached"
+    assert sources.trace_meta(root, root / CACHED.name).config.engine == "cached"
 
 
 def test_md_escape_keeps_op_names_literal():

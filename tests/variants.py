@@ -103,3 +103,30 @@ class DyingEngine(CachedEngine):
         if input_ids.shape[1] == RAISE_AT_PROMPT:
             os._exit(3)
         return super().prefill(input_ids, max_len)
+
+
+HOLD_DIR_VAR = "PROBE_HOLD_DIR"  # where HoldingEngine leaves its marker; set where the Ray cluster starts
+
+
+class HoldingEngine(CachedEngine):
+    """Stops in its prefill at a prompt of RAISE_AT_PROMPT tokens, once: the first cell that gets there creates
+    $PROBE_HOLD_DIR/holding-p16 (exclusively) with its process id and Ray node id, then sleeps, so that a test can
+    kill the node under a cell known to be running there. Every later cell (a --resume's) runs as `cached` does."""
+
+    name = "holding"
+
+    def prefill(self, input_ids: torch.Tensor, max_len: int) -> torch.Tensor:
+        folder = os.environ.get(HOLD_DIR_VAR)
+        if input_ids.shape[1] == RAISE_AT_PROMPT and folder:
+            try:
+                fd = os.open(os.path.join(folder, f"holding-p{RAISE_AT_PROMPT}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                return super().prefill(input_ids, max_len)
+            import json
+
+            import ray
+
+            os.write(fd, json.dumps({"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()}).encode())
+            os.close(fd)
+            time.sleep(600)
+        return super().prefill(input_ids, max_len)

@@ -107,7 +107,9 @@ def answer(
         arch = arch_for(model)
         if dev is None:
             notes.append("a model without a device: no roofline")
-        for s in analysis.steps if dev is not None else ():
+        for s in analysis.steps:
+            if dev is None:
+                break
             try:
                 r = step_roofline(s, arch, kind, dev, analysis.on_gpu, flags=flags or TokenFlags())
             except ProbeError as e:

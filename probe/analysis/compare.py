@@ -22,7 +22,6 @@ Traces: one sample per step of the kind (wall and cache time); counts are the me
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Iterable, Sequence
@@ -32,9 +31,11 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from probe.analysis.files import CHROME, NSYS_SQLITE, sniff, trace_meta
+from probe.analysis.environment import EnvDifference, Environment
+from probe.analysis.files import CHROME, NSYS_SQLITE, read_json, sniff
 from probe.analysis.ledger import analyze
 from probe.analysis.results import RESULTS_FILE, BenchResults, Cell, decode_tok_s, load_results
+from probe.analysis.sidecar import Sidecar, trace_meta
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
 
@@ -46,7 +47,6 @@ RESAMPLES = 2000  # bootstrap resamples: enough for a stable 95% percentile inte
 SEED = 0  # the bootstrap's, so that the same inputs always print the same interval
 
 VERDICTS = ("regression", "improvement", "ok", "too few samples", "skipped: versions differ")
-VERSION_KEYS = ("torch", "transformers")
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class Unit:
 class SampleSet:
     source: str
     kind: str  # "results" | "baseline" | "trace"
-    env: dict  # torch, transformers, device, device_name, ... ({} when a trace has no sidecar)
+    env: Environment | None  # None when a trace has no sidecar
     config: dict  # what must agree for a comparison to mean anything: model, dtype (traces: engine, prompt, ...)
     units: dict[str, Unit]
     notes: tuple[str, ...] = ()
@@ -95,12 +95,6 @@ class SampleSet:
     @property
     def family(self) -> str:
         return "trace" if self.kind == "trace" else "results"
-
-
-def cell_key(c: Cell, with_engine: bool = True) -> str:
-    """A cell's identity across runs; without the engine when two different engines are held to each other."""
-    where = f"p{c.prompt_tokens} n{c.new_tokens}" + (f" b{c.batch}" if c.batch > 1 else "")
-    return f"{c.engine} {where}" if with_engine else where
 
 
 def cell_unit(c: Cell, with_engine: bool = True) -> Unit:
@@ -119,7 +113,8 @@ def cell_unit(c: Cell, with_engine: bool = True) -> Unit:
         TTFT_MS.name: tuple(c.ttft_runs_ms),
         TOK_S.name: tuple(tok_s),
     }
-    return Unit(cell_key(c, with_engine), counts, ops, samples)
+    # A cell's identity across runs; without the engine when two different engines are held to each other.
+    return Unit(str(c.key) if with_engine else c.key.shape, counts, ops, samples)
 
 
 def from_results(results: BenchResults, source: str, kind: str = "results", with_engine: bool = True) -> SampleSet:
@@ -133,21 +128,22 @@ def from_results(results: BenchResults, source: str, kind: str = "results", with
         if unit.key in units:
             raise ProbeError(f"{source}: two cells for {unit.key}")
         units[unit.key] = unit
-    config = {"model": results.config.get("model"), "dtype": results.env.get("dtype", results.config.get("dtype"))}
+    config = {"model": results.config.model, "dtype": results.dtype}
     notes = (
         f"{CACHE_US.label}: not in bench results (only a trace's ledger measures cache bookkeeping; "
         "record one with probe profile)",
     )
     if not results.complete:
         notes += (f"{source}: an interrupted sweep (complete: false); only its finished cells are compared",)
-    return SampleSet(source, kind, dict(results.env), config, units, notes, results.complete)
+    env = results.env if results.env != Environment() else None  # a file that recorded none
+    return SampleSet(source, kind, env, config, units, notes, results.complete)
 
 
 def _median(values: Iterable[float]) -> float:
     return float(statistics.median(values))
 
 
-def from_analysis(analysis, source: str, meta: dict | None) -> SampleSet:
+def from_analysis(analysis, source: str, meta: Sidecar | None) -> SampleSet:
     """A ledger (probe.analysis.ledger.TraceAnalysis) as one unit per step kind: per-step samples, median
     counts (launches per step, or dispatched ops on a CPU-only trace: StepLedger.dispatched)."""
     steps = analysis.steps
@@ -168,11 +164,9 @@ def from_analysis(analysis, source: str, meta: dict | None) -> SampleSet:
             samples[CACHE_US.name] = tuple(s.cache_ns / 1e3 for s in mine)
         units[kind] = Unit(kind, counts, ops, samples)
     notes = () if timed_cache else (f"{source}: no cache ranges in the trace, so {CACHE_US.label} is absent",)
-    meta = meta or {}
-    cfg = meta.get("config", {})
     # The engine is left out: a changed engine (a module:Class spec) against the stock one is the point.
-    config = {k: cfg.get(k) for k in ("model", "dtype", "prompt", "batch") if k in cfg}
-    return SampleSet(source, "trace", dict(meta.get("env", {})), config, units, notes)
+    config = {k: getattr(meta.config, k) for k in ("model", "dtype", "prompt", "batch")} if meta else {}
+    return SampleSet(source, "trace", meta.env if meta else None, config, units, notes)
 
 
 def load_trace_samples(path: Path) -> SampleSet:
@@ -196,7 +190,7 @@ def load_samples(path: str | Path) -> SampleSet:
     except OSError as e:
         raise ProbeError(f"cannot read {p}: {e.strerror or e}") from None
     results = load_results(p)
-    raw = json.loads(p.read_text())  # load_results has checked it is a results object
+    raw = read_json(p)  # load_results has checked it is a results object
     return from_results(results, str(p), "baseline" if raw.get("baseline") else "results")
 
 
@@ -471,40 +465,32 @@ def fmt_value(x: float | None) -> str:
 # the comparison
 
 
-def _device(env: dict) -> str | None:
-    if "device" not in env and "device_name" not in env:
-        return None
-    return f"{str(env.get('device', '?')).split(':')[0]} ({env.get('device_name', '?')})"
-
-
-def environment_warnings(base: SampleSet, cur: SampleSet, timings: bool = True) -> tuple[list[str], bool]:
-    """Loud warnings, and whether versions or device differ (which turns the count gate off). With `timings`,
-    also warn when the timings come from different CPUs or thread counts."""
-    warnings, differ = [], False
+def environment_warnings(
+    base: SampleSet, cur: SampleSet, timings: bool = True
+) -> tuple[list[str], list[EnvDifference]]:
+    """Loud warnings, and what differs for the counts (torch, transformers, the device: any of it turns the count
+    gate off). With `timings`, also warn when the timings come from different CPUs or thread counts."""
+    warnings = []
     for side in (base, cur) if base.source != cur.source else (base,):
-        if not side.env:
+        if side.env is None:
             warnings.append(
                 f"{side.source} records no environment (no .meta.json next to the trace): torch, "
                 "transformers and device cannot be checked"
             )
-    if not (base.env and cur.env):
-        return warnings, differ
-    fields = {k: (base.env.get(k), cur.env.get(k)) for k in VERSION_KEYS}
-    fields["device"] = (_device(base.env), _device(cur.env))
-    for name, (b, c) in fields.items():
-        if b != c:
-            differ = True
-            warnings.append(
-                f"{name} differs: {b} (baseline) vs {c} (current). Launch counts change with "
-                "versions and devices, so they are shown but not gated"
-            )
-    for name in ("cpu_model", "torch_threads") if timings else ():
-        b, c = base.env.get(name), cur.env.get(name)
-        if b is not None and c is not None and b != c:
-            warnings.append(
-                f"{name} differs: {b} (baseline) vs {c} (current): timings are from different machines or settings"
-            )
+    if base.env is None or cur.env is None:
+        return warnings, []
+    differ = base.env.differs_for_counts(cur.env)
+    for d in differ:
+        warnings.append(
+            f"{_versus(d)}. Launch counts change with versions and devices, so they are shown but not gated"
+        )
+    for d in base.env.differs_for_timings(cur.env) if timings else ():
+        warnings.append(f"{_versus(d)}: timings are from different machines or settings")
     return warnings, differ
+
+
+def _versus(d: EnvDifference) -> str:
+    return f"{d.key} differs: {d.ours} (baseline) vs {d.theirs} (current)"
 
 
 def check_configs(base: SampleSet, cur: SampleSet) -> None:
@@ -544,9 +530,10 @@ def compare(
             f"mismatched configs: no {'step kind' if base.family == 'trace' else 'cell'} in common "
             f"(baseline: {', '.join(base.units)}; current: {', '.join(cur.units)})"
         )
-    warnings, differ = environment_warnings(base, cur, timings=not counts_only)
+    warnings, differences = environment_warnings(base, cur, timings=not counts_only)
+    differ = bool(differences)
     if require_same_env and differ:
-        raise ProbeError("--require-same-env: " + next(w for w in warnings if "differs" in w).split(". ")[0])
+        raise ProbeError(f"--require-same-env: {_versus(differences[0])}")
     missing = [k for k in base.units if k not in cur.units]
     if counts_only and (missing or not cur.complete):
         what = (

@@ -52,6 +52,7 @@ change, GPU work after the change), the same model as the verdict:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -123,6 +124,18 @@ class Evidence:
                 out[name] = value
         return out
 
+    @classmethod
+    def from_json(cls, doc: dict) -> Evidence:
+        """to_json's inverse (us back to whole ns)."""
+        values = {}
+        for f in dataclasses.fields(cls):
+            if f.name.endswith("_ns"):
+                us = doc[f.name[:-3] + "_us"]
+                values[f.name] = None if us is None else round(us * 1e3)
+            else:
+                values[f.name] = doc[f.name]
+        return cls(**values)
+
 
 @dataclass(frozen=True)
 class Diagnosis:
@@ -154,6 +167,23 @@ class Diagnosis:
             "evidence": self.evidence.to_json(),
             "what_if": [w.to_json() for w in self.what_if],
         }
+
+    @classmethod
+    def from_json(cls, doc: dict) -> Diagnosis:
+        """to_json's inverse, for report.json; KeyError or TypeError when malformed."""
+        return cls(
+            step=str(doc["step"]),
+            kind=str(doc["kind"]),
+            bound=doc["bound"],
+            then=doc["then"],
+            host_bound_by=doc["host_bound_by"],
+            balanced=bool(doc["balanced"]),
+            headline=str(doc["headline"]),
+            lines=tuple(doc["lines"]),
+            evidence=Evidence.from_json(doc["evidence"]),
+            what_if=tuple(WhatIf(**w) for w in doc["what_if"]),
+            caveats=tuple(doc.get("caveats", ())),
+        )
 
 
 @dataclass(frozen=True)
@@ -190,10 +220,9 @@ def _pct(x: float) -> str:
 
 def evidence(s: StepLedger) -> Evidence:
     m = s.mechanism_ns
-    on_gpu = s.gpu_start_ns is not None
-    before = max(0, s.gpu_start_ns - s.start_ns) if on_gpu else None
     end = s.start_ns + s.wall_ns
-    after = max(0, end - s.gpu_end_ns) if on_gpu and s.gpu_end_ns is not None else None
+    before = max(0, s.gpu_start_ns - s.start_ns) if s.gpu_start_ns is not None else None
+    after = max(0, end - s.gpu_end_ns) if s.gpu_end_ns is not None else None
     return Evidence(
         wall_ns=s.wall_ns,
         span_ns=s.span_ns,
@@ -235,7 +264,10 @@ def _site_text(s: StepLedger) -> str:
     where = [x for x in (site.frame, site.source) if x and x != site.call]
     copy = ""
     if site.copy_bytes is not None or site.copy_kind:
-        what = [f"{site.copy_bytes:,} B" if site.copy_bytes is not None else "", _DIRECTION.get(site.copy_kind, "")]
+        what = [
+            f"{site.copy_bytes:,} B" if site.copy_bytes is not None else "",
+            _DIRECTION.get(site.copy_kind or "", ""),
+        ]
         copy = f" (a {' '.join(w for w in what if w)} copy)"
     return f" in {site.call}{copy}" + (f" at {' in '.join(dict.fromkeys(where))}" if where else "")
 
@@ -319,14 +351,14 @@ def _words(s: StepLedger, e: Evidence, bound: Bound, then: Bound | None, host_by
         gpu_line += f"; its first GPU op started {_ms(e.gpu_idle_before_ns)} ms after the host window opened"
         if e.gpu_idle_before_ns > e.wall_ns:
             gpu_line += f" ({_ms(e.gpu_idle_before_ns - e.wall_ns)} ms after it closed)"
+    rest = _side(e.host_work_ns, e.gpu_busy_ns)
     if bound == "external":
         share = e.external_wait_ns / e.wall_ns
         headline = (
-            f"{name}: external, then {_BOUND_WORD[then]}. The host waited {_ms(e.external_wait_ns)} ms of its "
+            f"{name}: external, then {_BOUND_WORD[then or rest]}. The host waited {_ms(e.external_wait_ns)} ms of its "
             f"{_ms(e.wall_ns)} ms window ({_pct(share)}){_site_text(s)} while no GPU op of this trace ran: it "
             "waited on device work the trace does not hold."
         )
-        rest = _side(e.host_work_ns, e.gpu_busy_ns)
         wait = s.sync_sites[0].stream_wait_before_ns if s.sync_sites else None
         if wait is not None:
             lines.append(
@@ -350,7 +382,7 @@ def _words(s: StepLedger, e: Evidence, bound: Bound, then: Bound | None, host_by
             f"of GPU work ({ratio:.2f}x)" + (": balanced, within 10%." if balanced else ".")
         )
     lines += [host_line, gpu_line]
-    if e.sync_wait_ns:
+    if e.sync_wait_ns and bound != "external":  # the external headline names the wait and its call site
         lines.append(
             f"sync wait {_ms(e.sync_wait_ns)} ms{_site_text(s)}; of it {_ms(e.external_wait_ns)} ms with no GPU op "
             "of the trace running"
@@ -453,17 +485,32 @@ def what_if(s: StepLedger, e: Evidence, on_gpu: bool, context: Context) -> list[
     return sorted(out, key=lambda w: (-w.saving_ms, w.change))
 
 
+def batch_gpu_ns(e: Evidence, b: int, context: Context) -> float:
+    """The step's GPU work with b times its sequences: scaled by the roofline's time at b over 1 when a model is
+    known, else linearly (every byte read again for each sequence: the pessimistic bound)."""
+    if context.gpu_ms_at is not None:
+        return e.gpu_busy_ns * context.gpu_ms_at(b) / context.gpu_ms_at(1)
+    return e.gpu_busy_ns * b
+
+
+def predict_batch(e: Evidence, b: int, context: Context) -> float:
+    """The measured step with b times its sequences, in ns: host work per forward stays, GPU work grows
+    (batch_gpu_ns); the binding term moves and the measured step with it (what_if's model)."""
+    model = max(e.host_work_ns, e.gpu_busy_ns)
+    return e.measured_ns - (model - max(e.host_work_ns, batch_gpu_ns(e, b, context)))
+
+
 def _free_batch(e: Evidence, context: Context) -> tuple[int, float, str]:
     """The largest batch before the GPU binds, its GPU work, and how that was scaled."""
-    gpu = e.gpu_busy_ns
-    if context.gpu_ms_at is not None:
-        one = context.gpu_ms_at(1)
-        b = 1
-        while b < MAX_BATCH and gpu * context.gpu_ms_at(b + 1) / one <= e.host_work_ns:
-            b += 1
-        return b, gpu * context.gpu_ms_at(b) / one, "as the roofline's predicted step time at B over B = 1"
-    b = min(MAX_BATCH, int(e.host_work_ns // gpu))
-    return b, gpu * b, "linearly with B (every byte read again per sequence: the pessimistic bound)"
+    how = (
+        "as the roofline's predicted step time at B over B = 1"
+        if context.gpu_ms_at is not None
+        else "linearly with B (every byte read again per sequence: the pessimistic bound)"
+    )
+    b = 1
+    while b < MAX_BATCH and batch_gpu_ns(e, b + 1, context) <= e.host_work_ns:
+        b += 1
+    return b, batch_gpu_ns(e, b, context), how
 
 
 @dataclass(frozen=True)
@@ -507,7 +554,7 @@ def diagnose_trace(
     kinds: dict[str, list[StepLedger]] = {}
     for s in analysis.steps:
         kinds.setdefault(s.kind, []).append(s)
-    by_kind = {k: diagnoses[_median_step(v).position] for k, v in kinds.items()}
+    by_kind = {k: diagnoses[m.position] for k, v in kinds.items() if (m := _median_step(v)) is not None}
     return TraceDiagnosis(
         tuple(diagnoses[s.position] for s in analysis.steps),
         diagnoses[median.position] if median else None,

@@ -1,14 +1,27 @@
-"""Files: what kind a file is (one sniffing rule for every reader), how a trace is opened (a regular file only,
-gunzipped within a limit), and how probe writes (atomically).
+"""Files: what kind a file is (one sniffing rule for every reader), how a file is opened (a regular file only,
+gunzipped within a limit), how JSON is read (one bounded reader), what a trace is named, and how probe writes
+(atomically, a folder's files as one set).
 
 Reading. Only regular files are read: a FIFO would block the reader forever, /dev/zero never ends, and a folder
 is not a trace, so `open_regular` opens without blocking and checks what it opened before reading a byte.
 `open_content` gunzips on the fly and stops with a one-line error past `PROBE_MAX_GUNZIP_GIB` (default 4 GiB of
 output), so a small gzip bomb cannot fill the disk or the memory of whatever holds the output.
 
+JSON. Every JSON file probe reads other than a trace (results.json, a baseline, a sidecar, a model's config.json,
+report.json, JSON a history holds) goes through `read_json` / `parse_json`: a regular file, UTF-8, nested at most
+`MAX_JSON_DEPTH` deep (Python's parser recurses, and 200k levels are a RecursionError), and holding only text that
+Unicode can encode (an escaped lone surrogate parses to a string no file, table or database can write). Each is
+one line naming the file.
+
+Names. A trace `probe profile` records is named `trace_stem(model, engine, device, prompt, new, batch)`:
+`<model>_<engine>_<device>_p<P>_n<N>` (`_b<B>` past batch 1); `parse_stem` reads one back.
+
 Writes go to a temp file created exclusively in the target folder (never through whatever already sits at a
 predictable name there, a planted symlink included), then `os.replace` it over the target, so a reader or a
-Ctrl-C never sees half a file, and a failed write leaves no temp file behind.
+Ctrl-C never sees half a file, and a failed write leaves no temp file behind. The file gets the mode a plain
+`open()` would give it (0666 less the umask), or, replacing one, the mode the old file had. `atomic_set` writes a
+folder's files as one set: every new file is written before any replaces an old one, so a failed write (a full
+disk) leaves the old set whole.
 """
 
 from __future__ import annotations
@@ -18,13 +31,18 @@ import gzip
 import io
 import json
 import os
+import re
 import stat
 import tempfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Literal
 
+import numpy as np
+
+from engines.configs import check_sizes, config_from_dict, resolve
 from probe.errors import ProbeError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -43,15 +61,21 @@ _STEM_SUFFIXES = (
     ".sqlite",
 )
 
-NSYS_SQLITE, CHROME, JSON, NSYS_REPORT, UNKNOWN = "nsys_sqlite", "chrome", "json", "nsys_report", "unknown"
+FileKind = Literal["nsys_sqlite", "chrome", "json", "nsys_report", "unknown"]  # what `sniff` says a file holds
+NSYS_SQLITE: FileKind = "nsys_sqlite"
+CHROME: FileKind = "chrome"
+JSON: FileKind = "json"
+NSYS_REPORT: FileKind = "nsys_report"
+UNKNOWN: FileKind = "unknown"
 
 
 GUNZIP_LIMIT_ENV = "PROBE_MAX_GUNZIP_GIB"
 DEFAULT_GUNZIP_LIMIT_GIB = 4.0  # 10x the largest traces people report struggling with; a bomb stops here
 
 
-def open_regular(path: Path) -> BinaryIO:
-    """Open a regular file for reading; ProbeError for anything else (a folder, a FIFO, a device, a socket).
+def open_regular(path: Path, kind: str = "a trace file") -> io.BufferedReader:
+    """Open a regular file for reading; ProbeError for anything else (a folder, a FIFO, a device, a socket),
+    saying it is not `kind`.
     O_NONBLOCK so that opening a FIFO returns at once instead of waiting for a writer; the check is on what was
     opened (fstat), not on the name, so the file cannot be swapped between the check and the read."""
     try:
@@ -66,7 +90,7 @@ def open_regular(path: Path) -> BinaryIO:
     if not stat.S_ISREG(mode):
         os.close(fd)
         what = "a folder" if stat.S_ISDIR(mode) else "not a regular file (a FIFO, device or socket)"
-        raise ProbeError(f"{path}: is {what}, not a trace file")
+        raise ProbeError(f"{path}: is {what}, not {kind}")
     return os.fdopen(fd, "rb")
 
 
@@ -131,7 +155,7 @@ def head(path: Path, size: int = 1 << 16) -> bytes:
         return b""
 
 
-def sniff(path: Path) -> str:
+def sniff(path: Path) -> FileKind:
     """What a file holds, by its content: an nsys SQLite export, a chrome trace, other JSON, an nsys report
     (by suffix: it must be exported first), or unknown."""
     if Path(path).name.endswith(NSYS_REPORT_SUFFIXES):
@@ -149,7 +173,7 @@ def is_trace_name(name: str) -> bool:
     return name.endswith(TRACE_SUFFIXES)
 
 
-def trace_stem(name: str) -> str:
+def stem_of(name: str) -> str:
     """`x.trace.json.gz` -> `x`; the stem a trace's sidecars (.meta.json, .telemetry.parquet) share."""
     for suffix in _STEM_SUFFIXES:
         if name.endswith(suffix):
@@ -157,37 +181,171 @@ def trace_stem(name: str) -> str:
     return Path(name).stem
 
 
-def trace_meta(path: Path) -> dict | None:
-    """The sidecar `probe profile` writes next to a trace, <stem>.meta.json or <stem>.nsys.meta.json, when one
-    is there: the run's config and environment, its clock anchor and the profiler's cost per event."""
-    stem = trace_stem(path.name)
-    for candidate in (path.with_name(f"{stem}.meta.json"), path.with_name(f"{stem}.nsys.meta.json")):
-        if candidate.is_file():
-            try:
-                meta = json.loads(candidate.read_text())
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-                raise ProbeError(f"cannot read {candidate}: {str(e).splitlines()[0]}") from None
-            if not isinstance(meta, dict) or not all(isinstance(meta.get(k, {}), dict) for k in ("config", "env")):
-                raise ProbeError(
-                    f"{candidate}: not a probe sidecar (expected an object whose config and env are objects)"
-                )
-            return meta
-    return None
+@dataclass(frozen=True)
+class TraceStem:
+    """What a trace's file name says: the model, engine and device it was profiled on, and its shape."""
+
+    model: str
+    engine: str
+    device: str  # the device type: cpu, cuda
+    prompt: int
+    new_tokens: int
+    batch: int = 1
+
+
+def trace_stem(model: str, engine: str, device: str, prompt: int, new_tokens: int, batch: int = 1) -> str:
+    """The stem `probe profile` names a trace and its sidecars by: `tiny_cached_cpu_p64_n8`, `_b4` past batch 1.
+    The engine's own name, which holds no underscore, so the name reads back (`parse_stem`) whatever the model's."""
+    if "_" in engine or not engine:
+        raise ProbeError(f"engine name {engine!r} cannot name a trace: it must be non-empty and hold no '_'")
+    return f"{model}_{engine}_{device}_p{prompt}_n{new_tokens}" + (f"_b{batch}" if batch > 1 else "")
+
+
+_STEM = re.compile(
+    r"(?P<model>.+)_(?P<engine>[^_]+)_(?P<device>[a-z]+)_p(?P<prompt>\d+)_n(?P<new>\d+)(?:_b(?P<batch>\d+))?",
+    re.DOTALL,  # a model folder's name may hold any character but "/"
+)
+
+
+def parse_stem(name: str) -> TraceStem | None:
+    """A trace's file name (or its stem) read back into what `trace_stem` put there; None for other names."""
+    match = _STEM.fullmatch(stem_of(name))
+    if match is None:
+        return None
+    batch = int(match["batch"]) if match["batch"] else 1
+    return TraceStem(match["model"], match["engine"], match["device"], int(match["prompt"]), int(match["new"]), batch)
+
+
+# Every JSON probe writes nests under 10 levels (results: file, cells, a cell, its runs, a run's steps); 100 leaves
+# room for a hand-made config and stays far below the depth at which Python's parser recurses into a RecursionError.
+MAX_JSON_DEPTH = 100
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_OPEN, _CLOSE = np.frombuffer(b"[{", np.uint8), np.frombuffer(b"]}", np.uint8)
+
+
+def read_json(path: str | Path):
+    """A JSON file's value, read by the rules above; ProbeError, in one line naming the file, otherwise."""
+    path = Path(path)
+    try:
+        with open_regular(path, "a JSON file") as f:
+            data = f.read()
+    except OSError as e:
+        raise ProbeError(f"cannot read {path}: {e.strerror or e}") from None
+    return parse_json(data, str(path))
+
+
+def parse_json(data: bytes | str, where: str):
+    """JSON text's value, read by the rules above (`where` names it in the error)."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ProbeError(
+            f"cannot read {where}: not UTF-8 text (byte {e.start}: {raw[e.start : e.start + 1]!r})"
+        ) from None
+    depth = json_depth(raw)
+    if depth > MAX_JSON_DEPTH:
+        raise ProbeError(f"cannot read {where}: JSON nested {depth} deep; probe reads at most {MAX_JSON_DEPTH} levels")
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise ProbeError(f"cannot read {where}: not valid JSON ({str(e).splitlines()[0]})") from None
+    if _SURROGATE_ESCAPE.search(raw):  # rare: only then is every string checked
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as e:
+            bad = e.object[e.start : e.end]
+            raise ProbeError(
+                f"cannot read {where}: it holds {ascii(bad)}, a lone surrogate: text no file or table can hold"
+            ) from None
+    return value
+
+
+def model_raw(spec: str) -> dict:
+    """A model spec's config.json (engines.configs.resolve: a preset, a config.json, a model folder) as a plain
+    dict, read by `read_json` (a file nested too deep or not UTF-8 is one line) and its sizes checked: no
+    transformers, no torch."""
+    source = resolve(spec)
+    raw = read_json(source.config_path)
+    if not isinstance(raw, dict):
+        raise ProbeError(f"{source.config_path}: a config.json is a JSON object, not {type(raw).__name__}")
+    check_sizes(raw, str(source.config_path))
+    return raw
+
+
+def model_config(spec: str):
+    """The transformers config of a model spec, from `model_raw`."""
+    return config_from_dict(model_raw(spec), str(resolve(spec).config_path))
+
+
+def json_depth(raw: bytes) -> int:
+    """How deep JSON text nests its arrays and objects (brackets inside strings not counted), without parsing it."""
+    brackets = np.frombuffer(_JSON_STRING.sub(b'""', raw), np.uint8)
+    steps = np.isin(brackets, _OPEN).astype(np.int32) - np.isin(brackets, _CLOSE).astype(np.int32)
+    steps = steps[steps != 0]
+    return int(np.cumsum(steps).max()) if len(steps) else 0
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux says it (/proc/self/status, since 4.7)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: set and restore (what the standard library does too)
+    os.umask(mask)
+    return mask
+
+
+def new_file_mode(path: Path) -> int:
+    """The mode a file written at `path` gets: that of the regular file it replaces, else what a plain open()
+    creates (0666 less the umask), so a team's shared folder stays readable to the team."""
+    try:
+        st = os.lstat(path)
+        if stat.S_ISREG(st.st_mode):
+            return stat.S_IMODE(st.st_mode)
+    except OSError:
+        pass
+    return 0o666 & ~_umask()
 
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """A fresh temp file beside `path` for a writer that wants a path (Parquet, gzip); it replaces `path` when
     the block ends without an error and is removed when it does not."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    target = Path(path)
+    with atomic_set(target.parent, [target.name]) as paths:
+        yield paths[target.name]
+
+
+@contextlib.contextmanager
+def atomic_set(folder: str | Path, names: Sequence[str]) -> Iterator[dict[str, Path]]:
+    """A fresh temp file beside each of `names` in `folder`, by name, for writers that fill them all. When the
+    block ends without an error each replaces its file, in the order given (put the file readers trust last);
+    when it raises (a full disk, a writer that failed) every temp file is removed and the old files stay as they
+    were. A replace is a rename within the folder, which needs no space; only a crash between the renames (no
+    signal: callers defer SIGINT and SIGTERM across a save) could mix the two sets."""
+    folder = Path(folder)
+    temps: dict[str, Path] = {}
     try:
-        yield Path(tmp)
-        os.replace(tmp, path)
+        for name in names:
+            fd, made = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+            temps[name] = Path(made)
+            try:
+                os.fchmod(fd, new_file_mode(folder / name))
+            finally:
+                os.close(fd)
+        yield dict(temps)
+        for name in names:
+            os.replace(temps.pop(name), folder / name)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        for left in temps.values():
+            with contextlib.suppress(OSError):
+                os.unlink(left)
         raise
 
 

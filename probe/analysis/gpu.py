@@ -39,16 +39,14 @@ import numpy as np
 from probe.analysis.intervals import assign, merged_by_group, union_by_group
 from probe.analysis.kernels import grouped_quantiles
 from probe.analysis.trace import GPU_OP_KINDS, Kind, Trace
+from probe.analysis.trace.table import correlation_keys as table_correlation_keys
 
 KERNEL_WAIT_NS = 30_000  # HTA's consecutive_kernel_delay as HTA applies it (30, compared with gaps in us): see above
 
 
 def correlation_keys(trace: Trace, rows: np.ndarray) -> np.ndarray:
-    """Join key between launches and GPU ops. nsys numbers correlations per process; chrome per trace."""
-    corr = trace.correlation[rows]
-    if trace.format == "nsys_sqlite":
-        return np.where(corr >= 0, (trace.pid[rows] << 40) + corr, -1)
-    return corr
+    """Join key between launches and GPU ops, for these rows (the one rule: trace.table.correlation_keys)."""
+    return table_correlation_keys(trace.format, trace.pid[rows], trace.correlation[rows])
 
 
 @dataclass

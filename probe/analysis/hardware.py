@@ -147,7 +147,7 @@ DEVICES: tuple[Device, ...] = (
         "NVIDIA A100 Tensor Core GPU datasheet (A100 40GB PCIe and SXM: 1,555 GB/s), "
         "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
         "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf",
-        r"A100.*40\s*GB",
+        r"A100.*40\s*GB|A100-PG509-200",  # PG509-200: the A100 SXM4 40GB board (HTA's traces, 39.4 GiB)
         40 * GIB,
         _t(float32=19.5, bfloat16=312, float16=312),
         A100_PDF,

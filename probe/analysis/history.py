@@ -7,7 +7,7 @@ plain SQL (the DuckDB CLI, `duckdb.connect(PATH, read_only=True)` from Python); 
     meta        key, value: schema_version
     runs        one row a run: run_id, recorded_at (UTC), command, source, fingerprint, kind (results | trace),
                 config_id / config (the configuration: a hash and its label) / config_json, env_id (the
-                environment: a hash of ENV_KEYS), git_commit, git_dirty, torch, transformers, python, device,
+                environment: Environment.identity()), git_commit, git_dirty, torch, transformers, python, device,
                 device_name, driver, cuda, cpu_model, cpu_count, torch_threads, dtype, env_json, complete, units
     cells       one row a bench cell: run_id, unit ("cached p16 n32"), engine, prompt_tokens, new_tokens, batch,
                 runs, ttft_ms, itl_p50_ms, itl_p90_ms, decode_tok_s, total_ms, peak_mem_bytes, peak_mem_kind,
@@ -24,7 +24,7 @@ plain SQL (the DuckDB CLI, `duckdb.connect(PATH, read_only=True)` from Python); 
 A unit is what `probe compare` calls a key: a bench cell, or a profiled trace's step kind prefixed with the
 engine and shape it was profiled at. A configuration is what must be equal for two runs to be compared (model,
 dtype, seed, warmup, threads, the cells or the profiled shape; not the number of runs); an environment is
-ENV_KEYS (torch, transformers, device, driver, CPU), what `probe compare` warns about when it differs.
+what `Environment.identity()` hashes (torch, transformers, device, driver, CPU).
 
 Concurrency. DuckDB lets one process at a time open a file for writing (and none for reading meanwhile), with an
 OS lock. A writer opens, appends one run in one transaction and closes; a reader opens read-only, reads, closes.
@@ -47,7 +47,6 @@ import os
 import random
 import re
 import secrets
-import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -64,15 +63,16 @@ from probe.analysis.compare import (
     Comparison,
     SampleSet,
     Unit,
-    cell_key,
     compare,
     from_analysis,
     from_results,
     markdown,
 )
-from probe.analysis.files import is_trace_name, trace_meta, trace_stem
+from probe.analysis.environment import Environment
+from probe.analysis.files import is_trace_name, parse_json, parse_stem, read_json
 from probe.analysis.ledger import TraceAnalysis, analyze
-from probe.analysis.results import RESULTS_FILE, BenchResults, load_results
+from probe.analysis.results import RESULTS_FILE, BenchResults, CellKey, load_results
+from probe.analysis.sidecar import Sidecar, trace_meta
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
 
@@ -84,7 +84,6 @@ WAIT_ENV = "PROBE_HISTORY_WAIT_S"
 WAIT_S = 60.0
 WINDOW = 5  # earlier runs whose timings the latest run is held against (the counts: against the previous one)
 SCHEMA_VERSION = 2
-ENV_KEYS = ("torch", "transformers", "device", "device_name", "driver", "cpu_model")
 DUCKDB_MAGIC = b"DUCK"  # bytes 8..12 of every DuckDB database file
 SESSIONS_NOTE = (
     "timings span sessions: each run in the window ran in its own process, and a machine's speed drifts "
@@ -253,12 +252,17 @@ def connect(path: str | Path, write: bool = False, wait: float | None = None) ->
 
 @dataclass(frozen=True)
 class Ledger:
-    """One profiled trace of a run: its per-step ledger, its sidecar, and the prefix its step kinds take."""
+    """One profiled trace of a run: its per-step ledger, its sidecar, and the engine and shape it was profiled at."""
 
     path: Path
-    prefix: str  # "cached p64 n8": the engine and the shape it was profiled at
+    key: CellKey  # the engine and the shape it was profiled at
     analysis: TraceAnalysis
-    meta: dict
+    meta: Sidecar
+
+    @property
+    def prefix(self) -> str:
+        """What its step kinds are prefixed with: "cached p64 n8 decode"."""
+        return str(self.key)
 
 
 @dataclass(frozen=True)
@@ -270,7 +274,7 @@ class RunRecord:
     recorded_at: dt.datetime  # UTC, without tzinfo
     commit: str | None  # the code under test's commit (the current folder's repository), None outside one
     dirty: bool | None  # tracked files modified at the time
-    env: dict
+    env: Environment
     config: dict  # what must be equal for two runs to be compared (config_id is its hash)
     results: BenchResults | None
     ledgers: tuple[Ledger, ...]
@@ -286,11 +290,11 @@ class RunRecord:
 
     @property
     def env_id(self) -> str:
-        return env_id(self.env)
+        return self.env.identity()
 
     @property
     def label(self) -> str:
-        return config_label(self.config)
+        return config_label(self.config, [c.key for c in self.results.cells] if self.results is not None else [])
 
     def sample_set(self) -> SampleSet:
         """Every unit of the run in probe compare's shape: the bench cells, then each trace's step kinds."""
@@ -309,63 +313,25 @@ def _digest(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
-def env_id(env: dict) -> str:
-    """The environment's hash: torch, transformers, the device kind and name, the driver, the CPU."""
-    key = {k: env.get(k) for k in ENV_KEYS}
-    key["device"] = str(key["device"]).split(":")[0] if key["device"] is not None else None
-    return _digest(key)
-
-
-def git_state(folder: str | Path) -> tuple[str | None, bool | None]:
-    """HEAD of the repository `folder` lies in, and whether tracked files are modified; (None, None) outside one."""
-
-    def git(*args: str) -> subprocess.CompletedProcess | None:
-        try:
-            return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.SubprocessError):
-            return None
-
-    head = git("rev-parse", "HEAD")
-    if head is None or head.returncode != 0:
-        return None, None
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return head.stdout.strip(), (bool(status.stdout.strip()) if status and status.returncode == 0 else None)
-
-
-def commit_of(env: dict) -> tuple[str | None, bool | None]:
-    """The commit an older results file recorded (probe's own checkout, "-dirty" suffixed), split in two."""
-    text = env.get("git_commit")
-    if not text:
-        return None, None
-    return text.removesuffix("-dirty"), text.endswith("-dirty")
-
-
-_STEM = re.compile(r"^(?P<model>.+)_(?P<engine>[^_]+)_(?P<device>[a-z]+)_p(?P<prompt>\d+)_n(?P<new>\d+)$")
-
-
 def read_ledger(path: str | Path) -> Ledger:
-    """A trace `probe profile` wrote, with its .meta.json: ProbeError when the sidecar is missing."""
+    """A trace `probe profile` wrote, with its .meta.json: ProbeError when the sidecar is missing or malformed."""
     path = Path(path)
     meta = trace_meta(path)
-    if not meta or not isinstance(meta.get("config"), dict):
+    if meta is None:
         raise ProbeError(f"{path}: no .meta.json beside it, so not a trace probe profile recorded")
-    cfg = meta["config"]
+    cfg = meta.config
     # The file name holds the engine's own name (a module:Class spec reports the engine it modifies).
-    match = _STEM.match(trace_stem(path.name))
-    engine = match["engine"] if match else str(cfg.get("engine", "?")).rpartition(":")[2]
-    prefix = f"{engine} p{cfg.get('prompt')} n{cfg.get('new_tokens')}"
-    if (cfg.get("batch") or 1) > 1:
-        prefix += f" b{cfg['batch']}"
-    return Ledger(path, prefix, analyze(load_trace(path)), meta)
+    stem = parse_stem(path.name)
+    engine = stem.engine if stem else cfg.engine.rpartition(":")[2]
+    return Ledger(path, CellKey(engine, cfg.prompt, cfg.new_tokens, cfg.batch), analyze(load_trace(path)), meta)
 
 
 def results_config(results: BenchResults, ledgers: Sequence[Ledger] = ()) -> dict:
     """A bench-like run's configuration: its settings and its cells (so a sweep of other prompts, engines or
     token counts is another configuration), not its number of runs; the profiled traces of a `probe run`."""
-    cfg = results.config
-    out = {k: cfg.get(k) for k in ("model", "dtype", "seed", "warmup", "threads", "annotate", "telemetry_ms")}
-    out["dtype"] = results.env.get("dtype", out["dtype"])
-    return out | {"kind": "results", "cells": sorted(cell_key(c) for c in results.cells)} | _traces(ledgers)
+    out = {k: getattr(results.config, k) for k in ("model", "seed", "warmup", "threads", "annotate", "telemetry_ms")}
+    out["dtype"] = results.dtype
+    return out | {"kind": "results", "cells": sorted(str(c.key) for c in results.cells)} | _traces(ledgers)
 
 
 def _traces(ledgers: Sequence[Ledger]) -> dict:
@@ -373,22 +339,23 @@ def _traces(ledgers: Sequence[Ledger]) -> dict:
 
 
 def trace_config(ledger: Ledger) -> dict:
-    cfg = ledger.meta["config"]
-    out = {k: cfg.get(k) for k in ("model", "dtype", "seed", "warmup", "prompt", "new_tokens", "batch")}
-    return out | {"kind": "trace", "tool": ledger.meta.get("tool"), "engine": ledger.prefix.split()[0]}
+    cfg = ledger.meta.config
+    out = {k: getattr(cfg, k) for k in ("model", "dtype", "seed", "warmup", "prompt", "new_tokens", "batch")}
+    return out | {"kind": "trace", "tool": ledger.meta.tool, "engine": ledger.key.engine}
 
 
-def config_label(config: dict) -> str:
-    """What a person reads for a configuration: `tiny float32 cached,naive p16,64 n32`."""
+def config_label(config: dict, cells: Sequence[CellKey] = ()) -> str:
+    """What a person reads for a configuration: `tiny float32 cached,naive p16,64 n32`, from its settings and
+    the keys of its cells (a bench-like run's)."""
     head = f"{config.get('model')} {config.get('dtype')}"
     if config.get("kind") == "trace":
         batch = f" b{config['batch']}" if (config.get("batch") or 1) > 1 else ""
         return f"profile {head} {config.get('engine')} p{config.get('prompt')} n{config.get('new_tokens')}{batch}"
-    cells = [k.split() for k in config.get("cells", [])]
-    engines = list(dict.fromkeys(c[0] for c in cells))
-    prompts = sorted({int(c[1][1:]) for c in cells})
-    news = sorted({int(c[2][1:]) for c in cells})
-    batches = sorted({int(c[3][1:]) for c in cells if len(c) > 3})
+    keys = sorted(cells, key=str)  # the order config["cells"] holds them in
+    engines = list(dict.fromkeys(k.engine for k in keys))
+    prompts = sorted({k.prompt_tokens for k in keys})
+    news = sorted({k.new_tokens for k in keys})
+    batches = sorted({k.batch for k in keys if k.batch > 1})
     text = f"{head} {','.join(engines)} p{','.join(map(str, prompts))} n{','.join(map(str, news))}"
     if batches:
         text += f" b{','.join(map(str, batches))}"
@@ -438,14 +405,15 @@ def run_record(
         raise ProbeError("nothing to record: no results and no trace")
     if results is not None and not results.cells:
         raise ProbeError(f"{source}: has no cells")
-    env = dict(results.env if results is not None else ledgers[0].meta.get("env", {}))
-    env |= {k: v for k, v in (env_extra or {}).items() if v is not None}
+    env = results.env if results is not None else ledgers[0].meta.env
+    env = dataclasses.replace(env, **{k: v for k, v in (env_extra or {}).items() if v is not None})
     if results is not None:
         config = results_config(results, ledgers)
         when = _utc(results.clock.epoch_ns if results.clock else None)
     else:
         config = trace_config(ledgers[0])
-        when = _utc((ledgers[0].meta.get("clock") or {}).get("epoch_ns"))
+        clock = ledgers[0].meta.clock
+        when = _utc(clock.epoch_ns if clock else None)
     if not source and results is None:
         source = ledgers[0].path  # a profiled run is its trace
     return RunRecord(
@@ -485,18 +453,18 @@ def _frames(record: RunRecord, run_id: str) -> dict[str, pd.DataFrame]:
         "env_id": record.env_id,
         "git_commit": record.commit,
         "git_dirty": record.dirty,
-        **{k: _text(env.get(k)) for k in ("torch", "transformers", "python", "device", "device_name", "driver")},
-        **{k: _text(env.get(k)) for k in ("cuda", "cpu_model", "dtype")},
-        "cpu_count": env.get("cpu_count"),
-        "torch_threads": env.get("torch_threads"),
-        "env_json": json.dumps(env, sort_keys=True, default=str),
+        **{k: _text(getattr(env, k)) for k in ("torch", "transformers", "python", "device", "device_name", "driver")},
+        **{k: _text(getattr(env, k)) for k in ("cuda", "cpu_model", "dtype")},
+        "cpu_count": env.cpu_count,
+        "torch_threads": env.torch_threads,
+        "env_json": json.dumps(env.to_json(), sort_keys=True, default=str),
         "complete": record.results.complete if record.results is not None else True,
         "units": len(samples.units),
     }
     frames = {"runs": pd.DataFrame([run])}
     cells = record.results.cells if record.results is not None else []
     frames["cells"] = pd.DataFrame(
-        [{"run_id": run_id, "unit": cell_key(c)} | {k: getattr(c, k) for k in CELL_COLUMNS} for c in cells]
+        [{"run_id": run_id, "unit": str(c.key)} | {k: getattr(c, k) for k in CELL_COLUMNS} for c in cells]
     )
     counts, ops, values = [], [], []
     for key, unit in samples.units.items():
@@ -593,33 +561,27 @@ def folder_record(folder: Path, command: str | None = None, **overrides) -> RunR
     ledgers = []
     if (folder / "report.json").is_file() and (folder / "traces").is_dir():
         traces = sorted(p for p in (folder / "traces").iterdir() if is_trace_name(p.name))
-        ledgers = [read_ledger(p) for p in traces if trace_meta(p)]
-    combined = BenchResults(
-        main.cells + [c for r in nxt for c in r.cells],
-        main.env,
-        main.config,
-        main.complete and all(r.complete for r in nxt),
-        main.clock,
-    )
+        ledgers = [read_ledger(p) for p in traces if trace_meta(p) is not None]
+    combined = main.combined(nxt)
     kind = command or ("run" if (folder / "report.json").is_file() else "bench")
     record = run_record(kind, folder, combined, ledgers, parts=[main, *nxt], **overrides)
     return record if "commit" in overrides else _with_commit(record, combined.env)
 
 
-def _with_commit(record: RunRecord, env: dict) -> RunRecord:
+def _with_commit(record: RunRecord, env: Environment) -> RunRecord:
+    """Without the current folder's commit (an import), the commit the run recorded: probe's own checkout's."""
     if record.commit is not None:
         return record
-    commit, dirty = commit_of(env)
-    return dataclasses.replace(record, commit=commit, dirty=dirty)
+    return dataclasses.replace(record, commit=env.commit, dirty=env.dirty if env.commit else None)
 
 
 def file_record(path: Path) -> RunRecord:
     """A results or baseline file, or a trace with its sidecar, as one run."""
     if is_trace_name(path.name):
         ledger = read_ledger(path)
-        return _with_commit(run_record("profile", path, ledgers=[ledger]), ledger.meta.get("env", {}))
+        return _with_commit(run_record("profile", path, ledgers=[ledger]), ledger.meta.env)
     results = load_results(path)
-    doc = json.loads(path.read_text())
+    doc = read_json(path)
     marker = doc.get("baseline") if isinstance(doc.get("baseline"), dict) else None
     when = None
     if marker and marker.get("created"):
@@ -643,9 +605,16 @@ def records_in(path: str | Path) -> tuple[list[RunRecord], list[str]]:
     found: list[RunRecord] = []
     skipped: list[str] = []
 
-    def take(make, *args) -> None:
+    def take(make, where: Path) -> None:
+        """One run, or one line saying why not: a name that is not UTF-8 (no history column can hold it) is
+        refused before it is read."""
         try:
-            found.append(make(*args))
+            str(where.absolute()).encode("utf-8")
+        except UnicodeEncodeError:
+            skipped.append(f"{os.fsencode(where)!r}: its name is not UTF-8, so the history cannot hold it")
+            return
+        try:
+            found.append(make(where))
         except ProbeError as e:
             skipped.append(str(e))
 
@@ -662,11 +631,8 @@ def records_in(path: str | Path) -> tuple[list[RunRecord], list[str]]:
                 continue
             dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
             for name in sorted(files):
-                if is_trace_name(name):
-                    if trace_meta(here / name):
-                        take(file_record, here / name)
-                    else:
-                        skipped.append(f"{here / name}: no .meta.json beside it, so not a trace probe profile recorded")
+                if is_trace_name(name):  # without a sidecar, or with one that is malformed: a line of its own
+                    take(file_record, here / name)
                 elif name.endswith(".json") and not name.endswith(".meta.json") and _is_baseline(here / name):
                     take(file_record, here / name)
     return sorted(found, key=lambda r: r.recorded_at), skipped
@@ -674,8 +640,8 @@ def records_in(path: str | Path) -> tuple[list[RunRecord], list[str]]:
 
 def _is_baseline(path: Path) -> bool:
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        doc = read_json(path)
+    except ProbeError:
         return False
     return isinstance(doc, dict) and "baseline" in doc and isinstance(doc.get("cells"), list)
 
@@ -775,7 +741,11 @@ def sample_set(con: duckdb.DuckDBPyConnection, run: RunInfo, unit: str | None = 
     ).df()
     for (key, metric), rows in frame.groupby(["unit", "metric"], sort=False):
         of(key)["samples"][metric] = tuple(float(x) for x in rows["value"])
-    env = json.loads(con.execute("SELECT env_json FROM runs WHERE run_id = ?", [run.run_id]).fetchone()[0] or "{}")
+    text = con.execute("SELECT env_json FROM runs WHERE run_id = ?", [run.run_id]).fetchone()[0] or "{}"
+    try:
+        env = Environment.from_json(parse_json(text, f"run {run.run_id}'s env_json"))
+    except ValueError as e:
+        raise ProbeError(f"run {run.run_id}: {e}") from None
     source = f"{run.run_id} @ {run.short_commit}"
     return SampleSet(
         source, run.kind, env, {}, {k: Unit(k, u["counts"], u["ops"], u["samples"]) for k, u in units.items()}

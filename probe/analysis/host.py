@@ -35,6 +35,7 @@ import numpy as np
 from probe import vocabulary as V
 from probe.analysis.gpu import correlation_keys
 from probe.analysis.intervals import covered, merge, nesting
+from probe.analysis.patterns import Pattern, compile_user
 from probe.analysis.trace import COPY_KINDS, GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
 from probe.errors import ProbeError
 
@@ -113,7 +114,7 @@ def frame_name(name: str) -> str:
 @dataclass(frozen=True)
 class UserPart:
     name: str
-    pattern: re.Pattern
+    pattern: Pattern  # RE2: linear in the name (probe.analysis.patterns)
 
 
 def parse_part(text: str, reserved: frozenset[str] = frozenset()) -> UserPart:
@@ -129,10 +130,7 @@ def parse_part(text: str, reserved: frozenset[str] = frozenset()) -> UserPart:
             f"--part {name}: clashes with a built-in part or field; built-in parts are "
             f"{', '.join((*PURPOSE, *MECHANISM))}"
         )
-    try:
-        return UserPart(name, re.compile(pattern))
-    except re.error as e:
-        raise ProbeError(f"--part {name}={pattern}: not a regular expression ({e})") from None
+    return UserPart(name, compile_user(pattern, f"--part {name}={pattern}"))
 
 
 @dataclass(frozen=True)
@@ -528,7 +526,7 @@ def _sync_sites(trace: Trace, table: PartTable, inner: _Innermost, seg, step, ns
     n = len(lo)
     owner = inner.seg_owner[seg]
     sel = inner.mechanism[owner] == _SYNC_WAIT
-    out: list[dict[tuple, list[int]]] = [{} for _ in range(n)]
+    out: list[dict[tuple, list]] = [{} for _ in range(n)]  # (call, frame, source) -> [ns, rows, first start, site]
     if not sel.any():
         return [() for _ in range(n)]
     # a synchronizing frame inside another blocking event is part of that event's wait: report the outermost

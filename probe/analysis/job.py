@@ -1,23 +1,34 @@
-"""Many traces as one job: the ranks of a tensor-parallel run, or a fleet's nightly traces.
+"""Many traces at once: the ranks of a tensor-parallel run, or a fleet's nightly traces.
 
-Each trace is read and analyzed on its own (`analyze_one`: in a process pool by default, `pool_map`, or as Ray
-tasks, probe.cluster), then `job` lines them up step by step. A trace's rank is its `distributedInfo.rank` when
-every trace has a distinct one, else its place in the file order. Steps are matched by position (step 0 of every
-rank, step 1, ...), up to the fewest steps any trace has. Per step: every rank's wall, GPU busy and launches
-(`StepLedger.dispatched`: kernel and graph launches, or top-level ops on a CPU trace); the slowest rank by wall,
-and how far it trails the median wall of the ranks (the straggler). Over the job: the rank that was slowest most
-often (ties: the lower rank). A trace that cannot be read is kept as a `TraceFailure`, named with its error, and
-the others are analyzed all the same.
+Each trace is read and analyzed on its own (`analyze_one`: in a process of its own by default, `pool_map`, or as a
+Ray task, probe.cluster). A trace that cannot be read, whose analysis raises (a MemoryError), or whose process dies
+(killed by the OOM killer) is kept as a `TraceFailure`, named with its error, and the others are analyzed all the
+same.
+
+Then `job` lines them up step by step, but only when they are the ranks of one job (`check_job`, the one
+definition): two traces or more, the same step names in the same order (so the same step count), and a rank for
+each, distinct: every trace's `distributedInfo.rank`, else a `rank<N>` in every file name (rank3, rank_3,
+rank-3). Anything else (a run's `traces/` folder, one trace per engine; a fleet's traces) is a list of traces,
+each shown on its own, with no step-by-step table and no straggler. In a job, steps are matched by position (step
+0 of every rank, step 1, ...). Per step: every rank's wall, GPU busy and launches (`StepLedger.dispatched`: kernel
+and graph launches, or top-level ops on a CPU trace); the slowest rank by wall, and how far it trails the median
+wall of the ranks (the straggler). Over the job: the rank that was slowest most often (ties: the lower rank).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import glob
+import multiprocessing
+import multiprocessing.connection
 import os
+import re
+import signal
 import statistics
+import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +36,8 @@ from probe.analysis.files import is_trace_name
 from probe.analysis.ledger import AnalyzeOptions, TraceAnalysis, analyze
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
+
+RANK_IN_NAME = re.compile(r"(?<![a-z0-9])rank[-_]?(\d+)(?![0-9])", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -90,23 +103,41 @@ class Straggler:
 
 
 @dataclass(frozen=True)
+class JobCheck:
+    """Whether some traces are the ranks of one job (the module docstring's rule), and why not when they are not."""
+
+    ranks: tuple[int, ...] | None  # each trace's rank, in the order given; None: not one job
+    why_not: str | None = None  # one line
+
+    @property
+    def one_job(self) -> bool:
+        return self.ranks is not None
+
+
+@dataclass(frozen=True)
 class JobAnalysis:
-    traces: tuple[TraceAnalysis, ...]  # by rank
-    ranks: tuple[int, ...]  # each trace's rank, in the same order
+    traces: tuple[TraceAnalysis, ...]  # by rank in a job; in the order given in a list
+    ranks: tuple[int, ...]  # each trace's rank, in the same order (a list: none)
     by_step: tuple[JobStep, ...]
-    straggler: Straggler | None  # None: no step to compare
+    straggler: Straggler | None  # None: not a job, or no step to compare
     failed: tuple[TraceFailure, ...] = ()
     warnings: tuple[str, ...] = ()
+    not_a_job: str | None = None  # why these traces are a list of traces, not one job's ranks
+
+    @property
+    def one_job(self) -> bool:
+        return self.not_a_job is None
 
     @property
     def on_gpu(self) -> bool:
         return any(t.on_gpu for t in self.traces)
 
     def to_json(self) -> dict:
+        ranks = self.ranks if self.one_job else (None,) * len(self.traces)
         return {
-            "traces": [
-                t.to_json() | {"source": t.source, "rank": r} for t, r in zip(self.traces, self.ranks, strict=True)
-            ],
+            "traces": [t.to_json() | {"source": t.source, "rank": r} for t, r in zip(self.traces, ranks, strict=True)],
+            "one_job": self.one_job,
+            "not_a_job": self.not_a_job,
             "by_step": [s.to_json() for s in self.by_step],
             "straggler": None if self.straggler is None else vars(self.straggler),
             "failed": [vars(f) for f in self.failed],
@@ -145,36 +176,137 @@ def analyze_one(item: tuple[str | Path, AnalyzeOptions | None]) -> TraceAnalysis
         return TraceFailure(str(path), str(e).splitlines()[0] if str(e) else type(e).__name__)
 
 
-def pool_map(fn: Callable, items: Sequence, workers: int | None = None) -> list:
-    """[fn(item) for item in items] in a pool of local processes (one a core, at most one an item), in order."""
+def lost_trace(item: tuple[str | Path, AnalyzeOptions | None], why: str) -> TraceFailure:
+    """The failure of a trace whose analysis raised or whose process died: `pool_map`'s and `fan_out`'s `lost`."""
+    return TraceFailure(str(item[0]), why)
+
+
+def pool_map(fn: Callable, items: Sequence, workers: int | None = None, lost: Callable | None = None) -> list:
+    """[fn(item) for item in items], in order, each call in a process of its own forked from this one, at most
+    `workers` at a time (default: one a core). A call that raises (a MemoryError) or whose process dies (the OOM
+    killer, a signal) gives lost(item, why) in its place, `why` in one line, and the others go on; without `lost`,
+    a ProbeError. Every process ends with this one: on Linux the kernel kills them when it dies, whatever killed it
+    (SIGTERM, SIGKILL), so nothing is left holding the caller's pipes; on Ctrl-C they are ended before it returns."""
     workers = max(1, min(workers or os.cpu_count() or 1, len(items)))
-    if workers == 1:
-        return [fn(item) for item in items]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(fn, items))
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+    out: list = [None] * len(items)
+    todo = list(enumerate(items))
+    running: dict = {}  # the parent's end of a process's pipe -> (process, index)
+
+    def give_up(i: int, why: str) -> None:
+        if lost is None:
+            raise ProbeError(f"{items[i]!r}: {why}")
+        out[i] = lost(items[i], why)
+
+    try:
+        while todo or running:
+            while todo and len(running) < workers:
+                i, item = todo.pop(0)
+                here, there = context.Pipe(duplex=False)
+                process = context.Process(target=_child, args=(fn, item, there, os.getpid()), daemon=True)
+                process.start()
+                there.close()
+                running[here] = (process, i)
+            for conn in multiprocessing.connection.wait(list(running)):
+                process, i = running.pop(conn)
+                try:
+                    ok, value = conn.recv()
+                except (EOFError, OSError):  # it died before it could answer
+                    process.join()
+                    give_up(i, _death(process.exitcode))
+                    continue
+                finally:
+                    conn.close()
+                process.join()
+                if ok:
+                    out[i] = value
+                else:
+                    give_up(i, value)
+    finally:
+        for process, _ in running.values():
+            process.kill()
+            process.join()
+    return out
+
+
+def _child(fn: Callable, item, conn, parent: int) -> None:
+    """A pool process: dies with its parent (Linux), runs fn(item), sends (True, result) or (False, why). Ctrl-C
+    reaches the whole process group: the parent stops the pool, so this process ignores it (no traceback a child)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent)
+    try:
+        result = (True, fn(item))
+    except Exception as e:
+        text = str(e).strip().splitlines()
+        result = (False, f"{type(e).__name__}: {text[0]}" if text else type(e).__name__)
+    try:
+        conn.send(result)
+    except Exception as e:  # a result that does not pickle
+        conn.send((False, f"its result could not be sent back ({type(e).__name__})"))
+    conn.close()
+
+
+def _die_with_parent(parent: int) -> None:
+    """prctl(PR_SET_PDEATHSIG, SIGKILL): the kernel kills this process when the parent that forked it dies."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the call above
+            os._exit(1)
+
+
+def _death(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        oom = " (what the OOM killer sends)" if -exitcode == signal.SIGKILL else ""
+        return f"the process analyzing it was killed by {name}{oom}"
+    return f"the process analyzing it exited with status {exitcode} before it answered"
+
+
+def rank_in_name(source: str) -> int | None:
+    """The N of a `rank<N>` (rank3, rank_3, rank-3) in a trace's file name; None when there is none, or several."""
+    found = {int(m) for m in RANK_IN_NAME.findall(Path(source).name)}
+    return found.pop() if len(found) == 1 else None
+
+
+def check_job(traces: Sequence[TraceAnalysis]) -> JobCheck:
+    """Whether `traces` are the ranks of one job (the module docstring's rule): their ranks, or why not."""
+    if len(traces) < 2:
+        return JobCheck(None, "a job has two traces or more")
+    first = traces[0]
+    names = [s.name for s in first.steps]
+    for t in traces[1:]:
+        other = [s.name for s in t.steps]
+        if len(other) != len(names):
+            return JobCheck(None, f"{t.source} has {len(other)} steps, {first.source} {len(names)}")
+        if other != names:
+            i = next(i for i, (a, b) in enumerate(zip(names, other, strict=True)) if a != b)
+            return JobCheck(None, f"step {i} is {names[i]!r} in {first.source}, {other[i]!r} in {t.source}")
+    for ranks in ([t.rank for t in traces], [rank_in_name(t.source) for t in traces]):
+        if None not in ranks and len(set(ranks)) == len(ranks):
+            return JobCheck(tuple(ranks))
+    return JobCheck(None, "no distinct rank for every trace, in its distributedInfo or as rank<N> in its file name")
+
+
+def is_one_job(traces: Sequence[TraceAnalysis]) -> bool:
+    """check_job(traces).one_job: what the explorer asks before it shows a folder as ranks."""
+    return check_job(traces).one_job
 
 
 def job(results: Sequence[TraceAnalysis | TraceFailure]) -> JobAnalysis:
-    """Line the analyses up as ranks, step by step (see the module docstring)."""
+    """The analyses as one job's ranks, step by step, when they are (`check_job`); else as a list of traces."""
     traces = [r for r in results if isinstance(r, TraceAnalysis)]
     failed = tuple(r for r in results if isinstance(r, TraceFailure))
-    if not traces:
-        return JobAnalysis((), (), (), None, failed)
-    warnings = []
-    declared = [t.rank for t in traces]
-    if None not in declared and len(set(declared)) == len(declared):
-        ranks = declared
-    else:
-        ranks = list(range(len(traces)))
-        if any(r is not None for r in declared):
-            warnings.append("the traces' distributedInfo ranks are missing or repeated: ranks are the file order")
-    order = sorted(range(len(traces)), key=lambda i: ranks[i])
-    traces, ranks = [traces[i] for i in order], [ranks[i] for i in order]
-    counts = [len(t.steps) for t in traces]
-    if len(set(counts)) > 1:
-        warnings.append(f"the traces have {min(counts)} to {max(counts)} steps: steps 0..{min(counts) - 1} compared")
-    by_step = tuple(_step(i, traces, ranks) for i in range(min(counts)))
-    return JobAnalysis(tuple(traces), tuple(ranks), by_step, _straggler(by_step), failed, tuple(warnings))
+    check = check_job(traces)
+    if check.ranks is None:
+        return JobAnalysis(tuple(traces), (), (), None, failed, not_a_job=check.why_not)
+    order = sorted(range(len(traces)), key=lambda i: check.ranks[i])
+    traces, ranks = [traces[i] for i in order], [check.ranks[i] for i in order]
+    by_step = tuple(_step(i, traces, ranks) for i in range(len(traces[0].steps)))
+    return JobAnalysis(tuple(traces), tuple(ranks), by_step, _straggler(by_step), failed)
 
 
 def _step(i: int, traces: list[TraceAnalysis], ranks: list[int]) -> JobStep:

@@ -1,15 +1,25 @@
 """GPU kernels by name and by category, and the launch statistics of a step.
 
 Categories come from one ordered table of regular expressions over the kernel's full name, first match wins
-(`KERNEL_RULES`); a user puts their own rules in front of it (`probe analyze --kernel-category CAT=REGEX`). The
-rules were written against the kernel names of every real trace in tests/data and ../shared/traces/public
-(cuBLAS / cuBLASLt `sm90_xmma_gemm`, `nvjet`; CUTLASS; cuDNN; FlashAttention; FlashInfer; Triton; hipBLASLt
-`Cijk_`; `ck_tile`; aiter; vLLM and SGLang custom kernels), and tests/test_kernels.py checks every one of those
-names against a category assigned by hand. memcpy and memset are their own GPU op kinds, so they need no rule.
+(`KERNEL_RULES`); a user puts their own rules in front of it (`probe analyze --kernel-category CAT=REGEX`, compiled
+by probe.analysis.patterns for RE2). The rules were written against the kernel names of every real trace in
+tests/data and ../shared/traces (public and peer: cuBLAS / cuBLASLt `sm90_xmma_gemm`, `nvjet`; CUTLASS; cuDNN;
+FlashAttention; FlashInfer; Triton and triton_kernels; hipBLASLt `Cijk_`; `ck_tile`; aiter; TensorRT-LLM; vLLM and
+SGLang custom kernels; fbgemm; NCCL), and tests/test_kernel_names.py checks every one of those names against a
+category assigned by hand (tests/data/kernel_categories.json). memcpy and memset are their own GPU op kinds, so
+they need no rule.
 
 Why the order matters: a KV-cache write named `reshape_and_cache_flash_kernel` must not fall to attention's
-`flash`; a fused `add_rmsnorm_quant` is a norm before it is a quantization; cuDNN's `implicit_gemm` convolutions
-are convolutions, not GEMMs; and an argmax is a `reduce_kernel` that samples.
+`flash`; a fused `add_rmsnorm_quant` is a norm before it is a quantization; an expert GEMM (`_matmul_ogs_*`,
+`fused_moe_kernel`, a grouped GEMM) is MoE before it is a GEMM; cuDNN's `implicit_gemm` convolutions are
+convolutions, not GEMMs; and an argmax is a `reduce_kernel` that samples.
+
+Every rule has a bounded match width (no `*`, `+` or `{m,}`; tests/test_kernel_names.py checks it with
+patterns.max_width), so classifying a name costs time linear in its length, whatever the trace holds: the old
+`flashinfer.*(prefill|decode)` made one 80k-character kernel name take 15.7 s (quadratic backtracking).
+
+The names people read are `short_name`s (no return type, template or parameter list, the way nsys and TraceLens
+print them); every table and the JSON keep the full name beside it.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from probe.analysis.patterns import Pattern, compile_user
 from probe.errors import ProbeError
 
 GEMM, ATTENTION, NORM, ELEMENTWISE, ROTARY = "gemm", "attention", "norm", "elementwise", "rotary"
@@ -42,7 +53,8 @@ CATEGORIES = (
     OTHER,
 )
 
-# (category, pattern), first match wins. Patterns are case-insensitive unless they say (?-i:...).
+# (category, pattern), first match wins. Patterns are case-insensitive unless they say (?-i:...), and of bounded
+# width (see the module docstring).
 KERNEL_RULES: tuple[tuple[str, str], ...] = (
     # NCCL / RCCL collectives, torch symmetric-memory and custom all-reduce kernels
     (
@@ -56,29 +68,44 @@ KERNEL_RULES: tuple[tuple[str, str], ...] = (
         r"reshape_and_cache|concat_and_cache|store_kvcache|append_paged_kv_cache|kv_cache_update|"
         r"kv_indices|page_indices|write_to_kv",
     ),
+    # FlashInfer's (Batch|Single)(Prefill|Decode)...Kernel, and the attention kernels of the others
     (
         ATTENTION,
         r"fmha|flash_?attn|flash_fwd|flash_bwd|flash_?decod|attn_fwd|attention|mha_|\bmla_|"
-        r"xformers|flashinfer.*(prefill|decode)|batch_?prefill|paged_?attn",
+        r"xformers|(batch|single)_?(prefill|decode)|paged_?attn",
     ),
     (ROTARY, r"rotary|\brope\b|rope_|apply_rope"),
-    (NORM, r"rms_?norm|layer_?norm|group_?norm|batch_?norm|instance_?norm|\bbn_(fw|bw)|norm_kernel|l2_?norm"),
-    (QUANTIZE, r"quant"),
-    (MOE, r"\bmoe|_moe|moe_|routing|expert|_finalize_matmul_scatter|bitmatrix|_topk_forward"),
+    # torch's group norm computes its statistics in RowwiseMoments; its layer norm backward is GammaBetaBackward
+    (
+        NORM,
+        r"rms_?norm|layer_?norm|group_?norm|batch_?norm|instance_?norm|\bbn_(fw|bw)|norm_kernel|l2_?norm|"
+        r"rowwise_?moments|gamma_?beta_?backward",
+    ),
+    # routing, permutes and expert GEMMs: triton_kernels' _matmul_ogs_* (gpt-oss on vLLM), fused_moe_kernel (vLLM,
+    # SGLang), grouped GEMMs (CUTLASS GroupProblemShape, DeepGEMM's MGrouped*, torch's _grouped_mm), aiter's fmoe,
+    # TensorRT-LLM's moe::dev:: and its trtllm-gen batched GEMMs (`bmm_..._dynBatch`, inside vllm::moe_forward on B200)
+    (
+        MOE,
+        r"\bmoe|_moe|moe_|routing|expert|_finalize_matmul_scatter|bitmatrix|_topk_forward|matmul_ogs|"
+        r"group(ed)?_?(gemm|mm)|groupproblemshape|mgrouped|fmoe|dynbatch",
+    ),
+    (QUANTIZE, r"quant|qparam|hfp8|fp8rowwise"),  # fbgemm's fp8 conversions: _float_to_hfp8, _FP8rowwise_to_float
     # convolutions (cuDNN and its helpers) before GEMM: their implicit GEMMs are convolutions
     (
         CONV,
         r"conv|fprop|dgrad|wgrad|scudnn|winograd|fft2d|implicit_gemm|cask_cudnn|nchwToNhwc|nhwcToNchw|"
-        r"im2col|cudnn::cnn|cudnn::ops",
+        r"im2col|cudnn::cnn|cudnn::ops|cutlass_cudnn",
     ),
-    (GEMM, r"gemm|gemv|matmul|(?-i:Cijk_)|nvjet|\bbmm_|cublas|hipblaslt|splitKreduce|cutlass.*(sgemm|tensorop)"),
+    # fbgemm_gpu is a library, most of whose kernels are no GEMM
+    (GEMM, r"(?<!fb)gemm|gemv|matmul|(?-i:Cijk_)|nvjet|\bbmm_|cublas|hipblaslt|splitKreduce"),
     (SAMPLING, r"argmax|argmin|top_?k|top_?p|sampling|sampler|multinomial|gumbel|exponential_"),
-    (REDUCTION, r"softmax|reduce|cumsum|\bscan|segment|pool|norm_?stats|welford"),
+    # fbgemm's permute_pooled_embs moves pooled rows, it pools nothing
+    (REDUCTION, r"softmax|reduce|cumsum|\bscan|segment|pool(?!ed_emb)|norm_?stats|welford"),
     (
         ELEMENTWISE,
         r"elementwise|triton_poi|act_and_mul|silu|gelu|relu|swiglu|CatArray|copy_kernel|fill|"
         r"index|gather|scatter|masked|dropout|multi_tensor_apply|distribution|arange|pad|clamp|"
-        r"where|position|token_ids|cast|convert|transpose|permute",
+        r"where|position|token_ids|cast|convert|transpose|permute|embedding",
     ),
 )
 SHORT_KERNEL_NS = 5_000  # a kernel under 5 us does less work than its launch costs the host
@@ -86,19 +113,14 @@ SHORT_KERNEL_NS = 5_000  # a kernel under 5 us does less work than its launch co
 
 @dataclass(frozen=True)
 class Rules:
-    """A compiled rule table: user rules first, then KERNEL_RULES."""
+    """A compiled rule table: user rules first (RE2, through patterns.compile_user), then KERNEL_RULES."""
 
-    rules: tuple[tuple[str, re.Pattern], ...]
+    rules: tuple[tuple[str, re.Pattern | Pattern], ...]
 
     @classmethod
     def build(cls, extra: tuple[tuple[str, str], ...] = ()) -> Rules:
-        compiled = []
-        for category, pattern in (*extra, *KERNEL_RULES):
-            try:
-                compiled.append((category, re.compile(pattern, re.IGNORECASE)))
-            except re.error as e:
-                raise ProbeError(f"--kernel-category {category}={pattern}: not a regular expression ({e})") from None
-        return cls(tuple(compiled))
+        user = tuple((c, compile_user(p, f"--kernel-category {c}={p}", ignore_case=True)) for c, p in extra)
+        return cls((*user, *_BUILTIN))
 
     def category(self, name: str) -> str:
         for category, pattern in self.rules:
@@ -107,6 +129,7 @@ class Rules:
         return OTHER
 
 
+_BUILTIN = tuple((category, re.compile(pattern, re.IGNORECASE)) for category, pattern in KERNEL_RULES)
 DEFAULT_RULES = Rules.build()
 
 
@@ -123,6 +146,7 @@ class KernelStat:
     """One GPU op name over a scope (a step, or the whole trace). Times in integer ns; `_us` twins below."""
 
     name: str  # the full name as the trace writes it
+    short_name: str  # short_name(name): what a person reads (tables, charts)
     category: str
     count: int
     total_ns: int
@@ -134,6 +158,7 @@ class KernelStat:
     def to_json(self) -> dict:
         return {
             "name": self.name,
+            "short_name": self.short_name,
             "category": self.category,
             "count": self.count,
             "total_us": self.total_ns / 1e3,
@@ -204,14 +229,16 @@ def kernel_stats(
     maxima = np.full(len(uniq), np.iinfo(np.int64).min, np.int64)
     np.maximum.at(maxima, inverse, dur)
     _, medians = grouped_medians(key, dur)
+    short: dict[int, str] = {}  # once a name, however many groups it is in
     for k, n, total, p50, top in zip(
         uniq.tolist(), counts.tolist(), totals.tolist(), medians.tolist(), maxima.tolist(), strict=True
     ):
         g, name = divmod(k, width)
         busy = int(busy_ns[g])
-        out[g].append(
-            KernelStat(names[name], str(categories[name]), n, total, total / n, p50, top, total / busy if busy else 0.0)
-        )
+        if name not in short:
+            short[name] = short_name(names[name])
+        share = total / busy if busy else 0.0
+        out[g].append(KernelStat(names[name], short[name], str(categories[name]), n, total, total / n, p50, top, share))
     for g in range(groups):
         out[g].sort(key=lambda s: (-s.total_ns, s.name))
         if keep is not None:

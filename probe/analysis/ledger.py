@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -50,7 +50,7 @@ from typing import Literal
 import numpy as np
 
 from probe.analysis import kernels
-from probe.analysis.gpu import KERNEL_WAIT_NS, Attribution, attribute, launch_delays, windows
+from probe.analysis.gpu import KERNEL_WAIT_NS, Attribution, LaunchDelays, Windows, attribute, launch_delays, windows
 from probe.analysis.host import (
     MECHANISM,
     PURPOSE_PARTS,
@@ -68,10 +68,13 @@ from probe.analysis.host import (
     thread_rows,
 )
 from probe.analysis.intervals import assign, covered, merge
+from probe.analysis.kernels import KernelStat
+from probe.analysis.patterns import Pattern
 from probe.analysis.steps import StepSet, StepTokens, compile_steps_regex, find_steps
 from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
 from probe.errors import ProbeError
 
+MAX_STEPS = 200_000  # steps one analysis holds by default (max_steps)
 TOP_OPS_KEPT = 20  # per step; op_counts keeps every name
 TOP_KERNELS_KEPT = 10  # per step; the trace's list keeps every name
 TOP_FRAMES_KEPT = 10  # per step; the trace's list keeps every name
@@ -102,7 +105,7 @@ class AnalyzeOptions:
     """How to read a trace: which ranges are steps, the user's own parts and kernel categories, the gap under which
     GPU idle is kernel wait, and the profiler's cost per recorded event when it is known."""
 
-    steps: re.Pattern | None = None  # --steps
+    steps: Pattern | None = None  # --steps, RE2 (probe.analysis.patterns)
     parts: tuple[UserPart, ...] = ()  # --part NAME=REGEX, in priority order
     kernel_rules: tuple[tuple[str, str], ...] = ()  # --kernel-category CATEGORY=REGEX, before the built-in rules
     event_cost: EventCost | None = None  # the profiler's cost per recorded event (probe.capture.calibrate)
@@ -179,7 +182,7 @@ class StepLedger:
     top_ops: tuple[OpTime, ...] = ()  # largest dispatch time first, at most TOP_OPS_KEPT
     kernel_counts: dict[str, int] = field(default_factory=dict)  # kernel name -> launches of it in this step
     kernels_by_category: dict[str, int] = field(default_factory=dict)  # category -> GPU time, ns
-    top_kernels: tuple[kernels.KernelStat, ...] = ()  # largest total first, at most TOP_KERNELS_KEPT
+    top_kernels: tuple[KernelStat, ...] = ()  # largest total first, at most TOP_KERNELS_KEPT
     top_frames: tuple[FrameTime, ...] = ()  # largest self time first, at most TOP_FRAMES_KEPT
     sync_sites: tuple[SyncSite, ...] = ()  # largest wait first
     other_threads: tuple[ThreadTime, ...] = ()  # busiest first
@@ -195,7 +198,7 @@ class StepLedger:
     @property
     def cache_ns(self) -> int:
         """The three cache parts of the purpose partition together (PURPOSE_PARTS' group "cache")."""
-        return sum(self.purpose_ns.get(p.name, 0) for p in PURPOSE_PARTS if p.group == "cache")
+        return sum(self.purpose_ns.get(p, 0) for p in _CACHE_PARTS)
 
     @property
     def sync_wait_ns(self) -> int:
@@ -222,28 +225,10 @@ class StepLedger:
         return self.gpu_busy_ns / self.gpu_window_ns if self.gpu_window_ns else 0.0
 
     def to_json(self) -> dict:
-        nested = {
-            "purpose_ns",
-            "mechanism_ns",
-            "op_counts",
-            "top_ops",
-            "kernel_counts",
-            "kernels_by_category",
-            "top_kernels",
-            "top_frames",
-            "sync_sites",
-            "other_threads",
-            "tokens",
-        }
         out = {}
-        for f in dataclasses.fields(self):
-            if f.name in nested:
-                continue
-            value = getattr(self, f.name)
-            if f.name.endswith("_ns"):
-                out[f.name[:-3] + "_us"] = None if value is None else value / 1000
-            else:
-                out[f.name] = value
+        for name, key, ns in _FLAT_FIELDS:  # the plain fields, each `_ns` as `_us`
+            value = getattr(self, name)
+            out[key] = (None if value is None else value / 1000) if ns else value
         out["purpose_us"] = {k: v / 1000 for k, v in self.purpose_ns.items()}
         out["mechanism_us"] = {k: v / 1000 for k, v in self.mechanism_ns.items()}
         out["cache_us"] = self.cache_ns / 1000
@@ -261,6 +246,14 @@ class StepLedger:
         return out
 
 
+_NESTED = {"purpose_ns", "mechanism_ns", "op_counts", "top_ops", "kernel_counts", "kernels_by_category"}
+_NESTED |= {"top_kernels", "top_frames", "sync_sites", "other_threads", "tokens"}
+_FLAT_FIELDS = tuple(
+    (f.name, f.name[:-3] + "_us" if f.name.endswith("_ns") else f.name, f.name.endswith("_ns"))
+    for f in dataclasses.fields(StepLedger)
+    if f.name not in _NESTED
+)
+_CACHE_PARTS = tuple(p.name for p in PURPOSE_PARTS if p.group == "cache")
 # A user part NAME becomes a purpose key: it must not shadow a key a step already has.
 _RESERVED = frozenset(
     {f.name.removesuffix("_ns") for f in dataclasses.fields(StepLedger)}
@@ -325,7 +318,7 @@ class TraceAnalysis:
     totals: Totals
     summary: Summary
     on_gpu: bool  # the trace has GPU work or launches: the one definition of "a GPU trace"
-    kernels: tuple[kernels.KernelStat, ...] = ()  # every GPU op name over the whole trace, largest total first
+    kernels: tuple[KernelStat, ...] = ()  # every GPU op name over the whole trace, largest total first
     kernel_categories: dict[str, int] = field(default_factory=dict)  # category -> ns over the whole trace
     python_frames: tuple[FrameTime, ...] = ()  # Python self time of every step by frame, largest first
     user_parts: tuple[str, ...] = ()
@@ -389,8 +382,8 @@ class _Launches:
     kernels: np.ndarray
     gpu_ops: np.ndarray
     short: np.ndarray
-    windows: object  # gpu.Windows
-    delays: object  # gpu.LaunchDelays
+    windows: Windows
+    delays: LaunchDelays
     in_step_graph: np.ndarray  # per runtime call: a graph launch inside a step
     totals: Totals
 
@@ -687,11 +680,27 @@ def _warnings(trace: Trace, steps: StepSet, la: _Launches, ho: _Host, ledgers: l
     return out
 
 
+def max_steps() -> int:
+    """How many steps one analysis may hold: each costs a few KiB of figures (its parts, ops and kernels by name),
+    so a trace of a million steps would cost gigabytes whatever its size on disk. `PROBE_MAX_STEPS` (200,000 by
+    default) moves the bound."""
+    text = os.environ.get("PROBE_MAX_STEPS", "")
+    try:
+        return max(1, int(text)) if text else MAX_STEPS
+    except ValueError:
+        raise ProbeError(f"PROBE_MAX_STEPS={text!r}: a whole number of steps") from None
+
+
 def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysis:
     """The per-step ledger of every step, the whole-trace totals and kernels, and a steady-state summary."""
     options = options or AnalyzeOptions()
     steps = find_steps(trace, options.steps)
     n = len(steps)
+    if n > (limit := max_steps()):
+        raise ProbeError(
+            f"{trace.source}: {n:,} steps found by {steps.rule}, more than the {limit:,} one analysis holds (each "
+            "costs a few KiB): name fewer with --steps REGEX, or raise PROBE_MAX_STEPS"
+        )
     launches = _launch_columns(trace, steps, options)
     kernel_columns = _kernel_columns(trace, launches, options, n)
     table = PartTable.build(trace, options.parts)

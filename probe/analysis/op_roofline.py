@@ -20,6 +20,7 @@ kernel time with `model` None: named, never guessed.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -141,7 +142,7 @@ MODELS: dict[str, Callable[[Shapes], Cost | None]] = {
     "aten::addmm": _addmm,
     "aten::linear": _linear,
     "aten::bmm": _bmm,
-    **{name: (lambda s, at=at: _sdpa(s, at)) for name, at in IS_CAUSAL.items()},
+    **{name: functools.partial(_sdpa, causal_at=at) for name, at in IS_CAUSAL.items()},
     **{name: _elementwise for name in ELEMENTWISE | NORMS},
 }
 

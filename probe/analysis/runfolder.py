@@ -2,13 +2,15 @@
 
 A sweep into a folder that holds results would replace results.json and leave the old run's report, telemetry and
 traces beside the new cells. So such a folder is refused (`claim`), unless the user says what to do with it:
-`resume` continues it (the sweep keeps its finished cells and runs the others; probe.capture.bench checks that the
+`resume` continues it (the sweep keeps its finished cells and runs the others; probe.capture.sweep checks that the
 configuration matches), `force` clears probe's own files first. Only the files named here are ever removed: a
 user's own file in the folder stays, and so does every folder that still holds one.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 from probe.analysis.report import REPORT_FILE, REPORT_MD
@@ -21,6 +23,23 @@ NEXT_GLOB = "next-*"  # probe run's sweeps of the write-ups' closing predictions
 TRACES = "traces"  # probe run's profiled traces
 # What probe profile writes into traces/: the trace and its sidecars, and Nsight Systems' report and export.
 TRACE_SUFFIXES = (".trace.json.gz", ".meta.json", ".telemetry.parquet", ".nsys-rep", ".sqlite")
+
+
+def check_writable(folder: Path) -> None:
+    """Fail in one line, before any work, when `folder` cannot be written, or when its name is not UTF-8 (the OS
+    takes any bytes, but no results file, Parquet writer or history can hold the name, so a finished sweep would be
+    lost at its first save). The test file is created exclusively (tempfile), so nothing already at a path there,
+    such as a planted symlink, is ever written through."""
+    try:
+        str(folder).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ProbeError(f"output folder {os.fsencode(folder)!r}: its name is not UTF-8; choose another") from None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder, prefix=".probe-write-test."):
+            pass
+    except OSError as e:
+        raise ProbeError(f"cannot write to output folder {folder}: {e.strerror or e}") from None
 
 
 def held(folder: Path) -> list[Path]:

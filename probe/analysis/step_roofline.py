@@ -83,11 +83,14 @@ def resolve_tokens(step: StepLedger, shapes: StepTokens | None, flags: TokenFlag
             context = source.context_tokens
         sources.append(source.source)
     if sequences is None and flags.batch is not None:
-        sequences, _ = flags.batch, sources.append("--batch")
+        sequences = flags.batch
+        sources.append("--batch")
     if new is None and flags.tokens is not None:
-        new, _ = flags.tokens, sources.append("--tokens")
+        new = flags.tokens
+        sources.append("--tokens")
     if context is None and flags.context is not None:
-        context, _ = flags.context * (sequences or 1), sources.append("--context")
+        context = flags.context * (sequences or 1)
+        sources.append("--context")
     if sequences is None:
         sequences = 1
     if new is None:

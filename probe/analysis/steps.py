@@ -3,8 +3,11 @@
 The rules, tried in this order; the first that finds anything wins, and `StepSet.rule` names it:
 
 1. `--steps REGEX` when given: every host range (a torch `user_annotation`, an NVTX range in an nsys export)
-   whose whole name matches. An explicit request comes first; one that matches nothing is a warning, and the
-   rules below apply.
+   whose name the pattern matches anywhere (a search, as `grep`: `--steps execute_` finds vLLM's
+   `execute_new_1_cached_0`; `^...$` anchors it to the whole name). The pattern is compiled for RE2 by
+   probe.analysis.patterns, so no pattern can make the search backtrack. An explicit request comes first; one
+   that matches nothing is a warning in `StepSet.warnings` (the CLI prints warnings on stderr before its tables),
+   and the rules below apply.
 2. probe's own ranges: `prefill` and `decode#i` (probe.vocabulary).
 3. `ProfilerStep#N`, torch's own marker (`profile.step()`).
 4. The per-iteration markers real engines emit, in `MARKERS` (each with the trace it was found in).
@@ -27,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from probe import vocabulary as V
+from probe.analysis.patterns import Pattern, compile_user
 from probe.analysis.trace import GRAPH_LAUNCH_NAMES, PROFILER_STEP_PREFIX, Kind, Trace, api_base_name
-from probe.errors import ProbeError
 
 RULE_STEPS, RULE_PROBE, RULE_PROFILER, RULE_GRAPH, RULE_WINDOW = (
     "--steps",
@@ -204,21 +207,18 @@ class StepSet:
         return self.tokens[i] if self.tokens is not None else None
 
 
-def compile_steps_regex(text: str | None) -> re.Pattern | None:
-    if text is None:
-        return None
-    try:
-        return re.compile(text)
-    except re.error as e:
-        raise ProbeError(f"--steps {text!r}: not a regular expression ({e})") from None
+def compile_steps_regex(text: str | None) -> Pattern | None:
+    """`--steps` (or the explorer's `steps=`) compiled for a linear-time search; None when not given."""
+    return None if text is None else compile_user(text, f"--steps {text!r}")
 
 
-def find_steps(trace: Trace, steps: re.Pattern | None = None) -> StepSet:
-    """The trace's steps by the first rule that finds any (see the module docstring)."""
+def find_steps(trace: Trace, steps: Pattern | None = None) -> StepSet:
+    """The trace's steps by the first rule that finds any (see the module docstring); `steps` is searched for
+    in each range's name (anchor it with `^...$` to match whole names)."""
     warnings: list[str] = []
     ranges = trace.rows(Kind.USER_RANGE, Kind.PROFILER_STEP)
     if steps is not None:
-        match = trace.name_ids(lambda s: steps.fullmatch(s) is not None)
+        match = trace.name_ids(lambda s: steps.search(s) is not None)
         rows = _outermost(trace, ranges[match[trace.name_id[ranges]]])
         if len(rows):
             return _from_rows(trace, rows, RULE_STEPS, _kinds_of(trace, rows), warnings)

@@ -34,6 +34,7 @@ FIGURES: dict[str, str] = {
     "proc_cpu_pct": RATE,
     "sys_cpu_pct": RATE,
     "threads": LEVEL,
+    "sampler_cpu_pct": RATE,  # the sampler process's own CPU (ProcessSampler): the machine's, not the run's
 }
 Row = dict[str, float]  # "t_ns" (an int, perf_counter_ns) plus figures
 Window = tuple[int, int]  # [start_ns, end_ns] in perf_counter_ns
@@ -181,9 +182,14 @@ class TelemetrySummary:
     sys_cpu_pct_peak: float | None = None
     threads_mean: float | None = None
     threads_peak: float | None = None
+    sampler_cpu_pct_mean: float | None = None
+    sampler_cpu_pct_peak: float | None = None
     decode_energy_j: float | None = None
     energy_source: str | None = None  # "counter" | "power_integral" | None
     energy_per_token_j: float | None = None
+    # False: the decode phases add up to less than NVML's power window, so the energy is not theirs
+    # (ENERGY_WINDOW_NOTE); None: no energy, or a file from before the check
+    energy_reliable: bool | None = None
     samples_in_windows: int = 0
 
     def to_json(self) -> dict:
@@ -197,10 +203,19 @@ class TelemetrySummary:
         return cls(**{k: v for k, v in doc.items() if k in names})
 
 
+# NVML's power readings are averages over a window of their own: nvmlDeviceGetPowerUsage averages over 1 s on Ampere
+# and newer (NVML's reference). Decode phases that add up to less than that window get an energy that is mostly the
+# window's, not theirs: the figure is kept in the JSON, marked unreliable, and not shown as a measurement.
+MIN_ENERGY_NS = 1_000_000_000
+ENERGY_WINDOW_NOTE = "under 1 s in all; NVML averages power over up to 1 s"
+
+
 def cell_telemetry(samples, windows: Iterable[Window], tokens: int) -> TelemetrySummary:
-    """Everything a results cell records: the summaries, decode energy, its source, and J per `tokens`."""
+    """Everything a results cell records: the summaries, decode energy, its source, J per `tokens`, and whether
+    the phases were long enough for NVML's power sampling (MIN_ENERGY_NS) to measure them."""
     windows = list(windows)
     joules, source = _energy(samples, windows)
+    covered = sum(b - a for a, b in _merge(windows))
     t, _ = _columns(samples)
     inside = sum(int(np.count_nonzero((t >= a) & (t <= b))) for a, b in _merge(windows))
     figures = {k: v for k, v in summarize(samples, windows).items() if k in _SUMMARY_FIELDS}
@@ -209,6 +224,7 @@ def cell_telemetry(samples, windows: Iterable[Window], tokens: int) -> Telemetry
         decode_energy_j=joules,
         energy_source=source,
         energy_per_token_j=joules / tokens if joules is not None and tokens > 0 else None,
+        energy_reliable=None if joules is None else covered >= MIN_ENERGY_NS,
         samples_in_windows=inside,
     )
 
@@ -218,9 +234,10 @@ _SUMMARY_FIELDS = frozenset(f.name for f in dataclasses.fields(TelemetrySummary)
 # Contention: another process competing for the cores makes every timing of a cell unreliable (on this 2-core
 # machine a busy loop beside a 2-thread decode made its steps 4x slower). The rule, over the union of a cell's
 # decode phases (its recorded runs), from the /proc figures every cell samples:
-#     other_cpu_cores = sys_cpu_pct_mean / 100 * cores - proc_cpu_pct_mean / 100
-# the machine's busy CPU time (every core, from /proc/stat) less this process's own (its threads, the sampler's
-# included), in cores, time-weighted; the cell is contended when that is at least CONTENDED_CORES. /proc/stat counts
+#     other_cpu_cores = sys_cpu_pct_mean / 100 * cores - proc_cpu_pct_mean / 100 - sampler_cpu_pct_mean / 100
+# the machine's busy CPU time (every core, from /proc/stat) less this process's own (its threads, a sampler thread's
+# included) and less the sampler process's own (ProcessSampler: a child, which /proc/stat counts as another
+# process), in cores, time-weighted; the cell is contended when that is at least CONTENDED_CORES. /proc/stat counts
 # in 10 ms ticks, so phases shorter than MIN_JUDGED_NS in all are not judged (None): measured here, an idle machine
 # reads -0.07..+0.02 cores over 0.12 s of phases, a busy-looping process beside the loop 0.63..1.07.
 CONTENDED_CORES = 0.25  # a quarter of one core: 3x the idle noise above, a third of what a busy loop takes
@@ -237,7 +254,8 @@ def contention(summary: TelemetrySummary | None, windows: Iterable[Window], core
     """The contention rule above, for a cell's telemetry summary over `windows` on a machine of `cores` cores."""
     if summary is None or summary.sys_cpu_pct_mean is None or summary.proc_cpu_pct_mean is None:
         return Contention(None, None)
-    other = summary.sys_cpu_pct_mean / 100 * cores - summary.proc_cpu_pct_mean / 100
+    sampler = summary.sampler_cpu_pct_mean or 0.0  # None: a sampler thread, already inside proc_cpu_pct
+    other = summary.sys_cpu_pct_mean / 100 * cores - summary.proc_cpu_pct_mean / 100 - sampler / 100
     covered = sum(b - a for a, b in _merge(windows))
     return Contention(other, other >= CONTENDED_CORES if covered >= MIN_JUDGED_NS else None)
 

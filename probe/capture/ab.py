@@ -20,15 +20,17 @@ from engines import engine_class
 from engines.models import load_model, prompt_ids, resolve_device
 from probe.analysis.compare import SampleSet, from_results
 from probe.analysis.results import BenchResults, Cell
-from probe.capture.bench import measured_cell, settled
-from probe.capture.config import BenchConfig, validate
+from probe.capture.cell import measured_cell
+from probe.capture.config import validate
 from probe.capture.env import environment
 from probe.capture.loop import Generation, lockstep
+from probe.capture.sweep import settle_here
+from probe.settings import BenchConfig
 
 
 def interleaved(cfg: BenchConfig, base: str, current: str, flip: bool = False) -> tuple[SampleSet, SampleSet]:
     """Runs of `base` and `current` alternate at every prompt length (`current` first when `flip`)."""
-    cfg = settled(cfg)
+    cfg = settle_here(cfg)
     validate(dataclasses.replace(cfg, engines=(base, current)))
     device = resolve_device(cfg.device)
     if cfg.threads:
@@ -47,10 +49,10 @@ def interleaved(cfg: BenchConfig, base: str, current: str, flip: bool = False) -
                     if i >= cfg.warmup:
                         gens[side].append(gen)
             for side in cells:
-                cells[side].append(measured_cell(engines[side], prompt, gens[side], None, 0, "not measured"))
+                cells[side].append(measured_cell(engines[side], prompt, gens[side], 0, "not measured"))
     env = environment(device, cfg.dtype)
-    config = {"model": cfg.model, "dtype": cfg.dtype}
-    return tuple(
-        from_results(BenchResults(cells[side], env, config, complete=True), name, with_engine=False)
+    base_set, current_set = (
+        from_results(BenchResults(cells[side], env, cfg, complete=True), name, with_engine=False)
         for side, name in (("base", base), ("current", current))
     )
+    return base_set, current_set

@@ -38,6 +38,7 @@ from probe.analysis.hardware import match_device
 from probe.analysis.ledger import analyze
 from probe.analysis.report import Machine, OverheadReport, Piece
 from probe.analysis.trace import load_trace
+from probe.analysis.trace.table import LAUNCH_NAMES
 from probe.capture import annotate as A
 from probe.capture.config import BenchConfig, settle, validate
 from probe.capture.count import count_forward_ops
@@ -193,7 +194,7 @@ def measure(
         model = load_model(model_spec, dtype, str(dev), seed)
     naive, cached = engine_class("naive")(model), engine_class("cached")(model)
     one_token = prompt_ids(1, 1, model.config.vocab_size, seed).to(dev)
-    launches = count_forward_ops(naive, one_token).prefill_ops  # the floor forward: one token, no cache
+    launches, launch_kind = floor_launches(model, naive, one_token)
     prompt = prompt_ids(context, 1, model.config.vocab_size, seed).to(dev)
     cached_ops = count_forward_ops(cached, prompt).decode_ops
     generate(cached, prompt, steps + 1)  # warm
@@ -219,8 +220,8 @@ def measure(
         floor_wait_ms=floor_ms - issue_ms,
         floor_unsynced_ms=statistics.median(unsynced) / 1e6,
         launches_per_forward=launches,
-        launch_kind="aten ops dispatched",
-        host_us_per_launch=issue_ms * 1e3 / launches,
+        launch_kind=launch_kind,
+        host_us_per_launch=issue_ms * 1e3 / launches if launches else float("nan"),  # none recorded: unknown
         cached_step_ms=step_ms,
         cached_launches_per_forward=cached_ops,
         pieces=pieces,
@@ -233,6 +234,24 @@ def measure(
         device_pct=100 * step.gpu_busy_us / wall if step.on_gpu else None,
         compute_in_ops_pct=100 * sum(step.mechanism_us[m] for m in ("dispatch", "launch", "runtime")) / wall,
     )
+
+
+def floor_launches(model, naive, token: torch.Tensor) -> tuple[int, str]:
+    """What the floor forward dispatches, and what that count is of: on a GPU its kernel launch calls (from one
+    profiled forward: "us per launch" divides by these), on a CPU the aten ops it dispatches (which stand in for
+    launches there)."""
+    if token.device.type != "cuda":
+        return count_forward_ops(naive, token).prefill_ops, "aten ops dispatched"
+    prepare_graph_profiling(token.device)
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    masks = prepared_masks(model)
+    with torch.inference_mode():
+        no_cache_forward(model, token, masks)  # warm
+        torch.cuda.synchronize(token.device)
+        with torch.profiler.profile(activities=activities) as prof:
+            no_cache_forward(model, token, masks)
+            torch.cuda.synchronize(token.device)
+    return sum(1 for e in prof.events() if e.name in LAUNCH_NAMES), "kernel launches"
 
 
 def profiled_step(engine, prompt: torch.Tensor, steps: int = 8) -> StepDigest:

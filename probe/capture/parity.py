@@ -18,9 +18,10 @@ from dataclasses import dataclass
 import torch
 
 from engines.base import Engine
-from probe.analysis.results import Parity
+from probe.analysis.results import Parity, ParityMode
 
-EXACT, TEACHER_FORCED = "exact", "teacher-forced"
+EXACT: ParityMode = "exact"
+TEACHER_FORCED: ParityMode = "teacher-forced"
 # A step whose argmax differs from naive's token still matches when the engine's own logit for naive's token is
 # within this many units in the last place (eps of the dtype x |top logit|) of its top logit. Measured on the tiny
 # preset (4 layers, CPU), every logit of cached, static-eager and batched stays within 3.0 (float16) and 2.2
@@ -29,7 +30,7 @@ EXACT, TEACHER_FORCED = "exact", "teacher-forced"
 NEAR_TIE_ULPS = 8
 
 
-def parity_mode(dtype: str) -> str:
+def parity_mode(dtype: str) -> ParityMode:
     return EXACT if dtype == "float32" else TEACHER_FORCED
 
 
@@ -63,7 +64,7 @@ def checked_run(engine: Engine, prompt: torch.Tensor, new_tokens: int, forced: t
     return Checked(*(torch.stack(x, dim=1).cpu() for x in (argmax, gaps, finite)))
 
 
-def judge(mode: str, checked: Checked, reference: torch.Tensor, reference_finite: torch.Tensor) -> Parity:
+def judge(mode: ParityMode, checked: Checked, reference: torch.Tensor, reference_finite: torch.Tensor) -> Parity:
     """The verdict of one cell against naive's tokens `reference` (B, N) and whether naive's own steps were
     finite (B, N). `checked` is free-running in exact mode, fed `reference` in teacher-forced mode."""
     differs = checked.argmax != reference  # (B, N)

@@ -1,4 +1,7 @@
-"""One module a subcommand: `HELP`, `add_arguments(parser)` and `main(args) -> exit code`."""
+"""One module a subcommand: `add_arguments(parser)` and `main(args) -> exit code`; its help line is in probe.cli.
+Here: the --json writer every command shares (what bench and run share is in `_sweep`)."""
+
+from __future__ import annotations
 
 import sys
 

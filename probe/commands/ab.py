@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from probe.analysis.compare import compare
-    from probe.analysis.results import atomic_write
+    from probe.analysis.files import atomic_write
     from probe.capture.ab import interleaved
     from probe.commands.compare import print_report
 

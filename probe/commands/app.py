@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
-HELP = "open the Streamlit explorer on the runs and traces under a folder (localhost only)"
+import psutil
+
+from probe.errors import ProbeError
 
 APP = Path(__file__).resolve().parents[2] / "app.py"  # the checkout's app.py (the project installs editable)
 ADDRESS = "127.0.0.1"  # the app serves every file under its root to whoever reaches the port
@@ -42,10 +45,6 @@ def allowed_hosts(address: str) -> list[str]:
     machine's own names and addresses, which are what a browser elsewhere may send."""
     hosts = [*LOOPBACK_HOSTS, address]
     if address in ("0.0.0.0", "::", ""):
-        import socket
-
-        import psutil
-
         hosts += [socket.gethostname(), socket.getfqdn()]
         inet = (socket.AF_INET, socket.AF_INET6)
         hosts += [a.address.split("%")[0] for ad in psutil.net_if_addrs().values() for a in ad if a.family in inet]
@@ -79,8 +78,6 @@ def streamlit_command(root: Path, port: int, address: str = ADDRESS) -> list[str
 
 
 def main(args: argparse.Namespace) -> int:
-    from probe.errors import ProbeError
-
     if not APP.is_file():
         raise ProbeError(f"{APP} not found: probe app runs from a checkout (pip install -e .)")
     if not args.root.is_dir():

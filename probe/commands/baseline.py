@@ -13,12 +13,13 @@ import json
 import time
 from pathlib import Path
 
+from probe.analysis.files import atomic_write
 from probe.capture.config import BenchConfig
+from probe.capture.sweep import bench, check_writable, mismatches
 from probe.commands.history import add_record_arguments, record
+from probe.errors import ProbeError
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import from_args
-
-HELP = "record the default CPU configuration's launch counts and timings into a baseline file"
 
 DEFAULT_OUT = Path("baselines/cpu-tiny.json")
 # Why these: both engines (the cache's bookkeeping is what regresses, naive is the reference), two prompt
@@ -52,10 +53,6 @@ def baseline_json(results) -> dict:
 
 
 def main(args: argparse.Namespace) -> int:
-    from probe.analysis.results import atomic_write
-    from probe.capture.bench import bench, check_writable, mismatches
-    from probe.errors import ProbeError
-
     cfg = from_args(BenchConfig, args, **BASELINE_DEFAULTS)
     check_writable(args.out.parent)
     start = time.perf_counter()

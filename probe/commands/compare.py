@@ -65,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
     for w in result.warnings:  # stderr, one line each, so they stand out in a CI log whatever the format
         print(f"probe: WARNING: {w}", file=sys.stderr)
     if args.markdown is not None:
-        from probe.analysis.results import atomic_write
+        from probe.analysis.files import atomic_write
 
         try:
             atomic_write(args.markdown, result.to_markdown())
@@ -84,8 +84,8 @@ def print_report(result) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from probe import render
     from probe.analysis.compare import COLUMNS, row_cells
+    from probe.render import console as render
 
     style = {
         "regression": "bold red",

@@ -10,11 +10,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from engines.models import load_model, prompt_ids, resolve_device
 from probe.capture.config import DTYPE_CHOICES, DTYPE_HELP, MODEL_HELP, BenchConfig, settle, validate
+from probe.capture.count import count_forward_ops
 from probe.commands import print_json
 from probe.flags import int_list, str_list
-
-HELP = "count aten ops dispatched per forward (prefill and one decode step)"
+from probe.render import terminal
+from probe.render.console import stdout
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,12 +30,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
-    from engines.models import load_model, prompt_ids, resolve_device
-    from probe import render
-    from probe.capture.count import count_forward_ops
-
     device = resolve_device(args.device)
     cfg = BenchConfig(
         engines=args.engines,
@@ -54,13 +50,8 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print_json([dataclasses.asdict(c) for c in counts])
         return 0
-    table = Table(title=f"aten ops per forward: {cfg.model} {cfg.dtype} on {device}", title_justify="left")
-    for col in ("engine", "prompt", "prefill ops", "decode ops"):
-        table.add_column(col, justify="left" if col == "engine" else "right")
-    for c in counts:
-        table.add_row(c.engine, str(c.prompt_tokens), str(c.prefill_ops), str(c.decode_ops))
-    console = render.stdout()
-    console.print(table)
+    console = stdout()
+    console.print(terminal.count_table(counts, f"aten ops per forward: {cfg.model} {cfg.dtype} on {device}"))
     if args.by_op:
         for c in counts:
             console.print(

@@ -93,7 +93,7 @@ def list_runs(runs, as_json: bool, path: Path) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from probe import render
+    from probe.render import console as render
 
     table = Table(title=f"probe history: {path} ({len(runs)} run(s), newest first)", title_justify="left")
     for col in ("run", "recorded (UTC)", "command", "commit", "configuration", "config id", "device", "torch"):
@@ -123,8 +123,8 @@ def show_run(judgement, as_json: bool) -> int:
 def report_check(result, as_json: bool, markdown: Path | None) -> int:
     from rich.markup import escape
 
-    from probe import render
     from probe.commands.compare import print_report
+    from probe.render import console as render
 
     if markdown is not None:
         from probe.analysis.files import atomic_write
@@ -192,14 +192,15 @@ def record(
     """Append this run (bench `results`, profiled `traces`, or a run `folder` read back) to the history, after
     its own files are written. Returns the command's exit code: unchanged, unless the write failed and the user
     named the history file (then 2, or the code the command already had)."""
+    if args.no_history:  # before the import: --no-history must never load DuckDB (an optional dependency)
+        return code
     from probe.analysis import history
+    from probe.analysis.environment import git_state
     from probe.errors import ProbeError
 
-    if args.no_history:
-        return code
     path, named = history.history_path(args.history)
     try:
-        commit, dirty = history.git_state(Path.cwd())
+        commit, dirty = git_state(Path.cwd())
         how = dict(commit=commit, dirty=dirty, recorded_at=history.now_utc(), env_extra={"driver": driver_version()})
         if folder is not None:
             rec = history.folder_record(folder, command, **how)

@@ -116,10 +116,11 @@ def arch_of(spec: str, count: str):
     import importlib.util
 
     from engines.arch import ArchError, from_raw
-    from engines.configs import ModelError, read_config
+    from engines.configs import ModelError
+    from probe.analysis.files import model_raw
 
     try:
-        raw = read_config(spec)
+        raw = model_raw(spec)
     except ModelError as e:
         raise ProbeError(str(e)) from None
     if count != "meta":
@@ -141,9 +142,9 @@ def arch_of(spec: str, count: str):
 def main(args: argparse.Namespace) -> int:
     if args.check:
         return check(args.published, args.json)
-    from probe import render
     from probe.analysis.hardware import device
     from probe.analysis.roofline.formulas import roofline
+    from probe.render import console as render
 
     cfg = from_args(RooflineConfig, args)
     arch, counted_by = arch_of(cfg.model, cfg.count)
@@ -281,8 +282,8 @@ def table(r):
 
 
 def check(path: Path | None, as_json: bool) -> int:
-    from probe import render
     from probe.analysis.roofline.published import check_published
+    from probe.render import console as render
 
     checks = check_published(path)
     failed = [c for c in checks if not c.passed]

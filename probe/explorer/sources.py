@@ -24,10 +24,11 @@ from pathlib import Path
 
 from engines.configs import presets
 from probe.analysis.compare import SampleSet, from_analysis, from_results
-from probe.analysis.files import is_trace_name, trace_stem
-from probe.analysis.files import trace_meta as read_trace_meta
+from probe.analysis.files import is_trace_name, stem_of
 from probe.analysis.report import REPORT_FILE
 from probe.analysis.results import RESULTS_FILE
+from probe.analysis.sidecar import Sidecar
+from probe.analysis.sidecar import trace_meta as read_trace_meta
 from probe.errors import ProbeError
 from probe.explorer.figures.style import printable
 
@@ -191,7 +192,7 @@ def stamp(path: Path) -> tuple:
     return tuple(out)
 
 
-def trace_meta(root: Path, path: Path) -> dict | None:
+def trace_meta(root: Path, path: Path) -> Sidecar | None:
     """`probe profile`'s sidecar for a trace (probe.compare.trace_meta), read only when every sidecar
     in the trace's folder lies inside root."""
     if not all(_inside(root, m) for m in path.parent.glob("*.meta.json")):
@@ -207,7 +208,7 @@ def telemetry_files(root: Path, folder: Path) -> list[Path]:
 
 def trace_telemetry(root: Path, trace: Path) -> Path | None:
     """The samples `probe profile` recorded with this trace (`<stem>.telemetry.parquet`), inside root."""
-    path = trace.parent / f"{trace_stem(trace.name)}.telemetry.parquet"
+    path = trace.parent / f"{stem_of(trace.name)}.telemetry.parquet"
     return path if path.is_file() and _inside(root, path) else None
 
 

@@ -24,11 +24,12 @@ cached and n new positions:
   qk_rope_head_dim, falcon's K/V heads) x the KV dtype.
 - **State**, per linear-attention / SSM layer: the constant state (conv window + recurrent state) is read once
   and written once per sequence. No per-token cache.
-- **FLOPs**, TraceLens's convention (a GEMM is 2 x M x N x K; AMD-AGI/TraceLens, perf_model.py): linear
-  2 x N x (streamed parameters but the head) + 2 x N x top_k x (one expert's parameters) a MoE layer, and the LM
-  head 2 x (logit positions) x its parameters, one logit position a sequence by default (what servers and these
-  engines compute: logits_to_keep=1). Attention: a query attending k keys costs 2 x heads x (head_dim +
-  v_head_dim) x k (QK^T and PV); a new token at position p attends p + 1 keys, at most w on a sliding layer.
+- **FLOPs**, TraceLens's convention (a GEMM is 2 x M x N x K: AMD-AGI/TraceLens, TraceLens/PerfModel/perf_model.py,
+  GEMM.flops_func): linear 2 x N x (streamed parameters but the head) + 2 x N x top_k x (one expert's parameters)
+  a MoE layer, and the LM head 2 x (logit positions) x its parameters, one logit position a sequence by default
+  (what servers and these engines compute: logits_to_keep=1; pass logit_positions=N for a forward that computes
+  every position's logits). Attention: a query attending k keys costs 2 x heads x (head_dim + v_head_dim) x k (QK^T
+  and PV); a new token at position p attends p + 1 keys, at most w on a sliding layer.
 
 Not modelled (named in each StepCost's notes where they apply): activations and their traffic, the softmax and
 elementwise work, MLA's re-expansion of every cached latent through kv_b_proj (transformers 5.24 does it each
@@ -46,7 +47,8 @@ import math
 from dataclasses import dataclass
 
 from engines.arch import SLIDING, Arch, ArchError, from_raw
-from engines.configs import ModelError, read_config
+from engines.configs import ModelError
+from probe.analysis.files import model_raw
 from probe.errors import ProbeError
 
 __all__ = ["Arch", "StepCost", "arch_for", "step_cost"]
@@ -62,9 +64,10 @@ MAX_BATCH_SEARCHED = 2**31  # the batch bounds are searched up to here
 
 
 def arch_for(spec: str) -> Arch:
-    """The Arch of a preset name, a config.json or a model folder, read as plain JSON (no transformers, no torch)."""
+    """The Arch of a preset name, a config.json or a model folder, read as plain JSON by
+    probe.analysis.files.model_raw (no transformers, no torch)."""
     try:
-        return from_raw(read_config(spec))
+        return from_raw(model_raw(spec))
     except (ArchError, ModelError) as e:
         raise ProbeError(str(e)) from None
 

@@ -28,6 +28,7 @@ from probe.analysis import files
 from probe.analysis.trace import pieces
 from probe.analysis.trace.table import (
     COPY_KIND_OF_TEXT,
+    LAUNCH_NAMES,
     ON_STREAM,
     OUT_OF_RANGE,
     PROFILER_STEP_PREFIX,
@@ -35,11 +36,14 @@ from probe.analysis.trace.table import (
     Kind,
     Shapes,
     Trace,
+    api_base_name,
     finish,
+    of_names,
 )
 from probe.analysis.trace.timetext import NOT_A_NUMBER, NUMBER, decimal_text_to_ns, times_ns
 from probe.errors import ProbeError
 
+PROFILER_RANGE, MTIA_DEVICE = "cuda_profiler_range", "mtia_ccp_events"
 _CHROME_KINDS = {
     "cpu_op": Kind.CPU_OP,
     "operator": Kind.CPU_OP,
@@ -56,7 +60,24 @@ _CHROME_KINDS = {
     "gpu_memset": Kind.GPU_MEMSET,
     "memset": Kind.GPU_MEMSET,
     "python_function": Kind.PYTHON,
+    # kineto's other runtimes: its ActivityType enum aliases each of these to RUNTIME (or DRIVER)
+    "mtia_runtime": Kind.RUNTIME,
+    "xpu_runtime": Kind.RUNTIME,
+    "xpu_driver": Kind.RUNTIME,
+    "privateuse1_runtime": Kind.RUNTIME,
+    "privateuse1_driver": Kind.RUNTIME,
+    "glow_runtime": Kind.RUNTIME,
+    "hpu_op": Kind.RUNTIME,
+    # the CUPTI range profiler (HTA's cupti_counter_analysis): one range a kernel, with its counters in args
+    PROFILER_RANGE: Kind.KERNEL,
+    # MTIA's device side, which kineto aliases to CONCURRENT_KERNEL; by name below
+    MTIA_DEVICE: Kind.KERNEL,
 }
+# Device events that a category alone does not say: MTIA's DMA transfers are copies, and its event record / wait
+# are stream synchronization (other, as cuda_sync: not GPU busy); pe_exe, merge, remote are executions.
+_KIND_BY_NAME = {MTIA_DEVICE: {"dma_request": Kind.GPU_MEMCPY, "event_record": Kind.OTHER, "event_wait": Kind.OTHER}}
+# Categories that are not work of a device probe could miss: syncs, the profiler's own spans and overhead.
+_KNOWN_OTHER = frozenset({"", "cuda_sync", "cuda_event", "trace", "overhead", "cpu_instant_event"})
 _I64 = np.iinfo(np.int64)
 _MISSING = msgspec.Raw()  # an absent ts / dur (or args key): empty text, which is not a number
 _MAX_DIMS_DEPTH = 8  # Input Dims nest 2 deep (3 for a TensorList); deeper is not a shape recording
@@ -183,6 +204,7 @@ class _Table:
         self.items = 0  # array items seen, events or not
         self.odd_start = False  # one of the first 100 items is not an object
         self.shapes = _Shapes()
+        self.past_int64: Counter[str] = Counter()  # ids that are integers past int64, by what they are
 
     def add_piece(self, array: bytes) -> bool:
         """pieces.split's test: True when `array` is a JSON array of whole events (then they are in the table)."""
@@ -263,7 +285,7 @@ class _Table:
         args = [e.args for e in xs]
         shape = self.shapes.ids_of_texts(args)
         ints = ([a.correlation for a in args], [a.external_id for a in args], [a.nbytes for a in args])
-        self._add(*_common_fields(xs), *ints, [a.kind for a in args], shape)
+        self._add(*_common_fields(xs), *ints, [a.kind for a in args], shape, typed=True)
 
     def _add_untyped(self, items: list[msgspec.Raw]) -> None:
         events = []
@@ -299,6 +321,7 @@ class _Table:
         nbytes: list,
         kinds: list,
         shape: np.ndarray,
+        typed: bool = False,
     ) -> None:
         ts_ns, ts_status = times_ns(ts)
         dur_ns, dur_status = times_ns(dur)
@@ -310,8 +333,8 @@ class _Table:
             cat_id=self._ids(cat),
             pid=_ints(pid),
             tid=_ints(tid),
-            correlation=_ints(corr),
-            external_id=_ints(ext),
+            correlation=self._ids_past_int64(corr, "correlation id", "left unjoined from its launch", typed),
+            external_id=self._ids_past_int64(ext, "External id", "not tied to its op", typed),
             bytes=_counts(nbytes),
             copy_kind=_copy_kinds(kinds),
             shape_id=shape,
@@ -320,6 +343,21 @@ class _Table:
             self._count_dropped(ts_status, dur_status)
             part = {k: v[keep] for k, v in part.items()}
         self.columns.append(part)
+
+    def _ids_past_int64(self, values: list, what: str, so: str, typed: bool = False) -> np.ndarray:
+        """An id column as int64 (-1 where missing or not an integer), counting the integers past int64: their
+        rows can join nothing, and the trace's warnings say how many. Only a column off the fast path (an integer
+        that does not fit, or another type) is looked at value by value; a typed piece's ids are ints already
+        (msgspec refused any other type), so their types need no look."""
+        if typed or set(map(type, values)) <= {int}:
+            try:
+                return np.fromiter(values, np.int64, len(values))
+            except OverflowError:
+                pass
+        past = sum(1 for v in values if type(v) is int and not _I64.min <= v <= _I64.max)
+        if past:
+            self.past_int64[f"{what} past int64: {so}"] += past
+        return _ints(values)
 
     def _count_dropped(self, ts_status: np.ndarray, dur_status: np.ndarray) -> None:
         no_ts = ts_status == NOT_A_NUMBER
@@ -334,24 +372,23 @@ class _Table:
                 self.dropped[why] += int(mask.sum())
 
     def _ids(self, values: list[str]) -> np.ndarray:
-        return np.array(list(map(self.strings.__getitem__, values)), np.int32).reshape(-1)
+        return np.fromiter(map(self.strings.__getitem__, values), np.int32, len(values))
 
     def finish(self, top: _Top) -> Trace:
         if not self.columns.n:  # empty columns of the right types: finish() says why
             self._add(*[[] for _ in range(10)], np.zeros(0, np.int32))
         names = tuple(self.strings)
         cols = self.columns.take()
-        kind_of_cat = np.array([_chrome_kind(s) for s in names], dtype=np.int8)
-        kind = kind_of_cat[cols["cat_id"]] if len(names) else np.zeros(0, np.int8)
-        step_names = np.array([s.startswith(PROFILER_STEP_PREFIX) for s in names], dtype=bool)
-        if len(names):
-            is_step = step_names[cols["name_id"]] & ((kind == Kind.USER_RANGE) | (kind == Kind.CPU_OP))
-            kind[is_step] = Kind.PROFILER_STEP
+        cats = np.flatnonzero(np.bincount(cols["cat_id"], minlength=len(names))).tolist()  # no sort of the rows
+        kind, notes = _kinds(names, cats, cols["cat_id"], cols["name_id"])
         on_stream = np.isin(kind, np.asarray(ON_STREAM, dtype=np.int8))
         cols["kind"] = kind
         cols["stream"] = np.where(on_stream, cols["tid"], -1)
         cols["device"] = np.where(on_stream, cols["pid"], -1)
-        notes = (f"replaced {self.replaced} character(s) that were not UTF-8 with U+FFFD",) if self.replaced else ()
+        notes += _pair_profiler_ranges(names, cats, cols)
+        if self.replaced:
+            notes += (f"replaced {self.replaced} character(s) that were not UTF-8 with U+FFFD",)
+        notes += tuple(f"{n} event(s) with a {why}" for why, n in sorted(self.past_int64.items()))
         ops_only = np.where(kind == Kind.CPU_OP, cols["shape_id"], -1)
         shapes, cols["shape_id"], odd = self.shapes.finish(ops_only)
         if odd:
@@ -369,6 +406,59 @@ class _Table:
             shapes=shapes,
             devices=top.devices,
         )
+
+
+def _kinds(
+    names: tuple[str, ...], cats: list[int], cat_id: np.ndarray, name_id: np.ndarray
+) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Each row's Kind: by its category, then ProfilerStep#N by name, then the device events `_KIND_BY_NAME` says
+    by name; and one line naming the categories this reader does not know (kept as other). Each category and name
+    is looked at once, whatever the row count (a million step names are a million names, but a few categories)."""
+    if not len(cat_id):
+        return np.zeros(0, np.int8), ()
+    kind_of_cat = np.full(len(names), Kind.OTHER, np.int8)
+    for i in cats:
+        kind_of_cat[i] = _chrome_kind(names[i])
+    kind = kind_of_cat[cat_id]
+    ranges = (kind == Kind.USER_RANGE) | (kind == Kind.CPU_OP)
+    kind[ranges & of_names(names, name_id, ranges, lambda s: s.startswith(PROFILER_STEP_PREFIX))] = Kind.PROFILER_STEP
+    for i in cats:
+        by_name = _KIND_BY_NAME.get(names[i].lower())
+        if by_name:
+            rows = cat_id == i
+            named = of_names(names, name_id, rows, lambda s, m=by_name: m.get(s, -1), np.int8, -1)
+            kind[rows & (named >= 0)] = named[rows & (named >= 0)]
+    unknown = [i for i in cats if names[i].lower() not in _CHROME_KINDS and names[i].lower() not in _KNOWN_OTHER]
+    if not unknown:
+        return kind, ()
+    counts = ", ".join(f"{names[i]} ({np.count_nonzero(cat_id == i)})" for i in unknown[:5])
+    more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+    return kind, (
+        f"events of categories this reader does not know, kept as 'other' (a device side probe does not support "
+        f"is left out of every GPU figure): {counts}{more}",
+    )
+
+
+def _pair_profiler_ranges(names: tuple[str, ...], cats: list[int], cols: dict[str, np.ndarray]) -> tuple[str, ...]:
+    """CUPTI range-profiler kernels carry no correlation: pair the i-th (by start) with the i-th kernel launch
+    call, as HTA's cupti_counter_analysis does, when their counts agree. Their times are the profiler's ranges,
+    not the kernels' own, and the warning says so."""
+    range_cats = [i for i in cats if names[i].lower() == PROFILER_RANGE]
+    if not range_cats:
+        return ()
+    ranges = np.flatnonzero(np.isin(cols["cat_id"], range_cats))
+    runtime = cols["kind"] == Kind.RUNTIME
+    launches = np.flatnonzero(runtime & of_names(names, cols["name_id"], runtime, _is_launch))
+    said = f"{len(ranges)} kernels are CUPTI range-profiler ranges (cuda_profiler_range): their names and counters are "
+    if len(ranges) != len(launches) or np.any(cols["correlation"][ranges] >= 0):
+        return (said + f"real, their times are the profiler's; not paired with the {len(launches)} launch calls",)
+    ts, corr = cols["ts_ns"], cols["correlation"]
+    corr[ranges[np.argsort(ts[ranges], kind="stable")]] = corr[launches[np.argsort(ts[launches], kind="stable")]]
+    return (said + "real and each is paired with a launch call in order, but their times are the profiler's",)
+
+
+def _is_launch(name: str) -> bool:
+    return api_base_name(name) in LAUNCH_NAMES
 
 
 class _Shapes:

@@ -8,6 +8,11 @@ another file, or open read-write and create one. A gzipped export is gunzipped (
 Columns are read in bulk: one `group_concat` a column over a chunk of rows, parsed by numpy, so no Python object
 is made a value (twice as fast as fetching rows). A value of the wrong SQLite type reads as -1 (a time:
 the row is dropped and counted); names are looked up once per distinct id.
+
+What a file can make SQLite compute is bounded: a table probe reads may not be virtual or hold a generated column
+(its expression runs on every read: a 45 KB file with one ran past 120 s; nsys writes neither), no value may exceed
+MAX_VALUE_BYTES, and the whole read may take at most VM_STEPS_PER_BYTE SQLite instructions per byte of the file
+(MIN_VM_STEPS at least), far above what reading an export needs (about 15 a byte).
 """
 
 from __future__ import annotations
@@ -58,7 +63,11 @@ _MEMCPY_KINDS = {  # CUpti_ActivityMemcpyKind
     9: "HtoH",
     10: "PtoP",
 }
-_CHUNK_ROWS = 1 << 18  # rows a group_concat: ~20 MB of text a column, far below SQLite's 1 GB string limit
+_CHUNK_ROWS = 1 << 18  # rows a group_concat: ~5 MB of text a column (21 characters a value at most)
+_READ_TABLES = (*_EVENT_TABLES, "StringIds", "TARGET_INFO_SESSION_START_TIME")
+MAX_VALUE_BYTES = 64 << 20  # a string, blob or group_concat: the chunks above stay under 6 MB
+VM_STEPS_PER_BYTE, MIN_VM_STEPS = 400, 200_000_000
+_STEPS_A_CALL = 100_000  # the progress handler runs once per this many instructions
 _TIMED = "typeof(start) = 'integer' AND typeof(end) = 'integer'"
 
 
@@ -85,15 +94,50 @@ def _read_file(path: Path, source: Path) -> Trace:
     except sqlite3.Error as e:
         raise ProbeError(f"{source}: unreadable SQLite export ({e})") from None
     con.text_factory = lambda b: b.decode("utf-8", "replace")  # a stray byte in one name must not stop the read
+    budget = _Budget(max(MIN_VM_STEPS, VM_STEPS_PER_BYTE * path.stat().st_size))
+    con.set_progress_handler(budget.step, _STEPS_A_CALL)
+    if hasattr(con, "setlimit"):  # Python 3.11+
+        con.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
     try:
         return _read_tables(con, source)
     except sqlite3.Error as e:
+        if budget.spent:
+            raise ProbeError(f"{source}: reading it would take over {budget.steps:,} SQLite steps; refused") from None
         raise ProbeError(f"{source}: unreadable SQLite export ({str(e).splitlines()[0] if str(e) else e!r})") from None
     except UnicodeDecodeError as e:  # SQLite's own error message quoting a damaged schema's bytes
         why = bytes(e.object).decode("utf-8", "replace").splitlines()[0]
         raise ProbeError(f"{source}: unreadable SQLite export ({why})") from None
     finally:
         con.close()
+
+
+class _Budget:
+    """SQLite's progress handler: interrupts the read once it has run `steps` instructions."""
+
+    def __init__(self, steps: int):
+        self.steps, self.used, self.spent = steps, 0, False
+
+    def step(self) -> int:
+        self.used += _STEPS_A_CALL
+        self.spent = self.used > self.steps
+        return int(self.spent)
+
+
+def _refuse_computed_tables(con: sqlite3.Connection, source: Path) -> None:
+    """A virtual table or a generated column computes its values on every read, with whatever expression the file
+    gives: nsys writes neither, so a table probe reads that has one is refused before a row is read."""
+    rows = con.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall()
+    for name, sql in rows:
+        if name not in _READ_TABLES:
+            continue
+        if isinstance(sql, str) and sql.lstrip()[:14].upper() == "CREATE VIRTUAL":
+            raise ProbeError(f"{source}: {name} is a virtual table (nsys writes none): not an Nsight Systems export")
+        generated = [r[1] for r in con.execute(f'PRAGMA table_xinfo("{name}")') if r[6] in (2, 3)]
+        if generated:
+            raise ProbeError(
+                f"{source}: {name}.{generated[0]} is a generated column, computed on every read (nsys writes none): "
+                "not an Nsight Systems export"
+            )
 
 
 class _Names:
@@ -123,6 +167,7 @@ def _read_tables(con: sqlite3.Connection, source: Path) -> Trace:
         raise ProbeError(f"{source}: SQLite but not an Nsight Systems export (none of {', '.join(_EVENT_TABLES)})")
     if "StringIds" not in tables:
         raise ProbeError(f"{source}: Nsight Systems export without its StringIds table")
+    _refuse_computed_tables(con, source)
     names = _Names(dict(con.execute("SELECT id, value FROM StringIds")))
     dropped: Counter[str] = Counter()
     parts = []
@@ -134,12 +179,15 @@ def _read_tables(con: sqlite3.Connection, source: Path) -> Trace:
         if table in tables:
             nbytes = nbytes if nbytes in _columns(con, table) else "-1"  # an export without it: not said
             parts.append(_gpu(con, names, dropped, table, kind, label, nbytes))
+    # SQLite keeps an integer past int64 as a REAL: such an id reads as -1 and joins nothing, which is said
+    odd = sum(int(p.pop("odd_correlation", 0)) for p in parts)
+    notes = (f"{odd} row(s) with a correlation id that is not an integer (past int64, or text): left unjoined",)
     cols = {c: np.concatenate([p[c] for p in parts]) for c in COLUMNS}
     base = None
     if "TARGET_INFO_SESSION_START_TIME" in tables:
         row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1").fetchone()
         base = row[0] if row and type(row[0]) is int else None
-    return finish("nsys_sqlite", source, base, tuple(names.table), cols, {}, dict(dropped))
+    return finish("nsys_sqlite", source, base, tuple(names.table), cols, {}, dict(dropped), notes=notes[:odd])
 
 
 def _nvtx(con, names: _Names, dropped: Counter) -> dict[str, np.ndarray]:
@@ -173,7 +221,8 @@ def _nvtx(con, names: _Names, dropped: Counter) -> dict[str, np.ndarray]:
 def _runtime(con, names: _Names, dropped: Counter) -> dict[str, np.ndarray]:
     table = "CUPTI_ACTIVITY_KIND_RUNTIME"
     _count(con, dropped, "non-integer start or end", f"{table} WHERE NOT ({_TIMED})")
-    c = _int_columns(con, table, _TIMED, start="start", end="end", gid="globalTid", corr="correlationId", name="nameId")
+    ids = {"gid": "globalTid", "corr": "correlationId", "name": "nameId"}
+    c = _int_columns(con, table, _TIMED, start="start", end="end", **ids)
     return _part(
         Kind.RUNTIME,
         names.of_ids(c["name"]),
@@ -183,7 +232,7 @@ def _runtime(con, names: _Names, dropped: Counter) -> dict[str, np.ndarray]:
         pid=_gid_pid(c["gid"]),
         tid=_gid_tid(c["gid"]),
         correlation=c["corr"],
-    )
+    ) | {"odd_correlation": _odd_ids(con, table, c["corr"])}
 
 
 def _gpu(
@@ -228,7 +277,7 @@ def _gpu(
         correlation=c["corr"],
         bytes=c["nbytes"],
         copy_kind=copy_kind,
-    )
+    ) | {"odd_correlation": _odd_ids(con, table, c["corr"])}
 
 
 def _columns(con, table: str) -> set[str]:
@@ -272,6 +321,15 @@ def _int_columns(con, table: str, where: str, **exprs: str) -> dict[str, np.ndar
     if not chunks:
         return {k: np.zeros(0, np.int64) for k in exprs}
     return {k: np.concatenate([c[i] for c in chunks]) for i, k in enumerate(exprs)}
+
+
+def _odd_ids(con, table: str, ids: np.ndarray) -> int:
+    """How many rows hold a correlation id that is neither an integer nor NULL (SQLite keeps an integer past int64
+    as a REAL): they read as -1 and join nothing. Counted only when some id read as -1."""
+    if not (ids < 0).any():
+        return 0
+    sql = f"SELECT COUNT(*) FROM {table} WHERE {_TIMED} AND typeof(correlationId) NOT IN ('integer', 'null')"
+    return con.execute(sql).fetchone()[0]
 
 
 def _parse_ints(text: str, n: int) -> np.ndarray:

@@ -46,13 +46,22 @@ Kinds (`Kind`, stored in `kind`), from chrome's `cat` (case-insensitive) or the 
 - `user_range`: `user_annotation` (our `prefill`, `decode#i`, `cache.*`, ...); nsys NVTX push/pop and
   start/end ranges.
 - `profiler_step`: a `ProfilerStep#N` `user_annotation` or `cpu_op`; an NVTX range of that name.
-- `runtime`: `cuda_runtime`, `cuda_driver`, `runtime`, `hip_runtime`, `hip_driver`; CUPTI_ACTIVITY_KIND_RUNTIME.
-- `kernel`: `kernel`, `Kernel`; CUPTI_ACTIVITY_KIND_KERNEL.
-- `gpu_memcpy`: `gpu_memcpy`, `memcpy`; CUPTI_ACTIVITY_KIND_MEMCPY.
+- `runtime`: `cuda_runtime`, `cuda_driver`, `runtime`, `hip_runtime`, `hip_driver`, and kineto's other runtimes
+  (`mtia_runtime`, `xpu_runtime`, `xpu_driver`, `privateuse1_runtime`, `privateuse1_driver`, `glow_runtime`,
+  `hpu_op`); CUPTI_ACTIVITY_KIND_RUNTIME.
+- `kernel`: `kernel`, `Kernel`, `cuda_profiler_range` (the CUPTI range profiler's one range a kernel, paired with
+  the launch calls in order, as HTA does; their times are the profiler's), MTIA's `mtia_ccp_events` executions
+  (`pe_exe`, `merge`, `remote`); CUPTI_ACTIVITY_KIND_KERNEL.
+- `gpu_memcpy`: `gpu_memcpy`, `memcpy`, MTIA's `dma_request`; CUPTI_ACTIVITY_KIND_MEMCPY.
 - `gpu_memset`: `gpu_memset`, `memset`; CUPTI_ACTIVITY_KIND_MEMSET.
 - `gpu_range`: `gpu_user_annotation`, a user range projected onto a stream (never a step).
 - `python`: `python_function`.
-- `other`: anything else (`cuda_sync`, `Trace`, `overhead`, ...).
+- `other`: anything else (`cuda_sync`, MTIA's `event_record` / `event_wait`, `Trace`, `overhead`, ...). A
+  category the reader does not know at all is one line in `Trace.warnings` with its count, so a device side
+  probe does not read is never taken silently for a CPU-only trace.
+
+Joins that would go silently wrong are said in `Trace.warnings` with counts: GPU ops whose correlation id several
+runtime calls share, GPU ops sharing a kernel launch's id, ids past int64 (`correlation_keys` is the join key).
 
 Only complete events (`ph == "X"`) become rows; metadata, instants and flow arrows are counted in
 `Trace.skipped` and left out. Events the table cannot hold honestly are dropped and counted in `Trace.dropped`
@@ -301,6 +310,7 @@ def finish(
         extra = f" ({describe(dropped)} dropped)" if dropped else ""
         raise ProbeError(f"{source}: trace has {what}{extra}")
     shapes = _where_meaningful(cols, names, shapes)
+    notes += _join_warnings(fmt, cols, names)
     warnings = notes + tuple(f"dropped {n} event(s): {why}" for why, n in sorted(dropped.items()))
     return Trace(
         format=fmt,
@@ -317,18 +327,76 @@ def finish(
     )
 
 
+def correlation_keys(fmt: str, pid: np.ndarray, correlation: np.ndarray) -> np.ndarray:
+    """The key that joins a launch call to its GPU ops (-1: none). nsys numbers correlations per process, chrome
+    per trace (its GPU rows carry the device in pid)."""
+    if fmt == "nsys_sqlite":
+        return np.where(correlation >= 0, (pid << 40) + correlation, -1)
+    return correlation
+
+
+def _join_warnings(fmt: str, cols: dict[str, np.ndarray], names: tuple[str, ...]) -> tuple[str, ...]:
+    """Joins that would go silently wrong, with counts: GPU ops whose correlation id several runtime calls share
+    (each is joined to the first of them), and GPU ops that share the id of a kernel launch, which launches one
+    kernel (all would be credited to that call). Shared ids no GPU op carries join nothing and are not said (MTIA's
+    runtime nests calls under one id), and a graph launch's replays share its id by right."""
+    kind, key = cols["kind"], correlation_keys(fmt, cols["pid"], cols["correlation"])
+    runtime = kind == Kind.RUNTIME
+    ops = np.isin(kind, np.asarray(GPU_OP_KINDS, np.int8)) & (key >= 0)
+    ids, per_id = _distinct(key[ops])
+    calls, per_call = _distinct(key[runtime & (key >= 0)])
+    out = []
+    shared = calls[per_call > 1]
+    ambiguous = np.isin(ids, shared)
+    if ambiguous.any():
+        n_calls = int(per_call[np.isin(calls, ids[ambiguous])].sum())
+        out.append(
+            f"{int(per_id[ambiguous].sum())} GPU ops carry {int(ambiguous.sum())} correlation id(s) shared by "
+            f"{n_calls} runtime calls: each is joined to the first call with its id, so their GPU work may be "
+            "credited to the wrong call and step"
+        )
+    if (per_id > 1).any():
+        launch = runtime & of_names(names, cols["name_id"], runtime, lambda s: api_base_name(s) in LAUNCH_NAMES)
+        crowded = np.isin(ids, key[launch]) & (per_id > 1)
+        if crowded.any():
+            out.append(
+                f"{int(per_id[crowded].sum())} GPU ops share {int(crowded.sum())} correlation id(s) of kernel "
+                "launch calls, which launch one kernel each: all of them are credited to one call"
+            )
+    return tuple(out)
+
+
+def _distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(keys, return_counts=True) of non-negative keys; by counting, not sorting, when they are dense
+    (CUPTI numbers correlations 1, 2, 3, ...)."""
+    if len(keys) and int(keys.max()) < 4 * len(keys) + 4096:
+        counts = np.bincount(keys)
+        ids = np.flatnonzero(counts)
+        return ids, counts[ids]
+    return np.unique(keys, return_counts=True)
+
+
 def _where_meaningful(cols: dict[str, np.ndarray], names: tuple[str, ...], shapes: tuple[Shapes, ...]):
     """-1 in `bytes` and `copy_kind` but on copies (and memsets, for bytes), in `shape_id` but on cpu_ops; a GPU
-    copy the file gave no direction takes its name's. Returns the shapes still referenced, ids renumbered."""
+    copy the file gave no direction takes its name's. Returns the shapes still referenced, ids renumbered. A column
+    that holds nothing (most traces record no shapes; many no copy) is left as it is: no pass over its rows."""
     kind, name_id = cols["kind"], cols["name_id"]
-    runtime = kind == Kind.RUNTIME
-    copies = (kind == Kind.GPU_MEMCPY) | (runtime & _of_names(names, name_id, runtime, is_copy_call, False))
-    cols["bytes"] = np.where(copies | (kind == Kind.GPU_MEMSET), cols["bytes"], -1)
-    direction = np.where(copies, cols["copy_kind"], -1).astype(np.int8)
-    unsaid = (kind == Kind.GPU_MEMCPY) & (direction < 0)
+    memcpy = kind == Kind.GPU_MEMCPY
+    said_bytes, said_kind = (cols["bytes"] != -1).any(), (cols["copy_kind"] != -1).any()
+    if said_bytes or said_kind:
+        runtime = kind == Kind.RUNTIME
+        copies = memcpy | (runtime & of_names(names, name_id, runtime, is_copy_call))
+        if said_bytes:
+            nbytes = cols["bytes"]
+            cols["bytes"] = np.where((copies | (kind == Kind.GPU_MEMSET)) & (nbytes >= 0), nbytes, -1)  # a count
+        if said_kind:
+            cols["copy_kind"] = np.where(copies, cols["copy_kind"], -1).astype(np.int8)
+    direction = cols["copy_kind"]
+    unsaid = memcpy & (direction < 0)
     if unsaid.any():
-        direction[unsaid] = _of_names(names, name_id, unsaid, copy_kind_of_name, -1)[unsaid]
-    cols["copy_kind"] = direction
+        direction[unsaid] = of_names(names, name_id, unsaid, copy_kind_of_name, np.int8, -1)[unsaid]
+    if not shapes:
+        return ()
     shape_id = np.where(kind == Kind.CPU_OP, cols["shape_id"], -1).astype(np.int32)
     has = shape_id >= 0
     used = np.bincount(shape_id[has], minlength=len(shapes)) > 0
@@ -338,13 +406,14 @@ def _where_meaningful(cols: dict[str, np.ndarray], names: tuple[str, ...], shape
     return tuple(s for s, u in zip(shapes, used.tolist(), strict=True) if u)
 
 
-def _of_names(names: tuple[str, ...], name_id: np.ndarray, rows: np.ndarray, f, default) -> np.ndarray:
-    """f(name) for each row's name, evaluated once a distinct name among `rows` (`default` elsewhere): a trace of a
-    million step names must not pay a regex a name for the few names of its copies."""
-    ids = np.unique(name_id[rows])
-    values = np.array([f(names[i]) for i in ids.tolist()])
-    table = np.full(len(names), default, values.dtype if len(ids) else type(default))
-    table[ids] = values
+def of_names(names: tuple[str, ...], name_id: np.ndarray, rows: np.ndarray, f, dtype=bool, default=0) -> np.ndarray:
+    """f(name) for each row's name, evaluated once a distinct name among `rows` (`default` on the other rows): a
+    trace of a million step names must not pay a regex a name for the few names of its copies."""
+    present = np.zeros(len(names), bool)
+    present[name_id[rows]] = True  # no sort: a million distinct names are a million writes
+    ids = np.flatnonzero(present)
+    table = np.full(len(names), default, dtype)
+    table[ids] = [f(names[i]) for i in ids.tolist()]
     return table[name_id]
 
 

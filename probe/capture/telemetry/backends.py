@@ -18,6 +18,8 @@ from typing import Protocol
 import psutil
 import pynvml
 
+from probe.render.text import first_line
+
 
 class Backend(Protocol):
     name: str
@@ -25,11 +27,6 @@ class Backend(Protocol):
     def read(self) -> dict[str, float]: ...
 
     def close(self) -> None: ...
-
-
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
 def peak_rss_bytes() -> int:
@@ -267,12 +264,15 @@ def open_backends(device: object = "cpu", nvml=None) -> tuple[list[Backend], str
         try:
             backends.append(NvmlBackend(*_cuda_ids(str(device)), nvml=nvml))
         except Exception as e:
-            note = f"telemetry: NVML unavailable ({_one_line(e)}); recording CPU figures only, no GPU figures or energy"
+            note = (
+                f"telemetry: NVML unavailable ({first_line(e, with_type=True)}); "
+                "recording CPU figures only, no GPU figures or energy"
+            )
     else:
         note = f"telemetry: device {device} has no NVML figures; recording CPU figures only, no GPU figures or energy"
     try:
         backends.append(CpuBackend())
     except Exception as e:
         note = f"{note}; " if note else "telemetry: "
-        note += f"CPU figures unavailable ({_one_line(e)})"
+        note += f"CPU figures unavailable ({first_line(e, with_type=True)})"
     return backends, note

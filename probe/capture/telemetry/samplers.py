@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -16,7 +17,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from probe.analysis.telemetry import Row
-from probe.capture.telemetry.backends import Backend, CpuBackend, NvmlBackend, _cuda_ids, _one_line, open_backends
+from probe.capture.telemetry.backends import Backend, CpuBackend, NvmlBackend, _cuda_ids, open_backends
+from probe.render.text import first_line
 
 DEFAULT_INTERVAL_MS = 10.0  # its cost to a step: benchmarks/telemetry_overhead.py
 STOP_POLL_S = 0.02  # the longest a stop waits on a sleeping sampler, whatever the interval
@@ -111,7 +113,10 @@ class Sampler(_Sampling):
                 row.update(backend.read())
             except Exception as e:
                 self._live.remove(backend)
-                self._note(f"telemetry: {backend.name} figures stop here after {_one_line(e)}; others continue")
+                self._note(
+                    f"telemetry: {backend.name} figures stop here after "
+                    f"{first_line(e, with_type=True)}; others continue"
+                )
         row = {"t_ns": (start + self.clock()) // 2, **row}
         self._rows.append(row)  # list.append is atomic under the GIL; readers take a snapshot
         self.busy_ns += time.perf_counter_ns() - t0
@@ -151,7 +156,7 @@ class Sampler(_Sampling):
                 self.sample()
         except BaseException as e:  # the thread must never take the run down; say so and stop sampling
             self._live.clear()  # nor may the exit row raise the same thing in the caller's thread
-            self._note(f"telemetry: sampler thread stopped early after {_one_line(e)}")
+            self._note(f"telemetry: sampler thread stopped early after {first_line(e, with_type=True)}")
         finally:
             self.thread_cpu_ns = time.thread_time_ns()
 
@@ -237,7 +242,9 @@ class ProcessSampler(_Sampling):
             doc = json.loads(out.strip().splitlines()[-1])
         except Exception as e:  # a child that died or hung: say so, never take the run down
             child.kill()
-            self._note(f"telemetry: sampler process failed ({_one_line(e)}); no figures for this block")
+            self._note(
+                f"telemetry: sampler process failed ({first_line(e, with_type=True)}); no figures for this block"
+            )
             return
         self._rows = [{**r, "t_ns": int(r["t_ns"])} for r in doc["rows"]]
         self.missed, self.thread_cpu_ns = doc["missed"], doc["thread_cpu_ns"]
@@ -262,6 +269,29 @@ def make_sampler(interval_ms: float, device: object, busy_cores: int, on_note: C
     return Sampler(interval_ms, backends, on_note=on_note)
 
 
+def _child_gpu(args: argparse.Namespace) -> tuple[list[Backend], list[str]]:
+    """The child's GPU backend (NVML on a CUDA device), or the note that says why there is none."""
+    if not args.device.startswith("cuda"):
+        return [], [f"telemetry: device {args.device} has no NVML figures; recording CPU figures only"]
+    try:
+        return [NvmlBackend(args.gpu_index, args.gpu_uuid)], []
+    except Exception as e:
+        return [], [
+            f"telemetry: NVML unavailable ({first_line(e, with_type=True)}); "
+            "recording CPU figures only, no GPU figures or energy"
+        ]
+
+
+def _child_rows(cpu: CpuBackend, snapshots: list[tuple], own_cpu_ns: list[int], gpu_rows: list[Row]) -> list[Row]:
+    """The raw reads parsed into rows, each with the child's own CPU as a rate (`sampler_cpu_pct`, like
+    proc_cpu_pct: a row's value holds over the interval before it)."""
+    rows = [{"t_ns": snap[0], **cpu.parse(snap), **gpu} for snap, gpu in zip(snapshots, gpu_rows, strict=True)]
+    for k in range(len(rows)):
+        wall = rows[k]["t_ns"] - rows[k - 1]["t_ns"] if k else 0
+        rows[k]["sampler_cpu_pct"] = 100.0 * (own_cpu_ns[k] - own_cpu_ns[k - 1]) / wall if wall > 0 else math.nan
+    return rows
+
+
 def _child_main(argv: list[str] | None = None) -> None:
     """`python -m probe.capture.telemetry.samplers --pid P ...`: sample process P until a line arrives on stdin,
     then print {"rows", "notes", "missed", "thread_cpu_ns"} as one JSON line."""
@@ -272,22 +302,13 @@ def _child_main(argv: list[str] | None = None) -> None:
     p.add_argument("--gpu-index", type=int, default=0)
     p.add_argument("--gpu-uuid", default=None)
     args = p.parse_args(argv)
-    notes: list[str] = []
-    backends: list[Backend] = []
-    if args.device.startswith("cuda"):
-        try:
-            backends.append(NvmlBackend(args.gpu_index, args.gpu_uuid))
-        except Exception as e:
-            notes.append(
-                f"telemetry: NVML unavailable ({_one_line(e)}); recording CPU figures only, no GPU figures or energy"
-            )
-    else:
-        notes.append(f"telemetry: device {args.device} has no NVML figures; recording CPU figures only")
+    backends, notes = _child_gpu(args)
     cpu = CpuBackend(pid=args.pid)
     # The loop keeps raw reads only (two preads and a clock, ~20 us) and parses them after the block: every
     # microsecond it spends awake is taken from a core the decode loop may want.
     snapshots: list[tuple] = []
     gpu_rows: list[Row] = []
+    own_cpu_ns: list[int] = []  # this child's own CPU time: /proc/stat counts it, the contention rule takes it off
     period, stop = round(args.interval_ms * 1e6), threading.Event()
     missed = 0
 
@@ -298,8 +319,12 @@ def _child_main(argv: list[str] | None = None) -> None:
                 gpu.update(backend.read())
             except Exception as e:
                 backends.remove(backend)
-                notes.append(f"telemetry: {backend.name} figures stop here after {_one_line(e)}; others continue")
+                notes.append(
+                    f"telemetry: {backend.name} figures stop here after "
+                    f"{first_line(e, with_type=True)}; others continue"
+                )
         snapshots.append(cpu.snapshot())
+        own_cpu_ns.append(time.process_time_ns())
         gpu_rows.append(gpu)
 
     loop_cpu_ns = 0
@@ -324,7 +349,7 @@ def _child_main(argv: list[str] | None = None) -> None:
     stop.set()
     thread.join(JOIN_TIMEOUT_S)
     take()
-    rows = [{"t_ns": snap[0], **cpu.parse(snap), **gpu} for snap, gpu in zip(snapshots, gpu_rows, strict=True)]
+    rows = _child_rows(cpu, snapshots, own_cpu_ns, gpu_rows)
     for backend in (*backends, cpu):
         backend.close()
     print(json.dumps({"rows": rows, "notes": notes, "missed": missed, "thread_cpu_ns": loop_cpu_ns}), flush=True)

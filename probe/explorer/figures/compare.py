@@ -14,7 +14,7 @@ from probe.analysis.ledger import TraceAnalysis, steady
 from probe.analysis.results import BenchResults
 from probe.explorer.figures.ledger import host_categories, ledger_frame
 from probe.explorer.figures.style import COLORS, GPU_CATEGORIES, HOST_CATEGORIES, label, labels, round_axis
-from probe.explorer.figures.sweep import SWEEP_METRICS, line_name
+from probe.explorer.figures.sweep import SWEEP_METRICS
 
 CATEGORY_LABELS = {"wall": "wall", **dict(HOST_CATEGORIES), **dict(GPU_CATEGORIES), "dispatch": "dispatch / step"}
 # (a trace analyzed with --part adds its parts: trace_compare_frame)
@@ -116,7 +116,7 @@ def run_compare_frame(base: BenchResults, cur: BenchResults) -> pd.DataFrame:
             bv, cv = getattr(b, metric), getattr(c, metric)
             rows.append(
                 {
-                    "cell": f"{line_name(b.engine, b.batch)} p{b.prompt_tokens} n{b.new_tokens}",
+                    "cell": str(b.key),
                     "metric": name,
                     "baseline": bv,
                     "current": cv,

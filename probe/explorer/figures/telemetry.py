@@ -21,6 +21,7 @@ from plotly.subplots import make_subplots
 
 from probe.analysis.files import open_regular
 from probe.analysis.ledger import StepLedger, TraceAnalysis
+from probe.analysis.sidecar import Sidecar
 from probe.errors import ProbeError
 from probe.explorer.figures.style import COLORS, label, ms
 
@@ -52,14 +53,14 @@ class Telemetry:
         return [s.name for s in self.series]
 
 
-def telemetry_offset_ns(meta: dict | None, analysis: TraceAnalysis) -> int | None:
+def telemetry_offset_ns(meta: Sidecar | None, analysis: TraceAnalysis) -> int | None:
     """What turns a sample's perf_counter_ns into ns from the trace's first event: the sidecar's clock anchor
     (perf_counter_ns and epoch ns read at one instant) against the trace's epoch origin. None if either is
     missing."""
-    clock = (meta or {}).get("clock")
-    if not clock or analysis.origin_epoch_ns is None:
+    clock = meta.clock if meta else None
+    if clock is None or analysis.origin_epoch_ns is None:
         return None
-    return int(clock["epoch_ns"]) - int(clock["perf_counter_ns"]) - analysis.origin_epoch_ns
+    return clock.epoch_ns - clock.perf_counter_ns - analysis.origin_epoch_ns
 
 
 def _numeric(kind: pa.DataType) -> bool:

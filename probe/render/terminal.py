@@ -1,29 +1,24 @@
-"""Rich rendering of typed results. No analysis happens here."""
+"""The terminal: progress (a bar on a terminal, a flushed line a cell and a phase in a file or a pipe),
+and the tables of a sweep and a run. No analysis happens here; `probe analyze`'s tables are in render.ledger."""
 
 from __future__ import annotations
 
-import dataclasses
+import sys
+import time
+from typing import TextIO
 
-import pandas as pd
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from probe.analysis.digest import StepDigest
 from probe.analysis.host import MECHANISM_PARTS, PURPOSE_PARTS
-from probe.analysis.results import BenchResults
+from probe.analysis.report import Figure, Machine, OverheadReport, Prediction, Report, Verdict
+from probe.analysis.results import BenchResults, Cell, FailedCell
+from probe.render.console import stderr
 
 
-def stdout() -> Console:
-    return Console(highlight=False, soft_wrap=False, width=160)
-
-
-def stderr() -> Console:
-    return Console(stderr=True, highlight=False)
-
-
-def parity_text(c, markup: bool = True) -> str:
+def parity_text(c: Cell, markup: bool = True) -> str:
     """A cell's parity verdict in a few words: 'match', 'match (tf, 2 near-ties from step 35)', 'MISMATCH at 7'."""
     if c.tokens_match_naive is None:
         return "-"
@@ -43,7 +38,7 @@ def parity_text(c, markup: bool = True) -> str:
     return f"{bad}{where}{' (tf' + gap + ')' if tf else ''}"
 
 
-def contention_text(c) -> str:
+def contention_text(c: Cell) -> str:
     """A contended cell's mark: the CPU other processes used beside it (probe.analysis.telemetry's rule)."""
     if c.other_cpu_cores is None:
         return "-"
@@ -54,7 +49,7 @@ def contention_text(c) -> str:
 def cells_table(results: BenchResults, title: str | None = None) -> Table:
     env = results.env
     table = Table(
-        title=title or f"{results.config.get('model')} {env.get('dtype')} on {env.get('device_name')}",
+        title=title or f"{results.config.model} {results.dtype} on {env.device_name}",
         title_justify="left",
     )
     batched = any(c.batch > 1 for c in [*results.cells, *results.failed])
@@ -164,6 +159,8 @@ def telemetry_table(results: BenchResults) -> Table | None:
             "-" if (v := getattr(c.telemetry, key)) is None else format(v * scale, fmt)
             for _, key, scale, fmt in TELEMETRY_COLUMNS
         ]
+        if c.telemetry is not None and c.telemetry.energy_reliable is False:  # too short for NVML's power window
+            values[-1] = "unreliable"
         table.add_row(c.engine, str(c.prompt_tokens), str(c.batch), *values)
     return table
 
@@ -221,27 +218,116 @@ class CellsProgress:
         self._progress.update(self._task, completed=done, running=running, failed=failed)
 
 
+def line_stream(json_out: bool = False) -> TextIO | None:
+    """Where progress goes as plain lines when a bar would not show: stdout when it is a file or a pipe (a log), or
+    under --json (stdout holds the JSON) stderr when that is not a terminal either; None on a terminal."""
+    if sys.stdout.isatty():
+        return None
+    if not json_out:
+        return sys.stdout
+    return None if sys.stderr.isatty() else sys.stderr
+
+
+class Lines:
+    """Progress for a log: a flushed line a phase and a line a finished cell, each with the time since the start."""
+
+    def __init__(self, stream: TextIO | None, prefix: str = "probe"):
+        self.stream, self.prefix, self.start = stream, prefix, time.perf_counter()
+        self.done = 0  # cells finished in the current sweep, printed or not
+
+    def _print(self, text: str) -> None:
+        if self.stream is not None:
+            print(f"{self.prefix}: {text} (+{time.perf_counter() - self.start:.0f} s)", file=self.stream, flush=True)
+
+    def cells(self, results: BenchResults, total: int) -> None:
+        """Called with the sweep's results after each cell: a line for each cell added since the last call."""
+        done: list[Cell | FailedCell] = [*results.cells, *results.failed]
+        for c in done[self.done :]:
+            self.done += 1
+            if isinstance(c, Cell):
+                what = (
+                    f"ITL p50 {c.itl_p50_ms:.2f} ms, {c.decode_tok_s:.1f} tok/s, tokens {parity_text(c, markup=False)}"
+                )
+            else:
+                what = f"FAILED: {c.error}"
+            self._print(f"cell {self.done} of {total} done: {c.label}: {what}")
+
+    def phase(self, text: str) -> None:
+        """A part of the run begins (a new sweep's cells count from one)."""
+        self.done = 0
+        self._print(text)
+
+
+def count_table(counts, title: str) -> Table:
+    """`probe count`: aten ops per forward, per engine and prompt length."""
+    table = Table(title=title, title_justify="left")
+    for col in ("engine", "prompt", "prefill ops", "decode ops"):
+        table.add_column(col, justify="left" if col == "engine" else "right")
+    for c in counts:
+        table.add_row(c.engine, str(c.prompt_tokens), str(c.prefill_ops), str(c.decode_ops))
+    return table
+
+
+def overhead_output(r: OverheadReport) -> list[str | Table]:
+    """`probe overhead`: the floor, the cached step piece by piece, the gap, and the profiled step's split."""
+    out: list[str | Table] = [
+        f"[bold]floor[/]: single-token forward, no cache, {r.model} {r.dtype} on {r.device}",
+        f"  {r.floor_ms:.3f} ms synced, of which {r.floor_issue_ms:.3f} ms issuing (host) and "
+        f"{r.floor_wait_ms:.3f} ms waiting for the device; {r.floor_unsynced_ms:.3f} ms per forward back to back "
+        "with one sync at the end",
+        f"  {r.launches_per_forward} {r.launch_kind} per forward x {r.host_us_per_launch:.2f} us "
+        f"= {r.launches_per_forward * r.host_us_per_launch / 1e3:.3f} ms",
+    ]
+    table = Table(
+        title=f"cached decode step at context {r.context_tokens}: {r.cached_step_ms:.3f} ms, "
+        f"{r.cached_launches_per_forward} ops per forward",
+        title_justify="left",
+    )
+    for col in ("piece", "range", "median us", "share %"):
+        table.add_column(col, justify="left" if col in ("piece", "range") else "right")
+    for piece in r.pieces:
+        table.add_row(piece.name, piece.range, f"{piece.median_us:.1f}", f"{piece.share_pct:.1f}")
+    out.append(table)
+    by = {p.range: p.median_us / 1e3 for p in r.pieces}
+    loop = by["sample"] + by["sync"] + by["decode"]
+    out.append(
+        f"gap above the floor: {r.gap_ms:.3f} ms = bookkeeping {r.bookkeeping_ms:.3f} "
+        f"({r.explained_pct:.0f}%) + sampling, sync and loop {loop:.3f} + the forward's own ops beyond the "
+        f"floor's {r.gap_ms - r.bookkeeping_ms - loop:+.3f} (medians, so the sum is approximate)"
+    )
+    device = (
+        f"device busy {r.device_pct:.1f}% of the step"
+        if r.device_pct is not None
+        else "no device: the host does the compute too"
+    )
+    out.append(
+        f"profiled decode step: {r.step_dispatched:g} {r.step_dispatch}; host work {r.host_pct:.1f}% of "
+        f"the step; {device}; {r.compute_in_ops_pct:.1f}% inside aten ops (compute), "
+        f"{100 - r.compute_in_ops_pct:.1f}% around them"
+    )
+    return out
+
+
 def digest_table(ledgers: dict[str, StepDigest]) -> Table:
     """Where one (median) decode step goes, per engine, from its profiled trace: by purpose, then by mechanism."""
     table = Table(title="where a decode step goes (median decode step of a profiled run, us)", title_justify="left")
-    columns = [("engine", None), ("step", None)]
-    columns += [(p.label, ("purpose", p.name)) for p in PURPOSE_PARTS]
-    columns += [(p.label, ("mechanism", p.name)) for p in MECHANISM_PARTS]
-    for col, _ in (*columns, ("dispatched", None), ("GPU busy %", None)):
+    columns = [(p.label, "purpose", p.name) for p in PURPOSE_PARTS]
+    columns += [(p.label, "mechanism", p.name) for p in MECHANISM_PARTS]
+    for col in ("engine", "step", *(label for label, _, _ in columns), "dispatched", "GPU busy %"):
         table.add_column(col, justify="left" if col == "engine" else "right")
     for engine, d in ledgers.items():
         parts = {"purpose": d.purpose_us, "mechanism": d.mechanism_us}
         table.add_row(
             engine,
             f"{d.wall_us:.0f}",
-            *(f"{parts[side].get(name, 0.0):.0f}" for _, (side, name) in columns[2:]),
+            *(f"{parts[side].get(name, 0.0):.0f}" for _, side, name in columns),
             f"{d.dispatched:g} {'launches' if d.on_gpu else 'ops'}",
             f"{100 * d.gpu_busy_us / d.wall_us:.1f}" if d.gpu_busy_us is not None else "-",
         )
     return table
 
 
-def bandwidth_text(machine) -> str:
+def bandwidth_text(machine: Machine) -> str:
     text = f"bandwidth {machine.bandwidth_bytes_s / 1e9:.1f} GB/s ({machine.bandwidth_source})"
     if machine.datasheet_bandwidth_bytes_s:
         name = (machine.datasheet_source or "datasheet").split(":")[0]
@@ -249,7 +335,7 @@ def bandwidth_text(machine) -> str:
     return text
 
 
-def predictions_table(rows, machine) -> Table:
+def predictions_table(rows: list[Prediction], machine: Machine) -> Table:
     table = Table(
         title=f"prediction vs measurement: floor {machine.floor_ms:.2f} ms ({machine.floor_source}), "
         f"{bandwidth_text(machine)}",
@@ -260,7 +346,7 @@ def predictions_table(rows, machine) -> Table:
         "prompt",
         "batch",
         "traffic ms",
-        "floor ms",
+        "host ms",
         "predicted ms",
         "binds",
         "measured ms",
@@ -268,6 +354,9 @@ def predictions_table(rows, machine) -> Table:
         "the gap points at",
     ):
         table.add_column(col, justify="left" if col in ("engine", "binds", "the gap points at") else "right")
+    own = sorted({f"{p.engine}: {p.host_source}" for p in rows if p.host_source != "eager floor"})
+    if own:
+        table.caption = "host ms is the eager floor, except " + "; ".join(own)
     for p in rows:
         table.add_row(
             p.engine,
@@ -284,27 +373,28 @@ def predictions_table(rows, machine) -> Table:
     return table
 
 
-def _value(v: float | None) -> str:
+def value_text(v: float | None) -> str:
+    """A figure in as few digits as say it: 1123, 21.8, 0.23."""
     if v is None:
         return "-"
     return f"{v:.0f}" if float(v).is_integer() and abs(v) >= 1 else f"{v:.3g}" if abs(v) < 10 else f"{v:.1f}"
 
 
-def figures_table(figures) -> Table:
+def figures_table(figures: list[Figure]) -> Table:
     """What the write-ups measured by hand, measured here: one row a figure, one column an engine, its source."""
     engines = list(dict.fromkeys(e for f in figures for e in f.values))
     table = Table(title="the write-ups' hand measurements, measured here (- = not measured here)", title_justify="left")
     for col in ("figure", "unit", *engines, "source"):
         table.add_column(col, justify="right" if col in engines else "left")
     for f in figures:
-        table.add_row(f.name, f.unit, *(_value(f.values.get(e)) for e in engines), f.source)
+        table.add_row(f.name, f.unit, *(value_text(f.values.get(e)) for e in engines), f.source)
     return table
 
 
-def floor_lines(report) -> list[str]:
+def floor_lines(report: Report) -> list[str]:
     """The floor with and without a sync, and the bandwidth beside its datasheet figure, each with its source."""
     o, m = report.overhead, report.machine
-    lines = []
+    lines: list[str] = []
     if o is not None:
         unsynced = f"{o.floor_unsynced_ms:.3f} ms" if o.floor_unsynced_ms is not None else "not measured"
         lines.append(
@@ -313,110 +403,37 @@ def floor_lines(report) -> list[str]:
             f"{unsynced} per forward without one (back to back, one sync at the end); "
             f"{o.launches_per_forward} {o.launch_kind} per forward"
         )
-    lines.append(bandwidth_text(m))
+    if m is not None:
+        lines.append(bandwidth_text(m))
     lines += [f"note: {n}" for n in report.notes]
     return lines
 
 
-def verdict_lines(verdicts) -> list[str]:
+def problem_lines(report: Report) -> list[str]:
+    """The parts of a run that failed and what its traces warned, one line each (also on stderr and in report.md)."""
+    lines = [f"[bold red]failed[/]: {escape(part)}: {escape(error)}" for part, error in report.failed.items()]
+    return lines + [f"[yellow]warning:[/] {escape(w)}" for w in report.warnings]
+
+
+def self_check_line(report: Report) -> str | None:
+    c = report.self_check
+    return None if c is None else f"profiler self-check: {escape(c.note)}"
+
+
+def diagnosis_lines(report: Report) -> list[str]:
+    """What bounds each profiled engine's median step (probe.analysis.diagnosis), and its predictions checked."""
+    out = [f"[bold]{escape(label)}[/]: {escape(d.headline)}" for label, d in report.diagnoses.items()]
+    for c in report.checks:
+        if c.ratio is None:
+            out.append(f"check: {escape(c.prediction)}: {escape(c.evidence)}")
+        else:
+            out.append(
+                f"check: {escape(c.prediction)}: predicted {c.predicted_ms:.3f} ms, measured {c.measured_ms:.3f} ms "
+                f"({c.ratio:.2f}x; {escape(c.evidence)})"
+            )
+    return out
+
+
+def verdict_lines(verdicts: list[Verdict]) -> list[str]:
     mark = {True: "[green]supported[/]", False: "[red]not supported[/]", None: "[yellow]not measured[/]"}
     return [f"{mark[v.supported]}: {v.claim} ({v.source}). {v.evidence}" for v in verdicts]
-
-
-def _engines(figures) -> list[str]:
-    return list(dict.fromkeys(e for f in figures for e in f.values))
-
-
-def _markdown(frame: pd.DataFrame, floatfmt: str) -> str:
-    """A table for report.md: a figure that was not measured (NaN, None) is a dash, not `nan`."""
-    return frame.astype(object).where(frame.notna(), None).to_markdown(index=False, floatfmt=floatfmt, missingval="-")
-
-
-def report_markdown(results: BenchResults, report, figures=()) -> str:
-    """The run report as Markdown: cells, serving figures, hand measurements, predictions, verdicts, bookkeeping.
-    Tables through pandas."""
-    cells = results.cells_frame()[
-        [
-            "engine",
-            "prompt_tokens",
-            "batch",
-            "ttft_ms",
-            "itl_p50_ms",
-            "itl_p90_ms",
-            "decode_tok_s",
-            "total_ms",
-            "peak_mem_bytes",
-            "spread_pct",
-            "decode_ops",
-        ]
-    ].copy()
-    cells["decode_ops"] = cells["decode_ops"].astype("Int64")  # a count, or none where it was not measured (static)
-    cells["tokens"] = [parity_text(c, markup=False) for c in results.cells]
-    serving = results.cells_frame()[["engine", "prompt_tokens", "batch", *(name for _, name in SERVING_COLUMNS)]]
-    preds = pd.DataFrame([dataclasses.asdict(p) for p in report.predictions])
-    env = results.env
-    lines = [
-        f"# probe run: {results.config.get('model')} {env.get('dtype')} on {env.get('device_name')}",
-        "",
-        f"torch {env.get('torch')}, transformers {env.get('transformers')}, CPU {env.get('cpu_model')}, "
-        f"commit {env.get('git_commit')}",
-        "",
-        "## Cells",
-        "",
-        _markdown(cells, ".2f"),
-        "",
-        "## Serving figures (ms; vLLM benchmark_serving definitions)",
-        "",
-        _markdown(serving, ".2f"),
-        "",
-    ]
-    if figures:
-        table = pd.DataFrame(
-            {
-                "figure": f.name,
-                "unit": f.unit,
-                **{e: _value(f.values.get(e)) for e in _engines(figures)},
-                "source": f.source,
-            }
-            for f in figures
-        )
-        lines += ["## The write-ups' hand measurements, measured here", "", table.to_markdown(index=False), ""]
-    lines += [
-        "## Prediction vs measurement",
-        "",
-        f"- prediction floor: {report.machine.floor_ms:.3f} ms ({report.machine.floor_source})",
-        *(f"- {line}" for line in floor_lines(report)),
-        "",
-    ]
-    if not preds.empty:
-        lines.append(_markdown(preds, ".3f"))
-    if report.ledgers:
-        digest = pd.DataFrame(
-            [
-                {"engine": e, "step_us": d.wall_us, **d.purpose_us, **d.mechanism_us, d.dispatch: d.dispatched}
-                for e, d in report.ledgers.items()
-            ]
-        )
-        lines += [
-            "",
-            "## Where a decode step goes (median decode step of a profiled run, us)",
-            "",
-            _markdown(digest, ".1f"),
-        ]
-    lines += ["", "## The write-ups' predictions, checked here", ""]
-    word = {True: "supported", False: "not supported", None: "not measured"}
-    lines += [f"- **{word[v.supported]}**: {v.claim} ({v.source}). {v.evidence}" for v in report.verdicts]
-    if report.overhead:
-        o = report.overhead
-        lines += [
-            "",
-            "## Where a cached step goes (probe overhead)",
-            "",
-            f"Floor: {o.floor_ms:.3f} ms for a single-token forward with no cache "
-            f"({o.launches_per_forward} {o.launch_kind}, {o.host_us_per_launch:.2f} us each). "
-            f"Cached step at context {o.context_tokens}: {o.cached_step_ms:.3f} ms; "
-            f"bookkeeping {o.bookkeeping_ms:.3f} ms of a {o.gap_ms:.3f} ms gap.",
-            "",
-            _markdown(pd.DataFrame([dataclasses.asdict(p) for p in o.pieces]), ".1f"),
-        ]
-    return "\n".join(lines) + "\n"

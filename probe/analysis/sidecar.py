@@ -1,0 +1,85 @@
+"""A trace's sidecar, typed: `<stem>.meta.json` (or `<stem>.nsys.meta.json`), which `probe profile` writes beside
+every trace it records, read back here.
+
+It holds the run's configuration (`ProfileConfig`), the environment it ran in (`Environment`), the two clocks read
+at one instant (so telemetry samples line up with the trace), the profiler's cost per recorded event (torch.profiler
+traces: probe.capture.calibrate), and the tool. Whatever else the tool wrote (the recorded run's tokens, per-step
+times, the nsys command) is kept in `details` as written, for a person to read; probe reads none of it.
+
+`trace_meta(path)` finds and reads a trace's sidecar: None when there is none, a one-line ProbeError when there
+is one that is not a probe sidecar (not JSON, nested too deep, a field of the wrong type).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from probe.analysis.environment import Environment
+from probe.analysis.files import read_json, stem_of
+from probe.analysis.ledger import EventCost
+from probe.analysis.results import Clock
+from probe.errors import ProbeError
+from probe.settings import ProfileConfig
+
+Tool = Literal["torch.profiler", "nsys"]
+_TYPED = ("config", "env", "clock", "event_cost_ns", "tool")
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    config: ProfileConfig
+    env: Environment
+    clock: Clock | None = None  # None in sidecars written before the clock anchor
+    event_cost: EventCost | None = None  # torch.profiler only
+    tool: Tool | None = None
+    details: dict = field(default_factory=dict)  # the rest, as the tool wrote it
+
+    def to_json(self) -> dict:
+        return self.details | {
+            "config": self.config.to_json(),
+            "env": self.env.to_json(),
+            "clock": dataclasses.asdict(self.clock) if self.clock else None,
+            "event_cost_ns": self.event_cost.to_json() if self.event_cost else None,
+            "tool": self.tool,
+        }
+
+    @classmethod
+    def from_json(cls, doc) -> Sidecar:
+        """ValueError, in one line naming the field, for anything that is not a probe sidecar."""
+        if not isinstance(doc, dict) or not all(isinstance(doc.get(k), dict) for k in ("config", "env")):
+            raise ValueError("not a probe sidecar (expected an object whose config and env are objects)")
+        cost = doc.get("event_cost_ns")
+        event_cost = EventCost.from_json(cost)
+        if cost is not None and event_cost is None:
+            raise ValueError(f"event_cost_ns is {cost!r}, not an object of op and range ns")
+        try:
+            clock = msgspec.convert(doc["clock"], Clock) if doc.get("clock") is not None else None
+            tool = msgspec.convert(doc.get("tool"), Tool | None)
+        except msgspec.ValidationError as e:
+            raise ValueError(f"{e} (in clock or tool)") from None
+        details = {k: v for k, v in doc.items() if k not in _TYPED}
+        return cls(
+            ProfileConfig.from_json(doc["config"]), Environment.from_json(doc["env"]), clock, event_cost, tool, details
+        )
+
+
+def sidecar_paths(trace: Path) -> tuple[Path, Path]:
+    """Where a trace's sidecar may be: <stem>.meta.json (torch.profiler), <stem>.nsys.meta.json (nsys)."""
+    stem = stem_of(trace.name)
+    return trace.with_name(f"{stem}.meta.json"), trace.with_name(f"{stem}.nsys.meta.json")
+
+
+def trace_meta(path: Path) -> Sidecar | None:
+    """The sidecar `probe profile` wrote beside the trace at `path`, when one is there."""
+    for candidate in sidecar_paths(Path(path)):
+        if candidate.is_file():
+            try:
+                return Sidecar.from_json(read_json(candidate))
+            except ValueError as e:
+                raise ProbeError(f"{candidate}: {e}") from None
+    return None

@@ -1,0 +1,373 @@
+"""`probe run` as a library call: `run_job(cfg, out, options) -> RunOutcome`.
+
+The job, in order, each part written to the run folder as it finishes (results by the sweep, report.json and
+report.md after every later part), so an exception in one part leaves everything measured before it:
+
+1. the profiler self-check (`profile.self_check`): kernels counted before and after as many sessions as the run opens;
+2. the sweep (`sweep`), then the next sweeps that test the write-ups' closing predictions (a static step and B
+   sequences per forward at the shortest prompt), each in its own `next-<engine>/` folder;
+3. the machine: the floor, a cached step piece by piece, the copy bandwidth (`machine.measure_machine`);
+4. one profiled trace per engine (the batched one at B = PROFILE_BATCH, its name and column saying so), reduced to
+   its median step, with what its ledger warned; an Nsight Systems trace too where nsys is installed;
+5. the predictions (a captured engine from its own host cost), the verdicts and the write-ups' hand figures.
+
+A part that raises is named in the report with its error and the rest goes on; it, and a GPU trace whose launches
+hold no kernel, make the outcome's exit code 1. `watch` is how a caller follows along (a line a phase, a bar or a
+line a cell); the command prints the tables.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from engines import engine_class
+from engines.models import load_model, resolve_device
+from probe.analysis.diagnosis import Context, diagnose_trace
+from probe.analysis.digest import digest
+from probe.analysis.files import atomic_write
+from probe.analysis.ledger import analyze
+from probe.analysis.report import (
+    REPORT_FILE,
+    REPORT_MD,
+    Figure,
+    HostCost,
+    Report,
+    batching_verdict,
+    captured_host_cost,
+    engine_label,
+    hand_figures,
+    host_overhead_verdict,
+    prediction_checks,
+    predictions,
+    step_counts,
+)
+from probe.analysis.results import BenchResults
+from probe.analysis.roofline.formulas import arch_for
+from probe.analysis.runfolder import claim
+from probe.analysis.trace import load_trace
+from probe.capture.calibrate import CALIBRATION_REPS
+from probe.capture.config import BenchConfig, ProfileConfig, settle, validate
+from probe.capture.machine import measure_machine
+from probe.capture.profile import find_nsys, prepare_graph_profiling, profile_nsys, profile_torch, self_check
+from probe.capture.sweep import (
+    bench,
+    cell_count,
+    check_writable,
+    mismatches,
+    precheck_resume,
+    runs_per_cell,
+    settle_here,
+)
+from probe.errors import ProbeError
+from probe.render.markdown import report_markdown
+from probe.render.text import first_line
+
+# Why these: the CPU budget keeps the whole job to a few minutes on 2 cores while still spanning the
+# range where naive's recomputation overtakes the host floor; the GPU budget is the write-ups' own.
+CPU_DEFAULTS = dict(model="tiny", dtype="float32", prompts=(16, 64, 256, 1024), new_tokens=128, runs=5, warmup=2)
+GPU_DEFAULTS = dict(
+    model="qwen2.5-1.5b", dtype="float16", prompts=(16, 64, 256, 1024, 4096), new_tokens=256, runs=5, warmup=2
+)
+# --quick: three engines over the prompt range, 32 tokens (31 decode steps a run), 2 timed runs after the parity
+# pass, 2 ABBA pairs for the sync cost. On a GPU naive is timed only up to 512 (at 4096 it is a reference run
+# only); cached and static span the write-ups' 16..4096. docs/gpu/README.md budgets the GPU run.
+QUICK = dict(engines=("naive", "cached", "static"), new_tokens=32, runs=2, warmup=1, sync_pairs=2)
+# One intra-op thread on a CPU: on a shared 2-core machine two threads stall at every op's barrier whenever another
+# job holds a core (measured here in a --quick run: a static p16 step of 104 ms against 1 ms when profiled alone).
+QUICK_CPU = dict(CPU_DEFAULTS, **QUICK, prompts=(16, 128, 1024), threads=1)
+QUICK_GPU = dict(GPU_DEFAULTS, **QUICK, prompts=(16, 512, 4096), naive_prompts=(16, 512))
+NEXT_BATCHES = (1, 2, 4, 8)  # Part 2's prediction: B sequences per forward
+PROFILE_BATCH = 4  # the batched engine's profiled trace
+PROFILE_NEW_TOKENS = 9  # the full run's profiled traces: 8 decode steps (--quick profiles at the sweep's own length)
+# --quick's Nsight Systems traces. On a GPU only the static engine's: nsys sees each replayed kernel of a graph
+# whether or not torch.profiler does, which is the check that matters there, and each nsys trace is a fresh
+# process (and for static a fresh compile), the most expensive part of the GPU budget (docs/gpu/README.md).
+QUICK_NSYS_GPU = ("static",)
+
+ProgressFn = Callable[[str, int], None]
+
+
+def _no_bar(total: int, cells: bool) -> AbstractContextManager:
+    return contextlib.nullcontext(lambda *a: None)
+
+
+@dataclass
+class Watch:
+    """How a caller follows a run. `phase(text)` as each part begins; `bar(total, cells)` a context manager giving
+    the sweep's progress callback (runs: `(description, advance)`; cells, on Ray: `(done, running, failed)`);
+    `cell(results, total)` after every finished cell."""
+
+    phase: Callable[[str], None] = lambda text: None
+    bar: Callable[[int, bool], AbstractContextManager] = _no_bar
+    cell: Callable[[BenchResults, int], None] = lambda results, total: None
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    quick: bool = False
+    next_sweeps: bool = True  # the static and batched sweeps of the write-ups' closing predictions
+    nsys: bool = True  # --quick: Nsight Systems traces where nsys is installed
+    resume: bool = False
+    force: bool = False
+    executor: str = "local"
+    address: str | None = None
+
+
+@dataclass
+class RunOutcome:
+    """What `run_job` measured and wrote. `code`: 0, or 1 when a cell failed or mismatched, a part failed, or a GPU
+    trace lost its kernels. `errors` and `warnings`: one line each, for stderr."""
+
+    out: Path
+    results: BenchResults  # the main sweep
+    next_results: dict[str, BenchResults]  # engine -> its next sweep
+    combined: BenchResults
+    report: Report
+    figures: list[Figure]
+    code: int
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def defaults_for(device_type: str, quick: bool) -> dict:
+    if quick:
+        return QUICK_GPU if device_type == "cuda" else QUICK_CPU
+    return GPU_DEFAULTS if device_type == "cuda" else CPU_DEFAULTS
+
+
+def sweep_problems(cfg: BenchConfig, results: BenchResults) -> tuple[list[str], list[str]]:
+    """(warnings, errors) of a finished sweep, one line each: contended cells; failed cells; token mismatches
+    (unless allowed). Errors make the exit code 1."""
+    warnings, errors = [], []
+    if contended := [c for c in results.cells if c.contended]:
+        names = ", ".join(f"{c.label} ({c.other_cpu_cores:.2f})" for c in contended)
+        warnings.append(
+            f"{len(contended)} of {len(results.cells)} cells ran while other processes used the CPU "
+            f"(cores beside this one: {names}); their timings are unreliable (README, Contention)"
+        )
+    if results.failed:
+        names = "; ".join(f"{f.label} on {f.host}: {f.error}" for f in results.failed[:3])
+        names += "; ..." if len(results.failed) > 3 else ""
+        errors.append(f"{len(results.failed)} of {cell_count(cfg)} cells failed: {names}")
+    bad = mismatches(results)
+    if bad and not cfg.allow_mismatch:
+        names = ", ".join(c.label for c in bad)
+        errors.append(f"tokens differ from naive for {names} (use --allow-mismatch to accept)")
+    return warnings, errors
+
+
+def sweep(
+    cfg: BenchConfig,
+    out: Path | None,
+    watch: Watch | None = None,
+    model=None,
+    resume: bool = False,
+    executor: str = "local",
+    address: str | None = None,
+) -> BenchResults:
+    """Run a sweep (on `model` when given, built from cfg's model and dtype; here or on Ray), saving each finished
+    cell into `out`. Bad input fails before Ray starts or a model loads."""
+    watch = watch or Watch()
+    if executor == "local":
+        cfg = settle_here(cfg)
+    validate(settle_here(cfg))
+    if out is not None:
+        check_writable(out)
+        if resume and executor == "local":  # on Ray, "auto" is settled by the cluster's devices: checked there
+            precheck_resume(cfg, out)
+    total = cell_count(cfg)
+
+    def on_cell(results: BenchResults) -> None:
+        watch.cell(results, total)
+
+    if executor == "ray":
+        from probe.capture.raysweep import bench_on_ray  # Ray: an optional dependency, imported where it is used
+
+        with watch.bar(total, True) as bar:
+            return bench_on_ray(cfg, out, address, bar, on_cell=on_cell, resume=resume)
+    runs = total * runs_per_cell(cfg, resolve_device(cfg.device))
+    with watch.bar(runs, False) as bar:
+        return bench(cfg, out, progress=bar, on_cell=on_cell, model=model, resume=resume)
+
+
+def next_configs(cfg: BenchConfig) -> list[BenchConfig]:
+    """The write-ups' closing predictions: a static (captured) step at the shortest prompt unless the sweep has
+    one, and B sequences per forward there."""
+    short = min(cfg.prompts)
+    nxt = [] if "static" in cfg.engines else [dataclasses.replace(cfg, engines=("static",), prompts=(short,))]
+    nxt.append(dataclasses.replace(cfg, engines=("batched",), prompts=(short,), batch=NEXT_BATCHES, naive_prompts=()))
+    return nxt
+
+
+def profiled_engines(cfg: BenchConfig, options: RunOptions) -> list[str]:
+    return list(cfg.engines) + (["batched"] if options.quick and options.next_sweeps else [])
+
+
+def sessions_in_run(traces: int) -> int:
+    """The torch.profiler sessions a run opens after the self-check: the graph initialiser's, the calibration's (two
+    kinds of event, each a counting session and CALIBRATION_REPS timed ones), the machine's two (the floor's launches
+    on a GPU, the profiled cached step), and one a trace."""
+    return 1 + 2 * (1 + CALIBRATION_REPS) + 2 + traces
+
+
+def write_report(out: Path, combined: BenchResults, report: Report, prompt: int) -> list[Figure]:
+    """report.json and report.md as the run stands; returns the hand figures report.md shows."""
+    figures = hand_figures(combined, report, prompt)
+    atomic_write(out / REPORT_FILE, json.dumps(report.to_json(), indent=1))
+    atomic_write(out / REPORT_MD, report_markdown(combined, report, figures))
+    return figures
+
+
+@contextlib.contextmanager
+def _part(report: Report, name: str) -> Iterator[None]:
+    """A part of the run: an exception in it is named in the report with its error, and the run goes on."""
+    try:
+        yield
+    except Exception as e:  # any failure of one part must leave the others' measurements
+        report.failed[name] = first_line(e, with_type=True)
+
+
+def _profile_one(cfg: BenchConfig, folder: Path, model, engine: str, new_tokens: int, nsys: bool, report: Report):
+    """One engine's profiled trace into the report: its median step, its counts, what its ledger warned; and its
+    Nsight Systems trace when asked (a second opinion: a missing or failing nsys is a note, never fatal)."""
+    batch = PROFILE_BATCH if engine == "batched" else 1
+    label = engine_label(engine, batch)
+    pcfg = ProfileConfig(
+        engine=engine,
+        prompt=min(cfg.prompts),
+        new_tokens=new_tokens,
+        model=cfg.model,
+        dtype=cfg.dtype,
+        device=cfg.device,
+        batch=batch,
+        seed=cfg.seed,
+    )
+    trace = profile_torch(pcfg, folder, model, force=True).trace  # the run's folder, claimed: its own traces
+    if trace is None:
+        raise ProbeError(f"torch.profiler wrote no trace of {label}")
+    events = load_trace(trace)
+    analysis = analyze(events)
+    report.ledgers[label] = digest(analysis)
+    if (median := diagnose_trace(analysis, Context.of(events)).median) is not None:
+        report.diagnoses[label] = median
+    report.steps[label] = step_counts(engine, analysis, trace.name, batch=batch)
+    report.warnings += [f"{trace.name}: {w}" for w in analysis.warnings]
+    if not nsys:
+        return
+    try:
+        sqlite = profile_nsys(pcfg, folder, force=True).sqlite
+        if sqlite is None:
+            raise ProbeError("nsys wrote no SQLite export")
+    except ProbeError as e:
+        report.notes.append(f"nsys trace of {label} not taken: {e}")
+        return
+    nsys_analysis = analyze(load_trace(sqlite))
+    report.steps[f"{label} (nsys)"] = step_counts(engine, nsys_analysis, sqlite.name, "nsys", batch)
+    report.warnings += [f"{sqlite.name}: {w}" for w in nsys_analysis.warnings]
+
+
+def _nsys_plan(options: RunOptions, device: torch.device, engines: list[str]) -> tuple[tuple[str, ...], list[str]]:
+    """(the engines to trace under Nsight Systems, notes): --quick's, where nsys is installed."""
+    if not (options.quick and options.nsys):
+        return (), []
+    try:
+        find_nsys()
+    except ProbeError as e:
+        return (), [f"no Nsight Systems traces: {e}"]
+    return (QUICK_NSYS_GPU if device.type == "cuda" else tuple(engines)), []
+
+
+def _sweeps(cfg: BenchConfig, out: Path, options: RunOptions, watch: Watch, model):
+    """The main sweep and the next sweeps, in one Ray session when on Ray: (results, next results by engine,
+    warnings, errors)."""
+    on = dict(model=model, resume=options.resume, executor=options.executor, address=options.address)
+    ray: AbstractContextManager = contextlib.nullcontext()
+    if options.executor != "local":  # one Ray session for every sweep of the run, not one each
+        from probe.cluster import session  # Ray: an optional dependency, imported where it is used
+
+        ray = session(options.address)
+    with ray:
+        watch.phase(f"sweep: {cell_count(cfg)} cells of {', '.join(cfg.engines)}")
+        results = sweep(cfg, out, watch, **on)
+        warnings, errors = sweep_problems(cfg, results)
+        nxt = {}
+        for c in next_configs(cfg) if options.next_sweeps else []:
+            name = c.engines[0]
+            watch.phase(f"next sweep: {name}, {cell_count(c)} cells")
+            nxt[name] = sweep(c, out / f"next-{name}", watch, **on)
+            more = sweep_problems(c, nxt[name])
+            warnings, errors = warnings + more[0], errors + more[1]
+    return results, nxt, warnings, errors
+
+
+def run_job(cfg: BenchConfig, out: Path, options: RunOptions = RunOptions(), watch: Watch | None = None) -> RunOutcome:
+    """The whole `probe run` (the module's docstring). `cfg` holds the defaults and the user's flags, unsettled."""
+    watch = watch or Watch()
+    start = time.perf_counter()
+    device = resolve_device(cfg.device)
+    cfg = settle(cfg, device.type)
+    prepare_graph_profiling(device)  # before the first CUDA graph is captured in this process
+    claim(out, resume=options.resume, force=options.force)
+    engines = profiled_engines(cfg, options)
+    nsys_engines, notes = _nsys_plan(options, device, engines)
+    report = Report(None, [], [], notes=notes)
+    watch.phase(f"profiler self-check on {device}")
+    with _part(report, "profiler self-check"):
+        report.self_check = self_check(device, sessions_in_run(len(engines)))
+    # One model for every part (--quick): a compiled step is guarded on the model it was compiled for.
+    quick_local = options.quick and options.executor == "local"
+    model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed) if quick_local else None
+    results, nxt, warnings, errors = _sweeps(cfg, out, options, watch, model)
+    combined, prompt, arch = results.combined(list(nxt.values())), min(cfg.prompts), arch_for(cfg.model)
+    report.verdicts = [host_overhead_verdict(combined), batching_verdict(combined, arch, None)]
+    write_report(out, combined, report, prompt)
+    model = model or load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
+    watch.phase("machine: the floor, a cached step piece by piece, the copy bandwidth")
+    with _part(report, "machine"):
+        report.machine, report.overhead = measure_machine(
+            cfg.model, cfg.dtype, cfg.device, results.env.device_name, model
+        )
+    write_report(out, combined, report, prompt)
+    for engine in engines:
+        label = engine_label(engine, PROFILE_BATCH if engine == "batched" else 1)
+        watch.phase(f"profile {label}" + (" (and nsys)" if engine in nsys_engines else ""))
+        with _part(report, f"profile {label}"):
+            new_tokens = cfg.new_tokens if options.quick else PROFILE_NEW_TOKENS
+            _profile_one(cfg, out / "traces", model, engine, new_tokens, engine in nsys_engines, report)
+        write_report(out, combined, report, prompt)
+    watch.phase("report: predictions and verdicts")
+    with _part(report, "predictions"):
+        if report.machine is not None:
+            report.predictions = predictions(results, arch, report.machine, _captured_costs(combined, device, report))
+        report.verdicts = [host_overhead_verdict(combined), batching_verdict(combined, arch, report.machine)]
+        report.checks = prediction_checks(combined, report.diagnoses, prompt)
+    figures = write_report(out, combined, report, prompt)
+    errors += [f"{part} failed: {error}" for part, error in report.failed.items()]
+    if lost := report.lost_kernels:
+        errors.append(
+            f"kernels lost in {', '.join(lost)}: the GPU trace holds launches and no kernels, so its GPU figures "
+            "would read as zeros (report.md, Warnings and the profiler self-check)"
+        )
+    code = 1 if errors else 0
+    seconds = time.perf_counter() - start
+    return RunOutcome(out, results, nxt, combined, report, figures, code, errors, warnings + report.warnings, seconds)
+
+
+def _captured_costs(results: BenchResults, device: torch.device, report: Report) -> dict[str, HostCost]:
+    """Each captured engine's own host cost per step (report.captured_host_cost): on CUDA, where graphs are captured."""
+    out = {}
+    for engine in dict.fromkeys(c.engine for c in results.cells):
+        captured = device.type == "cuda" and engine_class(engine).captures_decode
+        if (cost := captured_host_cost(captured, report.overhead)) is not None:
+            out[engine] = cost
+    return out

@@ -1,0 +1,299 @@
+"""`probe analyze`'s tables: a trace's steps, GPU idle, host parts, kernels, frames, one step, and a job of ranks.
+
+Kernels are shown by their short names (probe.analysis.kernels.short_name; the JSON keeps them whole). On a trace
+with no GPU activity every GPU figure is a dash, never a zero.
+"""
+
+from __future__ import annotations
+
+from rich.markup import escape
+from rich.table import Table
+
+from probe.analysis.host import MECHANISM_PARTS, PURPOSE_PARTS
+from probe.analysis.job import JobAnalysis
+from probe.analysis.kernels import KernelStat, short_name
+from probe.analysis.ledger import StepLedger, TraceAnalysis
+from probe.analysis.timeline import TimelineItem
+from probe.render.text import DASH, ms, pct, short, us
+
+KERNEL_NAME_WIDTH = 70  # the table cuts kernel names here; --json keeps them whole
+STEP_NAME_WIDTH = 40
+
+
+def _table(title: str, columns, left=("step", "name", "frame", "category", "kind", "part", "")) -> Table:
+    table = Table(title=title, title_justify="left")
+    for c in columns:
+        table.add_column(c, justify="left" if c in left else "right", no_wrap=c not in ("name", "frame"))
+    return table
+
+
+def kernel_label(name: str) -> str:
+    """A kernel as a table shows it: its short name, cut to the column."""
+    return short(short_name(name), KERNEL_NAME_WIDTH)
+
+
+def steps_table(result: TraceAnalysis) -> Table:
+    """One row a step: wall time, what it dispatched, and its GPU window (on a GPU trace)."""
+    gpu, estimate = result.on_gpu, result.event_cost is not None
+    rank = f", rank {result.rank}" if result.rank is not None else ""
+    cols = ["#", "step", "kind", "start", "wall"] + (["unprofiled est."] if estimate else [])
+    cols += (
+        ["launches", "graphs", "kernels", "GPU window", "GPU busy", "busy %"] if gpu else ["top-level ops", "cpu ops"]
+    )
+    n = len(result.steps)
+    table = _table(
+        f"{result.source}  ({result.format}{rank}; {n} step{'s' * (n != 1)} found by {result.step_rule}; times in ms)",
+        cols,
+    )
+    for s in result.steps:
+        row = [str(s.position), short(s.name, STEP_NAME_WIDTH), s.kind, ms(s.start_ns), ms(s.wall_ns)]
+        row += [ms(s.unprofiled_estimate_ns)] if estimate else []
+        if gpu:
+            row += [
+                str(s.launches),
+                str(s.graph_launches),
+                str(s.kernels),
+                ms(s.gpu_window_ns),
+                ms(s.gpu_busy_ns),
+                pct(s.busy_fraction),
+            ]
+        else:
+            row += [str(s.top_level_ops), str(s.cpu_ops)]
+        table.add_row(*row)
+    return table
+
+
+def idle_table(result: TraceAnalysis) -> Table:
+    """One row a step: the GPU window's idle time split HTA's way, and the launch statistics."""
+    table = _table(
+        "GPU idle in each step's GPU window, and its launches (ms unless marked; launch delay from the call's start to "
+        "its kernel's, probe's definition: HTA's, from the call's end, is in --json)",
+        [
+            "#",
+            "step",
+            "GPU idle",
+            "host wait",
+            "kernel wait",
+            "other",
+            "launch calls",
+            "delay p50 us",
+            "delay p90 us",
+            "kernels < 5 us",
+        ],
+    )
+    for s in result.steps:
+        table.add_row(
+            str(s.position),
+            short(s.name, STEP_NAME_WIDTH),
+            ms(s.gpu_idle_ns),
+            ms(s.idle_host_wait_ns),
+            ms(s.idle_kernel_wait_ns),
+            ms(s.idle_other_ns),
+            ms(s.launch_cpu_ns),
+            us(s.launch_delay_p50_ns),
+            us(s.launch_delay_p90_ns),
+            str(s.short_kernels),
+        )
+    return table
+
+
+def host_table(result: TraceAnalysis) -> Table:
+    """One row a step: both partitions of its wall time (probe.analysis.host), each adding up to the wall."""
+    purpose = [(p, p) for p in result.user_parts] + [(p.name, p.label) for p in PURPOSE_PARTS]
+    mechanism = [(p.name, p.label) for p in MECHANISM_PARTS]
+    table = _table(
+        "host time on each step's thread (ms): by purpose, then by mechanism; each adds up to wall",
+        ["#", "step", "wall", *(label for _, label in purpose), "|", *(label for _, label in mechanism)],
+    )
+    for s in result.steps:
+        table.add_row(
+            str(s.position),
+            short(s.name, STEP_NAME_WIDTH),
+            ms(s.wall_ns),
+            *(ms(s.purpose_ns[p]) for p, _ in purpose),
+            "|",
+            *(ms(s.mechanism_ns[p]) for p, _ in mechanism),
+        )
+    return table
+
+
+def kernels_table(stats: tuple[KernelStat, ...] | list[KernelStat], title: str) -> Table:
+    table = _table(title, ["name", "category", "count", "total ms", "mean us", "p50 us", "max us", "% of busy"])
+    for k in stats:
+        table.add_row(
+            kernel_label(k.name),
+            k.category,
+            str(k.count),
+            ms(k.total_ns),
+            us(k.mean_ns),
+            us(k.p50_ns),
+            us(k.max_ns),
+            pct(k.share_of_busy),
+        )
+    return table
+
+
+def categories_table(categories: dict[str, int], busy_ns: int) -> Table:
+    table = _table("GPU time by kernel category (whole trace)", ["category", "total ms", "% of busy"])
+    for category, ns in sorted(categories.items(), key=lambda kv: -kv[1]):
+        table.add_row(category, ms(ns), pct(ns / busy_ns if busy_ns else 0.0))
+    return table
+
+
+def frames_table(frames, title: str) -> Table:
+    table = _table(title, ["frame", "self ms", "count"])
+    for f in frames:
+        table.add_row(short(f.frame, 100), ms(f.self_ns), str(f.count))
+    return table
+
+
+def step_table(s: StepLedger, result: TraceAnalysis) -> Table:
+    """One step in detail. On a trace with no GPU activity the GPU rows are dashes."""
+    table = _table(f"step {s.position}: {s.name} ({s.kind}), thread {s.pid}/{s.tid}", ["", "value", "% of wall"])
+    wall = s.wall_ns or 1
+    gpu = result.on_gpu
+
+    def on_gpu(text: str) -> str:
+        return text if gpu else DASH
+
+    rows = [
+        ("start ms", ms(s.start_ns), ""),
+        ("wall ms", ms(s.wall_ns), "100.0"),
+        ("launches", on_gpu(str(s.launches)), ""),
+        ("graph launches", on_gpu(str(s.graph_launches)), ""),
+        ("runtime calls", on_gpu(str(s.runtime_calls)), ""),
+        ("kernels", on_gpu(str(s.kernels)), ""),
+        ("GPU ops", on_gpu(str(s.gpu_ops)), ""),
+        ("GPU window start ms", on_gpu(ms(s.gpu_start_ns)), ""),
+        ("GPU window ms", on_gpu(ms(s.gpu_window_ns)), ""),
+        ("GPU busy ms", on_gpu(ms(s.gpu_busy_ns)), f"{pct(s.busy_fraction)} of the window" if gpu else ""),
+        ("GPU idle ms", on_gpu(ms(s.gpu_idle_ns)), ""),
+        ("  host wait ms", on_gpu(ms(s.idle_host_wait_ns)), ""),
+        ("  kernel wait ms", on_gpu(ms(s.idle_kernel_wait_ns)), ""),
+        ("  other ms", on_gpu(ms(s.idle_other_ns)), ""),
+        ("launch calls ms", on_gpu(ms(s.launch_cpu_ns)), ""),
+        ("launch delay p50 / p90 us", on_gpu(f"{us(s.launch_delay_p50_ns)} / {us(s.launch_delay_p90_ns)}"), ""),
+        (
+            "  from the call's end (HTA's) p50 / p90 us",
+            on_gpu(f"{us(s.launch_delay_from_end_p50_ns)} / {us(s.launch_delay_from_end_p90_ns)}"),
+            "",
+        ),
+        ("external wait ms (no GPU op running)", on_gpu(ms(s.external_wait_ns)), ""),
+        ("kernels under 5 us", on_gpu(str(s.short_kernels)), ""),
+        ("top-level ops", str(s.top_level_ops), ""),
+        ("cpu ops (all depths)", str(s.cpu_ops), ""),
+        ("host events recorded (ops, calls, frames / ranges)", f"{s.host_events} / {s.host_ranges}", ""),
+    ]
+    if s.unprofiled_estimate_ns is not None and result.event_cost is not None:
+        rows.append(
+            (
+                f"unprofiled estimate ms ({s.host_events} events x {result.event_cost.op_ns:.0f} ns, "
+                f"{s.host_ranges} ranges x {result.event_cost.range_ns:.0f} ns)",
+                ms(s.unprofiled_estimate_ns),
+                pct(s.unprofiled_estimate_ns / wall),
+            )
+        )
+    for part, ns in s.purpose_ns.items():
+        rows.append((f"host by purpose: {part} ms", ms(ns), pct(ns / wall)))
+    for part, ns in s.mechanism_ns.items():
+        rows.append((f"host by mechanism: {part} ms", ms(ns), pct(ns / wall)))
+    rows.append(("host: cache total ms", ms(s.cache_ns), pct(s.cache_ns / wall)))
+    for category, ns in s.kernels_by_category.items():
+        rows.append((f"GPU: {category} ms", ms(ns), ""))
+    for site in s.sync_sites[:5]:
+        copy = f", {site.copy_bytes} B {site.copy_kind}" if site.copy_bytes is not None else ""
+        where = " at " + " in ".join(x for x in dict.fromkeys((site.frame, site.source)) if x) if site.frame else ""
+        label = short(f"sync: {site.call} (x{site.count}{copy}){where}", 90)
+        rows.append((label, ms(site.wait_ns), pct(site.wait_ns / wall)))
+    for t in s.other_threads[:5]:
+        rows.append((f"other thread {t.pid}/{t.tid} busy ms", ms(t.busy_ns), pct(t.busy_ns / wall)))
+    for name, value, share in rows:
+        table.add_row(name, value, share)
+    for o in s.top_ops[:10]:
+        table.add_row(f"self: {o.name} (x{o.calls})", ms(o.self_ns), pct(o.self_ns / wall))
+    return table
+
+
+def timeline_table(items: list[TimelineItem], s: StepLedger) -> Table:
+    table = Table(
+        title=f"{s.name}: top-level ops, calls outside ops and ranges, in order (us from step start)",
+        title_justify="left",
+    )
+    for c in ("start us", "dur us", "kind", "part", "name"):
+        table.add_column(c, justify="left" if c in ("kind", "part", "name") else "right")
+    for it in items:
+        style = "bold cyan" if it.part.startswith("cache") else None
+        table.add_row(f"{it.start_us:.3f}", f"{it.dur_us:.3f}", it.kind, it.part, it.name, style=style)
+    return table
+
+
+def summary_table(result: TraceAnalysis) -> Table:
+    """The trace in a few lines. On a trace with no GPU activity the GPU figures are dashes, never 0.0%."""
+    s, t, gpu = result.summary, result.totals, result.on_gpu
+    table = _table(f"summary over {s.steps} {'decode ' if s.steps_used == 'decode' else ''}step(s)", ["", "value"])
+    rows = [
+        ("steps found by", result.step_rule),
+        ("step time p50 ms", f"{s.step_p50_us / 1000:.3f}"),
+        ("step time p90 ms", f"{s.step_p90_us / 1000:.3f}"),
+        (f"{result.dispatch} per step (median)", f"{s.launches_per_step:g}"),
+        ("GPU busy fraction (of the GPU windows)", f"{pct(s.busy_fraction)} %" if gpu else DASH),
+        ("cache share of wall", f"{pct(s.cache_share)} %"),
+        ("python share of wall", f"{pct(s.python_share)} %"),
+        ("unattributed share of wall", f"{pct(s.unattributed_share)} %"),
+        (
+            "trace: events / kernels / launches / graph launches",
+            f"{t.events} / {t.kernels} / {t.launches} / {t.graph_launches}",
+        ),
+        ("trace: GPU ops / GPU busy ms", f"{t.gpu_ops} / {ms(t.gpu_busy_ns) if gpu else DASH}"),
+        ("trace: GPU ops launched outside every step", str(t.unattributed_gpu_ops)),
+    ]
+    for o in s.top_ops:
+        rows.append((f"top host op: {o.name} (x{o.calls})", f"{o.self_ns / 1e6:.3f} ms"))
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def job_tables(result: JobAnalysis) -> list[Table]:
+    if not result.one_job:  # a list of traces, not one job: only what could not be read
+        return [_failed_table(result)] if result.failed else []
+    return _rank_tables(result)
+
+
+def _failed_table(result: JobAnalysis) -> Table:
+    failed = _table("traces that could not be read", ["trace", "error"], left=("trace", "error"))
+    for f in result.failed:
+        failed.add_row(escape(f.source), escape(f.error))
+    return failed
+
+
+def _rank_tables(result: JobAnalysis) -> list[Table]:
+    """The job step by step: each rank's wall (with the slowest rank and its trail), GPU busy and launches; the
+    straggler; the traces that could not be read."""
+    ranks = [f"rank {r}" for r in result.ranks]
+    wall = _table(
+        "wall per step and rank (ms): the slowest rank, and how far it trails the median rank",
+        ["#", "step", *ranks, "slowest", "median", "trails by", "trails %"],
+    )
+    for s in result.by_step:
+        walls = [f"[bold red]{ms(r.wall_ns)}[/]" if r.rank == s.slowest_rank else ms(r.wall_ns) for r in s.ranks]
+        row = [str(s.step), short(s.name, 30), *walls, f"rank {s.slowest_rank}", ms(s.median_wall_ns)]
+        wall.add_row(*row, ms(s.trails_median_ns), f"{s.trails_median_pct:.1f}")
+    if (g := result.straggler) is not None:
+        wall.caption = (
+            f"straggler: rank {g.rank}, the slowest in {g.slowest_steps} of {g.steps} steps "
+            f"(trailing the median rank by {g.median_trail_pct:.1f}% in the median of those steps)"
+        )
+    tables = [wall]
+    if result.on_gpu:
+        busy = _table("GPU busy per step and rank (ms)", ["#", "step", *ranks])
+        for s in result.by_step:
+            busy.add_row(str(s.step), short(s.name, 30), *(ms(r.gpu_busy_ns) for r in s.ranks))
+        tables.append(busy)
+    launches = _table(f"{result.traces[0].dispatch} per step and rank", ["#", "step", *ranks])
+    for s in result.by_step:
+        launches.add_row(str(s.step), short(s.name, 30), *(str(r.launches) for r in s.ranks))
+    tables.append(launches)
+    if result.failed:
+        tables.append(_failed_table(result))
+    return tables

@@ -1,0 +1,172 @@
+"""The run report as Markdown (report.md): tables through pandas, a figure not measured a dash."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+
+from probe.analysis.report import Figure, Report
+from probe.analysis.results import BenchResults
+from probe.render.terminal import SERVING_COLUMNS, floor_lines, parity_text, value_text
+from probe.render.text import md_escape
+
+CELL_COLUMNS = (
+    "engine",
+    "prompt_tokens",
+    "batch",
+    "ttft_ms",
+    "itl_p50_ms",
+    "itl_p90_ms",
+    "decode_tok_s",
+    "total_ms",
+    "peak_mem_bytes",
+    "spread_pct",
+    "decode_ops",
+)
+
+
+def _markdown(frame: pd.DataFrame, floatfmt: str) -> str:
+    """A table for report.md: a figure that was not measured (NaN, None) is a dash, not `nan`."""
+    return frame.astype(object).where(frame.notna(), None).to_markdown(index=False, floatfmt=floatfmt, missingval="-")
+
+
+def _engines(figures: list[Figure]) -> list[str]:
+    return list(dict.fromkeys(e for f in figures for e in f.values))
+
+
+def _cells(results: BenchResults) -> list[str]:
+    cells = results.cells_frame()[list(CELL_COLUMNS)].copy()
+    cells["decode_ops"] = cells["decode_ops"].astype("Int64")  # a count, or none where it was not measured (static)
+    cells["tokens"] = [parity_text(c, markup=False) for c in results.cells]
+    serving = results.cells_frame()[["engine", "prompt_tokens", "batch", *(name for _, name in SERVING_COLUMNS)]]
+    lines = ["## Cells", "", _markdown(cells, ".2f"), ""]
+    lines += ["## Serving figures (ms; vLLM benchmark_serving definitions)", "", _markdown(serving, ".2f"), ""]
+    if results.failed:
+        lines += ["## Cells that failed", ""]
+        lines += [f"- {md_escape(f.label)}: {md_escape(f.error)}" for f in results.failed]
+        lines.append("")
+    return lines
+
+
+def _figures(figures: list[Figure]) -> list[str]:
+    if not figures:
+        return []
+    table = pd.DataFrame(
+        {
+            "figure": f.name,
+            "unit": f.unit,
+            **{e: value_text(f.values.get(e)) for e in _engines(figures)},
+            "source": f.source,
+        }
+        for f in figures
+    )
+    return ["## The write-ups' hand measurements, measured here", "", table.to_markdown(index=False), ""]
+
+
+def _predictions(report: Report) -> list[str]:
+    lines = ["## Prediction vs measurement", ""]
+    if report.machine is None:
+        return lines + ["Not predicted: the machine (floor and bandwidth) was not measured.", ""]
+    lines += [
+        f"- prediction floor: {report.machine.floor_ms:.3f} ms ({report.machine.floor_source})",
+        *(f"- {line}" for line in floor_lines(report)),
+        "",
+    ]
+    preds = pd.DataFrame([dataclasses.asdict(p) for p in report.predictions])
+    if not preds.empty:
+        lines.append(_markdown(preds, ".3f"))
+    return lines
+
+
+def _digest(report: Report) -> list[str]:
+    if not report.ledgers:
+        return []
+    digest = pd.DataFrame(
+        [
+            {"engine": e, "step_us": d.wall_us, **d.purpose_us, **d.mechanism_us, d.dispatch: d.dispatched}
+            for e, d in report.ledgers.items()
+        ]
+    )
+    return ["", "## Where a decode step goes (median decode step of a profiled run, us)", "", _markdown(digest, ".1f")]
+
+
+def _overhead(report: Report) -> list[str]:
+    o = report.overhead
+    if o is None:
+        return []
+    return [
+        "",
+        "## Where a cached step goes (probe overhead)",
+        "",
+        f"Floor: {o.floor_ms:.3f} ms for a single-token forward with no cache "
+        f"({o.launches_per_forward} {o.launch_kind}, {o.host_us_per_launch:.2f} us each). "
+        f"Cached step at context {o.context_tokens}: {o.cached_step_ms:.3f} ms; "
+        f"bookkeeping {o.bookkeeping_ms:.3f} ms of a {o.gap_ms:.3f} ms gap.",
+        "",
+        _markdown(pd.DataFrame([dataclasses.asdict(p) for p in o.pieces]), ".1f"),
+    ]
+
+
+def _self_check(report: Report) -> list[str]:
+    c = report.self_check
+    if c is None:
+        return []
+    lines = ["", "## Profiler self-check (before the timed work)", "", f"- {c.note}"]
+    lines.append(
+        f"- host ops of an eager forward: {c.cpu_ops_before} before, {c.cpu_ops_after} after {c.sessions} sessions"
+    )
+    if c.eager_kernels_before is not None:
+        lines.append(
+            f"- kernels of an eager forward: {c.eager_kernels_before} before, {c.eager_kernels_after} after; "
+            f"of a CUDA-graph replay: {c.graph_kernels_before} before, {c.graph_kernels_after} after"
+        )
+    if c.teardown_cupti:
+        lines.append(f"- {c.teardown_cupti}")
+    return lines
+
+
+def _problems(report: Report) -> list[str]:
+    lines = []
+    if report.failed:
+        lines += ["", "## Parts that failed (the rest of the report stands)", ""]
+        lines += [f"- **{md_escape(part)}**: {md_escape(error)}" for part, error in report.failed.items()]
+    if report.warnings:
+        lines += ["", "## Warnings", ""]
+        lines += [f"- {md_escape(w)}" for w in report.warnings]
+    return lines
+
+
+def _diagnoses(report: Report) -> list[str]:
+    """What bounds each profiled engine's median step, and the diagnosis's predictions held against the cells."""
+    if not report.diagnoses and not report.checks:
+        return []
+    out = ["", "## What bounds each profiled step (the step diagnosis, as `probe analyze` prints it)", ""]
+    out += [f"- **{md_escape(label)}**: {md_escape(d.headline)}" for label, d in report.diagnoses.items()]
+    if report.checks:
+        out += ["", "| prediction | predicted ms | measured ms | measured / predicted | how |", "|---|---|---|---|---|"]
+        for c in report.checks:
+            cells = ("-" if x is None else f"{x:.3f}" for x in (c.predicted_ms, c.measured_ms, c.ratio))
+            out.append(f"| {md_escape(c.prediction)} | {' | '.join(cells)} | {md_escape(c.evidence)} |")
+    return out
+
+
+def report_markdown(results: BenchResults, report: Report, figures: list[Figure] | tuple = ()) -> str:
+    """The run report as Markdown: cells, serving figures, hand measurements, predictions, verdicts, bookkeeping,
+    the self-check, and what failed or warned."""
+    env = results.env
+    lines = [
+        f"# probe run: {results.config.model} {results.dtype} on {env.device_name}",
+        "",
+        f"torch {env.torch}, transformers {env.transformers}, CPU {env.cpu_model}, "
+        f"commit {env.commit}{'-dirty' if env.dirty else ''}",
+        "",
+    ]
+    lines += _problems(report)[1:] + [""] if report.failed or report.warnings else []
+    lines += _cells(results) + _figures(list(figures)) + _predictions(report) + _digest(report)
+    lines += ["", "## The write-ups' predictions, checked here", ""]
+    word = {True: "supported", False: "not supported", None: "not measured"}
+    lines += [f"- **{word[v.supported]}**: {v.claim} ({v.source}). {v.evidence}" for v in report.verdicts]
+    lines += _diagnoses(report)
+    lines += _overhead(report) + _self_check(report)
+    return "\n".join(lines) + "\n"

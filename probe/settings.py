@@ -1,0 +1,167 @@
+"""The run's settings, typed and torch-free: a sweep's (`BenchConfig`) and a profiled run's (`ProfileConfig`).
+
+CLI flags are generated from these fields (probe.flags), so a default lives in one place. Results files and trace
+sidecars hold them as JSON (`to_json`, `from_json`), so the analysis side reads them as the same types the capture
+side ran with. What needs the device or a model config is elsewhere: `probe.capture.config.settle` replaces "auto"
+by the device's default, `probe.capture.config.validate` checks what needs no weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import TypeVar
+
+import msgspec
+
+from engines.configs import ATTENTION, DTYPE_NAMES
+from probe.errors import ProbeError
+from probe.flags import int_list, knob, str_list
+
+AUTO = "auto"
+DTYPE_CHOICES = (AUTO, *DTYPE_NAMES)
+MODEL_HELP = "preset name, config.json or local model folder; auto: qwen2.5-1.5b on a GPU, tiny on a CPU"
+DTYPE_HELP = "weights and activations dtype; auto: float16 on a GPU, float32 on a CPU"
+ATTN_HELP = "attention implementation; auto: transformers' choice (SDPA where the family has it, else eager)"
+
+
+def check_text(value: str, flag: str) -> None:
+    """A name probe records (a model path, an engine spec) must be text: a path that is not UTF-8 reaches Python as
+    lone surrogates, which no results file, table or history can hold, so it is refused before any work."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ProbeError(f"{flag} {value!r} is not UTF-8 text: rename it (probe records it in its files)") from None
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    engines: tuple[str, ...] = knob(
+        ("naive", "cached"), "comma-separated engines (or module:Class)", str_list, resumable=True
+    )
+    prompts: tuple[int, ...] = knob(
+        (16, 64, 256, 1024, 4096), "comma-separated prompt lengths, tokens", int_list, resumable=True
+    )
+    new_tokens: int = knob(256, "tokens generated per run (the write-ups: 256)")
+    runs: int = knob(5, "recorded runs per cell (the write-ups: 5)")
+    warmup: int = knob(2, "unrecorded warmup runs per cell (the write-ups: 2)")
+    batch: tuple[int, ...] = knob((1,), "comma-separated batch sizes: sequences per forward", int_list, resumable=True)
+    model: str = knob(AUTO, MODEL_HELP)
+    dtype: str = knob(AUTO, DTYPE_HELP, choices=DTYPE_CHOICES)
+    attn: str = knob(AUTO, ATTN_HELP, choices=ATTENTION)
+    device: str = knob("auto", "auto (CUDA when available), cpu, cuda, cuda:1 ...")
+    seed: int = knob(0, "seed for weights and prompts")
+    allow_mismatch: bool = knob(False, "exit 0 even when an engine's tokens differ from naive's", resumable=True)
+    annotate: bool = knob(False, "emit NVTX/record_function ranges during timed runs (for an attached tool)")
+    threads: int = knob(0, "torch intra-op threads; 0 keeps torch's default (one per core)")
+    telemetry_ms: float = knob(10.0, "telemetry sampling interval in ms (NVML on GPUs, /proc everywhere); 0: off")
+    naive_prompts: tuple[int, ...] = knob(
+        (),
+        "prompt lengths naive is timed at (default: all); the others still get naive's tokens as reference",
+        int_list,
+        resumable=True,
+    )
+    sync_pairs: int = knob(3, "CUDA: pairs of runs (synced every step, synced once) for the sync cost; 0: skip")
+
+    def __post_init__(self):
+        for name in ("new_tokens", "runs"):
+            if getattr(self, name) < 1:
+                raise ProbeError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if not self.batch or min(self.batch) < 1:
+            raise ProbeError(f"--batch must be positive sizes, got {self.batch}")
+        if self.new_tokens < 2:
+            raise ProbeError("--new-tokens must be at least 2: one prefill token plus one decode step")
+        if self.warmup < 0:
+            raise ProbeError(f"--warmup must be 0 or more, got {self.warmup}")
+        if self.threads < 0:
+            raise ProbeError(f"--threads must be 0 (torch's default) or more, got {self.threads}")
+        if not math.isfinite(self.telemetry_ms) or self.telemetry_ms < 0:
+            raise ProbeError(f"--telemetry-ms must be 0 (off) or more, got {self.telemetry_ms}")
+        if not self.prompts or min(self.prompts) < 1:
+            raise ProbeError(f"--prompts must be positive token counts, got {self.prompts}")
+        if not self.engines:
+            raise ProbeError("--engines is empty")
+        if not set(self.naive_prompts) <= set(self.prompts):
+            raise ProbeError(f"--naive-prompts {self.naive_prompts} must be among --prompts {self.prompts}")
+        if self.sync_pairs < 0:
+            raise ProbeError(f"--sync-pairs must be 0 (skip) or more, got {self.sync_pairs}")
+        _check_common(self)
+        for engine in self.engines:
+            check_text(engine, "--engines")
+
+    def times(self, engine: str, prompt: int) -> bool:
+        """Whether the sweep times `engine` at `prompt` (naive only at --naive-prompts, when given)."""
+        return engine != "naive" or not self.naive_prompts or prompt in self.naive_prompts
+
+    def resume_conflict(self, held: BenchConfig) -> tuple[str, object, object] | None:
+        """The first field, other than those a resumed sweep may change (knob(..., resumable=True)), whose value
+        `held` (the folder's config) and this differ in: (name, held's value, this one's); None when none does."""
+        for f in dataclasses.fields(self):
+            ours, theirs = getattr(held, f.name), getattr(self, f.name)
+            if not f.metadata.get("resumable") and ours != theirs:
+                return f.name, ours, theirs
+        return None
+
+    def to_json(self) -> dict:
+        return _to_json(self)
+
+    @classmethod
+    def from_json(cls, doc) -> BenchConfig:
+        return _from_json(cls, doc)
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    engine: str = knob("cached", "engine name (or module:Class)")
+    prompt: int = knob(64, "prompt length, tokens")
+    new_tokens: int = knob(8, "tokens generated in the recorded run")
+    model: str = knob(AUTO, MODEL_HELP)
+    dtype: str = knob(AUTO, DTYPE_HELP, choices=DTYPE_CHOICES)
+    attn: str = knob(AUTO, ATTN_HELP, choices=ATTENTION)
+    device: str = knob("auto", "auto (CUDA when available), cpu, cuda, ...")
+    batch: int = knob(1, "sequences per forward")
+    seed: int = knob(0, "seed for weights and prompts")
+    warmup: int = knob(1, "unrecorded warmup runs before the recorded one")
+
+    def __post_init__(self):
+        if self.new_tokens < 2:
+            raise ProbeError("--new-tokens must be at least 2: one prefill token plus one decode step")
+        if self.prompt < 1 or self.batch < 1 or self.warmup < 0:
+            raise ProbeError("--prompt and --batch must be at least 1, --warmup at least 0")
+        _check_common(self)
+        check_text(self.engine, "--engine")
+
+    def to_json(self) -> dict:
+        return _to_json(self)
+
+    @classmethod
+    def from_json(cls, doc) -> ProfileConfig:
+        return _from_json(cls, doc)
+
+
+def _check_common(cfg: BenchConfig | ProfileConfig) -> None:
+    if cfg.dtype not in DTYPE_CHOICES:  # the flag's choices say so too; a file read back is held to the same
+        raise ProbeError(f"unknown dtype {cfg.dtype!r}: use one of {', '.join(DTYPE_CHOICES)}")
+    check_text(cfg.model, "--model")
+    check_text(cfg.device, "--device")
+
+
+Config = TypeVar("Config", BenchConfig, ProfileConfig)
+
+
+def _to_json(cfg: BenchConfig | ProfileConfig) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(cfg).items()}
+
+
+def _from_json(cls: type[Config], doc) -> Config:
+    """A config as a results file or sidecar holds it, its types and ranges checked as the flags are: fields it
+    does not know are ignored, missing ones (a file written before they existed) take their defaults. ValueError,
+    in one line naming the field, for anything else."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"a config is a JSON object, not {type(doc).__name__}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    try:
+        return msgspec.convert({k: v for k, v in doc.items() if k in names}, cls)
+    except (msgspec.ValidationError, ProbeError) as e:
+        raise ValueError(str(e)) from None
