@@ -150,7 +150,9 @@ def load_answer(root: bytes, path: bytes, stamp: tuple, reading: Reading, roofli
     trace = load_trace(path, stamp)
     analysis = load_analysis(root, path, stamp, reading)
     flags = TokenFlags(roofline.tokens, roofline.batch, roofline.context)
-    return answer(trace, analysis, model=roofline.model, device_name=roofline.device, flags=flags)
+    meta = sources.trace_meta(unkey(root), unkey(path))
+    contended = meta.contended if meta else None  # said first, as probe analyze says it
+    return answer(trace, analysis, model=roofline.model, device_name=roofline.device, flags=flags, contended=contended)
 
 
 @st.cache_resource(max_entries=64, show_spinner="Laying the step out on one clock")

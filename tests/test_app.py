@@ -156,6 +156,25 @@ def test_the_sglang_step_is_external_then_gpu_bound(monkeypatch):
     assert fixes["change"].tolist() == ["overlap the wait on unseen device work"]
 
 
+def test_a_trace_recorded_contended_opens_on_that_caveat(monkeypatch, tmp_path):
+    """The sidecar's contention verdict (probe profile records it) is the Diagnosis's first word, as in
+    probe analyze; the same trace recorded quiet has no such warning."""
+    name = CACHED.removeprefix("trace: app/traces/").removesuffix(".trace.json.gz")
+    for contended in (True, False):
+        root = tmp_path / str(contended)
+        root.mkdir()
+        shutil.copy(DATA / "app" / "traces" / f"{name}.trace.json.gz", root)
+        meta = json.loads((DATA / "app" / "traces" / f"{name}.meta.json").read_text())
+        meta["contention"] = {"other_cpu_cores": 0.91, "contended": contended}
+        (root / f"{name}.meta.json").write_text(json.dumps(meta))
+        at = app(monkeypatch, root, f"trace: {name}.trace.json.gz", "Diagnosis")
+        warned = [w.value.replace("\\", "") for w in at.warning if "recorded contended" in w.value]
+        if contended:
+            assert len(warned) == 1 and warned[0].startswith("recorded contended: 0.91 cores of other work"), warned
+        else:
+            assert warned == []
+
+
 def test_a_model_in_the_sidebar_puts_the_roofline_beside_the_step(monkeypatch):
     """H100 Qwen1.5-0.5B by its preset name and 16 x 559 tokens: 2.686 GB to move and 5.768 TFLOP to do, 5.829 ms
     at the H100's peaks (tests/test_step_roofline.py works them out)."""
