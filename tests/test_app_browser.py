@@ -430,7 +430,7 @@ def test_time_to_the_first_chart_of_every_view(browser, capsys, tmp_path):
 
 
 def readme_screenshots(root: Path, out: Path, run: str, trace: str, gpu_trace: str | None = None) -> None:
-    """The README's pictures: the sweep of a run and the step ledger of a trace, on this machine's data, and the
+    """docs/explorer.md's step-ledger and sweep pictures: the sweep of a run and the step ledger of a trace, on this machine's data, and the
     Kernels view of a GPU trace."""
     from playwright.sync_api import sync_playwright
 
