@@ -30,6 +30,7 @@ import pytest
 
 from probe.explorer.figures.style import HOST_CATEGORIES
 from tests.conftest import IN_CI  # PROBE_CI=1: a missing browser fails instead of skipping
+from tests.ranks import make_rank_traces
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
@@ -355,7 +356,10 @@ def timed_views(page, url: str, cases: list[tuple[str, dict[str, str]]]) -> list
     and hover; every case draws a chart."""
     lines = []
     for name, query in cases:
-        first, done, charts = time_to_charts(page, url, query)
+        try:
+            first, done, charts = time_to_charts(page, url, query)
+        except Exception as e:  # say which case, not only that a wait ran out
+            raise AssertionError(f"{name}: {str(e).splitlines()[0]}") from e
         assert charts >= 1, name
         extra = interaction_times(page) if query.get("view") == "One step" else ""
         lines.append(f"{name:64s} first chart {first:5.2f} s, all {charts} drawn {done:5.2f} s{extra}")
@@ -393,6 +397,7 @@ def test_time_to_the_first_chart_of_every_view(browser, capsys, tmp_path):
     shutil.copytree(DATA / "app", root / "app")
     if SHARED.is_dir():
         shutil.copytree(SHARED, root / "public")
+    make_rank_traces(root / "ranks")  # a real trace per rank: a folder of unrelated traces is a list, not a job
     cpu = {"source": "trace: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz"}
     cases = [
         ("warm-up (the server's first page: imports, the frontend)", {"source": "run: app/runs/tiny-cpu-a"}),
@@ -411,7 +416,7 @@ def test_time_to_the_first_chart_of_every_view(browser, capsys, tmp_path):
             "CPU traces: Compare",
             cpu | {"view": "Compare", "baseline": "trace: app/traces/tiny_naive_cpu_p16_n6.trace.json.gz"},
         ),
-        ("CPU traces as a job: Ranks", {"source": "job: app/traces"}),
+        ("a four-rank job: Ranks", {"source": "job: ranks"}),
     ]
     if SHARED.is_dir():
         cases += trace_cases(root / "public", root)
@@ -430,15 +435,15 @@ def test_time_to_the_first_chart_of_every_view(browser, capsys, tmp_path):
 
 
 def readme_screenshots(root: Path, out: Path, run: str, trace: str, gpu_trace: str | None = None) -> None:
-    """docs/explorer.md's step-ledger and sweep pictures: the sweep of a run and the step ledger of a trace, on this machine's data, and the
-    Kernels view of a GPU trace."""
+    """The older pictures docs/ links (docs/app-*.png): the sweep of a run and the step ledger of a trace, on this
+    machine's data, and the Kernels view of a GPU trace."""
     from playwright.sync_api import sync_playwright
 
     with serve(root, out / "streamlit.log") as (url, _), sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         page = b.new_page(viewport={"width": 1400, "height": 860})
         open_view(page, url, {"source": f"run: {run}"}, run.split("/")[-1] and "cached", out / "app-sweep.png")
-        open_view(page, url, {"source": f"trace: {trace}"}, "host: model ops", out / "app-ledger.png")
+        open_view(page, url, {"source": f"trace: {trace}"}, "host: rest of model", out / "app-ledger.png")
         if gpu_trace:
             open_view(page, url, {"source": f"trace: {gpu_trace}", "view": "Kernels"}, "gemm", out / "app-kernels.png")
         b.close()
@@ -607,7 +612,6 @@ def small(png: Path) -> None:
 def docs_root(root: Path, run: Path) -> Path:
     """What the docs' pictures are taken over: the public traces, a `probe run --quick` folder (with its traces),
     the committed app fixtures and a model config, a run history and a four-rank job made from a real trace."""
-    from tests.ranks import make_rank_traces
     from tests.test_app import history_root
 
     shutil.copytree(SHARED, root / PUBLIC_ROOT)
