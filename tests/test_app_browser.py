@@ -442,8 +442,9 @@ def readme_screenshots(root: Path, out: Path, run: str, trace: str, gpu_trace: s
     with serve(root, out / "streamlit.log") as (url, _), sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         page = b.new_page(viewport={"width": 1400, "height": 860})
-        open_view(page, url, {"source": f"run: {run}"}, run.split("/")[-1] and "cached", out / "app-sweep.png")
-        open_view(page, url, {"source": f"trace: {trace}"}, "host: rest of model", out / "app-ledger.png")
+        open_view(page, url, {"source": f"run: {run}", "view": "Sweep"}, "cached", out / "app-sweep.png")
+        ledger = {"source": f"trace: {trace}", "view": "Step ledger"}
+        open_view(page, url, ledger, "host: rest of model", out / "app-ledger.png")
         if gpu_trace:
             open_view(page, url, {"source": f"trace: {gpu_trace}", "view": "Kernels"}, "gemm", out / "app-kernels.png")
         b.close()
