@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from probe.analysis.host import MECHANISM_PARTS, PURPOSE_PARTS
 from probe.analysis.ledger import StepLedger
 from probe.analysis.timeline import Bar, StepTimeline
-from probe.explorer.figures.style import COLORS, color, label, ms
+from probe.explorer.figures.style import COLORS, clicked_data, color, label, ms
 
 LANE_PX = 17  # a lane's height
 MAX_SHADED = 200  # gaps shaded across their lanes, the longest first; every gap is also a bar on its lane
@@ -165,12 +165,7 @@ def timeline_figure(tl: StepTimeline, selected: Sequence[int] = (), title: str =
 def clicked_bar(event) -> tuple[int, int, int, int] | None:
     """(trace row, start ns, duration ns, events) of the bar clicked in timeline_figure (Streamlit's selection
     event), if a bar was clicked: a sync mark or nothing gives None."""
-    try:
-        points = event["selection"]["points"]
-    except (KeyError, TypeError):
-        return None
-    for point in points:
-        data = point.get("customdata")
+    for data in clicked_data(event):
         if isinstance(data, list | tuple) and len(data) == 8:
             return int(data[4]), int(data[5]), int(data[6]), int(data[7])
     return None

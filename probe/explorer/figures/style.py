@@ -199,3 +199,13 @@ def ranked_bars(
         margin={"t": 40 if title else 10, "b": 10, "l": 10},
     )
     return fig
+
+
+def clicked_data(event) -> list:
+    """The customdata of each point a Streamlit chart selection event holds, in order; [] for no event or no
+    selection."""
+    try:
+        points = event["selection"]["points"]
+    except (KeyError, TypeError):
+        return []
+    return [p.get("customdata") for p in points if isinstance(p, dict)]
