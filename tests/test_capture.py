@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import gzip
 import json
-import shutil
 import os
+import shutil
 import sqlite3
 from collections import Counter
 
