@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,17 +23,20 @@ import pandas as pd
 import streamlit as st
 
 from probe.analysis import history
+from probe.analysis.answer import Answer, answer
 from probe.analysis.compare import Comparison, compare
+from probe.analysis.hardware import DEVICES, device
 from probe.analysis.history import ConfigInfo
 from probe.analysis.job import JobAnalysis, TraceFailure, job
 from probe.analysis.ledger import AnalyzeOptions, StepLedger, TraceAnalysis, analyze
 from probe.analysis.report import Report, load_report
 from probe.analysis.results import BenchResults, load_results
-from probe.analysis.timeline import step_timeline
+from probe.analysis.step_roofline import TokenFlags
+from probe.analysis.timeline import StepTimeline, step_clock
 from probe.analysis.trace import load_trace as parse
 from probe.errors import ProbeError
 from probe.explorer import figures, sources
-from probe.explorer.figures.style import md, ms_text, printable
+from probe.explorer.figures.style import md, ms_text, printable, short
 from probe.explorer.sources import Source
 
 st.set_page_config(page_title="probe explorer", layout="wide")
@@ -53,6 +57,17 @@ class Reading(NamedTuple):
     steps: str | None = None
     parts: tuple[str, ...] = ()
     kernel_categories: tuple[str, ...] = ()
+
+
+class Roofline(NamedTuple):
+    """What the sidebar says the roofline needs: a model (a preset, or a config.json or model folder under the
+    root, resolved by sources.model_spec) and a device for traces that do not name theirs."""
+
+    model: str | None = None
+    device: str | None = None
+    tokens: int | None = None  # --tokens, --batch, --context: what a step processed, when the trace does not say
+    batch: int | None = None
+    context: int | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +108,7 @@ class Page:
     source: Source
     baseline: Source | None
     listed: frozenset[str]
+    roofline: Roofline = Roofline()
 
 
 # ---- loading (cached; paths as bytes: a file name need not be UTF-8) --------------------------------------------
@@ -116,17 +132,36 @@ def load_trace(path: bytes, stamp: tuple):
     return parse(unkey(path))
 
 
+def analyze_options(root: bytes, path: bytes, reading: Reading) -> AnalyzeOptions:
+    """`probe analyze`'s options as the sidebar gives them, with the profiler's cost per event from the sidecar."""
+    meta = sources.trace_meta(unkey(root), unkey(path))
+    return AnalyzeOptions.parse(reading.steps, reading.parts, reading.kernel_categories, meta and meta.event_cost)
+
+
 @st.cache_resource(max_entries=16, show_spinner="Building the ledger")
 def load_analysis(root: bytes, path: bytes, stamp: tuple, reading: Reading) -> TraceAnalysis:
     """Shared, not copied, between sessions and reruns (cache_resource): an analysis is never changed."""
+    return analyze(load_trace(path, stamp), analyze_options(root, path, reading))
+
+
+@st.cache_resource(max_entries=16, show_spinner="Diagnosing every step")
+def load_answer(root: bytes, path: bytes, stamp: tuple, reading: Reading, roofline: Roofline) -> Answer:
+    """The answer for a trace (probe.analysis.answer): never changed once made, so shared like the analysis."""
+    trace = load_trace(path, stamp)
+    analysis = load_analysis(root, path, stamp, reading)
+    flags = TokenFlags(roofline.tokens, roofline.batch, roofline.context)
     meta = sources.trace_meta(unkey(root), unkey(path))
-    options = AnalyzeOptions.parse(reading.steps, reading.parts, reading.kernel_categories, meta and meta.event_cost)
-    return analyze(load_trace(path, stamp), options)
+    contended = meta.contended if meta else None  # said first, as probe analyze says it
+    return answer(trace, analysis, model=roofline.model, device_name=roofline.device, flags=flags, contended=contended)
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
-def load_timeline(root: bytes, path: bytes, stamp: tuple, position: int, reading: Reading):
-    return step_timeline(load_trace(path, stamp), load_analysis(root, path, stamp, reading).step(position))
+@st.cache_resource(max_entries=64, show_spinner="Laying the step out on one clock")
+def load_timeline(
+    root: bytes, path: bytes, stamp: tuple, position: int, reading: Reading, window: tuple[int, int] | None
+) -> StepTimeline:
+    analysis = load_analysis(root, path, stamp, reading)
+    options = analyze_options(root, path, reading)
+    return step_clock(load_trace(path, stamp), analysis, position, options, window)
 
 
 def _source_key(source: Source) -> tuple[bytes, str]:
@@ -274,6 +309,153 @@ def pick_step(
 # ---- the views --------------------------------------------------------------------------------------------------
 
 
+def show_diagnosis(loaded: Run | Trace, page: Page) -> None:
+    """The answer first: for a trace, what bounds its median step (and the median step of each other kind), the
+    roofline beside it and what to fix first; for a run, its predictions and claims, and each trace's verdict."""
+    if isinstance(loaded, Run):
+        return show_run_diagnosis(loaded, page)
+    result = trace_answer(loaded, page)
+    if result is None:
+        return
+    d = result.diagnosis.median
+    if d is None:
+        st.info("No step in this trace, so no verdict: name the steps with --steps in the sidebar.")
+        return
+    analysis = loaded.analysis
+    position = result.diagnosis.steps.index(d)
+    step = analysis.steps[position]
+    for caveat in d.caveats:
+        st.warning(md(caveat))
+    over = "decode step" if analysis.summary.steps_used == "decode" else "step"
+    st.subheader(md(f"{figures.diagnosis.bound_text(d)}: the median {over}"))
+    st.markdown(md(d.headline))
+    st.markdown("\n".join(f"- {md(line)}" for line in d.lines))
+    roofline = result.rooflines.get(position)
+    st.plotly_chart(figures.diagnosis.step_figure(d, roofline), key="diagnosis_chart")
+    one_step = (
+        f"{page.source.link}&view=One+step&step={urllib.parse.quote_plus(printable(figures.step.step_label(step)))}"
+    )
+    st.caption(
+        "The host window by what ran (probe's mechanism partition), its sync wait split into waiting on this "
+        "trace's GPU work and waiting on work the trace does not hold, against the GPU's busy time"
+        + (" and the roofline's two terms" if roofline else "")
+        + f". [See this step on one clock]({one_step})."
+    )
+    others = [(kind, k) for kind, k in result.diagnosis.by_kind.items() if k is not d]
+    for kind, k in others:
+        with st.expander(md(f"The median {kind} step: {figures.diagnosis.bound_text(k)}")):
+            st.markdown(md(k.headline))
+            st.markdown("\n".join(f"- {md(line)}" for line in k.lines))
+    st.subheader("The roofline beside the step")
+    if roofline is not None:
+        show_table(figures.diagnosis.roofline_frame(roofline), "roofline_table")
+        st.markdown(md(roofline.departure))
+        for note in roofline.notes:
+            st.caption(md(note))
+    elif page.roofline.model is None:
+        st.caption(
+            "Name the model in the sidebar (a preset, or a config.json or model folder under the root), and the "
+            "device when the trace does not say, for the bytes and FLOPs the step must move and do."
+        )
+    st.subheader("What to fix first")
+    fixes = figures.diagnosis.what_if_frame(d)
+    if fixes.empty:
+        st.caption("No change the model of the step knows would shorten it.")
+    else:
+        show_table(fixes, "what_if_table")
+    for note in result.notes:
+        st.caption(md(note))
+
+
+def trace_answer(trace: Trace, page: Page) -> Answer | None:
+    """The trace's answer with the sidebar's model and device; without them when they cannot be used (said)."""
+    stamp = sources.stamp(trace.path)
+    args = key(page.root), key(trace.path), stamp, page.reading
+    try:
+        return load_answer(*args, page.roofline)
+    except LOAD_ERRORS as e:
+        st.error(f"No roofline: {md(e)}")
+    try:
+        return load_answer(*args, Roofline())
+    except LOAD_ERRORS as e:
+        st.error(f"Cannot diagnose {md(page.source.rel)}: {md(e)}")
+        return None
+
+
+def show_run_diagnosis(run: Run, page: Page) -> None:
+    """As `probe run` prints it: the write-ups' claims checked on this run, each cell's prediction against its
+    measurement, and the verdict on each trace the run profiled."""
+    report = run.report
+    if report is None:
+        st.info("No report.json in this folder (a `probe bench` run): `probe run` writes the predictions and claims.")
+    else:
+        said = {True: "supported", False: "not supported", None: "not measured"}
+        st.subheader("The write-ups' claims, on this run")
+        st.markdown(
+            "\n".join(
+                f"- **{said[v.supported]}**: {md(v.claim)} ({md(v.source)}). {md(v.evidence)}" for v in report.verdicts
+            )
+        )
+        m = report.machine
+        st.subheader("Prediction against measurement, cell by cell")
+        st.plotly_chart(figures.diagnosis.predictions_figure(report), key="predictions_chart")
+        st.caption(
+            md(
+                f"Each cell's ITL over max(host floor, traffic / bandwidth): floor {m.floor_ms:.2f} ms "
+                f"({m.floor_source}), bandwidth {m.bandwidth_bytes_s / 1e9:.1f} GB/s ({m.bandwidth_source}). At 1 "
+                "the prediction holds; the last column names the term the gap points at."
+            )
+        )
+        show_table(figures.diagnosis.predictions_frame(report), "predictions_table")
+        for note in report.notes:
+            st.caption(md(note))
+    folder = run.path / "traces" if run.path.is_dir() else None
+    traces = sources.job_traces(page.root, folder) if folder is not None and folder.is_dir() else []
+    if not traces:
+        return
+    st.subheader("Each profiled trace's verdict")
+    lines = []
+    for path in traces:
+        source = sources.source_of(page.root, path)
+        try:
+            result = load_answer(key(page.root), key(path), sources.stamp(path), Reading(), Roofline())
+        except LOAD_ERRORS as e:
+            lines.append(f"- {md(path.name)}: cannot read it ({md(e)})")
+            continue
+        d = result.diagnosis.median
+        where = f"[{md(path.name)}]({source.link}&view=Diagnosis)" if source is not None else md(path.name)
+        verdict = "no step" if d is None else f"**{md(figures.diagnosis.bound_text(d))}**. {md(d.headline)}"
+        lines.append(f"- {where}: {verdict}")
+    st.markdown("\n".join(lines))
+
+
+def show_op_roofline(trace: Trace, page: Page) -> None:
+    """Every (op, shapes) that launched kernels against the device's roofs (probe.analysis.op_roofline)."""
+    result = trace_answer(trace, page)
+    if result is None:
+        return
+    ops = result.op_roofline
+    modelled = [o for o in ops if o.intensity and o.tflops_s_median]
+    dev = device(result.device) if result.device else None
+    if not modelled:
+        st.info(
+            "No op here has a FLOP and byte model with recorded shapes (a trace recorded with "
+            "record_shapes=True, on a GPU), so there is nothing to hold against the roofs."
+        )
+    else:
+        st.plotly_chart(figures.diagnosis.op_roofline_figure(ops, dev), key="op_roofline_chart")
+        roof = f"{dev.name}'s roofs" if dev else "no roofs (name the device in the sidebar)"
+        st.caption(
+            f"Each (op, input shapes) at its median call: FLOPs and bytes per call from TraceLens's formulas over "
+            f"the recorded shapes, against {md(roof)}; a marker's area is its share of the kernel time. An op far "
+            "below the roof over its intensity is where the kernels leave speed behind."
+        )
+    if ops:
+        show_table(figures.diagnosis.op_roofline_frame(ops), "op_roofline_table")
+    for note in result.notes:
+        st.caption(md(note))
+
+
 def show_sweep(run: Run, page: Page) -> None:
     results, report = run.results, run.report
     st.subheader(md(f"{results.config.model} {results.dtype} on {results.env.device_name or '?'}"))
@@ -321,8 +503,9 @@ def show_ledger(trace: Trace, page: Page) -> None:
     )
     st.plotly_chart(figures.ledger.ledger_figure(analysis), key="ledger_chart")
     st.caption(
-        "Each step's left bar is its wall time split into host parts (they add up to the wall); the right "
-        "bar, on a GPU trace, is GPU busy and idle time. The line is " + figures.ledger.dispatch_label(analysis) + "."
+        "Each step's wall time two ways, each adding up to it: its left bar by purpose (what the step was doing), "
+        "the next by mechanism (what code ran: the innermost event of each nanosecond decides); the right bar, on "
+        "a GPU trace, is GPU busy and idle time. The line is " + figures.ledger.dispatch_label(analysis) + "."
     )
     show_table(figures.ledger.ledger_frame(analysis), "ledger_table")
     for w in analysis.warnings:
@@ -334,33 +517,146 @@ def show_one_step(trace: Trace, page: Page) -> None:
     analysis = trace.analysis
     decode = next((s for s in analysis.steps if s.kind == "decode"), None)  # open there, not on prefill
     step = pick_step(analysis, "step", "Step", first=decode)
-    stamp = sources.stamp(trace.path)
-    items = load_timeline(key(page.root), key(trace.path), stamp, step.position, page.reading)
-    cols = st.columns(4)
-    cols[0].metric("wall", ms_text(step.wall_ns))
+    cols = st.columns(5)
+    cols[0].metric("wall (host window)", ms_text(step.wall_ns))
     cols[1].metric("launches" if analysis.on_gpu else "top-level ops", step.dispatched)
-    cols[2].metric("cache bookkeeping", ms_text(step.cache_ns))
+    cols[2].metric("host work (wall - sync wait)", ms_text(step.host_work_ns))
     if analysis.on_gpu:
         cols[3].metric("GPU busy", ms_text(step.gpu_busy_ns))
+        cols[4].metric("step read whole", ms_text(step.span_ns))
     else:
         cols[3].metric("unattributed", ms_text(step.mechanism_ns["unattributed"]))
-    if not items:
-        st.info(f"{md(step.name)} has no top-level ops or ranges on its thread to draw.")
-    else:
-        st.plotly_chart(figures.step.timeline_figure(items), key="timeline_chart")
-        cache_rows = lambda r: ["background-color: #fde2d8" if r["cache"] else ""] * len(r)  # noqa: E731
-        show_table(
-            figures.step.timeline_frame(items),
-            "timeline_table",
-            lambda styler: styler.apply(cache_rows, axis=1).format({"start_us": "{:.1f}", "dur_us": "{:.1f}"}),
+        cols[4].metric("cache bookkeeping", ms_text(step.cache_ns))
+    st.plotly_chart(figures.step.partitions_figure(step, analysis.user_parts), key="partitions_chart")
+    st.caption(
+        "The step's wall two ways, each adding up to it: by purpose (what it was doing) and by mechanism (what "
+        "code ran: the innermost event of each nanosecond decides)."
+    )
+    apply_clicks()
+    window = pick_window(step)
+    stamp = sources.stamp(trace.path)
+    tl = load_timeline(key(page.root), key(trace.path), stamp, step.position, page.reading, window)
+    link = pick_link(tl)
+    event = st.plotly_chart(
+        figures.step.timeline_figure(tl, [link] if link is not None else ()),
+        key="timeline_chart",
+        on_select="rerun",
+        selection_mode="points",
+    )
+    clicked(event, tl)
+    st.caption(
+        md(
+            "One clock, the way Perfetto draws it: the step's thread by kind and depth (each event coloured by the "
+            "part its time feeds), where it blocked on the device (external wait on top), the other busy threads, "
+            "this step's GPU idle gaps by cause and one lane a stream (kernels by category; faded: other steps' "
+            "work). Dotted: the host window's edges. Click a kernel (or pick one) for the arrow from its launch; "
+            "click a hatched bar to zoom into it. "
         )
+        + md(figures.step.merged_text(tl))
+    )
+    linked = len(tl.links([link])) if link is not None else 0
+    if linked > figures.step.MAX_LINKS:
+        st.caption(f"Arrows drawn to the first {figures.step.MAX_LINKS} of the {linked} GPU ops this call launched.")
+    for note in tl.notes:
+        st.caption(md(note))
+    frames, ops = step.top_frames, step.top_ops
+    if frames or ops:
+        left, right = st.columns(2)
+        if frames:
+            left.markdown("**Python frames by innermost self time**, whatever purpose part it falls in")
+            with left:
+                show_table(figures.ops.frames_frame(frames), "step_frames_table")
+        if ops:
+            right.markdown("**Ops by dispatch (innermost self) time**")
+            with right:
+                show_table(figures.ops.top_ops_frame(ops), "step_ops_table")
+    with st.expander("The drawn bars, as a table"):
+        show_table(figures.step.timeline_frame(tl), "timeline_table")
     show_trace_telemetry(trace, page.root)
+
+
+WINDOW_KEY, LINK_KEY, CLICK_KEY, PENDING_KEY = "window", "link", "timeline_clicked", "timeline_pending"
+
+
+def pick_window(step: StepLedger) -> tuple[int, int] | None:
+    """The window of the step to draw, in ms from its start (the URL keeps it); None for the whole step read whole.
+    A new step opens whole."""
+    span = step.span_ns / 1e6
+    if st.session_state.get("window_of") != step.position:
+        st.session_state["window_of"] = step.position
+        st.session_state.pop(WINDOW_KEY, None)
+    lo, hi = st.slider(
+        "Window (ms from the step's start)",
+        0.0,
+        span,
+        (0.0, span),
+        step=max(span / 2000, 1e-6),
+        format="%.3f",
+        key=WINDOW_KEY,
+        bind="query-params",
+    )
+    if lo <= 0 and hi >= span:
+        return None
+    return round(lo * 1e6), round(hi * 1e6)
+
+
+def pick_link(tl: StepTimeline) -> int | None:
+    """The GPU op, or the launch call (all it launched), whose launch-to-kernel arrows are drawn: picked here, or by
+    a click on the timeline."""
+    text: dict[int, tuple[int, str]] = {}
+    launched: dict[int, int] = {}
+    for o in tl.ops:
+        if o.call_lane >= 0 and o.own:
+            text[o.row] = (o.start_ns, f"{o.start_ns / 1e6:+.3f} ms {o.category}: {o.name}")
+            launched[o.call_row] = launched.get(o.call_row, 0) + 1
+            text.setdefault(o.call_row, (o.call_start_ns, ""))
+    for o in tl.ops:
+        if o.call_row in launched and not text[o.call_row][1]:
+            n = launched[o.call_row]
+            what = f"its {n} GPU ops" if n > 1 else "its GPU op"
+            text[o.call_row] = (o.call_start_ns, f"{o.call_start_ns / 1e6:+.3f} ms launch call {o.call_name}: {what}")
+    options: list[int | None] = [None, *sorted(text, key=lambda r: (text[r][0], r))]
+    if st.session_state.get(LINK_KEY) not in options:
+        st.session_state.pop(LINK_KEY, None)
+    return st.selectbox(
+        "Link a GPU op to its launch call",
+        options,
+        key=LINK_KEY,
+        bind="query-params",
+        format_func=lambda r: "(none)" if r is None else printable(short(text[r][1], 140)),
+    )
+
+
+def clicked(event, tl: StepTimeline) -> None:
+    """A click on the timeline: a hatched (merged) bar zooms into it, a GPU op or a launch call links; each click
+    is acted on once (the selection stays in the event until the next)."""
+    bar = figures.step.clicked_bar(event)
+    if bar is None or bar == st.session_state.get(CLICK_KEY):
+        return
+    st.session_state[CLICK_KEY] = bar
+    row, start, dur, count = bar
+    if count > 1:
+        pad = max(dur // 10, tl.resolution_ns)
+        change = {WINDOW_KEY: (max(0, start - pad) / 1e6, min(tl.span_ns, start + dur + pad) / 1e6)}
+    elif any(o.row == row or o.call_row == row for o in tl.ops):
+        change = {LINK_KEY: row}
+    else:
+        return
+    st.session_state[PENDING_KEY] = change  # widgets drawn in this run take it at the top of the next
+    st.rerun()
+
+
+def apply_clicks() -> None:
+    """What the last click asked of the window and the link, set before their widgets are drawn."""
+    for name, value in st.session_state.pop(PENDING_KEY, {}).items():
+        st.session_state[name] = value
 
 
 def steady_scope(analysis: TraceAnalysis) -> str:
     """The whole-trace scope as the pickers name it: the steps the summary is taken over."""
     s = analysis.summary
-    return f"all {s.steps_used} steps" if s.steps_used != "all" else f"all {s.steps} steps"
+    kind = "decode " if s.steps_used == "decode" else ""
+    return f"its one {kind}step" if s.steps == 1 else f"all {s.steps} {kind}steps"
 
 
 def show_top_ops(trace: Trace, page: Page) -> None:
@@ -376,8 +672,9 @@ def show_top_ops(trace: Trace, page: Page) -> None:
     if frames:
         st.subheader("Python frames by self time")
         st.caption(
-            "The python part of the ledger: host time inside a Python frame that no op, range or runtime "
-            "call covers, given to the innermost frame."
+            "Each frame's innermost self time: host time in which it is the innermost Python frame, op or runtime "
+            "call (the mechanism partition's python, and its sync wait for a synchronizing frame), whatever "
+            "purpose part the time falls in."
         )
         st.plotly_chart(figures.ops.frames_figure(frames), key="frames_chart")
         show_table(figures.ops.frames_frame(frames), "frames_table")
@@ -457,12 +754,18 @@ def show_history(hist: History, page: Page) -> None:
 
 
 def show_ranks(loaded: Job, page: Page) -> None:
-    # Issue 23 item 5, ranks only for jobs: the rule (same step names and counts, a rank in the trace or its file
-    # name) is probe.analysis.job's to give; a folder it says is not one job is then shown as its list of traces,
-    # each linked, in place of what follows. That is one call here, on loaded.job.traces.
+    """Each rank's wall per step and the straggler, when probe.analysis.job says the folder's traces are the ranks
+    of one job (same steps, a distinct rank for each); otherwise the folder's traces, each linked, and why."""
     result = loaded.job
     for f in result.failed:
         st.error(f"Cannot read {md(f.source)}: {md(f.error)}")
+    if not result.one_job:
+        st.info(md(f"These traces are not the ranks of one job: {result.not_a_job}. Open each on its own:"))
+        for trace in result.traces:
+            opened = sources.source_of(page.root, trace.source)
+            if opened is not None:
+                st.markdown(f"- [{md(opened.rel)}]({opened.link})")
+        return
     if not result.by_step:
         st.info("No step to compare across these traces.")
         return
@@ -529,9 +832,11 @@ def pick_a_baseline(page: Page) -> None:
 
 
 VIEWS: dict[str, Callable] = {
+    "Diagnosis": show_diagnosis,
     "Sweep": show_sweep,
     "Step ledger": show_ledger,
     "One step": show_one_step,
+    "Op roofline": show_op_roofline,
     "Kernels": show_kernels,
     "Top ops": show_top_ops,
     "Compare": show_compare,
@@ -540,8 +845,8 @@ VIEWS: dict[str, Callable] = {
     "Ranks": show_ranks,
 }
 VIEWS_OF = {  # the views each kind of source has, the first one opening
-    "run": ("Sweep", "Compare", "Alerts"),
-    "trace": ("Step ledger", "One step", "Kernels", "Top ops", "Compare", "Alerts"),
+    "run": ("Diagnosis", "Sweep", "Compare", "Alerts"),
+    "trace": ("Diagnosis", "Step ledger", "One step", "Op roofline", "Kernels", "Top ops", "Compare", "Alerts"),
     "history": ("History",),
     "job": ("Ranks",),
 }
@@ -560,6 +865,31 @@ def sidebar_reading() -> Reading:
         )
     lines = lambda text: tuple(x.strip() for x in text.splitlines() if x.strip())  # noqa: E731
     return Reading(steps.strip() or None, lines(parts), lines(categories))
+
+
+def sidebar_roofline(root: Path) -> Roofline:
+    """The model and the device the roofline needs, as typed in the sidebar (the URL keeps them)."""
+    with st.sidebar.expander("Roofline (a model, and a device)"):
+        text = st.text_input(
+            "Model: a preset, or a config.json or model folder under the root", key="model", bind="query-params"
+        )
+        names = [NONE, *(d.name for d in DEVICES)]
+        name = st.selectbox("Device, when the trace does not name its own", names, key="device", bind="query-params")
+        st.caption("What a step processed, when its engine marker does not say (--tokens, --batch, --context):")
+        counts = [
+            st.number_input(what, min_value=least, value=None, step=1, key=box, bind="query-params")
+            for what, box, least in (
+                ("new tokens a step", "tokens", 1),
+                ("sequences", "batch", 1),
+                ("cached context a sequence", "context", 0),
+            )
+        ]
+    try:
+        model = sources.model_spec(root, text)
+    except LOAD_ERRORS as e:
+        st.sidebar.error(f"Model: {md(e)}")
+        model = None
+    return Roofline(model, None if name == NONE else name, *(None if c is None else int(c) for c in counts))
 
 
 def main() -> None:
@@ -595,6 +925,7 @@ def main() -> None:
         if len(_source_label(picked)) > SIDEBAR_CHARS:  # a short one reads whole (and keeps its "." at the end)
             st.html(FIT_END_CSS.format(key=box))
     reading = sidebar_reading() if source.kind in ("trace", "job") else Reading()
+    roofline = sidebar_roofline(root) if source.kind == "trace" else Roofline()
     chosen = st.radio(
         "View", VIEWS_OF[source.kind], key="view", bind="query-params", horizontal=True, label_visibility="collapsed"
     )
@@ -603,7 +934,7 @@ def main() -> None:
     except LOAD_ERRORS as e:
         st.error(f"Cannot show {md(source.rel)}: {md(e)}")
         st.stop()
-    VIEWS[chosen](loaded, Page(root, reading, source, baseline, frozenset(by_label)))
+    VIEWS[chosen](loaded, Page(root, reading, source, baseline, frozenset(by_label), roofline))
 
 
 def _source_label(source: Source | None) -> str:

@@ -25,9 +25,11 @@ ROOT = Path(__file__).resolve().parents[1]
 APP_PY = ROOT / "app.py"
 DATA = Path(__file__).parent / "data"
 RUN_A, RUN_B = "run: app/runs/tiny-cpu-a", "run: app/runs/tiny-cpu-b"
+QWEN_PRESET = Path(__file__).resolve().parents[1] / "engines" / "presets" / "qwen1.5-0.5b.json"
 CACHED = "trace: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz"
 NAIVE = "trace: app/traces/tiny_naive_cpu_p16_n6.trace.json.gz"
 GPU = "trace: cuda_train_ns_resolution_5steps.trace.json.gz"
+VLLM = "trace: rocm_vllm_decode_cudagraph.trace.json.gz"
 TIMEOUT = 60  # seconds a run may take: the first parse of a trace on a busy 2-core machine
 
 
@@ -120,15 +122,121 @@ def test_a_corrupt_file_shows_an_error_box_and_the_app_keeps_working(monkeypatch
     at.selectbox(key="source").set_value("run: run").run()
     assert not at.exception and "Cannot show run:" in at.error[0].value
     at.selectbox(key="source").set_value("trace: hand_decode.trace.json.gz").run()
-    assert not at.exception and not at.error
+    assert not at.exception and not at.error and charts(at) == ["diagnosis_chart"]  # a trace opens on its answer
+    at.radio(key="view").set_value("Step ledger").run()
     assert [t["x"] for t in named(chart(at, "ledger_chart"), "GPU busy")] == [["prefill", "decode#0", "decode#1"]]
+
+
+# ---- 0. the answer first -------------------------------------------------------------------------------------
+
+H100 = "trace: h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"
+SGLANG = "trace: rocm_sglang_qwen3_8b_extend_step.trace.json.gz"
+
+
+def test_a_trace_opens_on_its_diagnosis(monkeypatch):
+    """vLLM's decode is GPU-bound (docs/diagnosis.md): the verdict, its evidence line by line, then the chart."""
+    at = app(monkeypatch, DATA, VLLM)
+    assert at.radio(key="view").value == "Diagnosis"
+    assert at.subheader[0].value == "GPU\\-bound: the median decode step"
+    text = at.markdown[0].value.replace("\\", "")
+    assert "GPU-bound. The GPU works 10.718 ms for 2.253 ms of host work (4.76x)." in text
+    assert "5.962 ms after it closed" in at.markdown[1].value.replace("\\", "")
+    busy = named(chart(at, "diagnosis_chart"), "GPU busy")[0]
+    assert busy["x"] == [pytest.approx(10.717708)]
+    assert any("does not name its device" in c.value for c in at.caption)  # so no roofline: said, not hidden
+
+
+def test_the_sglang_step_is_external_then_gpu_bound(monkeypatch):
+    at = app(monkeypatch, DATA, SGLANG)
+    assert at.subheader[0].value == "external, then GPU\\-bound: the median step"
+    assert "60 B host to device copy" in at.markdown[0].value.replace("\\", "")
+    bars = {t["name"]: t["x"] for t in chart(at, "diagnosis_chart")}
+    assert bars["external wait"] == [pytest.approx(493.255004)]
+    fixes = at.dataframe[0].value
+    assert fixes["change"].tolist() == ["overlap the wait on unseen device work"]
+
+
+def test_a_trace_recorded_contended_opens_on_that_caveat(monkeypatch, tmp_path):
+    """The sidecar's contention verdict (probe profile records it) is the Diagnosis's first word, as in
+    probe analyze; the same trace recorded quiet has no such warning."""
+    name = CACHED.removeprefix("trace: app/traces/").removesuffix(".trace.json.gz")
+    for contended in (True, False):
+        root = tmp_path / str(contended)
+        root.mkdir()
+        shutil.copy(DATA / "app" / "traces" / f"{name}.trace.json.gz", root)
+        meta = json.loads((DATA / "app" / "traces" / f"{name}.meta.json").read_text())
+        meta["contention"] = {"other_cpu_cores": 0.91, "contended": contended}
+        (root / f"{name}.meta.json").write_text(json.dumps(meta))
+        at = app(monkeypatch, root, f"trace: {name}.trace.json.gz", "Diagnosis")
+        warned = [w.value.replace("\\", "") for w in at.warning if "recorded contended" in w.value]
+        if contended:
+            assert len(warned) == 1 and warned[0].startswith("recorded contended: 0.91 cores of other work"), warned
+        else:
+            assert warned == []
+
+
+def test_a_model_in_the_sidebar_puts_the_roofline_beside_the_step(monkeypatch):
+    """H100 Qwen1.5-0.5B by its preset name and 16 x 559 tokens: 2.686 GB to move and 5.768 TFLOP to do, 5.829 ms
+    at the H100's peaks (tests/test_step_roofline.py works them out)."""
+    at = app(monkeypatch, DATA, H100)
+    at.text_input(key="model").set_value("qwen1.5-0.5b").run()
+    at.number_input(key="tokens").set_value(8944).run()
+    at.number_input(key="batch").set_value(16).run()
+    assert not at.exception and not at.error
+    table = at.dataframe[0].value.set_index("figure")["value"]
+    assert (table["bytes to move"], table["FLOPs to do"]) == ("2.686 GB", "5.768 TFLOP")
+    assert table["predicted GPU"] == "5.829 ms (compute binds)" and table["tokens from"] == "--batch, --tokens"
+    assert any("the host term is what departs" in m.value for m in at.markdown)
+    rows = {t["name"]: t["y"] for t in chart(at, "diagnosis_chart")}
+    assert rows["traffic time"] == ["roofline traffic"] and rows["compute time"] == ["roofline compute"]
+    fixes = at.dataframe[1].value
+    assert fixes["change"][0].startswith("remove the sync") and fixes["saving_ms"][0] == pytest.approx(14.12206)
+
+
+def test_a_model_path_outside_the_root_is_refused(monkeypatch, tmp_path):
+    shutil.copy(DATA / "h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz", tmp_path)
+    (tmp_path.parent / "config.json").write_text(QWEN_PRESET.read_text())
+    at = app(monkeypatch, tmp_path)
+    at.text_input(key="model").set_value("../config.json").run()
+    assert not at.exception and "outside the app's root" in at.sidebar.error[0].value
+    assert "diagnosis_chart" in charts(at)  # the diagnosis stands without the roofline
+    at.text_input(key="model").set_value("no-such-preset").run()
+    assert not at.exception and "no\\-such\\-preset" in at.sidebar.error[0].value
+
+
+def test_a_run_opens_on_its_predictions_and_each_trace_s_verdict(monkeypatch, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "app" / "runs" / "tiny-cpu-a", run)
+    (run / "traces").mkdir()
+    shutil.copy(DATA / "app" / "traces" / "tiny_cached_cpu_p16_n6.trace.json.gz", run / "traces")
+    at = app(monkeypatch, tmp_path)
+    assert at.radio(key="view").options == ["Diagnosis", "Sweep", "Compare", "Alerts"]
+    report = json.loads((run / "report.json").read_text())
+    ratios = [y for t in chart(at, "predictions_chart") for y in t["y"]]
+    assert sorted(ratios) == pytest.approx(sorted(p["ratio"] for p in report["predictions"]))
+    claims = at.markdown[0].value.replace("\\", "")
+    assert all(v["claim"] in claims for v in report["verdicts"])
+    traces = at.markdown[-1].value.replace("\\", "")
+    assert "tiny_cached_cpu_p16_n6.trace.json.gz" in traces and "CPU only" in traces and "view=Diagnosis" in traces
+
+
+def test_the_op_roofline_of_a_trace_with_shapes(monkeypatch):
+    at = app(monkeypatch, DATA, H100, "Op roofline")
+    points = [t for t in chart(at, "op_roofline_chart") if t["mode"] == "markers"]
+    table = at.dataframe[0].value
+    modelled = table[table["intensity"].notna()]
+    assert sum(len(t["x"]) for t in points) == len(modelled) > 10
+    roofs = [t["name"] for t in chart(at, "op_roofline_chart") if t["mode"] == "lines"]
+    assert any(r.startswith("H100-SXM bfloat16 roof") for r in roofs)  # the trace names its device
+    at = app(monkeypatch, DATA, CACHED, "Op roofline")
+    assert "nothing to hold against the roofs" in at.info[0].value and not at.get("plotly_chart")
 
 
 # ---- 1. sweep ------------------------------------------------------------------------------------------------
 
 
 def test_sweep_plots_each_engine_with_the_prediction_lines(monkeypatch):
-    at = app(monkeypatch, DATA)
+    at = app(monkeypatch, DATA, view="Sweep")
     assert shown(at, "source") == RUN_A and at.radio(key="view").value == "Sweep"
     traces = chart(at, "sweep_chart")
     for engine in ("cached", "naive"):
@@ -153,7 +261,7 @@ def test_sweep_flags_cells_whose_tokens_differ(monkeypatch, tmp_path):
     cell["tokens_match_naive"] = False
     (run / "results.json").write_text(json.dumps(doc))
     (run / "report.json").unlink()  # a probe bench folder: no predictions
-    at = app(monkeypatch, tmp_path)
+    at = app(monkeypatch, tmp_path, view="Sweep")
     flagged = named(chart(at, "sweep_chart"), "tokens differ from naive")
     assert [t["x"] for t in flagged] == [[64]] * 3
     assert "Tokens differ from naive's for: cached p64" in at.error[0].value
@@ -164,8 +272,9 @@ def test_sweep_flags_cells_whose_tokens_differ(monkeypatch, tmp_path):
 
 
 def test_step_ledger_of_our_cpu_trace(monkeypatch):
-    at = app(monkeypatch, DATA, CACHED)
-    assert at.radio(key="view").options == ["Step ledger", "One step", "Kernels", "Top ops", "Compare", "Alerts"]
+    at = app(monkeypatch, DATA, CACHED, "Step ledger")
+    views = ["Diagnosis", "Step ledger", "One step", "Op roofline", "Kernels", "Top ops", "Compare", "Alerts"]
+    assert at.radio(key="view").options == views
     traces = chart(at, "ledger_chart")
     steps = ["prefill"] + [f"decode#{i}" for i in range(5)]
     cache = named(traces, "host: cache bookkeeping")[0]
@@ -178,7 +287,7 @@ def test_step_ledger_of_our_cpu_trace(monkeypatch):
 
 
 def test_step_ledger_of_a_public_gpu_trace(monkeypatch):
-    at = app(monkeypatch, DATA, GPU)
+    at = app(monkeypatch, DATA, GPU, "Step ledger")
     traces = chart(at, "ledger_chart")
     busy = named(traces, "GPU busy")[0]
     assert busy["x"] == [f"ProfilerStep#{i}" for i in range(101, 106)] and all(y > 90 for y in busy["y"])
@@ -195,20 +304,64 @@ def test_one_step_timeline_highlights_the_cache(monkeypatch):
     assert shown(at, "step") == "1: decode#0"  # the first decode step, not prefill
     at.selectbox(key="step").set_value("3: decode#2").run()
     traces = chart(at, "timeline_chart")
-    update = named(traces, "cache_update")[0]
-    assert "cache" in update["y"] and update["orientation"] == "h"
-    ops = named(traces, "model")[0]  # the ops outside every range of ours, on the ops lane: the rest of the model
-    assert len(ops["x"]) > 100 and set(ops["y"]) == {"ops"}
-    table = at.dataframe[0].value
-    assert table["name"].tolist()[:2] == ["forward", "aten::embedding"]
-    assert table["cache"].sum() > 0
+    spec = json.loads(next(c for c in at.get("plotly_chart") if c.proto.id.endswith("-timeline_chart")).proto.spec)
+    lanes = spec["layout"]["yaxis"]["ticktext"]
+    update = named(traces, "cache update")
+    assert update and update[0]["orientation"] == "h"
+    # cache.update ranges and the ops inside them feed cache_update: on a range lane and on an op lane
+    assert {lanes[y].split(" ")[0] for y in update[0]["y"]} == {"ranges", "ops"}
+    assert not any(lane.startswith("GPU") for lane in lanes)  # a CPU trace has no GPU lane
+    parts = chart(at, "partitions_chart")
+    assert {t["y"][0] for t in parts} == {"by purpose", "by mechanism"}
+    frames_or_ops = [d.value for d in at.dataframe]
+    assert frames_or_ops[0].columns[0] in ("frame", "op")  # the step's top frames, or its top ops
 
 
 def test_one_step_of_a_gpu_trace(monkeypatch):
     at = app(monkeypatch, DATA, GPU, "One step")
     assert shown(at, "step") == "0: ProfilerStep#101"
-    assert named(chart(at, "timeline_chart"), "model")
+    traces = chart(at, "timeline_chart")
+    assert any(t["name"].startswith("GPU: ") for t in traces)  # kernels by category on a stream lane
     assert at.metric[3].label == "GPU busy"
+
+
+def test_one_step_draws_the_vllm_decode_on_one_clock(monkeypatch):
+    """vLLM's decode: 2.409 ms of host window, then its GPU work from 8.371 ms to 19.114 ms, after the host window
+    closed: 434 GPU ops, 421 of them replayed by one hipGraphLaunch (the other 13: 9 copies, 4 kernels launched
+    one by one). Picking a kernel draws the arrow from the call that launched it."""
+    at = app(monkeypatch, DATA, VLLM, "One step")
+    spec = _spec(at, "timeline_chart")
+    lanes = spec["layout"]["yaxis"]["ticktext"]
+    assert lanes[-2:] == ["GPU idle (this step's gaps)", "GPU 2 stream 0"]
+    # the step read whole: its GPU window opens 8.370878 ms in and lasts 10.743181 ms (the ledger's figures)
+    assert spec["layout"]["xaxis"]["range"] == [0, pytest.approx((8_370_878 + 10_743_181) / 1e6)]
+    (lead,) = named(chart(at, "timeline_chart"), "before the step's first GPU op")
+    assert lead["base"] == [0] and lead["x"] == [pytest.approx(8.370878)]
+    assert not spec["layout"].get("annotations")
+    options = at.selectbox(key="link").options
+    assert sum("launch call hipGraphLaunch: its 421 GPU ops" in o for o in options) == 1
+    kernel = next(o for o in options if " ms " in o and "launch call" not in o)  # the step's first GPU op
+    at.selectbox(key="link").set_value(kernel).run()
+    assert not at.exception
+    (arrow,) = _spec(at, "timeline_chart")["layout"]["annotations"]
+    assert arrow["ax"] < 2.409 < arrow["x"]  # from the launch inside the host window to a kernel after it
+
+
+def test_zooming_into_the_step_draws_merged_events_one_by_one(monkeypatch):
+    at = app(monkeypatch, DATA, VLLM, "One step")
+    whole = sum(len(t["x"]) for t in chart(at, "timeline_chart") if t["type"] == "bar")
+    assert any("merged" in c.value for c in at.caption)
+    at.slider(key="window").set_value((8.3, 8.6)).run()
+    assert not at.exception
+    assert _spec(at, "timeline_chart")["layout"]["xaxis"]["range"] == [pytest.approx(8.3), pytest.approx(8.6)]
+    zoomed = [t for t in chart(at, "timeline_chart") if t["type"] == "bar"]
+    assert 0 < sum(len(t["x"]) for t in zoomed) < whole
+
+
+def _spec(at: AppTest, key: str) -> dict:
+    found = [c for c in at.get("plotly_chart") if c.proto.id.endswith(f"-{key}")]
+    assert found, f"no chart {key}"
+    return json.loads(found[0].proto.spec)
 
 
 def test_telemetry_samples_are_drawn_under_the_timeline(monkeypatch, tmp_path):
@@ -219,16 +372,16 @@ def test_telemetry_samples_are_drawn_under_the_timeline(monkeypatch, tmp_path):
         tmp_path / "hand_decode.telemetry.parquet", index=False
     )  # the trace's own samples, as probe profile names them
     at = app(monkeypatch, tmp_path, view="One step")
-    assert charts(at) == ["timeline_chart", "trace_telemetry_chart"]
+    assert charts(at) == ["partitions_chart", "timeline_chart", "trace_telemetry_chart"]
     assert chart(at, "trace_telemetry_chart")[0]["y"] == [1e8, 2e8, 3e8]
     assert any("No clock anchor" in c.value for c in at.caption)  # no sidecar: drawn from their own start
 
 
 def test_a_cpu_trace_s_gpu_columns_read_a_dash_not_zero(monkeypatch):
-    table = app(monkeypatch, DATA, CACHED).dataframe[0].value
+    table = app(monkeypatch, DATA, CACHED, "Step ledger").dataframe[0].value
     assert (table[["gpu_window_ms", "gpu_busy_ms", "gpu_idle_ms"]] == "-").all().all()  # nothing measured there
     assert (table["wall_ms"] > 0).all()
-    gpu = app(monkeypatch, DATA, GPU).dataframe[0].value
+    gpu = app(monkeypatch, DATA, GPU, "Step ledger").dataframe[0].value
     assert (gpu["gpu_busy_ms"] > 90).all()  # a GPU trace's are figures (the ledger's own, above)
 
 
@@ -247,7 +400,7 @@ def test_a_long_source_label_is_shown_by_its_end_and_a_short_one_whole(monkeypat
 
 def test_top_ops_over_the_decode_steps_and_one_step(monkeypatch):
     at = app(monkeypatch, DATA, CACHED, "Top ops")
-    assert shown(at, "top_ops_scope") == "all decode steps" and at.selectbox(key="top_ops_scope").value is None
+    assert shown(at, "top_ops_scope") == "all 5 decode steps" and at.selectbox(key="top_ops_scope").value is None
     bars = chart(at, "top_ops_chart")[0]
     assert bars["x"] == sorted(bars["x"]) and len(bars["x"]) == 10  # drawn bottom-up: largest last
     at.selectbox(key="top_ops_scope").set_value("0: prefill").run()
@@ -255,10 +408,13 @@ def test_top_ops_over_the_decode_steps_and_one_step(monkeypatch):
 
 
 def test_top_ops_over_every_step_says_so_once(monkeypatch):
-    """A trace without decode steps is summarized over all its steps: "all 5 steps", not "all all steps"."""
+    """A trace without decode steps is summarized over all its steps: "all 5 steps", not "all all steps"; a trace of
+    one step over "its one step", not "all 1 steps"."""
     at = app(monkeypatch, DATA, GPU, "Top ops")
     assert shown(at, "top_ops_scope") == "all 5 steps"
     assert at.selectbox(key="top_ops_scope").options[1:] == [f"{i}: ProfilerStep#{101 + i}" for i in range(5)]
+    at = app(monkeypatch, DATA, SGLANG, "Top ops")
+    assert shown(at, "top_ops_scope") == "its one step"
 
 
 # ---- 5. compare ----------------------------------------------------------------------------------------------
@@ -331,8 +487,6 @@ def test_every_run_view_renders_without_an_exception(monkeypatch, view):
 
 # ---- any trace: kernels, Python frames, the analyze flags in the sidebar ----------------------------------------
 
-VLLM = "trace: rocm_vllm_decode_cudagraph.trace.json.gz"
-
 
 def test_kernels_view_draws_categories_per_step_and_top_kernels(monkeypatch):
     at = app(monkeypatch, DATA, VLLM, "Kernels")
@@ -378,7 +532,7 @@ def test_no_view_draws_markup_from_the_names_in_a_trace(monkeypatch, tmp_path):
     at.text_input(key="steps").set_value(".*evil step.*").run()
     at.selectbox(key="baseline").set_value("trace: base.trace.json.gz").run()
     drawn = []
-    for view in ("Step ledger", "One step", "Kernels", "Top ops", "Compare", "Alerts"):
+    for view in ("Diagnosis", "Step ledger", "One step", "Op roofline", "Kernels", "Top ops", "Compare", "Alerts"):
         at.radio(key="view").set_value(view).run()
         assert not at.exception and not at.error, (view, at.error)
         for c in at.get("plotly_chart"):
@@ -388,7 +542,8 @@ def test_no_view_draws_markup_from_the_names_in_a_trace(monkeypatch, tmp_path):
             assert "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;i&gt;it&lt;/i&gt; evil step 0" in strings(
                 chart(at, "ledger_chart")
             )
-    assert set(drawn) >= {"ledger_chart", "timeline_chart", "kernels_chart", "top_ops_chart", "compare_chart"}
+    assert set(drawn) >= {"diagnosis_chart", "ledger_chart", "timeline_chart", "kernels_chart", "top_ops_chart"}
+    assert {"partitions_chart", "compare_chart"} <= set(drawn)
 
 
 def test_every_pattern_from_the_url_goes_through_analyze_options_parse(monkeypatch):
@@ -554,6 +709,19 @@ def test_a_folder_of_rank_traces_opens_as_one_job(monkeypatch, tmp_path):
     assert any("rank3.trace.json" in e.value.replace("\\", "") for e in at.error)
 
 
+def test_a_folder_of_unrelated_traces_is_a_list_not_a_job(monkeypatch, tmp_path):
+    """Two traces of different runs in one folder are not ranks (probe.analysis.job's rule): the Ranks view says
+    why and links each trace, and draws no cross-rank chart."""
+    (tmp_path / "two").mkdir()
+    shutil.copy(DATA / "hand_decode.trace.json.gz", tmp_path / "two" / "a.trace.json.gz")
+    shutil.copy(DATA / CACHED.removeprefix("trace: "), tmp_path / "two" / "b.trace.json.gz")
+    at = app(monkeypatch, tmp_path, "job: two", "Ranks")
+    assert not at.exception and not at.get("plotly_chart") and not at.metric
+    assert "not the ranks of one job" in at.info[0].value
+    links = [m.value for m in at.markdown if "a.trace.json.gz" in m.value or "b.trace.json.gz" in m.value]
+    assert len(links) == 2 and all("](" in m for m in links)
+
+
 def test_a_sweep_with_a_failed_cell_shows_its_error(monkeypatch, tmp_path):
     run = tmp_path / "runs" / "r"
     shutil.copytree(DATA / "app" / "runs" / "tiny-cpu-a", run)
@@ -580,9 +748,10 @@ def test_a_file_name_that_is_not_utf8_is_listed_and_opened(monkeypatch, tmp_path
     at = app(monkeypatch, tmp_path)
     labels = at.selectbox(key="source").options
     assert labels == ["run: run-\\xff", "trace: caf\\xe9.trace.json.gz"]
-    assert charts(at) == ["sweep_chart"] and not at.error
+    assert charts(at) == ["predictions_chart"] and not at.error  # a run opens on its predictions
     at.selectbox(key="source").set_value("trace: caf\\xe9.trace.json.gz").run()
     assert not at.exception and not at.error
+    at.radio(key="view").set_value("Step ledger").run()
     assert [t["x"] for t in named(chart(at, "ledger_chart"), "GPU busy")] == [["prefill", "decode#0", "decode#1"]]
 
 
@@ -601,4 +770,5 @@ def test_a_fifo_where_a_file_belongs_is_one_line_not_a_hang(monkeypatch, tmp_pat
         at.selectbox(key="source").set_value(source).run()
         assert not at.exception and "not a regular file" in at.error[0].value.replace("\\", ""), source
     at.selectbox(key="source").set_value("run: good-run").run()
+    at.radio(key="view").set_value("Sweep").run()
     assert charts(at) == ["sweep_chart"] and len(at.error) == 1 and "not a regular file" in at.error[0].value

@@ -28,10 +28,13 @@ from pathlib import Path
 
 import pytest
 
+from probe.explorer.figures.style import HOST_CATEGORIES
 from tests.conftest import IN_CI  # PROBE_CI=1: a missing browser fails instead of skipping
+from tests.ranks import make_rank_traces
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
+QWEN_PRESET = ROOT / "engines" / "presets" / "qwen1.5-0.5b.json"
 CHROMIUM = Path(os.environ.get("PROBE_CHROMIUM", "/usr/bin/chromium"))
 SCREENSHOTS = Path(os.environ.get("PROBE_SCREENSHOTS", ROOT / "build" / "app-screenshots"))
 CHROMIUM_ARGS = [
@@ -135,6 +138,12 @@ def test_a_page_that_rebinds_its_name_to_this_machine_is_refused(tmp_path):
             assert websocket_handshake(port, host) == "HTTP/1.1 403 Forbidden", host
 
 
+# The app's run has ended: Streamlit marks its root with the script's state (the status widget shows only after a
+# moment, so a run still computing its second chart can look idle by that alone).
+IDLE_JS = """() => { const app = document.querySelector('[data-testid="stApp"]');
+    return !!app && app.getAttribute('data-test-script-state') === 'notRunning'
+        && !document.querySelector('[data-testid="stStatusWidget"]'); }"""
+
 # What a drawn chart holds: per plotly div, its traces' names and point counts (plotly's own parsed data).
 FIGURES_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(d => (d._fullData || []).map(
     t => ({name: t.name, type: t.type, n: (t.x ? t.x.length : 0)})))"""
@@ -154,7 +163,7 @@ def settle(page, wait_for: str, shot: Path) -> list[list[dict]]:
         arg=wait_for,
         timeout=DRAW_MS,
     )
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=DRAW_MS)
+    page.wait_for_function(IDLE_JS, timeout=DRAW_MS)
     page.wait_for_timeout(500)  # plotly's transition after the last rerun
     shot.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(shot), full_page=True)
@@ -188,33 +197,47 @@ def test_the_app_draws_every_kind_of_chart_in_chromium(browser, capsys, tmp_path
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
 
-        sweep = open_view(page, url, {"source": "run: app/runs/tiny-cpu-a"}, "cached", SCREENSHOTS / "sweep.png")
+        run = open_view(page, url, {"source": "run: app/runs/tiny-cpu-a"}, "cached", SCREENSHOTS / "run-diagnosis.png")
+        assert {t["name"] for t in run[0]} == {"naive", "cached"}  # a run opens on its predictions
+
+        sweep = open_view(
+            page, url, {"source": "run: app/runs/tiny-cpu-a", "view": "Sweep"}, "cached", SCREENSHOTS / "sweep.png"
+        )
         names = {t["name"]: t["n"] for t in sweep[0]}
         assert names["cached"] == names["naive"] == 3 and names["host floor"] == 3
         assert drawn_points(page) >= 18  # 2 engines x 3 prompts x 3 panels
 
+        cpu = {"source": "trace: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz"}
         ledger = open_view(
-            page,
-            url,
-            {"source": "trace: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz"},
-            "host: cache bookkeeping",
-            SCREENSHOTS / "ledger-cpu.png",
+            page, url, cpu | {"view": "Step ledger"}, "host: cache bookkeeping", SCREENSHOTS / "ledger-cpu.png"
         )
         names = {t["name"]: t["n"] for t in ledger[0]}
-        assert names["host: model ops"] == 6 and any(n.startswith("top-level ops per step") for n in names)
+        assert names["host: rest of model"] == names["by mechanism: op dispatch"] == 6
+        assert any(n.startswith("top-level ops per step") for n in names)
         assert drawn_points(page) >= 6 * 7
 
         # A real click: the One step view of the same trace, through its radio button.
         page.get_by_text("One step", exact=True).click()
-        timeline = settle(page, "cache_update", SCREENSHOTS / "one-step.png")
-        names = {t["name"]: t["n"] for t in timeline[0]}
-        assert names["ops"] > 100 and names["cache_update"] >= 4
+        timeline = settle(page, "cache update", SCREENSHOTS / "one-step-cpu.png")
+        bars = {t["name"]: t["n"] for chart in timeline for t in chart}
+        assert bars["cache update"] >= 4 and bars["op dispatch"] > 0
         assert "view=One+step" in page.url  # the radio is bound to the URL: a view can be linked to
+
+        vllm = {"source": "trace: rocm_vllm_decode_cudagraph.trace.json.gz"}
+        diagnosis = open_view(page, url, vllm, "GPU busy", SCREENSHOTS / "diagnosis-vllm.png")
+        assert {"GPU busy", "Python", "external wait"} <= {t["name"] for t in diagnosis[0]}
+        clock = open_view(page, url, vllm | {"view": "One step"}, "GPU: gemm", SCREENSHOTS / "one-step-vllm.png")
+        lanes = {t["name"] for chart in clock for t in chart}
+        assert {"before the step's first GPU op", "GPU idle: kernel wait", "Python", "launch calls"} <= lanes
+
+        h100 = {"source": "trace: h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz", "view": "Op roofline"}
+        roofline = open_view(page, url, h100, "compute-bound", SCREENSHOTS / "op-roofline.png")
+        assert any(t["name"].startswith("H100-SXM bfloat16 roof") for t in roofline[0])
 
         gpu = open_view(
             page,
             url,
-            {"source": "trace: cuda_train_ns_resolution_5steps.trace.json.gz"},
+            {"source": "trace: cuda_train_ns_resolution_5steps.trace.json.gz", "view": "Step ledger"},
             "GPU busy",
             SCREENSHOTS / "ledger-gpu.png",
         )
@@ -229,22 +252,18 @@ def test_the_app_draws_every_kind_of_chart_in_chromium(browser, capsys, tmp_path
         compare = open_view(
             page, url, alerts, "current: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz", SCREENSHOTS / "compare.png"
         )
-        assert [t["n"] for t in compare[0]] == [9, 9]  # wall and the 8 host categories: a CPU trace has no GPU
+        n = 1 + len(HOST_CATEGORIES)  # wall and the host categories by purpose: a CPU trace has no GPU
+        assert [t["n"] for t in compare[0]] == [n, n]
 
-        kernels = open_view(
-            page,
-            url,
-            {"source": "trace: rocm_vllm_decode_cudagraph.trace.json.gz", "view": "Kernels"},
-            "gemm",
-            SCREENSHOTS / "kernels.png",
-        )
+        kernels = open_view(page, url, vllm | {"view": "Kernels"}, "gemm", SCREENSHOTS / "kernels.png")
         categories = {t["name"] for t in kernels[0]}
         assert {"gemm", "attention", "kv_cache", "GPU busy"} <= categories
         assert len(kernels[1]) == 1 and kernels[1][0]["n"] == 20  # the top 20 kernels of the trace
         assert not errors, errors
     with capsys.disabled():
         print(f"\napp screenshots: {SCREENSHOTS}")
-    for name in ("sweep", "ledger-cpu", "one-step", "ledger-gpu", "compare", "kernels"):
+    shots = ("run-diagnosis", "sweep", "ledger-cpu", "one-step-cpu", "diagnosis-vllm", "one-step-vllm", "op-roofline")
+    for name in (*shots, "ledger-gpu", "compare", "kernels"):
         assert (SCREENSHOTS / f"{name}.png").stat().st_size > 10_000
 
 
@@ -256,7 +275,7 @@ def test_names_that_are_markup_are_drawn_as_text_in_chromium(browser, tmp_path):
     hostile_trace(tmp_path / "evil.trace.json.gz")
     with serve(tmp_path, tmp_path / "streamlit.log") as (url, _):
         page = browser.new_page(viewport={"width": 1500, "height": 1000})
-        for view in ("Top ops", "Kernels", "One step"):
+        for view in ("Diagnosis", "Top ops", "Kernels", "One step"):
             time_to_charts(page, url, {"source": "trace: evil.trace.json.gz", "view": view})
             links = page.evaluate("() => document.querySelectorAll('.js-plotly-plot a').length")
             styled = page.evaluate(
@@ -279,7 +298,6 @@ ALL_DRAWN_JS = """() => { const charts = document.querySelectorAll('[data-testid
     const drawn = Array.from(charts).filter(c => { const d = c.querySelector('.js-plotly-plot');
         return d && (d._fullData || []).length > 0; });
     return drawn.length === charts.length ? charts.length : -1; }"""
-IDLE_JS = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
 
 
 def time_to_charts(page, url: str, query: dict[str, str]) -> tuple[float, float, int]:
@@ -290,29 +308,81 @@ def time_to_charts(page, url: str, query: dict[str, str]) -> tuple[float, float,
     page.wait_for_function(FIRST_CHART_JS, timeout=DRAW_MS)
     first = time.perf_counter() - start
     page.wait_for_function(IDLE_JS, timeout=DRAW_MS)
-    page.wait_for_function(f"() => ({ALL_DRAWN_JS})() >= 1", timeout=DRAW_MS)
-    return first, time.perf_counter() - start, page.evaluate(ALL_DRAWN_JS)
+    drawn = page.wait_for_function(f"() => {{ const n = ({ALL_DRAWN_JS})(); return n >= 1 ? n : 0; }}", timeout=DRAW_MS)
+    return first, time.perf_counter() - start, drawn.json_value()  # counted when all were drawn, not a moment later
+
+
+# The One step chart (the one with lanes) and how long the browser takes to zoom it and to show a hover there.
+TIMELINE_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).find(d =>
+    d._fullLayout && d._fullLayout.yaxis && (d._fullLayout.yaxis.ticktext || []).length > 2)"""
+
+
+def interaction_times(page) -> str:
+    """On the One step chart: seconds from a drag-zoom to plotly's redraw at the new range, and from a hover to its
+    label showing; '' when the view has no such chart."""
+    if not page.evaluate(f"() => !!({TIMELINE_JS})()"):
+        return ""
+    page.evaluate(f"() => ({TIMELINE_JS})().scrollIntoView({{block: 'center'}})")
+    page.wait_for_timeout(300)
+    box = page.evaluate(f"""() => {{ const d = ({TIMELINE_JS})();
+        const r = d.querySelector('.nsewdrag').getBoundingClientRect();
+        return {{x: r.x, y: r.y, w: r.width, h: r.height, range: d._fullLayout.xaxis.range.slice()}}; }}""")
+    y = box["y"] + min(box["h"] * 0.9, 800)  # on screen: a tall chart is centred in the viewport
+    start = time.perf_counter()
+    page.mouse.move(box["x"] + box["w"] * 0.3, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["w"] * 0.6, y, steps=4)
+    page.mouse.up()
+    page.wait_for_function(
+        f"r => {{ const d = ({TIMELINE_JS})(); return d && d._fullLayout.xaxis.range[0] !== r[0]; }}",
+        arg=box["range"],
+        timeout=DRAW_MS,
+    )
+    zoom = time.perf_counter() - start
+    start = time.perf_counter()
+    page.mouse.move(box["x"] + box["w"] * 0.45, y)
+    page.mouse.move(box["x"] + box["w"] * 0.46, y)
+    try:
+        page.wait_for_function("() => !!document.querySelector('.hoverlayer .hovertext')", timeout=5_000)
+        hover = f"{time.perf_counter() - start:4.2f} s"
+    except Exception:  # the pointer fell on no bar: nothing to show, not a failure
+        hover = "none under the pointer"
+    page.mouse.dblclick(box["x"] + box["w"] * 0.45, y)  # back to the whole range
+    return f"; zoom redrawn {zoom:4.2f} s, hover {hover}"
 
 
 def timed_views(page, url: str, cases: list[tuple[str, dict[str, str]]]) -> list[str]:
-    """One line a case: its name, time to the first chart and to every chart; every case draws a chart."""
+    """One line a case: its name, time to the first chart and to every chart, and on the One step chart its zoom
+    and hover; every case draws a chart."""
     lines = []
     for name, query in cases:
-        first, done, charts = time_to_charts(page, url, query)
+        try:
+            first, done, charts = time_to_charts(page, url, query)
+        except Exception as e:  # say which case, not only that a wait ran out
+            raise AssertionError(f"{name}: {str(e).splitlines()[0]}") from e
         assert charts >= 1, name
-        lines.append(f"{name:64s} first chart {first:5.2f} s, all {charts} drawn {done:5.2f} s")
+        extra = interaction_times(page) if query.get("view") == "One step" else ""
+        lines.append(f"{name:64s} first chart {first:5.2f} s, all {charts} drawn {done:5.2f} s{extra}")
     return lines
 
 
+SHAPES = ("h100_hf", "mi300x_hf", "b200_eager")  # the public traces recorded with record_shapes: an Op roofline
+
+
 def trace_cases(folder: Path, root: Path) -> list[tuple[str, dict[str, str]]]:
-    """For each trace in folder, largest first: its first parse, then the Step ledger and Kernels cached."""
+    """For each trace in folder, largest first: its first parse (it opens on its Diagnosis), then cached, then the
+    One step and Kernels views (and the Op roofline where the trace recorded shapes)."""
     cases = []
     for trace in sorted(folder.glob("*.json.gz"), key=lambda p: -p.stat().st_size):
         source = f"trace: {trace.relative_to(root).as_posix()}"
         size = f"{trace.name} ({trace.stat().st_size / 1e6:.2f} MB)"
         cases += [(f"{size}: first parse", {"source": source}), (f"{size}: cached", {"source": source})]
-        cases.append((f"{size}: Kernels", {"source": source, "view": "Kernels"}))
-    return [(n, q) for n, q in cases if "cpu_only" not in n or "Kernels" not in n]  # no GPU, no kernel chart
+        cases.append((f"{size}: One step", {"source": source, "view": "One step"}))
+        if "cpu_only" not in trace.name:  # no GPU, no kernel chart
+            cases.append((f"{size}: Kernels", {"source": source, "view": "Kernels"}))
+        if trace.name.startswith(SHAPES):
+            cases.append((f"{size}: Op roofline", {"source": source, "view": "Op roofline"}))
+    return cases
 
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces" / "public"
@@ -327,23 +397,26 @@ def test_time_to_the_first_chart_of_every_view(browser, capsys, tmp_path):
     shutil.copytree(DATA / "app", root / "app")
     if SHARED.is_dir():
         shutil.copytree(SHARED, root / "public")
+    make_rank_traces(root / "ranks")  # a real trace per rank: a folder of unrelated traces is a list, not a job
     cpu = {"source": "trace: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz"}
     cases = [
         ("warm-up (the server's first page: imports, the frontend)", {"source": "run: app/runs/tiny-cpu-a"}),
-        ("probe run --quick: Sweep", {"source": "run: quick-run"}),
-        ("probe run --quick: Sweep, again", {"source": "run: quick-run"}),
+        ("probe run --quick: Diagnosis", {"source": "run: quick-run"}),
+        ("probe run --quick: Sweep", {"source": "run: quick-run", "view": "Sweep"}),
+        ("probe run --quick: Sweep, again", {"source": "run: quick-run", "view": "Sweep"}),
         (
             "a run: Compare",
             {"source": "run: app/runs/tiny-cpu-b", "view": "Compare", "baseline": "run: app/runs/tiny-cpu-a"},
         ),
-        ("CPU trace: Step ledger", cpu),
+        ("CPU trace: Diagnosis", cpu),
+        ("CPU trace: Step ledger", cpu | {"view": "Step ledger"}),
         ("CPU trace: One step", cpu | {"view": "One step"}),
         ("CPU trace: Top ops", cpu | {"view": "Top ops"}),
         (
             "CPU traces: Compare",
             cpu | {"view": "Compare", "baseline": "trace: app/traces/tiny_naive_cpu_p16_n6.trace.json.gz"},
         ),
-        ("CPU traces as a job: Ranks", {"source": "job: app/traces"}),
+        ("a four-rank job: Ranks", {"source": "job: ranks"}),
     ]
     if SHARED.is_dir():
         cases += trace_cases(root / "public", root)
@@ -362,17 +435,222 @@ def test_time_to_the_first_chart_of_every_view(browser, capsys, tmp_path):
 
 
 def readme_screenshots(root: Path, out: Path, run: str, trace: str, gpu_trace: str | None = None) -> None:
-    """The README's pictures: the sweep of a run and the step ledger of a trace, on this machine's data, and the
-    Kernels view of a GPU trace."""
+    """The older pictures docs/ links (docs/app-*.png): the sweep of a run and the step ledger of a trace, on this
+    machine's data, and the Kernels view of a GPU trace."""
     from playwright.sync_api import sync_playwright
 
     with serve(root, out / "streamlit.log") as (url, _), sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         page = b.new_page(viewport={"width": 1400, "height": 860})
-        open_view(page, url, {"source": f"run: {run}"}, run.split("/")[-1] and "cached", out / "app-sweep.png")
-        open_view(page, url, {"source": f"trace: {trace}"}, "host: model ops", out / "app-ledger.png")
+        open_view(page, url, {"source": f"run: {run}", "view": "Sweep"}, "cached", out / "app-sweep.png")
+        ledger = {"source": f"trace: {trace}", "view": "Step ledger"}
+        open_view(page, url, ledger, "host: rest of model", out / "app-ledger.png")
         if gpu_trace:
             open_view(page, url, {"source": f"trace: {gpu_trace}", "view": "Kernels"}, "gemm", out / "app-kernels.png")
+        b.close()
+    (out / "streamlit.log").unlink()
+
+
+# docs/explorer/: each view on real data, the way a person first sees it. Each entry: the file, the query, a chart
+# trace to wait for ("" any chart, None a view of tables: Alerts), the viewport's height so that the whole view is in
+# the picture, and what to do first: hover the first mark of a named trace, or pick a GPU op to link by its label.
+PUBLIC_ROOT = "public"  # the public traces' folder under the docs root
+DOC_SHOTS = (
+    (
+        "diagnosis-vllm.png",
+        {"source": "trace: public/rocm_vllm_decode_cudagraph.trace.json.gz"},
+        "GPU busy",
+        1150,
+        None,
+    ),
+    (
+        "diagnosis-sglang.png",
+        {"source": "trace: public/rocm_sglang_qwen3_8b_extend_step.trace.json.gz"},
+        "external wait",
+        1150,
+        None,
+    ),
+    (
+        "diagnosis-h100-roofline.png",
+        {
+            "source": "trace: public/h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz",
+            "model": "configs/qwen1.5-0.5b.json",
+            "tokens": "8944",
+            "batch": "16",
+        },
+        "traffic time",
+        1750,
+        None,
+    ),
+    ("diagnosis-run.png", {"source": "run: runs/quick"}, "cached", 1500, None),
+    (
+        "one-step-vllm.png",
+        {"source": "trace: public/rocm_vllm_decode_cudagraph.trace.json.gz", "view": "One step"},
+        "GPU: gemm",
+        1900,
+        ("link", "launch call hipLaunchKernel"),
+    ),
+    (
+        "one-step-vllm-zoomed.png",
+        {
+            "source": "trace: public/rocm_vllm_decode_cudagraph.trace.json.gz",
+            "view": "One step",
+            "window": ["8.3", "8.9"],
+        },
+        "GPU: gemm",
+        1300,
+        ("hover", "GPU: gemm"),
+    ),
+    (
+        "one-step-sglang.png",
+        {"source": "trace: public/rocm_sglang_qwen3_8b_extend_step.trace.json.gz", "view": "One step"},
+        "external wait (no GPU op of the trace ran)",
+        2300,
+        None,
+    ),
+    (
+        "op-roofline-h100.png",
+        {"source": "trace: public/h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz", "view": "Op roofline"},
+        "compute-bound",
+        1100,
+        ("hover", "compute-bound"),
+    ),
+    (
+        "ledger-gpu.png",
+        {"source": "trace: public/cuda_train_ns_resolution_5steps.trace.json.gz", "view": "Step ledger"},
+        "GPU busy",
+        1400,
+        None,
+    ),
+    (
+        "kernels-vllm.png",
+        {"source": "trace: public/rocm_vllm_decode_cudagraph.trace.json.gz", "view": "Kernels"},
+        "gemm",
+        1500,
+        None,
+    ),
+    (
+        "top-ops-sglang.png",
+        {"source": "trace: public/rocm_sglang_qwen3_8b_extend_step.trace.json.gz", "view": "Top ops"},
+        "",
+        1500,
+        None,
+    ),
+    (
+        "alerts-traces.png",
+        {
+            "source": "trace: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz",
+            "view": "Alerts",
+            "baseline": "trace: app/traces/tiny_naive_cpu_p16_n6.trace.json.gz",
+        },
+        None,
+        1300,
+        None,
+    ),
+    ("sweep-quick-run.png", {"source": "run: runs/quick", "view": "Sweep"}, "cached", 1900, None),
+    (
+        "ledger-cpu.png",
+        {"source": "trace: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz", "view": "Step ledger"},
+        "host: cache bookkeeping",
+        1200,
+        None,
+    ),
+    (
+        "compare-traces.png",
+        {
+            "source": "trace: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz",
+            "view": "Compare",
+            "baseline": "trace: app/traces/tiny_naive_cpu_p16_n6.trace.json.gz",
+        },
+        "",
+        1200,
+        None,
+    ),
+    ("history.png", {"source": "history: history/probe-history.duckdb"}, "", 1300, None),
+    ("ranks.png", {"source": "job: ranks"}, "", 1000, None),
+)
+
+
+TABLE_JS = "() => !!document.querySelector('[data-testid=\"stDataFrame\"]')"  # a view that shows a table only
+
+
+def hover_first_bar(page, name: str) -> None:
+    """Move the pointer over the first mark of the trace called `name`, in whichever chart holds it."""
+    box = page.evaluate(
+        """name => { for (const d of document.querySelectorAll('.js-plotly-plot')) {
+            const data = d._fullData || [];
+            const i = data.findIndex(t => t.name === name);
+            if (i < 0) continue;
+            const same = data.filter(t => t.type === data[i].type).indexOf(data[i]);
+            const layer = data[i].type === 'bar' ? '.barlayer .trace' : '.scatterlayer .trace';
+            const mark = d.querySelectorAll(layer)[same].querySelector('.point');
+            const r = mark.getBoundingClientRect();
+            return {x: r.x + r.width / 2, y: r.y + r.height / 2}; } return null; }""",
+        name,
+    )
+    if box:
+        page.mouse.move(box["x"], box["y"])
+        page.wait_for_timeout(800)
+
+
+def pick(page, key: str, text: str) -> None:
+    """Open the selectbox with this widget key, type part of an option's label, and take the first match."""
+    page.locator(f".st-key-{key}").click()
+    page.keyboard.type(text)
+    page.keyboard.press("Enter")
+    page.wait_for_function(IDLE_JS, timeout=DRAW_MS)
+    page.wait_for_timeout(1500)
+
+
+def small(png: Path) -> None:
+    """The picture in 256 colours (Pillow, which Streamlit brings): a third of the bytes, the text as sharp."""
+    from PIL import Image
+
+    with Image.open(png) as image:
+        image.convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT).save(png, optimize=True)
+
+
+def docs_root(root: Path, run: Path) -> Path:
+    """What the docs' pictures are taken over: the public traces, a `probe run --quick` folder (with its traces),
+    the committed app fixtures and a model config, a run history and a four-rank job made from a real trace."""
+    from tests.test_app import history_root
+
+    shutil.copytree(SHARED, root / PUBLIC_ROOT)
+    shutil.copytree(run, root / "runs" / "quick")
+    shutil.copytree(DATA / "app", root / "app")
+    (root / "configs").mkdir()
+    shutil.copy(QWEN_PRESET, root / "configs")
+    history_root(root / "history")
+    make_rank_traces(root / "ranks")
+    return root
+
+
+def explorer_screenshots(root: Path, out: Path) -> None:
+    """docs/explorer/: every view of DOC_SHOTS over `root`, each picture saved and its time to the first chart
+    printed."""
+    from playwright.sync_api import sync_playwright
+
+    out.mkdir(parents=True, exist_ok=True)
+    with serve(root, out / "streamlit.log") as (url, _), sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        for name, query, wait_for, height, action in DOC_SHOTS:
+            page = b.new_page(viewport={"width": 1400, "height": height})
+            start = time.perf_counter()
+            page.goto(f"{url}/?{urllib.parse.urlencode(query, doseq=True)}")
+            page.wait_for_function(FIRST_CHART_JS if wait_for is not None else TABLE_JS, timeout=DRAW_MS)
+            first = time.perf_counter() - start
+            page.wait_for_function(IDLE_JS, timeout=DRAW_MS)
+            if wait_for:
+                settle(page, wait_for, out / name)
+            page.wait_for_timeout(1500)
+            if action and action[0] == "link":
+                pick(page, "link", action[1])
+            if action and action[0] == "hover":
+                hover_first_bar(page, action[1])
+            page.screenshot(path=str(out / name))
+            small(out / name)
+            print(f"{name:32s} first {'chart' if wait_for is not None else 'table'} {first:5.2f} s")
+            page.close()
         b.close()
     (out / "streamlit.log").unlink()
 
@@ -380,9 +658,18 @@ def readme_screenshots(root: Path, out: Path, run: str, trace: str, gpu_trace: s
 if __name__ == "__main__":
     cli = argparse.ArgumentParser(description=readme_screenshots.__doc__)
     cli.add_argument("--root", type=Path, required=True)
-    cli.add_argument("--run", required=True, help="run folder, relative to the root")
-    cli.add_argument("--trace", required=True, help="trace file, relative to the root")
+    cli.add_argument("--run", required=True, help="run folder, relative to the root (--explorer: any run folder)")
+    cli.add_argument("--trace", help="trace file, relative to the root")
     cli.add_argument("--gpu-trace", help="a GPU trace for the Kernels view, relative to the root")
     cli.add_argument("--out", type=Path, default=ROOT / "docs")
+    cli.add_argument(
+        "--explorer",
+        action="store_true",
+        help="docs/explorer/'s pictures of every view: --root is an empty folder to build, --run a probe run --quick "
+        "folder (with its traces), --out docs/explorer",
+    )
     a = cli.parse_args()
-    readme_screenshots(a.root, a.out, a.run, a.trace, a.gpu_trace)
+    if a.explorer:
+        explorer_screenshots(docs_root(a.root, Path(a.run)), a.out)
+    else:
+        readme_screenshots(a.root, a.out, a.run, a.trace, a.gpu_trace)

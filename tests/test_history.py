@@ -292,11 +292,11 @@ def test_import_of_the_committed_runs_and_traces(tmp_path, cli):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# the README's queries
+# the queries docs/history.md shows
 
 
 def readme_queries() -> list[str]:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "history.md").read_text()
     return re.findall(r"```sql\n(.*?)```", text, flags=re.S)
 
 

@@ -17,10 +17,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from probe.analysis.diagnosis import diagnose_trace
 from probe.analysis.ledger import analyze, steady
 from probe.analysis.report import load_report
 from probe.analysis.results import CellKey, load_results
-from probe.analysis.timeline import step_timeline
+from probe.analysis.timeline import step_clock
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
 from probe.explorer import figures, sources
@@ -236,6 +237,9 @@ def test_ledger_frame_matches_the_hand_worked_ledger(hand):
     assert d0["dispatch"] == 2  # one kernel launch + one graph launch
     host = [f"{k}_ms" for k, _ in figures.style.HOST_CATEGORIES]
     assert np.allclose(frame[host].sum(axis=1), frame["wall_ms"], rtol=0, atol=1e-12)
+    mechanism = [figures.ledger.mechanism_column(k) for k, _ in figures.style.MECHANISM_CATEGORIES]
+    assert np.allclose(frame[mechanism].sum(axis=1), frame["wall_ms"], rtol=0, atol=1e-12)  # the other partition
+    assert d0["by_mechanism_sync_wait_ms"] == 0.016  # decode#0's one blocking call, cudaStreamSynchronize 182-198
 
 
 def test_ledger_frame_on_a_cpu_trace_counts_top_level_ops(cached):
@@ -252,15 +256,18 @@ def test_ledger_figure_on_a_gpu_trace_stacks_host_and_gpu_side_by_side(gpu):
     fig = figures.ledger.ledger_figure(gpu)
     names = [t.name for t in fig.data]
     n = len(figures.style.HOST_CATEGORIES)
+    m = n + len(figures.style.MECHANISM_CATEGORIES)
     assert names[:n] == ["host: " + label for _, label in figures.style.HOST_CATEGORIES]
-    assert names[n : n + 2] == ["GPU busy", "GPU idle"] and names[n + 2].startswith("kernel launches per step")
+    assert names[n:m] == ["by mechanism: " + label for _, label in figures.style.MECHANISM_CATEGORIES]
+    assert names[m : m + 2] == ["GPU busy", "GPU idle"] and names[m + 2].startswith("kernel launches per step")
     busy, idle = _traces(fig, "GPU busy")[0], _traces(fig, "GPU idle")[0]
     assert busy.offsetgroup == idle.offsetgroup == "gpu" and fig.data[0].offsetgroup == "host"
+    assert {t.offsetgroup for t in fig.data[n:m]} == {"mechanism"}
     assert np.allclose(np.asarray(idle.base), np.asarray(busy.y))  # idle sits on busy
     ops, attention = fig.data[0], fig.data[1]
     assert np.allclose(np.asarray(attention.base), np.asarray(ops.y))
-    assert list(fig.data[n + 2].y) == [s.launches + s.graph_launches for s in gpu.steps] == [870] * 5
-    assert fig.data[n + 2].yaxis == "y2"
+    assert list(fig.data[m + 2].y) == [s.launches + s.graph_launches for s in gpu.steps] == [870] * 5
+    assert fig.data[m + 2].yaxis == "y2"
 
 
 def test_ledger_figure_on_a_cpu_trace_says_top_level_ops(cached):
@@ -302,47 +309,139 @@ def test_round_axis(low, high, integer, expected):
 # ---- 3. one step ---------------------------------------------------------------------------------------------
 
 
-def test_timeline_frame_keeps_order_and_marks_cache(cached):
-    trace, analysis = cached
-    items = step_timeline(trace, analysis.step("decode#1"))
-    frame = figures.step.timeline_frame(items)
-    assert len(frame) == len(items) and list(frame["name"]) == [it.name for it in items]
-    assert frame["start_us"].is_monotonic_increasing
-    cache_ranges = frame[frame["cache"] & (frame["kind"] == "range")]
-    # The tiny preset has 4 layers: a cache.update each, plus the seq_length and mask_sizes queries.
-    assert list(cache_ranges["name"][cache_ranges["part"] == "cache_update"]) == [f"cache.update#{i}" for i in range(4)]
-    assert {"cache.seq_length", "cache.mask_sizes"} <= set(cache_ranges["name"])
+@pytest.fixture(scope="module")
+def hand_clock():
+    trace = load_trace(HAND)
+    return step_clock(trace, analyze(trace), 1)  # decode#0: tests/test_timeline.py works it out by hand
 
 
-def test_timeline_parts_match_a_brute_force_enclosing_range(cached):
-    """Each op or call takes the highest-priority part among the ranges that enclose it, checked pair by pair."""
-    from probe.analysis.host import PURPOSE
+def test_timeline_figure_draws_every_bar_on_its_lane(hand_clock):
+    tl = hand_clock
+    fig = figures.step.timeline_figure(tl)
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert sum(len(t.x) for t in bars) == len(tl.bars) == 27
+    assert list(fig.layout.yaxis.ticktext) == [lane.label for lane in tl.lanes]
+    assert tuple(fig.layout.yaxis.range) == (9.5, -0.5)  # the first lane on top
+    gemv = next(t for t in bars if t.name == "GPU: gemm")
+    assert list(gemv.y) == [9] and list(gemv.base) == [0.015] and list(gemv.x) == [0.015]
+    # a bar shorter than a column (112 ns) is drawn a column wide; its hover keeps the 10 ns
+    wait = next(t for t in bars if t.name == "GPU idle: kernel wait")
+    tiny = [i for i, c in enumerate(wait.customdata) if c[6] == 10]
+    assert len(tiny) == 1 and wait.x[tiny[0]] == pytest.approx(112 / 1e6)
+    # idle gaps shaded across the GPU lanes (8-9), the external wait across the host lanes (0-7), both host edges
+    rects = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert {(r.y0, r.y1) for r in rects} == {(9.5, 7.5), (7.5, -0.5)}
+    assert [s.x0 for s in fig.layout.shapes if s.type == "line"] == [0, 0.09]
+    (mark,) = [t for t in fig.data if t.name == "sync call sites"]
+    assert list(mark.x) == [0.072]
+    assert not fig.layout.annotations  # no arrow until something is selected
 
-    trace, analysis = cached
-    for step in analysis.steps[:4]:
-        items = step_timeline(trace, step)
-        ranges = [(it.start_us, it.start_us + it.dur_us, it.part) for it in items if it.kind == "range"]
-        for it in items:
-            if it.kind == "range":
-                continue
-            inside = [p for s, e, p in ranges if p != "range" and s <= it.start_us and it.start_us + it.dur_us <= e]
-            if inside:
-                assert it.part == min(inside, key=PURPOSE.index), it
-            else:
-                assert it.part in ("model", "attention", "sync"), it
-        assert any(it.part.startswith("cache") and it.kind == "op" for it in items)
+
+def test_a_selection_draws_an_arrow_from_each_launch_to_its_op(hand_clock):
+    tl = hand_clock
+    graph = next(o for o in tl.ops if o.name == "graph_kernel_a").call_row
+    fig = figures.step.timeline_figure(tl, [graph])
+    arrows = sorted((a.ax, a.ay, a.x, a.y) for a in fig.layout.annotations)
+    assert arrows == [(0.045, 6, 0.056, 9), (0.045, 6, 0.06001, 9)]  # cudaGraphLaunch at 45 us to both kernels
 
 
-def test_timeline_figure_puts_cache_ranges_on_their_own_lane_and_shades_them(cached):
-    trace, analysis = cached
-    items = step_timeline(trace, analysis.step("decode#1"))
-    fig = figures.step.timeline_figure(items)
-    update = _traces(fig, "cache_update")[0]
-    assert "cache" in list(update.y) and update.orientation == "h"
-    n_cache_ranges = sum(it.kind == "range" and it.part.startswith("cache") for it in items)
-    assert len(fig.layout.shapes) == n_cache_ranges > 0
-    drawn = sum(len(t.x) for t in fig.data)
-    assert drawn == len(items)
+def test_a_click_names_the_bar_it_hit(hand_clock):
+    fig = figures.step.timeline_figure(hand_clock)
+    gemv = next(t for t in fig.data if t.name == "GPU: gemm")
+    event = {"selection": {"points": [{"customdata": list(gemv.customdata[0])}]}}
+    row = next(o.row for o in hand_clock.ops if o.name == "gemv_kernel")
+    assert figures.step.clicked_bar(event) == (row, 15_000, 15_000, 1)
+    mark = {"selection": {"points": [{"customdata": ["cudaStreamSynchronize", "waited"]}]}}
+    assert figures.step.clicked_bar(mark) is None and figures.step.clicked_bar(None) is None
+
+
+def test_timeline_frame_lists_the_drawn_bars_in_time_order(hand_clock):
+    frame = figures.step.timeline_frame(hand_clock)
+    assert len(frame) == 27 and frame["start_ms"].is_monotonic_increasing
+    assert list(frame["name"][frame["kind"] == "kernel"]) == ["gemv_kernel", "graph_kernel_a", "graph_kernel_b"]
+    assert "merged" not in figures.step.merged_text(hand_clock) and "27" in figures.step.merged_text(hand_clock)
+
+
+def test_both_host_partitions_of_one_step_add_up_to_its_wall(hand, cached):
+    for step in (hand.steps[1], cached[1].steps[2]):
+        frame = figures.step.partitions_frame(step)
+        sums = frame.groupby("partition")["ms"].sum()
+        assert sums["by purpose"] == pytest.approx(step.wall_ns / 1e6) == sums["by mechanism"]
+    fig = figures.step.partitions_figure(hand.steps[1])
+    assert {t.y[0] for t in fig.data} == {"by purpose", "by mechanism"} and all(min(t.x) > 0 for t in fig.data)
+
+
+# ---- the diagnosis ------------------------------------------------------------------------------------------
+
+
+def _answer(path: Path, **kw):
+    from probe.analysis.answer import answer
+
+    trace = load_trace(path)
+    return answer(trace, analyze(trace), **kw)
+
+
+def test_the_diagnosis_figure_is_the_host_window_beside_the_gpu_work():
+    """The SGLang extend step: the host window 522.741 ms, of which 493.255 ms external wait (0.037 ms more of sync
+    wait ran beside this trace's GPU work), beside 492.807 ms of GPU work (docs/diagnosis.md)."""
+    d = _answer(DATA / "rocm_sglang_qwen3_8b_extend_step.trace.json.gz").diagnosis.median
+    assert figures.diagnosis.bound_text(d) == "external, then GPU-bound"
+    frame = figures.diagnosis.step_frame(d)
+    host = frame[frame["row"] == "host window"].set_index("piece")["ms"]
+    assert host.sum() == pytest.approx(d.evidence.wall_ns / 1e6)
+    assert host["external wait"] == pytest.approx(d.evidence.external_wait_ns / 1e6)
+    assert frame.set_index("piece").loc["GPU busy", "ms"] == pytest.approx(492.806877)
+    fig = figures.diagnosis.step_figure(d)
+    assert {t.name for t in fig.data} >= {"external wait", "GPU busy", "op dispatch"}  # (the fixture has no frames)
+    what = figures.diagnosis.what_if_frame(d)
+    assert list(what["change"]) == ["overlap the wait on unseen device work"]
+    assert what["saving_ms"][0] == pytest.approx(d.evidence.measured_ns / 1e6 - 492.806877)
+
+
+def test_a_cpu_step_says_where_its_host_time_went(cached):
+    from probe.analysis.diagnosis import diagnose
+
+    d = diagnose(cached[1].steps[2], on_gpu=False)
+    assert figures.diagnosis.bound_text(d).startswith("CPU only, mostly ")
+    assert "GPU busy" not in set(figures.diagnosis.step_frame(d)["piece"])
+
+
+def test_the_roofline_beside_the_step_and_the_op_roofline():
+    """H100 Qwen1.5-0.5B, 16 x 559 tokens: the step's roofline (tests/test_step_roofline.py works it out), and each
+    GEMM against the H100's bf16 roofs: 989.5 TFLOP/s, 3.35 TB/s, ridge 989.5e12 / 3.35e12 = 295.4 FLOP/B."""
+    from probe.analysis.hardware import device
+    from probe.analysis.step_roofline import TokenFlags
+
+    path = DATA / "h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"
+    result = _answer(path, model="qwen1.5-0.5b", flags=TokenFlags(8944, 16, 0))
+    r = result.rooflines[0]
+    table = figures.diagnosis.roofline_frame(r).set_index("figure")["value"]
+    assert table["bytes to move"] == f"{r.bytes / 1e9:,.3f} GB" and table["predicted GPU"].endswith("(compute binds)")
+    ops = figures.diagnosis.op_roofline_frame(result.op_roofline)
+    mm = ops[(ops["op"] == "aten::mm") & (ops["shapes"] == "[(8944, 1024), (1024, 2816)]")].iloc[0]
+    assert mm["gflop"] == pytest.approx(51.581550592) and mm["mib"] == pytest.approx(74_457_088 / 2**20)
+    h100 = device("H100-SXM")
+    fig = figures.diagnosis.op_roofline_figure(result.op_roofline, h100)
+    points = sum(len(t.x) for t in fig.data if t.mode == "markers")
+    assert points == sum(1 for o in result.op_roofline if o.intensity and o.tflops_s_median)
+    (bf16,) = [t for t in fig.data if t.mode == "lines" and "bfloat16" in t.name]
+    assert "ridge 295 FLOP/B" in bf16.name
+    for x, y in zip(bf16.x, bf16.y, strict=True):
+        assert y == pytest.approx(min(989.5, x * 3.35))  # TFLOP/s: the compute roof, else the bandwidth slope
+    assert fig.layout.xaxis.type == fig.layout.yaxis.type == "log"
+
+
+def test_a_run_shows_its_predictions_and_claims_as_probe_run_prints_them():
+    report = load_report(RUN_A)
+    frame = figures.diagnosis.predictions_frame(report)
+    assert len(frame) == len(report.predictions)
+    first = report.predictions[0]
+    assert frame.iloc[0]["measured/pred"] == first.ratio and frame.iloc[0]["the gap points at"] == first.points_at
+    fig = figures.diagnosis.predictions_figure(report)
+    assert sum(len(t.y) for t in fig.data) == len(frame) and fig.layout.yaxis.type == "log"
+    verdicts = figures.diagnosis.verdicts_frame(report)
+    assert list(verdicts["claim"]) == [v.claim for v in report.verdicts]
+    assert set(verdicts["verdict"]) <= {"supported", "not supported", "not measured"}
 
 
 def test_telemetry_samples_become_one_panel_a_figure(tmp_path):
@@ -626,7 +725,9 @@ def test_names_from_a_trace_reach_every_figure_as_text(tmp_path):
     frames = [FrameTime(f"model.py(1): forward{LINK}", 1000, 1)]
     drawn = [
         figures.ledger.ledger_figure(analysis),
-        figures.step.timeline_figure(step_timeline(trace, analysis.steps[1]), title=BOLD),
+        figures.step.timeline_figure(step_clock(trace, analysis, 1), title=BOLD),
+        figures.step.partitions_figure(analysis.steps[1]),
+        figures.diagnosis.step_figure(diagnose_trace(analysis).median),
         figures.ops.top_ops_figure(analysis.summary.top_ops, title=STYLE),
         figures.ops.frames_figure(frames),
         figures.kernels.kernels_figure(analysis.kernels),

@@ -10,9 +10,10 @@
 - **Busy** is the length of the union of the step's GPU ops: kernels, memcpy and memset. HTA's temporal breakdown
   also counts its "Stream Sync" (`cuda_sync`) events as busy; probe does not, since a stream waiting on an event
   does no work (hta_cuda_simple_add in ../shared/traces/peer holds 41 of them).
-- **Idle** = window - busy: the gaps of that union, each classified as HTA's idle time breakdown classifies a gap,
-  by the op that ends it: `host_wait` when that op's launch call started after the gap began (the host was late),
-  else `kernel_wait` when the gap is under `KERNEL_WAIT_NS`, else `other`. HTA's own default threshold is
+- **Idle** = window - busy: the gaps of that union (`idle_gaps` returns each one, `windows` sums them), each
+  classified as HTA's idle time breakdown classifies a gap, by the op that ends it: `host_wait` when that op's
+  launch call started after the gap began (the host was late), else `kernel_wait` when the gap is under
+  `KERNEL_WAIT_NS`, else `other`. HTA's own default threshold is
   `consecutive_kernel_delay=30`, documented as ns, but HTA compares it with gaps in microseconds, so its rule is
   30 us in effect (30 ns would leave kernel wait at 20 us over the 76 steps of the 45 real traces we read: a dead
   category). probe uses HTA's effective rule, 30 us, and `--kernel-wait-us` changes it. Two differences remain and
@@ -77,6 +78,51 @@ def attribute(trace: Trace, start: np.ndarray, end: np.ndarray) -> Attribution:
     return Attribution(rt, rt_step, ops, op_step, np.where(known, rt[np.maximum(launch, 0)] if len(rt) else -1, -1))
 
 
+IDLE_CAUSES = ("host_wait", "kernel_wait", "other")  # `Gaps.cause` indexes this
+
+
+@dataclass
+class Gaps:
+    """Every idle gap inside a step's GPU window, in (step, start) order: the step, the gap [start, end] on the
+    trace's clock, and its cause, an index into IDLE_CAUSES. The one definition of a gap and of its cause:
+    `windows` sums these, and the explorer draws them."""
+
+    step: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    cause: np.ndarray  # int8: 0 host_wait, 1 kernel_wait, 2 other
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+
+def idle_gaps(trace: Trace, gpu: Attribution, kernel_wait_ns: int) -> Gaps:
+    """The gaps of the union of each step's GPU ops, each classified by the op that ends it (see the module
+    docstring): `host_wait` when that op's launch call started after the gap began, else `kernel_wait` when the
+    gap is shorter than `kernel_wait_ns`, else `other`."""
+    op_start, op_end = trace.ts_ns[gpu.op_rows], trace.end_ns[gpu.op_rows]
+    step = gpu.op_step
+    inside = step >= 0
+    g, s, e = merged_by_group(step, op_start, op_end)
+    gaps = np.flatnonzero(np.concatenate(([False], g[1:] == g[:-1])))  # intervals with a gap before, in-step
+    if not len(gaps):
+        empty = np.zeros(0, np.int64)
+        return Gaps(empty, empty, empty, np.zeros(0, np.int8))
+    gap_start, gap_end = e[gaps - 1], s[gaps]
+    # The op that ends each gap: of the step's ops starting exactly there, the one launched first.
+    launch_ts = np.where(gpu.op_launch >= 0, trace.ts_ns[np.maximum(gpu.op_launch, 0)], np.iinfo(np.int64).max)
+    base, span = int(op_start.min()), int(op_start.max() - op_start.min()) + 1
+    op_key = step[inside].astype(np.int64) * span + (op_start[inside] - base)
+    keys, inverse = np.unique(op_key, return_inverse=True)
+    first_launch = np.full(len(keys), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first_launch, inverse, launch_ts[inside])
+    launched = first_launch[np.searchsorted(keys, g[gaps].astype(np.int64) * span + (gap_end - base))]
+    is_host = launched > gap_start
+    is_kernel = ~is_host & (gap_end - gap_start < kernel_wait_ns)
+    cause = np.where(is_host, 0, np.where(is_kernel, 1, 2)).astype(np.int8)
+    return Gaps(g[gaps].astype(np.int64), gap_start, gap_end, cause)
+
+
 @dataclass
 class Windows:
     """Per step: the GPU window (start, -1 without GPU ops; length), busy, and idle by cause."""
@@ -99,24 +145,12 @@ def windows(trace: Trace, gpu: Attribution, n: int, kernel_wait_ns: int) -> Wind
     np.maximum.at(last, step[inside], op_end[inside])
     has = first <= last
     busy = union_by_group(step, op_start, op_end, n)
-    g, s, e = merged_by_group(step, op_start, op_end)
-    host, kern, other = (np.zeros(n, np.int64) for _ in range(3))
-    gaps = np.flatnonzero(np.concatenate(([False], g[1:] == g[:-1])))  # intervals with a gap before, in-step
-    if len(gaps):
-        gap = s[gaps] - e[gaps - 1]
-        # The op that ends each gap: of the step's ops starting exactly there, the one launched first.
-        launch_ts = np.where(gpu.op_launch >= 0, trace.ts_ns[np.maximum(gpu.op_launch, 0)], np.iinfo(np.int64).max)
-        base, span = int(op_start.min()), int(op_start.max() - op_start.min()) + 1
-        op_key = step[inside].astype(np.int64) * span + (op_start[inside] - base)
-        keys, inverse = np.unique(op_key, return_inverse=True)
-        first_launch = np.full(len(keys), np.iinfo(np.int64).max, np.int64)
-        np.minimum.at(first_launch, inverse, launch_ts[inside])
-        launched = first_launch[np.searchsorted(keys, g[gaps].astype(np.int64) * span + (s[gaps] - base))]
-        is_host = launched > e[gaps - 1]
-        is_kernel = ~is_host & (gap < kernel_wait_ns)
-        for out, sel in ((host, is_host), (kern, is_kernel), (other, ~is_host & ~is_kernel)):
-            np.add.at(out, g[gaps][sel], gap[sel])
-    return Windows(np.where(has, first, -1), np.where(has, last - first, 0), busy, host, kern, other)
+    gaps = idle_gaps(trace, gpu, kernel_wait_ns)
+    idle = [np.zeros(n, np.int64) for _ in IDLE_CAUSES]  # summed in int64: exact, as the ledger's figures are
+    for cause, out in enumerate(idle):
+        sel = gaps.cause == cause
+        np.add.at(out, gaps.step[sel], (gaps.end - gaps.start)[sel])
+    return Windows(np.where(has, first, -1), np.where(has, last - first, 0), busy, *idle)
 
 
 @dataclass

@@ -283,36 +283,40 @@ class HostSplit:
     frame_totals: dict[int, tuple[int, int]]  # frame id -> (self ns, calls) over these steps
 
 
-def purpose_split(trace: Trace, table: PartTable, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray):
-    """The purpose partition of the windows [lo, hi] on thread pid/tid: part -> ns per window, in priority order;
-    the last part, `model`, is what no other part covers, so the parts add up to the windows exactly."""
+def purpose_tiers(trace: Trace, table: PartTable, pid: int, tid: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """What each purpose part but the last (`model`, the rest) covers on thread pid/tid, as merged intervals, in
+    priority order: the user's parts (ranges, ops and frames of a matching name), sync (probe's range, blocking
+    calls, synchronizing frames), sample, the cache parts and mask (probe's ranges), attention (attention ops)."""
     ranges = thread_rows(trace, trace.rows(Kind.USER_RANGE, Kind.PROFILER_STEP), pid, tid)
     runtime = thread_rows(trace, trace.rows(Kind.RUNTIME), pid, tid)
     ops = thread_rows(trace, trace.rows(Kind.CPU_OP), pid, tid)
     frames = thread_rows(trace, trace.rows(Kind.PYTHON), pid, tid)
 
-    def spans(rows: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        rows = rows[mask[trace.name_id[rows]]]
-        return trace.ts_ns[rows], trace.end_ns[rows]
+    def spans(*pairs: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        rows = np.concatenate([rows[mask[trace.name_id[rows]]] for rows, mask in pairs])
+        return merge(trace.ts_ns[rows], trace.end_ns[rows])
 
-    tiers: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    tiers: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for name, mask in table.user:
-        tiers[name] = [spans(ranges, mask), spans(ops, mask), spans(frames, mask)]
-    tiers["sync"] = [
-        spans(ranges, table.by_name["sync"]),
-        spans(runtime, table.by_name["sync_call"]),
-        spans(frames, table.by_name["sync_frame"]),
-    ]
+        tiers[name] = spans((ranges, mask), (ops, mask), (frames, mask))
+    tiers["sync"] = spans(
+        (ranges, table.by_name["sync"]), (runtime, table.by_name["sync_call"]), (frames, table.by_name["sync_frame"])
+    )
     for part in ("sample", "cache_update", "cache_seq_length", "cache_mask_sizes", "mask"):
-        tiers[part] = [spans(ranges, table.by_name[part])]
-    tiers["attention"] = [spans(ops, table.by_name["attention"])]
+        tiers[part] = spans((ranges, table.by_name[part]))
+    tiers["attention"] = spans((ops, table.by_name["attention"]))
+    return tiers
+
+
+def purpose_split(trace: Trace, table: PartTable, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray):
+    """The purpose partition of the windows [lo, hi] on thread pid/tid: part -> ns per window, in priority order;
+    the last part, `model`, is what no other part covers, so the parts add up to the windows exactly."""
+    tiers = purpose_tiers(trace, table, pid, tid)
     parts: dict[str, np.ndarray] = {}
     acc_s, acc_e = np.zeros(0, np.int64), np.zeros(0, np.int64)
     before = np.zeros(len(lo), np.int64)
     for part in table.order[:-1]:
-        acc_s, acc_e = merge(
-            np.concatenate([acc_s, *(s for s, _ in tiers[part])]), np.concatenate([acc_e, *(e for _, e in tiers[part])])
-        )
+        acc_s, acc_e = merge(np.concatenate([acc_s, tiers[part][0]]), np.concatenate([acc_e, tiers[part][1]]))
         now = covered(acc_s, acc_e, lo, hi)
         parts[part] = now - before
         before = now

@@ -549,18 +549,40 @@ def _host_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions, table: 
 
 
 def _unseen_wait(gpu_s: np.ndarray, gpu_e: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Of each blocking piece [a, b], the time the host waited while no GPU op of the trace ran (the merged GPU
-    busy is gpu_s, gpu_e): up to the end of the last GPU activity inside the piece, since the idle tail after it is
-    the call returning; the whole piece when no GPU op runs in it at all (it waited on work the trace lacks)."""
+    """Of each blocking piece [a, b], the time the host waited while no GPU op of the trace ran: the pieces of
+    `unseen_wait_pieces`, summed per blocking piece."""
+    piece, start, end = unseen_wait_pieces(gpu_s, gpu_e, a, b)
+    out = np.zeros(len(a), np.int64)
+    np.add.at(out, piece, end - start)
+    return out
+
+
+def unseen_wait_pieces(gpu_s: np.ndarray, gpu_e: np.ndarray, a: np.ndarray, b: np.ndarray):
+    """Where, in each blocking piece [a, b], the host waited while no GPU op of the trace ran (the merged GPU busy
+    is gpu_s, gpu_e): the stretches no GPU op covers, up to the end of the last GPU activity inside the piece, since
+    the idle tail after it is the call returning; the whole piece when no GPU op runs in it at all (it waited on
+    work the trace lacks). Returns (index of the blocking piece, start, end), in order: `external_wait` sums them,
+    the explorer draws them."""
     if not len(a):
-        return np.zeros(0, np.int64)
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty
     if not len(gpu_s):
-        return b - a
+        return np.arange(len(a)), a, b
     k = np.searchsorted(gpu_s, b, side="right") - 1
     kc = np.maximum(k, 0)
     meets = (k >= 0) & (gpu_e[kc] >= a)
     until = np.where(meets, np.minimum(gpu_e[kc], b), b)
-    return np.where(meets, (until - a) - covered(gpu_s, gpu_e, a, until), b - a)
+    # the complement of the GPU busy, as intervals: before the first op, between ops, after the last
+    far = np.iinfo(np.int64)
+    free_s, free_e = np.concatenate(([far.min], gpu_e)), np.concatenate((gpu_s, [far.max]))
+    first = np.searchsorted(free_e, a, side="right")  # the first free stretch ending after the piece starts
+    last = np.searchsorted(free_s, until, side="left") - 1  # the last one starting before it ends
+    count = np.maximum(last - first + 1, 0)
+    piece = np.repeat(np.arange(len(a)), count)
+    j = np.repeat(first, count) + np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+    start, end = np.maximum(free_s[j], a[piece]), np.minimum(free_e[j], until[piece])
+    keep = end > start
+    return piece[keep], start[keep], end[keep]
 
 
 def _other_threads(trace: Trace, table: PartTable, steps: StepSet) -> list[tuple[ThreadTime, ...]]:

@@ -5,7 +5,7 @@ A cell either finished (`Cell`, `status: "ok"`) or raised (`FailedCell`, `status
 OOM, a bad config, a dead worker. results.json lists both under "cells"; `BenchResults.cells` holds the finished
 ones (what every analysis reads) and `BenchResults.failed` the others.
 
-The serving figures follow vLLM's `benchmark_serving` definitions (README, "Metrics"): a run is one request, TTFT
+The serving figures follow vLLM's `benchmark_serving` definitions (docs/sweeps.md, "Metrics"): a run is one request, TTFT
 its time to first token, ITL the gap between consecutive tokens pooled over every run, TPOT a run's decode time
 over its N-1 tokens after the first, E2E a run's whole latency.
 """
@@ -125,7 +125,7 @@ class Cell:
     differing_steps: int = 0
     worst_gap_ulps: float | None = None
     nonfinite_steps: int = 0
-    # Serving figures, vLLM's benchmark_serving definitions (README, "Metrics"); None in files written before them.
+    # Serving figures, vLLM's benchmark_serving definitions (docs/sweeps.md, "Metrics"); None in files written before them.
     ttft_p50_ms: float | None = None  # over runs (= ttft_ms)
     ttft_p99_ms: float | None = None
     itl_mean_ms: float | None = None  # over every decode step of every run

@@ -154,7 +154,7 @@ def sweep_problems(cfg: BenchConfig, results: BenchResults) -> tuple[list[str], 
         names = ", ".join(f"{c.label} ({c.other_cpu_cores:.2f})" for c in contended)
         warnings.append(
             f"{len(contended)} of {len(results.cells)} cells ran while other processes used the CPU "
-            f"(cores beside this one: {names}); their timings are unreliable (README, Contention)"
+            f"(cores beside this one: {names}); their timings are unreliable (docs/sweeps.md, Contention)"
         )
     if results.failed:
         names = "; ".join(f"{f.label} on {f.host}: {f.error}" for f in results.failed[:3])

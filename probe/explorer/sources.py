@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from engines.configs import presets
 from probe.analysis.compare import SampleSet, from_analysis, from_results
 from probe.analysis.files import is_trace_name, stem_of
 from probe.analysis.report import REPORT_FILE
@@ -218,3 +219,20 @@ def samples_for(root: Path, source: Source, loaded) -> SampleSet:
     if source.kind == "run":
         return from_results(loaded, str(path))
     return from_analysis(loaded, str(path), trace_meta(root, path))
+
+
+def model_spec(root: Path, text: str) -> str | None:
+    """What the sidebar's model box names, as the roofline takes it (probe.analysis.roofline.formulas.arch_for): a
+    preset by its name, else a config.json or a model folder under the root, as an absolute path (the app reads no
+    file outside its root); None for an empty box; ProbeError for anything else."""
+    text = text.strip()
+    if not text:
+        return None
+    if text in presets():
+        return text
+    path = resolve_under(root, text)
+    if path.is_dir():
+        regular_file(resolve_under(root, Path(text) / "config.json"))
+    else:
+        regular_file(path)
+    return str(path)

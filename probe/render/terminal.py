@@ -107,7 +107,7 @@ def cells_table(results: BenchResults, title: str | None = None) -> Table:
     return table
 
 
-SERVING_COLUMNS = (  # (header, Cell field): vLLM benchmark_serving's definitions, README "Metrics"
+SERVING_COLUMNS = (  # (header, Cell field): vLLM benchmark_serving's definitions, docs/sweeps.md "Metrics"
     ("TTFT p50", "ttft_p50_ms"),
     ("TTFT p99", "ttft_p99_ms"),
     ("ITL mean", "itl_mean_ms"),
@@ -122,7 +122,7 @@ SERVING_COLUMNS = (  # (header, Cell field): vLLM benchmark_serving's definition
 def serving_table(results: BenchResults) -> Table:
     """The serving figures per cell, in ms (vLLM's benchmark_serving definitions)."""
     table = Table(
-        title="serving figures, ms (vLLM benchmark_serving definitions; README, Metrics)", title_justify="left"
+        title="serving figures, ms (vLLM benchmark_serving definitions; docs/sweeps.md, Metrics)", title_justify="left"
     )
     for col in ("engine", "prompt", "batch", *(h for h, _ in SERVING_COLUMNS)):
         table.add_column(col, justify="left" if col == "engine" else "right")

@@ -9,7 +9,7 @@ from plotly.subplots import make_subplots
 
 from probe.analysis.compare import fmt_count
 from probe.analysis.history import ConfigInfo
-from probe.explorer.figures.style import COLORS, HOST_CATEGORIES, color, label, labels, round_axis
+from probe.explorer.figures.style import COLORS, HOST_CATEGORIES, clicked_data, color, label, labels, round_axis
 
 HISTORY_PANELS = ("host time per step (µs)", "launches per step", "decode tokens/s")
 COUNT_ALERT = "launch-count alert (exact)"
@@ -170,12 +170,7 @@ def _history_alerts(fig: go.Figure, frame: pd.DataFrame, rows: int) -> None:
 def clicked_run(event) -> str | None:
     """The run id of the point clicked in history_figure (Streamlit's selection event), if any, as the chart
     shows it (style.label: the app maps it back to the run)."""
-    try:
-        points = event["selection"]["points"]
-    except (KeyError, TypeError):
-        return None
-    for point in points:
-        data = point.get("customdata")
+    for data in clicked_data(event):
         if isinstance(data, list | tuple):
             data = data[0] if data else None
         if data:

@@ -8,7 +8,17 @@ from plotly.subplots import make_subplots
 
 from probe.analysis.host import PURPOSE_PARTS
 from probe.analysis.ledger import StepLedger, TraceAnalysis
-from probe.explorer.figures.style import COLORS, GPU_CATEGORIES, HOST_CATEGORIES, color, label, labels, ms, round_axis
+from probe.explorer.figures.style import (
+    COLORS,
+    GPU_CATEGORIES,
+    HOST_CATEGORIES,
+    MECHANISM_CATEGORIES,
+    color,
+    label,
+    labels,
+    ms,
+    round_axis,
+)
 
 GPU_COLUMNS = ("gpu_window_ms", "gpu_busy_ms", "gpu_idle_ms")  # NaN on a CPU-only trace: not measured, not 0
 NAN = float("nan")
@@ -36,28 +46,38 @@ def host_ns(step: StepLedger, user_parts: tuple[str, ...] = ()) -> dict[str, int
     return grouped
 
 
+def mechanism_column(part: str) -> str:
+    """The ledger frame's column of a mechanism part: `by_mechanism_python_ms` (the purpose parts are `cache_ms`...)."""
+    return f"by_mechanism_{part}_ms"
+
+
 def ledger_frame(analysis: TraceAnalysis) -> pd.DataFrame:
-    """One row a step: wall, GPU busy / idle (None on a CPU-only trace) and the host partition grouped as
-    host_categories, in ms (the host columns add up to wall_ms), and the dispatch count."""
+    """One row a step: wall, GPU busy / idle (None on a CPU-only trace), the host's two partitions in ms (by
+    purpose grouped as host_categories, `cache_ms` ..., then by mechanism, `by_mechanism_python_ms` ...: each adds
+    up to wall_ms), and the dispatch count."""
     rows = []
     for s in analysis.steps:
         gpu = (s.gpu_window_ns, s.gpu_busy_ns, s.gpu_idle_ns) if analysis.on_gpu else (NAN, NAN, NAN)
         row = {"position": s.position, "step": s.name, "kind": s.kind, "wall_ms": ms(s.wall_ns)}
         row |= {column: ms(ns) for column, ns in zip(GPU_COLUMNS, gpu, strict=True)}
         row |= {f"{key}_ms": ms(ns) for key, ns in host_ns(s, analysis.user_parts).items()}
+        row |= {mechanism_column(key): ms(s.mechanism_ns[key]) for key, _ in MECHANISM_CATEGORIES}
         row["dispatch"] = s.dispatched
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 def ledger_figure(analysis: TraceAnalysis) -> go.Figure:
-    """One stacked bar a step: host time by part (adds up to the step's wall time); beside it, on a GPU
-    trace, GPU busy and idle; launches (or top-level ops) per step on the right axis, ticked at round counts."""
+    """Stacked bars a step, side by side: host time by purpose part, host time by mechanism (each adds up to the
+    step's wall time), and on a GPU trace GPU busy and idle; launches (or top-level ops) per step on the right
+    axis, ticked at round counts."""
     frame = ledger_frame(analysis)
     gpu = analysis.on_gpu
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     x = labels(frame["step"])
     _stack(fig, x, frame, host_categories(analysis), "host", "host: ", analysis.user_parts)
+    mechanism = tuple((key, name) for key, name in MECHANISM_CATEGORIES)
+    _stack(fig, x, frame, mechanism, "mechanism", "by mechanism: ", analysis.user_parts, mechanism_column)
     if gpu:
         _stack(fig, x, frame, GPU_CATEGORIES, "gpu", "", analysis.user_parts)
     fig.add_trace(
@@ -99,11 +119,12 @@ def _stack(
     group: str,
     prefix: str,
     user_parts: tuple[str, ...],
+    column=lambda key: f"{key}_ms",
 ) -> None:
-    """Bars of one offset group stacked by explicit bases, so two stacks can stand side by side."""
+    """Bars of one offset group stacked by explicit bases, so several stacks can stand side by side."""
     base = pd.Series(0.0, index=frame.index)
     for key, name in categories:
-        y = frame[f"{key}_ms"]
+        y = frame[column(key)]
         fig.add_trace(
             go.Bar(
                 x=x,

@@ -1,4 +1,5 @@
-"""The One step view: a step's top-level ops, runtime calls and ranges on its thread, in time order."""
+"""The One step view: one step on one clock (probe.analysis.timeline), the way Perfetto draws it, and its two host
+partitions."""
 
 from __future__ import annotations
 
@@ -7,12 +8,18 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
+from probe.analysis.host import MECHANISM_PARTS, PURPOSE_PARTS
 from probe.analysis.ledger import StepLedger
-from probe.analysis.timeline import TimelineItem
-from probe.explorer.figures.style import COLORS, color, label, labels
+from probe.analysis.timeline import Bar, StepTimeline
+from probe.explorer.figures.style import COLORS, clicked_data, color, label, ms
 
-MAX_SHADED = 200  # cache ranges shaded on one timeline; beyond this the bars' own colour carries it
-TIMELINE_LANES = ("ops", "cache", "ranges")  # bottom to top
+LANE_PX = 17  # a lane's height
+MAX_SHADED = 200  # gaps shaded across their lanes, the longest first; every gap is also a bar on its lane
+MAX_LINKS = 50  # launch-to-kernel arrows drawn for one selection
+HOVER_WIDTH = 110  # characters of a hover line: a kernel's full name wraps, never cut
+PART_LABEL = {p.name: p.label for p in PURPOSE_PARTS} | {p.name: p.label for p in MECHANISM_PARTS}
+PART_LABEL |= {"range": "range", "external": "external wait (no GPU op of the trace ran)"}
+IDLE_LABEL = {"host_wait": "host wait", "kernel_wait": "kernel wait", "other": "other", "before_gpu": "before"}
 
 
 def step_label(step: StepLedger) -> str:
@@ -20,50 +27,258 @@ def step_label(step: StepLedger) -> str:
     return f"{step.position}: {step.name}"
 
 
-def timeline_frame(items: Sequence[TimelineItem]) -> pd.DataFrame:
-    """The step's timeline (probe.analysis.timeline.step_timeline) in order: start and duration in µs from the step's
-    start, what it is, which host part its time feeds, and whether that part is cache bookkeeping."""
-    cols = ["start_us", "dur_us", "kind", "part", "name"]
-    frame = pd.DataFrame([{c: getattr(it, c) for c in cols} for it in items], columns=cols)
-    frame["cache"] = frame["part"].str.startswith("cache")
-    return frame
+def legend_key(bar: Bar) -> tuple[str, str]:
+    """(colour key, legend name) of a bar: GPU ops by category, idle gaps by cause, host events by part."""
+    if bar.kind in ("kernel", "memcpy", "memset"):
+        return bar.key, f"GPU: {bar.key}"
+    if bar.kind in ("idle", "lead"):
+        if bar.kind == "lead":
+            return "before_gpu", "before the step's first GPU op"
+        return f"idle_{bar.key}", f"GPU idle: {IDLE_LABEL.get(bar.key, bar.key)}"
+    return bar.key, PART_LABEL.get(bar.key, f"part: {bar.key}")
 
 
-def timeline_figure(items: Sequence[TimelineItem], title: str = "") -> go.Figure:
-    """Top-level ops (and runtime calls outside any op) on one lane, the cache ranges on their own lane, our
-    other ranges on a third; each bar from its start for its duration, coloured by the host part it feeds;
-    the cache ranges are also shaded across every lane."""
-    frame = timeline_frame(items)
-    frame["lane"] = frame["kind"].map({"range": "ranges", "op": "ops", "runtime": "ops"})
-    frame.loc[frame["cache"] & (frame["kind"] == "range"), "lane"] = "cache"
+def _wrap(text: str, width: int = HOVER_WIDTH) -> str:
+    """Escaped for plotly, then cut into lines of `width` characters (the line breaks are the app's own)."""
+    pieces = [text[i : i + width] for i in range(0, len(text), width)] or [""]
+    return "<br>".join(label(p) for p in pieces)
+
+
+def timeline_frame(tl: StepTimeline) -> pd.DataFrame:
+    """The drawn bars in time order: lane, start and duration (ms from the step's start), what each is, its name,
+    how many events it stands for, and whether it is this step's."""
+    rows = [
+        {
+            "start_ms": b.start_ns / 1e6,
+            "dur_us": b.dur_ns / 1e3,
+            "lane": tl.lanes[b.lane].label,
+            "kind": b.kind,
+            "part or category": b.key,
+            "name": b.name,
+            "events": b.count,
+            "this step": b.own,
+            "detail": b.detail,
+        }
+        for b in sorted(tl.bars, key=lambda b: (b.start_ns, b.lane))
+    ]
+    columns = ["start_ms", "dur_us", "lane", "kind", "part or category", "name", "events", "this step", "detail"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def merged_text(tl: StepTimeline) -> str:
+    """What was merged, in words: nothing is dropped, so the caption says how many events went into how few bars."""
+    if not tl.merged:
+        return f"Every one of the {tl.events:,} events and gaps in the window is drawn as itself."
+    events = sum(m.events for m in tl.merged)
+    bars = sum(m.bars for m in tl.merged)
+    lanes = ", ".join(f"{m.lane}: {m.events:,} into {m.bars:,}" for m in tl.merged[:8])
+    more = f", and {len(tl.merged) - 8} lanes more" if len(tl.merged) > 8 else ""
+    return (
+        f"{tl.events:,} events and gaps in the window: {events:,} of them, each under a column "
+        f"({tl.resolution_ns / 1e3:,.1f} µs), were merged with their neighbours into {bars:,} hatched bars "
+        f"({lanes}{more}); the hover of a merged bar names what it holds. Zoom in (the window, or a click on a "
+        "hatched bar) to draw them one by one."
+    )
+
+
+def timeline_figure(tl: StepTimeline, selected: Sequence[int] = (), title: str = "") -> go.Figure:
+    """A lane per row, top to bottom as the timeline lists them; each bar from its start for its duration (at least
+    a column wide, so that none vanishes; the hover gives the exact figures), hatched when it merges short events,
+    faded when it is another step's GPU work. The step's idle gaps are shaded across the GPU lanes and its external
+    wait across the host lanes; sync call sites are marked; `selected` rows (GPU ops, or launch calls) get arrows
+    from each launch call to its GPU op."""
     fig = go.Figure()
-    for part, rows in frame.groupby("part", sort=False):
+    q = tl.resolution_ns
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, bar in enumerate(tl.bars):
+        groups.setdefault(legend_key(bar), []).append(i)
+    on_top = ("external",)  # drawn last, over the sync wait it lies in
+    for (key, name), idx in sorted(groups.items(), key=lambda g: g[0][0] in on_top):
+        bars = [tl.bars[i] for i in idx]
         fig.add_trace(
             go.Bar(
-                y=rows["lane"],
-                x=rows["dur_us"],
-                base=rows["start_us"],
+                y=[b.lane for b in bars],
+                x=[max(b.dur_ns, q) / 1e6 for b in bars],
+                base=[b.start_ns / 1e6 for b in bars],
                 orientation="h",
-                name=label(part),
-                marker_color=color(part),
-                customdata=list(zip(labels(rows["name"]), rows["start_us"], strict=True)),
-                hovertemplate="%{customdata[0]}<br>start %{customdata[1]:.1f} µs, %{x:.1f} µs"
-                "<extra>%{fullData.name}</extra>",
+                width=0.8,
+                name=label(name),
+                marker={
+                    "color": color(key),
+                    "opacity": [1.0 if b.own else 0.35 for b in bars],
+                    "pattern": {"shape": ["/" if b.count > 1 else "" for b in bars], "solidity": 0.5},
+                    "line": {"width": 0},
+                },
+                customdata=[
+                    [
+                        _wrap(b.name),
+                        b.start_ns / 1e6,
+                        b.dur_ns / 1e3,
+                        _wrap(b.detail),
+                        b.row,
+                        b.start_ns,
+                        b.dur_ns,
+                        b.count,
+                    ]
+                    for b in bars
+                ],
+                hovertemplate="%{customdata[0]}<br>at %{customdata[1]:.3f} ms, for %{customdata[2]:,.1f} µs"
+                "<br>%{customdata[3]}<extra>%{fullData.name}</extra>",
             )
         )
-    shaded = frame[frame["cache"] & (frame["kind"] == "range")].head(MAX_SHADED)
-    band = {"type": "rect", "xref": "x", "yref": "y domain", "y0": 0, "y1": 1, "opacity": 0.18, "line": {"width": 0}}
-    fig.update_layout(  # one list: add_vrect would re-validate every band already there
-        shapes=[
-            band | {"x0": start, "x1": start + dur, "fillcolor": COLORS.get(part, COLORS["cache"])}
-            for start, dur, part in zip(shaded["start_us"], shaded["dur_us"], shaded["part"], strict=True)
-        ],
+    if tl.marks:
+        fig.add_trace(
+            go.Scatter(
+                x=[m.start_ns / 1e6 for m in tl.marks],
+                y=[m.lane - 0.45 for m in tl.marks],
+                mode="markers",
+                name="sync call sites",
+                marker={"symbol": "triangle-down", "size": 11, "color": COLORS["sync"]},
+                customdata=[[_wrap(m.call), _wrap(m.detail)] for m in tl.marks],
+                hovertemplate="sync: %{customdata[0]}<br>%{customdata[1]}<extra></extra>",
+            )
+        )
+    height = max(360, LANE_PX * len(tl.lanes) + 200)
+    plot = height - 140  # about the plot area's height: what the margins, the axis and the legend leave
+    fig.update_layout(
+        shapes=_shading(tl),
+        annotations=_links(tl, selected),
         barmode="overlay",
-        height=300,
+        height=height,
         title=label(title),
-        margin={"t": 40 if title else 10, "b": 10},
-        legend={"orientation": "h", "y": -0.35},
-        xaxis_title="µs from the step's start",
+        margin={"t": 40 if title else 10, "b": 10, "l": 10},
+        legend={"orientation": "h", "y": -50 / plot, "yanchor": "top"},  # 50 px below the axis: under its title
+        xaxis={"title": "ms from the step's start (its host window opens at 0)", "range": _ms(tl.window)},
+        yaxis={
+            "tickvals": list(range(len(tl.lanes))),
+            "ticktext": [label(lane.label) for lane in tl.lanes],
+            "range": [len(tl.lanes) - 0.5, -0.5],
+            "fixedrange": True,
+        },
+        hoverlabel={"align": "left"},
+        clickmode="event+select",
+        dragmode="zoom",
     )
-    fig.update_yaxes(categoryorder="array", categoryarray=list(TIMELINE_LANES))
+    return fig
+
+
+def clicked_bar(event) -> tuple[int, int, int, int] | None:
+    """(trace row, start ns, duration ns, events) of the bar clicked in timeline_figure (Streamlit's selection
+    event), if a bar was clicked: a sync mark or nothing gives None."""
+    for data in clicked_data(event):
+        if isinstance(data, list | tuple) and len(data) == 8:
+            return int(data[4]), int(data[5]), int(data[6]), int(data[7])
+    return None
+
+
+def _ms(pair: tuple[int, int]) -> list[float]:
+    return [pair[0] / 1e6, pair[1] / 1e6]
+
+
+def _shading(tl: StepTimeline) -> list[dict]:
+    """Idle gaps across the GPU lanes, external wait across the host lanes (the longest MAX_SHADED of each: every
+    one is also a bar on its own lane), and the host window's end."""
+    out = []
+    for group, kinds in (("gpu", ("idle", "lead")), ("host", ("external",))):
+        rows = [i for i, lane in enumerate(tl.lanes) if lane.group == group]
+        if not rows:
+            continue
+        bars = sorted((b for b in tl.bars if b.kind in kinds and b.count == 1), key=lambda b: -b.dur_ns)
+        for b in bars[:MAX_SHADED]:
+            key = legend_key(b)[0]
+            out.append(
+                {
+                    "type": "rect",
+                    "xref": "x",
+                    "yref": "y",
+                    "x0": b.start_ns / 1e6,
+                    "x1": (b.start_ns + b.dur_ns) / 1e6,
+                    "y0": max(rows) + 0.5,
+                    "y1": min(rows) - 0.5,
+                    "fillcolor": color(key),
+                    "opacity": 0.15,
+                    "line": {"width": 0},
+                    "layer": "below",
+                }
+            )
+    for at in (0, tl.wall_ns):
+        out.append(
+            {
+                "type": "line",
+                "xref": "x",
+                "yref": "paper",
+                "x0": at / 1e6,
+                "x1": at / 1e6,
+                "y0": 0,
+                "y1": 1,
+                "line": {"width": 1, "dash": "dot", "color": COLORS["floor"]},
+            }
+        )
+    return out
+
+
+def _links(tl: StepTimeline, selected: Sequence[int]) -> list[dict]:
+    """An arrow from each launch call (its start, on its lane) to the start of the GPU op it launched."""
+    out = []
+    for o in tl.links(selected)[:MAX_LINKS]:
+        out.append(
+            {
+                "x": o.start_ns / 1e6,
+                "y": o.lane,
+                "ax": o.call_start_ns / 1e6,
+                "ay": o.call_lane,
+                "xref": "x",
+                "yref": "y",
+                "axref": "x",
+                "ayref": "y",
+                "showarrow": True,
+                "arrowhead": 2,
+                "arrowwidth": 1.5,
+                "arrowcolor": COLORS["line"],
+                "text": "",
+            }
+        )
+    return out
+
+
+def partitions_frame(step: StepLedger, user_parts: tuple[str, ...] = ()) -> pd.DataFrame:
+    """The step's wall two ways, each adding up to it (probe.analysis.host): by purpose and by mechanism, in ms."""
+    rows = [
+        {"partition": "by purpose", "part": f"part: {p}", "key": p, "ms": ms(step.purpose_ns[p])} for p in user_parts
+    ]
+    rows += [
+        {"partition": "by purpose", "part": p.label, "key": p.name, "ms": ms(step.purpose_ns[p.name])}
+        for p in PURPOSE_PARTS
+    ]
+    rows += [
+        {"partition": "by mechanism", "part": p.label, "key": p.name, "ms": ms(step.mechanism_ns[p.name])}
+        for p in MECHANISM_PARTS
+    ]
+    return pd.DataFrame(rows)
+
+
+def partitions_figure(step: StepLedger, user_parts: tuple[str, ...] = ()) -> go.Figure:
+    """Two stacked bars, each the step's wall: by purpose (what it was doing) and by mechanism (what code ran)."""
+    frame = partitions_frame(step, user_parts)
+    frame = frame[frame["ms"] > 0]
+    fig = go.Figure()
+    for (key, part), rows in frame.groupby(["key", "part"], sort=False):
+        fig.add_trace(
+            go.Bar(
+                y=rows["partition"],
+                x=rows["ms"],
+                orientation="h",
+                name=label(part),
+                marker_color=color(key, user_parts),
+                hovertemplate="%{x:.3f} ms<extra>%{fullData.name}</extra>",
+            )
+        )
+    fig.update_layout(
+        barmode="stack",
+        height=230,
+        margin={"t": 10, "b": 10, "l": 10},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.45},
+        xaxis_title=f"ms of the step's {step.wall_ns / 1e6:.3f} ms wall",
+        yaxis={"categoryorder": "array", "categoryarray": ["by mechanism", "by purpose"]},
+    )
     return fig

@@ -42,6 +42,12 @@ COLORS: dict[str, str] = {
     "range": "#a7c7e7",
     "gpu_busy": "#1f77b4",
     "gpu_idle": "#aec7e8",
+    # one step on one clock (probe.analysis.timeline): the GPU's idle gaps by cause, the host's external wait
+    "idle_host_wait": "#ffbb78",
+    "idle_kernel_wait": "#c7c7c7",
+    "idle_other": "#dbdb8d",
+    "before_gpu": "#e7e7e7",
+    "external": "#d62728",
     # kernel categories (probe.analysis.kernels)
     "gemm": "#1f77b4",
     "norm": "#e98ebf",
@@ -193,3 +199,13 @@ def ranked_bars(
         margin={"t": 40 if title else 10, "b": 10, "l": 10},
     )
     return fig
+
+
+def clicked_data(event) -> list:
+    """The customdata of each point a Streamlit chart selection event holds, in order; [] for no event or no
+    selection."""
+    try:
+        points = event["selection"]["points"]
+    except (KeyError, TypeError):
+        return []
+    return [p.get("customdata") for p in points if isinstance(p, dict)]
