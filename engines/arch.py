@@ -251,12 +251,14 @@ def _moe_layer(b: _Build, i: int) -> bool:  # Qwen2-MoE / Qwen3-MoE / Qwen3-Next
     return i not in only and b.c.get("num_experts", 0) > 0 and (i + 1) % step == 0
 
 
-def _experts(b: _Build, count_key: str, inner: int, layers: int, each: int | None = None) -> None:
+def _experts(b: _Build, count_key: str, inner: int, layers: int, each: int | None = None) -> Experts:
+    """Sets `b.experts` and returns it."""
     count = b.c.int(count_key)
     each = 3 * b.hidden * inner if each is None else each  # fused gate_up (2I x H) and down (H x I)
     b.experts = Experts(count, b.c.int("num_experts_per_tok"), layers, each)
     b.add("experts", count * layers * each)
     b.add("mlp", layers * b.hidden * count)  # the router: H -> E, no bias
+    return b.experts
 
 
 # ---- the families -----------------------------------------------------------------------------------------
@@ -427,8 +429,8 @@ def gpt_oss(b: _Build) -> None:
     inner = b.c.int("intermediate_size")
     # gate_up (H x 2I) and down (I x H), each with a bias; the router has a bias too
     each = _lin(b.hidden, 2 * inner, True) + _lin(inner, b.hidden, True)
-    _experts(b, "num_local_experts", inner, b.layers, each=each)
-    b.add("mlp", b.layers * b.experts.count)
+    experts = _experts(b, "num_local_experts", inner, b.layers, each=each)
+    b.add("mlp", b.layers * experts.count)
     bias = b.c.flag("attention_bias")
     b.add("attention", b.layers * (b.mha(bias, bias) + b.heads))  # + one sink logit per head
     b.norm(2 * b.layers + 1)
@@ -452,9 +454,9 @@ def deepseek_v2(b: _Build) -> None:
     b.kv_width = (kv_rank, rope)
     dense = min(c.get("first_k_dense_replace", 0), b.layers)
     inner = c.int("moe_intermediate_size")
-    _experts(b, "n_routed_experts", inner, b.layers - dense)
+    experts = _experts(b, "n_routed_experts", inner, b.layers - dense)
     if c.get("n_shared_experts"):  # one gated MLP of n_shared x the expert width, every token
-        b.add("mlp", b.experts.layers * _gated(h, inner * c.int("n_shared_experts"), c.flag("mlp_bias")))
+        b.add("mlp", experts.layers * _gated(h, inner * c.int("n_shared_experts"), c.flag("mlp_bias")))
     b.add("mlp", dense * _gated(h, c.int("intermediate_size"), c.flag("mlp_bias")))
     b.norm(2 * b.layers + 1)
     b.layer_types = [FULL] * b.layers

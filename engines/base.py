@@ -14,7 +14,8 @@ from abc import ABC, abstractmethod
 from typing import ClassVar
 
 import torch
-from transformers.cache_utils import get_layer_types_and_kwargs
+from transformers import PreTrainedModel
+from transformers.cache_utils import Cache, get_layer_types_and_kwargs
 
 # Layer types with a per-token K/V cache, and those with a constant state (transformers' cache names).
 ATTENTION_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
@@ -52,9 +53,9 @@ class Engine(ABC):
     # True when every step runs the whole sequence so far (no cache): its cost grows with the prompt.
     recomputes: ClassVar[bool] = False
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: PreTrainedModel):
         self.model = model
-        self.cache = None  # the transformers Cache the model writes into, when the engine has one
+        self.cache: Cache | None = None  # the transformers Cache the model writes into, when the engine has one
 
     @classmethod
     def refusal(cls, config) -> str | None:

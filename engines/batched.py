@@ -16,6 +16,7 @@ biases off a 2-D mask, so they get the rows' 2-D mask and build the rest themsel
 from __future__ import annotations
 
 import torch
+from transformers import PreTrainedModel
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from engines.base import (
@@ -42,9 +43,11 @@ class SlotLayer(CacheLayerMixin):
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         rows, cap = self.owner.rows, self.owner.capacity
-        opts = dict(dtype=key_states.dtype, device=key_states.device)
-        self.keys = torch.zeros(rows, key_states.shape[1], cap, key_states.shape[-1], **opts)  # (B, H_kv, L, D)
-        self.values = torch.zeros(rows, value_states.shape[1], cap, value_states.shape[-1], **opts)
+        dtype, device = key_states.dtype, key_states.device
+        self.keys = torch.zeros(  # (B, H_kv, L, D)
+            rows, key_states.shape[1], cap, key_states.shape[-1], dtype=dtype, device=device
+        )
+        self.values = torch.zeros(rows, value_states.shape[1], cap, value_states.shape[-1], dtype=dtype, device=device)
         self.is_initialized = True
 
     def update(self, key_states, value_states, *args, **kwargs):
@@ -88,8 +91,9 @@ class SlotCache(Cache):
 
 class BatchedEngine(Engine):
     name = "batched"
+    cache: SlotCache | None
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: PreTrainedModel):
         super().__init__(model)
         self._kw = cache_kwarg(model)
         config = text_config(model.config)
@@ -139,16 +143,18 @@ class BatchedEngine(Engine):
 
     def decode(self, next_ids: torch.Tensor) -> torch.Tensor:
         cache = self.cache
+        if cache is None:
+            raise RuntimeError("batched: decode before any prefill or admit")
         cache.width = max(cache.lengths) + 1
-        logits = self._forward(next_ids, position_ids=cache.positions[:, None], attention_mask=self._masks())
+        logits = self._forward(next_ids, position_ids=cache.positions[:, None], attention_mask=self._masks(cache))
         cache.positions += 1
         cache.lengths = [n + 1 for n in cache.lengths]
         return logits
 
-    def _masks(self):
+    def _masks(self, cache: SlotCache) -> torch.Tensor | dict[str, torch.Tensor]:
         """Each row's slots, as the model takes them: a 2-D row mask (ALiBi), one 4-D mask a layer type, or one."""
-        slots = torch.arange(self.cache.width, device=self.cache.positions.device)
-        pos = self.cache.positions[:, None]  # (B, 1)
+        slots = torch.arange(cache.width, device=cache.positions.device)
+        pos = cache.positions[:, None]  # (B, 1)
         own = slots[None, :] <= pos  # (B, width): a row's own slots, the new one included
         if self._alibi:
             return own.long()

@@ -15,6 +15,7 @@ attention beside a Mamba-2 mixer) keeps its state the same way beside a contiguo
 from __future__ import annotations
 
 import torch
+from transformers import PreTrainedModel
 from transformers.cache_utils import Cache, CacheLayerMixin, DummyLayer, LinearAttentionLayer
 
 from engines.base import ATTENTION_TYPES, Engine, cache_kwarg, layer_types
@@ -32,9 +33,11 @@ class ContiguousLayer(CacheLayerMixin):
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         # The shapes (B, H_kv, T, D) come from the first write; the buffers are sized for the whole run.
         b, h, _, d = key_states.shape
-        opts = dict(dtype=key_states.dtype, device=key_states.device)
-        self.keys = torch.empty(b, h, self.capacity, d, **opts)  # (B, H_kv, P+N, D)
-        self.values = torch.empty(b, value_states.shape[1], self.capacity, value_states.shape[-1], **opts)
+        dtype, device = key_states.dtype, key_states.device
+        self.keys = torch.empty(b, h, self.capacity, d, dtype=dtype, device=device)  # (B, H_kv, P+N, D)
+        self.values = torch.empty(
+            b, value_states.shape[1], self.capacity, value_states.shape[-1], dtype=dtype, device=device
+        )
         self.device = key_states.device
         self.is_initialized = True
 
@@ -62,7 +65,11 @@ class ContiguousLayer(CacheLayerMixin):
         self.length = 0
 
 
-class ContiguousHybridLayer(LinearAttentionLayer, ContiguousLayer):
+# transformers' two layer bases disagree in their own typing: LinearAttentionCacheLayerMixin sets `device = None` (so
+# mypy infers the type None) and makes `is_compileable` / `is_croppable` read-only properties where CacheLayerMixin
+# has writable class attributes. transformers' LinearAttentionAndFullAttentionLayer combines them the same way; at
+# run time the linear-attention side comes first in the MRO and its properties are the ones read.
+class ContiguousHybridLayer(LinearAttentionLayer, ContiguousLayer):  # type: ignore[misc, override]
     """K/V in a contiguous buffer, the conv and SSM state in transformers' LinearAttentionLayer (as transformers'
     own LinearAttentionAndFullAttentionLayer pairs them)."""
 
@@ -104,7 +111,7 @@ class ContiguousCache(Cache):
 class CachedEngine(Engine):
     name = "cached"
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: PreTrainedModel):
         super().__init__(model)
         self._kw = cache_kwarg(model)
 

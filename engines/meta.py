@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, PreTrainedModel
 from transformers.cache_utils import get_layer_types_and_kwargs
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
@@ -27,13 +27,13 @@ MIXER_PARTS = {"mixer", "mamba", "linear_attn"}
 NORM_CLASS = re.compile(r"Norm", re.IGNORECASE)
 
 
-def build_meta(config) -> torch.nn.Module:
+def build_meta(config) -> PreTrainedModel:
     """The model of a transformers config, its parameters on the meta device (shapes only)."""
     with torch.device("meta"):
         return AutoModelForCausalLM.from_config(config)
 
 
-def kind_of(model: torch.nn.Module, name: str) -> str:
+def kind_of(model: PreTrainedModel, name: str) -> str:
     """The module kind of parameter `name` (see engines.arch)."""
     owner_name, _, _ = name.rpartition(".")
     owner = model.get_submodule(owner_name)
@@ -54,7 +54,7 @@ def kind_of(model: torch.nn.Module, name: str) -> str:
     return "mlp" if any(p.isdigit() for p in parts) else "other"
 
 
-def count_params(model: torch.nn.Module) -> Params:
+def count_params(model: PreTrainedModel) -> Params:
     """Parameters by kind; a tied matrix once, under the kind of its first name (the token table)."""
     counts = dict.fromkeys(KINDS, 0)
     for name, p in model.named_parameters():  # remove_duplicate=True: a shared tensor is listed once
@@ -62,7 +62,7 @@ def count_params(model: torch.nn.Module) -> Params:
     return Params(**counts)
 
 
-def head_params(model: torch.nn.Module) -> int:
+def head_params(model: PreTrainedModel) -> int:
     """Parameters the LM head reads whole each pass: its matrix (the token table when tied) and its bias."""
     head = model.get_output_embeddings()
     return sum(p.numel() for p in head.parameters())

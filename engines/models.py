@@ -96,9 +96,11 @@ def load_model(spec: str, dtype: str = "float32", device: str = "auto", seed: in
     impl = None if attn == "auto" else attn
     try:
         if source.weights_dir is not None:
+            # transformers declares PreTrainedModel.to with @functools.wraps(nn.Module.to), and typeshed's _Wrapped is
+            # not a descriptor, so mypy takes `dev` for the unbound `self`; the call is the ordinary bound one.
             model = AutoModelForCausalLM.from_pretrained(
                 source.weights_dir, dtype=torch_dtype, attn_implementation=impl
-            ).to(dev)
+            ).to(dev)  # type: ignore[arg-type]
         else:
             config = config_from_dict(raw, str(source.config_path))
             torch.manual_seed(seed)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import torch
+from transformers import PreTrainedModel
 
 from engines.base import Engine
 
 
-def prepared_masks(model: torch.nn.Module) -> dict | None:
+def prepared_masks(model: PreTrainedModel) -> dict | None:
     """The attention masks of a causal, unpadded forward with no cache, built ahead of the call: none at all, keyed
     by layer type, the form transformers' own generate hands a model (`create_masks_for_generate`).
 
@@ -25,7 +26,7 @@ def prepared_masks(model: torch.nn.Module) -> dict | None:
     return {"full_attention": None}
 
 
-def no_cache_forward(model: torch.nn.Module, ids: torch.Tensor, masks: dict | None) -> torch.Tensor:
+def no_cache_forward(model: PreTrainedModel, ids: torch.Tensor, masks: dict | None) -> torch.Tensor:
     """One forward over all of `ids` (B, T) with no cache; the last position's logits (B, V). The floor's forward
     (`probe overhead`) is this one at T = 1."""
     kwargs = {} if masks is None else {"attention_mask": masks}
@@ -38,7 +39,7 @@ class NaiveEngine(Engine):
     name = "naive"
     recomputes = True
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: PreTrainedModel):
         super().__init__(model)
         self._masks = prepared_masks(model)
 

@@ -19,7 +19,10 @@ sliding-window mask hides what lies outside the window, so the step's shapes and
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+from transformers import PreTrainedModel
 from transformers.cache_utils import (
     LinearAttentionAndStaticFullAttentionLayer,
     StaticCache,
@@ -55,12 +58,12 @@ def static_cache(config, max_len: int) -> StaticCache:
 class StaticEagerEngine(Engine):
     name = "static-eager"
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: PreTrainedModel):
         super().__init__(model)
         self._kw = cache_kwarg(model)
         self._shape: tuple[int, int] | None = None
         self._capacity = 0  # the longest sequence reserved for
-        self._step = self._forward
+        self._step: Callable[[torch.Tensor], torch.Tensor] = self._forward
 
     @classmethod
     def refusal(cls, config) -> str | None:
@@ -73,7 +76,8 @@ class StaticEagerEngine(Engine):
 
     def prefill(self, input_ids: torch.Tensor, max_len: int) -> torch.Tensor:
         shape = (input_ids.shape[0], max(max_len, self._capacity))
-        if shape != self._shape:  # new buffers only when the shape changes: a captured graph keeps its addresses
+        # new buffers only when the shape changes (no cache yet: no shape yet): a captured graph keeps its addresses
+        if self.cache is None or shape != self._shape:
             self.cache = static_cache(self.model.config, shape[1])
             self._shape = shape
         else:
@@ -92,7 +96,7 @@ class StaticEngine(StaticEagerEngine):
     name = "static"
     captures_decode = True
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: PreTrainedModel):
         super().__init__(model)
         self._cuda = next(model.parameters()).device.type == "cuda"
         _allow_recompiles(RECOMPILE_LIMIT)

@@ -56,7 +56,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -127,7 +127,7 @@ class Evidence:
     @classmethod
     def from_json(cls, doc: dict) -> Evidence:
         """to_json's inverse (us back to whole ns)."""
-        values = {}
+        values: dict[str, Any] = {}  # each field's value as the JSON holds it
         for f in dataclasses.fields(cls):
             if f.name.endswith("_ns"):
                 us = doc[f.name[:-3] + "_us"]

@@ -132,7 +132,7 @@ class _Gunzipped(io.RawIOBase):
         super().close()
 
 
-def open_content(path: Path) -> BinaryIO:
+def open_content(path: Path) -> io.BufferedReader:
     """A regular file's content as a stream: gunzipped (within the limit) when it starts with gzip's magic."""
     f = open_regular(path)
     if f.peek(2)[:2] != GZIP_MAGIC:

@@ -22,6 +22,7 @@ import ctypes
 import glob
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.process
 import os
 import re
 import signal
@@ -191,7 +192,8 @@ def pool_map(fn: Callable, items: Sequence, workers: int | None = None, lost: Ca
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
     out: list = [None] * len(items)
     todo = list(enumerate(items))
-    running: dict = {}  # the parent's end of a process's pipe -> (process, index)
+    # the parent's end of a process's pipe -> (process, index)
+    running: dict[multiprocessing.connection.Connection, tuple[multiprocessing.process.BaseProcess, int]] = {}
 
     def give_up(i: int, why: str) -> None:
         if lost is None:
@@ -203,11 +205,13 @@ def pool_map(fn: Callable, items: Sequence, workers: int | None = None, lost: Ca
             while todo and len(running) < workers:
                 i, item = todo.pop(0)
                 here, there = context.Pipe(duplex=False)
-                process = context.Process(target=_child, args=(fn, item, there, os.getpid()), daemon=True)
+                process: multiprocessing.process.BaseProcess = context.Process(
+                    target=_child, args=(fn, item, there, os.getpid()), daemon=True
+                )
                 process.start()
                 there.close()
                 running[here] = (process, i)
-            for conn in multiprocessing.connection.wait(list(running)):
+            for conn in running.keys() & multiprocessing.connection.wait(list(running)):  # the ready ones
                 process, i = running.pop(conn)
                 try:
                     ok, value = conn.recv()
@@ -286,8 +290,9 @@ def check_job(traces: Sequence[TraceAnalysis]) -> JobCheck:
             i = next(i for i, (a, b) in enumerate(zip(names, other, strict=True)) if a != b)
             return JobCheck(None, f"step {i} is {names[i]!r} in {first.source}, {other[i]!r} in {t.source}")
     for ranks in ([t.rank for t in traces], [rank_in_name(t.source) for t in traces]):
-        if None not in ranks and len(set(ranks)) == len(ranks):
-            return JobCheck(tuple(ranks))
+        known = [r for r in ranks if r is not None]
+        if len(known) == len(ranks) and len(set(known)) == len(known):
+            return JobCheck(tuple(known))
     return JobCheck(None, "no distinct rank for every trace, in its distributedInfo or as rank<N> in its file name")
 
 
@@ -301,10 +306,11 @@ def job(results: Sequence[TraceAnalysis | TraceFailure]) -> JobAnalysis:
     traces = [r for r in results if isinstance(r, TraceAnalysis)]
     failed = tuple(r for r in results if isinstance(r, TraceFailure))
     check = check_job(traces)
-    if check.ranks is None:
+    given = check.ranks
+    if given is None:
         return JobAnalysis(tuple(traces), (), (), None, failed, not_a_job=check.why_not)
-    order = sorted(range(len(traces)), key=lambda i: check.ranks[i])
-    traces, ranks = [traces[i] for i in order], [check.ranks[i] for i in order]
+    order = sorted(range(len(traces)), key=given.__getitem__)
+    traces, ranks = [traces[i] for i in order], [given[i] for i in order]
     by_step = tuple(_step(i, traces, ranks) for i in range(len(traces[0].steps)))
     return JobAnalysis(tuple(traces), tuple(ranks), by_step, _straggler(by_step), failed)
 

@@ -33,7 +33,8 @@ try:
 except ImportError:  # fails closed: compile_user refuses every pattern with one line
     re2 = None
 try:
-    from re import _parser as _sre_parse  # Python 3.11+
+    # typeshed stubs this parser only under its deprecated name sre_parse, not as re._parser (its home since 3.11)
+    from re import _parser as _sre_parse  # type: ignore[attr-defined]  # Python 3.11+
 except ImportError:  # Python 3.10
     import sre_parse as _sre_parse
 

@@ -193,15 +193,22 @@ def _cell(results: BenchResults, engine: str, prompt: int, batch: int = 1) -> Ce
     return next((c for c in results.cells if (c.engine, c.prompt_tokens, c.batch) == (engine, prompt, batch)), None)
 
 
+def _cells(results: BenchResults, engines: tuple[str, ...], prompt: int) -> list[Cell] | None:
+    """The batch-1 cells of `engines` at `prompt`, in that order; None when one is missing."""
+    cells = [c for e in engines if (c := _cell(results, e, prompt)) is not None]
+    return cells if len(cells) == len(engines) else None
+
+
 def host_overhead_verdict(results: BenchResults) -> Verdict:
     """Part 1: at short prompts, removing host overhead (static) buys more than the cache did."""
     claim = "removing per-step host overhead is worth more at short prompts than the cache is"
     source = "Part 1, Bottleneck and Prediction"
     prompts = sorted({c.prompt_tokens for c in results.cells if c.batch == 1})
-    short = next((p for p in prompts if all(_cell(results, e, p) for e in ("naive", "cached", "static"))), None)
-    if short is None:
+    trio = next(filter(None, (_cells(results, ("naive", "cached", "static"), p) for p in prompts)), None)
+    if trio is None:
         return Verdict(claim, source, None, "needs naive, cached and static cells at one prompt length")
-    naive, cached, static = (_cell(results, e, short) for e in ("naive", "cached", "static"))
+    naive, cached, static = trio
+    short = naive.prompt_tokens
     cache_gain = naive.itl_p50_ms / cached.itl_p50_ms
     static_gain = cached.itl_p50_ms / static.itl_p50_ms
     numbers = {

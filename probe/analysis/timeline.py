@@ -420,16 +420,18 @@ def _gpu(trace, analysis: TraceAnalysis, step: StepLedger, options, t0, a, b, la
     mine = gpu.op_step == step.position
     gaps = idle_gaps(trace, gpu, options.kernel_wait_ns)
     sel = (gaps.step == step.position) & (gaps.start <= b) & (gaps.end >= a)
-    lead = step.gpu_start_ns is not None and step.gpu_start_ns > step.start_ns
+    lead = step.gpu_start_ns  # the step's first GPU op: a lead-in to draw when it starts after the host window
+    if lead is not None and lead <= step.start_ns:
+        lead = None
     in_window = (trace.ts_ns[gpu.op_rows] <= b) & (trace.end_ns[gpu.op_rows] >= a)
-    if not (sel.any() or lead or in_window.any()):
+    if not (sel.any() or lead is not None or in_window.any()):
         return []
     idle = len(lanes)
     lanes.append(Lane("GPU idle (this step's gaps)", "gpu"))
     causes = np.array(IDLE_CAUSES, object)[gaps.cause[sel]]
     items.add(idle, gaps.start[sel] - t0, gaps.end[sel] - t0, "idle", causes, -1)
-    if lead:
-        first = analysis.origin_ns + step.gpu_start_ns
+    if lead is not None:
+        first = analysis.origin_ns + lead
         if first >= a:
             items.add(idle, [max(t0, a) - t0], [first - t0], "lead", LEAD, -1)
     rows = gpu.op_rows[in_window]

@@ -182,7 +182,7 @@ def stamp(path: Path) -> tuple:
     """What the caches key on besides the path: size and mtime of the file, or of a run folder's files (each
     named as bytes: a name need not be UTF-8)."""
     files = [path / RESULTS_FILE, path / REPORT_FILE] if path.is_dir() else [path]
-    out = []
+    out: list[tuple[bytes, int | None, int | None]] = []  # (name, mtime, size); None: no stat (a missing file)
     for f in files:
         try:
             st = f.stat()

@@ -132,8 +132,9 @@ def state_bytes(arch: Arch, dtype: str) -> int:
 
 
 def positions_read(arch: Arch, layer_type: str, positions: int, new: int) -> int:
-    """Positions one sequence's attention reads in one layer when `new` of its `positions` are this step's."""
-    if layer_type == SLIDING:
+    """Positions one sequence's attention reads in one layer when `new` of its `positions` are this step's (no
+    window: every position, as `_attended` counts them)."""
+    if layer_type == SLIDING and arch.window is not None:
         return min(positions, arch.window - 1 + new)
     return positions
 
@@ -279,7 +280,7 @@ def _notes(arch: Arch, tokens: int, logits: int, fewest: int, most: int) -> tupl
         f"gathered tables not read whole",
         f"LM head on {logits} position(s)",
     ]
-    if arch.sliding_layers:
+    if arch.sliding_layers and arch.window is not None:
         notes.append(
             f"sliding window {arch.window}: {arch.sliding_layers} of {arch.layers} layers read at most "
             f"{arch.window - 1} cached positions a sequence"
@@ -291,7 +292,7 @@ def _notes(arch: Arch, tokens: int, logits: int, fewest: int, most: int) -> tupl
             f"{fewest} to {most} a layer; bytes take {most} (union bound), weight_bytes_min {fewest}"
         )
     notes.extend(arch.notes)
-    if arch.state_layers:
+    if arch.state_layers and arch.state:  # no State: a family counted on the meta device, whose notes say so
         notes.append(
             f"state: {arch.state_layers} of {arch.layers} layers keep {arch.state.elements:,} elements a sequence "
             f"(conv {arch.state.conv:,} + recurrent {arch.state.recurrent:,}), read and written once a step; "
@@ -427,7 +428,7 @@ def batch_limit(
         below = _largest(lambda b: b == 0 or flops_ms(b) < traffic_ms(b))
         if below < MAX_BATCH_SEARCHED:
             compute_bound = bounds["compute"] = below + 1
-    binding = min(bounds, key=bounds.get) if bounds else None
+    binding = min(bounds, key=bounds.__getitem__) if bounds else None
     return BatchLimit(
         step_ms=step_ms,
         sequence_tokens=sequence_tokens,
@@ -518,7 +519,7 @@ def roofline(
     cost = step_cost(arch, dtype, batch, batch, batch * max(context - 1, 0))
     compute_ms = cost.compute_ms(peak_flops_s) if peak_flops_s else None
     bounds = None
-    if arch.experts:
+    if cost.experts_touched is not None:  # a MoE model
         one = step_cost(arch, dtype, 1, 1, max(context - 1, 0))
         bounds = {
             "batch_1_weight_bytes": one.weight_bytes,

@@ -68,8 +68,9 @@ def _limit(arch, dtype, step_ms, sequence_tokens, bandwidth_bytes_s) -> BatchLim
     return batch_limit(arch, dtype, step_ms, sequence_tokens, bandwidth_bytes_s)
 
 
-# Each quantity in base units (bytes, ms, µs, counts, fractions). Parameter names are the input names.
-QUANTITIES: dict[str, Callable[..., float]] = {
+# Each quantity in base units (bytes, ms, µs, counts, fractions). Parameter names are the input names. None: the
+# quantity is not defined for these inputs (a batch limit's step budget without a step time).
+QUANTITIES: dict[str, Callable[..., float | None]] = {
     "params": lambda arch: params(arch),
     "weights_bytes": lambda arch, dtype: weights_bytes(arch, dtype),
     "resident_bytes": lambda arch, dtype: resident_bytes(arch, dtype),
@@ -217,7 +218,10 @@ def _check_one(entry: dict, inputs: dict) -> Check:
         raise ProbeError(
             f"published value {name!r}: {quantity} needs {', '.join(wanted)}; missing {missing}, unused {unused}"
         )
-    computed = fn(**{p: inputs[p] for p in wanted}) / UNITS[entry["unit"]]
+    value = fn(**{p: inputs[p] for p in wanted})
+    if value is None:
+        raise ProbeError(f"published value {name!r}: {quantity} is not defined for these inputs")
+    computed = value / UNITS[entry["unit"]]
     shown = rounded(computed, entry["decimals"])
     known = entry.get("discrepancy")
     if known is None:

@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from itertools import compress, repeat
 from pathlib import Path
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import msgspec
 import numpy as np
@@ -113,7 +113,10 @@ _OTHER_PHASES = {
     msgspec.defstruct(f"_Phase{i}", [], tag_field="ph", tag=ph, gc=False): ph
     for i, ph in enumerate("BEiICbnestfPONDMVvRc()")
 }
-_ANY_PHASE = Union[(_Event, *_OTHER_PHASES)]  # a union built from a tuple
+if TYPE_CHECKING:  # the phase structs are made at run time, so to a type checker an event of any phase is Any
+    _ANY_PHASE = Any
+else:
+    _ANY_PHASE = Union[(_Event, *_OTHER_PHASES)]  # a union built from a tuple
 
 
 class _AnyEvent(msgspec.Struct, gc=False):
@@ -376,7 +379,7 @@ class _Table:
 
     def finish(self, top: _Top) -> Trace:
         if not self.columns.n:  # empty columns of the right types: finish() says why
-            self._add(*[[] for _ in range(10)], np.zeros(0, np.int32))
+            self._add([], [], [], [], [], [], [], [], [], [], np.zeros(0, np.int32))
         names = tuple(self.strings)
         cols = self.columns.take()
         cats = np.flatnonzero(np.bincount(cols["cat_id"], minlength=len(names))).tolist()  # no sort of the rows
@@ -489,7 +492,7 @@ class _Shapes:
             if "Input Dims" in a or "Input type" in a:
                 value = tuple(a.get(k, _MISSING) for k in ("Input Dims", "Input type", "Concrete Inputs"))
                 out[i] = self.ids[_ENCODE(value)]
-                self.ids.values.setdefault(int(out[i]), value)
+                self.ids.decoded.setdefault(int(out[i]), value)
         return out
 
     def finish(self, shape_id: np.ndarray) -> tuple[tuple[Shapes, ...], np.ndarray, int]:
@@ -500,7 +503,7 @@ class _Shapes:
         distinct: dict[Shapes, int] = {}
         renumber = np.full(len(keys), -1, np.int32)
         for j, key in enumerate(keys):
-            value = self.ids.values.get(j) or tuple(_decoded(t) if t else _MISSING for t in key.split(b"\0"))
+            value = self.ids.decoded.get(j) or tuple(_decoded(t) if t else _MISSING for t in key.split(b"\0"))
             shapes = _shapes(*value)
             if shapes is not None:
                 renumber[j] = distinct.setdefault(shapes, len(distinct))
@@ -516,10 +519,10 @@ class _KeyTable(dict):
     Untyped pieces key by their values' encoding (which holds no NUL, so it never meets a typed key) and keep the
     values themselves."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.keys_in_order: list[bytes] = []
-        self.values: dict[int, tuple] = {}  # id -> decoded values, for the keys of untyped pieces
+        self.decoded: dict[int, tuple] = {}  # id -> decoded values, for the keys of untyped pieces
 
     def __missing__(self, key: bytes) -> int:
         i = self[key] = len(self.keys_in_order)
@@ -601,7 +604,7 @@ class _Growing:
         return {k: self.cols.pop(k)[: self.n].copy() for k in list(self.cols)}
 
 
-def _common_fields(xs: list) -> tuple[list, ...]:
+def _common_fields(xs: list) -> tuple[list, list, list, list, list, list]:
     """ts, dur, name, cat, pid, tid of the events, a list each (a comprehension a field is the fastest way)."""
     return (
         [e.ts for e in xs],

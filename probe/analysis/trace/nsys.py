@@ -171,16 +171,17 @@ def _read_tables(con: sqlite3.Connection, source: Path) -> Trace:
     names = _Names(dict(con.execute("SELECT id, value FROM StringIds")))
     dropped: Counter[str] = Counter()
     parts = []
+    odd = 0  # SQLite keeps an integer past int64 as a REAL: such an id reads as -1 and joins nothing, which is said
     if "NVTX_EVENTS" in tables:
         parts.append(_nvtx(con, names, dropped))
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
         parts.append(_runtime(con, names, dropped))
+        odd += _odd_ids(con, "CUPTI_ACTIVITY_KIND_RUNTIME", parts[-1]["correlation"])
     for table, kind, label, nbytes in _GPU_TABLES:
         if table in tables:
             nbytes = nbytes if nbytes in _columns(con, table) else "-1"  # an export without it: not said
             parts.append(_gpu(con, names, dropped, table, kind, label, nbytes))
-    # SQLite keeps an integer past int64 as a REAL: such an id reads as -1 and joins nothing, which is said
-    odd = sum(int(p.pop("odd_correlation", 0)) for p in parts)
+            odd += _odd_ids(con, table, parts[-1]["correlation"])
     notes = (f"{odd} row(s) with a correlation id that is not an integer (past int64, or text): left unjoined",)
     cols = {c: np.concatenate([p[c] for p in parts]) for c in COLUMNS}
     base = None
@@ -232,7 +233,7 @@ def _runtime(con, names: _Names, dropped: Counter) -> dict[str, np.ndarray]:
         pid=_gid_pid(c["gid"]),
         tid=_gid_tid(c["gid"]),
         correlation=c["corr"],
-    ) | {"odd_correlation": _odd_ids(con, table, c["corr"])}
+    )
 
 
 def _gpu(
@@ -277,7 +278,7 @@ def _gpu(
         correlation=c["corr"],
         bytes=c["nbytes"],
         copy_kind=copy_kind,
-    ) | {"odd_correlation": _odd_ids(con, table, c["corr"])}
+    )
 
 
 def _columns(con, table: str) -> set[str]:

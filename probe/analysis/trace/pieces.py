@@ -15,9 +15,9 @@ MAX_UNCUT_BYTES is refused with a one-line error, so no input makes the reader h
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Callable
-from typing import BinaryIO
 
 from probe.errors import ProbeError
 
@@ -29,7 +29,9 @@ _LOOKAHEAD = 1 << 20  # read this far past a piece's end before looking for its 
 _BOM = b"\xef\xbb\xbf"
 
 
-def split(stream: BinaryIO, whole: Callable[[bytes], bool], source: str, frame_ok: Callable[[bytes], bool]) -> bytes:
+def split(
+    stream: io.BufferedIOBase, whole: Callable[[bytes], bool], source: str, frame_ok: Callable[[bytes], bool]
+) -> bytes:
     """Hand each middle piece of the events array to `whole`, as the text of a JSON array (`whole` returns False
     when it is not whole values: then a longer piece is tried), and return the rest as one document:
     FRAME + last events + REST (the whole file when no frame is found)."""
@@ -60,7 +62,7 @@ def split(stream: BinaryIO, whole: Callable[[bytes], bool], source: str, frame_o
 class _Cuts:
     """Finds the next possible cut in a buffer that it fills from the stream as far as the search needs."""
 
-    def __init__(self, stream: BinaryIO, buf: bytearray, source: str):
+    def __init__(self, stream: io.BufferedIOBase, buf: bytearray, source: str):
         self.stream, self.buf, self.source = stream, buf, source
         self.eof = False
         self.block = bytearray(PIECE_BYTES)  # read into the same memory each time: no fresh pages to fault in
@@ -93,11 +95,11 @@ def _array(buf: bytearray, end: int) -> bytes:
         return b"".join((b"[", piece, b"]"))
 
 
-def _read(stream: BinaryIO, n: int) -> bytes:
+def _read(stream: io.BufferedIOBase, n: int) -> bytes:
     return stream.read(n) or b""
 
 
-def _read_rest(stream: BinaryIO, buf: bytearray, source: str) -> bytearray:
+def _read_rest(stream: io.BufferedIOBase, buf: bytearray, source: str) -> bytearray:
     """The whole document, for a file not laid out as a trace (the decoder then says what it is instead)."""
     while block := _read(stream, PIECE_BYTES):
         buf += block

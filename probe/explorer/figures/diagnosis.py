@@ -237,7 +237,8 @@ def op_roofline_figure(ops: Sequence[OpRoofline], device: Device | None) -> go.F
             )
         )
     if device is not None:
-        found = roofs(device, [o.dtype for o in points if o.dtype], [o.intensity for o in points])
+        # every point has an intensity (the filter above); said again so its type is float
+        found = roofs(device, [o.dtype for o in points if o.dtype], [o.intensity for o in points if o.intensity])
         for dash, roof in zip(ROOF_DASH * len(found), found, strict=False):
             fig.add_trace(
                 go.Scatter(

@@ -221,6 +221,7 @@ def _links(tl: StepTimeline, selected: Sequence[int]) -> list[dict]:
     """An arrow from each launch call (its start, on its lane) to the start of the GPU op it launched."""
     out = []
     for o in tl.links(selected)[:MAX_LINKS]:
+        assert o.call_start_ns is not None  # links() returns only ops whose launch call is drawn
         out.append(
             {
                 "x": o.start_ns / 1e6,
