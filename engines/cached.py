@@ -16,7 +16,12 @@ from __future__ import annotations
 
 import torch
 from transformers import PreTrainedModel
-from transformers.cache_utils import Cache, CacheLayerMixin, DummyLayer, LinearAttentionLayer
+from transformers.cache_utils import Cache, CacheLayerMixin, LinearAttentionLayer
+
+try:  # transformers 5.2x: a layer that keeps nothing. 5.17 (the GPU machine's) has none, and never asks for one
+    from transformers.cache_utils import DummyLayer
+except ImportError:
+    DummyLayer = None  # type: ignore[assignment,misc]  # absent in transformers 5.17
 
 from engines.base import ATTENTION_TYPES, Engine, cache_kwarg, layer_types
 
@@ -95,7 +100,7 @@ def _layer(kind: str, capacity: int):
         return LinearAttentionLayer()
     if kind == "hybrid":
         return ContiguousHybridLayer(capacity)
-    if kind == "dummy":  # a layer that keeps nothing (an MLP-only layer, or one reading another's K/V)
+    if kind == "dummy" and DummyLayer is not None:  # keeps nothing (an MLP-only layer, or one reading another's K/V)
         return DummyLayer()
     raise ValueError(f"cached has no layer for {kind} layers")
 
