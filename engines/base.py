@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from typing import ClassVar
 
 import torch
+import transformers
 from transformers import PreTrainedModel
 from transformers.cache_utils import Cache, get_layer_types_and_kwargs
 
@@ -22,14 +23,18 @@ ATTENTION_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_att
 STATE_TYPES = frozenset({"linear_attention", "conv", "hybrid", "hybrid_sliding"})
 # Families whose attention finds a query's position from the key length (a causal table sliced at key_length -
 # query_length): right only when the keys a layer is handed end at the query.
+# The installed transformers, (major, minor): the engines are tested on 5.17 (the GPU machine's) and 5.24.
+TRANSFORMERS = tuple(int(part) for part in transformers.__version__.split(".")[:2])
 QUERY_AT_KEY_LENGTH = {
     "gpt_neo": "gpt_neo's local layers slice their own causal table at the key length (modeling_gpt_neo)",
 }
 
 
 def cache_kwarg(model) -> str:
-    """The forward's name for the cache argument: `cache` from transformers 5.24, `past_key_values` before."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    """The forward's name for the cache argument: `cache` from transformers 5.24; before, `cache_params` for the
+    state-space families (Mamba in 5.17) and `past_key_values` for the rest."""
+    names = inspect.signature(model.forward).parameters
+    return next((n for n in ("cache", "cache_params") if n in names), "past_key_values")
 
 
 def text_config(config):

@@ -30,7 +30,7 @@ from transformers.cache_utils import (
     get_layer_types_and_kwargs,
 )
 
-from engines.base import QUERY_AT_KEY_LENGTH, Engine, cache_kwarg, model_type
+from engines.base import QUERY_AT_KEY_LENGTH, TRANSFORMERS, Engine, cache_kwarg, model_type
 
 # One compiled graph per (batch, max_len) a process meets; the default limit (8) would silently send a longer
 # sweep back to eager, so the limit is raised and hitting it is an error.
@@ -69,6 +69,11 @@ class StaticEagerEngine(Engine):
     def refusal(cls, config) -> str | None:
         if reason := QUERY_AT_KEY_LENGTH.get(model_type(config)):
             return f"{reason}, which a fixed-size buffer puts at the buffer's end, not at the query"
+        if model_type(config) == "bloom" and TRANSFORMERS < (5, 24):
+            return (
+                "transformers before 5.24 (5.17 measured) builds BLOOM's ALiBi bias from the attention mask's "
+                "length, not the static cache's, so bias and scores disagree in shape"
+            )
         return None
 
     def reserve(self, batch: int, max_len: int) -> None:
