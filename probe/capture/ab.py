@@ -18,8 +18,8 @@ import torch
 
 from engines import engine_class
 from engines.models import load_model, prompt_ids, resolve_device
-from probe.analysis.compare import SampleSet, from_results
 from probe.analysis.results import BenchResults, Cell
+from probe.analysis.samples import SampleSet, from_results
 from probe.capture.cell import measured_cell
 from probe.capture.config import validate
 from probe.capture.env import environment
