@@ -95,6 +95,7 @@ class OpChange:
     name: str
     baseline: float
     current: float
+    steps: tuple[str, ...] = ()  # the steps it changed in, when the two traces' steps were paired by name; () = all
 
     @property
     def change(self) -> Change:
@@ -105,7 +106,8 @@ class OpChange:
         return "grown" if self.current > self.baseline else "shrunk"
 
     def __str__(self) -> str:
-        return f"{self.change}: {self.name}, {fmt_count(self.baseline)} -> {fmt_count(self.current)} a step"
+        where = f" ({', '.join(self.steps)})" if self.steps else ""
+        return f"{self.change}: {self.name}, {fmt_count(self.baseline)} -> {fmt_count(self.current)} a step{where}"
 
     def to_json(self) -> dict:
         return asdict(self) | {"change": self.change}
@@ -303,7 +305,35 @@ def op_changes(key: str, metric: str, base: dict[str, float], cur: dict[str, flo
     return sorted(found, key=lambda c: (-abs(c.current - c.baseline), c.name))
 
 
-def _regroup(by_name: dict[str, float], group) -> dict[str, float]:
+def paired_steps(b: Unit, c: Unit) -> list[tuple[str, dict, dict]] | None:
+    """The two sides' steps paired by name (step name, baseline's counts, current's), when both hold the same
+    steps, each name once: two traces of the same iterations (HTA's trace diff compares iteration to iteration).
+    None otherwise: the median counts of the kind are diffed."""
+    names = [n for n, _ in b.steps]
+    if not names or len(set(names)) != len(names) or sorted(names) != sorted(n for n, _ in c.steps):
+        return None
+    theirs = dict(c.steps)
+    return [(n, ops, theirs[n]) for n, ops in b.steps]
+
+
+def _step_changes(key: str, metric: str, paired, group) -> list[OpChange]:
+    """Changes step by step, one line for a change that is the same in several steps (naming them, or none when it
+    is the same in every step)."""
+    found: dict[tuple, list[str]] = {}
+    for step, base, cur in paired:
+        b, c = (_regroup(side.get(metric, {}), group) for side in (base, cur))
+        for change in op_changes(key, metric, b, c):
+            found.setdefault((change.name, change.baseline, change.current), []).append(step)
+    out = [
+        OpChange(key, metric, name, b, c, () if len(steps) == len(paired) else tuple(steps))
+        for (name, b, c), steps in found.items()
+    ]
+    return sorted(out, key=lambda ch: (-abs(ch.current - ch.baseline), ch.name))
+
+
+def _regroup(by_name: dict[str, float], group=None) -> dict[str, float]:
+    if group is None:
+        return dict(by_name)
     out: dict[str, float] = {}
     for name, n in by_name.items():
         out[group(name)] = out.get(group(name), 0.0) + n
@@ -442,6 +472,7 @@ def _count_rows(
     """Each count both sides measured, and every op or kernel that moved: kernels by short name on one device,
     by category across devices (the vendors' names have nothing in common)."""
     rows, alerts, changes = [], [], []
+    paired = paired_steps(b, c)
     for name in (n for n in b.counts if n in c.counts):
         base_ops, cur_ops = b.ops.get(name, {}), c.ops.get(name, {})
         row = count_row(b.key, METRICS[name], b.counts[name], c.counts[name], skipped)
@@ -449,11 +480,14 @@ def _count_rows(
         if row.verdict == "regression":
             grown = grown_ops(base_ops, cur_ops)
             alerts.append(count_alert(row, grown, bool(base_ops or cur_ops)))
-        what = name
+        group, what = None, name
         if name == KERNELS.name:
             group, what = (DEFAULT_RULES.category, "kernel categories") if devices_differ else (short_name, name)
-            base_ops, cur_ops = _regroup(base_ops, group), _regroup(cur_ops, group)
-        changes += op_changes(b.key, what, base_ops, cur_ops)
+        if paired is not None:
+            found = _step_changes(b.key, name, paired, group)
+            changes += [replace(ch, metric=what) for ch in found]
+        else:
+            changes += op_changes(b.key, what, _regroup(base_ops, group), _regroup(cur_ops, group))
     return rows, alerts, changes
 
 

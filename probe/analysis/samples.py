@@ -56,6 +56,9 @@ class Unit:
     # Other processes took the CPU while it ran (probe.analysis.telemetry.contention): its timings are no verdict.
     # None: not judged (no telemetry, phases too short, or a file from before the rule).
     contended: bool | None = None
+    # A trace's steps one by one: (step name, count metric -> its launches by op or kernel name), so that two traces
+    # of the same iterations are diffed step by step, as HTA's trace diff does (empty: bench cells, the history).
+    steps: tuple[tuple[str, dict[str, dict[str, float]]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -156,7 +159,14 @@ def from_analysis(analysis, source: str, meta: Sidecar | None, devices: Sequence
         samples = {HOST_US.name: tuple(s.wall_ns / 1e3 for s in mine)}
         if timed_cache:
             samples[CACHE_US.name] = tuple(s.cache_ns / 1e3 for s in mine)
-        units[kind] = Unit(kind, counts, ops, samples, contended)
+        each = tuple(
+            (
+                s.name,
+                {LAUNCHES.name: dict(s.op_counts)} | ({KERNELS.name: dict(s.kernel_counts)} if analysis.on_gpu else {}),
+            )
+            for s in mine
+        )
+        units[kind] = Unit(kind, counts, ops, samples, contended, each)
     notes = () if timed_cache else (f"{source}: no cache ranges in the trace, so {CACHE_US.label} is absent",)
     # The engine is left out: a changed engine (a module:Class spec) against the stock one is the point.
     config = {k: getattr(meta.config, k) for k in ("model", "dtype", "prompt", "batch")} if meta else {}
