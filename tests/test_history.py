@@ -28,6 +28,7 @@ import pytest
 
 from probe.analysis import history
 from probe.analysis.results import RESULTS_FILE, load_results
+from probe.render.text import md_escape
 from tests.conftest import DATA, ROOT, run_probe
 
 SMALL = ["--prompts", "8", "--new-tokens", "4", "--runs", "2", "--warmup", "0", "--telemetry-ms", "0"]
@@ -213,7 +214,8 @@ def test_check_exits_1_naming_the_op_the_variant_added(measured, tiny, tmp_path,
     )
     assert "REGRESSION" in out and "timings span sessions" in out and "probe ab" in out
     assert "not enough history" in out  # the profile and the run configurations have one run each
-    assert f"aten::clone 0 -> {layers} (new)" in md.read_text() and md.read_text().startswith("## probe history check")
+    text = md.read_text()
+    assert md_escape(f"aten::clone 0 -> {layers} (new)") in text and text.startswith("## probe history check")
     doc = json.loads(cli("history", "check", "--json", "--history", str(measured["path"])).stdout)
     assert doc["regression"] is True and doc["window"] == history.WINDOW
     checked = [c for c in doc["configs"] if c["status"] == "checked"]
@@ -340,8 +342,9 @@ WRITER = textwrap.dedent(
     from pathlib import Path
     import duckdb
     from probe.analysis import history
-    path, start, folders = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
+    path, go, folders = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]
     records = [history.folder_record(Path(f)) for f in folders]
+    print("ready", flush=True)
     conflicts, connect = [0], duckdb.connect
     def counting(*args, **kw):  # DuckDB's own connect, counting the times the file was found locked
         try:
@@ -350,7 +353,7 @@ WRITER = textwrap.dedent(
             conflicts[0] += "lock" in str(e).lower()
             raise
     duckdb.connect = counting
-    while time.time() < start:  # both writers start together
+    while not go.exists():  # both writers start together, while another process holds the file
         time.sleep(0.001)
     for record in records:
         assert history.append(path, record) is not None
@@ -391,12 +394,15 @@ READER = textwrap.dedent(
 
 
 def test_two_processes_recording_at_once_both_land_and_a_reader_sees_whole_runs(tmp_path):
+    """Two writers start appending while a third process holds the file's write lock, so each must find it locked
+    and wait (a collision made certain, not left to the scheduler); both land, and a reader meanwhile sees whole
+    runs only."""
     path = tmp_path / "h.duckdb"
+    go = tmp_path / "go"
     folders = {tag: distinct_runs(tmp_path / tag, 15, tag) for tag in ("a", "b")}
-    start = time.time() + 6  # after both have imported probe and read their folders
     writers = [
         subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(path), str(start), *map(str, runs)],
+            [sys.executable, "-c", WRITER, str(path), str(go), *map(str, runs)],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -404,22 +410,27 @@ def test_two_processes_recording_at_once_both_land_and_a_reader_sees_whole_runs(
         )
         for runs in folders.values()
     ]
+    for w in writers:  # both have imported probe and read their folders
+        assert w.stdout.readline().strip() == "ready", w.stderr.read()
+    holder = hold(path, 2, "rollback")
     reader = subprocess.Popen([sys.executable, "-c", READER, str(path), "14"], stdout=subprocess.PIPE, text=True)
+    go.touch()
     outs = [w.communicate(timeout=300) for w in writers]
+    assert holder.wait(timeout=60) == 0
     assert [w.returncode for w in writers] == [0, 0], outs
     reader_out = reader.communicate(timeout=60)[0]
     assert reader.returncode == 0, reader_out  # never a run without its cells, counts or samples
     runs = runs_json(path)
     assert sorted(Path(r["source"]).name for r in runs) == sorted(p.name for p in folders["a"] + folders["b"])
-    # they did collide: each append opens the file, and found it held by the other writer (or the reader)
-    assert sum(int(out) for out, _ in outs) > 0, outs
+    # they did collide: each writer's first append found the file held (by the holder, the other writer or the reader)
+    assert all(int(out) > 0 for out, _ in outs), outs
 
 
 HOLDER = textwrap.dedent(
     """
     import sys, time
     from probe.analysis import history
-    path, seconds = sys.argv[1], float(sys.argv[2])
+    path, seconds, end = sys.argv[1], float(sys.argv[2]), (sys.argv[3:] or ["commit"])[0]
     with history.connect(path, write=True) as con:
         con.begin()  # a run begun and not yet committed: its row and none of its cells
         con.execute(
@@ -428,14 +439,15 @@ HOLDER = textwrap.dedent(
         )
         print("holding", flush=True)
         time.sleep(seconds)
-        con.commit()
+        con.commit() if end == "commit" else con.rollback()
     """
 )
 
 
-def hold(path: Path, seconds: float) -> subprocess.Popen:
+def hold(path: Path, seconds: float, end: str = "commit") -> subprocess.Popen:
+    """A process holding the file's write lock for `seconds` with a run begun; then it commits or rolls back."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(path), str(seconds)],
+        [sys.executable, "-c", HOLDER, str(path), str(seconds), end],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
@@ -510,20 +522,28 @@ def old_history(path: Path) -> Path:
     return path
 
 
-def test_a_history_from_an_older_probe_is_migrated_and_kept(tmp_path, cli):
+def test_a_history_from_an_older_probe_is_read_as_it_is_and_migrated_by_the_next_append(tmp_path, cli):
+    """Reading never writes (issue 28 item 5): list and show read schema 1 as it is, byte for byte unchanged; the
+    next append migrates it in place and keeps the old run."""
     path = old_history(tmp_path / "old.duckdb")
+    before = path.read_bytes()
     (run,) = runs_json(path)
     assert run["run_id"] == "old" and run["commit"] == "abc" and run["config"] == "tiny float32 cached p8 n4"
+    shown = ok(cli("history", "show", "old", "--history", str(path)))
+    assert "not enough history" in shown.stdout
+    ok(cli("history", "check", "--history", str(path)))
+    assert path.read_bytes() == before and not path.with_name(path.name + ".wal").exists()
+    with duckdb.connect(str(path), read_only=True) as con:
+        assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("1",)
+    ok(cli("history", "import", str(RUN_A), "--history", str(path)))  # and it takes new runs
+    assert len(runs_json(path)) == 2
     with duckdb.connect(str(path), read_only=True) as con:
         assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (
             str(history.SCHEMA_VERSION),
         )
-        assert con.execute("SELECT driver FROM runs").fetchall() == [(None,)]  # the column schema 2 added
+        assert con.execute("SELECT driver FROM runs WHERE run_id = 'old'").fetchall() == [(None,)]  # schema 2's
         assert con.execute("SELECT count(*) FROM steps").fetchone() == (0,)
-    shown = ok(cli("history", "show", "old", "--history", str(path)))
-    assert "not enough history" in shown.stdout
-    ok(cli("history", "import", str(RUN_A), "--history", str(path)))  # and it takes new runs
-    assert len(runs_json(path)) == 2
+        assert con.execute("SELECT count(*) FROM units WHERE run_id = 'old'").fetchone() == (0,)  # schema 3's
 
 
 def test_a_history_from_a_newer_probe_is_refused(tmp_path, cli):
