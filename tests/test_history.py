@@ -674,3 +674,148 @@ def test_the_history_commands_need_no_torch(tmp_path):
     proc = subprocess.run([sys.executable, "-c", HIDE_TORCH + code], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "1 run(s) added" in proc.stdout and "not enough history" in proc.stdout
+
+
+# ---------------------------------------------------------------------------------------------------------
+# hostile histories (issue 28 items 2, 4, 5, 7, 16) and contended runs (issue 22 section 4)
+
+
+def imported(path: Path, cli) -> Path:
+    ok(cli("history", "import", str(RUN_A), "--history", str(path)))
+    return path
+
+
+def test_a_history_cannot_make_probe_read_another_file(tmp_path, cli):
+    """Item 2: a table replaced by a view over read_text(), or a macro over it, is refused in one line, and the
+    other file's text is never shown (external access is off for every connection, and only probe's own tables
+    are read)."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET-TEXT\n")
+    for name, statements in {
+        "view": [
+            "ALTER TABLE runs RENAME TO runs_kept",
+            f"CREATE VIEW runs AS SELECT * REPLACE ((SELECT content FROM read_text('{secret}')) AS config) "
+            "FROM runs_kept",
+        ],
+        "macro": [f"CREATE MACRO contains(a, b) AS (SELECT content FROM read_text('{secret}')) IS NOT NULL"],
+    }.items():
+        path = imported(tmp_path / f"{name}.duckdb", cli)
+        with duckdb.connect(str(path)) as con:
+            for statement in statements:
+                con.execute(statement)
+        for argv in (["list"], ["list", "--config", "x"], ["check"], ["show", "latest"]):
+            proc = cli("history", *argv, "--history", str(path))
+            assert "TOP-SECRET" not in proc.stdout + proc.stderr, (name, argv)
+            line = one_line_error(proc)
+            assert "not a probe history" in line and ("not probe's table" in line or "views or macros" in line)
+
+
+@pytest.mark.parametrize("name", [":memory:", ":memory:named", "md:my_db", "s3://bucket/h.duckdb"])
+def test_a_history_that_is_not_a_file_here_is_refused(tmp_path, cli, name):
+    """Item 4: DuckDB reads these names as an in-memory (or remote) database, so `1 run(s) added` stored nothing."""
+    line = one_line_error(cli("history", "import", str(RUN_A), "--history", name))
+    assert "in-memory or remote database" in line
+    recorded = history.record(name, "bench", results=load_results(RUN_A))  # what bench, run, profile... append with
+    assert recorded.code == 2 and "in-memory or remote database" in recorded.message
+    proc = run_probe("history", "list", env=os.environ | {"PROBE_HISTORY": name})
+    assert "in-memory or remote database" in one_line_error(proc)
+
+
+@pytest.mark.parametrize("value", ["x", "1.5", "-1", "", "99999999999999999999"])
+def test_a_schema_version_that_is_not_one_probe_writes_is_one_line_and_nothing_is_written(tmp_path, cli, value):
+    """Item 5: never a traceback, never a migration (the file's bytes stay as they were)."""
+    path = old_history(tmp_path / "odd.duckdb")
+    with duckdb.connect(str(path)) as con:
+        con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [value])
+    before = path.read_bytes()
+    for argv in (["list"], ["check"], ["import", str(RUN_A)]):
+        line = one_line_error(cli("history", *argv, "--history", str(path)))
+        assert "schema" in line and "not a probe history" in line or "newer probe" in line, line
+    assert path.read_bytes() == before
+
+
+def test_reading_a_history_on_read_only_storage(tmp_path, cli):
+    """Item 5: a reader opens the file read-only, so an old history in a folder nobody may write still reads."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    path = old_history(folder / "old.duckdb")
+    folder.chmod(0o555)
+    path.chmod(0o444)
+    try:
+        if os.access(folder, os.W_OK):
+            pytest.skip("running as a user whom permissions do not stop (root)")
+        assert [r["run_id"] for r in runs_json(path)] == ["old"]
+    finally:
+        folder.chmod(0o755)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_fifos_in_the_historys_paths_are_one_line_never_a_hang(tmp_path):
+    """Item 7: a FIFO named like a run's files in a folder to import, and --history naming a FIFO. Real processes
+    with a timeout: the subject is that they end."""
+    folder = tmp_path / "runs"
+    shutil.copytree(RUN_A, folder / "a")
+    (folder / "fifo").mkdir()
+    for name in ("baseline.json", "x.trace.json", "x.meta.json"):
+        os.mkfifo(folder / "fifo" / name)
+    (folder / "fifo-run").mkdir()
+    os.mkfifo(folder / "fifo-run" / RESULTS_FILE)
+    path = tmp_path / "h.duckdb"
+    proc = run_probe("history", "import", str(folder), "--history", str(path), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 run(s) added" in proc.stdout and "Traceback" not in proc.stderr
+    skipped = proc.stderr.splitlines()
+    assert len(skipped) == 2 and all(line.startswith("skipped: ") for line in skipped), proc.stderr
+    assert "x.trace.json: " in skipped[0] and f"{RESULTS_FILE}: is not a regular file" in skipped[1]
+    fifo = tmp_path / "h.fifo"
+    os.mkfifo(fifo)
+    for argv in (["list"], ["import", str(RUN_A)]):
+        line = one_line_error(run_probe("history", *argv, "--history", str(fifo), timeout=120))
+        assert "not a regular file" in line, line
+    os.mkfifo(tmp_path / "h.duckdb.wal")
+    line = one_line_error(run_probe("history", "list", "--history", str(path), timeout=120))
+    assert "h.duckdb.wal: not a regular file" in line
+
+
+@pytest.mark.parametrize(
+    "statement,why",
+    [
+        ("UPDATE counts SET value = -3 WHERE metric = 'decode_launches'", "decode_launches = -3.0, not a finite"),
+        ("UPDATE samples SET value = 'nan' WHERE i = 0", "not a finite figure"),
+        ("UPDATE counts SET metric = 'made_up'", "metric 'made_up', not a count probe records"),
+        ("UPDATE samples SET metric = 'decode_launches'", "not a timing probe records"),
+    ],
+)
+def test_figures_that_cannot_be_true_are_refused_on_read(tmp_path, cli, statement, why):
+    """Item 16, as far as the history reads results: a count below 0, a NaN sample, a metric probe never wrote."""
+    path = tmp_path / "h.duckdb"
+    imported(path, cli)
+    doc = json.loads((RUN_A / RESULTS_FILE).read_text())
+    doc["cells"][0]["ttft_ms"] += 1  # a second run of the configuration, so show and check compare two
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / RESULTS_FILE).write_text(json.dumps(doc))
+    ok(cli("history", "import", str(tmp_path / "b"), "--history", str(path)))
+    with duckdb.connect(str(path)) as con:
+        con.execute(statement)
+    for argv in (["show", "latest"], ["check"]):
+        assert why in one_line_error(cli("history", *argv, "--history", str(path)))
+
+
+def test_a_contended_run_is_not_judged_by_history_check(tmp_path, cli):
+    """Issue 22 section 4: the latest run is 3x slower but its cell ran contended: no timing verdict, and the
+    History view's verdict (trend) says so."""
+    path = imported(tmp_path / "h.duckdb", cli)
+    doc = json.loads((RUN_A / RESULTS_FILE).read_text())
+    for cell in doc["cells"]:
+        cell["contended"] = True
+        cell["itl_runs_ms"] = [[x * 3 for x in run] for run in cell["itl_runs_ms"]]
+    (tmp_path / "slow").mkdir()
+    (tmp_path / "slow" / RESULTS_FILE).write_text(json.dumps(doc))
+    ok(cli("history", "import", str(tmp_path / "slow"), "--history", str(path)))
+    proc = cli("history", "check", "--history", str(path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "contended: not judged" in proc.stdout and "REGRESSION" not in proc.stdout
+    with history.connect(path) as con:
+        (config,) = history.configs(con)
+        frame = history.trend(con, config.config_id, config.units[0])
+    assert frame["verdict"].tolist() == ["not enough history", "contended: not judged"]
