@@ -557,3 +557,22 @@ def test_a_count_alert_beside_a_speed_up_is_reconciled():
     assert result.regressed and [a.metric for a in result.alerts] == ["decode_launches"]
     line = next(n for n in result.notes if n.startswith("k: "))
     assert "launches/decode step 10 -> 12 (regression) beside host us/step x0.500 (improvement)" in line
+
+
+def test_a_contended_profile_warns_and_its_trace_is_not_judged(tmp_path, tiny, monkeypatch, capsys, cli):
+    """probe profile holds its own run to the contention rule (probe.analysis.telemetry.contention, tested on a real
+    busy loop in tests/test_telemetry.py); here the rule's answer is forced, to test what follows from it: a warning,
+    the sidecar's record, and compare's "contended: not judged"."""
+    from probe.analysis.telemetry import Contention
+    from probe.capture import profile as capture
+    from probe.capture.config import ProfileConfig
+
+    monkeypatch.setattr(capture, "contention", lambda summary, windows, cores: Contention(1.5, True))
+    made = capture.profile_torch(ProfileConfig(engine="cached", prompt=8, new_tokens=6, device="cpu"), tmp_path)
+    assert "probe: WARNING: other processes took 1.50 cores while this trace ran (contended)" in capsys.readouterr().err
+    meta = json.loads(made.meta.read_text())
+    assert meta["contention"] == {"other_cpu_cores": 1.5, "contended": True}
+    proc = cli("compare", made.trace, made.trace)
+    assert proc.returncode == 0 and "contended: not judged" in proc.stdout
+    rows = cmp(made.trace, made.trace).rows
+    assert {r.verdict for r in rows if r.kind == "timing"} == {"contended: not judged"}

@@ -48,7 +48,7 @@ from probe.analysis.report import SelfCheck
 from probe.analysis.results import Clock
 from probe.analysis.runfolder import check_writable
 from probe.analysis.sidecar import Sidecar
-from probe.analysis.telemetry import cell_telemetry, decode_windows, write_samples
+from probe.analysis.telemetry import cell_telemetry, contention, decode_windows, write_samples
 from probe.analysis.trace import Kind, load_trace
 from probe.capture import annotate as A
 from probe.capture.calibrate import event_costs
@@ -197,6 +197,13 @@ def profile_torch(cfg: ProfileConfig, out: Path, model=None, force: bool = False
             shutil.copyfileobj(src, dst)
     meta = out / f"{name}.meta.json"
     telemetry = cell_telemetry(sampler.samples, decode_windows([gen]), tokens)
+    busy = contention(telemetry, decode_windows([gen]), os.cpu_count() or 1)  # the rule a bench cell is held to
+    if busy.contended:
+        print(
+            f"probe: WARNING: other processes took {busy.other_cpu_cores:.2f} cores while this trace ran (contended): "
+            "its timings are not judged by probe compare or probe history",
+            file=sys.stderr,
+        )
     details = dict(
         trace=trace.name,
         start_ns=gen.start_ns,
@@ -204,6 +211,7 @@ def profile_torch(cfg: ProfileConfig, out: Path, model=None, force: bool = False
         itl_ms=[s / 1e6 for s in gen.step_ns],
         tokens=gen.tokens.tolist(),
         telemetry=telemetry.to_json(),
+        contention={"other_cpu_cores": busy.other_cpu_cores, "contended": busy.contended},
     )
     # the event cost after the recorded run, so calibrating cannot warm what the run measured; probe analyze reads it
     env = dataclasses.replace(
