@@ -477,12 +477,12 @@ def _count_rows(
         base_ops, cur_ops = b.ops.get(name, {}), c.ops.get(name, {})
         row = count_row(b.key, METRICS[name], b.counts[name], c.counts[name], skipped)
         rows.append(row)
-        if row.verdict == "regression":
-            grown = grown_ops(base_ops, cur_ops)
-            alerts.append(count_alert(row, grown, bool(base_ops or cur_ops)))
         group, what = None, name
-        if name == KERNELS.name:
+        if name == KERNELS.name:  # kernels as people read them: by short name, by category across vendors
             group, what = (DEFAULT_RULES.category, "kernel categories") if devices_differ else (short_name, name)
+        if row.verdict == "regression":
+            grown = grown_ops(_regroup(base_ops, group), _regroup(cur_ops, group))
+            alerts.append(count_alert(row, grown, bool(base_ops or cur_ops)))
         if paired is not None:
             found = _step_changes(b.key, name, paired, group)
             changes += [replace(ch, metric=what) for ch in found]
