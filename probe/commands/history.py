@@ -28,17 +28,15 @@ from rich.table import Table
 
 from probe.analysis import history
 from probe.analysis.history import HistoryCheck, Judgement, RunInfo
-from probe.analysis.results import BenchResults
 from probe.analysis.rules import ONE_RUN, CompareRules
 from probe.commands import print_json
+from probe.commands._record import HISTORY_HELP
 from probe.commands.compare import write_markdown
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import from_args
 from probe.render import console as render
 from probe.render.compare import print_comparison, warnings_to_stderr
 from probe.render.markdown import history_check_markdown
-
-HISTORY_HELP = "the history file (default: $PROBE_HISTORY, else ./probe-history.duckdb)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -138,30 +136,3 @@ def import_runs(path: Path, folder: Path) -> int:
         print(f"skipped: {line}", file=sys.stderr)
     print(f"{added} run(s) added to {path}; {len(records) - added} already there, {len(skipped)} skipped")
     return 0
-
-
-# ---------------------------------------------------------------------------------------------------------
-# recording, for the commands that measure (the policy itself: probe.analysis.history.record)
-
-
-def add_record_arguments(p: argparse.ArgumentParser) -> None:
-    """--history PATH and --no-history, for every command that records a run."""
-    p.add_argument("--history", type=Path, metavar="PATH", help=HISTORY_HELP + "; the run is appended to it")
-    p.add_argument("--no-history", action="store_true", help="do not record this run in the history")
-
-
-def record(
-    args: argparse.Namespace,
-    command: str,
-    code: int = 0,
-    results: BenchResults | None = None,
-    traces=(),
-    source: Path | None = None,
-    folder: Path | None = None,
-) -> int:
-    """Append this run to the history unless --no-history (probe.analysis.history.record); the exit code."""
-    if args.no_history:
-        return code
-    done = history.record(args.history, command, code, results, traces, source, folder)
-    print(done.message, file=sys.stderr)
-    return done.code

@@ -12,7 +12,7 @@ from probe.analysis.ledger import analyze
 from probe.analysis.trace import load_trace
 from probe.capture import profile as capture
 from probe.capture.config import ProfileConfig
-from probe.commands.history import add_record_arguments, record
+from probe.commands._record import add_record_arguments, record
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import from_args
 from probe.render.console import stdout
