@@ -3,7 +3,9 @@ in turn (ABBA), at every prompt length, so the machine's drift lands on both, an
 `probe compare` judges the difference: exact launch counts (any increase alerts and names the ops), and
 timings that alert only when the ratio of medians passes --threshold and a Mann-Whitney U test gives
 p < --alpha (a timing measured under contention is not judged). This is the timing comparison to trust on a
-shared machine; a stored baseline against a later session is only good for the counts. The defaults below are
+shared machine; a stored baseline against a later session is only good for the counts. The CPU figures of each
+side's decode phases are sampled (--telemetry-ms; 0 turns them off, and with them the contention rule, so every
+timing is judged). The defaults below are
 this command's own (a small model on the CPU, two prompt lengths), not probe bench's. Exit codes: 0 no regression,
 1 regression, 2 unusable input.
 """
@@ -33,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         p,
         BenchConfig,
         overrides_only=True,
-        skip=("engines", "allow_mismatch", "annotate", "telemetry_ms"),
+        skip=("engines", "allow_mismatch", "annotate"),
         defaults=AB_DEFAULTS,
     )
     add_config_arguments(p, CompareRules, skip=("window", "counts_only"))
