@@ -179,19 +179,19 @@ def test_a_failed_history_write_keeps_the_results_and_says_why(tmp_path):
 
 
 def test_with_the_default_file_a_failed_write_only_warns(monkeypatch, tmp_path):
-    from argparse import Namespace
-
-    from probe.commands.history import record
-
+    """The append policy the measuring commands share (probe.analysis.history.record; their --no-history is
+    test_no_history_records_nothing)."""
     monkeypatch.delenv("PROBE_HISTORY")
     monkeypatch.chdir(tmp_path)
     (tmp_path / history.DEFAULT_FILE).write_text("not a database")
     results = load_results(RUN_A)
-    assert record(Namespace(history=None, no_history=False), "bench", 0, results=results) == 0
-    assert record(Namespace(history=None, no_history=False), "bench", 1, results=results) == 1
-    assert record(Namespace(history=tmp_path / history.DEFAULT_FILE, no_history=False), "bench", 0, results) == 2
+    assert history.record(None, "bench", 0, results=results).code == 0
+    failed = history.record(None, "bench", 1, results=results)
+    assert failed.code == 1 and failed.message.startswith("probe: history not updated: ")
+    assert history.record(tmp_path / history.DEFAULT_FILE, "bench", 0, results).code == 2
     (tmp_path / history.DEFAULT_FILE).unlink()
-    assert record(Namespace(history=None, no_history=False), "bench", 0, results=results) == 0
+    done = history.record(None, "bench", 0, results=results)
+    assert done.code == 0 and done.message.startswith("history: recorded run ")
     with history.connect(tmp_path / history.DEFAULT_FILE) as con:  # recorded in the current folder
         (run,) = history.list_runs(con)
     assert run.commit is None and run.dirty is None  # tmp_path is no repository: no commit, not probe's own
