@@ -151,7 +151,7 @@ def load_answer(root: bytes, path: bytes, stamp: tuple, reading: Reading, roofli
     analysis = load_analysis(root, path, stamp, reading)
     flags = TokenFlags(roofline.tokens, roofline.batch, roofline.context)
     meta = sources.trace_meta(unkey(root), unkey(path))
-    contended = meta.contended if meta else None  # said first, as probe analyze says it
+    contended = meta.contended_caveat if meta else None  # said first, as probe analyze says it
     return answer(trace, analysis, model=roofline.model, device_name=roofline.device, flags=flags, contended=contended)
 
 
@@ -171,11 +171,17 @@ def _source_key(source: Source) -> tuple[bytes, str]:
 @st.cache_data(max_entries=16, show_spinner="Comparing", hash_funcs={Source: _source_key})
 def load_comparison(root: bytes, base: Source, base_stamp: tuple, cur: Source, cur_stamp: tuple, reading: Reading):
     sides = [(s, load_source(unkey(root), s, reading)) for s in (base, cur)]
-    return compare(*(sources.samples_for(unkey(root), s, _results_of(x)) for s, x in sides))
+    return compare(*(_samples(unkey(root), s, x) for s, x in sides))
 
 
-def _results_of(loaded: Loaded) -> BenchResults | TraceAnalysis:
-    return loaded.results if isinstance(loaded, Run) else loaded.analysis
+def _samples(root: Path, source: Source, loaded: Loaded):
+    """What probe compare reads of a run or a trace; a trace's deviceProperties name its device without a sidecar."""
+    if isinstance(loaded, Run):
+        return sources.samples_for(root, source, loaded.results)
+    if isinstance(loaded, Trace):
+        devices = load_trace(key(loaded.path), sources.stamp(loaded.path)).devices
+        return sources.samples_for(root, source, loaded.analysis, devices)
+    raise ProbeError(f"{source.rel} is not a run or a trace: nothing to compare")
 
 
 @st.cache_data(max_entries=8, show_spinner="Reading the history")
@@ -253,9 +259,14 @@ def show_alerts(comparison: Comparison, table_key: str, clean: str = "No regress
         st.error(f"REGRESSION: {len(comparison.alerts)} alert(s)")
         for a in comparison.alerts:
             st.markdown(f"- **{md(a.key)}** {md(a.message)}")
+    elif comparison.devices_differ:
+        st.info("Not gated: the two sides ran on different devices (kernels compared by category, ops by name).")
     else:
         st.success(clean)
     show_table(figures.compare.comparison_frame(comparison), table_key)
+    if comparison.changes:  # as probe compare lists them: new, grown, shrunk, removed, by short name
+        listed = "\n".join(f"- {md(c.key)} {md(c.metric)}: {md(str(c))}" for c in comparison.changes)
+        st.markdown(f"**What changed, per step**\n\n{listed}")
     for note in comparison.notes:
         st.caption(md(note))
 

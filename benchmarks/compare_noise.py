@@ -65,7 +65,7 @@ def timing_alerts(result) -> list:
 
 
 def self_noise(cfg, measure, runs: int, thresholds: list[float]) -> None:
-    from probe.analysis.compare import compare
+    from probe.analysis.compare import CompareRules, compare
 
     print(f"(a) {runs} comparisons of the cached engine against itself")
     print(
@@ -77,7 +77,7 @@ def self_noise(cfg, measure, runs: int, thresholds: list[float]) -> None:
     tests = count_alerts = 0
     for i in range(runs):
         base, cur = measure(cfg, "cached", "cached", flip=i % 2 == 1)
-        results = {t: compare(base, cur, threshold=t) for t in thresholds}
+        results = {t: compare(base, cur, CompareRules(threshold=t)) for t in thresholds}
         for t, result in results.items():
             flagged[t] += bool(timing_alerts(result))
             alerted[t] += len(timing_alerts(result))
@@ -103,7 +103,7 @@ def self_noise(cfg, measure, runs: int, thresholds: list[float]) -> None:
 
 
 def detection(cfg, measure, delays: list[float], repeats: int, thresholds: list[float]) -> None:
-    from probe.analysis.compare import compare
+    from probe.analysis.compare import CompareRules, compare
 
     print(f"\n(b) busy-wait injected per decode step, {repeats} baseline/slowed pairs per delay")
     print(
@@ -119,7 +119,7 @@ def detection(cfg, measure, delays: list[float], repeats: int, thresholds: list[
         for i in range(repeats):
             base, cur = measure(cfg, "cached", SLOW, flip=i % 2 == 1)
             for t in thresholds:
-                for r in compare(base, cur, threshold=t).rows:
+                for r in compare(base, cur, CompareRules(threshold=t)).rows:
                     if r.metric == "host_us_per_step":
                         caught[(t, r.key)] = caught.get((t, r.key), 0) + (r.verdict == "regression")
                         if t == thresholds[0]:

@@ -44,9 +44,16 @@ def _base_type(tp):
 
 
 def add_arguments(
-    parser: argparse.ArgumentParser, cls, *, overrides_only: bool = False, skip: tuple[str, ...] = ()
+    parser: argparse.ArgumentParser,
+    cls,
+    *,
+    overrides_only: bool = False,
+    skip: tuple[str, ...] = (),
+    defaults: dict | None = None,
 ) -> None:
-    """Add one flag per field of dataclass `cls`. With `overrides_only`, absent flags stay absent."""
+    """Add one flag per field of dataclass `cls`. With `overrides_only`, absent flags stay absent. `defaults`: the
+    values the command itself uses where a flag is absent (what it gives from_args), shown in the help instead of the
+    field's."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         if f.name in skip:
@@ -54,7 +61,8 @@ def add_arguments(
         flag = "--" + f.name.replace("_", "-")
         meta, tp = f.metadata, _base_type(hints[f.name])
         default = argparse.SUPPRESS if overrides_only else f.default
-        shown = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
+        value = (defaults or {}).get(f.name, f.default)
+        shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
         help_text = f"{meta.get('help', '')} (default: {shown})"
         if tp is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)

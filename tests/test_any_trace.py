@@ -471,8 +471,11 @@ def test_compare_alerts_on_a_kernel_that_grows_and_names_it(tmp_path):
     kernel_alerts = [a for a in doc["alerts"] if a["metric"] == "kernels"]
     assert len(kernel_alerts) == 1
     assert "kernels/step 425 -> 426 (+1)" in kernel_alerts[0]["message"]
-    assert f"{name} 24 -> 25 (+1)" in kernel_alerts[0]["message"]
-    assert doc["count_diffs"]["decode (kernels)"] == {name: [24.0, 25.0]}
+    assert "vllm::rotary_embedding_kernel 24 -> 25 (+1)" in kernel_alerts[0]["message"]  # the short name
+    # every kernel that moved, by short name (kernels.short_name)
+    assert [(c["key"], c["metric"], c["name"], c["baseline"], c["current"], c["change"]) for c in doc["changes"]] == [
+        ("decode", "kernels", "vllm::rotary_embedding_kernel", 24.0, 25.0, "grown")
+    ]
 
 
 # --- the unprofiled estimate -----------------------------------------------------------------------------

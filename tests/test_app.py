@@ -462,6 +462,17 @@ def test_alerts_the_other_way_round_are_timing_alerts_only(monkeypatch):
     assert table[table["metric"] == "launches/step"]["verdict"].tolist() == ["improvement", "improvement"]
 
 
+def test_alerts_across_devices_are_not_gated_and_say_what_changed(monkeypatch):
+    """An H100 and an MI300X trace of one model: the device from each trace's deviceProperties, nothing gated, and
+    what changed listed as probe compare lists it (kernels by category across vendors)."""
+    mi300x = "trace: mi300x_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"
+    at = app(monkeypatch, DATA, mi300x, "Alerts", baseline=H100)
+    assert not at.error and any("device differs" in w.value for w in at.warning)
+    assert "Not gated" in at.info[0].value
+    changed = next(m.value for m in at.markdown if m.value.startswith("**What changed, per step**"))
+    assert "kernel categories" in changed and "elementwise" in changed
+
+
 def test_no_regression_is_said(monkeypatch, tmp_path):
     trace = DATA / CACHED.removeprefix("trace: ")
     for name in ("one", "two"):  # the same recording twice: equal counts, equal timings

@@ -28,6 +28,7 @@ import pytest
 
 from probe.analysis import history
 from probe.analysis.results import RESULTS_FILE, load_results
+from probe.render.text import md_escape
 from tests.conftest import DATA, ROOT, run_probe
 
 SMALL = ["--prompts", "8", "--new-tokens", "4", "--runs", "2", "--warmup", "0", "--telemetry-ms", "0"]
@@ -178,19 +179,19 @@ def test_a_failed_history_write_keeps_the_results_and_says_why(tmp_path):
 
 
 def test_with_the_default_file_a_failed_write_only_warns(monkeypatch, tmp_path):
-    from argparse import Namespace
-
-    from probe.commands.history import record
-
+    """The append policy the measuring commands share (probe.analysis.history.record; their --no-history is
+    test_no_history_records_nothing)."""
     monkeypatch.delenv("PROBE_HISTORY")
     monkeypatch.chdir(tmp_path)
     (tmp_path / history.DEFAULT_FILE).write_text("not a database")
     results = load_results(RUN_A)
-    assert record(Namespace(history=None, no_history=False), "bench", 0, results=results) == 0
-    assert record(Namespace(history=None, no_history=False), "bench", 1, results=results) == 1
-    assert record(Namespace(history=tmp_path / history.DEFAULT_FILE, no_history=False), "bench", 0, results) == 2
+    assert history.record(None, "bench", 0, results=results).code == 0
+    failed = history.record(None, "bench", 1, results=results)
+    assert failed.code == 1 and failed.message.startswith("probe: history not updated: ")
+    assert history.record(tmp_path / history.DEFAULT_FILE, "bench", 0, results).code == 2
     (tmp_path / history.DEFAULT_FILE).unlink()
-    assert record(Namespace(history=None, no_history=False), "bench", 0, results=results) == 0
+    done = history.record(None, "bench", 0, results=results)
+    assert done.code == 0 and done.message.startswith("history: recorded run ")
     with history.connect(tmp_path / history.DEFAULT_FILE) as con:  # recorded in the current folder
         (run,) = history.list_runs(con)
     assert run.commit is None and run.dirty is None  # tmp_path is no repository: no commit, not probe's own
@@ -213,7 +214,8 @@ def test_check_exits_1_naming_the_op_the_variant_added(measured, tiny, tmp_path,
     )
     assert "REGRESSION" in out and "timings span sessions" in out and "probe ab" in out
     assert "not enough history" in out  # the profile and the run configurations have one run each
-    assert f"aten::clone 0 -> {layers} (new)" in md.read_text() and md.read_text().startswith("## probe history check")
+    text = md.read_text()
+    assert md_escape(f"aten::clone 0 -> {layers} (new)") in text and text.startswith("## probe history check")
     doc = json.loads(cli("history", "check", "--json", "--history", str(measured["path"])).stdout)
     assert doc["regression"] is True and doc["window"] == history.WINDOW
     checked = [c for c in doc["configs"] if c["status"] == "checked"]
@@ -340,8 +342,9 @@ WRITER = textwrap.dedent(
     from pathlib import Path
     import duckdb
     from probe.analysis import history
-    path, start, folders = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
+    path, go, folders = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]
     records = [history.folder_record(Path(f)) for f in folders]
+    print("ready", flush=True)
     conflicts, connect = [0], duckdb.connect
     def counting(*args, **kw):  # DuckDB's own connect, counting the times the file was found locked
         try:
@@ -350,7 +353,7 @@ WRITER = textwrap.dedent(
             conflicts[0] += "lock" in str(e).lower()
             raise
     duckdb.connect = counting
-    while time.time() < start:  # both writers start together
+    while not go.exists():  # both writers start together, while another process holds the file
         time.sleep(0.001)
     for record in records:
         assert history.append(path, record) is not None
@@ -391,12 +394,15 @@ READER = textwrap.dedent(
 
 
 def test_two_processes_recording_at_once_both_land_and_a_reader_sees_whole_runs(tmp_path):
+    """Two writers start appending while a third process holds the file's write lock, so each must find it locked
+    and wait (a collision made certain, not left to the scheduler); both land, and a reader meanwhile sees whole
+    runs only."""
     path = tmp_path / "h.duckdb"
+    go = tmp_path / "go"
     folders = {tag: distinct_runs(tmp_path / tag, 15, tag) for tag in ("a", "b")}
-    start = time.time() + 6  # after both have imported probe and read their folders
     writers = [
         subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(path), str(start), *map(str, runs)],
+            [sys.executable, "-c", WRITER, str(path), str(go), *map(str, runs)],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -404,22 +410,27 @@ def test_two_processes_recording_at_once_both_land_and_a_reader_sees_whole_runs(
         )
         for runs in folders.values()
     ]
+    for w in writers:  # both have imported probe and read their folders
+        assert w.stdout.readline().strip() == "ready", w.stderr.read()
+    holder = hold(path, 2, "rollback")
     reader = subprocess.Popen([sys.executable, "-c", READER, str(path), "14"], stdout=subprocess.PIPE, text=True)
+    go.touch()
     outs = [w.communicate(timeout=300) for w in writers]
+    assert holder.wait(timeout=60) == 0
     assert [w.returncode for w in writers] == [0, 0], outs
     reader_out = reader.communicate(timeout=60)[0]
     assert reader.returncode == 0, reader_out  # never a run without its cells, counts or samples
     runs = runs_json(path)
     assert sorted(Path(r["source"]).name for r in runs) == sorted(p.name for p in folders["a"] + folders["b"])
-    # they did collide: each append opens the file, and found it held by the other writer (or the reader)
-    assert sum(int(out) for out, _ in outs) > 0, outs
+    # they did collide: each writer's first append found the file held (by the holder, the other writer or the reader)
+    assert all(int(out) > 0 for out, _ in outs), outs
 
 
 HOLDER = textwrap.dedent(
     """
     import sys, time
     from probe.analysis import history
-    path, seconds = sys.argv[1], float(sys.argv[2])
+    path, seconds, end = sys.argv[1], float(sys.argv[2]), (sys.argv[3:] or ["commit"])[0]
     with history.connect(path, write=True) as con:
         con.begin()  # a run begun and not yet committed: its row and none of its cells
         con.execute(
@@ -428,14 +439,15 @@ HOLDER = textwrap.dedent(
         )
         print("holding", flush=True)
         time.sleep(seconds)
-        con.commit()
+        con.commit() if end == "commit" else con.rollback()
     """
 )
 
 
-def hold(path: Path, seconds: float) -> subprocess.Popen:
+def hold(path: Path, seconds: float, end: str = "commit") -> subprocess.Popen:
+    """A process holding the file's write lock for `seconds` with a run begun; then it commits or rolls back."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(path), str(seconds)],
+        [sys.executable, "-c", HOLDER, str(path), str(seconds), end],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
@@ -510,20 +522,28 @@ def old_history(path: Path) -> Path:
     return path
 
 
-def test_a_history_from_an_older_probe_is_migrated_and_kept(tmp_path, cli):
+def test_a_history_from_an_older_probe_is_read_as_it_is_and_migrated_by_the_next_append(tmp_path, cli):
+    """Reading never writes (issue 28 item 5): list and show read schema 1 as it is, byte for byte unchanged; the
+    next append migrates it in place and keeps the old run."""
     path = old_history(tmp_path / "old.duckdb")
+    before = path.read_bytes()
     (run,) = runs_json(path)
     assert run["run_id"] == "old" and run["commit"] == "abc" and run["config"] == "tiny float32 cached p8 n4"
+    shown = ok(cli("history", "show", "old", "--history", str(path)))
+    assert "not enough history" in shown.stdout
+    ok(cli("history", "check", "--history", str(path)))
+    assert path.read_bytes() == before and not path.with_name(path.name + ".wal").exists()
+    with duckdb.connect(str(path), read_only=True) as con:
+        assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("1",)
+    ok(cli("history", "import", str(RUN_A), "--history", str(path)))  # and it takes new runs
+    assert len(runs_json(path)) == 2
     with duckdb.connect(str(path), read_only=True) as con:
         assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (
             str(history.SCHEMA_VERSION),
         )
-        assert con.execute("SELECT driver FROM runs").fetchall() == [(None,)]  # the column schema 2 added
+        assert con.execute("SELECT driver FROM runs WHERE run_id = 'old'").fetchall() == [(None,)]  # schema 2's
         assert con.execute("SELECT count(*) FROM steps").fetchone() == (0,)
-    shown = ok(cli("history", "show", "old", "--history", str(path)))
-    assert "not enough history" in shown.stdout
-    ok(cli("history", "import", str(RUN_A), "--history", str(path)))  # and it takes new runs
-    assert len(runs_json(path)) == 2
+        assert con.execute("SELECT count(*) FROM units WHERE run_id = 'old'").fetchone() == (0,)  # schema 3's
 
 
 def test_a_history_from_a_newer_probe_is_refused(tmp_path, cli):
@@ -654,3 +674,148 @@ def test_the_history_commands_need_no_torch(tmp_path):
     proc = subprocess.run([sys.executable, "-c", HIDE_TORCH + code], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "1 run(s) added" in proc.stdout and "not enough history" in proc.stdout
+
+
+# ---------------------------------------------------------------------------------------------------------
+# hostile histories (issue 28 items 2, 4, 5, 7, 16) and contended runs (issue 22 section 4)
+
+
+def imported(path: Path, cli) -> Path:
+    ok(cli("history", "import", str(RUN_A), "--history", str(path)))
+    return path
+
+
+def test_a_history_cannot_make_probe_read_another_file(tmp_path, cli):
+    """Item 2: a table replaced by a view over read_text(), or a macro over it, is refused in one line, and the
+    other file's text is never shown (external access is off for every connection, and only probe's own tables
+    are read)."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET-TEXT\n")
+    for name, statements in {
+        "view": [
+            "ALTER TABLE runs RENAME TO runs_kept",
+            f"CREATE VIEW runs AS SELECT * REPLACE ((SELECT content FROM read_text('{secret}')) AS config) "
+            "FROM runs_kept",
+        ],
+        "macro": [f"CREATE MACRO contains(a, b) AS (SELECT content FROM read_text('{secret}')) IS NOT NULL"],
+    }.items():
+        path = imported(tmp_path / f"{name}.duckdb", cli)
+        with duckdb.connect(str(path)) as con:
+            for statement in statements:
+                con.execute(statement)
+        for argv in (["list"], ["list", "--config", "x"], ["check"], ["show", "latest"]):
+            proc = cli("history", *argv, "--history", str(path))
+            assert "TOP-SECRET" not in proc.stdout + proc.stderr, (name, argv)
+            line = one_line_error(proc)
+            assert "not a probe history" in line and ("not probe's table" in line or "views or macros" in line)
+
+
+@pytest.mark.parametrize("name", [":memory:", ":memory:named", "md:my_db", "s3://bucket/h.duckdb"])
+def test_a_history_that_is_not_a_file_here_is_refused(tmp_path, cli, name):
+    """Item 4: DuckDB reads these names as an in-memory (or remote) database, so `1 run(s) added` stored nothing."""
+    line = one_line_error(cli("history", "import", str(RUN_A), "--history", name))
+    assert "in-memory or remote database" in line
+    recorded = history.record(name, "bench", results=load_results(RUN_A))  # what bench, run, profile... append with
+    assert recorded.code == 2 and "in-memory or remote database" in recorded.message
+    proc = run_probe("history", "list", env=os.environ | {"PROBE_HISTORY": name})
+    assert "in-memory or remote database" in one_line_error(proc)
+
+
+@pytest.mark.parametrize("value", ["x", "1.5", "-1", "", "99999999999999999999"])
+def test_a_schema_version_that_is_not_one_probe_writes_is_one_line_and_nothing_is_written(tmp_path, cli, value):
+    """Item 5: never a traceback, never a migration (the file's bytes stay as they were)."""
+    path = old_history(tmp_path / "odd.duckdb")
+    with duckdb.connect(str(path)) as con:
+        con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [value])
+    before = path.read_bytes()
+    for argv in (["list"], ["check"], ["import", str(RUN_A)]):
+        line = one_line_error(cli("history", *argv, "--history", str(path)))
+        assert "schema" in line and "not a probe history" in line or "newer probe" in line, line
+    assert path.read_bytes() == before
+
+
+def test_reading_a_history_on_read_only_storage(tmp_path, cli):
+    """Item 5: a reader opens the file read-only, so an old history in a folder nobody may write still reads."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    path = old_history(folder / "old.duckdb")
+    folder.chmod(0o555)
+    path.chmod(0o444)
+    try:
+        if os.access(folder, os.W_OK):
+            pytest.skip("running as a user whom permissions do not stop (root)")
+        assert [r["run_id"] for r in runs_json(path)] == ["old"]
+    finally:
+        folder.chmod(0o755)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_fifos_in_the_historys_paths_are_one_line_never_a_hang(tmp_path):
+    """Item 7: a FIFO named like a run's files in a folder to import, and --history naming a FIFO. Real processes
+    with a timeout: the subject is that they end."""
+    folder = tmp_path / "runs"
+    shutil.copytree(RUN_A, folder / "a")
+    (folder / "fifo").mkdir()
+    for name in ("baseline.json", "x.trace.json", "x.meta.json"):
+        os.mkfifo(folder / "fifo" / name)
+    (folder / "fifo-run").mkdir()
+    os.mkfifo(folder / "fifo-run" / RESULTS_FILE)
+    path = tmp_path / "h.duckdb"
+    proc = run_probe("history", "import", str(folder), "--history", str(path), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 run(s) added" in proc.stdout and "Traceback" not in proc.stderr
+    skipped = proc.stderr.splitlines()
+    assert len(skipped) == 2 and all(line.startswith("skipped: ") for line in skipped), proc.stderr
+    assert "x.trace.json: " in skipped[0] and f"{RESULTS_FILE}: is not a regular file" in skipped[1]
+    fifo = tmp_path / "h.fifo"
+    os.mkfifo(fifo)
+    for argv in (["list"], ["import", str(RUN_A)]):
+        line = one_line_error(run_probe("history", *argv, "--history", str(fifo), timeout=120))
+        assert "not a regular file" in line, line
+    os.mkfifo(tmp_path / "h.duckdb.wal")
+    line = one_line_error(run_probe("history", "list", "--history", str(path), timeout=120))
+    assert "h.duckdb.wal: not a regular file" in line
+
+
+@pytest.mark.parametrize(
+    "statement,why",
+    [
+        ("UPDATE counts SET value = -3 WHERE metric = 'decode_launches'", "decode_launches = -3.0, not a finite"),
+        ("UPDATE samples SET value = 'nan' WHERE i = 0", "not a finite figure"),
+        ("UPDATE counts SET metric = 'made_up'", "metric 'made_up', not a count probe records"),
+        ("UPDATE samples SET metric = 'decode_launches'", "not a timing probe records"),
+    ],
+)
+def test_figures_that_cannot_be_true_are_refused_on_read(tmp_path, cli, statement, why):
+    """Item 16, as far as the history reads results: a count below 0, a NaN sample, a metric probe never wrote."""
+    path = tmp_path / "h.duckdb"
+    imported(path, cli)
+    doc = json.loads((RUN_A / RESULTS_FILE).read_text())
+    doc["cells"][0]["ttft_ms"] += 1  # a second run of the configuration, so show and check compare two
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / RESULTS_FILE).write_text(json.dumps(doc))
+    ok(cli("history", "import", str(tmp_path / "b"), "--history", str(path)))
+    with duckdb.connect(str(path)) as con:
+        con.execute(statement)
+    for argv in (["show", "latest"], ["check"]):
+        assert why in one_line_error(cli("history", *argv, "--history", str(path)))
+
+
+def test_a_contended_run_is_not_judged_by_history_check(tmp_path, cli):
+    """Issue 22 section 4: the latest run is 3x slower but its cell ran contended: no timing verdict, and the
+    History view's verdict (trend) says so."""
+    path = imported(tmp_path / "h.duckdb", cli)
+    doc = json.loads((RUN_A / RESULTS_FILE).read_text())
+    for cell in doc["cells"]:
+        cell["contended"] = True
+        cell["itl_runs_ms"] = [[x * 3 for x in run] for run in cell["itl_runs_ms"]]
+    (tmp_path / "slow").mkdir()
+    (tmp_path / "slow" / RESULTS_FILE).write_text(json.dumps(doc))
+    ok(cli("history", "import", str(tmp_path / "slow"), "--history", str(path)))
+    proc = cli("history", "check", "--history", str(path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "contended: not judged" in proc.stdout and "REGRESSION" not in proc.stdout
+    with history.connect(path) as con:
+        (config,) = history.configs(con)
+        frame = history.trend(con, config.config_id, config.units[0])
+    assert frame["verdict"].tolist() == ["not enough history", "contended: not judged"]

@@ -40,20 +40,32 @@ class Sidecar:
     details: dict = field(default_factory=dict)  # the rest, as the tool wrote it
 
     @property
-    def contended(self) -> str | None:
-        """The caveat a diagnosis says first when `probe profile` recorded the trace contended (the verdict
-        telemetry.contention gave at capture); None when it was not, was not judged, or the sidecar predates it."""
+    def contention(self) -> tuple[float | None, bool | None]:
+        """(other processes' cores, contended) as `probe profile` recorded them for its own run (the verdict
+        probe.analysis.telemetry.contention gave at capture); (None, None) when the sidecar predates the record."""
         c = self.details.get("contention")
         if not isinstance(c, dict):
-            return None
+            return None, None
         other, judged = c.get("other_cpu_cores"), c.get("contended")
-        if not isinstance(other, int | float) or not isinstance(judged, bool):
-            return None
+        return (
+            float(other) if isinstance(other, int | float) else None,
+            judged if isinstance(judged, bool) else None,
+        )
+
+    @property
+    def contended(self) -> bool | None:
+        return self.contention[1]
+
+    @property
+    def contended_caveat(self) -> str | None:
+        """The line a diagnosis says first when the trace was recorded contended; None otherwise."""
+        other, judged = self.contention
         if not judged:
             return None
+        cores = f"{other:.2f} cores" if other is not None else "other processes' cores"
         return (
-            f"recorded contended: {other:.2f} cores of other work ran beside it (probe.analysis.telemetry's "
-            "contention rule), so its host times are inflated and are not a verdict on the code"
+            f"recorded contended: {cores} of other work ran beside it (probe.analysis.telemetry's contention rule), "
+            "so its host times are inflated and are not a verdict on the code"
         )
 
     def to_json(self) -> dict:

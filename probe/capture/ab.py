@@ -7,7 +7,8 @@ inside each session, calls that drift a regression (benchmarks/compare_noise.py:
 alerted). Alternating whole runs still left drift within a run. So the two engines decode in lockstep
 (probe.capture.loop.lockstep): one step of each in turn, the order reversed every step, so both see the same
 machine at the scale of one step, and what is left is the difference between them. The counts are measured
-as the bench does (probe.count), so the launch gate is the same.
+as the bench does (probe.count), so the launch gate is the same, and so is the contention rule: each side's cells
+carry the telemetry of their decode phases, and a contended one is not judged.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import torch
 
 from engines import engine_class
 from engines.models import load_model, prompt_ids, resolve_device
-from probe.analysis.compare import SampleSet, from_results
 from probe.analysis.results import BenchResults, Cell
-from probe.capture.cell import measured_cell
+from probe.analysis.samples import SampleSet, from_results
+from probe.capture.cell import Telemetry, measured_cell
 from probe.capture.config import validate
 from probe.capture.env import environment
 from probe.capture.loop import Generation, lockstep
@@ -37,19 +38,24 @@ def interleaved(cfg: BenchConfig, base: str, current: str, flip: bool = False) -
         torch.set_num_threads(cfg.threads)
     model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
     order = ("current", "base") if flip else ("base", "current")
+    telemetry = Telemetry(cfg, device)
     cells: dict[str, list[Cell]] = {"base": [], "current": []}
     for length in sorted(cfg.prompts):
         for batch in sorted(cfg.batch):
             prompt = prompt_ids(length, batch, model.config.vocab_size, cfg.seed).to(device)
             engines = {"base": engine_class(base)(model), "current": engine_class(current)(model)}
             gens: dict[str, list[Generation]] = {"base": [], "current": []}
-            for i in range(cfg.warmup + cfg.runs):
-                sides = order if i % 2 == 0 else order[::-1]
-                for side, gen in zip(sides, lockstep([engines[s] for s in sides], prompt, cfg.new_tokens), strict=True):
-                    if i >= cfg.warmup:
-                        gens[side].append(gen)
+            with telemetry.sampler() as sampler:  # the contention rule needs the CPU figures of the decode phases
+                for i in range(cfg.warmup + cfg.runs):
+                    sides = order if i % 2 == 0 else order[::-1]
+                    runs = lockstep([engines[s] for s in sides], prompt, cfg.new_tokens)
+                    for side, gen in zip(sides, runs, strict=True):
+                        if i >= cfg.warmup:
+                            gens[side].append(gen)
             for side in cells:
-                cells[side].append(measured_cell(engines[side], prompt, gens[side], 0, "not measured"))
+                cell = measured_cell(engines[side], prompt, gens[side], 0, "not measured")
+                figures = telemetry.summarize(sampler, gens[side])
+                cells[side].append(figures.on(cell) if figures is not None else cell)
     env = environment(device, cfg.dtype)
     base_set, current_set = (
         from_results(BenchResults(cells[side], env, cfg, complete=True), name, with_engine=False)

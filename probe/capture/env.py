@@ -7,6 +7,7 @@ import os
 import platform
 from pathlib import Path
 
+import pynvml
 import torch
 import transformers
 
@@ -31,6 +32,21 @@ def device_name(device: torch.device) -> str:
     return "cpu"
 
 
+def driver_version(device: torch.device) -> str | None:
+    """The NVIDIA driver, when the run is on a CUDA device and NVML answers; None otherwise."""
+    if device.type != "cuda":
+        return None
+    try:
+        pynvml.nvmlInit()
+        try:
+            version = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML (ROCm, a container without the library): the driver is not known
+        return None
+    return version.decode() if isinstance(version, bytes) else str(version)
+
+
 def environment(device: torch.device, dtype: str) -> Environment:
     commit, dirty = git_state(ROOT)
     return Environment(
@@ -40,6 +56,7 @@ def environment(device: torch.device, dtype: str) -> Environment:
         device=str(device),
         device_name=device_name(device),
         cuda=torch.version.cuda,
+        driver=driver_version(device),
         cpu_model=cpu_model(),
         cpu_count=os.cpu_count(),
         torch_threads=torch.get_num_threads(),

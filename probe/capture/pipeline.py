@@ -259,7 +259,7 @@ def _profile_one(cfg: BenchConfig, folder: Path, model, engine: str, new_tokens:
     events = load_trace(trace)
     analysis = analyze(events)
     report.ledgers[label] = digest(analysis)
-    contended = meta.contended if (meta := trace_meta(trace)) else None
+    contended = meta.contended_caveat if (meta := trace_meta(trace)) else None
     if (median := diagnose_trace(analysis, Context.of(events, contended=contended)).median) is not None:
         report.diagnoses[label] = median
     report.steps[label] = step_counts(engine, analysis, trace.name, batch=batch)

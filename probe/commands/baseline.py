@@ -16,7 +16,7 @@ from pathlib import Path
 from probe.analysis.files import atomic_write
 from probe.capture.config import BenchConfig
 from probe.capture.sweep import bench, check_writable, mismatches
-from probe.commands.history import add_record_arguments, record
+from probe.commands._record import add_record_arguments, record
 from probe.errors import ProbeError
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import from_args

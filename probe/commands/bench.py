@@ -17,8 +17,8 @@ from probe.capture.config import BenchConfig
 from probe.capture.pipeline import sweep, sweep_problems
 from probe.capture.sweep import cell_count
 from probe.commands import print_json
+from probe.commands._record import add_record_arguments, record
 from probe.commands._sweep import print_problems, print_sweep, sweep_interrupts, watch_for
-from probe.commands.history import add_record_arguments, record
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import add_sweep_arguments, check_sweep_arguments, from_args
 from probe.render import terminal

@@ -12,7 +12,8 @@ from probe.analysis.ledger import analyze
 from probe.analysis.trace import load_trace
 from probe.capture import profile as capture
 from probe.capture.config import ProfileConfig
-from probe.commands.history import add_record_arguments, record
+from probe.commands._record import add_record_arguments, record
+from probe.errors import ProbeError
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import from_args
 from probe.render.console import stdout
@@ -40,5 +41,8 @@ def main(args: argparse.Namespace) -> int:
     for path in (result.trace, result.nsys_rep, result.sqlite, result.meta):
         if path is not None:
             print(path)
-    stdout().print(summary_table(analyze(load_trace(result.trace or result.sqlite))))
-    return record(args, "profile", traces=[result.trace or result.sqlite])
+    trace = result.trace or result.sqlite
+    if trace is None:  # neither capture returned a trace: it would have raised; said rather than assumed
+        raise ProbeError("probe profile wrote no trace")
+    stdout().print(summary_table(analyze(load_trace(trace))))
+    return record(args, "profile", traces=[trace])

@@ -212,13 +212,13 @@ def trace_telemetry(root: Path, trace: Path) -> Path | None:
     return path if path.is_file() and _inside(root, path) else None
 
 
-def samples_for(root: Path, source: Source, loaded) -> SampleSet:
+def samples_for(root: Path, source: Source, loaded, devices: Sequence = ()) -> SampleSet:
     """The SampleSet probe compare checks, built from what the app has already loaded (results or an
-    analysis), so that compare reads no file the app has not vetted."""
+    analysis, with the trace's deviceProperties), so that compare reads no file the app has not vetted."""
     path = source_path(root, source)
     if source.kind == "run":
         return from_results(loaded, str(path))
-    return from_analysis(loaded, str(path), trace_meta(root, path))
+    return from_analysis(loaded, str(path), trace_meta(root, path), devices)
 
 
 def model_spec(root: Path, text: str) -> str | None:

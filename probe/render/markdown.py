@@ -1,15 +1,22 @@
-"""The run report as Markdown (report.md): tables through pandas, a figure not measured a dash."""
+"""Markdown: the run report (report.md: tables through pandas, a figure not measured a dash), and probe compare's and
+probe history check's reports (a CI comment)."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from probe.analysis.compare import COLUMNS, Comparison, row_cells
 from probe.analysis.report import Figure, Report
 from probe.analysis.results import BenchResults
 from probe.render.terminal import SERVING_COLUMNS, floor_lines, parity_text, value_text
 from probe.render.text import md_escape
+
+if TYPE_CHECKING:  # a type only: rendering compare's report must not load DuckDB
+    from probe.analysis.history import HistoryCheck
 
 CELL_COLUMNS = (
     "engine",
@@ -170,3 +177,63 @@ def report_markdown(results: BenchResults, report: Report, figures: list[Figure]
     lines += _diagnoses(report)
     lines += _overhead(report) + _self_check(report)
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# probe compare and probe history check (a CI comment)
+
+
+def _code(text: str) -> str:
+    """`text` as a code span a table cell can hold: `|` escaped, a fence one backtick longer than any run inside."""
+    text = " ".join(str(text).splitlines()).replace("|", "\\|")
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def comparison_markdown(c: Comparison, level: int = 3) -> str:
+    """probe compare's report: the verdict, the loud warnings, the alerts, every row, what changed by name."""
+    head = "REGRESSION" if c.regressed else "no regression"
+    lines = [
+        f"{'#' * level} probe compare: {head}",
+        "",
+        f"{_code(c.baseline)} (baseline) vs {_code(c.current)} (current); timing regressions need a ratio "
+        f"of medians past {c.threshold:g} and Mann-Whitney p < {c.alpha:g}; launch counts are exact.",
+        "",
+    ]
+    for w in c.warnings:
+        lines += [f"> **WARNING: {md_escape(w)}**", ">"]
+    if c.warnings:
+        lines[-1] = ""
+    if c.alerts:
+        lines += [f"**{len(c.alerts)} alert(s)**", ""]
+        lines += [f"- {_code(a.key)} {md_escape(a.message)}" for a in c.alerts]
+        lines.append("")
+    lines.append("| " + " | ".join(COLUMNS) + " |")
+    lines.append("|" + "|".join("---" if col in ("cell", "metric", "verdict") else "---:" for col in COLUMNS) + "|")
+    for r in c.rows:
+        cells = row_cells(r)
+        if r.verdict == "regression":
+            cells[-1] = "**regression**"
+        lines.append("| " + " | ".join(md_escape(x) for x in cells) + " |")
+    if c.changes:
+        lines += ["", "What changed, per step:", ""]
+        lines += [f"- {_code(ch.key)} {md_escape(ch.metric)}: {md_escape(str(ch))}" for ch in c.changes]
+    if c.notes:
+        lines += ["", *[f"_{md_escape(n)}_  " for n in c.notes]]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def history_check_markdown(check: HistoryCheck) -> str:
+    head = "REGRESSION" if check.regressed else "no regression"
+    lines = [f"## probe history check: {head}", ""]
+    for j in check.judgements:
+        lines += [
+            f"**{md_escape(j.run.config)}** (`{j.run.config_id}`): run `{j.run.run_id}` @ `{j.run.short_commit}`",
+            "",
+        ]
+        if j.comparison is None:
+            lines += [f"_{md_escape(j.reason or '')}_", ""]
+        else:
+            lines += [comparison_markdown(j.comparison, level=4), ""]
+    return "\n".join(lines).rstrip() + "\n"

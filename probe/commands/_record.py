@@ -1,0 +1,39 @@
+"""--history and --no-history for the commands that measure (run, bench, baseline, profile), and recording their run
+(the policy itself: probe.analysis.history.record). Apart from probe.commands.history so that a measuring command
+never loads DuckDB, which is optional where probe measures (the GPU machine has none), unless it records."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from probe.analysis.results import BenchResults
+
+HISTORY_HELP = "the history file (default: $PROBE_HISTORY, else ./probe-history.duckdb)"
+
+
+def add_record_arguments(p: argparse.ArgumentParser) -> None:
+    """--history PATH and --no-history, for every command that records a run."""
+    p.add_argument("--history", type=Path, metavar="PATH", help=HISTORY_HELP + "; the run is appended to it")
+    p.add_argument("--no-history", action="store_true", help="do not record this run in the history")
+
+
+def record(
+    args: argparse.Namespace,
+    command: str,
+    code: int = 0,
+    results: BenchResults | None = None,
+    traces: Sequence[Path] = (),
+    source: Path | None = None,
+    folder: Path | None = None,
+) -> int:
+    """Append this run to the history unless --no-history (probe.analysis.history.record); the exit code."""
+    if args.no_history:  # before the import: --no-history must never load DuckDB
+        return code
+    from probe.analysis.history import record as append_run
+
+    done = append_run(args.history, command, code, results, traces, source, folder)
+    print(done.message, file=sys.stderr)
+    return done.code
