@@ -19,12 +19,15 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
 
 import duckdb
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from probe.analysis import history
 from probe.analysis.results import RESULTS_FILE, load_results
@@ -819,3 +822,58 @@ def test_a_contended_run_is_not_judged_by_history_check(tmp_path, cli):
         (config,) = history.configs(con)
         frame = history.trend(con, config.config_id, config.units[0])
     assert frame["verdict"].tolist() == ["not enough history", "contended: not judged"]
+
+
+# ---- the property tests of the readers, extended to the history file (issue 28, "Done when") ---------------------
+
+_BASE: dict[str, Path] = {}
+_TABLES = history.TABLES  # probe's tables: a hostile history may hold anything their column types allow
+
+
+def _base_history(tmp_root: Path, cli) -> Path:
+    """Two imported runs of one configuration (so show and check compare them), made once for every example."""
+    if "path" not in _BASE:
+        path = tmp_root / "base.duckdb"
+        imported(path, cli)
+        doc = json.loads((RUN_A / RESULTS_FILE).read_text())
+        doc["cells"][0]["ttft_ms"] += 1
+        (tmp_root / "b").mkdir()
+        (tmp_root / "b" / RESULTS_FILE).write_text(json.dumps(doc))
+        ok(cli("history", "import", str(tmp_root / "b"), "--history", str(path)))
+        _BASE["path"] = path
+    return _BASE["path"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    table=st.sampled_from(_TABLES),
+    pick=st.integers(min_value=0, max_value=40),
+    value=st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(min_value=-(2**63), max_value=2**63 - 1),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.text(max_size=40),
+        st.sampled_from(["{", "[]", '{"torch": 3}', '{"device": null}', "null", "1e999", "\udcff"]),
+    ),
+)
+def test_any_value_in_a_history_is_read_or_one_line(tmp_path_factory, cli, table, pick, value):
+    """A history whose every table may hold any value its column type allows (a damaged file, another tool's
+    writes): list, check and show either answer or say what is wrong in one line (exit 2), never a traceback."""
+    base = _base_history(tmp_path_factory.getbasetemp(), cli)
+    work = Path(tempfile.mkdtemp(dir=tmp_path_factory.getbasetemp()))
+    path = Path(shutil.copy(base, work / "h.duckdb"))
+    with duckdb.connect(str(path)) as con:
+        columns = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()]
+        column = columns[pick % len(columns)]
+        try:
+            con.execute(f'UPDATE {table} SET "{column}" = ?', [value])
+        except duckdb.Error:
+            assume(False)  # the column's type refuses the value: DuckDB's own guard, nothing for probe to read
+    for argv in (["list"], ["check"], ["show", "latest"]):
+        done = cli("history", *argv, "--history", str(path))
+        assert "Traceback" not in done.stderr, (argv, table, column, value, done.stderr[-2000:])
+        if done.returncode == 2:
+            one_line_error(done)
+        else:
+            assert done.returncode in (0, 1), (argv, table, column, value, done.returncode, done.stderr[-2000:])
