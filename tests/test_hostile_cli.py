@@ -61,7 +61,11 @@ def test_text_from_a_results_file_is_not_markup(monkeypatch, tmp_path):
     results["config"]["model"] = "[click](http://evil.example) **bold**"
     (run / "results.json").write_text(json.dumps(results))
     monkeypatch.setenv(ROOT_ENV, str(tmp_path))
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()  # a run opens on its Diagnosis
+    assert not at.exception
+    shown = [e.value for e in (*at.markdown, *at.subheader, *at.caption)]
+    assert not any("](http://evil.example)" in text for text in shown)  # nowhere a live link
+    at.radio(key="view").set_value("Sweep").run()  # the sweep's heading names the model
     assert not at.exception
     heading = at.subheader[0].value
     assert "\\[click\\]\\(http://evil\\.example\\) \\*\\*bold\\*\\*" in heading

@@ -59,7 +59,7 @@ def test_probe_run_writes_the_whole_report(tmp_path):
     assert load_results(out / "next-static").cells[0].tokens_match_naive
     report = load_report(out)
     assert len(report.predictions) == 4 and report.machine.floor_ms > 0 and report.machine.bandwidth_bytes_s > 0
-    assert [v.supported is not None for v in report.verdicts] == [True, True], [v.evidence for v in report.verdicts]
+    assert_both_predictions_measured(report)
     assert set(report.ledgers) == {"naive", "cached"}
     for digest in report.ledgers.values():  # a CPU trace dispatches top-level ops, and its wall is all host parts
         assert digest.dispatch == "top-level ops" and digest.gpu_busy_us is None and digest.dispatched > 0
@@ -103,13 +103,21 @@ def test_probe_run_quick_prints_the_whole_report(tmp_path):
     assert set(report.steps) == {"naive", "cached", "static", "batched B=4"} and report.overhead.floor_unsynced_ms > 0
     assert report.steps["batched B=4"].batch == 4 and report.self_check.note.startswith("CUDA part skipped")
     assert len(list((out / "traces").glob("*_b4.trace.json.gz"))) == 1  # the batched trace's name says B
-    assert [v.supported is not None for v in report.verdicts] == [True, True]
+    assert_both_predictions_measured(report)
     assert len(list((out / "traces").glob("*.trace.json.gz"))) == 4
     markdown = (out / "report.md").read_text()
     assert "## The write-ups' hand measurements, measured here" in markdown
     assert not re.search(r"\bnan\b", markdown, re.IGNORECASE)  # static's op count is not measured: a dash
     static_row = next(line for line in markdown.splitlines() if line.startswith("| static   |"))
     assert static_row.split("|")[-3].strip() == "-"
+
+
+def assert_both_predictions_measured(report) -> None:
+    """Each of the write-ups' two predictions was measured: judged, or refused as a measurement error its evidence
+    names (a contended reference, a scaling past B x single: timings on a loaded machine), never "needs ..."."""
+    assert len(report.verdicts) == 2
+    for v in report.verdicts:
+        assert v.supported is not None or v.evidence.startswith("not judged: "), v.evidence
 
 
 SMALL = ["--prompts", "8", "--new-tokens", "3", "--runs", "1", "--warmup", "0", "--device", "cpu"]
@@ -120,10 +128,10 @@ def test_a_part_that_fails_is_named_and_the_rest_goes_on(tmp_path, cli, monkeypa
     the machine and the predictions are still measured and written, report.md names the failure, the exit is 1."""
     real = pipeline.profile_torch
 
-    def failing(pcfg, folder, model=None):
+    def failing(pcfg, folder, model=None, **kw):
         if pcfg.engine == "cached":
             raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED (a stand-in)\nsecond line")
-        return real(pcfg, folder, model)
+        return real(pcfg, folder, model, **kw)
 
     monkeypatch.setattr(pipeline, "profile_torch", failing)
     out = tmp_path / "run"
