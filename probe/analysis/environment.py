@@ -32,6 +32,15 @@ DIRTY = "-dirty"  # how files before schema 5 marked modified tracked files: a s
 
 
 @dataclass(frozen=True)
+class Clock:
+    """Both clocks read at one instant: steps and telemetry use perf_counter_ns, traces use the epoch. Results
+    files and sidecars carry it beside their environment."""
+
+    perf_counter_ns: int
+    epoch_ns: int
+
+
+@dataclass(frozen=True)
 class EnvDifference:
     key: str  # the field, or "device" for the device kind and name together
     ours: object  # this side's value (the baseline's, the held folder's)

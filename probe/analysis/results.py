@@ -25,7 +25,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from probe.analysis.environment import Environment
+from probe.analysis.environment import Clock, Environment
 from probe.analysis.files import atomic_set, read_json
 from probe.analysis.telemetry import TelemetrySummary
 from probe.errors import ProbeError
@@ -76,14 +76,6 @@ def decode_tok_s(batch: int, steps_ms: Sequence[float]) -> float | None:
     """One run's decode tokens/s: batch x decode steps / decode time (prefill excluded); None for no time."""
     total = sum(steps_ms)
     return batch * len(steps_ms) / (total / 1e3) if total > 0 else None
-
-
-@dataclass(frozen=True)
-class Clock:
-    """Both clocks read at one instant: steps and telemetry use perf_counter_ns, traces use the epoch."""
-
-    perf_counter_ns: int
-    epoch_ns: int
 
 
 @dataclass(frozen=True)

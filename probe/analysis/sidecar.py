@@ -19,10 +19,9 @@ from typing import Literal
 
 import msgspec
 
-from probe.analysis.environment import Environment
+from probe.analysis.environment import Clock, Environment
 from probe.analysis.files import read_json, stem_of
 from probe.analysis.ledger import EventCost
-from probe.analysis.results import Clock
 from probe.errors import ProbeError
 from probe.settings import ProfileConfig
 

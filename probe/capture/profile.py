@@ -43,9 +43,9 @@ except ImportError:  # optional: ranges then go through torch.cuda.nvtx where CU
 
 from engines import engine_class
 from engines.models import load_model, prompt_ids, resolve_device
+from probe.analysis.environment import Clock
 from probe.analysis.files import atomic_path, atomic_write, trace_stem
 from probe.analysis.report import SelfCheck
-from probe.analysis.results import Clock
 from probe.analysis.runfolder import check_writable
 from probe.analysis.sidecar import Sidecar
 from probe.analysis.telemetry import cell_telemetry, contention, decode_windows, write_samples
