@@ -275,7 +275,8 @@ def test_any_sidecar_is_a_sidecar_or_one_line(where, value):
     except ValueError as e:
         assert "\n" not in str(e)
         return
-    assert Sidecar.from_json(json.loads(json.dumps(meta.to_json()))) == meta
+    text = json.dumps(meta.to_json(), sort_keys=True)  # as text: a NaN the details hold equals itself there
+    assert json.dumps(Sidecar.from_json(json.loads(text)).to_json(), sort_keys=True) == text
 
 
 PRESET = json.loads((Path(files.__file__).parents[2] / "engines" / "presets" / "tiny.json").read_text())
