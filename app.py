@@ -265,7 +265,7 @@ def show_alerts(comparison: Comparison, table_key: str, clean: str = "No regress
         st.success(clean)
     show_table(figures.compare.comparison_frame(comparison), table_key)
     if comparison.changes:  # as probe compare lists them: new, grown, shrunk, removed, by short name
-        listed = "\n".join(f"- {md(c.key)} {md(c.metric)}: {md(str(c))}" for c in comparison.changes)
+        listed = "\n".join(f"- {md(c.line)}" for c in comparison.changes)
         st.markdown(f"**What changed, per step**\n\n{listed}")
     for note in comparison.notes:
         st.caption(md(note))

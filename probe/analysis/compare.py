@@ -109,6 +109,11 @@ class OpChange:
         where = f" ({', '.join(self.steps)})" if self.steps else ""
         return f"{self.change}: {self.name}, {fmt_count(self.baseline)} -> {fmt_count(self.current)} a step{where}"
 
+    @property
+    def line(self) -> str:
+        """The change as every renderer lists it: its unit, what was counted, and the change."""
+        return f"{self.key} {self.metric}: {self}"
+
     def to_json(self) -> dict:
         return asdict(self) | {"change": self.change}
 

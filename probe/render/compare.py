@@ -47,7 +47,7 @@ def print_comparison(result: Comparison) -> None:
     if result.changes:
         console.print("what changed, per step:")
         for c in result.changes:
-            console.print(f"  {escape(c.key)} {escape(c.metric)}: {escape(str(c))}")
+            console.print(f"  {escape(c.line)}")
     for note in result.notes:
         console.print(f"note: {escape(note)}")
     if result.regressed:
