@@ -22,17 +22,17 @@ from typing import NamedTuple
 import pandas as pd
 import streamlit as st
 
-from probe.analysis import history
-from probe.analysis.answer import Answer, answer
-from probe.analysis.compare import Comparison, compare
-from probe.analysis.hardware import DEVICES, device
-from probe.analysis.history import ConfigInfo
-from probe.analysis.job import JobAnalysis, TraceFailure, job
-from probe.analysis.ledger import AnalyzeOptions, StepLedger, TraceAnalysis, analyze
-from probe.analysis.report import Report, load_report
-from probe.analysis.results import BenchResults, load_results
-from probe.analysis.step_roofline import TokenFlags
-from probe.analysis.timeline import StepTimeline, step_clock
+from probe.analysis.diagnosis.answer import Answer, answer
+from probe.analysis.diagnosis.report import Report, load_report
+from probe.analysis.ledger.build import AnalyzeOptions, StepLedger, TraceAnalysis, analyze
+from probe.analysis.ledger.ranks import JobAnalysis, TraceFailure, job
+from probe.analysis.ledger.timeline import StepTimeline, step_clock
+from probe.analysis.records.results import BenchResults, load_results
+from probe.analysis.regression import history
+from probe.analysis.regression.compare import Comparison, compare
+from probe.analysis.regression.history import ConfigInfo
+from probe.analysis.roofline.devices import DEVICES, device
+from probe.analysis.roofline.step import TokenFlags
 from probe.analysis.trace import load_trace as parse
 from probe.errors import ProbeError
 from probe.explorer import figures, sources
@@ -146,7 +146,8 @@ def load_analysis(root: bytes, path: bytes, stamp: tuple, reading: Reading) -> T
 
 @st.cache_resource(max_entries=16, show_spinner="Diagnosing every step")
 def load_answer(root: bytes, path: bytes, stamp: tuple, reading: Reading, roofline: Roofline) -> Answer:
-    """The answer for a trace (probe.analysis.answer): never changed once made, so shared like the analysis."""
+    """The answer for a trace (probe.analysis.diagnosis.answer): never changed once made, so shared like the
+    analysis."""
     trace = load_trace(path, stamp)
     analysis = load_analysis(root, path, stamp, reading)
     flags = TokenFlags(roofline.tokens, roofline.batch, roofline.context)
@@ -209,7 +210,8 @@ def load_telemetry(path: bytes, stamp: tuple, offset_ns: int | None = None) -> f
 
 
 def load_job(root: Path, folder: Path, reading: Reading) -> JobAnalysis:
-    """The traces of a job folder, each analyzed (and cached) on its own, lined up as ranks (probe.analysis.job);
+    """The traces of a job folder, each analyzed (and cached) on its own, lined up as ranks
+    (probe.analysis.ledger.ranks);
     a trace that cannot be read is named with its error."""
     analyses: list[TraceAnalysis | TraceFailure] = []
     for trace in sources.job_traces(root, folder):
@@ -272,7 +274,7 @@ def show_alerts(comparison: Comparison, table_key: str, clean: str = "No regress
 
 
 def show_telemetry(root: Path, folder: Path) -> None:
-    """Telemetry samples (probe.analysis.telemetry) recorded in this folder, if any: one panel a figure."""
+    """Telemetry samples (probe.analysis.records.telemetry) recorded in this folder, if any: one panel a figure."""
     files = sources.telemetry_files(root, folder)
     if files:
         st.subheader("Telemetry samples")
@@ -441,7 +443,7 @@ def show_run_diagnosis(run: Run, page: Page) -> None:
 
 
 def show_op_roofline(trace: Trace, page: Page) -> None:
-    """Every (op, shapes) that launched kernels against the device's roofs (probe.analysis.op_roofline)."""
+    """Every (op, shapes) that launched kernels against the device's roofs (probe.analysis.roofline.ops)."""
     result = trace_answer(trace, page)
     if result is None:
         return
@@ -698,7 +700,7 @@ def show_kernels(trace: Trace, page: Page) -> None:
         return
     st.plotly_chart(figures.kernels.kernel_category_figure(analysis), key="kernel_categories_chart")
     st.caption(
-        "Each step's GPU time by kernel category (probe/analysis/kernels.py; add your own in the sidebar); "
+        "Each step's GPU time by kernel category (probe/analysis/ledger/kernels.py; add your own in the sidebar); "
         "the line is the step's GPU busy time."
     )
     step = pick_step(analysis, "kernels_scope", "Top kernels over", everything="whole trace")
@@ -765,7 +767,8 @@ def show_history(hist: History, page: Page) -> None:
 
 
 def show_ranks(loaded: Job, page: Page) -> None:
-    """Each rank's wall per step and the straggler, when probe.analysis.job says the folder's traces are the ranks
+    """Each rank's wall per step and the straggler, when probe.analysis.ledger.ranks says the folder's traces are the
+    ranks
     of one job (same steps, a distinct rank for each); otherwise the folder's traces, each linked, and why."""
     result = loaded.job
     for f in result.failed:

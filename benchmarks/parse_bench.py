@@ -149,8 +149,8 @@ def measure(
 
 
 def measure_ours(path: str, timeline: bool = False) -> dict:
-    from probe.analysis.ledger import analyze as ledger
-    from probe.analysis.timeline import step_timeline
+    from probe.analysis.ledger.build import analyze as ledger
+    from probe.analysis.ledger.timeline import step_timeline
     from probe.analysis.trace import load_trace
 
     t0, c0 = time.perf_counter(), time.process_time()
@@ -288,7 +288,7 @@ def print_rules() -> None:
     old `flashinfer.*(prefill|decode)` read to the end of the name from every "flashinfer" in it."""
     import re
 
-    from probe.analysis.kernels import DEFAULT_RULES
+    from probe.analysis.ledger.kernels import DEFAULT_RULES
 
     old = re.compile(r"flashinfer.*(prefill|decode)", re.IGNORECASE)
     print("\n## kernel-category rules on one long kernel name\n")

@@ -1,7 +1,7 @@
 """The annotation vocabulary: every range name the toolkit emits, in one torch-free place.
 
 The capture side emits these (probe.capture.annotate, to NVTX and torch.profiler alike); the analysis side
-reads them back out of traces (probe.analysis.ledger). Indexed ranges are labelled `name#index`.
+reads them back out of traces (probe.analysis.ledger.build). Indexed ranges are labelled `name#index`.
 
 | range | where | what it covers |
 |---|---|---|

@@ -5,7 +5,7 @@
 # nvidia-ml-py (pynvml) already installed. Of probe's dependencies (pyproject.toml) that leaves:
 #   msgspec   the trace reader, results and report files, --json: every command needs it
 #   nvtx      NVTX ranges for Nsight Systems (<0.2.12, see DEVELOPERS.md); optional, small, carried for nsys runs
-#   google-re2  user patterns (--steps, --part, --kernel-category) in linear time (probe/analysis/patterns.py)
+#   google-re2  user patterns (--steps, --part, --kernel-category) in linear time (probe/analysis/ledger/patterns.py)
 # Not carried: duckdb (the run history: gpu-run.sh runs with --no-history, which never imports it, and its wheel is a
 # third of the 64 MiB a call may carry), plotly and streamlit (the explorer), ray (--executor ray).
 # Usage: scripts/gpu-wheels.sh            (then name .whl in the device call's carry)

@@ -1,4 +1,5 @@
-"""A brute-force ledger in plain Python, written from the definitions in probe/analysis/ledger.py and never from its
+"""A brute-force ledger in plain Python, written from the definitions in probe/analysis/ledger/build.py and never from
+its
 code: no numpy, no shared helper. It reads a chrome trace's events itself, times as exact ns from their decimal
 text, and walks time event by event. Slow, obvious, and independent: tests hold the real ledger to it.
 """

@@ -96,10 +96,11 @@ def test_output_names_the_model_and_device_and_reconciles_a_count_alert_beside_a
 
 
 def test_a_contended_side_is_not_judged(cli, monkeypatch):
-    """The contention rule (probe.analysis.telemetry.contention, tested on a real busy loop in tests/test_telemetry.py)
+    """The contention rule (probe.analysis.records.telemetry.contention, tested on a real busy loop in
+    tests/test_telemetry.py)
     forced to say "contended": a 3 ms slowdown a step, which the test above catches, is then no verdict; the exact
     counts still are."""
-    from probe.analysis.telemetry import Contention
+    from probe.analysis.records.telemetry import Contention
     from probe.capture import cell
 
     monkeypatch.setattr(cell, "contention", lambda summary, windows, cores: Contention(1.0, True))

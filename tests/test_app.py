@@ -503,7 +503,7 @@ def test_kernels_view_draws_categories_per_step_and_top_kernels(monkeypatch):
     at = app(monkeypatch, DATA, VLLM, "Kernels")
     bars = {t["name"]: t["y"] for t in chart(at, "kernel_categories_chart") if t["type"] == "bar"}
     # tests/test_any_trace.py holds these to a brute-force oracle; here the view must draw what the ledger says
-    from probe.analysis.ledger import analyze
+    from probe.analysis.ledger.build import analyze
     from probe.analysis.trace import load_trace
 
     (step,) = analyze(load_trace(DATA / "rocm_vllm_decode_cudagraph.trace.json.gz")).steps
@@ -560,7 +560,7 @@ def test_no_view_draws_markup_from_the_names_in_a_trace(monkeypatch, tmp_path):
 def test_every_pattern_from_the_url_goes_through_analyze_options_parse(monkeypatch):
     """Issue 28 item 3: the URL's --steps, --part and --kernel-category reach the one place that compiles user
     patterns (AnalyzeOptions.parse, linear-time there), as they were typed; the app compiles none itself."""
-    from probe.analysis.ledger import AnalyzeOptions
+    from probe.analysis.ledger.build import AnalyzeOptions
 
     seen = []
     parse = AnalyzeOptions.parse.__func__
@@ -590,7 +590,7 @@ def history_root(tmp_path: Path) -> Path:
     import dataclasses
     import datetime as dt
 
-    from probe.analysis import history
+    from probe.analysis.regression import history
 
     for name in ("tiny-cpu-a", "tiny-cpu-b"):
         shutil.copytree(DATA / "app" / "runs" / name, tmp_path / "runs" / name)
@@ -642,7 +642,7 @@ def test_history_opens_on_the_configuration_with_the_most_runs(monkeypatch, tmp_
     import dataclasses
     import datetime as dt
 
-    from probe.analysis import history
+    from probe.analysis.regression import history
 
     root = history_root(tmp_path)
     later = dt.datetime(2026, 1, 3, 9, 0)
@@ -667,7 +667,7 @@ def test_history_view_opens_an_older_run_and_splits_a_profiled_step(monkeypatch,
     assert not at.exception
     bars = {t["name"]: t["y"] for t in chart(at, "history_chart") if t["type"] == "bar"}
     assert {"host: rest of model", "host: cache_update", "host: sample"} <= set(bars)  # the purpose partition
-    from probe.analysis.ledger import analyze
+    from probe.analysis.ledger.build import analyze
     from probe.analysis.trace import load_trace
 
     decode = [s for s in analyze(load_trace(DATA / CACHED.removeprefix("trace: "))).steps if s.kind == "decode"]
@@ -676,7 +676,7 @@ def test_history_view_opens_an_older_run_and_splits_a_profiled_step(monkeypatch,
 
 
 def test_a_broken_or_empty_history_is_an_error_or_a_hint(monkeypatch, tmp_path):
-    from probe.analysis import history
+    from probe.analysis.regression import history
 
     (tmp_path / "broken.duckdb").write_text("not a database")
     with history.connect(tmp_path / "empty.duckdb", write=True):
@@ -721,7 +721,8 @@ def test_a_folder_of_rank_traces_opens_as_one_job(monkeypatch, tmp_path):
 
 
 def test_a_folder_of_unrelated_traces_is_a_list_not_a_job(monkeypatch, tmp_path):
-    """Two traces of different runs in one folder are not ranks (probe.analysis.job's rule): the Ranks view says
+    """Two traces of different runs in one folder are not ranks (probe.analysis.ledger.ranks's rule): the Ranks view
+    says
     why and links each trace, and draws no cross-rank chart."""
     (tmp_path / "two").mkdir()
     shutil.copy(DATA / "hand_decode.trace.json.gz", tmp_path / "two" / "a.trace.json.gz")

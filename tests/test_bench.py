@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from probe.analysis.environment import Environment
-from probe.analysis.results import Cell, Parity, load_results
+from probe.analysis.records.environment import Environment
+from probe.analysis.records.results import Cell, Parity, load_results
 from probe.capture.cell import PeakMemory, sync_cost_ms
 from probe.capture.config import settle
 from probe.capture.parity import NEAR_TIE_ULPS, Checked, judge

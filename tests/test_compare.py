@@ -9,8 +9,10 @@ import statistics
 import pytest
 import torch
 
-from probe.analysis import kernels as kernels_module
-from probe.analysis.compare import (
+from probe.analysis.ledger import kernels as kernels_module
+from probe.analysis.records.environment import Environment
+from probe.analysis.records.results import RESULTS_FILE, BenchResults, Cell, load_results
+from probe.analysis.regression.compare import (
     ALPHA,
     THRESHOLD,
     CompareRules,
@@ -22,9 +24,7 @@ from probe.analysis.compare import (
     load_samples,
     timing_row,
 )
-from probe.analysis.environment import Environment
-from probe.analysis.results import RESULTS_FILE, BenchResults, Cell, load_results
-from probe.analysis.samples import SampleSet
+from probe.analysis.regression.samples import SampleSet
 from probe.capture.config import BenchConfig
 from probe.capture.loop import generate
 from probe.capture.sweep import bench
@@ -560,10 +560,11 @@ def test_a_count_alert_beside_a_speed_up_is_reconciled():
 
 
 def test_a_contended_profile_warns_and_its_trace_is_not_judged(tmp_path, tiny, monkeypatch, capsys, cli):
-    """probe profile holds its own run to the contention rule (probe.analysis.telemetry.contention, tested on a real
+    """probe profile holds its own run to the contention rule (probe.analysis.records.telemetry.contention, tested on a
+    real
     busy loop in tests/test_telemetry.py); here the rule's answer is forced, to test what follows from it: a warning,
     the sidecar's record, and compare's "contended: not judged"."""
-    from probe.analysis.telemetry import Contention
+    from probe.analysis.records.telemetry import Contention
     from probe.capture import profile as capture
     from probe.capture.config import ProfileConfig
 

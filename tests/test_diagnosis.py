@@ -1,4 +1,5 @@
-"""The step diagnosis (probe.analysis.diagnosis): hand-built traces where each verdict and each what-if has a known
+"""The step diagnosis (probe.analysis.diagnosis.verdict): hand-built traces where each verdict and each what-if has a
+known
 answer, worked out beside it; then every public trace, each with the verdict its figures call for."""
 
 from __future__ import annotations
@@ -8,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from probe.analysis.diagnosis import Context, diagnose_trace
-from probe.analysis.ledger import analyze
+from probe.analysis.diagnosis.verdict import Context, diagnose_trace
+from probe.analysis.ledger.build import analyze
 from probe.analysis.trace import load_trace
 
 PUBLIC = Path(__file__).resolve().parents[2] / "shared" / "traces" / "public"

@@ -1,4 +1,5 @@
-"""The run history (probe.analysis.history, `probe history`): every measuring command appends its run, the trend
+"""The run history (probe.analysis.regression.history, `probe history`): every measuring command appends its run, the
+trend
 check catches an engine that adds a host op, concurrent writers both land and readers see whole runs, an older
 file is migrated, and bad input is one line.
 
@@ -29,8 +30,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from probe.analysis import history
-from probe.analysis.results import RESULTS_FILE, load_results
+from probe.analysis.records.results import RESULTS_FILE, load_results
+from probe.analysis.regression import history
 from probe.render.text import md_escape
 from tests.conftest import DATA, ROOT, run_probe
 
@@ -137,7 +138,7 @@ def test_a_bench_run_stores_its_cells_counts_ops_and_samples(measured):
 
 
 def test_a_profiled_run_stores_its_per_step_ledger(measured):
-    from probe.analysis.ledger import analyze
+    from probe.analysis.ledger.build import analyze
     from probe.analysis.trace import load_trace
 
     runs = runs_json(measured["path"])
@@ -182,7 +183,7 @@ def test_a_failed_history_write_keeps_the_results_and_says_why(tmp_path):
 
 
 def test_with_the_default_file_a_failed_write_only_warns(monkeypatch, tmp_path):
-    """The append policy the measuring commands share (probe.analysis.history.record; their --no-history is
+    """The append policy the measuring commands share (probe.analysis.regression.history.record; their --no-history is
     test_no_history_records_nothing)."""
     monkeypatch.delenv("PROBE_HISTORY")
     monkeypatch.chdir(tmp_path)
@@ -344,7 +345,7 @@ WRITER = textwrap.dedent(
     import sys, time
     from pathlib import Path
     import duckdb
-    from probe.analysis import history
+    from probe.analysis.regression import history
     path, go, folders = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]
     records = [history.folder_record(Path(f)) for f in folders]
     print("ready", flush=True)
@@ -432,7 +433,7 @@ def test_two_processes_recording_at_once_both_land_and_a_reader_sees_whole_runs(
 HOLDER = textwrap.dedent(
     """
     import sys, time
-    from probe.analysis import history
+    from probe.analysis.regression import history
     path, seconds, end = sys.argv[1], float(sys.argv[2]), (sys.argv[3:] or ["commit"])[0]
     with history.connect(path, write=True) as con:
         con.begin()  # a run begun and not yet committed: its row and none of its cells

@@ -74,8 +74,8 @@ def test_text_from_a_results_file_is_not_markup(monkeypatch, tmp_path):
 def test_writes_never_follow_a_planted_symlink(tmp_path):
     """Symlinks planted in an output folder, at the names a writer there might use (the final file, the fixed
     write-test and temp names of earlier versions), pointing outside: no write goes through any of them."""
-    from probe.analysis.files import atomic_path, atomic_write
-    from probe.analysis.runfolder import check_writable
+    from probe.analysis.records.files import atomic_path, atomic_write
+    from probe.analysis.records.runfolder import check_writable
 
     out, outside = tmp_path / "out", tmp_path / "outside"
     out.mkdir()
@@ -275,7 +275,7 @@ def test_malformed_sidecars_are_one_line_each_in_history_import(tmp_path):
 
 def test_a_malformed_sidecar_is_one_line_in_the_explorer(monkeypatch, tmp_path):
     """A clock of the wrong type reached the telemetry panel's arithmetic: a traceback on the page."""
-    from probe.analysis.telemetry import write_samples
+    from probe.analysis.records.telemetry import write_samples
 
     meta = json.loads(TRACE.with_name(TRACE.name.replace(".trace.json.gz", ".meta.json")).read_text())
     trace = with_sidecar(tmp_path / "traces", json.dumps(meta | {"clock": {"perf_counter_ns": "0", "epoch_ns": 0}}))

@@ -1,5 +1,5 @@
 """probe analyze over several traces: each in a process of its own; lined up step by step only when they are the
-ranks of one job (probe.analysis.job.check_job), else a list of traces; a trace whose analysis raises or whose
+ranks of one job (probe.analysis.ledger.ranks.check_job), else a list of traces; a trace whose analysis raises or whose
 process dies is that trace's failure, and signals end the workers with the command."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from probe.analysis.job import (
+from probe.analysis.ledger.ranks import (
     TraceFailure,
     analyze_one,
     check_job,

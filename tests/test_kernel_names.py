@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from probe.analysis.kernels import DEFAULT_RULES, KERNEL_RULES, short_name
-from probe.analysis.ledger import analyze
-from probe.analysis.patterns import max_width
+from probe.analysis.ledger.build import analyze
+from probe.analysis.ledger.kernels import DEFAULT_RULES, KERNEL_RULES, short_name
+from probe.analysis.ledger.patterns import max_width
 from probe.analysis.trace import Kind, load_trace
 
 DATA = Path(__file__).parent / "data"

@@ -22,10 +22,10 @@ LATE_IMPORTS = {
     ("probe/capture/pipeline.py", "probe.capture.raysweep"),  # Ray
     # scipy's stats take a second and a half to import and only a timing row with enough samples needs them, so
     # building `probe compare --help`, `probe ab --help` or a counts-only gate does not pay for them
-    ("probe/analysis/compare.py", "scipy"),
+    ("probe/analysis/regression/compare.py", "scipy"),
     # DuckDB, optional where probe measures (the GPU machine has none): a measuring command run with --no-history
     # never loads it (tests/test_run.py)
-    ("probe/commands/_record.py", "probe.analysis.history"),
+    ("probe/commands/_record.py", "probe.analysis.regression.history"),
 }
 # Files other helpers own that still import inside functions (to keep their commands' flags fast, or for DuckDB and
 # NVML); this allowance only shrinks: the lead removes each entry once that file's imports are at the top.

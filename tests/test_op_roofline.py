@@ -1,4 +1,4 @@
-"""The per-op roofline (probe.analysis.op_roofline) on the H100 HF trace, TraceLens's conventions, figures by hand
+"""The per-op roofline (probe.analysis.roofline.ops) on the H100 HF trace, TraceLens's conventions, figures by hand
 and kernel times from the trace's own text."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from probe.analysis.gpu import attribute
-from probe.analysis.hardware import device
-from probe.analysis.ledger import analyze
-from probe.analysis.op_roofline import cost_of, op_rooflines
+from probe.analysis.ledger.build import analyze
+from probe.analysis.ledger.gpu import attribute
+from probe.analysis.roofline.devices import device
+from probe.analysis.roofline.ops import cost_of, op_rooflines
 from probe.analysis.trace import Shapes, load_trace
 
 DATA = Path(__file__).parent / "data"

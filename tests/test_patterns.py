@@ -1,4 +1,5 @@
-"""User patterns (probe.analysis.patterns): one compiler, RE2's linear-time search, one line for anything refused,
+"""User patterns (probe.analysis.ledger.patterns): one compiler, RE2's linear-time search, one line for anything
+refused,
 and `--steps` as a search (issue 28 items 3 and 19, issue 22 section 5)."""
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from probe.analysis import patterns
-from probe.analysis.kernels import Rules
-from probe.analysis.ledger import AnalyzeOptions, analyze
-from probe.analysis.patterns import compile_user
-from probe.analysis.steps import compile_steps_regex, find_steps
+from probe.analysis.ledger.build import AnalyzeOptions, analyze, patterns
+from probe.analysis.ledger.kernels import Rules
+from probe.analysis.ledger.patterns import compile_user
+from probe.analysis.ledger.steps import compile_steps_regex, find_steps
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
 from tests.conftest import IN_CI

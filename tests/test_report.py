@@ -7,10 +7,7 @@ import json
 
 import pytest
 
-from probe.analysis.diagnosis import Context, diagnose_trace
-from probe.analysis.environment import Environment
-from probe.analysis.ledger import analyze
-from probe.analysis.report import (
+from probe.analysis.diagnosis.report import (
     Machine,
     OverheadReport,
     Report,
@@ -26,9 +23,12 @@ from probe.analysis.report import (
     predictions,
     step_counts,
 )
-from probe.analysis.results import BenchResults, Cell
+from probe.analysis.diagnosis.verdict import Context, diagnose_trace
+from probe.analysis.ledger.build import analyze
+from probe.analysis.records.environment import Environment
+from probe.analysis.records.results import BenchResults, Cell
+from probe.analysis.records.telemetry import TelemetrySummary, cell_telemetry
 from probe.analysis.roofline.formulas import arch_for, decode_step
-from probe.analysis.telemetry import TelemetrySummary, cell_telemetry
 from probe.analysis.trace import load_trace
 from probe.render import terminal
 from probe.render.markdown import report_markdown

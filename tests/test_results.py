@@ -18,11 +18,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from probe.analysis import files
-from probe.analysis.environment import EnvDifference, Environment
-from probe.analysis.files import MAX_JSON_DEPTH, TraceStem, parse_json, parse_stem, read_json, trace_stem
-from probe.analysis.results import CELLS_CSV, CELLS_FILE, RESULTS_FILE, BenchResults, CellKey, load_results
-from probe.analysis.sidecar import Sidecar, trace_meta
+from probe.analysis.records import files
+from probe.analysis.records.environment import EnvDifference, Environment
+from probe.analysis.records.files import MAX_JSON_DEPTH, TraceStem, parse_json, parse_stem, read_json, trace_stem
+from probe.analysis.records.results import CELLS_CSV, CELLS_FILE, RESULTS_FILE, BenchResults, CellKey, load_results
+from probe.analysis.records.sidecar import Sidecar, trace_meta
 from probe.capture.cell import PeakMemory
 from probe.errors import ProbeError
 from probe.settings import BenchConfig, ProfileConfig

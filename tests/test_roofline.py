@@ -15,7 +15,7 @@ import torch
 from engines.arch import ArchError, from_raw
 from engines.configs import load_config
 from engines.models import DTYPES
-from probe.analysis import hardware
+from probe.analysis.roofline import devices as hardware
 from probe.analysis.roofline.formulas import (
     DTYPE_BYTES,
     arch_for,

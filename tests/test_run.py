@@ -9,8 +9,8 @@ import re
 import subprocess
 import sys
 
-from probe.analysis.report import load_report
-from probe.analysis.results import load_results
+from probe.analysis.diagnosis.report import load_report
+from probe.analysis.records.results import load_results
 from probe.capture import pipeline
 from tests.conftest import ROOT, floor_ops_by_profiler, run_probe
 from tests.test_layout import HIDE_TORCH

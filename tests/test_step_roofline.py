@@ -1,4 +1,4 @@
-"""The roofline beside a measured step (probe.analysis.step_roofline): the tokens an engine's marker says a step
+"""The roofline beside a measured step (probe.analysis.roofline.step): the tokens an engine's marker says a step
 processed, and the bytes, FLOPs and times of a real step worked out by hand."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from probe.analysis.hardware import device
-from probe.analysis.ledger import analyze
+from probe.analysis.ledger.build import analyze
+from probe.analysis.ledger.steps import StepTokens
+from probe.analysis.roofline.devices import device
 from probe.analysis.roofline.formulas import arch_for
-from probe.analysis.step_roofline import TokenFlags, step_roofline
-from probe.analysis.steps import StepTokens
+from probe.analysis.roofline.step import TokenFlags, step_roofline
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
 

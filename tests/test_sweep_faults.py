@@ -12,8 +12,8 @@ import sys
 import pandas as pd
 import pytest
 
-from probe.analysis.results import load_results
-from probe.analysis.telemetry import CONTENDED_CORES, MIN_JUDGED_NS, TelemetrySummary, contention
+from probe.analysis.records.results import load_results
+from probe.analysis.records.telemetry import CONTENDED_CORES, MIN_JUDGED_NS, TelemetrySummary, contention
 from probe.capture.sweep import _signals_deferred
 from tests.conftest import ROOT, interrupt_sweep, run_probe
 from tests.variants import RAISE_AT_PROMPT

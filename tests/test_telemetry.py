@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from probe.analysis import telemetry as T
+from probe.analysis.records import telemetry as T
 from probe.capture.telemetry import backends as B
 from probe.capture.telemetry import samplers as S
 

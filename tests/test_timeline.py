@@ -1,6 +1,7 @@
-"""One step on one clock (probe.analysis.timeline) and the two rules it draws that the ledger also sums: each GPU idle
-gap with its cause (probe.analysis.gpu.idle_gaps) and each stretch of external wait
-(probe.analysis.ledger.unseen_wait_pieces). Figures are worked out by hand from the hand trace
+"""One step on one clock (probe.analysis.ledger.timeline) and the two rules it draws that the ledger also sums: each
+GPU idle
+gap with its cause (probe.analysis.ledger.gpu.idle_gaps) and each stretch of external wait
+(probe.analysis.ledger.build.unseen_wait_pieces). Figures are worked out by hand from the hand trace
 (tests/data/make_hand_trace.py) beside each assertion; then every public trace, where what is drawn must add up to
 the ledger's own figures."""
 
@@ -12,10 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from probe.analysis import timeline
-from probe.analysis.gpu import IDLE_CAUSES, attribute, idle_gaps
-from probe.analysis.ledger import analyze, unseen_wait_pieces
-from probe.analysis.timeline import step_clock
+from probe.analysis.ledger.build import analyze, timeline, unseen_wait_pieces
+from probe.analysis.ledger.gpu import IDLE_CAUSES, attribute, idle_gaps
+from probe.analysis.ledger.timeline import step_clock
 from probe.analysis.trace import load_trace
 
 DATA = Path(__file__).parent / "data"

@@ -394,7 +394,7 @@ def test_odd_json_types_do_not_crash(tmp_path):
     # Only JSON integers are ids: "12" and 3.0 are not, and 2**70 does not fit.
     assert trace.correlation.tolist() == [-1, -1, -1, -1]
     assert trace.device.tolist() == [-1, -1, 0, 0] and trace.stream.tolist() == [-1, -1, 7, 7]
-    from probe.analysis.ledger import analyze
+    from probe.analysis.ledger.build import analyze
 
     totals = analyze(trace).totals
     assert (totals.kernels, totals.launches, totals.unattributed_gpu_ops) == (2, 1, 2)
@@ -720,7 +720,7 @@ def test_cupti_range_profiler_kernels_are_kernels_paired_with_their_launches():
     counters in args) and 77 cudaLaunchKernel calls. HTA pairs them in order and asserts, of the kernel at index 5
     by start: fft2d_r2c_32x32, top-level op aten::conv2d, bottom-level op aten::_convolution. Read as kernels, the
     ledger no longer warns that kernel collection was off."""
-    from probe.analysis.ledger import analyze
+    from probe.analysis.ledger.build import analyze
 
     trace = load_trace(SHARED / "peer/hta_cuda_cupti_profiler_ranges.trace.json.gz")
     kernels = trace.rows(Kind.KERNEL)

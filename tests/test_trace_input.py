@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from probe.analysis import files
+from probe.analysis.records import files
 from probe.analysis.trace import Kind, load_trace, pieces
 from probe.errors import ProbeError
 from tests.conftest import run_probe
@@ -594,7 +594,7 @@ def _launches(n: int, corr, step_every: int = 2) -> list[str]:
 def test_duplicate_correlation_ids_warn_with_counts(tmp_path):
     """10 launches and 10 kernels all with correlation id 5 (issue 28: 10,000 of them, every kernel credited to
     step 0): the trace says so, with counts, and the ledger passes it on."""
-    from probe.analysis.ledger import analyze
+    from probe.analysis.ledger.build import analyze
 
     trace = load_trace(chrome(tmp_path / "t.json", *_launches(10, lambda i: 5)))
     assert trace.warnings == (

@@ -17,11 +17,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from probe.analysis.diagnosis import diagnose_trace
-from probe.analysis.ledger import analyze, steady
-from probe.analysis.report import load_report
-from probe.analysis.results import CellKey, load_results
-from probe.analysis.timeline import step_clock
+from probe.analysis.diagnosis.report import load_report
+from probe.analysis.diagnosis.verdict import diagnose_trace
+from probe.analysis.ledger.build import analyze, steady
+from probe.analysis.ledger.timeline import step_clock
+from probe.analysis.records.results import CellKey, load_results
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
 from probe.explorer import figures, sources
@@ -375,7 +375,7 @@ def test_both_host_partitions_of_one_step_add_up_to_its_wall(hand, cached):
 
 
 def _answer(path: Path, **kw):
-    from probe.analysis.answer import answer
+    from probe.analysis.diagnosis.answer import answer
 
     trace = load_trace(path)
     return answer(trace, analyze(trace), **kw)
@@ -399,7 +399,7 @@ def test_the_diagnosis_figure_is_the_host_window_beside_the_gpu_work():
 
 
 def test_a_cpu_step_says_where_its_host_time_went(cached):
-    from probe.analysis.diagnosis import diagnose
+    from probe.analysis.diagnosis.verdict import diagnose
 
     d = diagnose(cached[1].steps[2], on_gpu=False)
     assert figures.diagnosis.bound_text(d).startswith("CPU only, mostly ")
@@ -409,8 +409,8 @@ def test_a_cpu_step_says_where_its_host_time_went(cached):
 def test_the_roofline_beside_the_step_and_the_op_roofline():
     """H100 Qwen1.5-0.5B, 16 x 559 tokens: the step's roofline (tests/test_step_roofline.py works it out), and each
     GEMM against the H100's bf16 roofs: 989.5 TFLOP/s, 3.35 TB/s, ridge 989.5e12 / 3.35e12 = 295.4 FLOP/B."""
-    from probe.analysis.hardware import device
-    from probe.analysis.step_roofline import TokenFlags
+    from probe.analysis.roofline.devices import device
+    from probe.analysis.roofline.step import TokenFlags
 
     path = DATA / "h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"
     result = _answer(path, model="qwen1.5-0.5b", flags=TokenFlags(8944, 16, 0))
@@ -573,7 +573,7 @@ def test_run_compare_frame_pairs_cells_by_key():
 
 
 def test_alerts_come_from_probe_compare(tmp_path):
-    from probe.analysis.compare import COLUMNS, compare
+    from probe.analysis.regression.compare import COLUMNS, compare
 
     sides = [sources.Source(p.relative_to(DATA).as_posix(), "trace") for p in (NAIVE, CACHED)]
     sets = [sources.samples_for(DATA, s, analyze(load_trace(DATA / s.rel))) for s in sides]
@@ -653,7 +653,7 @@ def view_app_py() -> Path:
 
 def test_trace_telemetry_lines_up_with_the_trace_steps(tmp_path):
     """probe profile's samples, moved onto the trace's clock by the sidecar's anchor, bracket its steps."""
-    from probe.analysis.ledger import analyze
+    from probe.analysis.ledger.build import analyze
     from probe.analysis.trace import load_trace
     from probe.capture.config import ProfileConfig
     from probe.capture.profile import profile_torch
@@ -715,8 +715,8 @@ def markup(fig) -> list[str]:
 
 
 def test_names_from_a_trace_reach_every_figure_as_text(tmp_path):
-    from probe.analysis.host import FrameTime
-    from probe.analysis.ledger import AnalyzeOptions
+    from probe.analysis.ledger.build import AnalyzeOptions
+    from probe.analysis.ledger.host import FrameTime
 
     trace = load_trace(hostile_trace(tmp_path / "evil.trace.json.gz"))
     analysis = analyze(trace, AnalyzeOptions.parse(".*evil step.*"))
@@ -770,7 +770,8 @@ def test_names_from_results_and_a_history_reach_their_figures_as_text(tmp_path):
             "part:ops": [6.0, 7.0],
         }
     )
-    # (the columns are those of probe.analysis.history.trend, which tests/test_history.py holds to the database)
+    # (the columns are those of probe.analysis.regression.history.trend, which tests/test_history.py holds to the
+    # database)
     fig = figures.history.history_figure(trend, unit=f"cached{BOLD} p16 n8")
     assert markup(fig) == []
 

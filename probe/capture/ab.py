@@ -19,8 +19,8 @@ import torch
 
 from engines import engine_class
 from engines.models import load_model, prompt_ids, resolve_device
-from probe.analysis.results import BenchResults, Cell
-from probe.analysis.samples import SampleSet, from_results
+from probe.analysis.records.results import BenchResults, Cell
+from probe.analysis.regression.samples import SampleSet, from_results
 from probe.capture.cell import Telemetry, measured_cell
 from probe.capture.config import validate
 from probe.capture.env import environment

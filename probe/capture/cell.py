@@ -2,7 +2,7 @@
 
 Conventions are the write-ups': TTFT is the median over runs; ITL p50/p90 are taken over every decode step of
 every run; decode tokens/s excludes prefill; total is the mean wall time of a run. The serving figures beside them
-follow vLLM's definitions (probe.analysis.results).
+follow vLLM's definitions (probe.analysis.records.results).
 
 The first warmup run of every cell is its parity pass (probe.capture.parity): untimed, it reads every step's
 logits. It runs even with --warmup 0, so a compiled engine never compiles inside a timed run.
@@ -30,8 +30,8 @@ import torch
 from engines import engine_class
 from engines.base import Engine
 from engines.models import prompt_ids
-from probe.analysis.results import Cell, CellKey, Parity, PeakMemKind
-from probe.analysis.telemetry import TelemetrySummary, cell_telemetry, contention, decode_windows
+from probe.analysis.records.results import Cell, CellKey, Parity, PeakMemKind
+from probe.analysis.records.telemetry import TelemetrySummary, cell_telemetry, contention, decode_windows
 from probe.capture import annotate
 from probe.capture.count import count_forward_ops
 from probe.capture.loop import Generation, generate
@@ -94,7 +94,7 @@ class CellTelemetry:
 
     summary: TelemetrySummary  # over the recorded runs' decode phases
     decode_windows_ns: list[list[int]]  # each recorded run's decode phase
-    other_cpu_cores: float | None  # probe.analysis.telemetry.contention
+    other_cpu_cores: float | None  # probe.analysis.records.telemetry.contention
     contended: bool | None
 
     def on(self, cell: Cell) -> Cell:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from engines import engine_class
 from engines.configs import DTYPE_NAMES, PRESET_DIR, max_positions, resolve
-from probe.analysis.files import model_config, read_json
+from probe.analysis.records.files import model_config, read_json
 from probe.errors import ProbeError
 from probe.settings import AUTO, DTYPE_CHOICES, DTYPE_HELP, MODEL_HELP, BenchConfig, Config, ProfileConfig
 

@@ -1,5 +1,5 @@
 """The environment a result is measured in, recorded where torch runs: versions, device, CPU, probe's commit
-(probe.analysis.environment.Environment, which the analysis side reads back)."""
+(probe.analysis.records.environment.Environment, which the analysis side reads back)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pynvml
 import torch
 import transformers
 
-from probe.analysis.environment import Environment, git_state
+from probe.analysis.records.environment import Environment, git_state
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -33,10 +33,10 @@ from engines import engine_class
 from engines.models import load_model, prompt_ids, resolve_device
 from engines.naive import no_cache_forward, prepared_masks
 from probe import vocabulary as V
-from probe.analysis.digest import StepDigest, digest
-from probe.analysis.hardware import match_device
-from probe.analysis.ledger import analyze
-from probe.analysis.report import Machine, OverheadReport, Piece
+from probe.analysis.diagnosis.report import Machine, OverheadReport, Piece
+from probe.analysis.ledger.build import analyze
+from probe.analysis.ledger.digest import StepDigest, digest
+from probe.analysis.roofline.devices import match_device
 from probe.analysis.trace import load_trace
 from probe.analysis.trace.table import LAUNCH_NAMES
 from probe.capture import annotate as A

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from engines.base import Engine
-from probe.analysis.results import Parity, ParityMode
+from probe.analysis.records.results import Parity, ParityMode
 
 EXACT: ParityMode = "exact"
 TEACHER_FORCED: ParityMode = "teacher-forced"

@@ -31,11 +31,7 @@ import torch
 
 from engines import engine_class
 from engines.models import load_model, resolve_device
-from probe.analysis.diagnosis import Context, diagnose_trace
-from probe.analysis.digest import digest
-from probe.analysis.files import atomic_write
-from probe.analysis.ledger import analyze
-from probe.analysis.report import (
+from probe.analysis.diagnosis.report import (
     REPORT_FILE,
     REPORT_MD,
     Figure,
@@ -50,10 +46,14 @@ from probe.analysis.report import (
     predictions,
     step_counts,
 )
-from probe.analysis.results import BenchResults
+from probe.analysis.diagnosis.verdict import Context, diagnose_trace
+from probe.analysis.ledger.build import analyze
+from probe.analysis.ledger.digest import digest
+from probe.analysis.records.files import atomic_write
+from probe.analysis.records.results import BenchResults
+from probe.analysis.records.runfolder import claim
+from probe.analysis.records.sidecar import trace_meta
 from probe.analysis.roofline.formulas import arch_for
-from probe.analysis.runfolder import claim
-from probe.analysis.sidecar import trace_meta
 from probe.analysis.trace import load_trace
 from probe.capture.calibrate import CALIBRATION_REPS
 from probe.capture.config import BenchConfig, ProfileConfig, settle, validate

@@ -2,7 +2,7 @@
 
 Warmup is never recorded. Traces are written as `<model>_<engine>_<device>_p<P>_n<N>.trace.json.gz` (probe.analysis.
 files.trace_stem; a config file's model is named by its model_type and a short hash) with a sidecar `<same
-stem>.meta.json` holding the run config and the environment (probe.analysis.sidecar.Sidecar). A trace already
+stem>.meta.json` holding the run config and the environment (probe.analysis.records.sidecar.Sidecar). A trace already
 there is never replaced unless `force`. The chrome trace is torch's own export, gzipped: Perfetto and
 chrome://tracing open it unchanged.
 
@@ -43,12 +43,12 @@ except ImportError:  # optional: ranges then go through torch.cuda.nvtx where CU
 
 from engines import engine_class
 from engines.models import load_model, prompt_ids, resolve_device
-from probe.analysis.environment import Clock
-from probe.analysis.files import atomic_path, atomic_write, trace_stem
-from probe.analysis.report import SelfCheck
-from probe.analysis.runfolder import check_writable
-from probe.analysis.sidecar import Sidecar
-from probe.analysis.telemetry import cell_telemetry, contention, decode_windows, write_samples
+from probe.analysis.diagnosis.report import SelfCheck
+from probe.analysis.records.environment import Clock
+from probe.analysis.records.files import atomic_path, atomic_write, trace_stem
+from probe.analysis.records.runfolder import check_writable
+from probe.analysis.records.sidecar import Sidecar
+from probe.analysis.records.telemetry import cell_telemetry, contention, decode_windows, write_samples
 from probe.analysis.trace import Kind, load_trace
 from probe.capture import annotate as A
 from probe.capture.calibrate import event_costs

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from probe.analysis.results import BenchResults, FailedCell
+from probe.analysis.records.results import BenchResults, FailedCell
 from probe.capture.config import BenchConfig, settle, validate
 from probe.capture.sweep import CellRunner, CellSpec, Outcome, RefRows, Sweep, plan, precheck_resume
 from probe.cluster import POLL_S, alive_nodes, lost_reason, session

@@ -26,9 +26,9 @@ import torch
 from engines import check_serves
 from engines.base import Engine
 from engines.models import load_model, prompt_ids, resolve_device
-from probe.analysis.environment import Environment
-from probe.analysis.files import atomic_set, model_config
-from probe.analysis.results import (
+from probe.analysis.records.environment import Environment
+from probe.analysis.records.files import atomic_set, model_config
+from probe.analysis.records.results import (
     RESULTS_FILE,
     SAVED_FILES,
     BenchResults,
@@ -38,8 +38,8 @@ from probe.analysis.results import (
     FailedCell,
     load_results,
 )
-from probe.analysis.runfolder import check_writable
-from probe.analysis.telemetry import TELEMETRY_FILE, write_samples
+from probe.analysis.records.runfolder import check_writable
+from probe.analysis.records.telemetry import TELEMETRY_FILE, write_samples
 from probe.capture import annotate
 from probe.capture.cell import PeakMemory, ProgressFn, References, RefRows, Telemetry, one_line, run_cell
 from probe.capture.config import Config, settle, validate

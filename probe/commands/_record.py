@@ -1,5 +1,6 @@
 """--history and --no-history for the commands that measure (run, bench, baseline, profile), and recording their run
-(the policy itself: probe.analysis.history.record). Apart from probe.commands.history so that a measuring command
+(the policy itself: probe.analysis.regression.history.record). Apart from probe.commands.history so that a measuring
+command
 never loads DuckDB, which is optional where probe measures (the GPU machine has none), unless it records."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from probe.analysis.results import BenchResults
+from probe.analysis.records.results import BenchResults
 
 HISTORY_HELP = "the history file (default: $PROBE_HISTORY, else ./probe-history.duckdb)"
 
@@ -29,10 +30,10 @@ def record(
     source: Path | None = None,
     folder: Path | None = None,
 ) -> int:
-    """Append this run to the history unless --no-history (probe.analysis.history.record); the exit code."""
+    """Append this run to the history unless --no-history (probe.analysis.regression.history.record); the exit code."""
     if args.no_history:  # before the import: --no-history must never load DuckDB
         return code
-    from probe.analysis.history import record as append_run
+    from probe.analysis.regression.history import record as append_run
 
     done = append_run(args.history, command, code, results, traces, source, folder)
     print(done.message, file=sys.stderr)

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from probe.analysis.results import RESULTS_FILE, BenchResults, load_results
+from probe.analysis.records.results import RESULTS_FILE, BenchResults, load_results
 from probe.capture.pipeline import Watch
 from probe.errors import ProbeError
 from probe.render import terminal

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 
-from probe.analysis.compare import compare
-from probe.analysis.rules import CompareRules
+from probe.analysis.regression.compare import compare
+from probe.analysis.regression.rules import CompareRules
 from probe.capture.ab import interleaved
 from probe.commands.compare import add_output_arguments, report
 from probe.flags import add_arguments as add_config_arguments

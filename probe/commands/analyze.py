@@ -9,16 +9,16 @@ wait and other; launch statistics. Then the host side of each step split into yo
 cache bookkeeping, mask, attention, other ops, Python (the innermost frame's self time, on traces recorded
 with_stack) and unattributed time, which add up to the wall time; the kernels by name and category; the top
 Python frames; a summary. On a CPU-only trace the dispatched op count (top-level ops) stands in for launches.
-The definitions are in probe/analysis/ledger.py.
+The definitions are in probe/analysis/ledger/build.py.
 
-First, before any table: the answer (probe/analysis/diagnosis.py, docs/diagnosis.md): what bounds the median
+First, before any table: the answer (probe/analysis/diagnosis/verdict.py, docs/diagnosis.md): what bounds the median
 steady step (host, GPU, external, CPU only), the figures it rests on with their arithmetic, and what fixing it
 would buy; with --model (and --device when the trace does not name its own), the roofline beside each step; with
 recorded shapes, the roofline of every op. --json carries all of it, step by step.
 
 Several traces (files, folders of traces, globs) are analyzed in parallel, a local process each or, with
 --executor ray, as Ray tasks over a cluster (each reads its trace by path: shared storage). Then each trace's
-ledger and, when they are the ranks of one job (the same steps, a rank each: probe/analysis/job.py), the job
+ledger and, when they are the ranks of one job (the same steps, a rank each: probe/analysis/ledger/ranks.py), the job
 across them step by step: every rank's wall, GPU busy and launches, the slowest rank and how far it trails the
 median, and the rank slowest most often. A trace that cannot be read, or whose process or Ray task died, is named
 with its error, the others are analyzed, and the command exits 1.
@@ -32,12 +32,12 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from probe.analysis.answer import answer
-from probe.analysis.job import TraceFailure, analyze_one, expand, job, lost_trace, pool_map
-from probe.analysis.ledger import AnalyzeOptions, EventCost, StepLedger, TraceAnalysis, analyze
-from probe.analysis.sidecar import trace_meta
-from probe.analysis.step_roofline import TokenFlags
-from probe.analysis.timeline import step_timeline
+from probe.analysis.diagnosis.answer import answer
+from probe.analysis.ledger.build import AnalyzeOptions, EventCost, StepLedger, TraceAnalysis, analyze
+from probe.analysis.ledger.ranks import TraceFailure, analyze_one, expand, job, lost_trace, pool_map
+from probe.analysis.ledger.timeline import step_timeline
+from probe.analysis.records.sidecar import trace_meta
+from probe.analysis.roofline.step import TokenFlags
 from probe.analysis.trace import load_trace
 from probe.commands import print_json
 from probe.errors import ProbeError

@@ -13,7 +13,7 @@ import json
 import time
 from pathlib import Path
 
-from probe.analysis.files import atomic_write
+from probe.analysis.records.files import atomic_write
 from probe.capture.config import BenchConfig
 from probe.capture.sweep import bench, check_writable, mismatches
 from probe.commands._record import add_record_arguments, record

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from probe.analysis.runfolder import claim
+from probe.analysis.records.runfolder import claim
 from probe.capture.config import BenchConfig
 from probe.capture.pipeline import sweep, sweep_problems
 from probe.capture.sweep import cell_count

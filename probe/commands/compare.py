@@ -17,10 +17,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from probe.analysis.compare import Comparison, compare
-from probe.analysis.files import atomic_write
-from probe.analysis.rules import CompareRules
-from probe.analysis.samples import load_samples
+from probe.analysis.records.files import atomic_write
+from probe.analysis.regression.compare import Comparison, compare
+from probe.analysis.regression.rules import CompareRules
+from probe.analysis.regression.samples import load_samples
 from probe.commands import print_json
 from probe.errors import ProbeError
 from probe.flags import add_arguments as add_config_arguments

@@ -26,9 +26,9 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from probe.analysis import history
-from probe.analysis.history import HistoryCheck, Judgement, RunInfo
-from probe.analysis.rules import ONE_RUN, CompareRules
+from probe.analysis.regression import history
+from probe.analysis.regression.history import HistoryCheck, Judgement, RunInfo
+from probe.analysis.regression.rules import ONE_RUN, CompareRules
 from probe.commands import print_json
 from probe.commands._record import HISTORY_HELP
 from probe.commands.compare import write_markdown

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from probe.analysis.ledger import analyze
+from probe.analysis.ledger.build import analyze
 from probe.analysis.trace import load_trace
 from probe.capture import profile as capture
 from probe.capture.config import ProfileConfig

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from probe.analysis.hardware import DEVICES
+from probe.analysis.roofline.devices import DEVICES
 from probe.commands import print_json
 from probe.errors import ProbeError
 from probe.flags import add_arguments as add_config_arguments
@@ -92,7 +92,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def bandwidth_of(cfg: RooflineConfig) -> tuple[float, str]:
     """The bandwidth in bytes/s and where it comes from."""
-    from probe.analysis.hardware import device
+    from probe.analysis.roofline.devices import device
 
     if cfg.bandwidth is not None:
         return cfg.bandwidth, "--bandwidth"
@@ -117,7 +117,7 @@ def arch_of(spec: str, count: str):
 
     from engines.arch import ArchError, from_raw
     from engines.configs import ModelError
-    from probe.analysis.files import model_raw
+    from probe.analysis.records.files import model_raw
 
     try:
         raw = model_raw(spec)
@@ -142,7 +142,7 @@ def arch_of(spec: str, count: str):
 def main(args: argparse.Namespace) -> int:
     if args.check:
         return check(args.published, args.json)
-    from probe.analysis.hardware import device
+    from probe.analysis.roofline.devices import device
     from probe.analysis.roofline.formulas import roofline
     from probe.render import console as render
 

@@ -23,19 +23,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engines.configs import presets
-from probe.analysis.compare import SampleSet, from_analysis, from_results
-from probe.analysis.files import is_trace_name, stem_of
-from probe.analysis.report import REPORT_FILE
-from probe.analysis.results import RESULTS_FILE
-from probe.analysis.sidecar import Sidecar
-from probe.analysis.sidecar import trace_meta as read_trace_meta
+from probe.analysis.diagnosis.report import REPORT_FILE
+from probe.analysis.records.files import is_trace_name, stem_of
+from probe.analysis.records.results import RESULTS_FILE
+from probe.analysis.records.sidecar import Sidecar
+from probe.analysis.records.sidecar import trace_meta as read_trace_meta
+from probe.analysis.regression.compare import SampleSet, from_analysis, from_results
 from probe.errors import ProbeError
 from probe.explorer.figures.style import printable
 
 ROOT_ENV = "PROBE_APP_ROOT"
-TELEMETRY_GLOB = "*telemetry*.parquet"  # probe.analysis.telemetry.write_samples: t_ns plus one column a figure
+TELEMETRY_GLOB = "*telemetry*.parquet"  # probe.analysis.records.telemetry.write_samples: t_ns plus one column a figure
 BASELINES_DIR = "baselines"  # `probe baseline` writes results files here (baselines/cpu-tiny.json)
-HISTORY_SUFFIX = ".duckdb"  # run histories (probe.analysis.history): probe-history.duckdb by default
+HISTORY_SUFFIX = ".duckdb"  # run histories (probe.analysis.regression.history): probe-history.duckdb by default
 SKIP_DIRS = frozenset({"node_modules", "__pycache__", "site-packages", "venv"})  # and every .hidden folder
 MAX_DEPTH = 6  # runs/run-x/next-static is 3 deep; deeper trees are not probe output
 MAX_SOURCES = 500  # a root such as $HOME must not hang the sidebar

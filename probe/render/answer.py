@@ -1,4 +1,4 @@
-"""`probe analyze`'s first lines: the answer (probe.analysis.answer), before any table.
+"""`probe analyze`'s first lines: the answer (probe.analysis.diagnosis.answer), before any table.
 
 The median steady step's verdict and its evidence, what to fix first, the roofline beside the step when a model is
 known, then one line for the median step of each other kind; and the per-op roofline as a table with the others.
@@ -9,8 +9,8 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from probe.analysis.answer import Answer
-from probe.analysis.diagnosis import Diagnosis
+from probe.analysis.diagnosis.answer import Answer
+from probe.analysis.diagnosis.verdict import Diagnosis
 from probe.render.text import short
 
 WHAT_IF_SHOWN = 3

@@ -7,7 +7,7 @@ import sys
 from rich.markup import escape
 from rich.table import Table
 
-from probe.analysis.compare import COLUMNS, Comparison, row_cells
+from probe.analysis.regression.compare import COLUMNS, Comparison, row_cells
 from probe.render import console as render
 
 # A verdict's style in the table; a verdict not named here is printed plain.

@@ -1,6 +1,6 @@
 """`probe analyze`'s tables: a trace's steps, GPU idle, host parts, kernels, frames, one step, and a job of ranks.
 
-Kernels are shown by their short names (probe.analysis.kernels.short_name; the JSON keeps them whole). On a trace
+Kernels are shown by their short names (probe.analysis.ledger.kernels.short_name; the JSON keeps them whole). On a trace
 with no GPU activity every GPU figure is a dash, never a zero.
 """
 
@@ -9,11 +9,11 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from probe.analysis.host import MECHANISM_PARTS, PURPOSE_PARTS
-from probe.analysis.job import JobAnalysis
-from probe.analysis.kernels import KernelStat, short_name
-from probe.analysis.ledger import StepLedger, TraceAnalysis
-from probe.analysis.timeline import TimelineItem
+from probe.analysis.ledger.build import StepLedger, TraceAnalysis
+from probe.analysis.ledger.host import MECHANISM_PARTS, PURPOSE_PARTS
+from probe.analysis.ledger.kernels import KernelStat, short_name
+from probe.analysis.ledger.ranks import JobAnalysis
+from probe.analysis.ledger.timeline import TimelineItem
 from probe.render.text import DASH, ms, pct, short, us
 
 KERNEL_NAME_WIDTH = 70  # the table cuts kernel names here; --json keeps them whole
@@ -98,7 +98,7 @@ def idle_table(result: TraceAnalysis) -> Table:
 
 
 def host_table(result: TraceAnalysis) -> Table:
-    """One row a step: both partitions of its wall time (probe.analysis.host), each adding up to the wall."""
+    """One row a step: both partitions of its wall time (probe.analysis.ledger.host), each adding up to the wall."""
     purpose = [(p, p) for p in result.user_parts] + [(p.name, p.label) for p in PURPOSE_PARTS]
     mechanism = [(p.name, p.label) for p in MECHANISM_PARTS]
     table = _table(

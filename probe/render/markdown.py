@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from probe.analysis.compare import COLUMNS, Comparison, row_cells
-from probe.analysis.report import Figure, Report
-from probe.analysis.results import BenchResults
+from probe.analysis.diagnosis.report import Figure, Report
+from probe.analysis.records.results import BenchResults
+from probe.analysis.regression.compare import COLUMNS, Comparison, row_cells
 from probe.render.terminal import SERVING_COLUMNS, floor_lines, parity_text, value_text
 from probe.render.text import md_escape
 
 if TYPE_CHECKING:  # a type only: rendering compare's report must not load DuckDB
-    from probe.analysis.history import HistoryCheck
+    from probe.analysis.regression.history import HistoryCheck
 
 CELL_COLUMNS = (
     "engine",

@@ -11,10 +11,10 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from probe.analysis.digest import StepDigest
-from probe.analysis.host import MECHANISM_PARTS, PURPOSE_PARTS
-from probe.analysis.report import Figure, Machine, OverheadReport, Prediction, Report, Verdict
-from probe.analysis.results import BenchResults, Cell, FailedCell
+from probe.analysis.diagnosis.report import Figure, Machine, OverheadReport, Prediction, Report, Verdict
+from probe.analysis.ledger.digest import StepDigest
+from probe.analysis.ledger.host import MECHANISM_PARTS, PURPOSE_PARTS
+from probe.analysis.records.results import BenchResults, Cell, FailedCell
 from probe.render.console import stderr
 
 
@@ -39,7 +39,7 @@ def parity_text(c: Cell, markup: bool = True) -> str:
 
 
 def contention_text(c: Cell) -> str:
-    """A contended cell's mark: the CPU other processes used beside it (probe.analysis.telemetry's rule)."""
+    """A contended cell's mark: the CPU other processes used beside it (probe.analysis.records.telemetry's rule)."""
     if c.other_cpu_cores is None:
         return "-"
     text = f"{c.other_cpu_cores:.2f} cores"
@@ -421,7 +421,8 @@ def self_check_line(report: Report) -> str | None:
 
 
 def diagnosis_lines(report: Report) -> list[str]:
-    """What bounds each profiled engine's median step (probe.analysis.diagnosis), and its predictions checked."""
+    """What bounds each profiled engine's median step (probe.analysis.diagnosis.verdict), and its predictions
+    checked."""
     out = [f"[bold]{escape(label)}[/]: {escape(d.headline)}" for label, d in report.diagnoses.items()]
     for c in report.checks:
         if c.ratio is None:

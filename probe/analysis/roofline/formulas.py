@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 from engines.arch import SLIDING, Arch, ArchError, from_raw
 from engines.configs import ModelError
-from probe.analysis.files import model_raw
+from probe.analysis.records.files import model_raw
 from probe.errors import ProbeError
 
 __all__ = ["Arch", "StepCost", "arch_for", "step_cost"]
@@ -65,7 +65,7 @@ MAX_BATCH_SEARCHED = 2**31  # the batch bounds are searched up to here
 
 def arch_for(spec: str) -> Arch:
     """The Arch of a preset name, a config.json or a model folder, read as plain JSON by
-    probe.analysis.files.model_raw (no transformers, no torch)."""
+    probe.analysis.records.files.model_raw (no transformers, no torch)."""
     try:
         return from_raw(model_raw(spec))
     except (ArchError, ModelError) as e:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
-from probe.analysis.hardware import device
+from probe.analysis.roofline.devices import device
 from probe.analysis.roofline.formulas import (
     Arch,
     BatchLimit,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from probe.analysis import files
+from probe.analysis.records import files
 from probe.analysis.trace.chrome import decimal_text_to_ns, read_chrome
 from probe.analysis.trace.nsys import read_nsys
 from probe.analysis.trace.table import (

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Union
 import msgspec
 import numpy as np
 
-from probe.analysis import files
+from probe.analysis.records import files
 from probe.analysis.trace import pieces
 from probe.analysis.trace.table import (
     COPY_KIND_OF_TEXT,

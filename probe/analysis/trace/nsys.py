@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from probe.analysis import files
+from probe.analysis.records import files
 from probe.analysis.trace.table import (
     COLUMNS,
     COPY_KIND_OF_TEXT,

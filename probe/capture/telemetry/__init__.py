@@ -2,7 +2,7 @@
 
 A `Sampler` reads its backends every `interval_ms` on a fixed schedule and keeps one row per read: `t_ns`
 (time.perf_counter_ns, the clock of `probe.loop.Generation`, so rows line up with steps and traces) plus
-named figures with their units in the names. probe.analysis.telemetry summarises the rows over the decode
+named figures with their units in the names. probe.analysis.records.telemetry summarises the rows over the decode
 phases (torch-free, so an analysis never needs the capture side).
 
 | figure             | backend | source                                                  | kind    |

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from probe.analysis.telemetry import Row
+from probe.analysis.records.telemetry import Row
 from probe.capture.telemetry.backends import Backend, CpuBackend, NvmlBackend, _cuda_ids, open_backends
 from probe.render.text import first_line
 

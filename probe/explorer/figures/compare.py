@@ -9,9 +9,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from probe.analysis.compare import COLUMNS, Comparison, row_cells
-from probe.analysis.ledger import TraceAnalysis, steady
-from probe.analysis.results import BenchResults
+from probe.analysis.ledger.build import TraceAnalysis, steady
+from probe.analysis.records.results import BenchResults
+from probe.analysis.regression.compare import COLUMNS, Comparison, row_cells
 from probe.explorer.figures.ledger import host_categories, ledger_frame
 from probe.explorer.figures.style import COLORS, GPU_CATEGORIES, HOST_CATEGORIES, label, labels, round_axis
 from probe.explorer.figures.sweep import SWEEP_METRICS

@@ -1,4 +1,5 @@
-"""The Diagnosis view: the answer first (probe.analysis.answer). For a trace, the median step's verdict and its
+"""The Diagnosis view: the answer first (probe.analysis.diagnosis.answer). For a trace, the median step's verdict and
+its
 evidence beside the roofline of the step, what to fix first, and the roofline of each op; for a run, its cells'
 predictions against measurement and the write-ups' claims, as `probe run` prints them."""
 
@@ -10,11 +11,11 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from probe.analysis.diagnosis import Diagnosis
-from probe.analysis.hardware import Device
-from probe.analysis.op_roofline import OpRoofline
-from probe.analysis.report import Report
-from probe.analysis.step_roofline import StepRoofline
+from probe.analysis.diagnosis.report import Report
+from probe.analysis.diagnosis.verdict import Diagnosis
+from probe.analysis.roofline.devices import Device
+from probe.analysis.roofline.ops import OpRoofline
+from probe.analysis.roofline.step import StepRoofline
 from probe.explorer.figures.style import COLORS, SERIES, color, label, labels, short
 
 BOUND_WORDS = {"host": "host-bound", "gpu": "GPU-bound", "external": "external", "cpu_only": "CPU only"}
@@ -113,7 +114,7 @@ def step_figure(d: Diagnosis, roofline: StepRoofline | None = None) -> go.Figure
 
 def what_if_frame(d: Diagnosis) -> pd.DataFrame:
     """What to fix first: each change with its predicted step, the saving (ms, and % of the measured step), and
-    the arithmetic and assumption behind it, largest saving first (probe.analysis.diagnosis)."""
+    the arithmetic and assumption behind it, largest saving first (probe.analysis.diagnosis.verdict)."""
     rows = [
         {
             "change": w.change,
@@ -131,7 +132,7 @@ def what_if_frame(d: Diagnosis) -> pd.DataFrame:
 
 
 def roofline_frame(r: StepRoofline) -> pd.DataFrame:
-    """The roofline beside the measured step, one figure a row (probe.analysis.step_roofline)."""
+    """The roofline beside the measured step, one figure a row (probe.analysis.roofline.step)."""
     rows = [
         ("sequences", f"{r.sequences:,}"),
         ("new tokens", f"{r.tokens:,}"),

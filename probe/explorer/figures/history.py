@@ -1,4 +1,4 @@
-"""The History view: one configuration's runs in order (probe.analysis.history.trend), what `probe history
+"""The History view: one configuration's runs in order (probe.analysis.regression.history.trend), what `probe history
 check` flagged, and a click that opens a run."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from probe.analysis.compare import fmt_count
-from probe.analysis.history import ConfigInfo
+from probe.analysis.regression.compare import fmt_count
+from probe.analysis.regression.history import ConfigInfo
 from probe.explorer.figures.style import COLORS, HOST_CATEGORIES, clicked_data, color, label, labels, round_axis
 
 HISTORY_PANELS = ("host time per step (µs)", "launches per step", "decode tokens/s")
@@ -32,7 +32,8 @@ def history_ticks(frame: pd.DataFrame) -> list[str]:
 
 
 def history_parts(frame: pd.DataFrame) -> list[str]:
-    """The host parts a profiled unit's runs were split into (probe.analysis.history.trend's part: columns)."""
+    """The host parts a profiled unit's runs were split into (probe.analysis.regression.history.trend's part:
+    columns)."""
     return [c.removeprefix("part:") for c in frame.columns if c.startswith("part:")]
 
 

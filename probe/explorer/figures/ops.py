@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from probe.analysis.host import FrameTime, OpTime
+from probe.analysis.ledger.host import FrameTime, OpTime
 from probe.explorer.figures.style import COLORS, labels, ms, ranked_bars, short
 
 

@@ -1,4 +1,4 @@
-"""The Ranks view: a job's traces (probe.analysis.job) step by step, and its straggler."""
+"""The Ranks view: a job's traces (probe.analysis.ledger.ranks) step by step, and its straggler."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from probe.analysis.job import JobAnalysis
+from probe.analysis.ledger.ranks import JobAnalysis
 from probe.explorer.figures.style import COLORS, ms
 
 

@@ -1,4 +1,5 @@
-"""The One step view: one step on one clock (probe.analysis.timeline), the way Perfetto draws it, and its two host
+"""The One step view: one step on one clock (probe.analysis.ledger.timeline), the way Perfetto draws it, and its two
+host
 partitions."""
 
 from __future__ import annotations
@@ -8,9 +9,9 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from probe.analysis.host import MECHANISM_PARTS, PURPOSE_PARTS
-from probe.analysis.ledger import StepLedger
-from probe.analysis.timeline import Bar, StepTimeline
+from probe.analysis.ledger.build import StepLedger
+from probe.analysis.ledger.host import MECHANISM_PARTS, PURPOSE_PARTS
+from probe.analysis.ledger.timeline import Bar, StepTimeline
 from probe.explorer.figures.style import COLORS, clicked_data, color, label, ms
 
 LANE_PX = 17  # a lane's height
@@ -243,7 +244,8 @@ def _links(tl: StepTimeline, selected: Sequence[int]) -> list[dict]:
 
 
 def partitions_frame(step: StepLedger, user_parts: tuple[str, ...] = ()) -> pd.DataFrame:
-    """The step's wall two ways, each adding up to it (probe.analysis.host): by purpose and by mechanism, in ms."""
+    """The step's wall two ways, each adding up to it (probe.analysis.ledger.host): by purpose and by mechanism, in
+    ms."""
     rows = [
         {"partition": "by purpose", "part": f"part: {p}", "key": p, "ms": ms(step.purpose_ns[p])} for p in user_parts
     ]

@@ -9,9 +9,10 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from probe.analysis.host import MECHANISM_PARTS, PURPOSE_PARTS
+from probe.analysis.ledger.host import MECHANISM_PARTS, PURPOSE_PARTS
 
-# The ledger's two host partitions (probe.analysis.host) as the app groups them: by purpose, the three cache parts as
+# The ledger's two host partitions (probe.analysis.ledger.host) as the app groups them: by purpose, the three cache
+# parts as
 # one; a trace analyzed with --part gets the user's parts in front (figures.ledger.host_categories); and by mechanism.
 HOST_CATEGORIES: tuple[tuple[str, str], ...] = tuple(
     dict.fromkeys((p.group, "cache bookkeeping" if p.group == "cache" else p.label) for p in PURPOSE_PARTS)
@@ -22,7 +23,7 @@ GPU_CATEGORIES: tuple[tuple[str, str], ...] = (("gpu_busy", "GPU busy"), ("gpu_i
 # Every colour the views use. Named things (host parts, kernel categories, marks) by name; a host part and the
 # kernel category of the same work share a colour (attention, the cache and kv_cache, ops and elementwise).
 COLORS: dict[str, str] = {
-    # host parts (probe.analysis.host: by purpose, by mechanism) and the GPU side of a step
+    # host parts (probe.analysis.ledger.host: by purpose, by mechanism) and the GPU side of a step
     "ops": "#9aa5b1",
     "model": "#9aa5b1",
     "dispatch": "#9aa5b1",
@@ -42,13 +43,13 @@ COLORS: dict[str, str] = {
     "range": "#a7c7e7",
     "gpu_busy": "#1f77b4",
     "gpu_idle": "#aec7e8",
-    # one step on one clock (probe.analysis.timeline): the GPU's idle gaps by cause, the host's external wait
+    # one step on one clock (probe.analysis.ledger.timeline): the GPU's idle gaps by cause, the host's external wait
     "idle_host_wait": "#ffbb78",
     "idle_kernel_wait": "#c7c7c7",
     "idle_other": "#dbdb8d",
     "before_gpu": "#e7e7e7",
     "external": "#d62728",
-    # kernel categories (probe.analysis.kernels)
+    # kernel categories (probe.analysis.ledger.kernels)
     "gemm": "#1f77b4",
     "norm": "#e98ebf",
     "elementwise": "#9aa5b1",

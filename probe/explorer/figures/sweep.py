@@ -8,8 +8,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from probe.analysis.report import Report
-from probe.analysis.results import BenchResults
+from probe.analysis.diagnosis.report import Report
+from probe.analysis.records.results import BenchResults
 from probe.explorer.figures.style import COLORS, SERIES, label
 
 SWEEP_METRICS = (("decode_tok_s", "decode tokens/s"), ("itl_p50_ms", "ITL p50 (ms)"), ("ttft_ms", "TTFT (ms)"))

@@ -1,4 +1,4 @@
-"""Telemetry samples (probe.analysis.telemetry) under the Sweep and the trace views: one panel a figure.
+"""Telemetry samples (probe.analysis.records.telemetry) under the Sweep and the trace views: one panel a figure.
 
 A run records a sample every 10 ms, so a sweep of minutes holds tens of thousands; drawn one by one they take a
 browser tens of seconds. Each figure is drawn instead as the min and max of at most `POINTS` buckets of
@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from plotly.subplots import make_subplots
 
-from probe.analysis.files import open_regular
-from probe.analysis.ledger import StepLedger, TraceAnalysis
-from probe.analysis.sidecar import Sidecar
+from probe.analysis.ledger.build import StepLedger, TraceAnalysis
+from probe.analysis.records.files import open_regular
+from probe.analysis.records.sidecar import Sidecar
 from probe.errors import ProbeError
 from probe.explorer.figures.style import COLORS, label, ms
 

@@ -1,6 +1,7 @@
-"""The answer for a trace, in one typed result: every step's diagnosis (probe.analysis.diagnosis), its roofline when
-a model is known (probe.analysis.step_roofline), and the roofline of every op that launched kernels
-(probe.analysis.op_roofline). `probe analyze` prints it first and puts it in `--json`; the explorer draws it.
+"""The answer for a trace, in one typed result: every step's diagnosis (probe.analysis.diagnosis.verdict), its roofline
+when
+a model is known (probe.analysis.roofline.step), and the roofline of every op that launched kernels
+(probe.analysis.roofline.ops). `probe analyze` prints it first and puts it in `--json`; the explorer draws it.
 
 The device is the trace's own (`deviceProperties`), else `--device`; without either, no roofline and a line that
 says so. The dtype is `--dtype`, else the input type of the GEMMs that took the most GPU time, else bfloat16.
@@ -10,13 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from probe.analysis.diagnosis import Context, TraceDiagnosis, diagnose_trace
-from probe.analysis.gpu import attribute
-from probe.analysis.hardware import Device, device, match_device
-from probe.analysis.ledger import TraceAnalysis
-from probe.analysis.op_roofline import OpRoofline, op_rooflines
+from probe.analysis.diagnosis.verdict import Context, TraceDiagnosis, diagnose_trace
+from probe.analysis.ledger.build import TraceAnalysis
+from probe.analysis.ledger.gpu import attribute
+from probe.analysis.roofline.devices import Device, device, match_device
 from probe.analysis.roofline.formulas import arch_for
-from probe.analysis.step_roofline import StepRoofline, TokenFlags, gpu_ms_at, step_roofline
+from probe.analysis.roofline.ops import OpRoofline, op_rooflines
+from probe.analysis.roofline.step import StepRoofline, TokenFlags, gpu_ms_at, step_roofline
 from probe.analysis.trace import Trace
 from probe.errors import ProbeError
 

@@ -2,7 +2,7 @@
 
 Categories come from one ordered table of regular expressions over the kernel's full name, first match wins
 (`KERNEL_RULES`); a user puts their own rules in front of it (`probe analyze --kernel-category CAT=REGEX`, compiled
-by probe.analysis.patterns for RE2). The rules were written against the kernel names of every real trace in
+by probe.analysis.ledger.patterns for RE2). The rules were written against the kernel names of every real trace in
 tests/data and ../shared/traces (public and peer: cuBLAS / cuBLASLt `sm90_xmma_gemm`, `nvjet`; CUTLASS; cuDNN;
 FlashAttention; FlashInfer; Triton and triton_kernels; hipBLASLt `Cijk_`; `ck_tile`; aiter; TensorRT-LLM; vLLM and
 SGLang custom kernels; fbgemm; NCCL), and tests/test_kernel_names.py checks every one of those names against a
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from probe.analysis.patterns import Pattern, compile_user
+from probe.analysis.ledger.patterns import Pattern, compile_user
 from probe.errors import ProbeError
 
 GEMM, ATTENTION, NORM, ELEMENTWISE, ROTARY = "gemm", "attention", "norm", "elementwise", "rotary"

@@ -6,9 +6,9 @@ Inputs, each from the first place that has it:
 - **the model**: a config (`--model SPEC`: a preset, a config.json or a model folder), read torch-free
   (probe.analysis.roofline.formulas.arch_for); the dtype from `--dtype`, else the dominant GEMM input type of the
   trace's recorded shapes, else bfloat16.
-- **the device**: the trace's `deviceProperties` name, else `--device NAME` (probe.analysis.hardware).
+- **the device**: the trace's `deviceProperties` name, else `--device NAME` (probe.analysis.roofline.devices).
 - **the tokens of a step**: the engine marker's own counts (vLLM's detailed `execute_*` sq/sk, SGLang's
-  `bs=`/`toks=`: probe.analysis.steps.StepTokens); failing those, the recorded shapes (`record_shapes=True`: the
+  `bs=`/`toks=`: probe.analysis.ledger.steps.StepTokens); failing those, the recorded shapes (`record_shapes=True`: the
   first `aten::embedding` of the step gives [batch, tokens]); failing those, `--tokens`, `--batch` and `--context`.
   A flag given on the command line fills only what the trace does not say.
 
@@ -27,10 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from probe.analysis.hardware import Device
-from probe.analysis.ledger import StepLedger, TraceAnalysis
+from probe.analysis.ledger.build import StepLedger, TraceAnalysis
+from probe.analysis.ledger.steps import StepTokens
+from probe.analysis.roofline.devices import Device
 from probe.analysis.roofline.formulas import Arch, StepCost, step_cost
-from probe.analysis.steps import StepTokens
 from probe.errors import ProbeError
 
 

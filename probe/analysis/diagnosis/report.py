@@ -21,13 +21,13 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from probe.analysis.diagnosis import Context, Diagnosis, predict_batch
-from probe.analysis.digest import StepDigest
-from probe.analysis.files import read_json
-from probe.analysis.ledger import TraceAnalysis, steady
-from probe.analysis.results import BenchResults, Cell
+from probe.analysis.diagnosis.verdict import Context, Diagnosis, predict_batch
+from probe.analysis.ledger.build import TraceAnalysis, steady
+from probe.analysis.ledger.digest import StepDigest
+from probe.analysis.records.files import read_json
+from probe.analysis.records.results import BenchResults, Cell
+from probe.analysis.records.telemetry import ENERGY_WINDOW_NOTE
 from probe.analysis.roofline.formulas import batch_limit, predict_step_ms
-from probe.analysis.telemetry import ENERGY_WINDOW_NOTE
 from probe.errors import ProbeError
 
 HOLDS = 0.15  # |measured / predicted - 1| within this: the prediction holds (Part 2 missed by 12-15%)
@@ -97,7 +97,8 @@ class Check:
 
 
 def prediction_checks(results: BenchResults, diagnoses: dict[str, Diagnosis], prompt: int) -> list[Check]:
-    """The diagnosis's what-ifs against measurement (probe.analysis.diagnosis, the same code `probe analyze` runs):
+    """The diagnosis's what-ifs against measurement (probe.analysis.diagnosis.verdict, the same code `probe analyze`
+    runs):
     the cached engine's trace predicts the static engine's step (capturing the forward in a graph), and B = 1
     predicts B = 2 (the batch what-if's model at B = 2)."""
     cached = diagnoses.get("cached")

@@ -17,11 +17,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from probe.analysis.environment import Environment
-from probe.analysis.files import CHROME, NSYS_SQLITE, read_json, sniff
-from probe.analysis.ledger import analyze
-from probe.analysis.results import RESULTS_FILE, BenchResults, Cell, decode_tok_s, load_results
-from probe.analysis.sidecar import Sidecar, trace_meta
+from probe.analysis.ledger.build import analyze
+from probe.analysis.records.environment import Environment
+from probe.analysis.records.files import CHROME, NSYS_SQLITE, read_json, sniff
+from probe.analysis.records.results import RESULTS_FILE, BenchResults, Cell, decode_tok_s, load_results
+from probe.analysis.records.sidecar import Sidecar, trace_meta
 from probe.analysis.trace import DeviceInfo, load_trace
 from probe.errors import ProbeError
 
@@ -53,7 +53,8 @@ class Unit:
     counts: dict[str, float]  # count metric name -> launches
     ops: dict[str, dict[str, float]]  # count metric name -> its launches by op name (absent when not recorded)
     samples: dict[str, tuple[float, ...]]  # timing metric name -> raw samples
-    # Other processes took the CPU while it ran (probe.analysis.telemetry.contention): its timings are no verdict.
+    # Other processes took the CPU while it ran (probe.analysis.records.telemetry.contention): its timings are no
+    # verdict.
     # None: not judged (no telemetry, phases too short, or a file from before the rule).
     contended: bool | None = None
     # A trace's steps one by one: (step name, count metric -> its launches by op or kernel name), so that two traces
@@ -132,12 +133,12 @@ def trace_environment(meta: Sidecar | None, devices: Sequence[DeviceInfo] = ()) 
 
 
 def sidecar_contended(meta: Sidecar | None) -> bool | None:
-    """What `probe profile` recorded of its own run's contention (probe.analysis.telemetry.contention)."""
+    """What `probe profile` recorded of its own run's contention (probe.analysis.records.telemetry.contention)."""
     return meta.contended if meta is not None else None
 
 
 def from_analysis(analysis, source: str, meta: Sidecar | None, devices: Sequence[DeviceInfo] = ()) -> SampleSet:
-    """A ledger (probe.analysis.ledger.TraceAnalysis) as one unit per step kind: per-step samples, median
+    """A ledger (probe.analysis.ledger.build.TraceAnalysis) as one unit per step kind: per-step samples, median
     counts (launches per step, or dispatched ops on a CPU-only trace: StepLedger.dispatched). `devices`: the
     trace's deviceProperties, which name the device when there is no sidecar."""
     steps = analysis.steps

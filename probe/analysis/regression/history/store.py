@@ -4,7 +4,7 @@ runs back, and the append policy the measuring commands share (`record`).
 Every connection has DuckDB's external access off, so no table, view or macro in a file can make probe read
 another file; a reader opens the file read-only and never writes it (an older schema is read as it is, and migrated
 only by the next append); and probe reads only its own schema's tables (a file holding a view or a macro of its own
-is refused). (The tables and the locking: probe.analysis.history.)
+is refused). (The tables and the locking: probe.analysis.regression.history.)
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from probe.analysis.environment import Environment, git_state
-from probe.analysis.files import open_regular, parse_json
-from probe.analysis.history.records import RunRecord, folder_record, now_utc, read_ledger, run_record
-from probe.analysis.results import BenchResults
-from probe.analysis.samples import METRICS, SampleSet, Unit
+from probe.analysis.records.environment import Environment, git_state
+from probe.analysis.records.files import open_regular, parse_json
+from probe.analysis.records.results import BenchResults
+from probe.analysis.regression.history.records import RunRecord, folder_record, now_utc, read_ledger, run_record
+from probe.analysis.regression.samples import METRICS, SampleSet, Unit
 from probe.errors import ProbeError
 
 DEFAULT_FILE = "probe-history.duckdb"
@@ -72,7 +72,8 @@ _SCHEMA_2 = (
         run_id VARCHAR NOT NULL, unit VARCHAR NOT NULL, position INTEGER NOT NULL, part VARCHAR NOT NULL,
         ns BIGINT)""",
 )
-# 3: whether each unit's timings ran contended (probe.analysis.telemetry.contention), so no later check judges them.
+# 3: whether each unit's timings ran contended (probe.analysis.records.telemetry.contention), so no later check judges
+# them.
 _SCHEMA_3 = ("CREATE TABLE units (run_id VARCHAR NOT NULL, unit VARCHAR NOT NULL, contended BOOLEAN)",)
 MIGRATIONS = (_SCHEMA_1, _SCHEMA_2, _SCHEMA_3)  # MIGRATIONS[v] takes a file from schema v to v + 1
 

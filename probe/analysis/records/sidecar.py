@@ -19,9 +19,9 @@ from typing import Literal
 
 import msgspec
 
-from probe.analysis.environment import Clock, Environment
-from probe.analysis.files import read_json, stem_of
-from probe.analysis.ledger import EventCost
+from probe.analysis.ledger.build import EventCost
+from probe.analysis.records.environment import Clock, Environment
+from probe.analysis.records.files import read_json, stem_of
 from probe.errors import ProbeError
 from probe.settings import ProfileConfig
 
@@ -41,7 +41,8 @@ class Sidecar:
     @property
     def contention(self) -> tuple[float | None, bool | None]:
         """(other processes' cores, contended) as `probe profile` recorded them for its own run (the verdict
-        probe.analysis.telemetry.contention gave at capture); (None, None) when the sidecar predates the record."""
+        probe.analysis.records.telemetry.contention gave at capture); (None, None) when the sidecar predates the
+        record."""
         c = self.details.get("contention")
         if not isinstance(c, dict):
             return None, None
@@ -63,8 +64,9 @@ class Sidecar:
             return None
         cores = f"{other:.2f} cores" if other is not None else "other processes' cores"
         return (
-            f"recorded contended: {cores} of other work ran beside it (probe.analysis.telemetry's contention rule), "
-            "so its host times are inflated and are not a verdict on the code"
+            f"recorded contended: {cores} of other work ran beside it "
+            "(probe.analysis.records.telemetry's contention rule), so its host times are inflated and are not a "
+            "verdict on the code"
         )
 
     def to_json(self) -> dict:

@@ -1,9 +1,10 @@
 """probe compare's rule, as knobs: one definition of each default, scipy-free, so that building a command's flags
 (`probe compare --help`, `probe ab --help`, `probe history check --help`) loads no statistics.
 
-`CompareRules` is what `probe.analysis.compare.compare` and the history's judge (`probe.analysis.history.judge`)
-read; its flags come from `probe.flags` (`add_arguments(parser, CompareRules, skip=...)`), so the help text and the
-default live in the field. A value out of range is a one-line ProbeError when the rules are built.
+`CompareRules` is what `probe.analysis.regression.compare.compare` and the history's judge
+(`probe.analysis.regression.history.judge`) read; its flags come from `probe.flags` (`add_arguments(parser,
+CompareRules, skip=...)`), so the help text and the default live in the field. A value out of range is a one-line
+ProbeError when the rules are built.
 """
 
 from __future__ import annotations

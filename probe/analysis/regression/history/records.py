@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from probe.analysis.environment import Environment
-from probe.analysis.files import is_trace_name, open_regular, parse_stem, read_json
-from probe.analysis.ledger import TraceAnalysis, analyze
-from probe.analysis.results import RESULTS_FILE, BenchResults, CellKey, load_results
-from probe.analysis.samples import SampleSet, Unit, from_analysis, from_results
-from probe.analysis.sidecar import Sidecar, trace_meta
+from probe.analysis.ledger.build import TraceAnalysis, analyze
+from probe.analysis.records.environment import Environment
+from probe.analysis.records.files import is_trace_name, open_regular, parse_stem, read_json
+from probe.analysis.records.results import RESULTS_FILE, BenchResults, CellKey, load_results
+from probe.analysis.records.sidecar import Sidecar, trace_meta
+from probe.analysis.regression.samples import SampleSet, Unit, from_analysis, from_results
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
 

@@ -5,7 +5,7 @@ The rules, tried in this order; the first that finds anything wins, and `StepSet
 1. `--steps REGEX` when given: every host range (a torch `user_annotation`, an NVTX range in an nsys export)
    whose name the pattern matches anywhere (a search, as `grep`: `--steps execute_` finds vLLM's
    `execute_new_1_cached_0`; `^...$` anchors it to the whole name). The pattern is compiled for RE2 by
-   probe.analysis.patterns, so no pattern can make the search backtrack. An explicit request comes first; one
+   probe.analysis.ledger.patterns, so no pattern can make the search backtrack. An explicit request comes first; one
    that matches nothing is a warning in `StepSet.warnings` (the CLI prints warnings on stderr before its tables),
    and the rules below apply.
 2. probe's own ranges: `prefill` and `decode#i` (probe.vocabulary).
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from probe import vocabulary as V
-from probe.analysis.patterns import Pattern, compile_user
+from probe.analysis.ledger.patterns import Pattern, compile_user
 from probe.analysis.trace import GRAPH_LAUNCH_NAMES, PROFILER_STEP_PREFIX, Kind, Trace, api_base_name
 
 RULE_STEPS, RULE_PROBE, RULE_PROFILER, RULE_GRAPH, RULE_WINDOW = (

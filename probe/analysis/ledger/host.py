@@ -33,9 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from probe import vocabulary as V
-from probe.analysis.gpu import correlation_keys
 from probe.analysis.intervals import covered, merge, nesting
-from probe.analysis.patterns import Pattern, compile_user
+from probe.analysis.ledger.gpu import correlation_keys
+from probe.analysis.ledger.patterns import Pattern, compile_user
 from probe.analysis.trace import COPY_KINDS, GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
 from probe.errors import ProbeError
 
@@ -114,7 +114,7 @@ def frame_name(name: str) -> str:
 @dataclass(frozen=True)
 class UserPart:
     name: str
-    pattern: Pattern  # RE2: linear in the name (probe.analysis.patterns)
+    pattern: Pattern  # RE2: linear in the name (probe.analysis.ledger.patterns)
 
 
 def parse_part(text: str, reserved: frozenset[str] = frozenset()) -> UserPart:

@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from probe.analysis.files import is_trace_name
-from probe.analysis.ledger import AnalyzeOptions, TraceAnalysis, analyze
+from probe.analysis.ledger.build import AnalyzeOptions, TraceAnalysis, analyze
+from probe.analysis.records.files import is_trace_name
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
 

@@ -1,11 +1,12 @@
 """The answer first: what bounds each step, by how much, and what fixing it would buy, on any trace.
 
-The write-ups' method, run on a step's ledger (probe.analysis.ledger): measure, predict from the two sides of the
+The write-ups' method, run on a step's ledger (probe.analysis.ledger.build): measure, predict from the two sides of the
 step, name the side that binds, and predict what the next change buys. One module holds every verdict and rule.
 
 **The two sides of a step.** *Host work* is the host window less the time it was blocked on the device
 (`StepLedger.host_work_ns` = wall - sync wait): what the host itself spent issuing the step. *GPU work* is the step's
-GPU busy time (probe.analysis.gpu). The CPU runs ahead of the GPU, so a loop of such steps takes at least the larger
+GPU busy time (probe.analysis.ledger.gpu). The CPU runs ahead of the GPU, so a loop of such steps takes at least the
+larger
 of the two (the write-ups' "step time is the larger of the two"); the *measured step* is max(host window, GPU busy):
 a loop of such steps can be no faster than the host window that issues each one, nor than the GPU work each one asks.
 
@@ -19,7 +20,7 @@ a loop of such steps can be no faster than the host window that issues each one,
 - `gpu`: GPU work >= host work: the GPU is busy for at least as long as the host works, so the host waits on it
   (at a sync, or by running ahead until the GPU's queue is full), or its work runs past the host window.
 - `host`: host work > GPU work: the GPU waits for work the host has not issued. `host_bound_by` names the largest
-  part of host work by mechanism (probe.analysis.host): `python`, `dispatch`, `launch` (launch and other runtime
+  part of host work by mechanism (probe.analysis.ledger.host): `python`, `dispatch`, `launch` (launch and other runtime
   calls), or `unattributed` (no event covers it: Python between ops when the trace has no stacks).
 
 The busy share is taken over the step read whole (`StepLedger.span_ns`: host start to the later of the host end and
@@ -60,7 +61,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from probe.analysis.ledger import StepLedger, TraceAnalysis, steady
+from probe.analysis.ledger.build import StepLedger, TraceAnalysis, steady
 from probe.analysis.trace import GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
 
 Bound = Literal["host", "gpu", "external", "cpu_only"]

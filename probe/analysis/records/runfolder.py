@@ -13,9 +13,9 @@ import os
 import tempfile
 from pathlib import Path
 
-from probe.analysis.report import REPORT_FILE, REPORT_MD
-from probe.analysis.results import CELLS_CSV, CELLS_FILE, RESULTS_FILE
-from probe.analysis.telemetry import TELEMETRY_FILE
+from probe.analysis.diagnosis.report import REPORT_FILE, REPORT_MD
+from probe.analysis.records.results import CELLS_CSV, CELLS_FILE, RESULTS_FILE
+from probe.analysis.records.telemetry import TELEMETRY_FILE
 from probe.errors import ProbeError
 
 FILES = (RESULTS_FILE, CELLS_FILE, CELLS_CSV, TELEMETRY_FILE, REPORT_FILE, REPORT_MD)

@@ -2,10 +2,10 @@
 
 `analyze(trace, options) -> TraceAnalysis` is stateless; all interval work is vectorized over sorted numpy arrays
 (searchsorted, cumulative sums), so the cost is O(events log events) whatever the number of steps or the depth of
-nesting. It reads as its stages: steps (probe.analysis.steps), the GPU side (probe.analysis.gpu), kernels
-(probe.analysis.kernels), the host side (probe.analysis.host), then one `StepLedger` a step.
+nesting. It reads as its stages: steps (probe.analysis.ledger.steps), the GPU side (probe.analysis.ledger.gpu), kernels
+(probe.analysis.ledger.kernels), the host side (probe.analysis.ledger.host), then one `StepLedger` a step.
 
-Steps: probe.analysis.steps finds them (`--steps`, probe's ranges, ProfilerStep#N, engine markers, graph
+Steps: probe.analysis.ledger.steps finds them (`--steps`, probe's ranges, ProfilerStep#N, engine markers, graph
 launches, else the whole trace) and `TraceAnalysis.step_rule` says which rule did. Every step is kept, the last
 one included. A step's host window is its range, [start, end], both ends included.
 
@@ -17,12 +17,12 @@ What a step's ledger says (times are integer ns inside, `_us` in the JSON, ns / 
   way. `runtime_calls`: all runtime calls. `dispatched`: launches + graph launches on a GPU trace; on a CPU-only
   trace the top-level ops, the dispatched aten ops that stand in for launches.
 - `kernels`, `gpu_ops`, the GPU window (`gpu_start`, `gpu_window`), `gpu_busy`, `gpu_idle` and its causes
-  (`idle_host_wait`, `idle_kernel_wait`, `idle_other`), and the two launch delays: probe.analysis.gpu defines each,
-  and says where and why they differ from HTA's. `busy_fraction` = busy / GPU window is in [0, 1].
+  (`idle_host_wait`, `idle_kernel_wait`, `idle_other`), and the two launch delays: probe.analysis.ledger.gpu defines
+  each, and says where and why they differ from HTA's. `busy_fraction` = busy / GPU window is in [0, 1].
   `launch_cpu`: the host time inside the step's launch and graph-launch calls; `short_kernels`: under 5 us.
 - Kernels: `top_kernels` by name (count, total, mean, p50, max, share of the step's GPU busy) and
-  `kernels_by_category` (probe.analysis.kernels), memcpy and memset included as categories.
-- The host side (probe.analysis.host), on the step's own thread: two partitions of `wall`, each adding up to it
+  `kernels_by_category` (probe.analysis.ledger.kernels), memcpy and memset included as categories.
+- The host side (probe.analysis.ledger.host), on the step's own thread: two partitions of `wall`, each adding up to it
   exactly. `purpose` (the user's `--part`s, sync, sample, the three cache parts, mask, attention, and `model`, the
   rest) says what the step was doing; `mechanism` (python, dispatch, launch, runtime, sync_wait, unattributed)
   says what code ran: the innermost event covering each ns decides. `top_frames`: Python frames by innermost self
@@ -49,9 +49,18 @@ from typing import Literal
 
 import numpy as np
 
-from probe.analysis import kernels
-from probe.analysis.gpu import KERNEL_WAIT_NS, Attribution, LaunchDelays, Windows, attribute, launch_delays, windows
-from probe.analysis.host import (
+from probe.analysis.intervals import assign, covered, merge
+from probe.analysis.ledger import kernels
+from probe.analysis.ledger.gpu import (
+    KERNEL_WAIT_NS,
+    Attribution,
+    LaunchDelays,
+    Windows,
+    attribute,
+    launch_delays,
+    windows,
+)
+from probe.analysis.ledger.host import (
     MECHANISM,
     PURPOSE_PARTS,
     FrameTime,
@@ -67,10 +76,9 @@ from probe.analysis.host import (
     thread_ops,
     thread_rows,
 )
-from probe.analysis.intervals import assign, covered, merge
-from probe.analysis.kernels import KernelStat
-from probe.analysis.patterns import Pattern
-from probe.analysis.steps import StepSet, StepTokens, compile_steps_regex, find_steps
+from probe.analysis.ledger.kernels import KernelStat
+from probe.analysis.ledger.patterns import Pattern
+from probe.analysis.ledger.steps import StepSet, StepTokens, compile_steps_regex, find_steps
 from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
 from probe.errors import ProbeError
 
@@ -105,7 +113,7 @@ class AnalyzeOptions:
     """How to read a trace: which ranges are steps, the user's own parts and kernel categories, the gap under which
     GPU idle is kernel wait, and the profiler's cost per recorded event when it is known."""
 
-    steps: Pattern | None = None  # --steps, RE2 (probe.analysis.patterns)
+    steps: Pattern | None = None  # --steps, RE2 (probe.analysis.ledger.patterns)
     parts: tuple[UserPart, ...] = ()  # --part NAME=REGEX, in priority order
     kernel_rules: tuple[tuple[str, str], ...] = ()  # --kernel-category CATEGORY=REGEX, before the built-in rules
     event_cost: EventCost | None = None  # the profiler's cost per recorded event (probe.capture.calibrate)
@@ -162,7 +170,7 @@ class StepLedger:
     idle_kernel_wait_ns: int
     idle_other_ns: int
     launch_cpu_ns: int
-    launch_delay_p50_ns: float | None  # from the launch call's start, kernels only (probe.analysis.gpu)
+    launch_delay_p50_ns: float | None  # from the launch call's start, kernels only (probe.analysis.ledger.gpu)
     launch_delay_p90_ns: float | None
     launch_delay_from_end_p50_ns: float | None  # HTA's: from the call's end, clipped at 0, copies included
     launch_delay_from_end_p90_ns: float | None
@@ -313,7 +321,7 @@ class Summary:
 class TraceAnalysis:
     format: str
     source: str
-    step_rule: str  # which rule found the steps (probe.analysis.steps)
+    step_rule: str  # which rule found the steps (probe.analysis.ledger.steps)
     steps: tuple[StepLedger, ...]
     totals: Totals
     summary: Summary
@@ -372,7 +380,7 @@ class TraceAnalysis:
 
 @dataclass
 class _Launches:
-    """Per step: launch-call counts and host time, and the GPU side (probe.analysis.gpu)."""
+    """Per step: launch-call counts and host time, and the GPU side (probe.analysis.ledger.gpu)."""
 
     gpu: Attribution
     launches: np.ndarray

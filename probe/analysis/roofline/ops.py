@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from probe.analysis.gpu import Attribution
-from probe.analysis.hardware import Device
-from probe.analysis.host import thread_ops
+from probe.analysis.ledger.gpu import Attribution
+from probe.analysis.ledger.host import thread_ops
+from probe.analysis.roofline.devices import Device
 from probe.analysis.trace import Shapes, Trace
 
 # bytes per element by the type torch.profiler records (TraceLens's name2bpe)

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 import duckdb
 import pandas as pd
 
-from probe.analysis.compare import Comparison, compare
-from probe.analysis.history.store import RunInfo, find_run, has_table, list_runs, runs_of, sample_set
-from probe.analysis.rules import DEFAULTS, ONE_RUN, CompareRules
-from probe.analysis.samples import METRICS, SampleSet, Unit
+from probe.analysis.regression.compare import Comparison, compare
+from probe.analysis.regression.history.store import RunInfo, find_run, has_table, list_runs, runs_of, sample_set
+from probe.analysis.regression.rules import DEFAULTS, ONE_RUN, CompareRules
+from probe.analysis.regression.samples import METRICS, SampleSet, Unit
 from probe.errors import ProbeError
 
 SESSIONS_NOTE = (

@@ -1,6 +1,7 @@
 """Regression checks between two measurements: exact launch counts, noise-aware timings.
 
-`compare(baseline, current, rules) -> Comparison` checks each key two `SampleSet`s share (probe.analysis.samples
+`compare(baseline, current, rules) -> Comparison` checks each key two `SampleSet`s share
+(probe.analysis.regression.samples
 reads any input into one):
 
 - Launches per step are deterministic (a property of the code, not of timing), so any increase is a
@@ -14,7 +15,7 @@ reads any input into one):
   runs when each side has `min_samples` and the sample sizes can reach p < alpha at all (asv's rule);
   otherwise the verdict is "too few samples". The ratio comes with a percentile bootstrap confidence interval
   (fixed seed, so the output is the same every time). For tokens/s a regression is a drop. A sample measured
-  while other processes took the CPU (probe.analysis.telemetry's contention rule) is never a verdict: the row
+  while other processes took the CPU (probe.analysis.records.telemetry's contention rule) is never a verdict: the row
   says "contended: not judged".
 """
 
@@ -28,10 +29,10 @@ from typing import Literal
 
 import numpy as np
 
-from probe.analysis.environment import EnvDifference
-from probe.analysis.kernels import DEFAULT_RULES, short_name
-from probe.analysis.rules import ALPHA, DEFAULTS, MIN_SAMPLES, THRESHOLD, CompareRules
-from probe.analysis.samples import (
+from probe.analysis.ledger.kernels import DEFAULT_RULES, short_name
+from probe.analysis.records.environment import EnvDifference
+from probe.analysis.regression.rules import ALPHA, DEFAULTS, MIN_SAMPLES, THRESHOLD, CompareRules
+from probe.analysis.regression.samples import (
     KERNELS,
     METRICS,
     Metric,
@@ -533,7 +534,7 @@ def _notes(base: SampleSet, cur: SampleSet, rules: CompareRules) -> list[str]:
     if contended and not rules.counts_only:
         notes.append(
             f"contended: not judged: other processes took the CPU while {', '.join(contended)} ran "
-            "(probe.analysis.telemetry's contention rule), so those timings are shown but are no verdict"
+            "(probe.analysis.records.telemetry's contention rule), so those timings are shown but are no verdict"
         )
     if rules.counts_only:
         notes.append("timings not compared (--counts-only): only the deterministic launch counts are gated")

@@ -4,8 +4,9 @@
 later of the host end and its GPU work's end, `StepLedger.span_ns`) or a window of it:
 
 - **the step's thread**: its ranges, Python frames, cpu_ops and runtime calls, each kind by its nesting depth (a lane
-  per depth), each event coloured by the purpose part its time feeds (probe.analysis.host: the user's parts, sync,
-  sample, cache, mask, attention), else by what it is (a Python frame, an op's dispatch, a launch or runtime call);
+  per depth), each event coloured by the purpose part its time feeds (probe.analysis.ledger.host: the user's parts,
+  sync, sample, cache, mask, attention), else by what it is (a Python frame, an op's dispatch, a launch or runtime
+  call);
 - **where it blocked**: the sync-wait pieces of the mechanism partition (`host.mechanism_split`) and, on top, the
   external wait inside them (`ledger.unseen_wait_pieces`: no GPU op of the trace ran), with the sync call sites;
 - **the other threads** busy in the window (their outermost events), the busiest `MAX_THREADS` of them;
@@ -32,9 +33,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from probe.analysis import kernels
-from probe.analysis.gpu import IDLE_CAUSES, attribute, idle_gaps
-from probe.analysis.host import (
+from probe.analysis.intervals import covered, inside_any, merge, nesting
+from probe.analysis.ledger.build import AnalyzeOptions, StepLedger, TraceAnalysis, kernels, unseen_wait_pieces
+from probe.analysis.ledger.gpu import IDLE_CAUSES, attribute, idle_gaps
+from probe.analysis.ledger.host import (
     PURPOSE,
     REST,
     PartTable,
@@ -44,8 +46,6 @@ from probe.analysis.host import (
     thread_ops,
     thread_rows,
 )
-from probe.analysis.intervals import covered, inside_any, merge, nesting
-from probe.analysis.ledger import AnalyzeOptions, StepLedger, TraceAnalysis, unseen_wait_pieces
 from probe.analysis.trace import COPY_KINDS, GPU_OP_KINDS, Kind, Trace
 
 COLUMNS = 800  # a window's width in columns: about a pixel each, at the width the explorer draws the lanes

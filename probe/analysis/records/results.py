@@ -25,14 +25,15 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from probe.analysis.environment import Clock, Environment
-from probe.analysis.files import atomic_set, read_json
-from probe.analysis.telemetry import TelemetrySummary
+from probe.analysis.records.environment import Clock, Environment
+from probe.analysis.records.files import atomic_set, read_json
+from probe.analysis.records.telemetry import TelemetrySummary
 from probe.errors import ProbeError
 from probe.settings import BenchConfig
 
 RESULTS_FILE, CELLS_FILE, CELLS_CSV = "results.json", "cells.parquet", "cells.csv"
-# The files `BenchResults.save` writes, as one set (probe.analysis.files.atomic_set): results.json, what readers and
+# The files `BenchResults.save` writes, as one set (probe.analysis.records.files.atomic_set): results.json, what
+# readers and
 # --resume trust, last.
 SAVED_FILES = (CELLS_FILE, CELLS_CSV, RESULTS_FILE)
 # 5: the environment's commit and dirty flag apart (`git_commit` with a "-dirty" suffix before); 4: failed cells,
@@ -142,7 +143,7 @@ class Cell:
     device: str | None = None
     node: str | None = None
     attn: str | None = None  # the attention implementation the model ran (--attn, resolved); None in older files
-    # Contention (probe.analysis.telemetry.contention): the CPU other processes used beside this one over the
+    # Contention (probe.analysis.records.telemetry.contention): the CPU other processes used beside this one over the
     # decode phases, in cores; and whether that passes the rule (None: not judged, telemetry off or too short).
     other_cpu_cores: float | None = None
     contended: bool | None = None
@@ -397,7 +398,8 @@ class BenchResults:
         )
 
     def save(self, folder: Path) -> None:
-        """Write results.json, cells.parquet and cells.csv as one set (probe.analysis.files.atomic_set): a Ctrl-C
+        """Write results.json, cells.parquet and cells.csv as one set (probe.analysis.records.files.atomic_set): a
+        Ctrl-C
         never leaves half a file, and a failed write (a full disk) leaves the folder's previous set whole."""
         folder.mkdir(parents=True, exist_ok=True)
         with atomic_set(folder, SAVED_FILES) as paths:

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from probe.analysis.files import atomic_path
 from probe.analysis.intervals import merge
+from probe.analysis.records.files import atomic_path
 
 TELEMETRY_FILE = "telemetry.parquet"  # a run folder's raw samples: t_ns, one column a figure, and the cell's position
 LEVEL, RATE, COUNTER = "level", "rate", "counter"

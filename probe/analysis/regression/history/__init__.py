@@ -21,7 +21,7 @@ plain SQL (the DuckDB CLI, `duckdb.connect(PATH, read_only=True)` from Python); 
                 dispatched, launches, graph_launches, kernels, gpu_window_ns, gpu_busy_ns, gpu_idle_ns, cache_ns
     step_parts  run_id, unit, position, part, ns: the step's host time by part (they add up to wall_ns)
     units       run_id, unit, contended: whether the unit's timings ran while other processes took the CPU
-                (probe.analysis.telemetry's contention rule; None: not judged), so no check makes them a verdict
+                (probe.analysis.records.telemetry's contention rule; None: not judged), so no check makes them a verdict
 
 A unit is what `probe compare` calls a key: a bench cell, or a profiled trace's step kind prefixed with the
 engine and shape it was profiled at. A configuration is what must be equal for two runs to be compared (model,
@@ -47,7 +47,7 @@ The package: `store` (the file, its schema, appending, reading, `record`: the ap
 commands), `records` (what a run is, importing one), `judge` (probe compare's rules over earlier runs, the trend).
 """
 
-from probe.analysis.history.judge import (
+from probe.analysis.regression.history.judge import (
     SESSIONS_NOTE,
     ConfigInfo,
     HistoryCheck,
@@ -60,7 +60,7 @@ from probe.analysis.history.judge import (
     show,
     trend,
 )
-from probe.analysis.history.records import (
+from probe.analysis.regression.history.records import (
     SKIP_DIRS,
     Ledger,
     RunRecord,
@@ -74,7 +74,7 @@ from probe.analysis.history.records import (
     run_record,
     trace_config,
 )
-from probe.analysis.history.store import (
+from probe.analysis.regression.history.store import (
     CELL_COLUMNS,
     DEFAULT_FILE,
     HISTORY_ENV,
@@ -99,7 +99,7 @@ from probe.analysis.history.store import (
     schema_version,
     wait_s,
 )
-from probe.analysis.rules import WINDOW, CompareRules
+from probe.analysis.regression.rules import WINDOW, CompareRules
 
 __all__ = [
     "CELL_COLUMNS",
