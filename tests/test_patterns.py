@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from probe.analysis.ledger.build import AnalyzeOptions, analyze, patterns
+from probe.analysis.ledger import patterns
+from probe.analysis.ledger.build import AnalyzeOptions, analyze
 from probe.analysis.ledger.kernels import Rules
 from probe.analysis.ledger.patterns import compile_user
 from probe.analysis.ledger.steps import compile_steps_regex, find_steps

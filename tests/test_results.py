@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import stat
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -26,7 +25,7 @@ from probe.analysis.records.sidecar import Sidecar, trace_meta
 from probe.capture.cell import PeakMemory
 from probe.errors import ProbeError
 from probe.settings import BenchConfig, ProfileConfig
-from tests.conftest import DATA
+from tests.conftest import DATA, ROOT
 
 RUN_A = DATA / "app" / "runs" / "tiny-cpu-a"
 SIDECAR = DATA / "app" / "traces" / "tiny_cached_cpu_p16_n6.meta.json"
@@ -279,7 +278,7 @@ def test_any_sidecar_is_a_sidecar_or_one_line(where, value):
     assert json.dumps(Sidecar.from_json(json.loads(text)).to_json(), sort_keys=True) == text
 
 
-PRESET = json.loads((Path(files.__file__).parents[2] / "engines" / "presets" / "tiny.json").read_text())
+PRESET = json.loads((ROOT / "engines" / "presets" / "tiny.json").read_text())
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

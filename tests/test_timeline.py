@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from probe.analysis.ledger.build import analyze, timeline, unseen_wait_pieces
+from probe.analysis.ledger import timeline
+from probe.analysis.ledger.build import analyze, unseen_wait_pieces
 from probe.analysis.ledger.gpu import IDLE_CAUSES, attribute, idle_gaps
 from probe.analysis.ledger.timeline import step_clock
 from probe.analysis.trace import load_trace

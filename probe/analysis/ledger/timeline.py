@@ -34,7 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from probe.analysis.intervals import covered, inside_any, merge, nesting
-from probe.analysis.ledger.build import AnalyzeOptions, StepLedger, TraceAnalysis, kernels, unseen_wait_pieces
+from probe.analysis.ledger import kernels
+from probe.analysis.ledger.build import AnalyzeOptions, StepLedger, TraceAnalysis, unseen_wait_pieces
 from probe.analysis.ledger.gpu import IDLE_CAUSES, attribute, idle_gaps
 from probe.analysis.ledger.host import (
     PURPOSE,
