@@ -26,7 +26,6 @@ from probe.analysis.diagnosis.answer import Answer, answer
 from probe.analysis.diagnosis.report import Report, load_report
 from probe.analysis.ledger.build import AnalyzeOptions, StepLedger, TraceAnalysis, analyze
 from probe.analysis.ledger.ranks import JobAnalysis, TraceFailure, job
-from probe.analysis.ledger.timeline import StepTimeline, step_clock
 from probe.analysis.records.results import BenchResults, load_results
 from probe.analysis.regression import history
 from probe.analysis.regression.compare import Comparison, compare
@@ -38,6 +37,7 @@ from probe.errors import ProbeError
 from probe.explorer import figures, sources
 from probe.explorer.figures.style import md, ms_text, printable, short
 from probe.explorer.sources import Source
+from probe.explorer.step_clock import StepTimeline, step_clock
 
 st.set_page_config(page_title="probe explorer", layout="wide")
 LOAD_ERRORS = (ProbeError, OSError)  # probe's loaders turn bad input into a one-line ProbeError

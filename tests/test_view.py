@@ -20,11 +20,11 @@ import pytest
 from probe.analysis.diagnosis.report import load_report
 from probe.analysis.diagnosis.verdict import diagnose_trace
 from probe.analysis.ledger.build import analyze, steady
-from probe.analysis.ledger.timeline import step_clock
 from probe.analysis.records.results import CellKey, load_results
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
 from probe.explorer import figures, sources
+from probe.explorer.step_clock import step_clock
 
 DATA = Path(__file__).parent / "data"
 ROOT_DIR = Path(__file__).resolve().parents[1]

@@ -32,8 +32,6 @@ import torch
 from engines import engine_class
 from engines.models import load_model, resolve_device
 from probe.analysis.diagnosis.report import (
-    REPORT_FILE,
-    REPORT_MD,
     Figure,
     HostCost,
     Report,
@@ -51,7 +49,7 @@ from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.digest import digest
 from probe.analysis.records.files import atomic_write
 from probe.analysis.records.results import BenchResults
-from probe.analysis.records.runfolder import claim
+from probe.analysis.records.runfolder import REPORT_FILE, REPORT_MD, claim
 from probe.analysis.records.sidecar import trace_meta
 from probe.analysis.roofline.formulas import arch_for
 from probe.analysis.trace import load_trace

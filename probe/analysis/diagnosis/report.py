@@ -26,6 +26,7 @@ from probe.analysis.ledger.build import TraceAnalysis, steady
 from probe.analysis.ledger.digest import StepDigest
 from probe.analysis.records.files import read_json
 from probe.analysis.records.results import BenchResults, Cell
+from probe.analysis.records.runfolder import REPORT_FILE
 from probe.analysis.records.telemetry import ENERGY_WINDOW_NOTE
 from probe.analysis.roofline.formulas import batch_limit, predict_step_ms
 from probe.errors import ProbeError
@@ -529,9 +530,6 @@ def _trace_names(counts: dict[str, StepCounts]) -> str:
     if len(names) > 1 and len(patterns) == 1:
         return patterns.pop()
     return ", ".join(names) or "no trace"
-
-
-REPORT_FILE, REPORT_MD = "report.json", "report.md"
 
 
 @dataclass(frozen=True)

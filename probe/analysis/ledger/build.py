@@ -79,6 +79,7 @@ from probe.analysis.ledger.host import (
 from probe.analysis.ledger.kernels import KernelStat
 from probe.analysis.ledger.patterns import Pattern
 from probe.analysis.ledger.steps import StepSet, StepTokens, compile_steps_regex, find_steps
+from probe.analysis.records.sidecar import EventCost
 from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
 from probe.errors import ProbeError
 
@@ -87,25 +88,6 @@ TOP_OPS_KEPT = 20  # per step; op_counts keeps every name
 TOP_KERNELS_KEPT = 10  # per step; the trace's list keeps every name
 TOP_FRAMES_KEPT = 10  # per step; the trace's list keeps every name
 StepKind = Literal["prefill", "decode", "mixed", "profiler_step", "step", "graph", "window"] | str  # | an engine's mode
-
-
-@dataclass(frozen=True)
-class EventCost:
-    """What torch.profiler costs the host per event it records (probe.capture.calibrate measures it): an op or
-    runtime call the dispatcher records, and a range opened from Python (record_function)."""
-
-    op_ns: float
-    range_ns: float
-
-    @classmethod
-    def from_json(cls, doc) -> EventCost | None:
-        """From a sidecar's `event_cost_ns`: {"op": ns, "range": ns}; None when absent or malformed."""
-        if isinstance(doc, dict) and all(isinstance(doc.get(k), int | float) for k in ("op", "range")):
-            return cls(float(doc["op"]), float(doc["range"]))
-        return None
-
-    def to_json(self) -> dict:
-        return {"op": self.op_ns, "range": self.range_ns}
 
 
 @dataclass(frozen=True)
@@ -836,7 +818,6 @@ def summarize(steps: Sequence[StepLedger]) -> Summary:
 
 __all__ = [
     "AnalyzeOptions",
-    "EventCost",
     "StepLedger",
     "Summary",
     "TraceAnalysis",
