@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from probe.analysis.diagnosis.evidence import Context
 from probe.analysis.diagnosis.report import (
     Machine,
     OverheadReport,
@@ -23,7 +24,7 @@ from probe.analysis.diagnosis.report import (
     predictions,
     step_counts,
 )
-from probe.analysis.diagnosis.verdict import Context, diagnose_trace
+from probe.analysis.diagnosis.verdict import diagnose_trace
 from probe.analysis.ledger.build import analyze
 from probe.analysis.records.environment import Environment
 from probe.analysis.records.results import BenchResults, Cell

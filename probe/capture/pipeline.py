@@ -31,6 +31,7 @@ import torch
 
 from engines import engine_class
 from engines.models import load_model, resolve_device
+from probe.analysis.diagnosis.evidence import Context
 from probe.analysis.diagnosis.report import (
     Figure,
     HostCost,
@@ -44,7 +45,7 @@ from probe.analysis.diagnosis.report import (
     predictions,
     step_counts,
 )
-from probe.analysis.diagnosis.verdict import Context, diagnose_trace
+from probe.analysis.diagnosis.verdict import diagnose_trace
 from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.digest import digest
 from probe.analysis.records.files import atomic_write

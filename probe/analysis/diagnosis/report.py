@@ -21,7 +21,9 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from probe.analysis.diagnosis.verdict import Context, Diagnosis, predict_batch
+from probe.analysis.diagnosis.evidence import Context
+from probe.analysis.diagnosis.verdict import Diagnosis
+from probe.analysis.diagnosis.what_if import predict_batch
 from probe.analysis.ledger.build import TraceAnalysis, steady
 from probe.analysis.ledger.digest import StepDigest
 from probe.analysis.records.files import read_json
