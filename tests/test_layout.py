@@ -22,7 +22,7 @@ LATE_IMPORTS = {
     ("probe/capture/pipeline.py", "probe.capture.raysweep"),  # Ray
     # scipy's stats take a second and a half to import and only a timing row with enough samples needs them, so
     # building `probe compare --help`, `probe ab --help` or a counts-only gate does not pay for them
-    ("probe/analysis/regression/compare.py", "scipy"),
+    ("probe/analysis/regression/stats.py", "scipy"),
     # DuckDB, optional where probe measures (the GPU machine has none): a measuring command run with --no-history
     # never loads it (tests/test_run.py)
     ("probe/commands/_record.py", "probe.analysis.regression.history"),

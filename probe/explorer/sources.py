@@ -28,7 +28,7 @@ from probe.analysis.records.results import RESULTS_FILE
 from probe.analysis.records.runfolder import REPORT_FILE
 from probe.analysis.records.sidecar import Sidecar
 from probe.analysis.records.sidecar import trace_meta as read_trace_meta
-from probe.analysis.regression.compare import SampleSet, from_analysis, from_results
+from probe.analysis.regression.samples import SampleSet, from_analysis, from_results
 from probe.errors import ProbeError
 from probe.explorer.figures.style import printable
 
