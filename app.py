@@ -24,8 +24,9 @@ import streamlit as st
 
 from probe.analysis.diagnosis.answer import Answer, answer
 from probe.analysis.diagnosis.report import Report, load_report
-from probe.analysis.ledger.build import AnalyzeOptions, StepLedger, TraceAnalysis, analyze
+from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.ranks import JobAnalysis, TraceFailure, job
+from probe.analysis.ledger.types import AnalyzeOptions, StepLedger, TraceAnalysis
 from probe.analysis.records.results import BenchResults, load_results
 from probe.analysis.regression import history
 from probe.analysis.regression.compare import Comparison, compare

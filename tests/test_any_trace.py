@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from probe.analysis.ledger.build import AnalyzeOptions, analyze
+from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.kernels import DEFAULT_RULES
 from probe.analysis.ledger.steps import MARKERS, compile_steps_regex
+from probe.analysis.ledger.types import AnalyzeOptions
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
 from tests import oracle

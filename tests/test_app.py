@@ -560,7 +560,7 @@ def test_no_view_draws_markup_from_the_names_in_a_trace(monkeypatch, tmp_path):
 def test_every_pattern_from_the_url_goes_through_analyze_options_parse(monkeypatch):
     """Issue 28 item 3: the URL's --steps, --part and --kernel-category reach the one place that compiles user
     patterns (AnalyzeOptions.parse, linear-time there), as they were typed; the app compiles none itself."""
-    from probe.analysis.ledger.build import AnalyzeOptions
+    from probe.analysis.ledger.types import AnalyzeOptions
 
     seen = []
     parse = AnalyzeOptions.parse.__func__

@@ -33,9 +33,10 @@ from pathlib import Path
 from rich.markup import escape
 
 from probe.analysis.diagnosis.answer import answer
-from probe.analysis.ledger.build import AnalyzeOptions, StepLedger, TraceAnalysis, analyze
+from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.ranks import TraceFailure, analyze_one, expand, job, lost_trace
 from probe.analysis.ledger.timeline import step_timeline
+from probe.analysis.ledger.types import AnalyzeOptions, StepLedger, TraceAnalysis
 from probe.analysis.records.sidecar import EventCost, trace_meta
 from probe.analysis.roofline.step import TokenFlags
 from probe.analysis.trace import load_trace

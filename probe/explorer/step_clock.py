@@ -34,7 +34,7 @@ import numpy as np
 
 from probe.analysis.intervals import covered, merge, nesting
 from probe.analysis.ledger import kernels
-from probe.analysis.ledger.build import AnalyzeOptions, StepLedger, TraceAnalysis, unseen_wait_pieces
+from probe.analysis.ledger.build import unseen_wait_pieces
 from probe.analysis.ledger.gpu import IDLE_CAUSES, attribute, idle_gaps
 from probe.analysis.ledger.host import (
     PartTable,
@@ -45,6 +45,7 @@ from probe.analysis.ledger.host import (
     thread_rows,
 )
 from probe.analysis.ledger.timeline import purpose_of
+from probe.analysis.ledger.types import AnalyzeOptions, StepLedger, TraceAnalysis
 from probe.analysis.trace import COPY_KINDS, GPU_OP_KINDS, Kind, Trace
 
 COLUMNS = 800  # a window's width in columns: about a pixel each, at the width the explorer draws the lanes

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 from probe.analysis.diagnosis.evidence import Context
 from probe.analysis.diagnosis.verdict import TraceDiagnosis, diagnose_trace
-from probe.analysis.ledger.build import TraceAnalysis
 from probe.analysis.ledger.gpu import attribute
+from probe.analysis.ledger.types import TraceAnalysis
 from probe.analysis.roofline.devices import Device, device, match_device
 from probe.analysis.roofline.formulas import arch_for
 from probe.analysis.roofline.ops import OpRoofline, op_rooflines

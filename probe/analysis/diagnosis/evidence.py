@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from probe.analysis.ledger.build import StepLedger
+from probe.analysis.ledger.types import StepLedger
 from probe.analysis.trace import GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
 
 Bound = Literal["host", "gpu", "external", "cpu_only"]

@@ -14,8 +14,8 @@ import numpy as np
 
 from probe.analysis.diagnosis.predictions import Check, Machine, OverheadReport, Prediction, Verdict, cell_at
 from probe.analysis.diagnosis.verdict import Diagnosis
-from probe.analysis.ledger.build import TraceAnalysis, steady
 from probe.analysis.ledger.digest import StepDigest
+from probe.analysis.ledger.types import TraceAnalysis, steady
 from probe.analysis.records.files import read_json
 from probe.analysis.records.results import BenchResults, Cell
 from probe.analysis.records.runfolder import REPORT_FILE

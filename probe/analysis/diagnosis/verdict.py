@@ -58,7 +58,7 @@ from probe.analysis.diagnosis.evidence import (
     site_text,
 )
 from probe.analysis.diagnosis.what_if import WhatIf, what_if
-from probe.analysis.ledger.build import StepLedger, TraceAnalysis, steady
+from probe.analysis.ledger.types import StepLedger, TraceAnalysis, steady
 
 
 @dataclass(frozen=True)

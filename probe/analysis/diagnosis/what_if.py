@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from probe.analysis.diagnosis.evidence import EXTERNAL_SHARE, Context, Evidence, ms, site_text
-from probe.analysis.ledger.build import StepLedger
+from probe.analysis.ledger.types import StepLedger
 
 MAX_BATCH = 256  # the largest batch a what-if proposes
 

@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from probe.analysis.ledger.build import AnalyzeOptions, TraceAnalysis, analyze
+from probe.analysis.ledger.build import analyze
+from probe.analysis.ledger.types import AnalyzeOptions, TraceAnalysis
 from probe.analysis.records.files import is_trace_name
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from probe.analysis.intervals import covered, inside_any, merge
-from probe.analysis.ledger.build import StepLedger
 from probe.analysis.ledger.host import PURPOSE, REST, PartTable, purpose_tiers, thread_ops, thread_rows
+from probe.analysis.ledger.types import StepLedger
 from probe.analysis.trace import Kind, Trace
 
 _RANGE_PARTS = PURPOSE[:-2]  # the parts a range of probe's vocabulary feeds: sync .. mask

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from probe.analysis.ledger.build import StepLedger
 from probe.analysis.ledger.host import MECHANISM_PARTS, PURPOSE_PARTS
+from probe.analysis.ledger.types import StepLedger
 from probe.explorer.figures.style import COLORS, clicked_data, color, label, ms
 from probe.explorer.step_clock import Bar, StepTimeline
 
