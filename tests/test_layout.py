@@ -37,6 +37,25 @@ FORBIDDEN = {
     "probe.explorer": ("probe.capture", "probe.commands", "probe.cli", "probe.render"),
     "probe.render": ("probe.capture", "probe.commands", "probe.cli"),
     "probe.capture": ("probe.commands", "probe.cli"),
+    # Inside the analysis, the packages are its floors, from the bottom (probe/analysis/__init__.py says what each
+    # holds): intervals -> records -> trace -> ledger -> roofline | regression -> diagnosis.
+    "probe.analysis.intervals": ("probe.analysis.",),
+    "probe.analysis.records": (
+        "probe.analysis.trace",
+        "probe.analysis.ledger",
+        "probe.analysis.roofline",
+        "probe.analysis.regression",
+        "probe.analysis.diagnosis",
+    ),
+    "probe.analysis.trace": (
+        "probe.analysis.ledger",
+        "probe.analysis.roofline",
+        "probe.analysis.regression",
+        "probe.analysis.diagnosis",
+    ),
+    "probe.analysis.ledger": ("probe.analysis.roofline", "probe.analysis.regression", "probe.analysis.diagnosis"),
+    "probe.analysis.roofline": ("probe.analysis.regression", "probe.analysis.diagnosis"),
+    "probe.analysis.regression": ("probe.analysis.roofline", "probe.analysis.diagnosis"),
 }
 LEAVES = {"probe.render.text": "probe"}
 # The torch-free side: every module here must import, and the analysis commands must run, without torch.
