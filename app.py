@@ -135,7 +135,8 @@ def load_trace(path: bytes, stamp: tuple):
 def analyze_options(root: bytes, path: bytes, reading: Reading) -> AnalyzeOptions:
     """`probe analyze`'s options as the sidebar gives them, with the profiler's cost per event from the sidecar."""
     meta = sources.trace_meta(unkey(root), unkey(path))
-    return AnalyzeOptions.parse(reading.steps, reading.parts, reading.kernel_categories, meta and meta.event_cost)
+    cost = meta.event_cost if meta is not None else None
+    return AnalyzeOptions.parse(reading.steps, reading.parts, reading.kernel_categories, cost)
 
 
 @st.cache_resource(max_entries=16, show_spinner="Building the ledger")
@@ -309,13 +310,14 @@ def pick_step(
     """A step picker over the steps themselves (shown as "position: name"), opening on `first`; with
     `everything`, None first, for the whole scope."""
     options: list[StepLedger | None] = ([None] if everything else []) + list(analysis.steps)
+    whole = everything or ""  # offered only with `everything`
     return st.selectbox(
         label,
         options,
         index=options.index(first) if first is not None else 0,
         key=key,
         bind="query-params",
-        format_func=lambda s: everything if s is None else printable(figures.step.step_label(s)),
+        format_func=lambda s: whole if s is None else printable(figures.step.step_label(s)),
     )
 
 
@@ -409,16 +411,17 @@ def show_run_diagnosis(run: Run, page: Page) -> None:
                 f"- **{said[v.supported]}**: {md(v.claim)} ({md(v.source)}). {md(v.evidence)}" for v in report.verdicts
             )
         )
-        m = report.machine
         st.subheader("Prediction against measurement, cell by cell")
         st.plotly_chart(figures.diagnosis.predictions_figure(report), key="predictions_chart")
-        st.caption(
-            md(
-                f"Each cell's ITL over max(host floor, traffic / bandwidth): floor {m.floor_ms:.2f} ms "
-                f"({m.floor_source}), bandwidth {m.bandwidth_bytes_s / 1e9:.1f} GB/s ({m.bandwidth_source}). At 1 "
-                "the prediction holds; the last column names the term the gap points at."
+        m = report.machine
+        if m is not None:  # None: measuring the machine failed (report.failed says why), so nothing was predicted
+            st.caption(
+                md(
+                    f"Each cell's ITL over max(host floor, traffic / bandwidth): floor {m.floor_ms:.2f} ms "
+                    f"({m.floor_source}), bandwidth {m.bandwidth_bytes_s / 1e9:.1f} GB/s ({m.bandwidth_source}). "
+                    "At 1 the prediction holds; the last column names the term the gap points at."
+                )
             )
-        )
         show_table(figures.diagnosis.predictions_frame(report), "predictions_table")
         for note in report.notes:
             st.caption(md(note))
@@ -483,8 +486,7 @@ def show_sweep(run: Run, page: Page) -> None:
         st.caption(
             "No report.json in this folder (a `probe bench` run), so no prediction lines: `probe run` writes one."
         )
-    else:
-        m = report.machine
+    elif (m := report.machine) is not None:  # None: measuring the machine failed, so no prediction lines
         st.caption(
             f"Dashed on ITL: the host floor, {m.floor_ms:.2f} ms ({md(m.floor_source)}), and the "
             f"bandwidth roofline, the step's memory traffic at {m.bandwidth_bytes_s / 1e9:.1f} GB/s "
@@ -530,6 +532,9 @@ def show_one_step(trace: Trace, page: Page) -> None:
     analysis = trace.analysis
     decode = next((s for s in analysis.steps if s.kind == "decode"), None)  # open there, not on prefill
     step = pick_step(analysis, "step", "Step", first=decode)
+    if step is None:  # no step to pick
+        st.info("No step in this trace: name the steps with --steps in the sidebar.")
+        return
     cols = st.columns(5)
     cols[0].metric("wall (host window)", ms_text(step.wall_ns))
     cols[1].metric("launches" if analysis.on_gpu else "top-level ops", step.dispatched)
@@ -619,7 +624,7 @@ def pick_link(tl: StepTimeline) -> int | None:
     text: dict[int, tuple[int, str]] = {}
     launched: dict[int, int] = {}
     for o in tl.ops:
-        if o.call_lane >= 0 and o.own:
+        if o.call_lane >= 0 and o.own and o.call_start_ns is not None:  # a drawn call has its start
             text[o.row] = (o.start_ns, f"{o.start_ns / 1e6:+.3f} ms {o.category}: {o.name}")
             launched[o.call_row] = launched.get(o.call_row, 0) + 1
             text.setdefault(o.call_row, (o.call_start_ns, ""))
@@ -627,7 +632,8 @@ def pick_link(tl: StepTimeline) -> int | None:
         if o.call_row in launched and not text[o.call_row][1]:
             n = launched[o.call_row]
             what = f"its {n} GPU ops" if n > 1 else "its GPU op"
-            text[o.call_row] = (o.call_start_ns, f"{o.call_start_ns / 1e6:+.3f} ms launch call {o.call_name}: {what}")
+            start = text[o.call_row][0]  # the call's start, as the op that first named it set it
+            text[o.call_row] = (start, f"{start / 1e6:+.3f} ms launch call {o.call_name}: {what}")
     options: list[int | None] = [None, *sorted(text, key=lambda r: (text[r][0], r))]
     if st.session_state.get(LINK_KEY) not in options:
         st.session_state.pop(LINK_KEY, None)
@@ -648,6 +654,7 @@ def clicked(event, tl: StepTimeline) -> None:
         return
     st.session_state[CLICK_KEY] = bar
     row, start, dur, count = bar
+    change: dict[str, object]
     if count > 1:
         pad = max(dur // 10, tl.resolution_ns)
         change = {WINDOW_KEY: (max(0, start - pad) / 1e6, min(tl.span_ns, start + dur + pad) / 1e6)}
@@ -739,7 +746,8 @@ def show_history(hist: History, page: Page) -> None:
         "those with `probe ab`). Click a point to open that run."
     )
     run_ids = list(reversed(trend["run_id"]))
-    clicked = dict(zip(figures.style.labels(run_ids), run_ids, strict=True)).get(figures.history.clicked_run(event))
+    shown = figures.history.clicked_run(event)
+    clicked = dict(zip(figures.style.labels(run_ids), run_ids, strict=True)).get(shown) if shown else None
     if clicked and clicked != st.session_state.get("history_clicked"):  # a new click, not the last one again
         st.session_state["history_clicked"] = clicked
         st.session_state["history_run"] = clicked
@@ -780,10 +788,10 @@ def show_ranks(loaded: Job, page: Page) -> None:
             if opened is not None:
                 st.markdown(f"- [{md(opened.rel)}]({opened.link})")
         return
-    if not result.by_step:
+    g = result.straggler
+    if g is None:  # None for a job exactly when it has no step (probe.analysis.ledger.ranks)
         st.info("No step to compare across these traces.")
         return
-    g = result.straggler
     cols = st.columns(3)
     cols[0].metric("ranks", len(result.ranks))
     cols[1].metric("straggler", f"rank {g.rank}")
