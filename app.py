@@ -3,10 +3,11 @@
     streamlit run app.py -- --root DIR      (or: probe app --root DIR; or PROBE_APP_ROOT=DIR)
 
 The frame, as Streamlit's picture frame has it: the root, the sidebar (the source, a baseline, the analyze flags,
-the roofline's inputs), then one view picked from VIEWS and called with the typed source it shows and the Page
-(root, how traces are read, source, baseline); no view reads a global. The views live in probe.explorer.views,
-one module a view beside the figures module it draws; they read through probe.explorer.loaders (cached, keyed on
-path + size + mtime) and hold no analysis. Every file the app reads lies under the root (probe.explorer.sources).
+the roofline's inputs), then one view picked from VIEWS and called with the typed source it shows and the
+ViewContext (root, how traces are read, source, baseline); no view reads a global. The views live in
+probe.explorer.views, one module a view beside the figures module it draws; they read through
+probe.explorer.loaders (cached, keyed on path + size + mtime) and hold no analysis. Every file the app reads lies
+under the root (probe.explorer.sources).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import streamlit as st
 from probe.analysis.roofline.devices import DEVICES
 from probe.explorer import sources
 from probe.explorer.figures.style import md
-from probe.explorer.loaders import LOAD_ERRORS, Page, Reading, Roofline, load_source
+from probe.explorer.loaders import LOAD_ERRORS, Reading, RooflineInputs, ViewContext, load_source
 from probe.explorer.sources import Source
 from probe.explorer.views import compare, diagnosis, history, kernels, ledger, ops, ranks, step, sweep
 
@@ -70,7 +71,7 @@ def sidebar_reading() -> Reading:
     return Reading(steps.strip() or None, lines(parts), lines(categories))
 
 
-def sidebar_roofline(root: Path) -> Roofline:
+def sidebar_roofline(root: Path) -> RooflineInputs:
     """The model and the device the roofline needs, as typed in the sidebar (the URL keeps them)."""
     with st.sidebar.expander("Roofline (a model, and a device)"):
         text = st.text_input(
@@ -92,7 +93,7 @@ def sidebar_roofline(root: Path) -> Roofline:
     except LOAD_ERRORS as e:
         st.sidebar.error(f"Model: {md(e)}")
         model = None
-    return Roofline(model, None if name == NONE else name, *(None if c is None else int(c) for c in counts))
+    return RooflineInputs(model, None if name == NONE else name, *(None if c is None else int(c) for c in counts))
 
 
 def main() -> None:
@@ -128,7 +129,7 @@ def main() -> None:
         if len(_source_label(picked)) > SIDEBAR_CHARS:  # a short one reads whole (and keeps its "." at the end)
             st.html(FIT_END_CSS.format(key=box))
     reading = sidebar_reading() if source.kind in ("trace", "job") else Reading()
-    roofline = sidebar_roofline(root) if source.kind == "trace" else Roofline()
+    roofline = sidebar_roofline(root) if source.kind == "trace" else RooflineInputs()
     chosen = st.radio(
         "View", VIEWS_OF[source.kind], key="view", bind="query-params", horizontal=True, label_visibility="collapsed"
     )
@@ -137,7 +138,7 @@ def main() -> None:
     except LOAD_ERRORS as e:
         st.error(f"Cannot show {md(source.rel)}: {md(e)}")
         st.stop()
-    VIEWS[chosen](loaded, Page(root, reading, source, baseline, frozenset(by_label), roofline))
+    VIEWS[chosen](loaded, ViewContext(root, reading, source, baseline, frozenset(by_label), roofline))
 
 
 def _source_label(source: Source | None) -> str:

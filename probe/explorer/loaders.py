@@ -1,6 +1,6 @@
 """What the explorer's views read, loaded and cached: Streamlit caches each on the path (as bytes: a file name
 need not be UTF-8), its stamp (size and mtime) and the sidebar's inputs. Also the typed sources the views take
-(Run, Trace, History, Job) and the Page every view is handed.
+(Run, TraceSource, History, Job) and the ViewContext every view is handed.
 """
 
 from __future__ import annotations
@@ -23,14 +23,12 @@ from probe.analysis.regression import history
 from probe.analysis.regression.compare import compare
 from probe.analysis.regression.history import ConfigInfo
 from probe.analysis.roofline.step import TokenFlags
-from probe.analysis.trace import load_trace as parse
+from probe.analysis.trace import Trace, load_trace
 from probe.errors import ProbeError
 from probe.explorer import figures, sources
 from probe.explorer.sources import Source
 
 LOAD_ERRORS = (ProbeError, OSError)  # probe's loaders turn bad input into a one-line ProbeError
-
-
 HISTORY_WAIT_S = 5.0  # how long the app waits on a history a recording job holds, before saying so
 
 
@@ -42,7 +40,7 @@ class Reading(NamedTuple):
     kernel_categories: tuple[str, ...] = ()
 
 
-class Roofline(NamedTuple):
+class RooflineInputs(NamedTuple):
     """What the sidebar says the roofline needs: a model (a preset, or a config.json or model folder under the
     root, resolved by sources.model_spec) and a device for traces that do not name theirs."""
 
@@ -61,7 +59,9 @@ class Run:
 
 
 @dataclass(frozen=True)
-class Trace:
+class TraceSource:
+    """A trace's analysis and its file (not the event table, probe.analysis.trace.Trace, which load_events reads)."""
+
     analysis: TraceAnalysis
     path: Path
 
@@ -78,11 +78,11 @@ class Job:
     path: Path
 
 
-Loaded = Run | Trace | History | Job
+Loaded = Run | TraceSource | History | Job
 
 
 @dataclass(frozen=True)
-class Page:
+class ViewContext:
     """What every view is handed besides its source: the root, how traces are read, what the sidebar picked,
     and every label the sidebar lists (a link is offered only to those)."""
 
@@ -91,7 +91,7 @@ class Page:
     source: Source
     baseline: Source | None
     listed: frozenset[str]
-    roofline: Roofline = Roofline()
+    roofline: RooflineInputs = RooflineInputs()
 
 
 def key(path: Path) -> bytes:
@@ -108,8 +108,9 @@ def load_run(path: bytes, stamp: tuple) -> tuple[BenchResults, Report | None]:
 
 
 @st.cache_resource(max_entries=4, show_spinner="Parsing the trace")
-def load_trace(path: bytes, stamp: tuple):
-    return parse(unkey(path))
+def load_events(path: bytes, stamp: tuple) -> Trace:
+    """The trace's event table (probe.analysis.trace), parsed once and shared: every later read of it derives."""
+    return load_trace(unkey(path))
 
 
 def analyze_options(root: bytes, path: bytes, reading: Reading) -> AnalyzeOptions:
@@ -122,14 +123,14 @@ def analyze_options(root: bytes, path: bytes, reading: Reading) -> AnalyzeOption
 @st.cache_resource(max_entries=16, show_spinner="Building the ledger")
 def load_analysis(root: bytes, path: bytes, stamp: tuple, reading: Reading) -> TraceAnalysis:
     """Shared, not copied, between sessions and reruns (cache_resource): an analysis is never changed."""
-    return analyze(load_trace(path, stamp), analyze_options(root, path, reading))
+    return analyze(load_events(path, stamp), analyze_options(root, path, reading))
 
 
 @st.cache_resource(max_entries=16, show_spinner="Diagnosing every step")
-def load_answer(root: bytes, path: bytes, stamp: tuple, reading: Reading, roofline: Roofline) -> Answer:
+def load_answer(root: bytes, path: bytes, stamp: tuple, reading: Reading, roofline: RooflineInputs) -> Answer:
     """The answer for a trace (probe.analysis.diagnosis.answer): never changed once made, so shared like the
     analysis."""
-    trace = load_trace(path, stamp)
+    trace = load_events(path, stamp)
     analysis = load_analysis(root, path, stamp, reading)
     flags = TokenFlags(roofline.tokens, roofline.batch, roofline.context)
     meta = sources.trace_meta(unkey(root), unkey(path))
@@ -143,7 +144,7 @@ def load_timeline(
 ) -> StepTimeline:
     analysis = load_analysis(root, path, stamp, reading)
     options = analyze_options(root, path, reading)
-    return step_clock(load_trace(path, stamp), analysis, position, options, window)
+    return step_clock(load_events(path, stamp), analysis, position, options, window)
 
 
 def _source_key(source: Source) -> tuple[bytes, str]:
@@ -160,8 +161,8 @@ def _samples(root: Path, source: Source, loaded: Loaded):
     """What probe compare reads of a run or a trace; a trace's deviceProperties name its device without a sidecar."""
     if isinstance(loaded, Run):
         return sources.samples_for(root, source, loaded.results)
-    if isinstance(loaded, Trace):
-        devices = load_trace(key(loaded.path), sources.stamp(loaded.path)).devices
+    if isinstance(loaded, TraceSource):
+        devices = load_events(key(loaded.path), sources.stamp(loaded.path)).devices
         return sources.samples_for(root, source, loaded.analysis, devices)
     raise ProbeError(f"{source.rel} is not a run or a trace: nothing to compare")
 
@@ -213,4 +214,4 @@ def load_source(root: Path, source: Source, reading: Reading) -> Loaded:
         return History(load_history(key(path), stamp), path)
     if source.kind == "job":
         return Job(load_job(root, path, reading), path)
-    return Trace(load_analysis(key(root), key(path), stamp, reading), path)
+    return TraceSource(load_analysis(key(root), key(path), stamp, reading), path)

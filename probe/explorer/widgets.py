@@ -13,7 +13,7 @@ from probe.analysis.regression.compare import Comparison
 from probe.errors import ProbeError
 from probe.explorer import figures, sources
 from probe.explorer.figures.style import md, printable
-from probe.explorer.loaders import Trace, key, load_telemetry
+from probe.explorer.loaders import TraceSource, key, load_telemetry
 
 
 def show_table(frame: pd.DataFrame, key: str, style: Callable | None = None) -> None:
@@ -64,7 +64,7 @@ def show_telemetry(root: Path, folder: Path) -> None:
             st.error(md(e))
 
 
-def show_trace_telemetry(trace: Trace, root: Path) -> None:
+def show_trace_telemetry(trace: TraceSource, root: Path) -> None:
     """The samples recorded with this trace, on the trace's clock, with its steps shaded behind them."""
     samples = sources.trace_telemetry(root, trace.path)
     if samples is None:

@@ -1,5 +1,5 @@
 """The explorer's views, one module a view beside the figures module it draws (probe.explorer.figures): app.py's
-VIEWS table picks one, and calls it with the typed source it shows and the Page.
+VIEWS table picks one, and calls it with the typed source it shows and the ViewContext.
 
 | module | view(s) |
 |---|---|

@@ -13,16 +13,16 @@ from probe.analysis.diagnosis.answer import Answer
 from probe.analysis.roofline.devices import device
 from probe.explorer import figures, sources
 from probe.explorer.figures.style import md, printable
-from probe.explorer.loaders import LOAD_ERRORS, Page, Reading, Roofline, Run, Trace, key, load_answer
+from probe.explorer.loaders import LOAD_ERRORS, Reading, RooflineInputs, Run, TraceSource, ViewContext, key, load_answer
 from probe.explorer.widgets import show_table
 
 
-def show_diagnosis(loaded: Run | Trace, page: Page) -> None:
+def show_diagnosis(loaded: Run | TraceSource, ctx: ViewContext) -> None:
     """The answer first: for a trace, what bounds its median step (and the median step of each other kind), the
     roofline beside it and what to fix first; for a run, its predictions and claims, and each trace's verdict."""
     if isinstance(loaded, Run):
-        return show_run_diagnosis(loaded, page)
-    result = trace_answer(loaded, page)
+        return show_run_diagnosis(loaded, ctx)
+    result = trace_answer(loaded, ctx)
     if result is None:
         return
     d = result.diagnosis.median
@@ -41,7 +41,7 @@ def show_diagnosis(loaded: Run | Trace, page: Page) -> None:
     roofline = result.rooflines.get(position)
     st.plotly_chart(figures.diagnosis.step_figure(d, roofline), key="diagnosis_chart")
     one_step = (
-        f"{page.source.link}&view=One+step&step={urllib.parse.quote_plus(printable(figures.step.step_label(step)))}"
+        f"{ctx.source.link}&view=One+step&step={urllib.parse.quote_plus(printable(figures.step.step_label(step)))}"
     )
     st.caption(
         "The host window by what ran (probe's mechanism partition), its sync wait split into waiting on this "
@@ -60,7 +60,7 @@ def show_diagnosis(loaded: Run | Trace, page: Page) -> None:
         st.markdown(md(roofline.departure))
         for note in roofline.notes:
             st.caption(md(note))
-    elif page.roofline.model is None:
+    elif ctx.roofline.model is None:
         st.caption(
             "Name the model in the sidebar (a preset, or a config.json or model folder under the root), and the "
             "device when the trace does not say, for the bytes and FLOPs the step must move and do."
@@ -75,22 +75,22 @@ def show_diagnosis(loaded: Run | Trace, page: Page) -> None:
         st.caption(md(note))
 
 
-def trace_answer(trace: Trace, page: Page) -> Answer | None:
+def trace_answer(trace: TraceSource, ctx: ViewContext) -> Answer | None:
     """The trace's answer with the sidebar's model and device; without them when they cannot be used (said)."""
     stamp = sources.stamp(trace.path)
-    args = key(page.root), key(trace.path), stamp, page.reading
+    args = key(ctx.root), key(trace.path), stamp, ctx.reading
     try:
-        return load_answer(*args, page.roofline)
+        return load_answer(*args, ctx.roofline)
     except LOAD_ERRORS as e:
         st.error(f"No roofline: {md(e)}")
     try:
-        return load_answer(*args, Roofline())
+        return load_answer(*args, RooflineInputs())
     except LOAD_ERRORS as e:
-        st.error(f"Cannot diagnose {md(page.source.rel)}: {md(e)}")
+        st.error(f"Cannot diagnose {md(ctx.source.rel)}: {md(e)}")
         return None
 
 
-def show_run_diagnosis(run: Run, page: Page) -> None:
+def show_run_diagnosis(run: Run, ctx: ViewContext) -> None:
     """As `probe run` prints it: the write-ups' claims checked on this run, each cell's prediction against its
     measurement, and the verdict on each trace the run profiled."""
     report = run.report
@@ -119,15 +119,15 @@ def show_run_diagnosis(run: Run, page: Page) -> None:
         for note in report.notes:
             st.caption(md(note))
     folder = run.path / "traces" if run.path.is_dir() else None
-    traces = sources.job_traces(page.root, folder) if folder is not None and folder.is_dir() else []
+    traces = sources.job_traces(ctx.root, folder) if folder is not None and folder.is_dir() else []
     if not traces:
         return
     st.subheader("Each profiled trace's verdict")
     lines = []
     for path in traces:
-        source = sources.source_of(page.root, path)
+        source = sources.source_of(ctx.root, path)
         try:
-            result = load_answer(key(page.root), key(path), sources.stamp(path), Reading(), Roofline())
+            result = load_answer(key(ctx.root), key(path), sources.stamp(path), Reading(), RooflineInputs())
         except LOAD_ERRORS as e:
             lines.append(f"- {md(path.name)}: cannot read it ({md(e)})")
             continue
@@ -138,9 +138,9 @@ def show_run_diagnosis(run: Run, page: Page) -> None:
     st.markdown("\n".join(lines))
 
 
-def show_op_roofline(trace: Trace, page: Page) -> None:
+def show_op_roofline(trace: TraceSource, ctx: ViewContext) -> None:
     """Every (op, shapes) that launched kernels against the device's roofs (probe.analysis.roofline.ops)."""
-    result = trace_answer(trace, page)
+    result = trace_answer(trace, ctx)
     if result is None:
         return
     ops = result.op_roofline

@@ -8,11 +8,11 @@ import streamlit as st
 
 from probe.explorer import figures, sources
 from probe.explorer.figures.style import md, printable
-from probe.explorer.loaders import LOAD_ERRORS, History, Page, key, load_run_judgement, load_trend
+from probe.explorer.loaders import LOAD_ERRORS, History, ViewContext, key, load_run_judgement, load_trend
 from probe.explorer.widgets import show_alerts, show_table
 
 
-def show_history(hist: History, page: Page) -> None:
+def show_history(hist: History, ctx: ViewContext) -> None:
     if not hist.configs:
         st.info("No runs recorded in this history yet: `probe bench`, `run`, `baseline` and `profile` append them.")
         return
@@ -30,7 +30,7 @@ def show_history(hist: History, page: Page) -> None:
     try:
         trend = load_trend(key(hist.path), stamp, config.config_id, unit)
     except LOAD_ERRORS as e:
-        st.error(f"Cannot read {md(page.source.rel)}: {md(e)}")
+        st.error(f"Cannot read {md(ctx.source.rel)}: {md(e)}")
         return
     event = st.plotly_chart(
         figures.history.history_figure(trend, unit), key="history_chart", on_select="rerun", selection_mode="points"
@@ -57,8 +57,8 @@ def show_history(hist: History, page: Page) -> None:
             f"{run.torch}, transformers {run.transformers}; from {run.source or '-'}"
         )
     )
-    recorded = sources.source_of(page.root, run.source)
-    if recorded is not None and recorded.label in page.listed:  # its folder or trace is still here: link to it
+    recorded = sources.source_of(ctx.root, run.source)
+    if recorded is not None and recorded.label in ctx.listed:  # its folder or trace is still here: link to it
         st.markdown(f"[Open {md(recorded.rel)} in the explorer]({recorded.link})")
     if judgement.comparison is None:
         st.info(judgement.reason)

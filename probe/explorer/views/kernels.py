@@ -7,11 +7,11 @@ from __future__ import annotations
 import streamlit as st
 
 from probe.explorer import figures
-from probe.explorer.loaders import Page, Trace
+from probe.explorer.loaders import TraceSource, ViewContext
 from probe.explorer.widgets import pick_step, show_table
 
 
-def show_kernels(trace: Trace, page: Page) -> None:
+def show_kernels(trace: TraceSource, ctx: ViewContext) -> None:
     analysis = trace.analysis
     if not analysis.kernels:
         st.info("No GPU work in this trace, so no kernels: a CPU trace dispatches aten ops (see Top ops).")

@@ -8,11 +8,11 @@ import streamlit as st
 
 from probe.explorer import figures
 from probe.explorer.figures.style import md
-from probe.explorer.loaders import Page, Trace
+from probe.explorer.loaders import TraceSource, ViewContext
 from probe.explorer.widgets import show_table, show_trace_telemetry
 
 
-def show_ledger(trace: Trace, page: Page) -> None:
+def show_ledger(trace: TraceSource, ctx: ViewContext) -> None:
     analysis = trace.analysis
     s = analysis.summary
     cols = st.columns(4)
@@ -36,4 +36,4 @@ def show_ledger(trace: Trace, page: Page) -> None:
     show_table(figures.ledger.ledger_frame(analysis), "ledger_table")
     for w in analysis.warnings:
         st.warning(md(w))
-    show_trace_telemetry(trace, page.root)
+    show_trace_telemetry(trace, ctx.root)

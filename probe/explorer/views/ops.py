@@ -6,7 +6,7 @@ import streamlit as st
 
 from probe.analysis.ledger.build import TraceAnalysis
 from probe.explorer import figures
-from probe.explorer.loaders import Page, Trace
+from probe.explorer.loaders import TraceSource, ViewContext
 from probe.explorer.widgets import pick_step, show_table
 
 
@@ -17,7 +17,7 @@ def steady_scope(analysis: TraceAnalysis) -> str:
     return f"its one {kind}step" if s.steps == 1 else f"all {s.steps} {kind}steps"
 
 
-def show_top_ops(trace: Trace, page: Page) -> None:
+def show_top_ops(trace: TraceSource, ctx: ViewContext) -> None:
     analysis = trace.analysis
     step = pick_step(analysis, "top_ops_scope", "Over", everything=steady_scope(analysis))
     ops = analysis.summary.top_ops if step is None else step.top_ops

@@ -6,11 +6,11 @@ import streamlit as st
 
 from probe.explorer import figures, sources
 from probe.explorer.figures.style import md
-from probe.explorer.loaders import Job, Page
+from probe.explorer.loaders import Job, ViewContext
 from probe.explorer.widgets import show_table
 
 
-def show_ranks(loaded: Job, page: Page) -> None:
+def show_ranks(loaded: Job, ctx: ViewContext) -> None:
     """Each rank's wall per step and the straggler, when probe.analysis.ledger.ranks says the folder's traces are the
     ranks
     of one job (same steps, a distinct rank for each); otherwise the folder's traces, each linked, and why."""
@@ -20,7 +20,7 @@ def show_ranks(loaded: Job, page: Page) -> None:
     if not result.one_job:
         st.info(md(f"These traces are not the ranks of one job: {result.not_a_job}. Open each on its own:"))
         for trace in result.traces:
-            opened = sources.source_of(page.root, trace.source)
+            opened = sources.source_of(ctx.root, trace.source)
             if opened is not None:
                 st.markdown(f"- [{md(opened.rel)}]({opened.link})")
         return
@@ -34,13 +34,13 @@ def show_ranks(loaded: Job, page: Page) -> None:
     cols[2].metric("slowest in", f"{g.slowest_steps} of {g.steps} steps")
     st.plotly_chart(figures.ranks.ranks_figure(result), key="ranks_chart")
     st.caption(
-        f"Each rank's wall time per step (steps matched by position; probe analyze {md(page.source.rel)}/ gives the "
+        f"Each rank's wall time per step (steps matched by position; probe analyze {md(ctx.source.rel)}/ gives the "
         f"same). Circled: the slowest rank of each step. Rank {g.rank} was the slowest in {g.slowest_steps} of "
         f"{g.steps} steps, by {g.median_trail_pct:.1f}% on the median rank in the median of those steps."
     )
     show_table(figures.ranks.ranks_frame(result), "ranks_table")
     for rank, trace in zip(result.ranks, result.traces, strict=True):
-        opened = sources.source_of(page.root, trace.source)
+        opened = sources.source_of(ctx.root, trace.source)
         if opened is not None:
             st.markdown(f"rank {rank}: [{md(opened.rel)}]({opened.link})")
     for w in result.warnings:

@@ -10,11 +10,11 @@ from probe.analysis.ledger.build import StepLedger
 from probe.analysis.ledger.timeline import StepTimeline
 from probe.explorer import figures, sources
 from probe.explorer.figures.style import md, ms_text, printable, short
-from probe.explorer.loaders import Page, Trace, key, load_timeline
+from probe.explorer.loaders import TraceSource, ViewContext, key, load_timeline
 from probe.explorer.widgets import pick_step, show_table, show_trace_telemetry
 
 
-def show_one_step(trace: Trace, page: Page) -> None:
+def show_one_step(trace: TraceSource, ctx: ViewContext) -> None:
     analysis = trace.analysis
     decode = next((s for s in analysis.steps if s.kind == "decode"), None)  # open there, not on prefill
     step = pick_step(analysis, "step", "Step", first=decode)
@@ -39,7 +39,7 @@ def show_one_step(trace: Trace, page: Page) -> None:
     apply_clicks()
     window = pick_window(step)
     stamp = sources.stamp(trace.path)
-    tl = load_timeline(key(page.root), key(trace.path), stamp, step.position, page.reading, window)
+    tl = load_timeline(key(ctx.root), key(trace.path), stamp, step.position, ctx.reading, window)
     link = pick_link(tl)
     event = st.plotly_chart(
         figures.step.timeline_figure(tl, [link] if link is not None else ()),
@@ -76,7 +76,7 @@ def show_one_step(trace: Trace, page: Page) -> None:
                 show_table(figures.ops.top_ops_frame(ops), "step_ops_table")
     with st.expander("The drawn bars, as a table"):
         show_table(figures.step.timeline_frame(tl), "timeline_table")
-    show_trace_telemetry(trace, page.root)
+    show_trace_telemetry(trace, ctx.root)
 
 
 WINDOW_KEY, LINK_KEY, CLICK_KEY, PENDING_KEY = "window", "link", "timeline_clicked", "timeline_pending"

@@ -8,11 +8,11 @@ import streamlit as st
 
 from probe.explorer import figures
 from probe.explorer.figures.style import md
-from probe.explorer.loaders import Page, Run
+from probe.explorer.loaders import Run, ViewContext
 from probe.explorer.widgets import show_table, show_telemetry
 
 
-def show_sweep(run: Run, page: Page) -> None:
+def show_sweep(run: Run, ctx: ViewContext) -> None:
     results, report = run.results, run.report
     st.subheader(md(f"{results.config.model} {results.dtype} on {results.env.device_name or '?'}"))
     st.plotly_chart(figures.sweep.sweep_figure(results, report), key="sweep_chart")
@@ -38,4 +38,4 @@ def show_sweep(run: Run, page: Page) -> None:
     for f in results.failed:
         st.error(md(f"{f.label} failed on {f.host or '?'} {f.device or ''}: {f.error}"))
     show_table(frame.drop(columns=["mismatch"]), "sweep_table")
-    show_telemetry(page.root, run.path if run.path.is_dir() else run.path.parent)
+    show_telemetry(ctx.root, run.path if run.path.is_dir() else run.path.parent)
