@@ -108,6 +108,47 @@ def test_external_wait_then_its_own_gpu_work(tmp_path):
     assert "0.002 ms after a stream-wait-event call" in d.lines[0]
 
 
+def drain_then_own_work_trace(tmp_path: Path) -> Path:
+    """The H100 prefill's shape: the step opens with a device-wide sync that waits 30 us (0-30) on a kernel launched
+    before the step (earlier work); then 40 us of host work launches two kernels, the second of which runs 10 us past
+    the host window (ends at 80, the window at 70)."""
+    return _trace(
+        tmp_path,
+        [
+            ("cuda_runtime", "cudaLaunchKernel", -5, -3, {"correlation": 9}),
+            ("user_annotation", "decode#0", 0, 70, {}),
+            ("cuda_runtime", "cudaDeviceSynchronize", 0, 30, {"correlation": 1}),
+            ("cpu_op", "aten::mm", 31, 50, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 32, 36, {"correlation": 2}),
+            ("cpu_op", "aten::add", 51, 69, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 52, 56, {"correlation": 3}),
+        ],
+        [
+            ("kernel", "earlier", -2, 30, {"correlation": 9}),
+            ("kernel", "gemm", 36, 60, {"correlation": 2}),
+            ("kernel", "add", 60, 80, {"correlation": 3}),
+        ],
+    )
+
+
+def test_own_wait_is_the_wait_on_the_steps_own_gpu_work(tmp_path):
+    """The 30 us sync ran while earlier work ran: none of it waited on the step's own kernels (from 36 on)."""
+    (s,) = analyze(load_trace(drain_then_own_work_trace(tmp_path))).steps
+    assert (s.sync_wait_ns, s.external_wait_ns, s.own_wait_ns, s.gpu_busy_ns) == (30_000, 0, 0, 44_000)
+    # the GPU-bound test step's sync (21-99) waits on its own kernels (10-98), the call returning at 99 included
+    path = _trace(
+        tmp_path,
+        [
+            ("user_annotation", "decode#0", 0, 100, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 4, 9, {"correlation": 1}),
+            ("cuda_runtime", "cudaStreamSynchronize", 21, 99, {"correlation": 3}),
+        ],
+        [("kernel", "gemm", 10, 98, {"correlation": 1})],
+    )
+    (s,) = analyze(load_trace(path)).steps
+    assert (s.sync_wait_ns, s.own_wait_ns) == (78_000, 78_000)
+
+
 def python_bound_trace(tmp_path: Path) -> Path:
     """A decode step of 100 us whose host is mostly Python, for 7 us of GPU work (test_report.py uses it too)."""
     return _trace(

@@ -125,6 +125,7 @@ class StepLedger:
     purpose_ns: dict[str, int] = field(default_factory=dict)  # user parts, then PURPOSE; sums to wall_ns
     mechanism_ns: dict[str, int] = field(default_factory=dict)  # MECHANISM; sums to wall_ns
     unprofiled_estimate_ns: float | None = None
+    own_wait_ns: int = 0  # sync wait from the step's first GPU op on, less what no GPU op of the trace ran in
     op_counts: dict[str, int] = field(default_factory=dict)  # top-level op name -> calls in this step
     top_ops: tuple[OpTime, ...] = ()  # largest dispatch time first, at most TOP_OPS_KEPT
     kernel_counts: dict[str, int] = field(default_factory=dict)  # kernel name -> launches of it in this step
