@@ -159,7 +159,14 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
     flags = TokenFlags(args.tokens, args.batch, args.context)
     meta = trace_meta(path)
     found = answer(
-        trace, result, args.model, args.device, args.dtype, flags, contended=meta.contended_caveat if meta else None
+        trace,
+        result,
+        args.model,
+        args.device,
+        args.dtype,
+        flags,
+        contended=meta.contended_caveat if meta else None,
+        threads=meta.threads if meta else None,
     )
     if args.json:
         out = result.to_json() | found.to_json()

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from probe.analysis.diagnosis.evidence import Context
 from probe.analysis.diagnosis.verdict import Diagnosis
 from probe.analysis.diagnosis.what_if import predict_batch
 from probe.analysis.records.results import BenchResults, Cell
@@ -115,12 +114,13 @@ def prediction_checks(results: BenchResults, diagnoses: dict[str, Diagnosis], pr
         out.append(Check(to_static, None, None, None, "not checked: the diagnosis offers no capture (it buys nothing)"))
     else:
         out.append(_check(to_static, w.predicted_step_ms, static, w.arithmetic))
+    batch = next((w for w in cached.what_if if w.change.startswith("batch ")), None)
     if two is None:
         out.append(Check(to_two, None, None, None, "not checked: no batched B=2 cell"))
+    elif batch is None:
+        out.append(Check(to_two, None, None, None, "not checked: the diagnosis offers no batch"))
     else:
-        out.append(
-            _check(to_two, predict_batch(cached.evidence, 2, Context()) / 1e6, two, "host work stays, GPU work doubles")
-        )
+        out.append(_check(to_two, predict_batch(batch.terms, 2), two, batch.assumption))
     return out
 
 
