@@ -268,7 +268,7 @@ def test_analyze_json_has_a_diagnosis_for_every_step_and_the_summary(cli):
         "what_if", "withheld",
     }  # fmt: skip
     assert all(set(w) == {"change", "predicted_step_ms", "saving_ms", "saving_pct", "arithmetic", "assumption",
-                          "requires", "holds", "terms", "ceiling"}
+                          "requires", "holds", "terms", "ceiling", "step_ms"}
                for s in doc["steps"] for w in s["diagnosis"]["what_if"])  # fmt: skip
     assert doc["steps"][0]["roofline"] is None  # no model
     # no recorded shapes: each op's kernel time, and no figure guessed

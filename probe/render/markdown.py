@@ -145,16 +145,27 @@ def _problems(report: Report) -> list[str]:
 
 
 def _diagnoses(report: Report) -> list[str]:
-    """What bounds each profiled engine's median step, and the diagnosis's predictions held against the cells."""
-    if not report.diagnoses and not report.checks:
+    """What bounds each profiled engine's median step, and its what-ifs held against the change made."""
+    if not report.diagnoses and not report.what_if_checks:
         return []
     out = ["", "## What bounds each profiled step (the step diagnosis, as `probe analyze` prints it)", ""]
     out += [f"- **{md_escape(label)}**: {md_escape(d.headline)}" for label, d in report.diagnoses.items()]
-    if report.checks:
-        out += ["", "| prediction | predicted ms | measured ms | measured / predicted | how |", "|---|---|---|---|---|"]
-        for c in report.checks:
-            cells = ("-" if x is None else f"{x:.3f}" for x in (c.predicted_ms, c.measured_ms, c.ratio))
-            out.append(f"| {md_escape(c.prediction)} | {' | '.join(cells)} | {md_escape(c.evidence)} |")
+    if report.what_if_checks:
+        out += [
+            "",
+            "### What-ifs checked by making the change (`what_if_checks`)",
+            "",
+            "| change | what-if | predicted ms | measured ms | error % | contended | wrong term, or why not judged |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for c in report.what_if_checks:
+            figures = ("-" if x is None else f"{x:.3f}" for x in (c.predicted_step_ms, c.measured_step_ms))
+            error = "-" if c.error_pct is None else f"{c.error_pct:+.1f}"
+            why = c.wrong_term or (c.note if not c.judged else "holds")
+            out.append(
+                f"| {md_escape(c.change)} | {md_escape(c.what_if) or '-'} | {' | '.join(figures)} | {error} | "
+                f"{'-' if c.contended is None else ('yes' if c.contended else 'no')} | {md_escape(why)} |"
+            )
     return out
 
 

@@ -96,6 +96,7 @@ class WhatIf:
     holds: tuple[Condition, ...] = ()
     terms: dict[str, float] = field(default_factory=dict)  # the prediction's terms, ms (what a check compares)
     ceiling: bool = False  # the saving is an upper bound (no roof to price against), ranked after the priced ones
+    step_ms: float = 0.0  # the step it was priced on (Basis.step_ns): what a check's measured baseline is held to
 
     def to_json(self) -> dict:
         return {
@@ -109,6 +110,7 @@ class WhatIf:
             "holds": [c.to_json() for c in self.holds],
             "terms": dict(self.terms),
             "ceiling": self.ceiling,
+            "step_ms": self.step_ms,
         }
 
     @classmethod
@@ -125,6 +127,7 @@ class WhatIf:
             tuple(Condition(**c) for c in doc.get("holds", ())),
             {str(k): float(v) for k, v in doc.get("terms", {}).items()},
             bool(doc.get("ceiling", False)),
+            float(doc.get("step_ms", 0.0)),
         )
 
 
@@ -235,6 +238,7 @@ def _what_if(change, predicted, per, b: Basis, arithmetic, assumption, requires,
         requires,
         holds,
         {k: v / 1e6 for k, v in (parts or {}).items()},
+        step_ms=step / 1e6,
     )
 
 
