@@ -351,3 +351,33 @@ def test_what_if_checks_round_trip_and_print(tmp_path):
     markdown = report_markdown(results(cell("cached", 16, 0.1)), report)
     row = r"| cached \-\> static | capture the forward in a CUDA graph | 0.087 | 0.100 | +14.3 | no | holds |"
     assert row in markdown and "### What-ifs checked by making the change" in markdown
+
+
+def _busy(c: Cell, cores: float = 1.5) -> Cell:
+    return dataclasses.replace(c, contended=True, other_cpu_cores=cores)
+
+
+def test_the_contention_rule_holds_in_every_judgment():
+    """One rule everywhere (issue 32): a contended cell or floor is never judged. Part 1 with its static cell
+    contended; batching with B=4 contended (B=1 clean); a prediction row on a contended cell, and every row on a
+    contended floor; report.md says which and why, up front."""
+    trio = [cell("naive", 16, 10.0), cell("cached", 16, 9.0), _busy(cell("static", 16, 3.0))]
+    part1 = host_overhead_verdict(results(*trio))
+    assert (
+        part1.supported is None
+        and part1.evidence == "not judged: static p16 ran contended (1.50 cores of other work beside it)"
+    )
+    machine = Machine(1.0, "test", 10e9, "test")
+    flat = [cell("batched", 16, 2.0, batch=b) for b in (1, 2)] + [_busy(cell("batched", 16, 2.0, batch=4), 0.9)]
+    batching = batching_verdict(results(*flat), TINY, machine)
+    assert batching.supported is None and batching.evidence.startswith("not judged: batched p16 b4 ran contended (0.90")
+    rows = predictions(results(cell("cached", 16, 1.0), _busy(cell("cached", 64, 1.0))), TINY, machine)
+    assert not rows[0].points_at.startswith("not judged") and rows[1].points_at.startswith("not judged: cached p64")
+    floor = dataclasses.replace(machine, contended=True, other_cpu_cores=1.1)
+    rows = predictions(results(cell("cached", 16, 1.0)), TINY, floor)
+    assert rows[0].points_at == "not judged: the floor ran contended (1.10 cores of other work beside it)"
+    report = Report(floor, rows, [part1, batching])
+    markdown = report_markdown(results(*trio, *flat), report)
+    section = markdown[markdown.index("## Not judged: contended") : markdown.index("## Cells")].replace("\\", "")
+    assert "- cell static p16 (1.50 cores of other work)" in section and "- the floor (1.10 cores" in section
+    assert "verdict: removing per-step host overhead" in section and "prediction cached p16 B=1: not judged" in section

@@ -338,7 +338,7 @@ def run_job(cfg: BenchConfig, out: Path, options: RunOptions = RunOptions(), wat
     watch.phase("machine: the floor, a cached step piece by piece, the copy bandwidth")
     with _part(report, "machine"):
         report.machine, report.overhead = measure_machine(
-            cfg.model, cfg.dtype, cfg.device, results.env.device_name, model
+            cfg.model, cfg.dtype, str(device), results.env.device_name, model
         )
     write_report(out, combined, report, prompt)
     for engine in engines:

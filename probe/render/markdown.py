@@ -169,6 +169,28 @@ def _diagnoses(report: Report) -> list[str]:
     return out
 
 
+def _not_judged(results: BenchResults, report: Report) -> list[str]:
+    """The contention rule, said once up front: what ran contended, and each judgment left unmade because of it."""
+    busy = [
+        f"cell {c.label} ({c.other_cpu_cores or 0.0:.2f} cores of other work)" for c in results.cells if c.contended
+    ]
+    if report.machine is not None and report.machine.contended:
+        busy.append(f"the floor ({report.machine.other_cpu_cores or 0.0:.2f} cores of other work)")
+    unmade = [f"verdict: {v.claim}: {v.evidence}" for v in report.verdicts if v.evidence.startswith("not judged")]
+    unmade += [
+        f"prediction {p.engine} p{p.prompt_tokens} B={p.batch}: {p.points_at}"
+        for p in report.predictions
+        if p.points_at.startswith("not judged")
+    ]
+    unmade += [f"what-if check {c.change}: {c.note}" for c in report.what_if_checks if c.note.startswith("not judged")]
+    if not busy and not unmade:
+        return []
+    lines = ["## Not judged: contended", "", "A contended cell, floor or sample is never judged.", ""]
+    lines += ["Ran contended:", "", *(f"- {md_escape(b)}" for b in busy), ""] if busy else []
+    lines += ["Not judged because of it:", "", *(f"- {md_escape(u)}" for u in unmade), ""] if unmade else []
+    return lines
+
+
 def report_markdown(results: BenchResults, report: Report, figures: list[Figure] | tuple = ()) -> str:
     """The run report as Markdown: cells, serving figures, hand measurements, predictions, verdicts, bookkeeping,
     the self-check, and what failed or warned."""
@@ -181,6 +203,7 @@ def report_markdown(results: BenchResults, report: Report, figures: list[Figure]
         "",
     ]
     lines += _problems(report)[1:] + [""] if report.failed or report.warnings else []
+    lines += _not_judged(results, report)
     lines += _cells(results) + _figures(list(figures)) + _predictions(report) + _digest(report)
     lines += ["", "## The write-ups' predictions, checked here", ""]
     word = {True: "supported", False: "not supported", None: "not measured"}

@@ -41,6 +41,8 @@ class Machine:
     bandwidth_source: str
     datasheet_bandwidth_bytes_s: float | None = None  # the vendor's peak, shown beside it on a known GPU
     datasheet_source: str | None = None
+    contended: bool | None = None  # other processes took the CPU while the floor was measured (None: not known)
+    other_cpu_cores: float | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,24 @@ class Verdict:
     supported: bool | None  # None: this run has not measured what the claim needs
     evidence: str
     numbers: dict = field(default_factory=dict)
+
+
+def contended_text(what: str, other_cpu_cores: float | None) -> str:
+    """The one line of the contention rule: a contended cell, floor or sample is never judged."""
+    cores = f" ({other_cpu_cores:.2f} cores of other work beside it)" if other_cpu_cores is not None else ""
+    return f"not judged: {what} ran contended{cores}"
+
+
+def not_judged(cells: list[Cell], machine: Machine | None = None) -> str | None:
+    """The contention rule for a judgment that stands on `cells` (and on the floor, with `machine`): the line that
+    says why it is not judged, or None when every figure it uses ran uncontended."""
+    if machine is not None and machine.contended:
+        return contended_text("the floor", machine.other_cpu_cores)
+    busy = [c for c in cells if c.contended]
+    if not busy:
+        return None
+    worst = max(c.other_cpu_cores or 0.0 for c in busy)
+    return contended_text(", ".join(c.label for c in busy), worst)
 
 
 def points_at(ratio: float, binding: str, recompute: bool) -> str:
@@ -279,7 +299,7 @@ def predictions(
                 binding,
                 c.itl_p50_ms,
                 ratio,
-                points_at(ratio, binding, c.recomputes),
+                not_judged([c], machine if own is None else None) or points_at(ratio, binding, c.recomputes),
                 own.source if own is not None else "eager floor",
             )
         )
@@ -305,6 +325,8 @@ def host_overhead_verdict(results: BenchResults) -> Verdict:
     if trio is None:
         return Verdict(claim, source, None, "needs naive, cached and static cells at one prompt length")
     naive, cached, static = trio
+    if why := not_judged(trio):
+        return Verdict(claim, source, None, why)
     short = naive.prompt_tokens
     cache_gain = naive.itl_p50_ms / cached.itl_p50_ms
     static_gain = cached.itl_p50_ms / static.itl_p50_ms
@@ -339,14 +361,8 @@ def batching_verdict(results: BenchResults, arch, machine: Machine | None, engin
         return Verdict(claim, source, None, f"needs {engine} cells at batch 1 and larger at one prompt length")
     by_batch = {c.batch: c for c in cells if c.prompt_tokens == prompt}
     one = by_batch[1]
-    if one.contended:
-        return Verdict(
-            claim,
-            source,
-            None,
-            f"not judged: the B=1 cell at p{prompt}, the reference every scaling is taken against, ran contended "
-            f"({one.other_cpu_cores:.2f} cores of other work beside it)",
-        )
+    if why := not_judged(list(by_batch.values())):  # every B: a contended batch misreads the scaling as much
+        return Verdict(claim, source, None, f"{why} (at p{prompt})")
     rows = {
         b: {
             "itl_ms": c.itl_p50_ms,
