@@ -155,11 +155,13 @@ def _diagnoses(report: Report) -> list[str]:
             "",
             "### What-ifs checked by making the change (`what_if_checks`)",
             "",
-            "| change | what-if | predicted ms | measured ms | error % | contended | wrong term, or why not judged |",
-            "|---|---|---|---|---|---|---|",
+            "| change | what-if | baseline measured ms | predicted ms | measured ms | error % | contended "
+            "| wrong term, or why not judged |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for c in report.what_if_checks:
-            figures = ("-" if x is None else f"{x:.3f}" for x in (c.predicted_step_ms, c.measured_step_ms))
+            numbers = (c.baseline_step_ms, c.predicted_step_ms, c.measured_step_ms)
+            figures = ("-" if x is None else f"{x:.3f}" for x in numbers)
             error = "-" if c.error_pct is None else f"{c.error_pct:+.1f}"
             why = c.wrong_term or (c.note if not c.judged else "holds")
             out.append(

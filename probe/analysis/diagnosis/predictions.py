@@ -139,6 +139,7 @@ class WhatIfCheck:
     contended: bool | None
     wrong_term: str | None = None
     note: str = ""  # how it was predicted; or why not checked, or not judged
+    baseline_step_ms: float | None = None  # the baseline measured beside it (the profile priced it at what_if.step_ms)
 
     @property
     def judged(self) -> bool:
@@ -214,11 +215,11 @@ def _check(
     if contended:
         cores = max(m.other_cpu_cores or 0.0 for m in (base, after))
         note = f"not judged: contended ({cores:.2f} cores of other work beside it)"
-        return WhatIfCheck(change, w.change, predicted, after.step_ms, error, True, note=note)
+        return WhatIfCheck(change, w.change, predicted, after.step_ms, error, True, None, note, base.step_ms)
     wrong = None
     if error is not None and abs(error) > 100 * HOLDS:
         wrong = wrong_term(w, base.step_ms, after.step_ms, batch)
-    return WhatIfCheck(change, w.change, predicted, after.step_ms, error, contended, wrong, w.arithmetic)
+    return WhatIfCheck(change, w.change, predicted, after.step_ms, error, contended, wrong, w.arithmetic, base.step_ms)
 
 
 def wrong_term(w: WhatIf, base_ms: float, after_ms: float, batch: int = 1) -> str:
