@@ -38,6 +38,7 @@ from probe.analysis.ledger.ranks import TraceFailure, analyze_one, expand, job, 
 from probe.analysis.ledger.timeline import step_timeline
 from probe.analysis.ledger.types import AnalyzeOptions, StepLedger, TraceAnalysis
 from probe.analysis.records.sidecar import EventCost, trace_meta
+from probe.analysis.roofline.devices import device_file
 from probe.analysis.roofline.step import TokenFlags
 from probe.analysis.trace import load_trace
 from probe.commands import print_json
@@ -110,6 +111,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     roof.add_argument(
         "--device", metavar="NAME", help="the GPU, when the trace's deviceProperties do not name it (H100-SXM, MI300X)"
     )
+    roof.add_argument(
+        "--device-file",
+        metavar="FILE",
+        help="the GPU from a JSON object with the device table's fields (name, memory_bandwidth_bytes_s, "
+        "memory_bytes, peak_flops_s by dtype, source): a card the table lacks, or measured peaks; it wins over "
+        "the trace's own",
+    )
     roof.add_argument("--dtype", help="the weights' dtype (default: the recorded GEMMs' input type, else bfloat16)")
     roof.add_argument("--tokens", type=int, help="new tokens a step, when the trace's markers and shapes do not say")
     roof.add_argument("--batch", type=int, help="sequences a step, when the trace does not say")
@@ -153,13 +161,21 @@ def main(args: argparse.Namespace) -> int:
 
 def main_one(args: argparse.Namespace, path: Path) -> int:
     options = options_from(args, path)  # bad flags fail before the trace is read
+    given = device_file(args.device_file) if args.device_file else None
     trace = load_trace(path)
     result = analyze(trace, options)
     step = _pick(result, args.step) if args.step is not None else None
     flags = TokenFlags(args.tokens, args.batch, args.context)
     meta = trace_meta(path)
     found = answer(
-        trace, result, args.model, args.device, args.dtype, flags, contended=meta.contended_caveat if meta else None
+        trace,
+        result,
+        args.model,
+        args.device,
+        args.dtype,
+        flags,
+        contended=meta.contended_caveat if meta else None,
+        device_given=given,
     )
     if args.json:
         out = result.to_json() | found.to_json()
