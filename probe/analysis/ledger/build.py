@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from probe.analysis.intervals import assign, covered, merge
-from probe.analysis.ledger import kernels
+from probe.analysis.ledger import coverage, kernels
 from probe.analysis.ledger.gpu import (
     Attribution,
     LaunchDelays,
@@ -413,7 +413,7 @@ def max_steps() -> int:
 def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysis:
     """The per-step ledger of every step, the whole-trace totals and kernels, and a steady-state summary."""
     options = options or AnalyzeOptions()
-    steps = find_steps(trace, options.steps)
+    steps = find_steps(trace, options.steps, options.steps_kinds)
     n = len(steps)
     if n > (limit := max_steps()):
         raise ProbeError(
@@ -429,6 +429,10 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysi
     t0 = trace.start_ns
     ledgers = [_step_ledger(i, steps, launches, kernel_columns, host, t0, on_gpu, options.event_cost) for i in range(n)]
     origin = None if trace.base_ns is None or not len(trace) else int(trace.base_ns + trace.start_ns)
+    covers = coverage.coverage(trace, steps, launches.gpu)
+    warnings = _warnings(trace, steps, launches, host, ledgers)
+    if (line := coverage.warning(covers)) is not None:
+        warnings.append(line)
     return TraceAnalysis(
         format=trace.format,
         source=trace.source,
@@ -443,9 +447,10 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysi
         user_parts=tuple(p.name for p in options.parts),
         event_cost=options.event_cost,
         rank=trace.rank,
-        warnings=tuple(_warnings(trace, steps, launches, host, ledgers)),
+        warnings=tuple(warnings),
         origin_epoch_ns=origin,
         origin_ns=int(trace.start_ns) if len(trace) else 0,
+        coverage=covers,
     )
 
 
