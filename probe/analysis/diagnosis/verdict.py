@@ -47,10 +47,12 @@ from dataclasses import dataclass, replace
 from probe.analysis.diagnosis.evidence import (
     CLOSE,
     EXTERNAL_SHARE,
+    HOST_BY_WORDS,
     Bound,
     Context,
     Evidence,
     evidence,
+    gpu_side_missing,
     largest_host_part,
     ms,
     pct,
@@ -115,9 +117,12 @@ def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None) -> Dia
     context = context or Context()
     e = evidence(s)
     caveats = (context.contended,) if context.contended else ()
+    missing = gpu_side_missing(e) if on_gpu else None
     if not on_gpu:
         bound: Bound = "cpu_only"
         then = None
+    elif missing:
+        bound, then = "unknown", None
     elif e.wall_ns and e.external_wait_ns >= EXTERNAL_SHARE * e.wall_ns:
         bound, then = "external", side_of(e.host_work_ns, e.gpu_busy_ns)
     else:
@@ -125,8 +130,8 @@ def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None) -> Dia
     side = then or bound
     host_by = largest_host_part(e) if side in ("host", "cpu_only") else None
     larger, smaller = max(e.host_work_ns, e.gpu_busy_ns), min(e.host_work_ns, e.gpu_busy_ns)
-    balanced = on_gpu and larger > 0 and (larger - smaller) <= CLOSE * larger
-    headline, lines = _words(s, e, bound, then, host_by, balanced)
+    balanced = on_gpu and bound != "unknown" and larger > 0 and (larger - smaller) <= CLOSE * larger
+    headline, lines = _words(s, e, bound, then, host_by, balanced, missing)
     return Diagnosis(
         step=s.name,
         kind=s.kind,
@@ -137,13 +142,14 @@ def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None) -> Dia
         headline=headline,
         lines=tuple(lines),
         evidence=e,
-        what_if=tuple(what_if(s, e, on_gpu, context)),
+        what_if=() if bound == "unknown" else tuple(what_if(s, e, on_gpu, context)),
         caveats=caveats,
     )
 
 
 def _host_parts_text(s: StepLedger, e: Evidence, on_gpu: bool = True) -> str:
     parts = [
+        ("data loading", e.data_ns),
         ("Python", e.python_ns),
         ("op dispatch" if on_gpu else "inside ops (a CPU computes there)", e.dispatch_ns),
         ("launch and runtime calls", e.launch_ns),
@@ -159,6 +165,7 @@ def _host_parts_text(s: StepLedger, e: Evidence, on_gpu: bool = True) -> str:
 
 
 _BOUND_WORD = {"host": "host-bound", "gpu": "GPU-bound", "external": "external", "cpu_only": "CPU only"}
+_BOUND_WORD["unknown"] = "unknown"
 
 
 def _step_name(s: StepLedger) -> str:
@@ -166,13 +173,21 @@ def _step_name(s: StepLedger) -> str:
     return f"step {s.position} ({s.kind}, {label})" if s.kind not in s.name else f"step {s.position} ({label})"
 
 
-def _words(s: StepLedger, e: Evidence, bound: Bound, then: Bound | None, host_by, balanced) -> tuple[str, list]:
+def _words(
+    s: StepLedger, e: Evidence, bound: Bound, then: Bound | None, host_by, balanced, missing: str | None = None
+) -> tuple[str, list]:
     name = _step_name(s)
     lines = []
     host_line = (
         f"host work {ms(e.host_work_ns)} ms = {ms(e.wall_ns)} wall - {ms(e.sync_wait_ns)} sync wait: "
         + _host_parts_text(s, e, bound != "cpu_only")
     )
+    if bound == "unknown":
+        headline = (
+            f"{name}: unknown. {missing[0].upper()}{missing[1:]}: the trace holds no GPU side to weigh the host's "
+            f"{ms(e.host_work_ns)} ms of work against, so no bound and no what-if."
+        )
+        return headline, [host_line, *_extra_lines(s, e, bound)]
     if bound == "cpu_only":
         where = {"dispatch": "inside ops", "unattributed": "between ops (no event covers it)"}.get(host_by, host_by)
         headline = (
@@ -216,7 +231,8 @@ def _words(s: StepLedger, e: Evidence, bound: Bound, then: Bound | None, host_by
     else:
         ratio = e.host_work_ns / e.gpu_busy_ns if e.gpu_busy_ns else math.inf
         headline = (
-            f"{name}: host-bound, by {host_by}. The host works {ms(e.host_work_ns)} ms for {ms(e.gpu_busy_ns)} ms "
+            f"{name}: host-bound, by {HOST_BY_WORDS.get(host_by, host_by)}. The host works {ms(e.host_work_ns)} ms "
+            f"for {ms(e.gpu_busy_ns)} ms "
             f"of GPU work ({ratio:.2f}x)" + (": balanced, within 10%." if balanced else ".")
         )
     lines += [host_line, gpu_line]
@@ -225,7 +241,26 @@ def _words(s: StepLedger, e: Evidence, bound: Bound, then: Bound | None, host_by
             f"sync wait {ms(e.sync_wait_ns)} ms{site_text(s)}; of it {ms(e.external_wait_ns)} ms with no GPU op "
             "of the trace running"
         )
-    return headline, lines
+    return headline, lines + _extra_lines(s, e, bound)
+
+
+def _extra_lines(s: StepLedger, e: Evidence, bound: Bound) -> list[str]:
+    """What a verdict adds whatever its bound: communication's share, and GPU work the trace lacks in part."""
+    out = []
+    if e.communication_ns or e.gpu_communication_ns:
+        gpu = f"; {ms(e.gpu_communication_ns)} ms of communication kernels" if e.gpu_communication_ns else ""
+        share = f" ({pct(e.gpu_communication_ns / e.gpu_busy_ns)} of GPU work)" if gpu and e.gpu_busy_ns else ""
+        of_wall = pct(e.communication_ns / e.wall_ns) if e.wall_ns else "0%"
+        out.append(
+            f"communication: {ms(e.communication_ns)} ms of the host window in collectives ({of_wall} of the wall)"
+            f"{gpu}{share}"
+        )
+    if e.launches_unmatched and bound != "unknown":
+        out.append(
+            f"{e.launches_unmatched:,} of the step's {e.launches + e.graph_launches:,} launch calls have no GPU op in "
+            f"the trace: its GPU work is at least the {ms(e.gpu_busy_ns)} ms recorded"
+        )
+    return out
 
 
 @dataclass(frozen=True)

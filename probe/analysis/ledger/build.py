@@ -104,6 +104,7 @@ class _Launches:
     windows: Windows
     delays: LaunchDelays
     in_step_graph: np.ndarray  # per runtime call: a graph launch inside a step
+    unmatched: np.ndarray  # per step: its launch and graph-launch calls none of whose GPU ops is in the trace
     totals: Totals
 
 
@@ -120,6 +121,7 @@ def _launch_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions) -> _L
         return np.bincount(gpu.rt_step[sel], weights=None if weights is None else weights[sel], minlength=n)
 
     is_launch, is_graph = launch_names[rt_names], graph_names[rt_names]
+    replayed = np.isin(gpu.rt_rows, gpu.op_launch[gpu.op_launch >= 0])
     attributed = gpu.op_step >= 0
     is_kernel = trace.kind[gpu.op_rows] == Kind.KERNEL
     op_dur = trace.dur_ns[gpu.op_rows]
@@ -135,6 +137,7 @@ def _launch_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions) -> _L
         windows=windows(trace, gpu, n, options.kernel_wait_ns),
         delays=launch_delays(trace, gpu, launch_names, graph_names, n),
         in_step_graph=in_step & is_graph,
+        unmatched=per_step((is_launch | is_graph) & ~replayed),
         totals=_totals(trace, gpu, launch_names, graph_names),
     )
 
@@ -185,6 +188,7 @@ class _Host:
 
     purpose: dict[str, np.ndarray]
     mechanism: dict[str, np.ndarray]
+    in_data: dict[str, np.ndarray]
     external: np.ndarray
     capturable: np.ndarray
     capture_region: list[str]
@@ -206,6 +210,7 @@ def _host_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions, table: 
     zeros = lambda: np.zeros(n, np.int64)  # noqa: E731
     purpose = {p: zeros() for p in table.order}
     mechanism = {p: zeros() for p in MECHANISM}
+    in_data = {p: zeros() for p in MECHANISM}
     external, capturable, top_counts, all_counts, events, ranges = (zeros() for _ in range(6))
     region_of = ["" for _ in range(n)]
     op_counts: list[dict[str, int]] = [{} for _ in range(n)]
@@ -224,6 +229,7 @@ def _host_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions, table: 
             purpose[p][sel] = split.purpose[p]
         for p in MECHANISM:
             mechanism[p][sel] = split.mechanism[p]
+            in_data[p][sel] = split.in_data[p]
         seg_step, seg_s, seg_e = split.sync_segments
         external[sel] = np.bincount(seg_step, weights=_unseen_wait(gpu_s, gpu_e, seg_s, seg_e), minlength=len(sel))
         cap_s, cap_e, what = capture_region(trace, pid, tid)
@@ -251,6 +257,7 @@ def _host_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions, table: 
     return _Host(
         purpose,
         mechanism,
+        in_data,
         external,
         capturable,
         region_of,
@@ -361,6 +368,8 @@ def _step_ledger(i: int, steps: StepSet, la: _Launches, ke: _Kernels, ho: _Host,
         tokens=steps.tokens_of(i),
         purpose_ns={p: int(v[i]) for p, v in ho.purpose.items()},
         mechanism_ns={p: int(v[i]) for p, v in ho.mechanism.items()},
+        data_mechanism_ns={p: int(v[i]) for p, v in ho.in_data.items() if v[i]},
+        launches_unmatched=int(la.unmatched[i]),
         unprofiled_estimate_ns=None
         if cost is None
         else float(wall - ho.events[i] * cost.op_ns - ho.ranges[i] * cost.range_ns),

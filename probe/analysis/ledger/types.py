@@ -130,6 +130,8 @@ class StepLedger:
     tokens: StepTokens | None = None  # what the step's engine marker says it processed (steps.StepTokens)
     purpose_ns: dict[str, int] = field(default_factory=dict)  # user parts, then PURPOSE; sums to wall_ns
     mechanism_ns: dict[str, int] = field(default_factory=dict)  # MECHANISM; sums to wall_ns
+    data_mechanism_ns: dict[str, int] = field(default_factory=dict)  # MECHANISM of the time inside data loading
+    launches_unmatched: int = 0  # launch and graph-launch calls whose GPU ops are not in the trace
     unprofiled_estimate_ns: float | None = None
     op_counts: dict[str, int] = field(default_factory=dict)  # top-level op name -> calls in this step
     top_ops: tuple[OpTime, ...] = ()  # largest dispatch time first, at most TOP_OPS_KEPT
@@ -184,6 +186,7 @@ class StepLedger:
             out[key] = (None if value is None else value / 1000) if ns else value
         out["purpose_us"] = {k: v / 1000 for k, v in self.purpose_ns.items()}
         out["mechanism_us"] = {k: v / 1000 for k, v in self.mechanism_ns.items()}
+        out["data_mechanism_us"] = {k: v / 1000 for k, v in self.data_mechanism_ns.items()}
         out["cache_us"] = self.cache_ns / 1000
         out["span_us"] = self.span_ns / 1000
         out["busy_fraction"] = self.busy_fraction
@@ -199,8 +202,8 @@ class StepLedger:
         return out
 
 
-_NESTED = {"purpose_ns", "mechanism_ns", "op_counts", "top_ops", "kernel_counts", "kernels_by_category"}
-_NESTED |= {"top_kernels", "top_frames", "sync_sites", "other_threads", "tokens"}
+_NESTED = {"purpose_ns", "mechanism_ns", "data_mechanism_ns", "op_counts", "top_ops", "kernel_counts"}
+_NESTED |= {"kernels_by_category", "top_kernels", "top_frames", "sync_sites", "other_threads", "tokens"}
 
 
 _FLAT_FIELDS = tuple(
