@@ -102,9 +102,9 @@ def test_external_wait_then_its_own_gpu_work(tmp_path):
     # the copy was queued 2 us after the stream-wait call: the sync site says so
     (site,) = analyze(load_trace(path)).steps[0].sync_sites
     assert (site.call, site.wait_ns, site.stream_wait_before_ns) == ("cudaMemcpy", 80_000, 2_000)
-    # host to device, as the GPU copy's name says (the call's args say nothing)
-    assert (site.copy_bytes, site.copy_kind) == (None, "HtoD")
-    assert "in cudaMemcpy (a host to device copy) at" in d.headline
+    # host to device from pageable memory, as the GPU copy's name says (the call's args say nothing)
+    assert (site.copy_bytes, site.copy_kind, site.copy_memory) == (None, "HtoD", "pageable")
+    assert "in cudaMemcpy (a host to device copy, pageable host memory) at" in d.headline
     assert "0.002 ms after a stream-wait-event call" in d.lines[0]
 
 

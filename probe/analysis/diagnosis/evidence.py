@@ -26,8 +26,9 @@ CLOSE = 0.1  # host and GPU work within 10%: balanced
 
 
 # the parts of host work the verdict names: data loading (its ranges, ops and frames), then outside it the mechanism
-HOST_BOUND_BY = ("data", "python", "dispatch", "launch", "unattributed")
-HOST_BY_WORDS = {"data": "data loading"}  # in the headline: "host-bound, by data loading"
+HOST_BOUND_BY = ("data", "python", "dispatch", "launch", "other_threads", "unattributed")
+# in the headline: "host-bound, by data loading"
+HOST_BY_WORDS = {"data": "data loading", "other_threads": "other threads' work (this thread records nothing then)"}
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class Evidence:
     communication_ns: int = 0  # of the host window, inside collectives' ranges, ops and frames
     gpu_communication_ns: int = 0  # the step's communication kernels (their summed durations)
     launches_unmatched: int = 0  # launch calls of the step none of whose GPU ops is in the trace
+    other_threads_ns: int = 0  # time no event of the step's thread covers while another thread ran: out of unattributed
 
     def to_json(self) -> dict:
         out = {}
@@ -113,7 +115,8 @@ def pct(x: float) -> str:
 
 def evidence(s: StepLedger) -> Evidence:
     """The figures of one step. Host work splits into data loading (the data ranges' time less their sync wait) and,
-    outside it, Python, dispatch, launch and runtime calls, and unattributed time: the five add up to it."""
+    outside it, Python, dispatch, launch and runtime calls, other threads' work (time no event of the step's thread
+    covers while another thread of its process runs events) and unattributed time: the six add up to it."""
     d = s.data_mechanism_ns
     m = {k: v - d.get(k, 0) for k, v in s.mechanism_ns.items()}
     end = s.start_ns + s.wall_ns
@@ -134,7 +137,7 @@ def evidence(s: StepLedger) -> Evidence:
         launch_ns=m.get("launch", 0) + m.get("runtime", 0),
         dispatch_ns=m.get("dispatch", 0),
         python_ns=m.get("python", 0),
-        unattributed_ns=m.get("unattributed", 0),
+        unattributed_ns=m.get("unattributed", 0) - s.unattributed_other_ns,
         launches=s.launches,
         graph_launches=s.graph_launches,
         kernels=s.kernels,
@@ -142,6 +145,7 @@ def evidence(s: StepLedger) -> Evidence:
         communication_ns=s.purpose_ns.get("communication", 0),
         gpu_communication_ns=s.kernels_by_category.get("communication", 0),
         launches_unmatched=s.launches_unmatched,
+        other_threads_ns=s.unattributed_other_ns,
     )
 
 
@@ -151,7 +155,7 @@ def side_of(host_work: int, gpu: int) -> Bound:
 
 def largest_host_part(e: Evidence) -> str:
     parts = {"python": e.python_ns, "dispatch": e.dispatch_ns, "launch": e.launch_ns, "unattributed": e.unattributed_ns}
-    parts["data"] = e.data_ns
+    parts["data"], parts["other_threads"] = e.data_ns, e.other_threads_ns
     return max(HOST_BOUND_BY, key=lambda p: parts[p])
 
 

@@ -153,6 +153,7 @@ def _host_parts_text(s: StepLedger, e: Evidence, on_gpu: bool = True) -> str:
         ("Python", e.python_ns),
         ("op dispatch" if on_gpu else "inside ops (a CPU computes there)", e.dispatch_ns),
         ("launch and runtime calls", e.launch_ns),
+        ("other threads' work", e.other_threads_ns),
         ("unattributed", e.unattributed_ns),
     ]
     text = ", ".join(f"{name} {ms(ns)}" for name, ns in sorted(parts, key=lambda p: -p[1]) if ns)
@@ -271,11 +272,29 @@ class TraceDiagnosis:
     median: Diagnosis | None
     by_kind: dict[str, Diagnosis]
 
+    def mix(self) -> list[tuple[str, int, int]]:
+        """The steps by verdict, most time first: (the verdict in words, how many steps, their measured ns). A
+        median step speaks for the others only when they agree; a training loop whose every other iteration waits
+        on its DataLoader does not."""
+        out: dict[str, list[int]] = {}
+        for d in self.steps:
+            acc = out.setdefault(verdict_words(d), [0, 0])
+            acc[0] += 1
+            acc[1] += d.evidence.measured_ns
+        return sorted(((k, n, ns) for k, (n, ns) in out.items()), key=lambda x: (-x[2], x[0]))
+
     def to_json(self) -> dict:
         return {
             "median": self.median.to_json() if self.median else None,
             "by_kind": {k: d.to_json() for k, d in self.by_kind.items()},
+            "mix": [{"verdict": k, "steps": n, "measured_us": ns / 1e3} for k, n, ns in self.mix()],
         }
+
+
+def verdict_words(d: Diagnosis) -> str:
+    """A verdict in a few words: "GPU-bound", "host-bound by data loading", "external, then GPU-bound"."""
+    words = _BOUND_WORD[d.bound] + (f", then {_BOUND_WORD[d.then]}" if d.then else "")
+    return words + (f" by {HOST_BY_WORDS.get(d.host_bound_by, d.host_bound_by)}" if d.bound == "host" else "")
 
 
 def _median_step(steps: Sequence[StepLedger]) -> StepLedger | None:

@@ -92,6 +92,8 @@ def _outermost_op(trace: Trace, calls: np.ndarray, weight: np.ndarray) -> str | 
         ops = thread_ops(trace, pid, tid)
         top = ops.depth == 0
         s, e, r = ops.start[top], ops.end[top], ops.rows[top]
+        if not len(s):
+            continue
         t = trace.ts_ns[calls[sel]]
         k = np.searchsorted(s, t, side="right") - 1
         hit = (k >= 0) & (e[np.maximum(k, 0)] >= t)

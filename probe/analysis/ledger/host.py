@@ -94,13 +94,12 @@ ATTENTION_OP = re.compile(
 DATA = re.compile(
     r"enumerate\(DataLoader\)|DataLoader[A-Za-z_]*\.__next__|dataloader\.py\([0-9]+\): __next__|wait_for_batch"
 )
-# Collective communication: NCCL's and Gloo's ranges (`nccl:all_reduce`), c10d's ops (`c10d::allreduce_`) and its
-# Python API (`distributed_c10d.py(..): all_reduce`), torch's `record_param_comms`, and any all-to-all, all-gather,
-# all-reduce or reduce-scatter by name (`## alltoall_fwd_single ##`, vLLM's `tensor_model_parallel_all_gather`).
+# Collective communication: NCCL's and Gloo's ranges (`nccl:all_reduce`), c10d's ops (`c10d::allreduce_`), torch's
+# `record_param_comms`, and any all-to-all, all-gather, all-reduce or reduce-scatter by name (c10d's Python API
+# `distributed_c10d.py(..): all_reduce`, `## alltoall_fwd_single ##`, vLLM's `tensor_model_parallel_all_gather`; not
+# c10d's bookkeeping, `distributed_c10d.py(..): is_initialized`).
 COMMUNICATION = re.compile(
-    r"^nccl:|^gloo:|^c10d::|^record_param_comms$|distributed_c10d\.py\([0-9]+\)|all_?to_?all|all_?gather|"
-    r"all_?reduce|reduce_?scatter",
-    re.IGNORECASE,
+    r"^nccl:|^gloo:|^c10d::|^record_param_comms$|all_?to_?all|all_?gather|all_?reduce|reduce_?scatter", re.IGNORECASE
 )
 # A copy call waited for the device when its GPU copy started this long after the call began and the call was
 # still running then: the copy sat in its stream's queue behind earlier work. A copy issued to an idle stream starts

@@ -132,6 +132,7 @@ class StepLedger:
     mechanism_ns: dict[str, int] = field(default_factory=dict)  # MECHANISM; sums to wall_ns
     data_mechanism_ns: dict[str, int] = field(default_factory=dict)  # MECHANISM of the time inside data loading
     launches_unmatched: int = 0  # launch and graph-launch calls whose GPU ops are not in the trace
+    unattributed_other_ns: int = 0  # of unattributed time outside data loading: another thread of the process ran
     unprofiled_estimate_ns: float | None = None
     op_counts: dict[str, int] = field(default_factory=dict)  # top-level op name -> calls in this step
     top_ops: tuple[OpTime, ...] = ()  # largest dispatch time first, at most TOP_OPS_KEPT

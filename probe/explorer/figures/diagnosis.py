@@ -27,6 +27,7 @@ HOST_PIECES = (
     ("python", "Python", "python_ns"),
     ("dispatch", "op dispatch", "dispatch_ns"),
     ("launch", "launch and runtime calls", "launch_ns"),
+    ("other_threads", "other threads' work", "other_threads_ns"),
     ("unattributed", "unattributed", "unattributed_ns"),
 )
 CPU_WORDS = {"dispatch": "mostly inside ops", "unattributed": "mostly between ops", "python": "mostly Python"}
