@@ -6,14 +6,15 @@
     python scripts/read_steps.py TRACE --whole                                           # the launching thread
 
 Plain Python over the chrome JSON (gzipped or not), written apart from probe/analysis so that the two can disagree:
-for each step its host window (wall), the GPU work it launched (the union of the kernels, copies and memsets
-whose launch call, joined on `args.correlation`, starts in the window), the time its thread spent blocked on
-the device (the union of `*Synchronize` calls, synchronous copies and copy calls that waited: returned at or after
-their GPU copy's end, or saw it start 50 us or more after they began while they still ran), data loading (ranges,
-ops and frames named for the DataLoader or `wait_for_batch`, less the blocked time), host work (wall less blocked),
-and which side is larger. `--after REGEX` cuts a flat loop: a step starts at the thread's first event and after
-each event whose name matches (the optimizer's range) ends, at the next event on the thread. Prints one row a step,
-then the median step by max(wall, GPU work), the lower middle one.
+for each step its host window (wall), the GPU work it launched (the union of the kernels, copies and memsets whose
+launch call, joined on `args.correlation`, starts in the window), the time its thread spent blocked on the device
+(the union of `*Synchronize` calls, synchronous copies and copy calls that waited: returned at or after their GPU
+copy's end, or saw it start 50 us or more after they began while they still ran; where such a call or a
+`synchronize` frame is the innermost open frame, op or call: a frame's inner frames are its Python), data loading
+(ranges, ops and frames named for the DataLoader or `wait_for_batch`, less the blocked time), host work (wall less
+blocked), and which side is larger. `--after REGEX` cuts a flat loop: a step starts at the thread's first event and
+after each event whose name matches (the optimizer's range) ends, at the next event on the thread. Prints one row a
+step, then the median step by max(wall, GPU work), the lower middle one.
 """
 
 from __future__ import annotations
@@ -98,17 +99,19 @@ def main() -> None:
     for g, r in launcher:
         if r is not None and "Memcpy" in r["name"]:
             copy_end[id(r)] = t(g)
-    blocked = []
-    for e in host:
+    code = [e for e in host if cat(e) != "user_annotation"]  # ranges are labels, never the code that ran
+    blocking = set()
+    for e in code:
         name = e["name"]
         if cat(e) in RUNTIME_CATS and SYNC.search(name):
-            blocked.append(t(e))
+            blocking.add(id(e))
         elif cat(e) == "python_function" and re.search(r"\bsynchronize\b", name):
-            blocked.append(t(e))
+            blocking.add(id(e))
         elif cat(e) in RUNTIME_CATS and id(e) in copy_end:
             (cs, ce), (gs, ge) = t(e), copy_end[id(e)]
             if ce >= ge or (gs - cs >= QUEUED_US and ce >= gs):
-                blocked.append((cs, ce))
+                blocking.add(id(e))
+    blocked = innermost(code, blocking)
     data = [t(e) for e in host if DATA.search(e["name"])]
     rows = []
     print(f"thread {thread}; {len(windows)} steps; times in ms")
@@ -128,6 +131,32 @@ def main() -> None:
     if rows:
         median = sorted(rows)[(len(rows) - 1) // 2][1]
         print(f"median step: {median}")
+
+
+def innermost(code: list[dict], chosen: set[int]) -> list[tuple[float, float]]:
+    """The stretches where the innermost open event (the latest started; the shorter, then a runtime call over an op
+    over a frame, when they start together) is one of `chosen`."""
+    rank = {"python_function": 0, "cpu_op": 1, "operator": 1}
+    code = [e for e in code if float(e["dur"]) > 0]  # an event of no length covers no time: never open
+    marks = sorted([(t(e)[0], 1, i) for i, e in enumerate(code)] + [(t(e)[1], -1, i) for i, e in enumerate(code)])
+    open_now: dict[int, dict] = {}
+    out, last = [], None
+    k = 0
+    while k < len(marks):
+        now = marks[k][0]
+        if last is not None and now > last and open_now:
+            e = max(open_now.values(), key=lambda e: (t(e)[0], -t(e)[1], rank.get(str(e.get("cat", "")).lower(), 2)))
+            if id(e) in chosen:
+                out.append((last, now))
+        while k < len(marks) and marks[k][0] == now:
+            _, delta, i = marks[k]
+            if delta > 0:
+                open_now[i] = code[i]
+            else:
+                open_now.pop(i, None)
+            k += 1
+        last = now
+    return out
 
 
 def steps(args, host: list[dict], thread: str | None) -> list[tuple[float, float]]:
