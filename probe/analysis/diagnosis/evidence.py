@@ -28,7 +28,7 @@ CLOSE = 0.1  # host and GPU work within 10%: balanced
 # the parts of host work the verdict names: data loading (its ranges, ops and frames), then outside it the mechanism
 HOST_BOUND_BY = ("data", "python", "dispatch", "launch", "other_threads", "unattributed")
 # in the headline: "host-bound, by data loading"
-HOST_BY_WORDS = {"data": "data loading", "other_threads": "other threads' work (this thread records nothing then)"}
+HOST_BY_WORDS = {"data": "data loading", "other_threads": "other threads' work"}
 
 
 @dataclass(frozen=True)

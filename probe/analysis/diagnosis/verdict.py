@@ -248,6 +248,11 @@ def _words(
 def _extra_lines(s: StepLedger, e: Evidence, bound: Bound) -> list[str]:
     """What a verdict adds whatever its bound: communication's share, and GPU work the trace lacks in part."""
     out = []
+    if e.other_threads_ns:
+        out.append(
+            f"other threads' work {ms(e.other_threads_ns)} ms: the step's thread recorded nothing while another thread "
+            "of its process ran events (autograd's backward while the loop waits in loss.backward(), a helper thread)"
+        )
     if e.communication_ns or e.gpu_communication_ns:
         gpu = f"; {ms(e.gpu_communication_ns)} ms of communication kernels" if e.gpu_communication_ns else ""
         share = f" ({pct(e.gpu_communication_ns / e.gpu_busy_ns)} of GPU work)" if gpu and e.gpu_busy_ns else ""

@@ -25,6 +25,7 @@ from probe.analysis.ledger.types import Coverage
 from probe.analysis.trace import Kind, Trace
 
 LEFT_OUT_WARN = 0.05  # of the GPU work outside every step: the steps may not be the run's
+NO_LAUNCH = "whose launch call is not in the trace"
 
 
 def coverage(trace: Trace, steps: StepSet, gpu: Attribution) -> Coverage:
@@ -48,10 +49,14 @@ def warning(c: Coverage) -> str | None:
     out = c.gpu_busy_ns - c.gpu_in_steps_ns
     if not c.gpu_busy_ns or out <= LEFT_OUT_WARN * c.gpu_busy_ns:
         return None
+    advice = (
+        ": the profiler recorded them without the calls that launched them (issued before it started, or lost)"
+        if c.left_out and c.left_out.endswith(NO_LAUNCH)
+        else ". If these are not the run's steps, name them with --steps REGEX"
+    )
     return (
         f"the steps leave {100 * out / c.gpu_busy_ns:.0f}% of the GPU work outside every step ({out / 1e6:.3f} of "
-        f"{c.gpu_busy_ns / 1e6:.3f} ms); the largest piece: {c.left_out}. If these are not the run's steps, name "
-        "them with --steps REGEX"
+        f"{c.gpu_busy_ns / 1e6:.3f} ms); the largest piece: {c.left_out}{advice}"
     )
 
 
@@ -76,7 +81,7 @@ def _left_out(trace: Trace, gpu: Attribution, win_s: np.ndarray, win_e: np.ndarr
     ns = max(sizes)
     what = f"{ns / 1e6:.3f} ms of GPU work ({int(mine.sum())} ops) "
     if g < 0:
-        return what + "whose launch call is not in the trace", ns
+        return what + NO_LAUNCH, ns
     n = len(win_s)
     where = "before the first step" if g == 0 else "after the last step" if g == n else f"between steps {g - 1} and {g}"
     under = _outermost_op(trace, launch[mine], trace.dur_ns[rows[mine]])
