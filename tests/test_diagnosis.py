@@ -252,6 +252,31 @@ def test_communication_is_its_own_purpose_and_kernel_category(tmp_path):
         "kernels (80% of GPU work)" in d.lines  # fmt: skip
 
 
+def test_other_threads_work_while_the_steps_thread_records_nothing(tmp_path):
+    """The loop's thread runs ops 0-20 and 80-100 us and records nothing between; autograd's thread 2 runs the
+    backward 25-75 (an op, one launch of a 5 us kernel). Of the 60 us the loop's thread leaves uncovered, 50 are
+    the other thread's work: host-bound by it, not by "unattributed"."""
+    events = [
+        {"ph": "X", "cat": c, "name": n, "pid": 1, "tid": tid, "ts": a, "dur": b - a, "args": args}
+        for c, n, tid, a, b, args in (
+            ("user_annotation", "ProfilerStep#0", 1, 0, 100, {}),
+            ("cpu_op", "aten::linear", 1, 0, 20, {}),
+            ("cpu_op", "autograd::engine::evaluate_function: AddmmBackward0", 2, 25, 75, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 2, 30, 35, {"correlation": 1}),
+            ("cpu_op", "aten::_foreach_add_", 1, 80, 100, {}),
+        )
+    ]
+    events.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 36, "dur": 5,
+                   "args": {"correlation": 1}})  # fmt: skip
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    assert analyze(load_trace(path)).steps[0].unattributed_other_ns == 50_000
+    d = _diagnose(path)
+    e = d.evidence
+    assert (e.other_threads_ns, e.unattributed_ns, e.dispatch_ns) == (50_000, 10_000, 40_000)
+    assert (d.bound, d.host_bound_by) == ("host", "other_threads") and "by other threads' work" in d.headline
+
+
 def python_bound_trace(tmp_path: Path) -> Path:
     """A decode step of 100 us whose host is mostly Python, for 7 us of GPU work (test_report.py uses it too)."""
     return _trace(
