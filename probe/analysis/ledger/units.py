@@ -69,21 +69,19 @@ def threads_by_launches(trace: Trace, calls: np.ndarray) -> list[tuple[int, int]
     by how many calls."""
     if not len(calls):
         return []
+    threads, thread_of = np.unique(np.stack([trace.pid[calls], trace.tid[calls]], axis=1), axis=0, return_inverse=True)
+    thread_of = thread_of.reshape(-1)
     ops = trace.rows(*GPU_OP_KINDS)
     keys = correlation_keys(trace, calls)
     order = np.argsort(keys, kind="stable")
     op_keys = correlation_keys(trace, ops)
     k = np.clip(np.searchsorted(keys[order], op_keys), 0, len(calls) - 1)
     hit = (op_keys >= 0) & (keys[order][k] == op_keys)
-    launcher = calls[order][k[hit]]
-    work: dict[tuple[int, int], list[int]] = {}
-    for pid, tid in zip(trace.pid[calls].tolist(), trace.tid[calls].tolist(), strict=True):
-        work.setdefault((pid, tid), [0, 0])[1] += 1
-    for pid, tid, dur in zip(
-        trace.pid[launcher].tolist(), trace.tid[launcher].tolist(), trace.dur_ns[ops[hit]].tolist(), strict=True
-    ):
-        work[(pid, tid)][0] += dur
-    return sorted(work, key=lambda t: (-work[t][0], -work[t][1], t))
+    work = np.zeros(len(threads), np.int64)
+    np.add.at(work, thread_of[order[k[hit]]], trace.dur_ns[ops[hit]])
+    count = np.bincount(thread_of, minlength=len(threads))
+    ranked = np.lexsort((threads[:, 1], threads[:, 0], -count, -work))
+    return [(int(threads[i, 0]), int(threads[i, 1])) for i in ranked.tolist()]
 
 
 @dataclass
@@ -177,6 +175,8 @@ def _cycle(tree: Tree, scope: np.ndarray, where: str) -> Units | None:
     seq = scope[np.argsort(tree.start[scope], kind="stable")]
     keys, inverse, counts = np.unique(tree.key[seq], return_inverse=True, return_counts=True)
     sums = np.bincount(inverse, weights=tree.held[seq]).astype(np.int64)
+    first = np.full(len(keys), len(seq), np.int64)
+    np.minimum.at(first, inverse, np.arange(len(seq)))  # each name's first position in the scope
     total = int(sums.sum())
     best = None
     for k in sorted(
@@ -184,8 +184,7 @@ def _cycle(tree: Tree, scope: np.ndarray, where: str) -> Units | None:
     ):
         if sums[counts % k == 0].sum() < PERIODIC * total:
             continue
-        firsts = [int(np.flatnonzero(inverse == g)[0]) for g in np.flatnonzero((counts == k) & (sums > 0)).tolist()]
-        positions = np.flatnonzero(inverse == inverse[min(firsts)])
+        positions = np.flatnonzero(inverse == inverse[int(first[(counts == k) & (sums > 0)].min())])
         cuts = _moved_back(inverse, positions)
         pieces = tree.count(tree.start[seq[cuts[:-1]]], tree.start[seq[cuts[1:]]])
         if np.all(pieces > 0):
