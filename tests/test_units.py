@@ -218,3 +218,17 @@ def test_steps_that_leave_gpu_work_out_are_warned_of(tmp_path):
     assert line.startswith("the steps leave 75% of the GPU work outside every step (0.060 of 0.080 ms)")
     assert "the largest piece: 0.060 ms of GPU work (1 ops) launched before the first step, most of it under " \
         "aten::randperm" in line  # fmt: skip
+
+
+def test_a_graph_launch_is_a_step_when_each_holds_a_whole_forward(tmp_path):
+    """Three cudaGraphLaunch calls and no host event around them (a whole forward captured in each graph): nothing
+    repeats above the launches, so each launch starts a step that lasts to the next (the last to the thread's last
+    event). The same launches inside repeating step frames are pieces: vllm_like's test above."""
+    t = Trace()
+    for i in range(3):
+        at = 100 * i
+        t.launch(at, at + 5, [(at + 6, at + 40), (at + 40, at + 80)], name="cudaGraphLaunch")
+    t.host("cuda_runtime", "cudaStreamSynchronize", 205, 290)
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert (steps.rule, steps.names) == ("graph launches", ["graph#0", "graph#1", "graph#2"])
+    assert [int(e - s) // 1000 for s, e in zip(steps.start, steps.end, strict=True)] == [100, 100, 90]
