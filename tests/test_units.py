@@ -232,3 +232,30 @@ def test_a_graph_launch_is_a_step_when_each_holds_a_whole_forward(tmp_path):
     steps = find_steps(load_trace(t.write(tmp_path)))
     assert (steps.rule, steps.names) == ("graph launches", ["graph#0", "graph#1", "graph#2"])
     assert [int(e - s) // 1000 for s, e in zip(steps.start, steps.end, strict=True)] == [100, 100, 90]
+
+
+def test_hf_generates_loop_holds_the_steps_its_repeating_unit(tmp_path):
+    """HF `generate`: its decoding loop (`_sample`) is a loop, not a step; inside it the model's forward repeats four
+    times (two launches each) with the logits processor (no launch) between: four steps, one a forward. The
+    `generate` frame around the loop, and a launch before it, are no step."""
+    t = Trace()
+    t.host("python_function", "transformers/generation/utils.py(2000): generate", 0, 1000)
+    t.launch(5, 8, [(9, 12)])  # the input's copy to the device, before the loop
+    t.host("python_function", "transformers/generation/utils.py(3000): _sample", 20, 990)
+    for i in range(4):
+        b = 30 + 200 * i
+        t.host("python_function", "transformers/models/llama/modeling_llama.py(1100): forward", b, b + 150)
+        for j in range(2):
+            t.launch(b + 10 + 50 * j, b + 15 + 50 * j, [(b + 16 + 50 * j, b + 40 + 50 * j)])
+        t.host("python_function", "transformers/generation/logits_process.py(90): __call__", b + 160, b + 190)
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert steps.rule == (
+        "engine frames: HF generate's decoding loop (repeating unit: "
+        "'transformers/models/llama/modeling_llama.py(1100): forward', 4 times on thread 1/1)"
+    )
+    assert [(int(s) // 1000, int(e - s) // 1000) for s, e in zip(steps.start, steps.end, strict=True)] == [
+        (30, 150),
+        (230, 150),
+        (430, 150),
+        (630, 150),
+    ]

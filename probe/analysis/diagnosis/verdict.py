@@ -183,7 +183,7 @@ def _words(
         f"host work {ms(e.host_work_ns)} ms = {ms(e.wall_ns)} wall - {ms(e.sync_wait_ns)} sync wait: "
         + _host_parts_text(s, e, bound != "cpu_only")
     )
-    if bound == "unknown":
+    if bound == "unknown" and missing:
         headline = (
             f"{name}: unknown. {missing[0].upper()}{missing[1:]}: the trace holds no GPU side to weigh the host's "
             f"{ms(e.host_work_ns)} ms of work against, so no bound and no what-if."
@@ -299,7 +299,9 @@ class TraceDiagnosis:
 def verdict_words(d: Diagnosis) -> str:
     """A verdict in a few words: "GPU-bound", "host-bound by data loading", "external, then GPU-bound"."""
     words = _BOUND_WORD[d.bound] + (f", then {_BOUND_WORD[d.then]}" if d.then else "")
-    return words + (f" by {HOST_BY_WORDS.get(d.host_bound_by, d.host_bound_by)}" if d.bound == "host" else "")
+    if d.bound != "host" or d.host_bound_by is None:
+        return words
+    return f"{words} by {HOST_BY_WORDS.get(d.host_bound_by, d.host_bound_by)}"
 
 
 def _median_step(steps: Sequence[StepLedger]) -> StepLedger | None:

@@ -531,7 +531,7 @@ def mechanism_split(
     tiers = purpose_tiers(trace, table, pid, tid)
     data_s, data_e = tiers["data"]
     in_data_ns = covered(data_s, data_e, piece_start, piece_end)  # of each piece, the part inside data loading
-    in_data = {}
+    in_data: dict[str, np.ndarray] = {}
     for code, part in enumerate(MECHANISM[:-1]):
         sel = mech == code
         in_data[part] = np.bincount(step[sel], weights=in_data_ns[sel], minlength=n).astype(np.int64)

@@ -361,7 +361,7 @@ def _engine_frames(trace: Trace, calls: np.ndarray, warnings: list[str]) -> Step
             if (units := _inside(trace, calls, pid, tid, row)) is not None
         ]
         if found:
-            return _from_units(found, rule + " (" + found[0].rule + ")", warnings)
+            return _from_units(found, rule + " (" + found[0][2].rule + ")", warnings)
     return None
 
 
