@@ -22,7 +22,6 @@ One pass over the trace for every step (`step_facts`), vectorized like the ledge
   CompiledFxGraph ..."): a compiled step has no forward left to compile.
 - **Training.** Autograd ops (`...Backward0`, `autograd::engine::evaluate_function: ...`) and optimizer steps
   (`Optimizer.step#...`) on any thread in the step's window: the step is not a forward.
-- **The GPU side.** Kernel launch calls in the step whose kernel the trace does not hold.
 - **On a CPU**, the step's ops split the way the CPU what-ifs price them (`CpuOps`): the dispatch floor (the median
   self time of the step's metadata-only ops, `VIEW_OPS`: what an op costs before it computes), the compute of the
   ops a compiled graph still calls (GEMM, attention, convolution: `KEPT_OP`), and the rest's compute: the self time
@@ -152,8 +151,6 @@ class StepFacts:
     kind_steps: int = 0  # steps of its kind with shapes
     training: tuple[str, ...] = ()  # "412 backward ops (e.g. ConvolutionBackward0)", "Optimizer.step#SGD.step"
     compiled: tuple[str, ...] = ()  # compiled regions the step calls: "Torch-Compiled Region: 0/0 x1"
-    launches: int = 0  # kernel launch calls in the step
-    launches_without_kernel: int = 0  # of them, those whose kernel the trace does not hold
     cpu: CpuOps | None = None  # a CPU-only trace's ops
 
 
@@ -165,7 +162,6 @@ def step_facts(trace: Trace, analysis: TraceAnalysis) -> dict[int, StepFacts]:
     lo, hi = analysis.windows()
     gpu = attribute(trace, lo, hi)
     cold = _cold(trace, gpu, lo, hi)
-    launches, missing = _launches(trace, gpu, n)
     training, compiled = _named(trace, lo, hi, BACKWARD, OPTIMIZER), _named(trace, lo, hi, COMPILED)
     region = _region(trace, analysis, lo, hi)
     cpu = _cpu_ops(trace, analysis, lo, hi) if not analysis.on_gpu else [None] * n
@@ -179,8 +175,6 @@ def step_facts(trace: Trace, analysis: TraceAnalysis) -> dict[int, StepFacts]:
             kind_steps=region[i][4],
             training=_training_text(training[i]),
             compiled=_counted(compiled[i][0]),
-            launches=int(launches[i]),
-            launches_without_kernel=int(missing[i]),
             cpu=cpu[i],
         )
         for i, s in enumerate(analysis.steps)
@@ -270,17 +264,6 @@ def _cold(trace: Trace, gpu: Attribution, lo: np.ndarray, hi: np.ndarray) -> lis
             call = f"{api_base_name(call)} (of {trace.names[kernel_of[row]][:60]})"
         out[i] = Cold(int(cold_ns[i]), call, int(trace.dur_ns[row]), float(c_base[j]), against[int(c_label[j])])
     return out
-
-
-def _launches(trace: Trace, gpu: Attribution, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per step: kernel launch calls, and those whose kernel the trace does not hold."""
-    names = trace.name_ids(lambda s: api_base_name(s) in LAUNCH_NAMES)
-    is_launch = names[trace.name_id[gpu.rt_rows]] & (gpu.rt_step >= 0)
-    has_op = np.isin(gpu.rt_rows, gpu.op_launch[gpu.op_launch >= 0])
-    return (
-        np.bincount(gpu.rt_step[is_launch], minlength=n),
-        np.bincount(gpu.rt_step[is_launch & ~has_op], minlength=n),
-    )
 
 
 def _named(trace: Trace, lo: np.ndarray, hi: np.ndarray, *patterns: re.Pattern) -> list[tuple[list[str], ...]]:

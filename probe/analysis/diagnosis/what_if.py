@@ -48,12 +48,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from probe.analysis.diagnosis.conditions import CpuOps, StepFacts
-from probe.analysis.diagnosis.evidence import EXTERNAL_SHARE, Context, Evidence, ms, pct, site_text
+from probe.analysis.diagnosis.evidence import EXTERNAL_SHARE, Context, Evidence, gpu_side_missing, ms, pct, site_text
 from probe.analysis.ledger.types import StepLedger
 
 MAX_BATCH = 64  # the largest batch a what-if proposes (a serving batch; nothing past it is claimed)
 BATCH_GROWTH = 1.25  # the batch proposed is the largest whose step stays within this of B = 1's (Part 2's "near flat")
-GPU_MISSING_SHARE = 0.25  # launches whose kernel the trace lacks: past this share, the GPU side is not recorded
 PER_SEQUENCE_CATEGORIES = ("attention", "kv_cache")  # GPU work that reads each sequence's cache
 
 # The conditions a what-if can require, each checked on the trace (probe.analysis.diagnosis.conditions); each reads
@@ -252,9 +251,17 @@ def conditions(s: StepLedger, e: Evidence, on_gpu: bool, facts: StepFacts | None
             f"{ms(s.own_wait_ns)} ms of its {ms(s.sync_wait_ns)} ms sync wait was on its own GPU work",
         ),
     }
+    if on_gpu:  # the verdict's own rule (evidence.gpu_side_missing): an unknown bound offers nothing
+        missing = gpu_side_missing(e)
+        calls = e.launches + e.graph_launches
+        out[GPU_SIDE] = Condition(
+            GPU_SIDE,
+            missing is None,
+            missing or f"{calls - e.launches_unmatched:,} of its {calls:,} launch calls have a GPU op in the trace",
+        )
     if facts is None:  # what only the trace's events can say is not known
         unknown = "not checked: the trace was not read for it"
-        names = (WARM, GPU_SIDE, FORWARD, NO_BLOCKING, NO_DATA_SHAPES, SAME_SHAPES, NOT_COMPILED)
+        names = (WARM, FORWARD, NO_BLOCKING, NO_DATA_SHAPES, SAME_SHAPES, NOT_COMPILED)
         return out | {name: Condition(name, None, unknown) for name in names}
     c = facts.cold
     out[WARM] = Condition(
@@ -264,14 +271,6 @@ def conditions(s: StepLedger, e: Evidence, on_gpu: bool, facts: StepFacts | None
         if c is None
         else f"{ms(c.ns)} ms of its {ms(s.wall_ns)} ms host window is first-call set-up: {c.text}",
     )
-    if on_gpu:
-        missing = facts.launches_without_kernel
-        recorded = not facts.launches or missing <= GPU_MISSING_SHARE * facts.launches
-        out[GPU_SIDE] = Condition(
-            GPU_SIDE,
-            recorded,
-            f"{facts.launches - missing} of its {facts.launches} kernel launches have their kernel in the trace",
-        )
     out[FORWARD] = Condition(
         FORWARD,
         not facts.training,
