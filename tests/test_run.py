@@ -169,8 +169,11 @@ def test_a_part_that_fails_is_named_and_the_rest_goes_on(tmp_path, cli, monkeypa
         "probe run: machine: the floor, a cached step piece by piece, the copy bandwidth",
         "probe run: profile naive",
         "probe run: profile cached",
+        "probe run: what-if checks: each change made, measured in turn with its baseline",
         "probe run: report: predictions and verdicts",
     ]
+    # no cached profile to predict from: every check says so, and nothing is measured for it
+    assert report.what_if_checks and all(c.note == "no profiled baseline" for c in report.what_if_checks)
 
 
 def test_bench_prints_a_line_per_cell_as_it_finishes_when_piped(tmp_path):
