@@ -185,6 +185,7 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
         args.dtype,
         flags,
         contended=meta.contended_caveat if meta else None,
+        threads=meta.threads if meta else None,
         device_given=given,
     )
     if args.json:

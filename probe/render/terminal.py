@@ -425,13 +425,14 @@ def diagnosis_lines(report: Report) -> list[str]:
     """What bounds each profiled engine's median step (probe.analysis.diagnosis.verdict), and its predictions
     checked."""
     out = [f"[bold]{escape(label)}[/]: {escape(d.headline)}" for label, d in report.diagnoses.items()]
-    for c in report.checks:
-        if c.ratio is None:
-            out.append(f"check: {escape(c.prediction)}: {escape(c.evidence)}")
+    for c in report.what_if_checks:
+        if c.error_pct is None:
+            out.append(f"check: {escape(c.change)}: {escape(c.note)}")
         else:
+            why = c.wrong_term or (c.note if not c.judged else "holds")
             out.append(
-                f"check: {escape(c.prediction)}: predicted {c.predicted_ms:.3f} ms, measured {c.measured_ms:.3f} ms "
-                f"({c.ratio:.2f}x; {escape(c.evidence)})"
+                f"check: {escape(c.change)} ({escape(c.what_if)}): predicted {c.predicted_step_ms:.3f} ms, "
+                f"measured {c.measured_step_ms:.3f} ms ({c.error_pct:+.1f}%; {escape(why)})"
             )
     return out
 
