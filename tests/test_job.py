@@ -28,11 +28,8 @@ from probe.analysis.ledger.ranks import (
     rank_in_name,
 )
 from probe.pool import pool_map
-from tests.conftest import DATA, ROOT, run_probe
+from tests.conftest import DATA, ROOT, run_probe, shared_trace
 from tests.ranks import make_rank_traces
-
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
-needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/traces is not here")
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +78,7 @@ def test_the_job_table_and_a_trace_that_cannot_be_read(ranks, tmp_path):
 def test_one_trace_keeps_todays_output(ranks, tmp_path):
     single = tmp_path / "one"
     single.mkdir()
-    shutil.copy(DATA / "rocm_vllm_decode_cudagraph.trace.json.gz", single)
+    shutil.copy(shared_trace("public/rocm_vllm_decode_cudagraph.trace.json.gz"), single)
     by_file = run_probe("analyze", str(single / "rocm_vllm_decode_cudagraph.trace.json.gz"), "--json")
     by_folder = run_probe("analyze", str(single), "--json")
     assert by_file.returncode == by_folder.returncode == 0
@@ -102,7 +99,6 @@ def test_a_runs_traces_folder_is_a_list_of_traces_with_no_straggler():
     assert "not the ranks of one job (no distinct rank" in table.stdout.replace("\n", " ")
 
 
-@needs_shared
 @pytest.mark.parametrize(
     "names, why",
     [
@@ -117,12 +113,13 @@ def test_a_runs_traces_folder_is_a_list_of_traces_with_no_straggler():
     ],
 )  # fmt: skip
 def test_the_shared_traces_are_not_one_job(names, why):
-    result = run_probe("analyze", *(str(SHARED / n) for n in names), "--json")
+    paths = [str(shared_trace(n)) for n in names]
+    result = run_probe("analyze", *paths, "--json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["straggler"] is None and doc["by_step"] == []
     assert doc["one_job"] is False and why in doc["not_a_job"]
-    assert [t["source"] for t in doc["traces"]] == [str(SHARED / n) for n in names]  # in the order given
+    assert [t["source"] for t in doc["traces"]] == paths  # in the order given
 
 
 def test_a_rank_comes_from_distributed_info_or_from_the_file_names(analyses):

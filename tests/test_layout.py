@@ -229,7 +229,7 @@ def test_the_analysis_core_imports_without_torch():
 
 
 def test_analyze_compare_and_roofline_run_without_torch(tmp_path):
-    trace = DATA / "rocm_vllm_decode_cudagraph.trace.json.gz"
+    trace = DATA / "hand_decode.trace.json.gz"
     baseline = ROOT / "baselines" / "cpu-tiny.json"
     calls = [
         ["analyze", str(trace), "--json"],

@@ -216,7 +216,7 @@ _RESERVED = frozenset(
 
 @dataclass(frozen=True)
 class Totals:
-    """Whole-trace counts, by the reference definitions of tests/data/PROVENANCE.md exactly."""
+    """Whole-trace counts, by the definitions of docs/traces.md (the counts) exactly."""
 
     events: int  # rows of the event table (complete events)
     kernels: int

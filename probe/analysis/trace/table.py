@@ -105,7 +105,7 @@ class Kind(enum.IntEnum):
 GPU_OP_KINDS = (Kind.KERNEL, Kind.GPU_MEMCPY, Kind.GPU_MEMSET)
 ON_STREAM = (Kind.KERNEL, Kind.GPU_MEMCPY, Kind.GPU_MEMSET, Kind.GPU_RANGE)
 
-# The reference definitions of tests/data/PROVENANCE.md, exactly: what counts as a kernel launch and as a graph launch.
+# The counts' definitions (docs/traces.md, the counts), exactly: what counts as a kernel launch and as a graph launch.
 LAUNCH_NAMES = frozenset(
     {
         "cudaLaunchKernel",
