@@ -8,7 +8,7 @@ still emitted, so every trace has the same shape.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -63,10 +63,12 @@ def lockstep(engines: list[Engine], prompt: torch.Tensor, new_tokens: int) -> li
         return [finish(run) for run in runs]
 
 
-def finish(run: Iterator[None]) -> Generation:
+def finish(run: decode_steps) -> Generation:
     """Run a `decode_steps` to its end and return its Generation."""
     for _ in run:
         pass
+    if run.result is None:  # the loop sets it as it ends, so only a loop that raised has none, and it raised here
+        raise RuntimeError("decode_steps ended without a Generation")
     return run.result
 
 
