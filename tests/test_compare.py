@@ -217,7 +217,7 @@ def test_timing_rule_needs_both_ratio_and_significance():
 def test_tokens_per_second_regresses_when_it_drops():
     tok_s = Metric("decode_tok_s", "decode tok/s", "timing", higher_is_worse=False)
     drop = timing_row("k", tok_s, series(20), series(20, 0.8), CompareRules())
-    assert drop.verdict == "regression" and drop.worse_by == pytest.approx(1.25)
+    assert drop.verdict == "regression" and drop.ratio == pytest.approx(0.8)  # tokens/s fell: worse
     rise = timing_row("k", tok_s, series(20), series(20, 1.25), CompareRules())
     assert rise.verdict == "improvement"
 

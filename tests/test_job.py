@@ -22,7 +22,6 @@ from probe.analysis.ledger.ranks import (
     analyze_one,
     check_job,
     expand,
-    is_one_job,
     job,
     lost_trace,
     rank_in_name,
@@ -124,7 +123,7 @@ def test_the_shared_traces_are_not_one_job(names, why):
 
 def test_a_rank_comes_from_distributed_info_or_from_the_file_names(analyses):
     """The four rank traces, their declared ranks and file names varied: each case is the rule's, exactly."""
-    assert check_job(analyses).ranks == (0, 1, 2, 3) and is_one_job(analyses)
+    assert check_job(analyses).ranks == (0, 1, 2, 3) and check_job(analyses).one_job
 
     def vary(**change):
         return [dataclasses.replace(a, **{k: v[i] for k, v in change.items()}) for i, a in enumerate(analyses)]
@@ -137,11 +136,11 @@ def test_a_rank_comes_from_distributed_info_or_from_the_file_names(analyses):
     repeated = vary(rank=[0] * 4)  # distributedInfo repeats a rank: the names decide
     assert check_job(repeated).ranks == (0, 1, 2, 3)
     nameless = vary(rank=[0] * 4, source=[f"/x/host{r}.trace.json" for r in range(4)])
-    assert not is_one_job(nameless) and "no distinct rank" in check_job(nameless).why_not
+    assert not check_job(nameless).one_job and "no distinct rank" in check_job(nameless).why_not
     declared_only = vary(source=[f"/x/host{r}.trace.json" for r in range(4)])
     assert check_job(declared_only).ranks == (0, 1, 2, 3)
     twice = vary(rank=[None] * 4, source=["/a/rank0.json", "/b/rank1.json", "/b/rank3.json", "/c/rank3.json"])
-    assert not is_one_job(twice)
+    assert not check_job(twice).one_job
     # Only the file name counts, "rank" inside another word is not a rank, nor are two ranks in one name.
     assert [rank_in_name(n) for n in ("job-RANK_12.pt.trace.json.gz", "rank7.json", "/rank9/x.json")] == [12, 7, None]
     assert rank_in_name("frank0.json") is None and rank_in_name("rank1_rank2.json") is None
@@ -155,7 +154,7 @@ def test_the_same_steps_in_every_trace(analyses):
     other = [analyses[0], dataclasses.replace(analyses[1], steps=tuple(steps)), *analyses[2:]]
     why = check_job(other).why_not
     assert why == f"step 2 is 'ProfilerStep#103' in {analyses[0].source}, 'x' in {analyses[1].source}"
-    assert not is_one_job(analyses[:1]) and job(analyses[:1]).straggler is None
+    assert not check_job(analyses[:1]).one_job and job(analyses[:1]).straggler is None
     listed = job([*fewer, TraceFailure("x", "bad")])
     assert (listed.ranks, listed.by_step, listed.straggler, listed.failed) == (
         (),

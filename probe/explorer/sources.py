@@ -193,7 +193,7 @@ def stamp(path: Path) -> tuple:
 
 
 def trace_meta(root: Path, path: Path) -> Sidecar | None:
-    """`probe profile`'s sidecar for a trace (probe.compare.trace_meta), read only when every sidecar
+    """`probe profile`'s sidecar for a trace (probe.analysis.records.sidecar.trace_meta), read only when every sidecar
     in the trace's folder lies inside root."""
     if not all(_inside(root, m) for m in path.parent.glob("*.meta.json")):
         return None
@@ -201,8 +201,8 @@ def trace_meta(root: Path, path: Path) -> Sidecar | None:
 
 
 def telemetry_files(root: Path, folder: Path) -> list[Path]:
-    """Telemetry sample files (probe.telemetry.write_samples) in a run or trace folder, inside root (one that is
-    not a regular file is listed, and its reader says so in one line)."""
+    """Telemetry sample files (probe.analysis.records.telemetry.write_samples) in a run or trace folder, inside root
+    (one that is not a regular file is listed, and its reader says so in one line)."""
     return sorted(p for p in Path(folder).glob(TELEMETRY_GLOB) if _inside(root, p))
 
 

@@ -73,13 +73,6 @@ class Row:
     n_current: int = 1
     verdict: Verdict = "ok"
 
-    @property
-    def worse_by(self) -> float | None:
-        """The ratio turned so that > 1 is worse (a tokens/s drop reads as a slowdown)."""
-        if self.ratio is None or self.ratio == 0:
-            return None
-        return self.ratio if self.higher_is_worse else 1 / self.ratio
-
 
 @dataclass(frozen=True)
 class OpChange:

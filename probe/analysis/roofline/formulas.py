@@ -183,12 +183,6 @@ class StepCost:
         return self.flops / flops_s * 1e3
 
 
-def _even(total: int, parts: int) -> list[tuple[int, int]]:
-    """`total` split over `parts` as evenly as integers allow: [(value, how many parts get it)]."""
-    q, r = divmod(total, parts)
-    return [(v, n) for v, n in ((q + 1, r), (q, parts - r)) if n]
-
-
 def _sequences(sequences: int, new_tokens: int, context_tokens: int) -> list[tuple[int, int, int]]:
     """[(cached, new, how many sequences)]: sequence i gets one more new token while i < N mod B, and one more
     cached position while i < C mod B."""

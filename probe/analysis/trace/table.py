@@ -82,8 +82,6 @@ import numpy as np
 
 from probe.errors import ProbeError
 
-FORMATS = ("torch_chrome", "nsys_sqlite")
-
 
 class Kind(enum.IntEnum):
     CPU_OP = 0
