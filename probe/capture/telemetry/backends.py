@@ -18,7 +18,7 @@ from typing import Protocol
 import psutil
 import pynvml
 
-from probe.render.text import first_line
+from probe.errors import first_line
 
 
 class Backend(Protocol):

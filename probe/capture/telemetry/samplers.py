@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 from probe.analysis.records.telemetry import Row
 from probe.capture.telemetry.backends import Backend, CpuBackend, NvmlBackend, _cuda_ids, open_backends
-from probe.render.text import first_line
+from probe.errors import first_line
 
 DEFAULT_INTERVAL_MS = 10.0  # its cost to a step: benchmarks/telemetry_overhead.py
 STOP_POLL_S = 0.02  # the longest a stop waits on a sleeping sampler, whatever the interval
