@@ -30,6 +30,7 @@ from probe.analysis.ledger.kernels import KernelStat
 from probe.analysis.ledger.patterns import Pattern
 from probe.analysis.ledger.steps import StepTokens, compile_steps_regex
 from probe.analysis.records.sidecar import EventCost
+from probe.analysis.trace import TraceFormat
 from probe.errors import ProbeError
 
 MAX_STEPS = 200_000  # steps one analysis holds by default (max_steps)
@@ -264,7 +265,7 @@ class Summary:
 
 @dataclass(frozen=True)
 class TraceAnalysis:
-    format: str
+    format: TraceFormat
     source: str
     step_rule: str  # which rule found the steps (probe.analysis.ledger.steps)
     steps: tuple[StepLedger, ...]

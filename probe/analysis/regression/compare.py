@@ -33,6 +33,7 @@ from probe.analysis.regression.samples import (
     KERNELS,
     METRICS,
     Metric,
+    MetricKind,
     SampleSet,
     Unit,
     from_analysis,
@@ -61,7 +62,7 @@ class Row:
     key: str
     metric: str  # a METRICS name
     label: str
-    kind: str  # "count" | "timing"
+    kind: MetricKind
     higher_is_worse: bool = True
     baseline: float | None = None
     current: float | None = None

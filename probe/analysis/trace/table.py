@@ -77,10 +77,13 @@ import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 from probe.errors import ProbeError
+
+TraceFormat = Literal["torch_chrome", "nsys_sqlite"]
 
 
 class Kind(enum.IntEnum):
@@ -206,7 +209,7 @@ class DeviceInfo:
 class Trace:
     """One columnar event table (see the module docstring for every column) plus where it came from."""
 
-    format: str  # "torch_chrome" | "nsys_sqlite"
+    format: TraceFormat
     source: str  # the path it was read from
     base_ns: int | None  # absolute epoch ns of ts_ns == 0, when the file says
     names: tuple[str, ...]  # the string table behind name_id and cat_id
@@ -277,7 +280,7 @@ OUT_OF_RANGE = "time beyond +-2**62 ns"
 
 
 def finish(
-    fmt: str,
+    fmt: TraceFormat,
     source: Path,
     base: int | None,
     names: tuple[str, ...],
