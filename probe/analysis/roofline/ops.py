@@ -160,7 +160,7 @@ def cost_of(name: str, shapes: Shapes | None) -> Cost | None:
         return None
 
 
-Bound = Literal["compute", "memory"] | None  # against the device's ridge; None without a device or a model
+OpBound = Literal["compute", "memory"] | None  # against the device's ridge; None without a device or a model
 
 
 @dataclass(frozen=True)
@@ -178,7 +178,7 @@ class OpRoofline:
     tflops_s_median: float | None  # at the median call
     tb_s_median: float | None
     intensity: float | None  # FLOPs / byte
-    bound: Bound  # against the device's ridge; None without a device or a model
+    bound: OpBound  # against the device's ridge; None without a device or a model
     roof_pct: float | None  # the roofline's time over the median call's: 100 is the roof
     model: str | None  # the formula, None when not modelled
 
@@ -248,7 +248,7 @@ def _entry(
     name: str, shapes: Shapes | None, cost: Cost | None, times: list[int], median_ns: float, device
 ) -> OpRoofline:
     tflops = tbs = intensity = roof = None
-    bound: Bound = None
+    bound: OpBound = None
     if cost is not None and median_ns > 0:
         tflops = cost.flops / median_ns / 1e3  # FLOP/ns = 1e9 FLOP/s; / 1e3 more for TFLOP/s
         tbs = cost.bytes / median_ns / 1e3
