@@ -13,9 +13,7 @@ from probe.analysis.diagnosis.evidence import Context
 from probe.analysis.diagnosis.verdict import diagnose_trace
 from probe.analysis.ledger.build import analyze
 from probe.analysis.trace import load_trace
-
-PUBLIC = Path(__file__).resolve().parents[2] / "shared" / "traces" / "public"
-DATA = Path(__file__).parent / "data"
+from tests.conftest import DATA, shared_trace
 
 
 def _trace(tmp_path: Path, host: list, gpu: list = ()) -> Path:
@@ -396,18 +394,16 @@ VERDICTS = {
 }
 
 
-@pytest.mark.skipif(not PUBLIC.is_dir(), reason="../shared/traces/public is not here")
 @pytest.mark.parametrize("name", sorted(VERDICTS))
 def test_public_trace_verdicts(name):
-    trace = load_trace(PUBLIC / f"{name}.trace.json.gz")
+    trace = load_trace(shared_trace(f"public/{name}.trace.json.gz"))
     d = diagnose_trace(analyze(trace), Context.of(trace)).median
     assert (d.bound, d.then, d.host_bound_by) == VERDICTS[name]
 
 
-@pytest.mark.skipif(not PUBLIC.is_dir(), reason="../shared/traces/public is not here")
-def test_the_hf_forwards_are_balanced():
-    for name in ("h100_hf_qwen1.5-0.5b_prefill_b16", "mi300x_hf_qwen1.5-0.5b_prefill_b16"):
-        assert diagnose_trace(analyze(load_trace(PUBLIC / f"{name}.trace.json.gz"))).median.balanced, name
+@pytest.mark.parametrize("name", ["h100_hf_qwen1.5-0.5b_prefill_b16", "mi300x_hf_qwen1.5-0.5b_prefill_b16"])
+def test_the_hf_forwards_are_balanced(name):
+    assert diagnose_trace(analyze(load_trace(shared_trace(f"public/{name}.trace.json.gz")))).median.balanced
 
 
 # --- the CLI: the answer first, and in --json --------------------------------------------------------------------
@@ -419,7 +415,7 @@ def _run(cli, *args):
 
 
 def test_analyze_prints_the_answer_before_any_table(cli):
-    code, out, err = _run(cli, "analyze", str(DATA / "rocm_vllm_decode_cudagraph.trace.json.gz"))
+    code, out, err = _run(cli, "analyze", str(shared_trace("public/rocm_vllm_decode_cudagraph.trace.json.gz")))
     assert code == 0
     first = out.lstrip().splitlines()[0]
     assert first.startswith("step 0 (decode, execute_32_context_0") and "GPU-bound" in first
@@ -448,7 +444,7 @@ def test_analyze_json_has_a_diagnosis_for_every_step_and_the_summary(cli):
 def test_analyze_json_roofline_with_a_model(cli):
     """The H100 HF forward with Qwen1.5-0.5B's config: the device from the trace's deviceProperties, the tokens
     from the flags (the trace has no engine marker), every roofline key, and the per-op table's GEMM."""
-    path = DATA / "h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"
+    path = shared_trace("public/h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz")
     model = "qwen1.5-0.5b"  # the shipped preset
     code, out, _ = _run(cli, "analyze", str(path), "--json", "--model", str(model), "--tokens", "8944", "--batch", "16")
     assert code == 0

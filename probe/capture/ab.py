@@ -7,8 +7,8 @@ inside each session, calls that drift a regression (benchmarks/compare_noise.py:
 alerted). Alternating whole runs still left drift within a run. So the two engines decode in lockstep
 (probe.capture.loop.lockstep): one step of each in turn, the order reversed every step, so both see the same
 machine at the scale of one step, and what is left is the difference between them. The counts are measured
-as the bench does (probe.count), so the launch gate is the same, and so is the contention rule: each side's cells
-carry the telemetry of their decode phases, and a contended one is not judged.
+as the bench does (probe.capture.count), so the launch gate is the same, and so is the contention rule: each side's
+cells carry the telemetry of their decode phases, and a contended one is not judged.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ still emitted, so every trace has the same shape.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -71,10 +71,12 @@ def lockstep_each(sides: list[tuple[Engine, torch.Tensor, int]], new_tokens: int
         return [finish(run) for run, _ in runs]
 
 
-def finish(run: Iterator[None]) -> Generation:
+def finish(run: decode_steps) -> Generation:
     """Run a `decode_steps` to its end and return its Generation."""
     for _ in run:
         pass
+    if run.result is None:  # the loop sets it as it ends, so only a loop that raised has none, and it raised here
+        raise RuntimeError("decode_steps ended without a Generation")
     return run.result
 
 

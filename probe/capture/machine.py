@@ -234,7 +234,7 @@ def measure(
         step_dispatch=step.dispatch,
         step_dispatched=step.dispatched,
         host_pct=100 * (wall - step.purpose_us["sync"]) / wall,
-        device_pct=100 * step.gpu_busy_us / wall if step.on_gpu else None,
+        device_pct=100 * step.gpu_busy_us / wall if step.gpu_busy_us is not None else None,  # None off a GPU
         compute_in_ops_pct=100 * sum(step.mechanism_us[m] for m in ("dispatch", "launch", "runtime")) / wall,
     )
 

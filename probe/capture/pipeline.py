@@ -65,9 +65,8 @@ from probe.capture.sweep import (
     runs_per_cell,
     settle_here,
 )
-from probe.errors import ProbeError
+from probe.errors import ProbeError, first_line
 from probe.render.markdown import report_markdown
-from probe.render.text import first_line
 
 # Why these: the CPU budget keeps the whole job to a few minutes on 2 cores while still spanning the
 # range where naive's recomputation overtakes the host floor; the GPU budget is the write-ups' own.

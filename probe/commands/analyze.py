@@ -142,6 +142,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def options_from(args: argparse.Namespace, trace_path: Path) -> AnalyzeOptions:
     """AnalyzeOptions from the flags; the event cost from the trace's sidecar when the flag does not give it."""
+    cost: EventCost | None
     if args.event_cost_ns is not None:
         cost = parse_event_cost(args.event_cost_ns)
     else:
@@ -258,7 +259,7 @@ def main_job(args: argparse.Namespace, paths: list[Path]) -> int:
             console.print(f"[bold]{name}[/]: {escape(trace.source)}")
             console.print(steps_table(trace))
             console.print(host_table(trace))
-        if not result.one_job:
+        if result.not_a_job is not None:  # not one job
             console.print(f"not the ranks of one job ({escape(result.not_a_job)}): each trace is shown on its own")
         for table in job_tables(result):
             console.print(table)

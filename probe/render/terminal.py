@@ -53,7 +53,7 @@ def cells_table(results: BenchResults, title: str | None = None) -> Table:
         title=title or f"{results.config.model} {results.dtype} on {env.device_name}",
         title_justify="left",
     )
-    batched = any(c.batch > 1 for c in [*results.cells, *results.failed])
+    batched = any(c.batch > 1 for c in results.cells) or any(f.batch > 1 for f in results.failed)
     contended = any(c.contended for c in results.cells)
     hosts = len({c.host for c in results.cells if c.host}) > 1  # a sweep over a cluster: where each cell ran
     for col in (

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from probe.analysis.diagnosis.verdict import Diagnosis
 from probe.analysis.diagnosis.what_if import WhatIf, predict_batch
 from probe.analysis.records.results import BenchResults, Cell
-from probe.analysis.roofline.formulas import batch_limit, predict_step_ms
+from probe.analysis.roofline.formulas import StepBinding, batch_limit, predict_step_ms
 
 HOLDS = 0.15  # |measured / predicted - 1| within this: the prediction holds (Part 2 missed by 12-15%)
 
@@ -54,7 +54,7 @@ class Prediction:
     traffic_ms: float
     floor_ms: float
     predicted_ms: float
-    binding: str  # "host" | "bandwidth"
+    binding: StepBinding
     measured_ms: float  # ITL p50
     ratio: float  # measured / predicted
     points_at: str

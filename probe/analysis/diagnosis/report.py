@@ -19,6 +19,7 @@ from probe.analysis.ledger.types import TraceAnalysis, steady
 from probe.analysis.records.files import read_json
 from probe.analysis.records.results import BenchResults, Cell
 from probe.analysis.records.runfolder import REPORT_FILE
+from probe.analysis.records.sidecar import Tool
 from probe.analysis.records.telemetry import ENERGY_WINDOW_NOTE
 from probe.errors import ProbeError
 
@@ -30,7 +31,7 @@ class StepCounts:
 
     engine: str
     trace: str  # the file's name: the figures' source
-    tool: str  # "torch.profiler" | "nsys"
+    tool: Tool
     steps: int
     on_gpu: bool
     wall_us: float
@@ -58,7 +59,7 @@ def engine_label(engine: str, batch: int = 1) -> str:
 
 
 def step_counts(
-    engine: str, analysis: TraceAnalysis, trace: str, tool: str = "torch.profiler", batch: int = 1
+    engine: str, analysis: TraceAnalysis, trace: str, tool: Tool = "torch.profiler", batch: int = 1
 ) -> StepCounts:
     steps = steady(analysis.steps)
 

@@ -30,7 +30,7 @@ from probe.analysis.ledger.kernels import KernelStat
 from probe.analysis.ledger.patterns import Pattern
 from probe.analysis.ledger.steps import StepTokens, compile_steps_regex, parse_steps_kinds
 from probe.analysis.records.sidecar import EventCost
-from probe.analysis.trace import Kind
+from probe.analysis.trace import Kind, TraceFormat
 from probe.errors import ProbeError
 
 MAX_STEPS = 200_000  # steps one analysis holds by default (max_steps)
@@ -227,7 +227,7 @@ _RESERVED = frozenset(
 
 @dataclass(frozen=True)
 class Totals:
-    """Whole-trace counts, by the reference definitions of tests/data/PROVENANCE.md exactly."""
+    """Whole-trace counts, by the definitions of docs/traces.md (the counts) exactly."""
 
     events: int  # rows of the event table (complete events)
     kernels: int
@@ -309,7 +309,7 @@ class Summary:
 
 @dataclass(frozen=True)
 class TraceAnalysis:
-    format: str
+    format: TraceFormat
     source: str
     step_rule: str  # which rule found the steps (probe.analysis.ledger.steps)
     steps: tuple[StepLedger, ...]
