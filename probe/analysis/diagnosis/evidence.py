@@ -89,9 +89,9 @@ class Context:
         graph = launch = None
         if trace is not None:
             rt = trace.rows(Kind.RUNTIME)
-            base = [api_base_name(trace.names[n]) for n in trace.name_id[rt].tolist()]
-            graph_rows = rt[[b in GRAPH_LAUNCH_NAMES for b in base]]
-            launch_rows = rt[[b in LAUNCH_NAMES for b in base]]
+            names = trace.name_id[rt]  # each name read once, not once a call
+            graph_rows = rt[trace.name_ids(lambda s: api_base_name(s) in GRAPH_LAUNCH_NAMES)[names]]
+            launch_rows = rt[trace.name_ids(lambda s: api_base_name(s) in LAUNCH_NAMES)[names]]
             graph = float(np.median(trace.dur_ns[graph_rows])) if len(graph_rows) else None
             launch = float(np.median(trace.dur_ns[launch_rows])) if len(launch_rows) else None
         return cls(graph, launch, gpu_ms_at, contended)

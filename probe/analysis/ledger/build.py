@@ -183,8 +183,8 @@ def _kernel_columns(trace: Trace, launches: _Launches, options: AnalyzeOptions, 
 class _Host:
     """Per step, on its own thread: both partitions, ops, frames, sync sites, and the other threads."""
 
-    purpose: dict[str, np.ndarray]
-    mechanism: dict[str, np.ndarray]
+    purpose: list[dict[str, int]]  # per step: part -> ns
+    mechanism: list[dict[str, int]]
     external: np.ndarray
     capturable: np.ndarray
     capture_region: list[str]
@@ -249,8 +249,8 @@ def _host_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions, table: 
         )
     )
     return _Host(
-        purpose,
-        mechanism,
+        _by_step(purpose),
+        _by_step(mechanism),
         external,
         capturable,
         region_of,
@@ -265,6 +265,12 @@ def _host_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions, table: 
         _other_threads(trace, table, steps),
         python_frames,
     )
+
+
+def _by_step(columns: dict[str, np.ndarray]) -> list[dict[str, int]]:
+    """Columns of per-step figures (one a part, never none) as one dict a step, read in one pass."""
+    names = list(columns)
+    return [dict(zip(names, row, strict=True)) for row in zip(*(columns[p].tolist() for p in names), strict=True)]
 
 
 def _unseen_wait(gpu_s: np.ndarray, gpu_e: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -359,8 +365,8 @@ def _step_ledger(i: int, steps: StepSet, la: _Launches, ke: _Kernels, ho: _Host,
         capturable_ns=int(ho.capturable[i]),
         capture_region=ho.capture_region[i],
         tokens=steps.tokens_of(i),
-        purpose_ns={p: int(v[i]) for p, v in ho.purpose.items()},
-        mechanism_ns={p: int(v[i]) for p, v in ho.mechanism.items()},
+        purpose_ns=ho.purpose[i],
+        mechanism_ns=ho.mechanism[i],
         unprofiled_estimate_ns=None
         if cost is None
         else float(wall - ho.events[i] * cost.op_ns - ho.ranges[i] * cost.range_ns),
