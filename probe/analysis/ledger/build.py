@@ -319,8 +319,10 @@ def _other_threads(trace: Trace, table: PartTable, steps: StepSet) -> list[tuple
         return [() for _ in range(n)]
     threads = np.unique(np.stack([trace.pid[host], trace.tid[host]]), axis=1)
     for pid, tid in threads.T.tolist():
-        busy, by = thread_busy(trace, table, pid, tid, steps.start, steps.end)
         mine = (steps.pid == pid) & (steps.tid == tid)
+        if mine.all():  # every step is this thread's own: nothing of it to report (and its pass is the costliest)
+            continue
+        busy, by = thread_busy(trace, table, pid, tid, steps.start, steps.end)
         for i in np.flatnonzero((busy > 0) & ~mine).tolist():
             out[i].append(ThreadTime(pid, tid, int(busy[i]), {p: int(v[i]) for p, v in by.items() if v[i]}))
     return [tuple(sorted(lst, key=lambda t: (-t.busy_ns, t.pid, t.tid))) for lst in out]
