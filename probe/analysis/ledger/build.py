@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from probe.analysis.intervals import assign, covered, merge
+from probe.analysis.intervals import assign, covered, distinct_pairs, merge
 from probe.analysis.ledger import kernels
 from probe.analysis.ledger.gpu import (
     Attribution,
@@ -215,7 +215,7 @@ def _host_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions, table: 
     totals: dict[int, list[int]] = {}
     gpu_rows = trace.rows(*GPU_OP_KINDS)
     gpu_s, gpu_e = merge(trace.ts_ns[gpu_rows], trace.end_ns[gpu_rows])  # the trace's GPU busy, every device
-    threads = np.unique(np.stack([steps.pid, steps.tid]), axis=1)
+    threads = distinct_pairs(steps.pid, steps.tid)
     for pid, tid in threads.T.tolist():
         sel = np.flatnonzero((steps.pid == pid) & (steps.tid == tid))
         lo, hi = steps.start[sel], steps.end[sel]
@@ -317,7 +317,7 @@ def _other_threads(trace: Trace, table: PartTable, steps: StepSet) -> list[tuple
     host = trace.rows(Kind.PYTHON, Kind.CPU_OP, Kind.RUNTIME)
     if not n or not len(host):
         return [() for _ in range(n)]
-    threads = np.unique(np.stack([trace.pid[host], trace.tid[host]]), axis=1)
+    threads = distinct_pairs(trace.pid[host], trace.tid[host])
     for pid, tid in threads.T.tolist():
         mine = (steps.pid == pid) & (steps.tid == tid)
         if mine.all():  # every step is this thread's own: nothing of it to report (and its pass is the costliest)

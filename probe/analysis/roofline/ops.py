@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from probe.analysis.intervals import distinct_pairs
 from probe.analysis.ledger.gpu import Attribution
 from probe.analysis.ledger.host import thread_ops
 from probe.analysis.roofline.devices import Device
@@ -190,7 +191,7 @@ def _owners(trace: Trace, gpu: Attribution) -> np.ndarray:
     known = np.flatnonzero(launch >= 0)
     if not len(known):
         return owner
-    pairs = np.unique(np.stack([trace.pid[launch[known]], trace.tid[launch[known]]]), axis=1)
+    pairs = distinct_pairs(trace.pid[launch[known]], trace.tid[launch[known]])
     modelled = np.array([n in MODELS for n in trace.names], bool)
     for pid, tid in pairs.T.tolist():
         ops = thread_ops(trace, pid, tid)
