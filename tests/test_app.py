@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from probe.explorer import loaders
 from probe.explorer.figures import history as history_figures
 from probe.explorer.sources import ROOT_ENV
 from tests import oracle
@@ -144,6 +145,33 @@ def test_a_trace_opens_on_its_diagnosis(monkeypatch):
     busy = named(chart(at, "diagnosis_chart"), "GPU busy")[0]
     assert busy["x"] == [pytest.approx(10.717708)]
     assert any("does not name its device" in c.value for c in at.caption)  # so no roofline: said, not hidden
+
+
+def test_every_view_and_rerun_of_a_trace_reads_it_once(monkeypatch, tmp_path):
+    """The trace is parsed once and its ledger and answer built once, however many views and reruns show it: each is
+    cached on the file's path, size and mtime. A touched file is read again."""
+    trace = tmp_path / "t.trace.json.gz"  # a path no other test has cached
+    shutil.copy(DATA / VLLM.removeprefix("trace: "), trace)
+    calls: dict[str, int] = {}
+
+    def counted(name, real):
+        def run(*args, **kwargs):
+            calls[name] = calls.get(name, 0) + 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(loaders, name, run)
+
+    for name in ("load_trace", "analyze", "answer", "step_clock"):
+        counted(name, getattr(loaders, name))
+    at = app(monkeypatch, tmp_path, "trace: t.trace.json.gz")
+    for view in ("Step ledger", "One step", "Op roofline", "Kernels", "Top ops", "Diagnosis", "One step"):
+        at.radio(key="view").set_value(view).run()
+        assert not at.exception, (view, at.exception)
+    at.run()
+    assert calls == {"load_trace": 1, "analyze": 1, "answer": 1, "step_clock": 1}
+    os.utime(trace, ns=(trace.stat().st_atime_ns, trace.stat().st_mtime_ns + 1_000_000_000))
+    at.run()
+    assert calls["load_trace"] == 2 and calls["analyze"] == 2
 
 
 def test_the_sglang_step_is_external_then_gpu_bound(monkeypatch):
