@@ -34,27 +34,34 @@ STEPS = 40  # N; 8N = 320 steps of ~66 events: each side a fraction of a second 
 GROWTH = 8
 EVENTS_A_STEP = 66  # the generator's smallest step (a launch group a layer and a half, the ranges, the sync)
 REPEAT = 3
+MIN_TIMED_S = 0.1  # each timing at least this long: many calls of what is fast, one of what is not
 SLACK = 2  # the time ratio may reach twice the events ratio: noise, and what is per step but cheap
 
 
 def best_times(small: Callable[[], object], large: Callable[[], object], repeat: int = REPEAT) -> tuple[float, float]:
-    """The best of `repeat` runs of each, interleaved (small, large, small, ...) so that both see the same load;
-    one untimed run of each first (imports, caches). The objects alive before are frozen out of the garbage
-    collector's passes: else a pass that a small run triggers walks both traces' tables, and costs the small run
-    what the large trace holds (a few ms small side measured 4-12 ms, its ratio 7-20x, without it)."""
-    small(), large()
+    """Each one's time a call, the best of `repeat` timings, interleaved (small, large, small, ...) so that both see
+    the same load. A timing calls its function as often as makes MIN_TIMED_S (a call of a few ms alone swings 2-3x
+    under load, and its ratio with it); one untimed call of each first (imports, caches). The objects alive before
+    are frozen out of the garbage collector's passes: else a pass that a small call triggers walks both traces'
+    tables, and charges the small call for what the large trace holds."""
+    calls = [max(1, math.ceil(MIN_TIMED_S / _timed(fn, 1))) for fn in (small, large)]
     best = [math.inf, math.inf]
     gc.collect()
     gc.freeze()
     try:
         for _ in range(repeat):
             for i, fn in enumerate((small, large)):
-                t0 = time.perf_counter()
-                fn()
-                best[i] = min(best[i], time.perf_counter() - t0)
+                best[i] = min(best[i], _timed(fn, calls[i]) / calls[i])
     finally:
         gc.unfreeze()
     return best[0], best[1]
+
+
+def _timed(fn: Callable[[], object], calls: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return time.perf_counter() - t0
 
 
 def assert_linear(what: str, small: Callable[[], object], large: Callable[[], object], events: float) -> None:
