@@ -319,7 +319,7 @@ def hand_clock():
 def test_timeline_figure_draws_every_bar_on_its_lane(hand_clock):
     tl = hand_clock
     fig = figures.step.timeline_figure(tl)
-    bars = [t for t in fig.data if t.type == "bar"]
+    bars = [t for t in fig.data if t.type == "bar" and not t.name.startswith("shading")]
     assert sum(len(t.x) for t in bars) == len(tl.bars) == 27
     assert list(fig.layout.yaxis.ticktext) == [lane.label for lane in tl.lanes]
     assert tuple(fig.layout.yaxis.range) == (9.5, -0.5)  # the first lane on top
@@ -330,8 +330,9 @@ def test_timeline_figure_draws_every_bar_on_its_lane(hand_clock):
     tiny = [i for i, c in enumerate(wait.customdata) if c[6] == 10]
     assert len(tiny) == 1 and wait.x[tiny[0]] == pytest.approx(112 / 1e6)
     # idle gaps shaded across the GPU lanes (8-9), the external wait across the host lanes (0-7), both host edges
-    rects = [s for s in fig.layout.shapes if s.type == "rect"]
-    assert {(r.y0, r.y1) for r in rects} == {(9.5, 7.5), (7.5, -0.5)}
+    shading = [t for t in fig.data if t.name.startswith("shading")]  # one wide bar trace each, under the lanes'
+    assert {(t.y[0] + t.width / 2, t.y[0] - t.width / 2) for t in shading} == {(9.5, 7.5), (7.5, -0.5)}
+    assert all(t.hoverinfo == "skip" for t in shading)  # no hover, and a click on it selects nothing
     assert [s.x0 for s in fig.layout.shapes if s.type == "line"] == [0, 0.09]
     (mark,) = [t for t in fig.data if t.name == "sync call sites"]
     assert list(mark.x) == [0.072]

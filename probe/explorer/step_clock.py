@@ -33,7 +33,7 @@ from typing import Literal
 
 import numpy as np
 
-from probe.analysis.intervals import covered, merge, nesting
+from probe.analysis.intervals import covered, distinct_pairs, merge, nesting
 from probe.analysis.ledger import kernels
 from probe.analysis.ledger.build import unseen_wait_pieces
 from probe.analysis.ledger.gpu import IDLE_CAUSES, attribute, idle_gaps
@@ -338,7 +338,7 @@ def _other_threads(trace, step: StepLedger, t0, a, b, lanes, items, call_lane) -
     if not len(host):
         return []
     busy = []
-    for pid, tid in np.unique(np.stack([trace.pid[host], trace.tid[host]]), axis=1).T.tolist():
+    for pid, tid in distinct_pairs(trace.pid[host], trace.tid[host]).T.tolist():
         rows = _overlapping(trace, host_events(trace, pid, tid), a, b)
         ms, me = merge(trace.ts_ns[rows], trace.end_ns[rows])
         busy.append((-int(covered(ms, me, np.array([a]), np.array([b]))[0]), pid, tid, rows))
@@ -385,7 +385,7 @@ def _gpu(trace, analysis: TraceAnalysis, step: StepLedger, options, t0, a, b, la
     rows = gpu.op_rows[in_window]
     own = mine[in_window]
     launch = gpu.op_launch[in_window]
-    streams = np.unique(np.stack([trace.device[rows], trace.stream[rows]]), axis=1) if len(rows) else np.zeros((2, 0))
+    streams = distinct_pairs(trace.device[rows], trace.stream[rows]) if len(rows) else np.zeros((2, 0))
     lane_of = {}
     for device, stream in streams.T.tolist():
         lane_of[(device, stream)] = len(lanes)

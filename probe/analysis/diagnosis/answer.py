@@ -18,7 +18,7 @@ from probe.analysis.ledger.gpu import attribute
 from probe.analysis.ledger.types import TraceAnalysis
 from probe.analysis.roofline.devices import Device, device, match_device, unpublished
 from probe.analysis.roofline.formulas import arch_for
-from probe.analysis.roofline.ops import OpRoofline, op_rooflines
+from probe.analysis.roofline.ops import OpRoofline, op_calls, step_op_rooflines, trace_op_rooflines
 from probe.analysis.roofline.step import StepRoofline, TokenFlags, gpu_ms_at, step_roofline
 from probe.analysis.trace import Trace
 from probe.errors import ProbeError
@@ -108,13 +108,9 @@ def answer(
     dev, why = trace_device(trace, device_name, device_given) if wanted else (None, None)
     if why:
         notes.append(why)
-    gpu = attribute(trace, *analysis.windows())
-    ops = tuple(op_rooflines(trace, gpu, dev))
-    step_ops = {}
-    for s in analysis.steps:
-        mine = gpu.op_step == s.position
-        if mine.any():
-            step_ops[s.position] = tuple(op_rooflines(trace, gpu, dev, mine)[:TOP_OPS_PER_STEP])
+    calls = op_calls(trace, attribute(trace, *analysis.windows()))  # once for the trace; each step selects from it
+    ops = tuple(trace_op_rooflines(trace, calls, dev))
+    step_ops = {k: tuple(v) for k, v in step_op_rooflines(trace, calls, dev, TOP_OPS_PER_STEP).items()}
     if analysis.on_gpu and not any(o.model for o in ops):
         notes.append("no op with a model recorded its input shapes: profile with record_shapes=True for per-op figures")
     rooflines: dict[int, StepRoofline] = {}

@@ -120,9 +120,9 @@ class Context:
         facts: dict[int, StepFacts] = {}
         if trace is not None:
             rt = trace.rows(Kind.RUNTIME)
-            graph_names = trace.name_ids(lambda s: api_base_name(s) in GRAPH_LAUNCH_NAMES)
-            launch_names = trace.name_ids(lambda s: api_base_name(s) in LAUNCH_NAMES)
-            graph_rows, launch_rows = rt[graph_names[trace.name_id[rt]]], rt[launch_names[trace.name_id[rt]]]
+            names = trace.name_id[rt]  # each name read once, not once a call
+            graph_rows = rt[trace.name_ids(lambda s: api_base_name(s) in GRAPH_LAUNCH_NAMES)[names]]
+            launch_rows = rt[trace.name_ids(lambda s: api_base_name(s) in LAUNCH_NAMES)[names]]
             graph = float(np.median(trace.dur_ns[graph_rows])) if len(graph_rows) else None
             launch = float(np.median(trace.dur_ns[launch_rows])) if len(launch_rows) else None
             if analysis is not None:

@@ -28,6 +28,7 @@ from typing import Literal
 
 import numpy as np
 
+from probe.analysis.intervals import distinct_pairs
 from probe.analysis.ledger.gpu import Attribution
 from probe.analysis.ledger.host import thread_ops
 from probe.analysis.roofline.devices import Device
@@ -194,7 +195,7 @@ def _owners(trace: Trace, gpu: Attribution) -> np.ndarray:
     known = np.flatnonzero(launch >= 0)
     if not len(known):
         return owner
-    pairs = np.unique(np.stack([trace.pid[launch[known]], trace.tid[launch[known]]]), axis=1)
+    pairs = distinct_pairs(trace.pid[launch[known]], trace.tid[launch[known]])
     modelled = np.array([n in MODELS for n in trace.names], bool)
     for pid, tid in pairs.T.tolist():
         ops = thread_ops(trace, pid, tid)
@@ -220,32 +221,112 @@ def _owners(trace: Trace, gpu: Attribution) -> np.ndarray:
     return owner
 
 
-def op_rooflines(
-    trace: Trace, gpu: Attribution, device: Device | None = None, steps: np.ndarray | None = None
-) -> list[OpRoofline]:
-    """Per (op, shapes), largest kernel time first, over the GPU ops selected by `steps` (a mask over gpu.op_rows;
-    every GPU op when None)."""
+@dataclass(frozen=True)
+class OpCalls:
+    """Every op call that launched GPU work, by the step its launches fell in: the owners of the trace's GPU ops
+    found once (`_owners`), so that the whole trace's table and each step's select from them instead of walking
+    the trace again."""
+
+    row: np.ndarray  # the cpu_op's row
+    step: np.ndarray  # the step position its GPU ops were launched in; -1 outside every step
+    kernel_ns: np.ndarray  # the durations of its GPU ops in that step, summed
+
+
+def op_calls(trace: Trace, gpu: Attribution) -> OpCalls:
+    """Each (step, owning op) of the trace's GPU ops, with its kernel time."""
     owner = _owners(trace, gpu)
-    sel = owner >= 0 if steps is None else (owner >= 0) & steps
-    if not sel.any():
-        return []
-    call_rows, inverse = np.unique(owner[sel], return_inverse=True)
-    call_ns = np.bincount(inverse, weights=trace.dur_ns[gpu.op_rows[sel]]).astype(np.int64)
-    groups: dict[tuple[int, int], list[int]] = {}
-    for row, ns in zip(call_rows.tolist(), call_ns.tolist(), strict=True):
-        groups.setdefault((int(trace.name_id[row]), int(trace.shape_id[row])), []).append(ns)
-    out = []
-    for (name_id, shape_id), times in groups.items():
-        name = trace.names[name_id]
-        shapes = trace.shapes[shape_id] if shape_id >= 0 else None
-        cost = cost_of(name, shapes)
-        median_ns = float(np.median(times))
-        out.append(_entry(name, shapes, cost, times, median_ns, device))
-    return sorted(out, key=lambda r: (-r.kernel_us_total, r.op, r.shapes))
+    sel = owner >= 0
+    step = gpu.op_step[sel].astype(np.int64)
+    n = max(len(trace), 1)
+    key = (step + 1) * n + owner[sel]  # one number a (step, op row): (steps + 1) x rows, far under 2**63
+    pairs, inverse = np.unique(key, return_inverse=True)
+    ns = np.bincount(inverse, weights=trace.dur_ns[gpu.op_rows[sel]], minlength=len(pairs)).astype(np.int64)
+    return OpCalls(pairs % n, pairs // n - 1, ns)
+
+
+def op_rooflines(trace: Trace, gpu: Attribution, device: Device | None = None) -> list[OpRoofline]:
+    """Per (op, shapes) over every GPU op of the trace, largest kernel time first."""
+    return trace_op_rooflines(trace, op_calls(trace, gpu), device)
+
+
+def trace_op_rooflines(trace: Trace, calls: OpCalls, device: Device | None = None) -> list[OpRoofline]:
+    """Per (op, shapes) over the whole trace, largest kernel time first: a call's GPU ops in every step counted."""
+    rows, inverse = np.unique(calls.row, return_inverse=True)
+    ns = np.bincount(inverse, weights=calls.kernel_ns, minlength=len(rows)).astype(np.int64)
+    return _tables(trace, rows, ns, np.zeros(len(rows), np.int64), device).get(0, [])
+
+
+def step_op_rooflines(
+    trace: Trace, calls: OpCalls, device: Device | None = None, top: int | None = None
+) -> dict[int, list[OpRoofline]]:
+    """Per step position, per (op, shapes) over that step's GPU ops, largest kernel time first (the first `top`)."""
+    mine = calls.step >= 0
+    return _tables(trace, calls.row[mine], calls.kernel_ns[mine], calls.step[mine], device, top)
+
+
+@dataclass(frozen=True)
+class _Groups:
+    """Calls grouped by (scope, op name, shapes), one entry a group."""
+
+    scope: np.ndarray
+    name: np.ndarray  # name id
+    shape: np.ndarray  # shape id, -1 for none
+    count: np.ndarray  # calls
+    total_ns: np.ndarray
+    median_ns: np.ndarray  # np.median's: the middle call, or the mean of the two middle ones
+    first_row: np.ndarray  # the earliest call's row: ties in the ordering fall to the group seen first
+
+
+def _groups(trace: Trace, rows: np.ndarray, ns: np.ndarray, scope: np.ndarray) -> _Groups:
+    name, shape = trace.name_id[rows].astype(np.int64), trace.shape_id[rows].astype(np.int64)
+    order = np.lexsort((ns, shape, name, scope))  # a group's calls together, shortest first: the median mid-way
+    rows, ns, scope, name, shape = rows[order], ns[order], scope[order], name[order], shape[order]
+    new = (scope[1:] != scope[:-1]) | (name[1:] != name[:-1]) | (shape[1:] != shape[:-1])
+    first = np.flatnonzero(np.concatenate(([True], new)))
+    count = np.diff(np.append(first, len(rows)))
+    mid = first + count // 2
+    low = np.where(count % 2, mid, mid - 1)
+    median = (ns[low].astype(np.float64) + ns[mid].astype(np.float64)) / 2
+    total = np.add.reduceat(ns, first)
+    return _Groups(scope[first], name[first], shape[first], count, total, median, np.minimum.reduceat(rows, first))
+
+
+def _tables(
+    trace: Trace, rows: np.ndarray, ns: np.ndarray, scope: np.ndarray, device: Device | None, top: int | None = None
+) -> dict[int, list[OpRoofline]]:
+    """Per scope (a step, or 0 for the trace), its calls grouped by (op, shapes), every scope in one pass, ordered
+    by (-total, op, shapes); only the groups kept (the first `top` of each scope) are made into rows."""
+    if not len(rows):
+        return {}
+    g = _groups(trace, rows, ns, scope)
+    what = _what(trace, g.name, g.shape)
+    rank = {key: i for i, key in enumerate(sorted({w[:2] for w in what.values()}))}  # by (op, shapes text)
+    g_rank = np.array([rank[what[k][:2]] for k in zip(g.name.tolist(), g.shape.tolist(), strict=True)], np.int64)
+    ranked = np.lexsort((g.first_row, g_rank, -(g.total_ns / 1e3), g.scope))
+    if top is not None:
+        scope_start = np.searchsorted(g.scope[ranked], g.scope[ranked], side="left")
+        ranked = ranked[np.arange(len(ranked)) - scope_start < top]
+    out: dict[int, list[OpRoofline]] = {}
+    for i in ranked.tolist():
+        op, _, shapes, cost = what[(int(g.name[i]), int(g.shape[i]))]
+        entry = _entry(op, shapes, cost, int(g.count[i]), int(g.total_ns[i]), float(g.median_ns[i]), device)
+        out.setdefault(int(g.scope[i]), []).append(entry)
+    return out
+
+
+def _what(trace: Trace, names: np.ndarray, shapes: np.ndarray) -> dict:
+    """Per distinct (name id, shape id): the op's name, its shapes as text, its Shapes and its cost, made once."""
+    out = {}
+    for n, s in set(zip(names.tolist(), shapes.tolist(), strict=True)):
+        name = trace.names[n]
+        recorded = trace.shapes[s] if s >= 0 else None
+        text = str(list(recorded.dims)) if recorded is not None else ""
+        out[(n, s)] = (name, text, recorded, cost_of(name, recorded))
+    return out
 
 
 def _entry(
-    name: str, shapes: Shapes | None, cost: Cost | None, times: list[int], median_ns: float, device
+    name: str, shapes: Shapes | None, cost: Cost | None, count: int, total_ns: int, median_ns: float, device
 ) -> OpRoofline:
     tflops = tbs = intensity = roof = None
     bound: OpBound = None
@@ -263,10 +344,10 @@ def _entry(
         op=name,
         shapes=str(list(shapes.dims)) if shapes is not None else "",
         dtype=cost.dtype if cost else None,
-        count=len(times),
+        count=count,
         flops=cost.flops if cost else None,
         bytes=cost.bytes if cost else None,
-        kernel_us_total=sum(times) / 1e3,
+        kernel_us_total=total_ns / 1e3,
         kernel_us_median=median_ns / 1e3,
         tflops_s_median=tflops,
         tb_s_median=tbs,
@@ -277,4 +358,14 @@ def _entry(
     )
 
 
-__all__ = ["MODELS", "Cost", "OpRoofline", "cost_of", "op_rooflines"]
+__all__ = [
+    "MODELS",
+    "Cost",
+    "OpCalls",
+    "OpRoofline",
+    "cost_of",
+    "op_calls",
+    "op_rooflines",
+    "step_op_rooflines",
+    "trace_op_rooflines",
+]
