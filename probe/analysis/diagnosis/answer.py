@@ -17,7 +17,7 @@ from probe.analysis.ledger.gpu import attribute
 from probe.analysis.ledger.types import TraceAnalysis
 from probe.analysis.roofline.devices import Device, device, match_device
 from probe.analysis.roofline.formulas import arch_for
-from probe.analysis.roofline.ops import OpRoofline, op_rooflines
+from probe.analysis.roofline.ops import Coverage, OpRoofline, coverage, op_rooflines
 from probe.analysis.roofline.step import StepRoofline, TokenFlags, gpu_ms_at, step_roofline
 from probe.analysis.trace import Trace
 from probe.errors import ProbeError
@@ -35,6 +35,7 @@ class Answer:
     model: str | None = None
     dtype: str | None = None
     notes: tuple[str, ...] = ()  # what could not be done, and why
+    op_coverage: Coverage | None = None  # how much of the trace's GPU work op_roofline holds (None: no GPU work)
 
     def step_json(self, position: int) -> dict:
         """What each step of `--json` gains: its diagnosis, its roofline, its top ops' rooflines."""
@@ -52,6 +53,7 @@ class Answer:
             "op_roofline": [o.to_json() for o in self.op_roofline],
             "roofline": {"device": self.device, "model": self.model, "dtype": self.dtype},
             "answer_notes": list(self.notes),
+            "op_roofline_coverage": self.op_coverage.text if self.op_coverage else None,
         }
 
 
@@ -120,6 +122,8 @@ def answer(
             rooflines[s.position] = r
             at[s.position] = gpu_ms_at(arch, kind, dev, r)
     diagnosis = diagnose_trace(analysis, Context.of(trace, contended=contended), at)
+    replayed = analysis.totals.graph_launches > 0
+    held = coverage(ops, analysis.totals.gpu_busy_ns, replayed) if analysis.on_gpu else None
     return Answer(
         diagnosis,
         rooflines,
@@ -129,4 +133,5 @@ def answer(
         model,
         kind if rooflines else dtype,
         tuple(dict.fromkeys(notes)),
+        held,
     )
