@@ -568,3 +568,51 @@ def test_a_contended_profile_warns_and_its_trace_is_not_judged(tmp_path, tiny, m
     assert proc.returncode == 0 and "contended: not judged" in proc.stdout
     rows = cmp(made.trace, made.trace).rows
     assert {r.verdict for r in rows if r.kind == "timing"} == {"contended: not judged"}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# what can be compared: one rule (probe.analysis.regression.comparable), shared with the explorer (issue 35, item 4)
+
+ENGINES = ROOT.parent / "shared" / "traces" / "engines"
+SGLANG_DECODE = ENGINES / "sglang_qwen3_decode_x3_tiled.json.gz"
+VLLM_DECODE = PUBLIC / "rocm_vllm_decode_cudagraph.trace.json.gz"
+
+
+def work_pair(base_work: str | None, cur_work: str | None) -> tuple[SampleSet, SampleSet]:
+    """Two traces' decode steps, the current one launching 2 more ops a step, each side's work as given."""
+    env = Environment(torch="x", transformers="y", device="cuda", device_name="H100")
+    units = [
+        Unit("decode", {"launches": n}, {"launches": {"aten::mm": n}}, {}, False, (), work)
+        for n, work in ((10.0, base_work), (12.0, cur_work))
+    ]
+    return tuple(SampleSet(name, "trace", env, {}, {"decode": u}) for name, u in zip("ab", units, strict=True))
+
+
+def test_the_same_work_is_judged_and_different_work_is_said_not_judged():
+    same = compare(*work_pair("32 sequences, 32 new tokens", "32 sequences, 32 new tokens"))
+    assert same.alerts and not same.work_differs  # 10 -> 12 launches on the same work: a regression
+    unsaid = compare(*work_pair(None, "32 sequences"))  # a side whose markers do not say: judged as before
+    assert unsaid.alerts and not unsaid.work_differs
+    other = compare(*work_pair("32 sequences, 32 new tokens", "8 sequences, 8 new tokens"))
+    assert not other.alerts and other.work_differs
+    assert all(r.verdict == "skipped: work differs" for r in other.rows)
+    said = "decode: 32 sequences, 32 new tokens (baseline) vs 8 sequences, 8 new tokens (current)"
+    assert other.comparable.warning.endswith(said) and other.comparable.warning in other.warnings
+
+
+@pytest.mark.skipif(not (SGLANG_DECODE.exists() and VLLM_DECODE.exists()), reason="the engine traces are not here")
+def test_two_engines_serving_two_models_are_not_judged_either_way_round(cli):
+    """SGLang's Qwen3 decode (12 launches a step) and vLLM's (5), both 32 sequences of one new token, over 32,753
+    and 55,054 cached tokens: before, REGRESSION one way round and "no regression" the other."""
+    for base, cur in ((VLLM_DECODE, SGLANG_DECODE), (SGLANG_DECODE, VLLM_DECODE)):
+        proc = cli("compare", base, cur)
+        assert proc.returncode == 0 and "REGRESSION" not in proc.stdout, proc.stdout
+        assert "not gated: the two sides' steps did different work" in proc.stdout
+        assert "32,753 cached" in proc.stderr and "55,054 cached" in proc.stderr
+
+
+@pytest.mark.skipif(not VLLM_DECODE.exists(), reason="the public traces are not here")
+def test_no_step_kind_in_common_is_refused_in_one_line(cli):
+    prefill = PUBLIC / "rocm_sglang_qwen3_8b_extend_step.trace.json.gz"
+    line = one_line_error(cli("compare", prefill, VLLM_DECODE))
+    assert "no step kind in common (baseline: prefill; current: decode)" in line

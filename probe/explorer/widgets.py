@@ -41,6 +41,8 @@ def show_alerts(comparison: Comparison, table_key: str, clean: str = "No regress
             st.markdown(f"- **{md(a.key)}** {md(a.message)}")
     elif comparison.devices_differ:
         st.info("Not gated: the two sides ran on different devices (kernels compared by category, ops by name).")
+    elif comparison.work_differs:
+        st.info("Not gated: the two sides' steps did different work (the warning above says how).")
     else:
         st.success(clean)
     show_table(figures.compare.comparison_frame(comparison), table_key)

@@ -60,6 +60,10 @@ class Unit:
     # A trace's steps one by one: (step name, count metric -> its launches by op or kernel name), so that two traces
     # of the same iterations are diffed step by step, as HTA's trace diff does (empty: bench cells, the history).
     steps: tuple[tuple[str, dict[str, dict[str, float]]], ...] = ()
+    # What a step of the kind processed, as its engine marker says (work_text): two traces whose steps did different
+    # work are shown, not judged (probe.analysis.regression.comparable). None: not said (or a bench cell, whose key
+    # already holds its prompt, new tokens and batch).
+    work: str | None = None
 
 
 @dataclass(frozen=True)
@@ -165,11 +169,30 @@ def from_analysis(analysis, source: str, meta: Sidecar | None, devices: Sequence
             )
             for s in mine
         )
-        units[kind] = Unit(kind, counts, ops, samples, contended, each)
+        units[kind] = Unit(kind, counts, ops, samples, contended, each, work_text(mine))
     notes = () if timed_cache else (f"{source}: no cache ranges in the trace, so {CACHE_US.label} is absent",)
     # The engine is left out: a changed engine (a module:Class spec) against the stock one is the point.
     config = {k: getattr(meta.config, k) for k in ("model", "dtype", "prompt", "batch")} if meta else {}
     return SampleSet(source, "trace", trace_environment(meta, devices), config, units, notes)
+
+
+def work_text(steps: Sequence) -> str | None:
+    """What the steps processed, by their engine markers (StepTokens): "32 sequences, 32 new tokens, 32,753 cached"
+    when every step says the same, each distinct one when they differ; None when no marker says."""
+    said = [_tokens_text(s.tokens) for s in steps if s.tokens is not None]
+    if len(said) < len(steps) or not said:
+        return None
+    distinct = list(dict.fromkeys(said))
+    return distinct[0] if len(distinct) == 1 else f"{len(distinct)} different: " + " | ".join(distinct[:3])
+
+
+def _tokens_text(t) -> str:
+    parts = [f"{t.sequences:,} sequences"]
+    if t.new_tokens is not None:
+        parts.append(f"{t.new_tokens:,} new tokens")
+    if t.context_tokens is not None:
+        parts.append(f"{t.context_tokens:,} cached")
+    return ", ".join(parts)
 
 
 def load_trace_samples(path: Path) -> SampleSet:
