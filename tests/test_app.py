@@ -505,6 +505,39 @@ def test_alerts_on_configs_that_cannot_be_compared_is_an_error_box(monkeypatch, 
     assert "probe compare cannot compare these" in at.error[0].value and "no cell in common" in at.error[0].value
 
 
+@pytest.mark.parametrize("view", ["Compare", "Alerts"])
+def test_a_prefill_is_not_held_to_a_decode_in_either_view(monkeypatch, view):
+    """SGLang's prefill against vLLM's decode: before, Compare drew +21603% while Alerts refused. Both views refuse
+    now, in probe compare's one line, and draw nothing."""
+    at = app(monkeypatch, DATA, VLLM, view, baseline=SGLANG)
+    assert at.error[0].value.replace("\\", "") == (  # md() escapes Markdown: the text as written
+        "probe compare cannot compare these: mismatched configs: no step kind in common (baseline: prefill; "
+        "current: decode)"
+    )
+    assert not at.get("plotly_chart") and not at.dataframe
+
+
+SGLANG_DECODE = ROOT.parent / "shared" / "traces" / "engines" / "sglang_qwen3_decode_x3_tiled.json.gz"
+
+
+@pytest.mark.skipif(not SGLANG_DECODE.exists(), reason="../shared/traces/engines is not here")
+def test_two_engines_decodes_are_said_to_differ_the_same_way_in_both_views(monkeypatch, tmp_path):
+    """SGLang's and vLLM's decode of 32 sequences over different cached contexts: Compare draws the figures without a
+    percentage and Alerts gates nothing, each with the same warning, the rule's own line."""
+    shutil.copy(SGLANG_DECODE, tmp_path / "sglang_decode.json.gz")
+    shutil.copy(DATA / VLLM.removeprefix("trace: "), tmp_path)
+    sides = {"baseline": "trace: sglang_decode.json.gz"}
+    compare = app(monkeypatch, tmp_path, VLLM, "Compare", **sides)
+    alerts = app(monkeypatch, tmp_path, VLLM, "Alerts", **sides)
+    said = [w.value for w in compare.warning]
+    assert len(said) == 1 and "the steps did different work" in said[0] and "32,753 cached" in said[0]
+    assert said[0] in [w.value for w in alerts.warning]
+    assert (compare.dataframe[0].value["delta_pct"] == "-").all()  # no percentage across different work
+    assert "%" not in " ".join(t.get("text") and " ".join(t["text"]) or "" for t in chart(compare, "compare_chart"))
+    assert not alerts.error and "Not gated" in alerts.info[0].value
+    assert set(alerts.dataframe[0].value["verdict"]) == {"skipped: work differs"}
+
+
 @pytest.mark.parametrize("view", ["Sweep", "Compare", "Alerts"])
 def test_every_run_view_renders_without_an_exception(monkeypatch, view):
     at = app(monkeypatch, DATA, RUN_A, view, baseline=RUN_B)

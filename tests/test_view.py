@@ -520,7 +520,7 @@ def test_steady_steps_follow_the_summary(cached, gpu):
 
 def test_trace_categories_are_means_that_add_up_to_wall(cached):
     _, analysis = cached
-    cats = figures.compare.trace_categories(analysis)
+    cats = figures.compare.trace_categories(analysis, "decode")
     decode = steady(analysis.steps)
     assert cats["wall"] == pytest.approx(np.mean([s.wall_ns / 1e6 for s in decode]))
     assert sum(cats[k] for k, _ in figures.style.HOST_CATEGORIES) == pytest.approx(cats["wall"])
@@ -529,13 +529,13 @@ def test_trace_categories_are_means_that_add_up_to_wall(cached):
 
 
 def test_trace_categories_of_a_gpu_trace_include_busy_and_idle(gpu):
-    cats = figures.compare.trace_categories(gpu)
+    cats = figures.compare.trace_categories(gpu, "profiler_step")
     assert cats["gpu_busy"] == pytest.approx(np.mean([s.gpu_busy_ns / 1e6 for s in gpu.steps]))
     assert cats["dispatch"] == 870
 
 
 def test_trace_compare_frame_naive_against_cached(cached):
-    frame = figures.compare.trace_compare_frame(analyze(load_trace(NAIVE)), cached[1]).set_index("what")
+    frame = figures.compare.trace_compare_frame(analyze(load_trace(NAIVE)), cached[1], "decode").set_index("what")
     assert frame.loc["cache bookkeeping", "baseline"] == 0  # naive keeps no cache
     assert frame.loc["cache bookkeeping", "current"] > 0
     row = frame.loc["wall"]
@@ -548,7 +548,7 @@ def test_trace_compare_frame_naive_against_cached(cached):
 
 
 def test_trace_compare_bars_keep_room_for_their_labels(cached):
-    frame = figures.compare.trace_compare_frame(analyze(load_trace(NAIVE)), cached[1])
+    frame = figures.compare.trace_compare_frame(analyze(load_trace(NAIVE)), cached[1], "decode")
     fig = figures.compare.trace_compare_figure(frame, "naive", "cached")
     current = fig.data[1]
     assert current.orientation == "h" and current.textposition == "outside" and current.cliponaxis is False
@@ -559,13 +559,15 @@ def test_trace_compare_bars_keep_room_for_their_labels(cached):
 
 def test_run_compare_frame_pairs_cells_by_key():
     a, b = load_results(RUN_A), load_results(RUN_B)
-    frame = figures.compare.run_compare_frame(a, b)
+    cells = [str(c.key) for c in a.cells]
+    frame = figures.compare.run_compare_frame(a, b, cells)
     assert len(frame) == 6 * 3
     row = frame[(frame["cell"] == "cached p64 n8") & (frame["metric"] == "ITL p50 (ms)")].iloc[0]
     ca, cb = (next(c for c in r.cells if c.key == CellKey("cached", 64, 8, 1)) for r in (a, b))
     assert (row["baseline"], row["current"]) == (ca.itl_p50_ms, cb.itl_p50_ms)
     b.cells = [c for c in b.cells if c.engine == "naive"]
-    assert set(figures.compare.run_compare_frame(a, b)["cell"]) == {"naive p16 n8", "naive p64 n8", "naive p256 n8"}
+    assert set(figures.compare.run_compare_frame(a, b, cells)["cell"]) == {"naive p16 n8", "naive p64 n8", "naive p256 n8"}
+    assert set(figures.compare.run_compare_frame(a, a, ["naive p16 n8"])["cell"]) == {"naive p16 n8"}
     fig = figures.compare.run_compare_figure(frame, "a", "b")
     assert len(fig.data) == 6
 
@@ -733,7 +735,7 @@ def test_names_from_a_trace_reach_every_figure_as_text(tmp_path):
         figures.ops.frames_figure(frames),
         figures.kernels.kernels_figure(analysis.kernels),
         figures.kernels.kernel_category_figure(analysis),
-        figures.compare.trace_compare_figure(figures.compare.trace_compare_frame(analysis, analysis), LINK, STYLE),
+        figures.compare.trace_compare_figure(figures.compare.trace_compare_frame(analysis, analysis, analysis.steps[0].kind), LINK, STYLE),
     ]
     for fig in drawn:
         assert markup(fig) == []
@@ -749,7 +751,7 @@ def test_names_from_results_and_a_history_reach_their_figures_as_text(tmp_path):
     results.cells[:] = [dataclasses.replace(c, engine=c.engine + LINK) for c in results.cells]
     other = load_results(RUN_B)
     other.cells[:] = [dataclasses.replace(c, engine=c.engine + LINK) for c in other.cells]
-    frame = figures.compare.run_compare_frame(results, other)
+    frame = figures.compare.run_compare_frame(results, other, [str(c.key) for c in results.cells])
     assert len(frame) == 18
     for fig in (
         figures.sweep.sweep_figure(results, load_report(RUN_A)),

@@ -214,11 +214,12 @@ def trace_telemetry(root: Path, trace: Path) -> Path | None:
 
 def samples_for(root: Path, source: Source, loaded, devices: Sequence = ()) -> SampleSet:
     """The SampleSet probe compare checks, built from what the app has already loaded (results or an
-    analysis, with the trace's deviceProperties), so that compare reads no file the app has not vetted."""
+    analysis, with the trace's deviceProperties), so that compare reads no file the app has not vetted. Each side is
+    named by its path under the root: what compare says names no folder outside it."""
     path = source_path(root, source)
     if source.kind == "run":
-        return from_results(loaded, str(path))
-    return from_analysis(loaded, str(path), trace_meta(root, path), devices)
+        return from_results(loaded, printable(source.rel))
+    return from_analysis(loaded, printable(source.rel), trace_meta(root, path), devices)
 
 
 def model_spec(root: Path, text: str) -> str | None:
