@@ -566,7 +566,8 @@ def test_run_compare_frame_pairs_cells_by_key():
     ca, cb = (next(c for c in r.cells if c.key == CellKey("cached", 64, 8, 1)) for r in (a, b))
     assert (row["baseline"], row["current"]) == (ca.itl_p50_ms, cb.itl_p50_ms)
     b.cells = [c for c in b.cells if c.engine == "naive"]
-    assert set(figures.compare.run_compare_frame(a, b, cells)["cell"]) == {"naive p16 n8", "naive p64 n8", "naive p256 n8"}
+    naive = {"naive p16 n8", "naive p64 n8", "naive p256 n8"}
+    assert set(figures.compare.run_compare_frame(a, b, cells)["cell"]) == naive
     assert set(figures.compare.run_compare_frame(a, a, ["naive p16 n8"])["cell"]) == {"naive p16 n8"}
     fig = figures.compare.run_compare_figure(frame, "a", "b")
     assert len(fig.data) == 6
@@ -735,7 +736,9 @@ def test_names_from_a_trace_reach_every_figure_as_text(tmp_path):
         figures.ops.frames_figure(frames),
         figures.kernels.kernels_figure(analysis.kernels),
         figures.kernels.kernel_category_figure(analysis),
-        figures.compare.trace_compare_figure(figures.compare.trace_compare_frame(analysis, analysis, analysis.steps[0].kind), LINK, STYLE),
+        figures.compare.trace_compare_figure(
+            figures.compare.trace_compare_frame(analysis, analysis, analysis.steps[0].kind), LINK, STYLE
+        ),
     ]
     for fig in drawn:
         assert markup(fig) == []
