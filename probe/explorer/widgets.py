@@ -8,12 +8,21 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from probe.analysis.diagnosis.answer import Answer
 from probe.analysis.ledger.types import StepLedger, TraceAnalysis
 from probe.analysis.regression.compare import Comparison
 from probe.errors import ProbeError
 from probe.explorer import figures, sources
 from probe.explorer.figures.style import md, printable
-from probe.explorer.loaders import TraceSource, key, load_telemetry
+from probe.explorer.loaders import (
+    LOAD_ERRORS,
+    RooflineInputs,
+    TraceSource,
+    ViewContext,
+    key,
+    load_answer,
+    load_telemetry,
+)
 
 
 def show_table(frame: pd.DataFrame, key: str, style: Callable | None = None) -> None:
@@ -81,6 +90,26 @@ def show_trace_telemetry(trace: TraceSource, root: Path) -> None:
             st.caption("No clock anchor in the sidecar, so the samples are drawn from their own start.")
     except ProbeError as e:
         st.error(md(e))
+
+
+def show_metrics(figures_: list[tuple[str, str]]) -> None:
+    """A row of metrics, each (label, value)."""
+    for col, (name, value) in zip(st.columns(len(figures_)), figures_, strict=True):
+        col.metric(name, value)
+
+
+def quiet_answer(trace: TraceSource, ctx: ViewContext) -> Answer | None:
+    """The trace's answer as the Diagnosis view has it (the same cache entry, the sidebar's roofline inputs), for a
+    view that shows its figures; without the roofline where those cannot be used; None (said) if none can be made.
+    The Diagnosis view says why a roofline is missing."""
+    args = key(ctx.root), key(trace.path), sources.stamp(trace.path), ctx.reading
+    for inputs in (ctx.roofline, RooflineInputs()):
+        try:
+            return load_answer(*args, inputs)
+        except LOAD_ERRORS as e:
+            error = e
+    st.error(f"Cannot diagnose {md(ctx.source.rel)}: {md(error)}")
+    return None
 
 
 def pick_step(

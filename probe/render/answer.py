@@ -45,7 +45,7 @@ def answer_lines(a: Answer) -> list[str]:
 
 
 def _position(a: Answer, d: Diagnosis) -> int:
-    return next(i for i, x in enumerate(a.diagnosis.steps) if x is d)
+    return a.diagnosis.position_of(d)
 
 
 def op_roofline_table(a: Answer) -> Table | None:

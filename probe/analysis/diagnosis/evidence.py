@@ -13,8 +13,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from probe.analysis.intervals import covered, merge
 from probe.analysis.ledger.types import StepLedger
-from probe.analysis.trace import GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
+from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
 
 Bound = Literal["host", "gpu", "external", "cpu_only"]
 
@@ -23,6 +24,9 @@ EXTERNAL_SHARE = 0.5  # of the host window blocked on unseen device work: the ve
 
 
 CLOSE = 0.1  # host and GPU work within 10%: balanced
+
+
+HOLE_SHARE = 0.5  # of the measured step: a hole (no work of the trace) that long is named in the headline
 
 
 HOST_BOUND_BY = ("python", "dispatch", "launch", "unattributed")  # mechanism parts of host work, in the verdict
@@ -50,6 +54,14 @@ class Evidence:
     launches: int
     graph_launches: int
     kernels: int
+    # The hole: of the stretch from the host window's close to the step's first GPU op, the time in which no work of
+    # the trace ran (no GPU op, no step's host window): nothing the trace holds explains it. 0 without such a stretch.
+    hole_ns: int = 0
+
+    @property
+    def hole_named(self) -> bool:
+        """A hole at least HOLE_SHARE of the measured step: the headline names it (the one rule)."""
+        return self.hole_ns > 0 and self.hole_ns >= HOLE_SHARE * self.measured_ns
 
     def to_json(self) -> dict:
         out = {}
@@ -65,11 +77,13 @@ class Evidence:
         """to_json's inverse (us back to whole ns)."""
         values: dict[str, Any] = {}  # each field's value as the JSON holds it
         for f in dataclasses.fields(cls):
+            key = f.name[:-3] + "_us" if f.name.endswith("_ns") else f.name
+            if key not in doc and f.default is not dataclasses.MISSING:
+                continue  # a figure added since the file was written: its default
             if f.name.endswith("_ns"):
-                us = doc[f.name[:-3] + "_us"]
-                values[f.name] = None if us is None else round(us * 1e3)
+                values[f.name] = None if doc[key] is None else round(doc[key] * 1e3)
             else:
-                values[f.name] = doc[f.name]
+                values[f.name] = doc[key]
         return cls(**values)
 
 
@@ -82,19 +96,34 @@ class Context:
     launch_call_ns: float | None = None  # the trace's median kernel launch call
     gpu_ms_at: Callable[[int], float] | None = None  # batch -> the roofline's GPU ms for the step at that batch
     contended: str | None = None  # a line saying the figures were measured under contention
+    # The trace's work, merged, in ns from its first event: every GPU op (Context.of) and, once diagnose_trace adds
+    # them, every step's host window. A step's hole is what of its wait for its first GPU op this does not cover.
+    work: tuple[np.ndarray, np.ndarray] | None = None
+
+    def unworked_ns(self, start_ns: int, end_ns: int) -> int:
+        """Of [start, end) (ns from the trace's first event), the time no work of the trace covers."""
+        if end_ns <= start_ns:
+            return 0
+        if self.work is None:
+            return end_ns - start_ns
+        done = covered(*self.work, np.array([start_ns]), np.array([end_ns]))
+        return int(end_ns - start_ns - done[0])
 
     @classmethod
     def of(cls, trace: Trace | None = None, gpu_ms_at=None, contended: str | None = None) -> Context:
         """From a trace (for the launch calls' own durations), a roofline, and a contention line."""
         graph = launch = None
+        work = None
         if trace is not None:
+            gpu = trace.rows(*GPU_OP_KINDS)
+            work = merge(trace.ts_ns[gpu] - trace.start_ns, trace.end_ns[gpu] - trace.start_ns)
             rt = trace.rows(Kind.RUNTIME)
             base = [api_base_name(trace.names[n]) for n in trace.name_id[rt].tolist()]
             graph_rows = rt[[b in GRAPH_LAUNCH_NAMES for b in base]]
             launch_rows = rt[[b in LAUNCH_NAMES for b in base]]
             graph = float(np.median(trace.dur_ns[graph_rows])) if len(graph_rows) else None
             launch = float(np.median(trace.dur_ns[launch_rows])) if len(launch_rows) else None
-        return cls(graph, launch, gpu_ms_at, contended)
+        return cls(graph, launch, gpu_ms_at, contended, work)
 
 
 def ms(ns: float) -> str:
@@ -105,7 +134,14 @@ def pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
-def evidence(s: StepLedger) -> Evidence:
+def hole_ns(s: StepLedger, context: Context) -> int:
+    """The step's hole: from its host window's close to its first GPU op, the time no work of the trace ran."""
+    if s.gpu_start_ns is None:
+        return 0
+    return context.unworked_ns(s.start_ns + s.wall_ns, s.gpu_start_ns)
+
+
+def evidence(s: StepLedger, context: Context | None = None) -> Evidence:
     m = s.mechanism_ns
     end = s.start_ns + s.wall_ns
     before = max(0, s.gpu_start_ns - s.start_ns) if s.gpu_start_ns is not None else None
@@ -129,6 +165,7 @@ def evidence(s: StepLedger) -> Evidence:
         launches=s.launches,
         graph_launches=s.graph_launches,
         kernels=s.kernels,
+        hole_ns=hole_ns(s, context or Context()),
     )
 
 

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 
 from probe.analysis.ledger.kernels import KernelStat, short_name
 from probe.analysis.ledger.types import TraceAnalysis
-from probe.explorer.figures.style import COLORS, color, label, labels, ms, ranked_bars, short, us
+from probe.explorer.figures.style import COLORS, color, label, labels, ms, ranked_bars, short, step_ticks, us
 
 
 def kernels_frame(stats: Sequence[KernelStat]) -> pd.DataFrame:
@@ -63,7 +63,7 @@ def kernel_category_figure(analysis: TraceAnalysis) -> go.Figure:
     frame = kernel_category_frame(analysis)
     fig = go.Figure()
     positions = [s.position for s in analysis.steps]
-    steps = labels(s.name for s in analysis.steps)
+    steps = step_ticks(positions, [s.name for s in analysis.steps])  # by position: steps may share a name
     for category, rows in frame.groupby("category", sort=False):
         by_step = dict(zip(rows["position"], rows["ms"], strict=True))
         fig.add_trace(
@@ -88,8 +88,8 @@ def kernel_category_figure(analysis: TraceAnalysis) -> go.Figure:
         barmode="stack",
         height=420,
         margin={"t": 30, "b": 10},
-        legend={"orientation": "h", "y": -0.2},
         yaxis_title="GPU ms per step",
+        xaxis={"type": "category", "title": "step (position: name)"},
         hovermode="x unified",
     )
     return fig
