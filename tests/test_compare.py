@@ -192,7 +192,7 @@ def test_injected_delay_is_caught(tiny, one_thread, monkeypatch):
     host = next(r for r in result.rows if r.metric == "host_us_per_step")
     assert host.verdict == "regression", host
     assert host.ratio > THRESHOLD and host.p_value < ALPHA and host.ci_low > 1
-    assert any(a.metric == "host_us_per_step" and "host us/step rose" in a.message for a in result.alerts)
+    assert any(a.metric == "host_us_per_step" and "host µs/step rose" in a.message for a in result.alerts)
 
 
 def series(n: int, scale: float = 1.0) -> list[float]:
@@ -200,7 +200,7 @@ def series(n: int, scale: float = 1.0) -> list[float]:
 
 
 def test_timing_rule_needs_both_ratio_and_significance():
-    host = Metric("host_us_per_step", "host us/step", "timing")
+    host = Metric("host_us_per_step", "host µs/step", "timing")
     slow = timing_row("k", host, series(40), series(40, 1.3), CompareRules())
     assert slow.verdict == "regression" and slow.ratio == pytest.approx(1.3) and slow.p_value < 1e-6
     assert slow.ci_low <= 1.3 <= slow.ci_high
@@ -234,7 +234,7 @@ def test_results_give_per_run_ttft_and_tokens_per_second(folders):
     assert statistics.median(unit.samples["decode_tok_s"]) == pytest.approx(cell.decode_tok_s)
     assert len(unit.samples["host_us_per_step"]) == 3 * 5
     assert "cache_us_per_step" not in unit.samples
-    assert any("cache us/step: not in bench results" in n for n in cmp(folders["base"], folders["base"]).notes)
+    assert any("cache µs/step: not in bench results" in n for n in cmp(folders["base"], folders["base"]).notes)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -547,7 +547,7 @@ def test_a_count_alert_beside_a_speed_up_is_reconciled():
     result = compare(base, cur)
     assert result.regressed and [a.metric for a in result.alerts] == ["decode_launches"]
     line = next(n for n in result.notes if n.startswith("k: "))
-    assert "launches/decode step 10 -> 12 (regression) beside host us/step x0.500 (improvement)" in line
+    assert "launches/decode step 10 -> 12 (regression) beside host µs/step x0.500 (improvement)" in line
 
 
 def test_a_contended_profile_warns_and_its_trace_is_not_judged(tmp_path, tiny, monkeypatch, capsys, cli):

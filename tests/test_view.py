@@ -113,6 +113,8 @@ def test_list_sources_finds_runs_baselines_and_traces_and_nothing_else(tmp_path)
     _touch(root / "x.nsys.sqlite.gz")
     _touch(root / "y.sqlite")
     _touch(root / "config.json")  # plain JSON outside baselines/: not listed
+    _touch(root / "job" / "rank0.trace.json.gz")  # traces that each name a rank: one job's
+    _touch(root / "job" / "rank_1.trace.json.gz")
     _touch(root / ".venv" / "lib" / "z.json.gz")  # hidden folders are skipped
     _touch(root / "node_modules" / "q.json.gz")
     _touch(outside / "results.json")
@@ -125,13 +127,16 @@ def test_list_sources_finds_runs_baselines_and_traces_and_nothing_else(tmp_path)
         "run: baselines/cpu-tiny.json",
         "run: runs/r1",
         "run: runs/r1/next-static",
+        "trace: job/rank0.trace.json.gz",
+        "trace: job/rank_1.trace.json.gz",
         "trace: traces/a.trace.json.gz",
         "trace: traces/b.trace.json",
         "trace: x.nsys.sqlite.gz",
         "trace: y.sqlite",
-        "job: .",  # a folder of two traces or more opens as a job too (the Ranks view)
-        "job: traces",
+        "job: job",  # its traces name distinct ranks (the Ranks view); `.` and `traces` hold unrelated traces
     ]
+    assert not sources.could_be_ranks(["rank0.trace.json.gz", "rank0.json.gz"])  # one rank twice
+    assert not sources.could_be_ranks(["rank3.trace.json.gz"])
 
 
 def test_list_sources_is_bounded_in_depth_and_count(tmp_path):
@@ -515,7 +520,7 @@ def test_top_ops_are_ranked_by_host_self_time(cached):
     assert list(frame["op"]) == [o.name for o in analysis.summary.top_ops]
     assert list(frame["calls"]) == [o.calls for o in analysis.summary.top_ops]
     fig = figures.ops.top_ops_figure(analysis.summary.top_ops)
-    assert list(fig.data[0].y)[-1] == frame["op"][0]  # the largest is drawn at the top
+    assert list(fig.data[0].y)[-1] == f"1. {frame['op'][0]}"  # the largest is drawn at the top, ranked 1
 
 
 def test_steady_steps_follow_the_summary(cached, gpu):
@@ -780,7 +785,7 @@ def test_names_from_results_and_a_history_reach_their_figures_as_text(tmp_path):
             "launches": [262, 266],
             "decode_tok_s": [90.0, 80.0],
             "count_alerts": ["", f"step 262 -> 266 (+4): {LINK} 0 -> 4 (new)"],
-            "timing_alerts": ["", f"host us/step rose: {STYLE}"],
+            "timing_alerts": ["", f"host µs/step rose: {STYLE}"],
             "part:ops": [6.0, 7.0],
         }
     )

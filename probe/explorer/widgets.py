@@ -72,7 +72,7 @@ def show_telemetry(root: Path, folder: Path) -> None:
             telemetry = load_telemetry(key(f), sources.stamp(f))
             st.plotly_chart(figures.telemetry.telemetry_figure(telemetry), key=f"telemetry_{printable(f.name)}")
         except ProbeError as e:
-            st.error(md(e))
+            st.error(md(sources.under_root(root, e)))
 
 
 def show_trace_telemetry(trace: TraceSource, root: Path) -> None:
@@ -89,7 +89,7 @@ def show_trace_telemetry(trace: TraceSource, root: Path) -> None:
         if offset is None:
             st.caption("No clock anchor in the sidecar, so the samples are drawn from their own start.")
     except ProbeError as e:
-        st.error(md(e))
+        st.error(md(sources.under_root(root, e)))
 
 
 def show_metrics(figures_: list[tuple[str, str]]) -> None:
@@ -108,7 +108,7 @@ def quiet_answer(trace: TraceSource, ctx: ViewContext) -> Answer | None:
             return load_answer(*args, inputs)
         except LOAD_ERRORS as e:
             error = e
-    st.error(f"Cannot diagnose {md(ctx.source.rel)}: {md(error)}")
+    st.error(f"Cannot diagnose {md(ctx.source.rel)}: {md(sources.under_root(ctx.root, error))}")
     return None
 
 

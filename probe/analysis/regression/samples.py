@@ -38,8 +38,8 @@ DECODE_LAUNCHES = Metric("decode_launches", "launches/decode step", "count")
 PREFILL_LAUNCHES = Metric("prefill_launches", "launches/prefill", "count")
 LAUNCHES = Metric("launches", "launches/step", "count")
 KERNELS = Metric("kernels", "kernels/step", "count")  # GPU traces: kernels launched per step, by name
-HOST_US = Metric("host_us_per_step", "host us/step", "timing")
-CACHE_US = Metric("cache_us_per_step", "cache us/step", "timing")
+HOST_US = Metric("host_us_per_step", "host µs/step", "timing")
+CACHE_US = Metric("cache_us_per_step", "cache µs/step", "timing")
 TTFT_MS = Metric("ttft_ms", "TTFT ms", "timing")
 TOK_S = Metric("decode_tok_s", "decode tok/s", "timing", higher_is_worse=False)
 METRICS = {m.name: m for m in (DECODE_LAUNCHES, PREFILL_LAUNCHES, LAUNCHES, KERNELS, HOST_US, CACHE_US, TTFT_MS, TOK_S)}

@@ -223,13 +223,14 @@ def ranked_bars(
     title: str = "",
     min_height: int = 260,
 ) -> go.Figure:
-    """Horizontal bars, largest first, so drawn at the top (plotly draws the first bar at the bottom). The axis
-    names are escaped here; `customdata` (what the hover shows) must be escaped by the caller where it holds
-    names."""
+    """Horizontal bars, largest first, so drawn at the top (plotly draws the first bar at the bottom). Each axis
+    name is numbered by its rank, so that two names cut to the same text stay two bars. The axis names are escaped
+    here; `customdata` (what the hover shows) must be escaped by the caller where it holds names."""
+    ranked = [f"{i}. {label(name)}" for i, name in enumerate(axis_names, start=1)]
     fig = go.Figure(
         go.Bar(
             x=list(values)[::-1],
-            y=labels(axis_names)[::-1],
+            y=ranked[::-1],
             orientation="h",
             marker_color=colors if isinstance(colors, str) else list(colors)[::-1],
             customdata=list(customdata)[::-1],

@@ -24,7 +24,7 @@ def show_compare(loaded: Run | TraceSource, ctx: ViewContext) -> None:
     try:
         base = load_source(ctx.root, ctx.baseline, ctx.reading)
     except LOAD_ERRORS as e:
-        st.error(f"Cannot show the baseline {md(ctx.baseline.rel)}: {md(e)}")
+        st.error(f"Cannot show the baseline {md(ctx.baseline.rel)}: {md(sources.under_root(ctx.root, e))}")
         return
     shared = result.comparable
     if shared.warning:
@@ -62,7 +62,7 @@ def comparison(ctx: ViewContext) -> Comparison | None:
     try:
         return load_comparison(key(ctx.root), ctx.baseline, next(stamps), ctx.source, next(stamps), ctx.reading)
     except LOAD_ERRORS as e:
-        st.error(f"probe compare cannot compare these: {md(e)}")
+        st.error(f"probe compare cannot compare these: {md(sources.under_root(ctx.root, e))}")
         return None
 
 

@@ -88,7 +88,7 @@ def trace_answer(trace: TraceSource, ctx: ViewContext) -> Answer | None:
     try:
         result = load_answer(*args, ctx.roofline)
     except LOAD_ERRORS as e:
-        st.error(f"No roofline: {md(figures.diagnosis.sidebar_words(str(e)))}")
+        st.error(f"No roofline: {md(figures.diagnosis.sidebar_words(sources.under_root(ctx.root, e)))}")
     else:
         picked = ctx.roofline.device
         if picked and result.device and result.device != picked:  # the trace's own device wins (answer.trace_device)
@@ -97,7 +97,7 @@ def trace_answer(trace: TraceSource, ctx: ViewContext) -> Answer | None:
     try:
         return load_answer(*args, RooflineInputs())
     except LOAD_ERRORS as e:
-        st.error(f"Cannot diagnose {md(ctx.source.rel)}: {md(e)}")
+        st.error(f"Cannot diagnose {md(ctx.source.rel)}: {md(sources.under_root(ctx.root, e))}")
         return None
 
 
@@ -143,7 +143,7 @@ def show_run_diagnosis(run: Run, ctx: ViewContext) -> None:
         try:
             result = load_answer(key(ctx.root), key(path), sources.stamp(path), Reading(), RooflineInputs())
         except LOAD_ERRORS as e:
-            lines.append(f"- {md(path.name)}: cannot read it ({md(e)})")
+            lines.append(f"- {md(path.name)}: cannot read it ({md(sources.under_root(ctx.root, e))})")
             continue
         d = result.diagnosis.median
         where = f"[{md(path.name)}]({source.link}&view=Diagnosis)" if source is not None else md(path.name)
