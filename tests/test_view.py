@@ -966,3 +966,108 @@ def test_a_drag_across_the_timeline_is_a_window():
     assert figures.step.dragged_window(event) == (8.3, 8.9)
     assert figures.step.dragged_window({"selection": {"points": [], "box": []}}) is None
     assert figures.step.dragged_window(None) is None
+
+
+def test_contended_cells_are_marked_in_the_sweep_and_report_md():
+    """Cells measured while other processes took the CPU (Cell.contended): one line says which, the same line
+    `probe run` warns with, in report.md's Cells and beside the run's predictions; the Sweep crosses each one."""
+    from probe.render.markdown import report_markdown
+
+    results = load_results(RUN_A)
+    assert results.contention is None and "Contended" not in report_markdown(results, load_report(RUN_A))
+    results.cells[:] = [
+        dataclasses.replace(c, contended=True, other_cpu_cores=1.5) if c.prompt_tokens == 64 else c
+        for c in results.cells
+    ]
+    said = results.contention
+    assert said is not None and said.startswith("2 of 6 cells ran while other processes used the CPU")
+    assert "naive p64 (1.50), cached p64 (1.50)" in said
+    assert f"**Contended:** {said}" in report_markdown(results, load_report(RUN_A)).replace("\\", "")
+    fig = figures.sweep.sweep_figure(results, load_report(RUN_A))
+    crossed = [t for t in fig.data if t.name == "contended: other processes took the CPU"]
+    assert len(crossed) == 3 and all(list(t.x) == [64, 64] for t in crossed)  # one panel a metric
+    assert crossed[0].showlegend and "1.50 other cores" in crossed[0].text[0]
+    assert figures.diagnosis.contended_cells(results) == {("cached", 64, 1), ("naive", 64, 1)}
+
+
+def test_kernels_of_one_short_name_are_told_apart():
+    """Two elementwise kernels differ in their functor: each is named by it. Two gemv differ only in a number: each
+    by its place. Never two bars under one label."""
+    names = [
+        "void at::native::elementwise_kernel<128, 4, at::native::BinaryFunctor<float>>(int)",
+        "void at::native::elementwise_kernel<128, 4, at::native::FillFunctor<float>>(int)",
+        "void gemv<float, 4>(int)",
+        "void gemv<float, 8>(int)",
+        "Memcpy DtoD (Device -> Device)",
+    ]
+    assert figures.kernels.kernel_labels(names) == [
+        "at::native::elementwise_kernel [BinaryFunctor]",
+        "at::native::elementwise_kernel [FillFunctor]",
+        "gemv #1",
+        "gemv #2",
+        "Memcpy DtoD (Device -> Device)",
+    ]
+
+
+def test_a_commit_tick_is_a_short_hash_or_the_whole_word():
+    """History's x tick read "no comm": a recorded commit that is not a hash is written whole."""
+    assert figures.history.commit_tick("0123456789abcdef0123+dirty") == "0123456"
+    assert figures.history.commit_tick("no commit") == "no commit"
+
+
+def test_coinciding_ranks_are_said_and_drawn_inside_each_other(hand):
+    """Four ranks of which three have the same wall at every step: the chart drew two lines for four ranks. Each rank
+    has its own dash, marker and width now (the first the widest), and the three are named as one."""
+    from probe.analysis.ledger.ranks import job
+
+    slower = tuple(dataclasses.replace(s, wall_ns=s.wall_ns + 1_000) for s in hand.steps)
+    ranks = [dataclasses.replace(hand, rank=r, steps=slower if r == 2 else hand.steps) for r in range(4)]
+    result = job(ranks)
+    assert result.one_job and figures.ranks.coinciding(result) == [(0, [1, 3])]
+    fig = figures.ranks.ranks_figure(result)
+    walls = [t for t in fig.data if t.name.startswith("rank ") and t.showlegend is not False]
+    assert [t.name for t in walls] == ["rank 0", "rank 1", "rank 2", "rank 3"]
+    assert len({t.line.dash for t in walls}) == len({t.marker.symbol for t in walls}) == 4
+    widths = [t.line.width for t in walls]
+    assert widths == sorted(widths, reverse=True) and len(set(widths)) == 4
+
+
+def test_a_link_the_app_will_not_open_says_why_without_the_root(tmp_path):
+    root = tmp_path / "root"
+    (root / "deep").mkdir(parents=True)
+    (root / "deep" / "notes.txt").write_text("x")
+    listed = {"trace: a.trace.json.gz"}
+    assert sources.link_refusal(root, "trace: a.trace.json.gz", listed) is None
+    said = {
+        asked: sources.link_refusal(root, asked, listed)
+        for asked in ("trace: ../secret.trace.json.gz", "trace: gone.trace.json.gz", "trace: deep/notes.txt", "x")
+    }
+    assert said == {
+        "trace: ../secret.trace.json.gz": "The link's trace lies outside the app's root, so it is not opened.",
+        "trace: gone.trace.json.gz": "The link's trace gone.trace.json.gz is not under the root (moved, or never "
+        "there).",
+        "trace: deep/notes.txt": "The link's trace deep/notes.txt is under the root but not listed: not a trace the "
+        f"app reads, or in a hidden or virtual-env folder, deeper than {sources.MAX_DEPTH} folders, or past the first "
+        f"{sources.MAX_SOURCES} files.",
+        "x": "The link's source 'x' is not a run, trace, history or job label.",
+    }
+    assert all(str(tmp_path) not in line for line in said.values() if line)
+    error = ProbeError(f"{root.resolve() / 'deep' / 'notes.txt'}: not a trace; {root.resolve()} is the root")
+    assert sources.under_root(root, error) == "deep/notes.txt: not a trace; . is the root"
+
+
+def test_telemetry_titles_sit_between_the_panels_not_on_the_data(tmp_path):
+    """Six figures: each panel's title sits in the gap above its panel, that gap at least 30 px, so no title covers
+    the panel above it (before, six panels or more were 3% of the figure apart: 26 px here, under a 16 px title)."""
+    t = np.arange(50, dtype=np.int64) * 10_000_000
+    frame = pd.DataFrame({"t_ns": t} | {f"figure_{i}": np.arange(50.0) for i in range(6)})
+    frame.to_parquet(tmp_path / "telemetry.parquet", index=False)
+    fig = figures.telemetry.telemetry_figure(figures.telemetry.read_telemetry(tmp_path / "telemetry.parquet"))
+    plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    domains = [fig.layout[f"yaxis{i if i > 1 else ''}"].domain for i in range(1, 7)]  # top panel first
+    gaps = [(upper[0] - lower[1]) * plot_px for upper, lower in zip(domains, domains[1:], strict=False)]
+    assert min(gaps) >= 30
+    titles = [a for a in fig.layout.annotations if a.text.startswith("figure_")]
+    assert [a.text for a in titles] == [f"figure_{i}" for i in range(6)]
+    for title, domain in zip(titles, domains, strict=True):
+        assert title.yanchor == "bottom" and title.y == pytest.approx(domain[1])  # on its own panel's top edge
