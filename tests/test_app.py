@@ -363,6 +363,7 @@ def test_one_step_timeline_highlights_the_cache(monkeypatch):
 def test_one_step_of_a_gpu_trace(monkeypatch):
     at = app(monkeypatch, DATA, GPU, "One step")
     assert shown(at, "step") == judged(GPU) == "3: ProfilerStep#104"
+    assert "(the median step, the one the Diagnosis judged)" in at.markdown[0].value
     traces = chart(at, "timeline_chart")
     assert any(t["name"].startswith("GPU: ") for t in traces)  # kernels by category on a stream lane
     assert [m.label for m in at.metric][:4] == ["measured step", "host window", "host work", "GPU work"]

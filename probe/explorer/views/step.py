@@ -25,7 +25,9 @@ def show_one_step(trace: TraceSource, ctx: ViewContext) -> None:
     step = pick_step(analysis, "step", "Step", first=judged)
     assert step is not None  # a trace with a median step has steps to pick
     d = result.diagnosis.steps[step.position]
-    which = "the median step, the one the Diagnosis judged" if step is judged else "not the median step"
+    which = (
+        "the median step, the one the Diagnosis judged" if step.position == judged.position else "not the median step"
+    )
     st.markdown(f"**{md(bound_words(d))}** ({which}). {md(d.headline)}")
     show_metrics(figures.diagnosis.evidence_metrics(d) + [(analysis.dispatch, f"{step.dispatched:,}")])
     st.plotly_chart(figures.step.partitions_figure(step, analysis.user_parts), key="partitions_chart")
