@@ -938,6 +938,8 @@ def test_no_op_roofline_point_sits_over_a_roof_unflagged(name):
         (0.3, 40, [0.5, 1, 2, 5, 10, 20]),  # 1, 2, 5 of each power of ten inside
         (2.2, 7.9, [3, 4, 5, 6, 7]),  # a narrow range: every digit, never one unreadable tick
         (120, 480, [200, 300, 400]),
+        (1.5e-7, 3000, [1e-6, 1e-5, 1e-4, 1e-3, 0.01, 0.1, 1, 10, 100, 1000]),  # ten decades: powers of ten only
+        (1e-12, 1e12, [1e-12, 1e-9, 1e-6, 1e-3, 1, 1e3, 1e6, 1e9, 1e12]),  # 25 powers: every third
     ],
 )
 def test_log_ticks_read_as_written(low, high, expected):

@@ -170,15 +170,22 @@ def round_step(span: float, intervals: int = 5, integer: bool = False) -> float:
     return max(step, 1.0) if integer else step
 
 
+MAX_LOG_TICKS = 12  # past this many, a log axis's labels crowd each other (the Op roofline spans ten decades)
+
+
 def log_ticks(low: float, high: float) -> list[float]:
-    """Ticks for a log axis over [low, high] that read as written: 1, 2 and 5 times each power of ten inside it, and
-    every digit (1, 2, ... 9) where that leaves fewer than three."""
+    """Ticks for a log axis over [low, high] that read as written: 1, 2 and 5 times each power of ten inside it;
+    every digit (1, 2, ... 9) where that leaves fewer than three; the powers of ten alone (every k-th) where it
+    leaves more than MAX_LOG_TICKS."""
     if not (low > 0 and high >= low and math.isfinite(high)):
         return []
     lo, hi = math.floor(math.log10(low)), math.ceil(math.log10(high))
     for digits in ((1, 2, 5), tuple(range(1, 10))):
         ticks = [float(f"{m}e{p}") for p in range(lo, hi + 1) for m in digits]
         inside = [t for t in ticks if low <= t <= high]
+        if len(inside) > MAX_LOG_TICKS:
+            powers = [float(f"1e{p}") for p in range(lo, hi + 1) if low <= float(f"1e{p}") <= high]
+            return powers[:: math.ceil(len(powers) / MAX_LOG_TICKS)]
         if len(inside) >= 3:
             return inside
     return inside
