@@ -1073,3 +1073,31 @@ def test_telemetry_titles_sit_between_the_panels_not_on_the_data(tmp_path):
     assert [a.text for a in titles] == [f"figure_{i}" for i in range(6)]
     for title, domain in zip(titles, domains, strict=True):
         assert title.yanchor == "bottom" and title.y == pytest.approx(domain[1])  # on its own panel's top edge
+
+
+def test_a_table_writes_a_dash_where_nothing_was_measured():
+    """docs/explorer.md promises "-" where a cell measured nothing; the browser's table wrote "None" (an op with no
+    dtype in the Op roofline, its GFLOP and MB) whatever the styling said. A column with such a cell is text now,
+    its numbers at 4 decimals; a column without keeps its numbers."""
+    from probe.explorer.widgets import table_frame
+
+    frame = pd.DataFrame(
+        {
+            "gflop": [51.5815505, None],
+            "dtype": ["bfloat16", None],
+            "gpu_ms": [np.nan, np.nan],
+            "count": pd.array([48, None], dtype="Int64"),
+            "calls": [1, 2],
+            "ms": [0.1, 0.2],
+        }
+    )
+    shown = table_frame(frame)
+    assert shown.to_dict("list") == {
+        "gflop": ["51.5816", "-"],
+        "dtype": ["bfloat16", "-"],
+        "gpu_ms": ["-", "-"],
+        "count": ["48", "-"],
+        "calls": [1, 2],
+        "ms": [0.1, 0.2],
+    }
+    assert shown["calls"].dtype == np.int64 and shown["ms"].dtype == np.float64

@@ -26,14 +26,29 @@ from probe.explorer.loaders import (
 
 
 def show_table(frame: pd.DataFrame, key: str, style: Callable | None = None) -> None:
-    """A table: a column that measured nothing (all None or NaN: a CPU trace's GPU columns) reads "-", numbers
-    at 4 decimals; its text came from files, so it is made valid UTF-8 first (Arrow refuses lone surrogates).
-    `style` adds a view's own styling."""
-    unmeasured = {c: "-" for c in frame.columns if len(frame) and frame[c].isna().all()}
-    text = [c for c in frame.columns if frame[c].dtype == object and c not in unmeasured]
-    frame = frame.assign(**unmeasured, **{c: frame[c].map(_printable_text) for c in text})
-    styler = frame.style.format(na_rep="-", precision=4)
+    """A table as table_frame shows it, numbers at 4 decimals. `style` adds a view's own styling."""
+    styler = table_frame(frame).style.format(na_rep="-", precision=4)
     st.dataframe(style(styler) if style else styler, key=key, hide_index=True)
+
+
+def table_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """What a table shows: "-" in every cell that measured nothing (None or NaN: a CPU trace's GPU columns, an op
+    with no dtype), where the browser's table would write "None" whatever the styling says; a column with some such
+    cells is text (numbers at 4 decimals), one with none keeps its numbers. Text came from files, so it is made
+    valid UTF-8 first (Arrow refuses lone surrogates)."""
+    partly = [c for c in frame.columns if frame[c].isna().any()]
+    text = [c for c in frame.columns if frame[c].dtype == object and c not in partly]
+    return frame.assign(
+        **{c: frame[c].map(_cell_text) for c in partly}, **{c: frame[c].map(_printable_text) for c in text}
+    )
+
+
+def _cell_text(value: object) -> str:
+    if value is None or value is pd.NA or (isinstance(value, float) and value != value):  # NaN: unequal to itself
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return printable(value) if isinstance(value, str) else str(value)
 
 
 def _printable_text(value: object) -> object:
