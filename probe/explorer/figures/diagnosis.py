@@ -22,9 +22,11 @@ from probe.explorer.figures.style import COLORS, SERIES, color, label, labels, l
 
 # The measured step, piece by piece: the host window by mechanism (Evidence's figures), then the GPU's work.
 HOST_PIECES = (
+    ("data", "data loading", "data_ns"),
     ("python", "Python", "python_ns"),
     ("dispatch", "op dispatch", "dispatch_ns"),
     ("launch", "launch and runtime calls", "launch_ns"),
+    ("other_threads", "other threads' work", "other_threads_ns"),
     ("unattributed", "unattributed", "unattributed_ns"),
 )
 ROOF_SIZES = (6, 40)  # marker diameter range, px: area grows with an op's share of the kernel time
