@@ -12,7 +12,7 @@ import pandas as pd
 from probe.analysis.diagnosis.report import Figure, Report
 from probe.analysis.records.results import BenchResults
 from probe.analysis.regression.compare import COLUMNS, Comparison, row_cells
-from probe.render.terminal import SERVING_COLUMNS, floor_lines, parity_text, value_text
+from probe.render.terminal import SERVING_COLUMNS, contention_text, floor_lines, parity_text, value_text
 from probe.render.text import md_escape
 
 if TYPE_CHECKING:  # a type only: rendering compare's report must not load DuckDB
@@ -46,8 +46,12 @@ def _cells(results: BenchResults) -> list[str]:
     cells = results.cells_frame()[list(CELL_COLUMNS)].copy()
     cells["decode_ops"] = cells["decode_ops"].astype("Int64")  # a count, or none where it was not measured (static)
     cells["tokens"] = [parity_text(c, markup=False) for c in results.cells]
+    if results.contention:  # as the terminal marks them: the other processes' cores, CONTENDED
+        cells["other CPU"] = [contention_text(c, markup=False) for c in results.cells]
     serving = results.cells_frame()[["engine", "prompt_tokens", "batch", *(name for _, name in SERVING_COLUMNS)]]
-    lines = ["## Cells", "", _markdown(cells, ".2f"), ""]
+    lines = ["## Cells", ""]
+    lines += [f"**Contended:** {md_escape(results.contention)}", ""] if results.contention else []
+    lines += [_markdown(cells, ".2f"), ""]
     lines += ["## Serving figures (ms; vLLM benchmark_serving definitions)", "", _markdown(serving, ".2f"), ""]
     if results.failed:
         lines += ["## Cells that failed", ""]

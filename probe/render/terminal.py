@@ -39,12 +39,14 @@ def parity_text(c: Cell, markup: bool = True) -> str:
     return f"{bad}{where}{' (tf' + gap + ')' if tf else ''}"
 
 
-def contention_text(c: Cell) -> str:
+def contention_text(c: Cell, markup: bool = True) -> str:
     """A contended cell's mark: the CPU other processes used beside it (probe.analysis.records.telemetry's rule)."""
     if c.other_cpu_cores is None:
         return "-"
     text = f"{c.other_cpu_cores:.2f} cores"
-    return f"[bold yellow]{text} CONTENDED[/]" if c.contended else text
+    if not c.contended:
+        return text
+    return f"[bold yellow]{text} CONTENDED[/]" if markup else f"{text} CONTENDED"
 
 
 def cells_table(results: BenchResults, title: str | None = None) -> Table:

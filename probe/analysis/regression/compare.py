@@ -28,6 +28,7 @@ from typing import Literal
 
 from probe.analysis.ledger.kernels import DEFAULT_RULES, short_name
 from probe.analysis.records.environment import EnvDifference
+from probe.analysis.regression.comparable import Comparable, comparable
 from probe.analysis.regression.rules import ALPHA, DEFAULTS, MIN_SAMPLES, THRESHOLD, CompareRules
 from probe.analysis.regression.samples import (
     KERNELS,
@@ -50,6 +51,7 @@ Verdict = Literal[
     "too few samples",
     "skipped: versions differ",  # counts across torch / transformers: shown, not gated
     "skipped: devices differ",  # anything across devices: shown, not gated
+    "skipped: work differs",  # the steps did different work (probe.analysis.regression.comparable): shown, not gated
     "contended: not judged",  # timings measured while other processes took the CPU
 ]
 Change = Literal["new", "grown", "shrunk", "removed"]
@@ -126,6 +128,11 @@ class Comparison:
     notes: tuple[str, ...] = ()  # quiet: absent metrics, keys on one side only
     versions_differ: bool = False  # torch, transformers or the device: counts are not gated
     devices_differ: bool = False  # nothing is gated
+    comparable: Comparable | None = None  # the keys compared and how their work differs (work differs: not gated)
+
+    @property
+    def work_differs(self) -> bool:
+        return self.comparable is not None and self.comparable.work_differs
 
     @property
     def regressed(self) -> bool:
@@ -148,6 +155,7 @@ class Comparison:
                 **rules,
                 "versions_differ": self.versions_differ,
                 "devices_differ": self.devices_differ,
+                "work_differs": self.work_differs,
                 "warnings": list(self.warnings),
                 "notes": list(self.notes),
                 "alerts": [asdict(a) for a in self.alerts],
@@ -391,18 +399,6 @@ def _versus(d: EnvDifference) -> str:
     return f"{d.key} differs: {d.ours} (baseline) vs {d.theirs} (current)"
 
 
-def check_configs(base: SampleSet, cur: SampleSet) -> None:
-    if base.family != cur.family:
-        raise ProbeError(
-            f"cannot compare a {base.family} input ({base.source}) with a {cur.family} input "
-            f"({cur.source}): compare results with results, traces with traces"
-        )
-    for name in sorted(set(base.config) & set(cur.config)):
-        b, c = base.config[name], cur.config[name]
-        if b is not None and c is not None and b != c:
-            raise ProbeError(f"mismatched configs: {name} is {b} in {base.source} but {c} in {cur.source}")
-
-
 def _check_complete(base: SampleSet, cur: SampleSet) -> None:
     """The count gate needs every cell of the baseline."""
     missing = [k for k in base.units if k not in cur.units]
@@ -441,10 +437,14 @@ def _count_rows(
     return rows, alerts, changes
 
 
-def _timing_rows(b: Unit, c: Unit, rules: CompareRules, devices_differ: bool) -> tuple[list[Row], list[Alert]]:
+def _timing_rows(
+    b: Unit, c: Unit, rules: CompareRules, devices_differ: bool, work_differs: bool = False
+) -> tuple[list[Row], list[Alert]]:
     skipped: Verdict | None = None
     if devices_differ:
         skipped = "skipped: devices differ"
+    elif work_differs:
+        skipped = "skipped: work differs"
     elif b.contended or c.contended:
         skipped = "contended: not judged"
     rows = [
@@ -502,14 +502,11 @@ def compare(
     """Every key both sides share, every metric both measured. Raises ProbeError on unusable input: with
     `rules.counts_only` (the CI gate) that includes a current run missing any of the baseline's cells, and with
     `require_same_env` torch, transformers or a device that differ (the gate would otherwise switch itself off)."""
-    check_configs(base, cur)
-    keys = [k for k in base.units if k in cur.units]
-    if not keys:
-        raise ProbeError(
-            f"mismatched configs: no {'step kind' if base.family == 'trace' else 'cell'} in common "
-            f"(baseline: {', '.join(base.units)}; current: {', '.join(cur.units)})"
-        )
+    shared = comparable(base, cur)  # ProbeError when nothing can be compared
+    keys = shared.keys
     warnings, differences = environment_warnings(base, cur, timings=not rules.counts_only)
+    if shared.warning:
+        warnings.append(shared.warning)
     if require_same_env and differences:
         raise ProbeError(f"--require-same-env: {_versus(differences[0])}")
     if rules.counts_only:
@@ -520,6 +517,8 @@ def compare(
         skipped = "skipped: devices differ"
     elif differences:
         skipped = "skipped: versions differ"
+    if shared.work_differs and not devices_differ:
+        skipped = "skipped: work differs"
     rows, alerts, changes = [], [], []
     for key in keys:
         b, c = base.units[key], cur.units[key]
@@ -528,7 +527,7 @@ def compare(
         alerts += a
         changes += ch
         if not rules.counts_only:
-            r, a = _timing_rows(b, c, rules, devices_differ)
+            r, a = _timing_rows(b, c, rules, devices_differ, shared.work_differs)
             rows += r
             alerts += a
     return Comparison(
@@ -542,6 +541,7 @@ def compare(
         tuple(reconciled(rows) + _notes(base, cur, rules)),
         bool(differences),
         devices_differ,
+        shared,
     )
 
 
@@ -551,6 +551,7 @@ __all__ = [
     "MIN_SAMPLES",
     "THRESHOLD",
     "Alert",
+    "Comparable",
     "Comparison",
     "CompareRules",
     "Metric",
@@ -559,6 +560,7 @@ __all__ = [
     "SampleSet",
     "Unit",
     "compare",
+    "comparable",
     "fmt_count",
     "from_analysis",
     "from_results",

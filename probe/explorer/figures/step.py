@@ -20,6 +20,8 @@ MAX_LINKS = 50  # launch-to-kernel arrows drawn for one selection
 HOVER_WIDTH = 110  # characters of a hover line: a kernel's full name wraps, never cut
 PART_LABEL = {p.name: p.label for p in PURPOSE_PARTS} | {p.name: p.label for p in MECHANISM_PARTS}
 PART_LABEL |= {"range": "range", "external": "external wait (no GPU op of the trace ran)"}
+PART_LABEL |= {"host_work": "host work (the window less its sync wait)"}
+PART_LABEL |= {"gpu_wait": "sync wait, the trace's GPU working"}
 IDLE_LABEL = {"host_wait": "host wait", "kernel_wait": "kernel wait", "other": "other", "before_gpu": "before"}
 
 
@@ -83,15 +85,15 @@ def merged_text(tl: StepTimeline) -> str:
 
 
 def timeline_figure(tl: StepTimeline, selected: Sequence[int] = (), title: str = "") -> go.Figure:
-    """A lane per row, top to bottom as the timeline lists them; each bar from its start for its duration (at least
-    a column wide, so that none vanishes; the hover gives the exact figures), hatched when it merges short events,
-    faded when it is another step's GPU work. The step's idle gaps are shaded across the GPU lanes and its external
-    wait across the host lanes; sync call sites are marked; `selected` rows (GPU ops, or launch calls) get arrows
-    from each launch call to its GPU op."""
+    """A lane per row, top to bottom as the timeline lists them; each bar from its start for as long as the time it
+    holds (a merged bar: the time its events cover, never their span; plotly widens a bar under a pixel to one so
+    that none vanishes), hatched when it merges short events, faded when it is another step's GPU work. The step's
+    idle gaps are shaded across the GPU lanes and its external wait across the host lanes; sync call sites are
+    marked; `selected` rows (GPU ops, or launch calls) get arrows from each launch call to its GPU op. A drag
+    selects a stretch (the view draws it again at its own resolution)."""
     fig = go.Figure()
     for trace in _shading(tl):
         fig.add_trace(trace)
-    q = tl.resolution_ns
     groups: dict[tuple[str, str, bool, bool], list[Bar]] = {}
     for bar in tl.bars:  # a trace a (legend entry, merged, own): a browser draws a constant pattern and opacity
         groups.setdefault((*legend_key(bar), bar.count > 1, bar.own), []).append(bar)  # several times faster
@@ -101,7 +103,7 @@ def timeline_figure(tl: StepTimeline, selected: Sequence[int] = (), title: str =
         fig.add_trace(
             go.Bar(
                 y=[b.lane for b in bars],
-                x=[max(b.dur_ns, q) / 1e6 for b in bars],
+                x=[b.dur_ns / 1e6 for b in bars],  # as long as the time it holds: never a column more
                 base=[b.start_ns / 1e6 for b in bars],
                 orientation="h",
                 width=0.8,
@@ -122,7 +124,7 @@ def timeline_figure(tl: StepTimeline, selected: Sequence[int] = (), title: str =
                         _wrap(b.detail),
                         b.row,
                         b.start_ns,
-                        b.dur_ns,
+                        max(b.dur_ns, b.extent_ns),
                         b.count,
                     ]
                     for b in bars
@@ -163,9 +165,21 @@ def timeline_figure(tl: StepTimeline, selected: Sequence[int] = (), title: str =
         },
         hoverlabel={"align": "left"},
         clickmode="event+select",
-        dragmode="zoom",
+        dragmode="select",
+        selectdirection="h",
     )
     return fig
+
+
+def dragged_window(event) -> tuple[float, float] | None:
+    """The stretch (ms from the step's start) a drag across timeline_figure selected (Streamlit's box selection),
+    if one did."""
+    try:
+        box = event["selection"]["box"][0]
+        lo, hi = sorted(float(x) for x in box["x"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    return (lo, hi) if hi > lo else None
 
 
 def clicked_bar(event) -> tuple[int, int, int, int] | None:
