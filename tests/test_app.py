@@ -380,10 +380,10 @@ def test_step_ledger_of_a_public_gpu_trace(monkeypatch, public_root):
     assert "launches / step" in [m.label for m in at.metric]
 
 
-def test_the_step_ledger_heads_with_the_diagnosis_not_the_host_window(monkeypatch):
+def test_the_step_ledger_heads_with_the_diagnosis_not_the_host_window(monkeypatch, public_root):
     """vLLM's decode: the Step ledger's "step p50" was its 2.409 ms host window, where the Diagnosis measures the
     step at 10.718 ms (the GPU's work). The Diagnosis's figures come first now, the host window named as such."""
-    at = app(monkeypatch, DATA, VLLM, "Step ledger")
+    at = app(monkeypatch, public_root, VLLM, "Step ledger")
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["measured step"] == metrics["GPU work"] == "10.718 ms" and metrics["host window"] == "2.409 ms"
     assert metrics["host window p50 (not the measured step)"] == "2.409 ms" and "step p50" not in metrics
@@ -585,10 +585,10 @@ def test_alerts_on_configs_that_cannot_be_compared_is_an_error_box(monkeypatch, 
 
 
 @pytest.mark.parametrize("view", ["Compare", "Alerts"])
-def test_a_prefill_is_not_held_to_a_decode_in_either_view(monkeypatch, view):
+def test_a_prefill_is_not_held_to_a_decode_in_either_view(monkeypatch, public_root, view):
     """SGLang's prefill against vLLM's decode: before, Compare drew +21603% while Alerts refused. Both views refuse
     now, in probe compare's one line, and draw nothing."""
-    at = app(monkeypatch, DATA, VLLM, view, baseline=SGLANG)
+    at = app(monkeypatch, public_root, VLLM, view, baseline=SGLANG)
     assert at.error[0].value.replace("\\", "") == (  # md() escapes Markdown: the text as written
         "probe compare cannot compare these: mismatched configs: no step kind in common (baseline: prefill; "
         "current: decode)"

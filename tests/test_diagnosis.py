@@ -500,7 +500,7 @@ def test_a_stretch_another_step_works_in_is_no_hole(tmp_path):
 
 
 def test_an_old_report_without_the_hole_reads_back():
-    d = _diagnose(DATA / "rocm_vllm_decode_cudagraph.trace.json.gz")
+    d = _diagnose(shared_trace("public/rocm_vllm_decode_cudagraph.trace.json.gz"))
     doc = d.evidence.to_json()
     assert doc["hole_us"] == pytest.approx(5962, abs=1)  # 8.371 ms to the first GPU op, less the 2.409 ms window
     del doc["hole_us"]
