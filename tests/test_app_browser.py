@@ -50,8 +50,6 @@ CHROMIUM_ARGS = [
 START_S = 90  # streamlit's first start on a busy 2-core machine
 DRAW_MS = 60_000  # a chart's first draw, parse of the trace included
 
-pytestmark = pytest.mark.browser
-
 
 def missing() -> str | None:
     if importlib.util.find_spec("playwright") is None:
@@ -190,6 +188,8 @@ def browser():
         b.close()
 
 
+@pytest.mark.browser
+@pytest.mark.slow
 def test_the_app_draws_every_kind_of_chart_in_chromium(browser, capsys, tmp_path):
     with serve(DATA, tmp_path / "streamlit.log") as (url, port):
         assert listening_addresses(port) == {"127.0.0.1"}  # probe app binds to this machine only
@@ -267,6 +267,8 @@ def test_the_app_draws_every_kind_of_chart_in_chromium(browser, capsys, tmp_path
         assert (SCREENSHOTS / f"{name}.png").stat().st_size > 10_000
 
 
+@pytest.mark.browser
+@pytest.mark.slow
 def test_names_that_are_markup_are_drawn_as_text_in_chromium(browser, tmp_path):
     """Plotly turns <a href> in a label into a link and <span style> into a style: the hostile trace's op and
     kernel names (tests/test_view.py) are drawn as the characters they are, and no chart holds a link."""
@@ -388,6 +390,8 @@ def trace_cases(folder: Path, root: Path) -> list[tuple[str, dict[str, str]]]:
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces" / "public"
 
 
+@pytest.mark.browser
+@pytest.mark.slow
 def test_time_to_the_first_chart_of_every_view(browser, capsys, tmp_path):
     """Measured in the browser, from navigation to a drawn plotly chart: a probe run --quick folder's Sweep (its
     12k telemetry samples included), each committed trace's views, and every public trace, first parsed and then

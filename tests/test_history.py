@@ -631,6 +631,7 @@ POINT_JS = """([name, i]) => {
 
 
 @pytest.mark.browser
+@pytest.mark.slow
 def test_clicking_a_point_of_the_history_opens_that_run(tmp_path):
     from probe.explorer.figures.history import COUNT_ALERT
     from tests.test_app import HISTORY, history_root

@@ -356,3 +356,22 @@ def test_roofline_reads_presets_config_files_and_model_folders_without_torch(tmp
     result = _without_torch(code, tmp_path)
     assert result.returncode == 2 and "torch is not importable here" in result.stderr
     assert result.stderr.count("\n") == 1
+
+
+def _marked(node: ast.AST, mark: str) -> bool:
+    """Whether `node` (a decorator or a pytestmark value) names pytest.mark.<mark> anywhere in it."""
+    return any(isinstance(n, ast.Attribute) and n.attr == mark for n in ast.walk(node))
+
+
+def test_every_test_file_keeps_a_test_in_the_default_run():
+    """`pytest -q` (the default run deselects `slow`) holds at least one test of each test file, so no module's tests
+    drop out of the run a contributor makes before every commit; the slow rest runs under `pytest -m slow`."""
+    all_slow = []
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        module_marks = [n.value for n in tree.body if isinstance(n, ast.Assign) and "pytestmark" in ast.unparse(n)]
+        tests = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+        fast = [t for t in tests if not any(_marked(d, "slow") for d in t.decorator_list)]
+        if any(_marked(m, "slow") for m in module_marks) or not fast:
+            all_slow.append(path.name)
+    assert all_slow == []
