@@ -110,7 +110,7 @@ def test_every_kernel_of_every_real_trace_has_its_hand_assigned_category():
     """tests/data/kernel_categories.json: each kernel name of the public and peer traces (417), with the category a
     person gave it after reading the name (tests/data/PROVENANCE.md); the file holds exactly those names."""
     expected = json.loads((DATA / "kernel_categories.json").read_text())
-    names = _kernel_names(sorted(SHARED.glob("*/*.json.gz")))
+    names = _kernel_names(sorted(p for d in ("public", "peer") for p in (SHARED / d).glob("*.json.gz")))
     assert set(expected) == names and len(names) == 417
     wrong = {n: (DEFAULT_RULES.category(n), want) for n, want in expected.items() if DEFAULT_RULES.category(n) != want}
     assert wrong == {}

@@ -33,7 +33,7 @@ from engines import engine_class
 from engines.models import load_model, prompt_ids, resolve_device
 from engines.naive import no_cache_forward, prepared_masks
 from probe import vocabulary as V
-from probe.analysis.diagnosis.report import Machine, OverheadReport, Piece
+from probe.analysis.diagnosis.predictions import Machine, OverheadReport, Piece
 from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.digest import StepDigest, digest
 from probe.analysis.roofline.devices import match_device

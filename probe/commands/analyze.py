@@ -33,9 +33,11 @@ from typing import TYPE_CHECKING
 
 from probe.commands import print_json
 from probe.errors import ProbeError
+from probe.pool import pool_map
 
 if TYPE_CHECKING:
-    from probe.analysis.ledger.build import AnalyzeOptions, EventCost, StepLedger, TraceAnalysis
+    from probe.analysis.ledger.types import AnalyzeOptions, StepLedger, TraceAnalysis
+    from probe.analysis.records.sidecar import EventCost
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -103,7 +105,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def options_from(args: argparse.Namespace, trace_path: Path) -> AnalyzeOptions:
     """AnalyzeOptions from the flags; the event cost from the trace's sidecar when the flag does not give it."""
-    from probe.analysis.ledger.build import AnalyzeOptions
+    from probe.analysis.ledger.types import AnalyzeOptions
     from probe.analysis.records.sidecar import trace_meta
 
     if args.event_cost_ns is not None:
@@ -115,7 +117,7 @@ def options_from(args: argparse.Namespace, trace_path: Path) -> AnalyzeOptions:
 
 
 def parse_event_cost(text: str) -> EventCost:
-    from probe.analysis.ledger.build import EventCost
+    from probe.analysis.records.sidecar import EventCost
 
     try:
         op, _, rng = text.partition(",")
@@ -207,8 +209,8 @@ def main_job(args: argparse.Namespace, paths: list[Path]) -> int:
     """Several traces: each analyzed in parallel, then lined up as the ranks of one job."""
     from rich.markup import escape
 
-    from probe.analysis.ledger.build import AnalyzeOptions
-    from probe.analysis.ledger.ranks import TraceFailure, analyze_one, job, lost_trace, pool_map
+    from probe.analysis.ledger.ranks import TraceFailure, analyze_one, job, lost_trace
+    from probe.analysis.ledger.types import AnalyzeOptions
     from probe.render.console import stdout
     from probe.render.ledger import host_table, job_tables, steps_table
 
