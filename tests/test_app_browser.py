@@ -188,6 +188,8 @@ def browser():
         b.close()
 
 
+# Under xdist (.ci/run) the browser's tests share one worker, and so its one Chromium.
+@pytest.mark.xdist_group("browser")
 @pytest.mark.browser
 @pytest.mark.slow
 def test_the_app_draws_every_kind_of_chart_in_chromium(browser, capsys, tmp_path):
@@ -267,6 +269,7 @@ def test_the_app_draws_every_kind_of_chart_in_chromium(browser, capsys, tmp_path
         assert (SCREENSHOTS / f"{name}.png").stat().st_size > 10_000
 
 
+@pytest.mark.xdist_group("browser")
 @pytest.mark.browser
 @pytest.mark.slow
 def test_names_that_are_markup_are_drawn_as_text_in_chromium(browser, tmp_path):
@@ -390,6 +393,7 @@ def trace_cases(folder: Path, root: Path) -> list[tuple[str, dict[str, str]]]:
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces" / "public"
 
 
+@pytest.mark.serial  # its times go in docs/explorer.md: taken with no test beside it
 @pytest.mark.browser
 @pytest.mark.slow
 def test_time_to_the_first_chart_of_every_view(browser, capsys, tmp_path):

@@ -42,6 +42,9 @@ from tests.conftest import DATA, ROOT, interrupt_sweep, run_probe
 from tests.ranks import make_rank_traces
 from tests.variants import HOLD_DIR_VAR, RAISE_AT_PROMPT
 
+# Under xdist (.ci/run) the module's tests share one worker, so one cluster serves them all.
+pytestmark = pytest.mark.xdist_group("ray")
+
 SMALL = dict(prompts=(8, 24), new_tokens=5, runs=1, warmup=0, device="cpu")
 NODES = ("node-a", "node-b", "node-c")
 
