@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from pathlib import Path
@@ -159,3 +160,43 @@ def test_kernels_are_shown_by_their_short_names(run):
     assert code == 0 and "at::native::elementwise_kernel " in out and "void at::native" not in out
     code, out, _ = run(trace, "--json")
     assert any(k["name"].startswith("void at::native::elementwise_kernel<") for k in json.loads(out)["kernels"])
+
+
+def _eight_gpus(tmp_path: Path, name: str) -> Path:
+    """The hand trace, its deviceProperties listing eight GPUs of one name."""
+    doc = json.loads(gzip.decompress(HAND.read_bytes()))
+    doc["deviceProperties"] = [{"id": i, "name": name, "totalGlobalMem": 10 * 2**30} for i in range(8)]
+    path = tmp_path / "eight.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_a_device_is_named_once_however_many_gpus_the_trace_lists(run, tmp_path):
+    code, out, _ = run(str(_eight_gpus(tmp_path, "NVIDIA Imaginary X1")), "--json")
+    notes = json.loads(out)["answer_notes"]
+    assert code == 0 and any("(NVIDIA Imaginary X1) is not in the device table" in n for n in notes)
+    assert sum(n.count("Imaginary") for n in notes) == 1
+    code, out, _ = run(str(_eight_gpus(tmp_path, "NVIDIA GeForce RTX 4080 Laptop GPU")), "--json")
+    (note,) = [n for n in json.loads(out)["answer_notes"] if "Laptop" in n]
+    assert "has no published figures" in note and note.count("Laptop GPU") == 2  # the name, and NVIDIA's page
+
+
+def test_device_file_gives_the_roofline_its_device(run, tmp_path):
+    card = tmp_path / "card.json"
+    card.write_text(json.dumps({"name": "Imaginary X1", "memory_bandwidth_bytes_s": 1e12, "peak_flops_s": {}}))
+    code, out, _ = run(str(_eight_gpus(tmp_path, "NVIDIA Imaginary X1")), "--json", "--device-file", str(card))
+    doc = json.loads(out)
+    assert code == 0 and doc["roofline"]["device"] == "Imaginary X1"
+    assert not any("not in the device table" in n for n in doc["answer_notes"])
+    card.write_text("{}")
+    code, _, err = run(str(HAND), "--device-file", str(card))
+    assert code == 2 and err.count("\n") == 1 and f"--device-file {card}" in err
+
+
+def test_steps_kind_from_the_command_line(run):
+    code, out, err = run(str(HAND), "--steps", "forward", "--steps-kind", "range", "--json")
+    assert code == 0 and [s["name"] for s in json.loads(out)["steps"]] == ["forward", "forward"]
+    code, _, err = run(str(HAND), "--steps", "forward", "--steps-kind", "python")
+    assert code == 0 and "matched no range" in err  # no Python frame is named so: the rules below it
+    code, _, err = run(str(HAND), "--steps", "forward", "--steps-kind", "frames")
+    assert code == 2 and "use one or more of range, cpu_op, python" in err

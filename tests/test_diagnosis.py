@@ -102,10 +102,179 @@ def test_external_wait_then_its_own_gpu_work(tmp_path):
     # the copy was queued 2 us after the stream-wait call: the sync site says so
     (site,) = analyze(load_trace(path)).steps[0].sync_sites
     assert (site.call, site.wait_ns, site.stream_wait_before_ns) == ("cudaMemcpy", 80_000, 2_000)
-    # host to device, as the GPU copy's name says (the call's args say nothing)
-    assert (site.copy_bytes, site.copy_kind) == (None, "HtoD")
-    assert "in cudaMemcpy (a host to device copy) at" in d.headline
+    # host to device from pageable memory, as the GPU copy's name says (the call's args say nothing)
+    assert (site.copy_bytes, site.copy_kind, site.copy_memory) == (None, "HtoD", "pageable")
+    assert "in cudaMemcpy (a host to device copy, pageable host memory) at" in d.headline
     assert "0.002 ms after a stream-wait-event call" in d.lines[0]
+
+
+def test_a_copy_that_returns_after_its_copy_ends_is_sync_wait(tmp_path):
+    """Shape one, `.item()` on pageable memory: cudaMemcpyAsync runs 12-58 us and returns after its 4 B device-to-
+    host copy ends (50-57): the host waited, whatever the call is named. Sync wait 46 us, all with the GPU running
+    (the kernel 5-50, then the copy); host work 100 - 46 = 54 us against 45 + 7 = 52 us of GPU work."""
+    path = _trace(
+        tmp_path,
+        [
+            ("user_annotation", "decode#0", 0, 100, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 2, 4, {"correlation": 1}),
+            ("python_function", "<built-in method item of Tensor object at 0x7f>", 9, 61, {}),
+            ("cpu_op", "aten::item", 10, 60, {}),
+            ("cpu_op", "aten::_local_scalar_dense", 11, 59, {}),
+            ("cuda_runtime", "cudaMemcpyAsync", 12, 58, {"correlation": 2}),
+        ],
+        [
+            ("kernel", "gemm", 5, 50, {"correlation": 1}),
+            ("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", 50, 57, {"correlation": 2, "bytes": 4}),
+        ],
+    )
+    d = _diagnose(path)
+    e = d.evidence
+    assert (e.sync_wait_ns, e.external_wait_ns, e.host_work_ns, e.gpu_busy_ns) == (46_000, 0, 54_000, 52_000)
+    (site,) = analyze(load_trace(path)).steps[0].sync_sites
+    assert (site.call, site.copy_bytes, site.copy_kind, site.copy_memory, site.op) == (
+        "cudaMemcpyAsync",
+        4,
+        "DtoH",
+        "pageable",
+        "aten::item",
+    )
+    assert site.frame == "<built-in method item of Tensor object>"
+    assert "in cudaMemcpyAsync (a 4 B device to host copy, pageable host memory) under aten::item at <built-in " \
+        "method item of Tensor object>" in " ".join(d.lines)  # fmt: skip
+
+
+def test_a_copy_that_starts_late_is_sync_wait_and_one_that_returned_is_not(tmp_path):
+    """Shape two, a pageable host-to-device batch: the call runs 10-170 us; its copy starts at 150, 140 us after the
+    call began (past COPY_QUEUED_NS, 50 us) while the call still ran: the stream was busy with the 5-150 kernel and
+    the host waited, though the call returns before the copy ends (200). A pinned copy's call 175-180 returned long
+    before its copy ran (300-310): no wait, a runtime call. Sync wait 160 us; host work 400 - 160 = 240."""
+    path = _trace(
+        tmp_path,
+        [
+            ("user_annotation", "ProfilerStep#0", 0, 400, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 2, 4, {"correlation": 1}),
+            ("cpu_op", "aten::to", 9, 171, {}),
+            ("cuda_runtime", "cudaMemcpyAsync", 10, 170, {"correlation": 2}),
+            ("cuda_runtime", "cudaMemcpyAsync", 175, 180, {"correlation": 3}),
+        ],
+        [
+            ("kernel", "conv", 5, 150, {"correlation": 1}),
+            ("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 150, 200, {"correlation": 2, "bytes": 77070336}),
+            ("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 300, 310, {"correlation": 3}),
+        ],
+    )
+    s = analyze(load_trace(path)).steps[0]
+    assert (s.sync_wait_ns, s.host_work_ns, s.mechanism_ns["runtime"]) == (160_000, 240_000, 5_000)
+    (site,) = s.sync_sites
+    assert (site.call, site.wait_ns, site.copy_bytes, site.copy_kind, site.copy_memory, site.op) == (
+        "cudaMemcpyAsync",
+        160_000,
+        77_070_336,
+        "HtoD",
+        "pageable",
+        "aten::to",
+    )
+
+
+def test_launches_with_no_gpu_side_are_unknown_with_no_what_if(tmp_path):
+    """Three launch calls and no GPU op at all: no bound can be named, and no what-if is priced."""
+    path = _trace(
+        tmp_path,
+        [("user_annotation", "decode#0", 0, 100, {})]
+        + [("cuda_runtime", "cudaLaunchKernel", 10 * i, 10 * i + 5, {"correlation": i}) for i in (1, 2, 3)],
+    )
+    d = _diagnose(path)
+    assert (d.bound, d.then, d.host_bound_by, d.balanced, d.what_if) == ("unknown", None, None, False, ())
+    assert "unknown. None of its 3 launch calls has a GPU op in the trace" in d.headline
+
+
+def test_a_step_whose_gpu_side_is_partly_missing_says_how_much(tmp_path):
+    """Four launches, one kernel recorded (10 us). Host work 100 us; were the three missing as long, the GPU work
+    would be 40 us, short of the host's 100: host-bound stands, and a line says what is missing. Make the kernel
+    30 us: 30 + 3 x 30 = 120 us would pass the host's 100, so the verdict is unknown."""
+    host = [("user_annotation", "decode#0", 0, 100, {})]
+    host += [("cuda_runtime", "cudaLaunchKernel", 10 * i, 10 * i + 5, {"correlation": i}) for i in (1, 2, 3, 4)]
+    d = _diagnose(_trace(tmp_path, host, [("kernel", "k", 20, 30, {"correlation": 1})]))
+    assert d.bound == "host" and "3 of the step's 4 launch calls have no GPU op in the trace" in " ".join(d.lines)
+    d = _diagnose(_trace(tmp_path, host, [("kernel", "k", 20, 50, {"correlation": 1})]))
+    assert (d.bound, d.what_if) == ("unknown", ())
+    assert "3 of its 4 launch calls (75%) have no GPU op in the trace: at the recorded ones' 0.030 ms each the GPU " \
+        "work would be 0.120 ms, past the host's 0.100 ms" in d.headline  # fmt: skip
+
+
+def test_data_loading_in_the_2021_schema_bounds_the_host(tmp_path):
+    """The 2021 event schema: ops are `Operator`s, the DataLoader's range too, thread ids text. Its 60 us are data
+    loading (the ops inside it included), the largest part of 100 us of host work against 10 us of GPU work."""
+    events = [
+        ("Operator", "ProfilerStep#3", 0, 100, {}),
+        ("Operator", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 5, 65, {}),
+        ("Operator", "aten::stack", 10, 30, {}),
+        ("Operator", "aten::mm", 70, 80, {}),
+        ("Runtime", "cudaLaunchKernel", 71, 73, {"correlation": 1}),
+    ]
+    doc = [
+        {"ph": "X", "cat": c, "name": n, "pid": 9, "tid": "9", "ts": a, "dur": b - a, "args": args}
+        for c, n, a, b, args in events
+    ]
+    doc.append({"ph": "X", "cat": "Kernel", "name": "gemm", "pid": 0, "tid": "stream 7", "ts": 74, "dur": 10,
+                "args": {"correlation": 1}})  # fmt: skip
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": doc}))
+    d = _diagnose(path)
+    assert (d.bound, d.host_bound_by, d.evidence.data_ns) == ("host", "data", 60_000)
+    assert "host-bound, by data loading" in d.headline
+    assert analyze(load_trace(path)).steps[0].purpose_ns["data"] == 60_000
+
+
+def test_communication_is_its_own_purpose_and_kernel_category(tmp_path):
+    """An nccl:all_reduce range (20 us) around c10d's op launches an NCCL kernel (40 us) beside a GEMM (10 us): the
+    step says communication takes 20 us of its 100 us wall and 40 of its 50 us of GPU work (80%)."""
+    path = _trace(
+        tmp_path,
+        [
+            ("user_annotation", "ProfilerStep#1", 0, 100, {}),
+            ("cpu_op", "aten::mm", 5, 15, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 6, 8, {"correlation": 1}),
+            ("user_annotation", "nccl:all_reduce", 20, 40, {}),
+            ("cpu_op", "c10d::allreduce_", 21, 39, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 22, 24, {"correlation": 2}),
+        ],
+        [
+            ("kernel", "gemm", 10, 20, {"correlation": 1}),
+            ("kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 25, 65, {"correlation": 2}),
+        ],
+    )
+    s = analyze(load_trace(path)).steps[0]
+    assert (s.purpose_ns["communication"], s.kernels_by_category["communication"]) == (20_000, 40_000)
+    d = _diagnose(path)
+    assert (d.evidence.communication_ns, d.evidence.gpu_communication_ns) == (20_000, 40_000)
+    assert "communication: 0.020 ms of the host window in collectives (20% of the wall); 0.040 ms of communication " \
+        "kernels (80% of GPU work)" in d.lines  # fmt: skip
+
+
+def test_other_threads_work_while_the_steps_thread_records_nothing(tmp_path):
+    """The loop's thread runs ops 0-20 and 80-100 us and records nothing between; autograd's thread 2 runs the
+    backward 25-75 (an op, one launch of a 5 us kernel). Of the 60 us the loop's thread leaves uncovered, 50 are
+    the other thread's work: host-bound by it, not by "unattributed"."""
+    events = [
+        {"ph": "X", "cat": c, "name": n, "pid": 1, "tid": tid, "ts": a, "dur": b - a, "args": args}
+        for c, n, tid, a, b, args in (
+            ("user_annotation", "ProfilerStep#0", 1, 0, 100, {}),
+            ("cpu_op", "aten::linear", 1, 0, 20, {}),
+            ("cpu_op", "autograd::engine::evaluate_function: AddmmBackward0", 2, 25, 75, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 2, 30, 35, {"correlation": 1}),
+            ("cpu_op", "aten::_foreach_add_", 1, 80, 100, {}),
+        )
+    ]
+    events.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 36, "dur": 5,
+                   "args": {"correlation": 1}})  # fmt: skip
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    assert analyze(load_trace(path)).steps[0].unattributed_other_ns == 50_000
+    d = _diagnose(path)
+    e = d.evidence
+    assert (e.other_threads_ns, e.unattributed_ns, e.dispatch_ns) == (50_000, 10_000, 40_000)
+    assert (d.bound, d.host_bound_by) == ("host", "other_threads") and "by other threads' work" in d.headline
 
 
 def python_bound_trace(tmp_path: Path) -> Path:
@@ -162,7 +331,7 @@ def test_the_summary_is_the_median_step_of_each_kind():
     assert d.median.step == "decode#1" and set(d.by_kind) == {"prefill", "decode"}
     assert d.by_kind["prefill"].step == "prefill"
     assert [x.step for x in d.steps] == ["prefill", "decode#0", "decode#1"]
-    assert set(d.to_json()) == {"median", "by_kind"}
+    assert set(d.to_json()) == {"median", "by_kind", "mix"}
 
 
 # --- every public trace, with the verdict its figures call for (the reasoning in docs/diagnosis.md) ------------
@@ -218,7 +387,7 @@ def test_analyze_json_has_a_diagnosis_for_every_step_and_the_summary(cli):
     assert code == 0
     doc = json.loads(out)
     assert [s["diagnosis"]["bound"] for s in doc["steps"]] == ["host", "host", "host"]
-    assert set(doc["diagnosis"]) == {"median", "by_kind"} and doc["diagnosis"]["median"]["step"] == "decode#1"
+    assert set(doc["diagnosis"]) == {"median", "by_kind", "mix"} and doc["diagnosis"]["median"]["step"] == "decode#1"
     assert set(doc["diagnosis"]["median"]) == {
         "step", "kind", "bound", "then", "host_bound_by", "balanced", "headline", "lines", "caveats", "evidence",
         "what_if",

@@ -65,6 +65,8 @@ def test_hand_prefill(hand):
     # 100 - 64 = 36 us (embedding 2-12, and 26 us that no event covers).
     assert s.purpose_ns == {
         "sync": 8_000,
+        "data": 0,
+        "communication": 0,
         "sample": 9_000,
         "cache_update": 10_000,
         "cache_seq_length": 2_000,
@@ -133,6 +135,8 @@ def test_hand_decode0_graph_launch_memcpy_memset(hand):
     # memset call and copy_), and the rest 90 - 42 = 48 us (linear 112-130, the graph launch 155-165, 20 us bare).
     assert s.purpose_ns == {
         "sync": 18_000,
+        "data": 0,
+        "communication": 0,
         "sample": 9_000,
         "cache_update": 15_000,
         "cache_seq_length": 0,
@@ -190,6 +194,8 @@ def test_hand_last_step_is_kept_with_unknown_runtime_and_old_kernel_category(han
     assert s.launch_delay_p90_ns == pytest.approx(15_700, abs=1e-6)
     assert s.purpose_ns == {
         "sync": 8_000,
+        "data": 0,
+        "communication": 0,
         "sample": 10_000,
         "cache_update": 0,
         "cache_seq_length": 0,
@@ -264,7 +270,7 @@ STEP_KEYS = {
     "launch_delay_p50_us", "launch_delay_p90_us", "launch_delay_from_end_p50_us", "launch_delay_from_end_p90_us",
     "short_kernels", "top_level_ops", "cpu_ops", "host_events", "host_ranges", "external_wait_us", "purpose_us",
     "mechanism_us", "cache_us", "busy_fraction", "unprofiled_estimate_us", "op_counts", "top_ops", "kernel_counts",
-    "capturable_us", "capture_region", "tokens",
+    "capturable_us", "capture_region", "tokens", "data_mechanism_us", "launches_unmatched", "unattributed_other_us",
     "kernels_by_category", "top_kernels", "top_frames", "sync_sites", "other_threads",
 }  # fmt: skip
 
@@ -288,6 +294,8 @@ def test_hand_json_is_the_documented_contract(hand):
             # the memcpy call earlier in the step sits in addmm, the sync in no op: no copy of its own to name
             "copy_bytes": None,
             "copy_kind": None,
+            "copy_memory": None,
+            "op": None,
         }
     ]
     assert set(out["totals"]) >= {"events", "kernels", "launches", "graph_launches", "gpu_ops", "gpu_busy_us"}
@@ -324,8 +332,10 @@ def test_graph_launches_start_steps_when_nothing_else_marks_them(tmp_path):
 def test_whole_trace_window_when_no_steps(tmp_path):
     path = _without({"prefill", "decode#0", "decode#1", "ProfilerStep#3", "cudaGraphLaunch"}, tmp_path)
     a = analyze(load_trace(path))
-    (s,) = a.steps  # from the first event left (forward, at 1 us) to the orphan kernel's end (310 us)
-    assert (s.name, s.kind, s.start_ns, s.wall_ns, s.kernels, s.gpu_ops) == ("trace", "window", 0, 309_000, 8, 10)
+    # From the thread's first event left (forward, at 1 us) to its last event's end (the sync range, 259 us): the
+    # orphan kernel's end (310 us) is the GPU's, not host time
+    (s,) = a.steps
+    assert (s.name, s.kind, s.start_ns, s.wall_ns, s.kernels, s.gpu_ops) == ("trace", "window", 0, 258_000, 8, 10)
     assert (s.pid, s.tid) == (100, 100)
     assert a.step_rule == "whole trace" and any("--steps REGEX" in w for w in a.warnings)
     assert a.totals.unattributed_gpu_ops == 3  # the orphan, and the two graph kernels whose launch is gone
@@ -358,6 +368,8 @@ def test_nsys_hand_fixture(tmp_path):
     assert (d0.gpu_window_ns, d0.idle_host_wait_ns, d0.idle_kernel_wait_ns, d0.idle_other_ns) == (5_200, 0, 1_510, 0)
     assert d0.purpose_ns == {
         "sync": 1_800,
+        "data": 0,
+        "communication": 0,
         "sample": 900,
         "cache_update": 1_000,
         "cache_seq_length": 0,

@@ -181,6 +181,25 @@ def test_api_base_name():
     assert api_base_name("hipExtModuleLaunchKernel") == "hipExtModuleLaunchKernel"
 
 
+def test_text_thread_ids_stay_apart(tmp_path):
+    """The 2021 schema writes pid and tid as text: digits read as their number, a GPU row's "stream 7" as stream 7,
+    and other text as an id of its own, so two threads named in words are two threads (not one -1)."""
+    events = [
+        {"ph": "X", "cat": "Operator", "name": "a", "pid": 5, "tid": "25738", "ts": 1, "dur": 1},
+        {"ph": "X", "cat": "Operator", "name": "b", "pid": 5, "tid": "25772", "ts": 2, "dur": 1},
+        {"ph": "X", "cat": "Operator", "name": "c", "pid": 5, "tid": "main", "ts": 3, "dur": 1},
+        {"ph": "X", "cat": "Operator", "name": "d", "pid": 5, "tid": "worker", "ts": 4, "dur": 1},
+        {"ph": "X", "cat": "Operator", "name": "e", "pid": 5, "tid": "main", "ts": 5, "dur": 1},
+        {"ph": "X", "cat": "Kernel", "name": "k", "pid": 0, "tid": "stream 7", "ts": 6, "dur": 1},
+        {"ph": "X", "cat": "Operator", "name": "f", "pid": 5, "ts": 7, "dur": 1},
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    t = load_trace(path)
+    assert t.tid.tolist() == [25738, 25772, -2, -3, -2, 7, -1]
+    assert (t.stream[5], t.device[5]) == (7, 0)
+
+
 def test_public_traces_load_with_their_categories():
     b200 = load_trace(DATA / "b200_eager.trace.json.gz")
     assert int(np.sum(b200.kind == Kind.KERNEL)) == 768
@@ -193,7 +212,8 @@ def test_public_traces_load_with_their_categories():
     assert int(np.sum((h100.kind == Kind.GPU_RANGE) & (h100.name_id == h100.names.index("ProfilerStep#6")))) == 1
     cpu = load_trace(DATA / "cpu_only_small.trace.json.gz")
     assert not np.any(np.isin(cpu.kind, [Kind.KERNEL, Kind.RUNTIME]))
-    assert -1 in cpu.pid.tolist()  # the "Spans" pid of the profiler's own span is not an integer
+    # the "Spans" pid of the profiler's own span is text, not a number: an id of its own, below -1
+    assert -2 in cpu.pid.tolist()
 
 
 # --- nsys SQLite ------------------------------------------------------------------------------------------
@@ -390,7 +410,7 @@ def test_odd_json_types_do_not_crash(tmp_path):
     assert len(trace) == 4 and trace.skipped == {"['X']": 1}
     assert [trace.names[i] for i in trace.name_id] == ["['aten::mm']", "cudaLaunchKernel", "k", "k2"]
     assert trace.kind.tolist() == [Kind.OTHER, Kind.RUNTIME, Kind.KERNEL, Kind.KERNEL]
-    assert trace.pid.tolist() == [-1, 1, 0, 0] and trace.tid.tolist() == [-1, 1, 7, 7]
+    assert trace.pid.tolist() == [-1, 1, 0, 0] and trace.tid.tolist() == [-2, 1, 7, 7]  # text: an id of its own
     # Only JSON integers are ids: "12" and 3.0 are not, and 2**70 does not fit.
     assert trace.correlation.tolist() == [-1, -1, -1, -1]
     assert trace.device.tolist() == [-1, -1, 0, 0] and trace.stream.tolist() == [-1, -1, 7, 7]
@@ -449,7 +469,7 @@ def test_odd_types_in_one_piece_leave_the_others_typed(tmp_path, tiny_pieces):
     events[20]["name"], events[21]["pid"], events[22] = None, "main", 7
     trace = load_trace(write_trace(tmp_path / "t.json", events))
     assert len(trace) == 59 and trace.dropped == {"not an object": 1}
-    assert trace.name(20) == "" and trace.pid[21] == -1 and trace.name(21) == "op21"
+    assert trace.name(20) == "" and trace.pid[21] == -2 and trace.name(21) == "op21"  # pid "main": its own id
 
 
 # --- top-level facts --------------------------------------------------------------------------------------

@@ -1,14 +1,17 @@
 """Where every step's time went, from any trace: a torch.profiler chrome trace (.json, .json.gz) or an Nsight
 Systems SQLite export (.sqlite, .sqlite.gz), from probe, vLLM, SGLang, HF generate or your own loop.
 
-Steps: --steps REGEX when given, else probe's prefill / decode#i ranges, else ProfilerStep#N, else the
-per-iteration markers of vLLM, SGLang and TensorRT-LLM, else one step per graph launch, else the whole trace;
-the header says which rule found them. One row a step: wall time; kernel launches, graph launches and kernels
-(joined on correlation); the step's GPU window, GPU busy in it and idle split HTA's way into host wait, kernel
-wait and other; launch statistics. Then the host side of each step split into your --part's, sync, sample,
-cache bookkeeping, mask, attention, other ops, Python (the innermost frame's self time, on traces recorded
-with_stack) and unattributed time, which add up to the wall time; the kernels by name and category; the top
-Python frames; a summary. On a CPU-only trace the dispatched op count (top-level ops) stands in for launches.
+Steps: --steps REGEX when given (any range, op or Python frame; --steps-kind narrows it), else probe's prefill /
+decode#i ranges, else ProfilerStep#N, else the per-iteration markers of vLLM, SGLang and TensorRT-LLM and the
+engines' own step frames (vLLM's worker execute_model, SGLang's run_batch, HF generate's loop), else the outermost
+host unit that repeats and holds the launches, else one step per graph launch, else the whole trace; the header says
+which rule found them, and a warning what share of the GPU work the steps leave out. One row a step: wall time;
+kernel launches, graph launches and kernels (joined on correlation); the step's GPU window, GPU busy in it and idle
+split HTA's way into host wait, kernel wait and other; launch statistics. Then the host side of each step split into
+your --part's, sync, sample, cache bookkeeping, mask, attention, other ops, Python (the innermost frame's self time,
+on traces recorded with_stack) and unattributed time, which add up to the wall time; the kernels by name and
+category; the top Python frames; a summary. On a CPU-only trace the dispatched op count (top-level ops) stands in
+for launches.
 The definitions are in probe/analysis/ledger/build.py.
 
 First, before any table: the answer (probe/analysis/diagnosis/verdict.py, docs/diagnosis.md): what bounds the median
@@ -62,8 +65,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--steps",
         metavar="REGEX",
-        help="ranges whose whole name matches are the steps (torch "
-        "user annotations, NVTX ranges); overrides the built-in rules",
+        help="ranges whose name the pattern matches are the steps (user annotations, NVTX ranges, ProfilerStep, "
+        "cpu_ops, Python frames: --steps execute_model finds vLLM's worker frames; ^...$ for whole names); "
+        "overrides the built-in rules",
+    )
+    p.add_argument(
+        "--steps-kind",
+        metavar="KINDS",
+        help="the kinds --steps searches, comma-separated: range (annotations, NVTX, ProfilerStep), cpu_op, python "
+        "(default: all)",
     )
     p.add_argument(
         "--part",
@@ -91,6 +101,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     roof.add_argument(
         "--device", metavar="NAME", help="the GPU, when the trace's deviceProperties do not name it (H100-SXM, MI300X)"
     )
+    roof.add_argument(
+        "--device-file",
+        metavar="FILE",
+        help="the GPU from a JSON object with the device table's fields (name, memory_bandwidth_bytes_s, "
+        "memory_bytes, peak_flops_s by dtype, source): a card the table lacks, or measured peaks; it wins over "
+        "the trace's own",
+    )
     roof.add_argument("--dtype", help="the weights' dtype (default: the recorded GEMMs' input type, else bfloat16)")
     roof.add_argument("--tokens", type=int, help="new tokens a step, when the trace's markers and shapes do not say")
     roof.add_argument("--batch", type=int, help="sequences a step, when the trace does not say")
@@ -113,7 +130,7 @@ def options_from(args: argparse.Namespace, trace_path: Path) -> AnalyzeOptions:
     else:
         meta = trace_meta(trace_path)
         cost = meta.event_cost if meta else None
-    return AnalyzeOptions.parse(args.steps, args.part, args.kernel_category, cost, args.kernel_wait_us)
+    return AnalyzeOptions.parse(args.steps, args.part, args.kernel_category, cost, args.kernel_wait_us, args.steps_kind)
 
 
 def parse_event_cost(text: str) -> EventCost:
@@ -144,6 +161,7 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
     from probe.analysis.ledger.build import analyze
     from probe.analysis.ledger.timeline import step_timeline
     from probe.analysis.records.sidecar import trace_meta
+    from probe.analysis.roofline.devices import device_file
     from probe.analysis.roofline.step import TokenFlags
     from probe.analysis.trace import load_trace
     from probe.render.answer import answer_lines, op_roofline_table
@@ -161,13 +179,21 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
     )
 
     options = options_from(args, path)  # bad flags fail before the trace is read
+    given = device_file(args.device_file) if args.device_file else None
     trace = load_trace(path)
     result = analyze(trace, options)
     step = _pick(result, args.step) if args.step is not None else None
     flags = TokenFlags(args.tokens, args.batch, args.context)
     meta = trace_meta(path)
     found = answer(
-        trace, result, args.model, args.device, args.dtype, flags, contended=meta.contended_caveat if meta else None
+        trace,
+        result,
+        args.model,
+        args.device,
+        args.dtype,
+        flags,
+        contended=meta.contended_caveat if meta else None,
+        device_given=given,
     )
     if args.json:
         out = result.to_json() | found.to_json()
@@ -214,7 +240,8 @@ def main_job(args: argparse.Namespace, paths: list[Path]) -> int:
     from probe.render.console import stdout
     from probe.render.ledger import host_table, job_tables, steps_table
 
-    AnalyzeOptions.parse(args.steps, args.part, args.kernel_category)  # bad flags fail the command, first
+    # bad flags fail the command, first
+    AnalyzeOptions.parse(args.steps, args.part, args.kernel_category, steps_kind=args.steps_kind)
     if args.event_cost_ns is not None:
         parse_event_cost(args.event_cost_ns)
     items, early = [], {}

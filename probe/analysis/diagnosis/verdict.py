@@ -47,10 +47,12 @@ from dataclasses import dataclass, replace
 from probe.analysis.diagnosis.evidence import (
     CLOSE,
     EXTERNAL_SHARE,
+    HOST_BY_WORDS,
     Bound,
     Context,
     Evidence,
     evidence,
+    gpu_side_missing,
     largest_host_part,
     ms,
     pct,
@@ -115,9 +117,12 @@ def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None) -> Dia
     context = context or Context()
     e = evidence(s)
     caveats = (context.contended,) if context.contended else ()
+    missing = gpu_side_missing(e) if on_gpu else None
     if not on_gpu:
         bound: Bound = "cpu_only"
         then = None
+    elif missing:
+        bound, then = "unknown", None
     elif e.wall_ns and e.external_wait_ns >= EXTERNAL_SHARE * e.wall_ns:
         bound, then = "external", side_of(e.host_work_ns, e.gpu_busy_ns)
     else:
@@ -125,8 +130,8 @@ def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None) -> Dia
     side = then or bound
     host_by = largest_host_part(e) if side in ("host", "cpu_only") else None
     larger, smaller = max(e.host_work_ns, e.gpu_busy_ns), min(e.host_work_ns, e.gpu_busy_ns)
-    balanced = on_gpu and larger > 0 and (larger - smaller) <= CLOSE * larger
-    headline, lines = _words(s, e, bound, then, host_by, balanced)
+    balanced = on_gpu and bound != "unknown" and larger > 0 and (larger - smaller) <= CLOSE * larger
+    headline, lines = _words(s, e, bound, then, host_by, balanced, missing)
     return Diagnosis(
         step=s.name,
         kind=s.kind,
@@ -137,16 +142,18 @@ def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None) -> Dia
         headline=headline,
         lines=tuple(lines),
         evidence=e,
-        what_if=tuple(what_if(s, e, on_gpu, context)),
+        what_if=() if bound == "unknown" else tuple(what_if(s, e, on_gpu, context)),
         caveats=caveats,
     )
 
 
 def _host_parts_text(s: StepLedger, e: Evidence, on_gpu: bool = True) -> str:
     parts = [
+        ("data loading", e.data_ns),
         ("Python", e.python_ns),
         ("op dispatch" if on_gpu else "inside ops (a CPU computes there)", e.dispatch_ns),
         ("launch and runtime calls", e.launch_ns),
+        ("other threads' work", e.other_threads_ns),
         ("unattributed", e.unattributed_ns),
     ]
     text = ", ".join(f"{name} {ms(ns)}" for name, ns in sorted(parts, key=lambda p: -p[1]) if ns)
@@ -159,6 +166,7 @@ def _host_parts_text(s: StepLedger, e: Evidence, on_gpu: bool = True) -> str:
 
 
 _BOUND_WORD = {"host": "host-bound", "gpu": "GPU-bound", "external": "external", "cpu_only": "CPU only"}
+_BOUND_WORD["unknown"] = "unknown"
 
 
 def _step_name(s: StepLedger) -> str:
@@ -166,13 +174,21 @@ def _step_name(s: StepLedger) -> str:
     return f"step {s.position} ({s.kind}, {label})" if s.kind not in s.name else f"step {s.position} ({label})"
 
 
-def _words(s: StepLedger, e: Evidence, bound: Bound, then: Bound | None, host_by, balanced) -> tuple[str, list]:
+def _words(
+    s: StepLedger, e: Evidence, bound: Bound, then: Bound | None, host_by, balanced, missing: str | None = None
+) -> tuple[str, list]:
     name = _step_name(s)
     lines = []
     host_line = (
         f"host work {ms(e.host_work_ns)} ms = {ms(e.wall_ns)} wall - {ms(e.sync_wait_ns)} sync wait: "
         + _host_parts_text(s, e, bound != "cpu_only")
     )
+    if bound == "unknown" and missing:
+        headline = (
+            f"{name}: unknown. {missing[0].upper()}{missing[1:]}: the trace holds no GPU side to weigh the host's "
+            f"{ms(e.host_work_ns)} ms of work against, so no bound and no what-if."
+        )
+        return headline, [host_line, *_extra_lines(s, e, bound)]
     if bound == "cpu_only":
         where = {"dispatch": "inside ops", "unattributed": "between ops (no event covers it)"}.get(host_by, host_by)
         headline = (
@@ -216,7 +232,8 @@ def _words(s: StepLedger, e: Evidence, bound: Bound, then: Bound | None, host_by
     else:
         ratio = e.host_work_ns / e.gpu_busy_ns if e.gpu_busy_ns else math.inf
         headline = (
-            f"{name}: host-bound, by {host_by}. The host works {ms(e.host_work_ns)} ms for {ms(e.gpu_busy_ns)} ms "
+            f"{name}: host-bound, by {HOST_BY_WORDS.get(host_by, host_by)}. The host works {ms(e.host_work_ns)} ms "
+            f"for {ms(e.gpu_busy_ns)} ms "
             f"of GPU work ({ratio:.2f}x)" + (": balanced, within 10%." if balanced else ".")
         )
     lines += [host_line, gpu_line]
@@ -225,7 +242,31 @@ def _words(s: StepLedger, e: Evidence, bound: Bound, then: Bound | None, host_by
             f"sync wait {ms(e.sync_wait_ns)} ms{site_text(s)}; of it {ms(e.external_wait_ns)} ms with no GPU op "
             "of the trace running"
         )
-    return headline, lines
+    return headline, lines + _extra_lines(s, e, bound)
+
+
+def _extra_lines(s: StepLedger, e: Evidence, bound: Bound) -> list[str]:
+    """What a verdict adds whatever its bound: communication's share, and GPU work the trace lacks in part."""
+    out = []
+    if e.other_threads_ns:
+        out.append(
+            f"other threads' work {ms(e.other_threads_ns)} ms: the step's thread recorded nothing while another thread "
+            "of its process ran events (autograd's backward while the loop waits in loss.backward(), a helper thread)"
+        )
+    if e.communication_ns or e.gpu_communication_ns:
+        gpu = f"; {ms(e.gpu_communication_ns)} ms of communication kernels" if e.gpu_communication_ns else ""
+        share = f" ({pct(e.gpu_communication_ns / e.gpu_busy_ns)} of GPU work)" if gpu and e.gpu_busy_ns else ""
+        of_wall = pct(e.communication_ns / e.wall_ns) if e.wall_ns else "0%"
+        out.append(
+            f"communication: {ms(e.communication_ns)} ms of the host window in collectives ({of_wall} of the wall)"
+            f"{gpu}{share}"
+        )
+    if e.launches_unmatched and bound != "unknown":
+        out.append(
+            f"{e.launches_unmatched:,} of the step's {e.launches + e.graph_launches:,} launch calls have no GPU op in "
+            f"the trace: its GPU work is at least the {ms(e.gpu_busy_ns)} ms recorded"
+        )
+    return out
 
 
 @dataclass(frozen=True)
@@ -236,11 +277,31 @@ class TraceDiagnosis:
     median: Diagnosis | None
     by_kind: dict[str, Diagnosis]
 
+    def mix(self) -> list[tuple[str, int, int]]:
+        """The steps by verdict, most time first: (the verdict in words, how many steps, their measured ns). A
+        median step speaks for the others only when they agree; a training loop whose every other iteration waits
+        on its DataLoader does not."""
+        out: dict[str, list[int]] = {}
+        for d in self.steps:
+            acc = out.setdefault(verdict_words(d), [0, 0])
+            acc[0] += 1
+            acc[1] += d.evidence.measured_ns
+        return sorted(((k, n, ns) for k, (n, ns) in out.items()), key=lambda x: (-x[2], x[0]))
+
     def to_json(self) -> dict:
         return {
             "median": self.median.to_json() if self.median else None,
             "by_kind": {k: d.to_json() for k, d in self.by_kind.items()},
+            "mix": [{"verdict": k, "steps": n, "measured_us": ns / 1e3} for k, n, ns in self.mix()],
         }
+
+
+def verdict_words(d: Diagnosis) -> str:
+    """A verdict in a few words: "GPU-bound", "host-bound by data loading", "external, then GPU-bound"."""
+    words = _BOUND_WORD[d.bound] + (f", then {_BOUND_WORD[d.then]}" if d.then else "")
+    if d.bound != "host" or d.host_bound_by is None:
+        return words
+    return f"{words} by {HOST_BY_WORDS.get(d.host_bound_by, d.host_bound_by)}"
 
 
 def _median_step(steps: Sequence[StepLedger]) -> StepLedger | None:

@@ -11,8 +11,10 @@ Columns, all of length `len(trace)`:
 - `kind` (int8): a `Kind` code, below.
 - `name_id` (int32): index into `names`: the op, range, API call or kernel name.
 - `cat_id` (int32): index into `names`: chrome's `cat` as written; for nsys, the table the row came from.
-- `pid` (int64): process. Chrome GPU rows carry the device here, as the profiler writes them. -1 if not an int.
-- `tid` (int64): thread. Chrome GPU rows carry the stream here. -1 if not an int ("PyTorch Profiler").
+- `pid` (int64): process. Chrome GPU rows carry the device here, as the profiler writes them.
+- `tid` (int64): thread. Chrome GPU rows carry the stream here. Both: the integer, or in the 2021 schema's text its
+  number ("25738", GPU rows "stream 7"); other text ("PyTorch Profiler") a negative id of its own (-2, -3, ...),
+  so threads named in words stay apart; -1 when absent.
 - `stream` (int64): GPU stream of kernel, memcpy, memset and gpu_range rows; -1 on host rows. Chrome: the
   row's `tid`, which kineto sets to the stream (its `args.stream` agrees on every public trace); nsys: streamId.
 - `device` (int64): GPU device of those rows; -1 on host rows. Chrome: the row's `pid`; nsys: deviceId.
