@@ -161,7 +161,7 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
     from probe.analysis.ledger.build import analyze
     from probe.analysis.ledger.timeline import step_timeline
     from probe.analysis.records.sidecar import trace_meta
-    from probe.analysis.roofline.devices import device_file
+    from probe.analysis.roofline.device_file import device_file
     from probe.analysis.roofline.step import TokenFlags
     from probe.analysis.trace import load_trace
     from probe.render.answer import answer_lines, op_roofline_table
