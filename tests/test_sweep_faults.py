@@ -132,6 +132,7 @@ def test_the_contention_rule():
     assert contention(TelemetrySummary(), long, 2).contended is None  # no /proc figures
 
 
+@pytest.mark.serial  # its calm run must be alone on the machine: a test beside it is contention
 def test_a_busy_process_beside_the_sweep_flags_its_cells(tmp_path):
     """One torch thread: alone, the machine's busy CPU is this process's; with a busy loop on the other core,
     about one core more."""
