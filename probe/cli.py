@@ -14,8 +14,7 @@ import re
 import sys
 from collections.abc import Iterator
 
-from probe.errors import ProbeError
-from probe.render.text import first_line
+from probe.errors import ProbeError, first_line
 
 # name -> the one line `probe --help` shows for it; the module probe.commands.<name> does the rest.
 COMMANDS = {

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_probe
+from tests.conftest import run_probe, shared_trace
 from tests.test_trace import BAD, _bad_files
 
 DATA = Path(__file__).parent / "data"
@@ -87,7 +87,7 @@ def test_tables_name_every_step_and_the_summary(run):
 
 
 def test_cpu_trace_shows_top_level_ops_instead_of_launches(run):
-    code, out, _ = run(str(DATA / "cpu_only_small.trace.json.gz"))
+    code, out, _ = run(str(shared_trace("public/cpu_only_small.trace.json.gz")))
     assert code == 0
     assert "ProfilerStep#551" in out and "top-level ops per step" in out and "launches per step" not in out
 
@@ -115,7 +115,7 @@ def test_unknown_step_is_one_line(run):
 
 
 def test_reference_counts_in_the_table(run):
-    code, out, _ = run(str(DATA / "rocm_vllm_decode_cudagraph.trace.json.gz"))
+    code, out, _ = run(str(shared_trace("public/rocm_vllm_decode_cudagraph.trace.json.gz")))
     assert code == 0 and "434 / 10.718" in out and "425 / 4 / 1" in out
 
 
@@ -133,7 +133,7 @@ def test_bad_input_is_one_line_in_the_cli(bad_files, run, case):
 
 def test_as_a_user_runs_it(tmp_path):
     """A fresh process, as from a shell: the JSON and a bad file's one-line error."""
-    good = run_probe("analyze", str(DATA / "cuda_alexnet.trace.json.gz"), "--json", timeout=120)
+    good = run_probe("analyze", str(shared_trace("public/cuda_alexnet.trace.json.gz")), "--json", timeout=120)
     assert good.returncode == 0, good.stderr
     assert json.loads(good.stdout)["totals"]["kernels"] == 79
     (tmp_path / "bad.json").write_text("{")
@@ -144,7 +144,7 @@ def test_as_a_user_runs_it(tmp_path):
 def test_cpu_only_trace_prints_dashes_for_gpu_figures(run):
     """22 §5: a trace with no GPU activity has no GPU busy fraction to show; a dash, never "0.0 %" (the old table
     printed "GPU busy fraction ... 0.0 %" and "GPU ops / GPU busy ms 0 / 0.000")."""
-    trace = str(DATA / "cpu_only_small.trace.json.gz")
+    trace = str(shared_trace("public/cpu_only_small.trace.json.gz"))
     code, out, _ = run(trace)
     assert code == 0
     assert re.search(r"GPU busy fraction \(of the GPU windows\)\s*│\s*-\s*│", out)
@@ -155,7 +155,7 @@ def test_cpu_only_trace_prints_dashes_for_gpu_figures(run):
 
 def test_kernels_are_shown_by_their_short_names(run):
     """The table shows `at::native::elementwise_kernel`, not the 300-character template; --json keeps the whole."""
-    trace = str(DATA / "cuda_alexnet.trace.json.gz")
+    trace = str(shared_trace("public/cuda_alexnet.trace.json.gz"))
     code, out, _ = run(trace)
     assert code == 0 and "at::native::elementwise_kernel " in out and "void at::native" not in out
     code, out, _ = run(trace, "--json")

@@ -13,9 +13,7 @@ from probe.analysis.diagnosis.evidence import Context
 from probe.analysis.diagnosis.verdict import diagnose_trace
 from probe.analysis.ledger.build import analyze
 from probe.analysis.trace import load_trace
-
-PUBLIC = Path(__file__).resolve().parents[2] / "shared" / "traces" / "public"
-DATA = Path(__file__).parent / "data"
+from tests.conftest import DATA, shared_trace
 
 
 def _trace(tmp_path: Path, host: list, gpu: list = ()) -> Path:
@@ -65,9 +63,12 @@ def test_gpu_bound_decode_that_syncs(tmp_path):
     assert (e.dispatch_ns, e.launch_ns, e.unattributed_ns) == (8_000, 8_000, 6_000)
     assert d.headline.startswith("step 0 (decode#0): GPU-bound. The GPU works 0.088 ms for 0.022 ms of host work")
     # Capturing the forward would bring host work to 22 - 20 + 4 (the median launch call) = 6 us: still under the
-    # GPU's 88, so it buys nothing and is not offered. Removing the sync buys 100 - 88 = 12 us.
+    # GPU's 88, so it buys nothing and is not offered. Removing the sync buys 100 - 88 = 12 us (the wait is on the
+    # step's own kernels). The GPU work that binds is named: the GEMM's 50 of 88 us, at most 50 us if it took none
+    # (no shapes: a ceiling, ranked after the priced change).
     assert [(w.change.split(" in ")[0], round(w.predicted_step_ms, 6), round(w.saving_ms, 6)) for w in d.what_if] == [
-        ("remove the sync", 0.088, 0.012)
+        ("remove the sync", 0.088, 0.012),
+        ("speed up the gemm kernels (57% of the GPU work): at most", 0.05, 0.05),
     ]
     assert d.what_if[0].saving_pct == pytest.approx(12.0)
 
@@ -106,6 +107,47 @@ def test_external_wait_then_its_own_gpu_work(tmp_path):
     assert (site.copy_bytes, site.copy_kind, site.copy_memory) == (None, "HtoD", "pageable")
     assert "in cudaMemcpy (a host to device copy, pageable host memory) at" in d.headline
     assert "0.002 ms after a stream-wait-event call" in d.lines[0]
+
+
+def drain_then_own_work_trace(tmp_path: Path) -> Path:
+    """The H100 prefill's shape: the step opens with a device-wide sync that waits 30 us (0-30) on a kernel launched
+    before the step (earlier work); then 40 us of host work launches two kernels, the second of which runs 10 us past
+    the host window (ends at 80, the window at 70)."""
+    return _trace(
+        tmp_path,
+        [
+            ("cuda_runtime", "cudaLaunchKernel", -5, -3, {"correlation": 9}),
+            ("user_annotation", "decode#0", 0, 70, {}),
+            ("cuda_runtime", "cudaDeviceSynchronize", 0, 30, {"correlation": 1}),
+            ("cpu_op", "aten::mm", 31, 50, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 32, 36, {"correlation": 2}),
+            ("cpu_op", "aten::add", 51, 69, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 52, 56, {"correlation": 3}),
+        ],
+        [
+            ("kernel", "earlier", -2, 30, {"correlation": 9}),
+            ("kernel", "gemm", 36, 60, {"correlation": 2}),
+            ("kernel", "add", 60, 80, {"correlation": 3}),
+        ],
+    )
+
+
+def test_own_wait_is_the_wait_on_the_steps_own_gpu_work(tmp_path):
+    """The 30 us sync ran while earlier work ran: none of it waited on the step's own kernels (from 36 on)."""
+    (s,) = analyze(load_trace(drain_then_own_work_trace(tmp_path))).steps
+    assert (s.sync_wait_ns, s.external_wait_ns, s.own_wait_ns, s.gpu_busy_ns) == (30_000, 0, 0, 44_000)
+    # the GPU-bound test step's sync (21-99) waits on its own kernels (10-98), the call returning at 99 included
+    path = _trace(
+        tmp_path,
+        [
+            ("user_annotation", "decode#0", 0, 100, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 4, 9, {"correlation": 1}),
+            ("cuda_runtime", "cudaStreamSynchronize", 21, 99, {"correlation": 3}),
+        ],
+        [("kernel", "gemm", 10, 98, {"correlation": 1})],
+    )
+    (s,) = analyze(load_trace(path)).steps
+    assert (s.sync_wait_ns, s.own_wait_ns) == (78_000, 78_000)
 
 
 def test_a_copy_that_returns_after_its_copy_ends_is_sync_wait(tmp_path):
@@ -304,9 +346,9 @@ def test_host_bound_by_python_and_what_fixing_it_buys(tmp_path):
     assert (e.python_ns, e.dispatch_ns, e.launch_ns, e.unattributed_ns) == (85_000, 10_000, 5_000, 0)
     got = [(w.change, round(w.predicted_step_ms, 6), round(w.saving_ms, 6)) for w in d.what_if]
     assert got == [
-        # B = 100 // 7 = 14: GPU 98 us at B = 14, still under the host's 100: the step stays 100 us for 14 tokens,
-        # 100 / 14 = 7.142857 us a token, 92.857143 us saved a token.
-        ("batch 14 sequences", 0.1, 0.092857),
+        # no attention kernel: the GPU work reads the weights, once a forward (the write-ups' model), so nothing
+        # bounds B but MAX_BATCH = 64: the step stays 100 us for 64 tokens, 98.4375 us saved a token
+        ("batch 64 sequences", 0.1, 0.098437),
         # the frame's 50 us of self time: max(100 - 50, 7) = 50
         ("fix the top Python frame, util.py(7): slow", 0.05, 0.05),
         # no forward range, no nn.Module frames: every op and call (mm 10 + add 5) is captured, one launch (the
@@ -352,18 +394,16 @@ VERDICTS = {
 }
 
 
-@pytest.mark.skipif(not PUBLIC.is_dir(), reason="../shared/traces/public is not here")
 @pytest.mark.parametrize("name", sorted(VERDICTS))
 def test_public_trace_verdicts(name):
-    trace = load_trace(PUBLIC / f"{name}.trace.json.gz")
+    trace = load_trace(shared_trace(f"public/{name}.trace.json.gz"))
     d = diagnose_trace(analyze(trace), Context.of(trace)).median
     assert (d.bound, d.then, d.host_bound_by) == VERDICTS[name]
 
 
-@pytest.mark.skipif(not PUBLIC.is_dir(), reason="../shared/traces/public is not here")
-def test_the_hf_forwards_are_balanced():
-    for name in ("h100_hf_qwen1.5-0.5b_prefill_b16", "mi300x_hf_qwen1.5-0.5b_prefill_b16"):
-        assert diagnose_trace(analyze(load_trace(PUBLIC / f"{name}.trace.json.gz"))).median.balanced, name
+@pytest.mark.parametrize("name", ["h100_hf_qwen1.5-0.5b_prefill_b16", "mi300x_hf_qwen1.5-0.5b_prefill_b16"])
+def test_the_hf_forwards_are_balanced(name):
+    assert diagnose_trace(analyze(load_trace(shared_trace(f"public/{name}.trace.json.gz")))).median.balanced
 
 
 # --- the CLI: the answer first, and in --json --------------------------------------------------------------------
@@ -375,7 +415,7 @@ def _run(cli, *args):
 
 
 def test_analyze_prints_the_answer_before_any_table(cli):
-    code, out, err = _run(cli, "analyze", str(DATA / "rocm_vllm_decode_cudagraph.trace.json.gz"))
+    code, out, err = _run(cli, "analyze", str(shared_trace("public/rocm_vllm_decode_cudagraph.trace.json.gz")))
     assert code == 0
     first = out.lstrip().splitlines()[0]
     assert first.startswith("step 0 (decode, execute_32_context_0") and "GPU-bound" in first
@@ -390,9 +430,10 @@ def test_analyze_json_has_a_diagnosis_for_every_step_and_the_summary(cli):
     assert set(doc["diagnosis"]) == {"median", "by_kind", "mix"} and doc["diagnosis"]["median"]["step"] == "decode#1"
     assert set(doc["diagnosis"]["median"]) == {
         "step", "kind", "bound", "then", "host_bound_by", "balanced", "headline", "lines", "caveats", "evidence",
-        "what_if",
+        "what_if", "withheld",
     }  # fmt: skip
-    assert all(set(w) == {"change", "predicted_step_ms", "saving_ms", "saving_pct", "arithmetic", "assumption"}
+    assert all(set(w) == {"change", "predicted_step_ms", "saving_ms", "saving_pct", "arithmetic", "assumption",
+                          "requires", "holds", "terms", "ceiling", "step_ms"}
                for s in doc["steps"] for w in s["diagnosis"]["what_if"])  # fmt: skip
     assert doc["steps"][0]["roofline"] is None  # no model
     # no recorded shapes: each op's kernel time, and no figure guessed
@@ -403,7 +444,7 @@ def test_analyze_json_has_a_diagnosis_for_every_step_and_the_summary(cli):
 def test_analyze_json_roofline_with_a_model(cli):
     """The H100 HF forward with Qwen1.5-0.5B's config: the device from the trace's deviceProperties, the tokens
     from the flags (the trace has no engine marker), every roofline key, and the per-op table's GEMM."""
-    path = DATA / "h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"
+    path = shared_trace("public/h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz")
     model = "qwen1.5-0.5b"  # the shipped preset
     code, out, _ = _run(cli, "analyze", str(path), "--json", "--model", str(model), "--tokens", "8944", "--batch", "16")
     assert code == 0

@@ -20,11 +20,9 @@ from probe.analysis.ledger.timeline import step_timeline
 from probe.analysis.ledger.types import AnalyzeOptions
 from probe.analysis.trace import Kind, load_trace
 from probe.errors import ProbeError
-from tests.conftest import IN_CI, run_probe
+from tests.conftest import DATA, IN_CI, run_probe, shared_trace
 from tests.data import make_nsys_fixture
 
-DATA = Path(__file__).parent / "data"
-PUBLIC = Path(__file__).resolve().parents[2] / "shared" / "traces" / "public"
 HAND = DATA / "hand_decode.trace.json.gz"
 
 # --- the hand-written chrome trace (tests/data/make_hand_trace.py), every figure worked out by hand -------
@@ -268,7 +266,8 @@ STEP_KEYS = {
     "graph_launches", "runtime_calls", "dispatched", "kernels", "gpu_ops", "gpu_start_us", "gpu_window_us",
     "gpu_busy_us", "gpu_idle_us", "idle_host_wait_us", "idle_kernel_wait_us", "idle_other_us", "launch_cpu_us",
     "launch_delay_p50_us", "launch_delay_p90_us", "launch_delay_from_end_p50_us", "launch_delay_from_end_p90_us",
-    "short_kernels", "top_level_ops", "cpu_ops", "host_events", "host_ranges", "external_wait_us", "purpose_us",
+    "short_kernels", "top_level_ops", "cpu_ops", "host_events", "host_ranges", "external_wait_us", "own_wait_us",
+    "purpose_us",
     "mechanism_us", "cache_us", "busy_fraction", "unprofiled_estimate_us", "op_counts", "top_ops", "kernel_counts",
     "capturable_us", "capture_region", "tokens", "data_mechanism_us", "launches_unmatched", "unattributed_other_us",
     "kernels_by_category", "top_kernels", "top_frames", "sync_sites", "other_threads",
@@ -413,7 +412,7 @@ def test_nsys_hand_fixture(tmp_path):
     )
 
 
-# --- the public traces: their reference figures (tests/data/PROVENANCE.md) -----------------------------------
+# --- the public traces: their reference figures (../shared/traces/public/README.md) --------------------------
 
 REFERENCE = {  # file: (kernels, launches, graph_launches, gpu_ops, gpu_busy_us, [kernels per ProfilerStep])
     "h100_hf_qwen1.5-0.5b_prefill_b16": (1465, 1029, 0, 1707, 45647.311, [1029]),
@@ -440,13 +439,7 @@ def _check_reference(path: Path, figures) -> None:
 
 @pytest.mark.parametrize("name", sorted(REFERENCE))
 def test_reference_figures(name):
-    _check_reference(DATA / f"{name}.trace.json.gz", REFERENCE[name])
-
-
-@pytest.mark.skipif(not PUBLIC.is_dir(), reason="../shared/traces/public is not here")
-@pytest.mark.parametrize("name", sorted(REFERENCE))
-def test_reference_figures_on_the_unstripped_originals(name):
-    _check_reference(PUBLIC / f"{name}.trace.json.gz", REFERENCE[name])
+    _check_reference(shared_trace(f"public/{name}.trace.json.gz"), REFERENCE[name])
 
 
 def _hta_idle_breakdown(path: Path, steps: int) -> tuple[float, float]:
@@ -485,7 +478,7 @@ def test_kernel_wait_beside_hta_on_the_ns_resolution_trace():
     HTA's float64 microseconds resolve 0.25 us at these timestamps (1.7e15 us), so 41.102 us of gaps whose launch
     call in fact started after the op before ended read to HTA as kernel wait; and 2.443 us of kernel wait lie
     between steps, in no step's GPU window. 5,118.411 + 41.102 + 2.443 = 5,161.956."""
-    path = DATA / "cuda_train_ns_resolution_5steps.trace.json.gz"
+    path = shared_trace("public/cuda_train_ns_resolution_5steps.trace.json.gz")
     steps = analyze(load_trace(path)).steps[:4]
     assert [s.name for s in steps] == [f"ProfilerStep#{i}" for i in range(101, 105)]
     kernel = sum(s.idle_kernel_wait_ns for s in steps)
@@ -499,7 +492,7 @@ def test_kernel_wait_beside_hta_on_the_ns_resolution_trace():
 
 def test_busy_time_is_exact_not_float_summed():
     """Our union is exact; the README's 472462.5 carries float error at ts ~1.7e15 us (0.0017 % off)."""
-    t = analyze(load_trace(DATA / "cuda_train_ns_resolution_5steps.trace.json.gz")).totals
+    t = analyze(load_trace(shared_trace("public/cuda_train_ns_resolution_5steps.trace.json.gz"))).totals
     assert t.gpu_busy_ns == 472_454_441
 
 
@@ -816,7 +809,7 @@ def test_committed_nsys_cpu_export():
 
 
 def test_find_steps_is_one_window_for_a_trace_without_markers():
-    steps = find_steps(load_trace(DATA / "cuda_alexnet.trace.json.gz"))
+    steps = find_steps(load_trace(shared_trace("public/cuda_alexnet.trace.json.gz")))
     assert steps.names == ["trace"] and steps.kinds == ["window"] and steps.rule == "whole trace"
     assert any("--steps" in w for w in steps.warnings)
 

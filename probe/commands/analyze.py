@@ -125,6 +125,7 @@ def options_from(args: argparse.Namespace, trace_path: Path) -> AnalyzeOptions:
     from probe.analysis.ledger.types import AnalyzeOptions
     from probe.analysis.records.sidecar import trace_meta
 
+    cost: EventCost | None
     if args.event_cost_ns is not None:
         cost = parse_event_cost(args.event_cost_ns)
     else:
@@ -193,6 +194,7 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
         args.dtype,
         flags,
         contended=meta.contended_caveat if meta else None,
+        threads=meta.threads if meta else None,
         device_given=given,
     )
     if args.json:
@@ -272,7 +274,7 @@ def main_job(args: argparse.Namespace, paths: list[Path]) -> int:
             console.print(f"[bold]{name}[/]: {escape(trace.source)}")
             console.print(steps_table(trace))
             console.print(host_table(trace))
-        if not result.one_job:
+        if result.not_a_job is not None:  # not one job
             console.print(f"not the ranks of one job ({escape(result.not_a_job)}): each trace is shown on its own")
         for table in job_tables(result):
             console.print(table)

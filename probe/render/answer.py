@@ -37,6 +37,7 @@ def answer_lines(a: Answer) -> list[str]:
                 f"    {escape(w.change)}: {w.predicted_step_ms:.3f} ms, {saves} = {escape(w.arithmetic)}; "
                 f"if {escape(w.assumption)}"
             )
+    out += [f"  {escape(line)}" for line in d.withheld]
     for kind, other in a.diagnosis.by_kind.items():
         if other is not d:
             out.append(f"  the median {escape(kind)} step: {escape(other.headline)}")

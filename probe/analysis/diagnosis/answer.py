@@ -10,7 +10,7 @@ most GPU time, else bfloat16.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from probe.analysis.diagnosis.evidence import Context
 from probe.analysis.diagnosis.verdict import TraceDiagnosis, diagnose_trace
@@ -97,10 +97,12 @@ def answer(
     dtype: str | None = None,
     flags: TokenFlags | None = None,
     contended: str | None = None,
+    threads: tuple[int, int] | None = None,
     device_given: Device | None = None,
 ) -> Answer:
     """Diagnose every step; with a model and a device, put the roofline beside each; with shapes, the per-op
-    roofline, over the trace and the top ones of each step."""
+    roofline, over the trace and the top ones of each step. `threads`: (intra-op threads the trace ran on, the
+    machine's cores), from its sidecar, for the CPU's threads what-if."""
     notes: list[str] = []
     wanted = analysis.on_gpu or device_name or device_given
     dev, why = trace_device(trace, device_name, device_given) if wanted else (None, None)
@@ -132,7 +134,8 @@ def answer(
                 continue
             rooflines[s.position] = r
             at[s.position] = gpu_ms_at(arch, kind, dev, r)
-    diagnosis = diagnose_trace(analysis, Context.of(trace, contended=contended), at)
+    context = replace(Context.of(trace, contended=contended, analysis=analysis), step_ops=step_ops, threads=threads)
+    diagnosis = diagnose_trace(analysis, context, at)
     return Answer(
         diagnosis,
         rooflines,

@@ -7,13 +7,15 @@ prices the changes.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
-from probe.analysis.ledger.types import StepLedger
+from probe.analysis.diagnosis.conditions import StepFacts, step_facts
+from probe.analysis.ledger.types import StepLedger, TraceAnalysis
+from probe.analysis.roofline.ops import OpRoofline
 from probe.analysis.trace import GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
 
 Bound = Literal["host", "gpu", "external", "cpu_only", "unknown"]
@@ -58,6 +60,13 @@ class Evidence:
     gpu_communication_ns: int = 0  # the step's communication kernels (their summed durations)
     launches_unmatched: int = 0  # launch calls of the step none of whose GPU ops is in the trace
     other_threads_ns: int = 0  # time no event of the step's thread covers while another thread ran: out of unattributed
+    own_wait_ns: int = 0  # of the sync wait, the part on the step's own GPU work (StepLedger.own_wait_ns)
+    profiler_ns: int = 0  # the profiler's own cost in the host window, when the sidecar gives it (0: not known)
+
+    @property
+    def unprofiled_host_ns(self) -> int:
+        """Host work less the profiler's own cost: what the verdict and the what-ifs weigh."""
+        return self.host_work_ns - self.profiler_ns
 
     def to_json(self) -> dict:
         out = {}
@@ -83,26 +92,42 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Context:
-    """What the trace says beyond one step: the cost of one graph launch and of one launch call, and the
-    roofline's predicted GPU time per batch size when a model is known (`gpu_ms_at(batch)`)."""
+    """What the trace says beyond one step: the cost of one graph launch and of one launch call, the roofline's
+    predicted GPU time per batch size when a model is known (`gpu_ms_at(batch)`), what each step was checked for
+    (`facts`, by position: probe.analysis.diagnosis.conditions), each step's top ops beside their roof, the weights'
+    traffic time on a CPU with a model and a measured bandwidth, and the threads the trace ran on against the cores."""
 
     graph_launch_ns: float | None = None  # the trace's median graph-launch call
     launch_call_ns: float | None = None  # the trace's median kernel launch call
     gpu_ms_at: Callable[[int], float] | None = None  # batch -> the roofline's GPU ms for the step at that batch
     contended: str | None = None  # a line saying the figures were measured under contention
+    facts: Mapping[int, StepFacts] = field(default_factory=dict)  # by step position
+    step_ops: Mapping[int, tuple[OpRoofline, ...]] = field(default_factory=dict)  # by step position
+    weights_ns: float | None = None  # a CPU step's weight bytes over the measured bandwidth
+    threads: tuple[int, int] | None = None  # (intra-op threads the trace ran on, the machine's cores)
 
     @classmethod
-    def of(cls, trace: Trace | None = None, gpu_ms_at=None, contended: str | None = None) -> Context:
-        """From a trace (for the launch calls' own durations), a roofline, and a contention line."""
+    def of(
+        cls,
+        trace: Trace | None = None,
+        gpu_ms_at=None,
+        contended: str | None = None,
+        analysis: TraceAnalysis | None = None,
+    ) -> Context:
+        """From a trace (the launch calls' own durations; with its analysis, each step's facts), a roofline, and a
+        contention line."""
         graph = launch = None
+        facts: dict[int, StepFacts] = {}
         if trace is not None:
             rt = trace.rows(Kind.RUNTIME)
-            base = [api_base_name(trace.names[n]) for n in trace.name_id[rt].tolist()]
-            graph_rows = rt[[b in GRAPH_LAUNCH_NAMES for b in base]]
-            launch_rows = rt[[b in LAUNCH_NAMES for b in base]]
+            graph_names = trace.name_ids(lambda s: api_base_name(s) in GRAPH_LAUNCH_NAMES)
+            launch_names = trace.name_ids(lambda s: api_base_name(s) in LAUNCH_NAMES)
+            graph_rows, launch_rows = rt[graph_names[trace.name_id[rt]]], rt[launch_names[trace.name_id[rt]]]
             graph = float(np.median(trace.dur_ns[graph_rows])) if len(graph_rows) else None
             launch = float(np.median(trace.dur_ns[launch_rows])) if len(launch_rows) else None
-        return cls(graph, launch, gpu_ms_at, contended)
+            if analysis is not None:
+                facts = step_facts(trace, analysis)
+        return cls(graph, launch, gpu_ms_at, contended, facts)
 
 
 def ms(ns: float) -> str:
@@ -119,6 +144,10 @@ def evidence(s: StepLedger) -> Evidence:
     covers while another thread of its process runs events) and unattributed time: the six add up to it."""
     d = s.data_mechanism_ns
     m = {k: v - d.get(k, 0) for k, v in s.mechanism_ns.items()}
+    host_work = s.host_work_ns
+    profiler = 0
+    if s.unprofiled_estimate_ns is not None:  # the profiler's own cost lands on the host's work
+        profiler = int(min(max(s.wall_ns - s.unprofiled_estimate_ns, 0), host_work))
     end = s.start_ns + s.wall_ns
     before = max(0, s.gpu_start_ns - s.start_ns) if s.gpu_start_ns is not None else None
     after = max(0, end - s.gpu_end_ns) if s.gpu_end_ns is not None else None
@@ -146,6 +175,8 @@ def evidence(s: StepLedger) -> Evidence:
         gpu_communication_ns=s.kernels_by_category.get("communication", 0),
         launches_unmatched=s.launches_unmatched,
         other_threads_ns=s.unattributed_other_ns,
+        own_wait_ns=s.own_wait_ns,
+        profiler_ns=profiler,
     )
 
 

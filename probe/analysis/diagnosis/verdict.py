@@ -78,6 +78,7 @@ class Diagnosis:
     evidence: Evidence
     what_if: tuple[WhatIf, ...]  # largest saving first
     caveats: tuple[str, ...] = ()  # what the figures cannot be trusted for (contention), said first
+    withheld: tuple[str, ...] = ()  # the changes not offered, each with the condition that failed on this trace
 
     def to_json(self) -> dict:
         return {
@@ -92,6 +93,7 @@ class Diagnosis:
             "caveats": list(self.caveats),
             "evidence": self.evidence.to_json(),
             "what_if": [w.to_json() for w in self.what_if],
+            "withheld": list(self.withheld),
         }
 
     @classmethod
@@ -107,8 +109,9 @@ class Diagnosis:
             headline=str(doc["headline"]),
             lines=tuple(doc["lines"]),
             evidence=Evidence.from_json(doc["evidence"]),
-            what_if=tuple(WhatIf(**w) for w in doc["what_if"]),
+            what_if=tuple(WhatIf.from_json(w) for w in doc["what_if"]),
             caveats=tuple(doc.get("caveats", ())),
+            withheld=tuple(doc.get("withheld", ())),
         )
 
 
@@ -117,6 +120,7 @@ def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None) -> Dia
     context = context or Context()
     e = evidence(s)
     caveats = (context.contended,) if context.contended else ()
+    host = e.unprofiled_host_ns  # the profiler's own cost is not the step's
     missing = gpu_side_missing(e) if on_gpu else None
     if not on_gpu:
         bound: Bound = "cpu_only"
@@ -124,14 +128,15 @@ def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None) -> Dia
     elif missing:
         bound, then = "unknown", None
     elif e.wall_ns and e.external_wait_ns >= EXTERNAL_SHARE * e.wall_ns:
-        bound, then = "external", side_of(e.host_work_ns, e.gpu_busy_ns)
+        bound, then = "external", side_of(host, e.gpu_busy_ns)
     else:
-        bound, then = side_of(e.host_work_ns, e.gpu_busy_ns), None
+        bound, then = side_of(host, e.gpu_busy_ns), None
     side = then or bound
     host_by = largest_host_part(e) if side in ("host", "cpu_only") else None
-    larger, smaller = max(e.host_work_ns, e.gpu_busy_ns), min(e.host_work_ns, e.gpu_busy_ns)
+    larger, smaller = max(host, e.gpu_busy_ns), min(host, e.gpu_busy_ns)
     balanced = on_gpu and bound != "unknown" and larger > 0 and (larger - smaller) <= CLOSE * larger
     headline, lines = _words(s, e, bound, then, host_by, balanced, missing)
+    offered, withheld = what_if(s, e, on_gpu, context)  # an unknown bound: every GPU what-if needs the GPU side
     return Diagnosis(
         step=s.name,
         kind=s.kind,
@@ -142,8 +147,9 @@ def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None) -> Dia
         headline=headline,
         lines=tuple(lines),
         evidence=e,
-        what_if=() if bound == "unknown" else tuple(what_if(s, e, on_gpu, context)),
+        what_if=tuple(offered),
         caveats=caveats,
+        withheld=tuple(withheld),
     )
 
 
@@ -174,13 +180,22 @@ def _step_name(s: StepLedger) -> str:
     return f"step {s.position} ({s.kind}, {label})" if s.kind not in s.name else f"step {s.position} ({label})"
 
 
+def _host_ms(e: Evidence) -> str:
+    """Host work as the verdict weighs it: unprofiled, with the profiled figure beside it, when the cost is known."""
+    if not e.profiler_ns:
+        return f"{ms(e.host_work_ns)} ms"
+    return f"{ms(e.unprofiled_host_ns)} ms unprofiled ({ms(e.host_work_ns)} profiled)"
+
+
 def _words(
     s: StepLedger, e: Evidence, bound: Bound, then: Bound | None, host_by, balanced, missing: str | None = None
 ) -> tuple[str, list]:
     name = _step_name(s)
     lines = []
+    host = e.unprofiled_host_ns
+    profiler = f" - {ms(e.profiler_ns)} the profiler's own cost = {ms(host)} unprofiled" if e.profiler_ns else ""
     host_line = (
-        f"host work {ms(e.host_work_ns)} ms = {ms(e.wall_ns)} wall - {ms(e.sync_wait_ns)} sync wait: "
+        f"host work {ms(e.host_work_ns)} ms = {ms(e.wall_ns)} wall - {ms(e.sync_wait_ns)} sync wait{profiler}: "
         + _host_parts_text(s, e, bound != "cpu_only")
     )
     if bound == "unknown" and missing:
@@ -191,9 +206,10 @@ def _words(
         return headline, [host_line, *_extra_lines(s, e, bound)]
     if bound == "cpu_only":
         where = {"dispatch": "inside ops", "unattributed": "between ops (no event covers it)"}.get(host_by, host_by)
+        unprofiled = f" ({ms(host)} ms unprofiled)" if e.profiler_ns else ""
         headline = (
-            f"{name}: CPU only (no GPU side in the trace): the host's {ms(e.wall_ns)} ms is the step, most of it "
-            f"{where}."
+            f"{name}: CPU only (no GPU side in the trace): the host's {ms(e.wall_ns)} ms{unprofiled} is the step, "
+            f"most of it {where}."
         )
         lines.append(host_line)
         return headline, lines
@@ -205,7 +221,7 @@ def _words(
         gpu_line += f"; its first GPU op started {ms(e.gpu_idle_before_ns)} ms after the host window opened"
         if e.gpu_idle_before_ns > e.wall_ns:
             gpu_line += f" ({ms(e.gpu_idle_before_ns - e.wall_ns)} ms after it closed)"
-    rest = side_of(e.host_work_ns, e.gpu_busy_ns)
+    rest = side_of(host, e.gpu_busy_ns)
     if bound == "external":
         share = e.external_wait_ns / e.wall_ns
         headline = (
@@ -220,27 +236,27 @@ def _words(
                 "waited on was itself waiting on an event recorded by earlier work"
             )
         lines.append(
-            f"then: host work {ms(e.host_work_ns)} ms against GPU work {ms(e.gpu_busy_ns)} ms, which ran after the "
+            f"then: host work {_host_ms(e)} against GPU work {ms(e.gpu_busy_ns)} ms, which ran after the "
             f"wait: {_BOUND_WORD[rest]}"
         )
     elif bound == "gpu":
-        ratio = e.gpu_busy_ns / e.host_work_ns if e.host_work_ns else math.inf
+        ratio = e.gpu_busy_ns / host if host else math.inf
         headline = (
-            f"{name}: GPU-bound. The GPU works {ms(e.gpu_busy_ns)} ms for {ms(e.host_work_ns)} ms of host work "
+            f"{name}: GPU-bound. The GPU works {ms(e.gpu_busy_ns)} ms for {_host_ms(e)} of host work "
             f"({ratio:.2f}x)" + (": balanced, within 10%." if balanced else ".")
         )
     else:
-        ratio = e.host_work_ns / e.gpu_busy_ns if e.gpu_busy_ns else math.inf
+        ratio = host / e.gpu_busy_ns if e.gpu_busy_ns else math.inf
         headline = (
-            f"{name}: host-bound, by {HOST_BY_WORDS.get(host_by, host_by)}. The host works {ms(e.host_work_ns)} ms "
+            f"{name}: host-bound, by {HOST_BY_WORDS.get(host_by, host_by)}. The host works {_host_ms(e)} "
             f"for {ms(e.gpu_busy_ns)} ms "
             f"of GPU work ({ratio:.2f}x)" + (": balanced, within 10%." if balanced else ".")
         )
     lines += [host_line, gpu_line]
     if e.sync_wait_ns and bound != "external":  # the external headline names the wait and its call site
         lines.append(
-            f"sync wait {ms(e.sync_wait_ns)} ms{site_text(s)}; of it {ms(e.external_wait_ns)} ms with no GPU op "
-            "of the trace running"
+            f"sync wait {ms(e.sync_wait_ns)} ms{site_text(s)}; of it {ms(e.own_wait_ns)} ms on the step's own GPU "
+            f"work, {ms(e.external_wait_ns)} ms with no GPU op of the trace running"
         )
     return headline, lines + _extra_lines(s, e, bound)
 

@@ -37,7 +37,9 @@ What a step's ledger says (times are integer ns inside, `_us` in the JSON, ns / 
   thread of the step's process ran events (autograd's backward, while the loop's thread waits on it).
   `launches_unmatched`: the step's launch and graph-launch calls none of whose GPU ops is in the trace.
   `external_wait`: the part of `sync_wait` during which no GPU op of the trace ran: the host waited on device work
-  the trace does not hold. `other_threads`: each other thread's busy time inside the window, by mechanism.
+  the trace does not hold. `own_wait`: the part from the step's first GPU op on, less its external part: the host
+  waiting on its own GPU work; the rest of `sync_wait` waited on earlier work (the previous step's GPU time showing)
+  or on work the trace lacks. `other_threads`: each other thread's busy time inside the window, by mechanism.
 - `top_level_ops`: cpu_ops on the step's thread, starting in the window, not nested in another cpu_op (on a CPU
   trace this is the dispatched aten op count). `op_counts`: the same by name.
 - `host_events`, `host_ranges`: the ops, runtime calls and Python frames, and the ranges, recorded on the step's
@@ -201,6 +203,7 @@ class _Host:
     in_data: dict[str, np.ndarray]
     other_in_gaps: np.ndarray  # of the unattributed time outside data loading: another thread of the process ran
     external: np.ndarray
+    own_wait: np.ndarray
     capturable: np.ndarray
     capture_region: list[str]
     top_counts: np.ndarray
@@ -215,15 +218,15 @@ class _Host:
     python_frames: tuple[FrameTime, ...]
 
 
-def _host_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions, table: PartTable) -> _Host:
-    """One pass per step thread (usually one), never per step."""
+def _host_columns(trace: Trace, steps: StepSet, table: PartTable, gpu_start: np.ndarray) -> _Host:
+    """One pass per step thread (usually one), never per step. `gpu_start`: each step's first GPU op (-1: none)."""
     n = len(steps)
     zeros = lambda: np.zeros(n, np.int64)  # noqa: E731
     purpose = {p: zeros() for p in table.order}
     mechanism = {p: zeros() for p in MECHANISM}
     in_data = {p: zeros() for p in MECHANISM}
     other_in_gaps = zeros()
-    external, capturable, top_counts, all_counts, events, ranges = (zeros() for _ in range(6))
+    external, own_wait, capturable, top_counts, all_counts, events, ranges = (zeros() for _ in range(7))
     region_of = ["" for _ in range(n)]
     op_counts: list[dict[str, int]] = [{} for _ in range(n)]
     top_ops: list[tuple[OpTime, ...]] = [() for _ in range(n)]
@@ -244,7 +247,9 @@ def _host_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions, table: 
             in_data[p][sel] = split.in_data[p]
         other_in_gaps[sel] = _others_while_idle(trace, table, pid, tid, lo, hi)
         seg_step, seg_s, seg_e = split.sync_segments
-        external[sel] = np.bincount(seg_step, weights=_unseen_wait(gpu_s, gpu_e, seg_s, seg_e), minlength=len(sel))
+        unseen = _unseen_wait(gpu_s, gpu_e, seg_s, seg_e)
+        external[sel] = np.bincount(seg_step, weights=unseen, minlength=len(sel))
+        own_wait[sel] = _own_wait(gpu_start[sel], seg_step, seg_s, seg_e, gpu_s, gpu_e)
         cap_s, cap_e, what = capture_region(trace, pid, tid)
         sync_in = np.bincount(seg_step, weights=covered(cap_s, cap_e, seg_s, seg_e), minlength=len(sel))
         capturable[sel] = covered(cap_s, cap_e, lo, hi) - sync_in.astype(np.int64)
@@ -273,6 +278,7 @@ def _host_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions, table: 
         in_data,
         other_in_gaps,
         external,
+        own_wait,
         capturable,
         region_of,
         top_counts,
@@ -286,6 +292,19 @@ def _host_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions, table: 
         _other_threads(trace, table, steps),
         python_frames,
     )
+
+
+def _own_wait(first, seg_step, seg_s, seg_e, gpu_s, gpu_e) -> np.ndarray:
+    """Per step (`first`: its first GPU op's start, -1 for none), the blocking pieces' time from that start on, less
+    their unseen part there: what the host waited on its own GPU work."""
+    n = len(first)
+    if not len(seg_step):
+        return np.zeros(n, np.int64)
+    start = first[seg_step]
+    a = np.where(start >= 0, np.maximum(seg_s, start), seg_e)  # no GPU op of its own: nothing waited on
+    b = np.maximum(a, seg_e)
+    late = _unseen_wait(gpu_s, gpu_e, a, b)
+    return np.bincount(seg_step, weights=(b - a) - np.minimum(late, b - a), minlength=n).astype(np.int64)
 
 
 def _others_while_idle(trace: Trace, table: PartTable, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray):
@@ -391,6 +410,7 @@ def _step_ledger(i: int, steps: StepSet, la: _Launches, ke: _Kernels, ho: _Host,
         host_events=int(ho.events[i]),
         host_ranges=int(ho.ranges[i]),
         external_wait_ns=int(ho.external[i]) if on_gpu else 0,
+        own_wait_ns=int(ho.own_wait[i]) if on_gpu else 0,
         capturable_ns=int(ho.capturable[i]),
         capture_region=ho.capture_region[i],
         tokens=steps.tokens_of(i),
@@ -461,7 +481,7 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysi
     launches = _launch_columns(trace, steps, options)
     kernel_columns = _kernel_columns(trace, launches, options, n)
     table = PartTable.build(trace, options.parts)
-    host = _host_columns(trace, steps, options, table)
+    host = _host_columns(trace, steps, table, launches.windows.start)
     totals = launches.totals
     on_gpu = totals.gpu_ops + totals.launches + totals.graph_launches > 0
     t0 = trace.start_ns

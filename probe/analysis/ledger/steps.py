@@ -173,8 +173,8 @@ MARKERS: tuple[Marker, ...] = (
         "vllm/v1/worker/gpu_worker.py Worker.annotate_profile: execute_new_N_cached_M (v0.11.1-0.13), "
         "execute_context_R(N)_generation_R(N) (v0.14+), the detailed execute_T_context_..(sq..sk..) form "
         "(v0.26+ detailed_trace_annotation, and TraceLens's vLLM and SGLang patches)",
-        "tests/data/rocm_vllm_decode_cudagraph (detailed form), b200_eager (a patched v0.13 form), "
-        "rocm_sglang_qwen3_8b_extend_step (TraceLens's SGLang patch)",
+        "TraceLens's test traces (../shared/traces/public): rocm_vllm_decode_cudagraph (detailed form), b200_eager "
+        "(a patched v0.13 form), rocm_sglang_qwen3_8b_extend_step (TraceLens's SGLang patch)",
         _vllm_kind,
         _vllm_tokens,
     ),
@@ -190,7 +190,7 @@ MARKERS: tuple[Marker, ...] = (
         re.compile(r"step\[(?P<mode>[A-Z_]+)(?: [a-z_]+=\d+)*\]"),
         "one ModelRunner.forward: one model forward (speculative decoding runs several an iteration)",
         "python/sglang/srt/model_executor/model_runner.py (v0.5.11+; srt/utils/profile_utils.py from 0.5.16)",
-        "tests/data/rocm_sglang_qwen3_8b_extend_step (inside the execute_.. range)",
+        "TraceLens's rocm_sglang_qwen3_8b_extend_step (../shared/traces/public; inside the execute_.. range)",
         lambda m: _SGLANG_MODES.get(m["mode"], m["mode"].lower()),
         _sglang_tokens,
     ),

@@ -30,7 +30,7 @@ from probe.analysis.ledger.kernels import KernelStat
 from probe.analysis.ledger.patterns import Pattern
 from probe.analysis.ledger.steps import StepTokens, compile_steps_regex, parse_steps_kinds
 from probe.analysis.records.sidecar import EventCost
-from probe.analysis.trace import Kind
+from probe.analysis.trace import Kind, TraceFormat
 from probe.errors import ProbeError
 
 MAX_STEPS = 200_000  # steps one analysis holds by default (max_steps)
@@ -134,6 +134,7 @@ class StepLedger:
     launches_unmatched: int = 0  # launch and graph-launch calls whose GPU ops are not in the trace
     unattributed_other_ns: int = 0  # of unattributed time outside data loading: another thread of the process ran
     unprofiled_estimate_ns: float | None = None
+    own_wait_ns: int = 0  # sync wait from the step's first GPU op on, less what no GPU op of the trace ran in
     op_counts: dict[str, int] = field(default_factory=dict)  # top-level op name -> calls in this step
     top_ops: tuple[OpTime, ...] = ()  # largest dispatch time first, at most TOP_OPS_KEPT
     kernel_counts: dict[str, int] = field(default_factory=dict)  # kernel name -> launches of it in this step
@@ -226,7 +227,7 @@ _RESERVED = frozenset(
 
 @dataclass(frozen=True)
 class Totals:
-    """Whole-trace counts, by the reference definitions of tests/data/PROVENANCE.md exactly."""
+    """Whole-trace counts, by the definitions of docs/traces.md (the counts) exactly."""
 
     events: int  # rows of the event table (complete events)
     kernels: int
@@ -308,7 +309,7 @@ class Summary:
 
 @dataclass(frozen=True)
 class TraceAnalysis:
-    format: str
+    format: TraceFormat
     source: str
     step_rule: str  # which rule found the steps (probe.analysis.ledger.steps)
     steps: tuple[StepLedger, ...]

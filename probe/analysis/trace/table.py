@@ -79,12 +79,13 @@ import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 from probe.errors import ProbeError
 
-FORMATS = ("torch_chrome", "nsys_sqlite")
+TraceFormat = Literal["torch_chrome", "nsys_sqlite"]
 
 
 class Kind(enum.IntEnum):
@@ -107,7 +108,7 @@ class Kind(enum.IntEnum):
 GPU_OP_KINDS = (Kind.KERNEL, Kind.GPU_MEMCPY, Kind.GPU_MEMSET)
 ON_STREAM = (Kind.KERNEL, Kind.GPU_MEMCPY, Kind.GPU_MEMSET, Kind.GPU_RANGE)
 
-# The reference definitions of tests/data/PROVENANCE.md, exactly: what counts as a kernel launch and as a graph launch.
+# The counts' definitions (docs/traces.md, the counts), exactly: what counts as a kernel launch and as a graph launch.
 LAUNCH_NAMES = frozenset(
     {
         "cudaLaunchKernel",
@@ -210,7 +211,7 @@ class DeviceInfo:
 class Trace:
     """One columnar event table (see the module docstring for every column) plus where it came from."""
 
-    format: str  # "torch_chrome" | "nsys_sqlite"
+    format: TraceFormat
     source: str  # the path it was read from
     base_ns: int | None  # absolute epoch ns of ts_ns == 0, when the file says
     names: tuple[str, ...]  # the string table behind name_id and cat_id
@@ -281,7 +282,7 @@ OUT_OF_RANGE = "time beyond +-2**62 ns"
 
 
 def finish(
-    fmt: str,
+    fmt: TraceFormat,
     source: Path,
     base: int | None,
     names: tuple[str, ...],

@@ -330,13 +330,3 @@ def predictions_figure(report: Report) -> go.Figure:
         legend={"orientation": "h", "y": -0.25},
     )
     return fig
-
-
-def verdicts_frame(report: Report) -> pd.DataFrame:
-    """The write-ups' claims, checked on this run (report.json's verdicts)."""
-    said = {True: "supported", False: "not supported", None: "not measured"}
-    rows = [
-        {"verdict": said[v.supported], "claim": v.claim, "source": v.source, "evidence": v.evidence}
-        for v in report.verdicts
-    ]
-    return pd.DataFrame(rows, columns=["verdict", "claim", "source", "evidence"])
