@@ -8,8 +8,11 @@ pays for its own imports and no other's: `probe analyze` never loads torch, scip
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import re
 import sys
+from collections.abc import Iterator
 
 from probe.errors import ProbeError, first_line
 
@@ -31,8 +34,29 @@ COMMANDS = {
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, no usage dump
-        raise ProbeError(f"{self.prog}: {message}")
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and self._subparsers is None:
+            # a command's own parser was given every argument after its name: what it left is unknown to it, and
+            # only it knows the flags to suggest (its parent would just say "unrecognized")
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+    def error(self, message: str):  # one line, no usage dump, with the nearest flag or choice
+        where = self.prog.removeprefix("probe").strip()
+        raise ProbeError(f"{where}: {message}{self._nearest(message)}" if where else message + self._nearest(message))
+
+    def _nearest(self, message: str) -> str:
+        """`: did you mean X?` when an unknown flag or a wrong choice is close to one this parser has."""
+        if message.startswith("unrecognized arguments: "):
+            given = message.removeprefix("unrecognized arguments: ").split()[0].split("=")[0]
+            known = list(self._option_string_actions)
+        elif (choice := re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)) is not None:
+            given, known = choice[1], re.findall(r"'([^']*)'", choice[2])
+        else:
+            return ""
+        close = difflib.get_close_matches(given, known, n=1)
+        return f": did you mean {close[0]}?" if close else ""
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -49,6 +73,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         module.add_arguments(p)
         p.set_defaults(_main=module.main)
     return parser
+
+
+def command_lines(name: str) -> list[list[str]]:
+    """`[name]` and every subcommand under it (`["history", "list"]`, ...): each command line `--help` answers."""
+
+    def walk(parser: argparse.ArgumentParser, argv: list[str]) -> Iterator[list[str]]:
+        yield argv
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub_name, sub in action.choices.items():
+                    yield from walk(sub, [*argv, sub_name])
+
+    return [argv for argv in walk(build_parser(name), []) if argv[:1] == [name]]
 
 
 def main(argv: list[str] | None = None) -> int:

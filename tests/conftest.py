@@ -32,6 +32,13 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(16))
 
+# Under xdist (.ci/run: two workers on two cores) each worker, and every process it starts, computes on one thread:
+# torch's default of one thread per core would put four spinning threads on the two cores and slow every torch test
+# manyfold.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+
 # The property tests explore new inputs on every local run; CI replays the same derandomized examples, so a gate never
 # fails on an input that no one has seen yet (run the suite locally to keep searching).
 hypothesis.settings.register_profile("ci", derandomize=True)

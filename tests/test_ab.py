@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from engines import engine_class
@@ -33,6 +34,7 @@ def test_extra_op_per_layer_is_caught_and_named(tiny, cli):
     assert f"aten::clone 0 -> {layers} (new)" in result.stdout
 
 
+@pytest.mark.serial  # a timing verdict: no test beside it to shift one engine's steps
 def test_same_engine_raises_nothing_and_a_slowdown_is_caught(cli, monkeypatch):
     same = cli("ab", "cached", "cached", *SMALL, *UNSAMPLED)
     assert same.returncode == 0, same.stdout + same.stderr

@@ -56,8 +56,6 @@ GPU_TRACES = (  # in ../shared/traces/public (TraceLens's and HTA's test data)
     "cuda_train_ns_resolution_5steps.trace.json.gz",
 )
 
-pytestmark = pytest.mark.browser
-
 
 def missing() -> str | None:
     if importlib.util.find_spec("playwright") is None:
@@ -196,6 +194,10 @@ def browser():
         b.close()
 
 
+# Under xdist (.ci/run) the browser's tests share one worker, and so its one Chromium.
+@pytest.mark.xdist_group("browser")
+@pytest.mark.browser
+@pytest.mark.slow
 def test_the_app_draws_every_kind_of_chart_in_chromium(browser, capsys, tmp_path):
     with serve(DATA, tmp_path / "streamlit.log") as (url, port):
         assert listening_addresses(port) == {"127.0.0.1"}  # probe app binds to this machine only
@@ -247,6 +249,9 @@ def test_the_app_draws_every_kind_of_chart_in_chromium(browser, capsys, tmp_path
         assert (SCREENSHOTS / f"{name}.png").stat().st_size > 10_000
 
 
+@pytest.mark.xdist_group("browser")
+@pytest.mark.browser
+@pytest.mark.slow
 def test_the_app_draws_the_public_gpu_traces_in_chromium(browser, tmp_path):
     """The GPU views on three public traces of ../shared/traces, copied beside each other under a root of their own
     (the app reads only under its root)."""
@@ -341,6 +346,9 @@ def contended_run(folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.xdist_group("browser")
+@pytest.mark.browser
+@pytest.mark.slow
 def test_the_pictures_agree_with_the_answer_in_chromium(browser, capsys, tmp_path):
     """Issue 35's numbered items, each as the browser draws it, with a screenshot (SCREENSHOTS/issue35/) and an
     assertion on the figure shown, against the Diagnosis `probe analyze` prints (computed here from the same trace)."""
@@ -461,6 +469,9 @@ def test_the_pictures_agree_with_the_answer_in_chromium(browser, capsys, tmp_pat
         print(f"\nissue 35 screenshots: {shots}")
 
 
+@pytest.mark.xdist_group("browser")
+@pytest.mark.browser
+@pytest.mark.slow
 def test_names_that_are_markup_are_drawn_as_text_in_chromium(browser, tmp_path):
     """Plotly turns <a href> in a label into a link and <span style> into a style: the hostile trace's op and
     kernel names (tests/test_view.py) are drawn as the characters they are, and no chart holds a link."""
@@ -582,6 +593,9 @@ def trace_cases(folder: Path, root: Path) -> list[tuple[str, dict[str, str]]]:
 PUBLIC = SHARED / "public"
 
 
+@pytest.mark.serial  # its times go in docs/explorer.md: taken with no test beside it
+@pytest.mark.browser
+@pytest.mark.slow
 def test_time_to_the_first_chart_of_every_view(browser, capsys, tmp_path):
     """Measured in the browser, from navigation to a drawn plotly chart: a probe run --quick folder's Sweep (its
     12k telemetry samples included), each committed trace's views, and every public trace, first parsed and then

@@ -132,6 +132,7 @@ def nsys_available() -> bool:
 
 
 @pytest.mark.nsys
+@pytest.mark.slow
 @pytest.mark.skipif(not (IN_CI or nsys_available()), reason="nsys not installed (scripts/install-nsys.sh)")
 def test_nsys_capture_has_our_ranges(tmp_path):
     result = run_probe(

@@ -240,7 +240,14 @@ def check_cell(engine_name: str, family: str) -> None:
         assert torch.equal(out[row : row + 1], reference), (engine_name, family, row, out.tolist(), reference.tolist())
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+# The default run takes a plain family and a sliding-window one through every engine; the other families, 5-50 s a
+# cell on this machine, run under `pytest -m slow`.
+DEFAULT_RUN_FAMILIES = ("llama", "mistral")
+
+
+@pytest.mark.parametrize(
+    "family", [f if f in DEFAULT_RUN_FAMILIES else pytest.param(f, marks=pytest.mark.slow) for f in FAMILIES]
+)
 @pytest.mark.parametrize("engine_name", MATRIX_ENGINES)
 def test_every_family_through_every_engine(engine_name, family):
     check_cell(engine_name, family)

@@ -73,6 +73,8 @@ def runs_json(path: Path, *args: str) -> list[dict]:
     return json.loads(buffer.getvalue())
 
 
+# Five measuring commands in processes of their own, minutes on this 2-core machine: the tests that read them run
+# under `pytest -m slow` (and in .ci/run).
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
     """A scratch repository whose history holds a bench, a baseline, a profile and a run at commit 1, and the
@@ -101,6 +103,7 @@ def measured(tmp_path_factory):
 # recording
 
 
+@pytest.mark.slow
 def test_every_measuring_command_appends_its_run(measured):
     runs = runs_json(measured["path"])
     assert [r["command"] for r in runs] == ["bench", "run", "profile", "baseline", "bench"]  # newest first
@@ -115,6 +118,7 @@ def test_every_measuring_command_appends_its_run(measured):
     assert bench["source"] == str(repo / "bench") and runs[2]["source"].endswith(".trace.json.gz")
 
 
+@pytest.mark.slow
 def test_a_bench_run_stores_its_cells_counts_ops_and_samples(measured):
     cell = load_results(measured["repo"] / "bench").cells[0]
     run_id = runs_json(measured["path"], "--last", "5")[4]["run_id"]
@@ -137,6 +141,7 @@ def test_a_bench_run_stores_its_cells_counts_ops_and_samples(measured):
         assert torch_version == json.loads(env)["torch"] == load_results(measured["repo"] / "bench").env.torch
 
 
+@pytest.mark.slow
 def test_a_profiled_run_stores_its_per_step_ledger(measured):
     from probe.analysis.ledger.build import analyze
     from probe.analysis.trace import load_trace
@@ -205,6 +210,7 @@ def test_with_the_default_file_a_failed_write_only_warns(monkeypatch, tmp_path):
 # list, check, show
 
 
+@pytest.mark.slow
 def test_check_exits_1_naming_the_op_the_variant_added(measured, tiny, tmp_path, cli):
     layers = tiny.config.num_hidden_layers
     decode_ops = load_results(measured["repo"] / "bench").cells[0].decode_ops
@@ -229,6 +235,7 @@ def test_check_exits_1_naming_the_op_the_variant_added(measured, tiny, tmp_path,
     assert {c["status"] for c in doc["configs"]} == {"checked", "not enough history"}
 
 
+@pytest.mark.slow
 def test_check_counts_only_and_a_config_filter(measured, cli):
     proc = cli("history", "check", "--counts-only", "--config", "profile", "--history", str(measured["path"]))
     assert proc.returncode == 0 and "not enough history" in proc.stdout and "aten::clone" not in proc.stdout
@@ -238,6 +245,7 @@ def test_check_counts_only_and_a_config_filter(measured, cli):
     assert one_line_error(cli("history", "check", "--config", "nothing", "--history", str(measured["path"])))
 
 
+@pytest.mark.slow
 def test_list_filters_and_limits(measured, cli):
     path = str(measured["path"])
     assert [r["command"] for r in runs_json(measured["path"], "--last", "2")] == ["bench", "run"]
@@ -252,6 +260,7 @@ def test_list_filters_and_limits(measured, cli):
     assert "tiny float32 cached p8 n4 threads=1" in table and measured["second"][:10] + "+dirty" in table
 
 
+@pytest.mark.slow
 def test_show_holds_a_run_against_its_predecessor(measured, cli):
     runs = runs_json(measured["path"])
     path = str(measured["path"])
@@ -270,6 +279,7 @@ def test_show_holds_a_run_against_its_predecessor(measured, cli):
     assert "matches 5 runs" in one_line_error(cli("history", "show", "2", "--history", path))
 
 
+@pytest.mark.slow
 def test_importing_the_same_folders_adds_nothing_twice(measured, tmp_path, cli):
     copy = tmp_path / "h.duckdb"
     shutil.copy(measured["path"], copy)
@@ -306,6 +316,7 @@ def readme_queries() -> list[str]:
     return re.findall(r"```sql\n(.*?)```", text, flags=re.S)
 
 
+@pytest.mark.slow
 def test_the_readme_queries_run_and_answer(measured, tiny):
     queries = readme_queries()
     assert len(queries) == 2
@@ -631,6 +642,7 @@ POINT_JS = """([name, i]) => {
 
 
 @pytest.mark.browser
+@pytest.mark.slow
 def test_clicking_a_point_of_the_history_opens_that_run(tmp_path):
     from probe.explorer.figures.history import COUNT_ALERT
     from tests.test_app import HISTORY, history_root

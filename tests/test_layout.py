@@ -1,37 +1,42 @@
 """The architecture's rule, enforced: the analysis side needs no torch, imports go one way (no cycle, no layer
-importing one above it), nothing imports inside a function but the optional dependencies named below, and `probe
---help` imports no command module."""
+importing one above it), nothing imports inside a function but the optional dependencies named below and a command's
+heavy modules, `probe --help` imports no command module, and no `probe COMMAND --help` imports a heavy one."""
 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 import sys
 import tokenize
 from pathlib import Path
 
+import pytest
+
+from probe.cli import COMMANDS
 from tests.conftest import DATA, ROOT
 
 PACKAGES = ("probe", "engines")
-# Imports inside functions, each with its reason. An optional dependency imports where it is used, so a command
-# that does not use it runs where it is not installed (the GPU machine has neither Ray nor DuckDB).
+# Imports inside functions outside probe/commands/ (where HEAVY below rules), each with its reason. An optional
+# dependency imports where it is used, so a command that does not use it runs where it is not installed (the GPU
+# machine has neither Ray nor DuckDB).
 LATE_IMPORTS = {
     # transformers loads only when a config is first read, so building the CLI's flags stays fast
     ("engines/configs.py", "transformers"),
-    ("probe/commands/analyze.py", "probe.cluster"),  # Ray, for --executor ray
     ("probe/capture/pipeline.py", "probe.cluster"),  # Ray
     ("probe/capture/pipeline.py", "probe.capture.raysweep"),  # Ray
     # scipy's stats take a second and a half to import and only a timing row with enough samples needs them, so
     # building `probe compare --help`, `probe ab --help` or a counts-only gate does not pay for them
     ("probe/analysis/regression/stats.py", "scipy"),
-    # DuckDB, optional where probe measures (the GPU machine has none): a measuring command run with --no-history
-    # never loads it (tests/test_run.py)
-    ("probe/commands/_record.py", "probe.analysis.regression.history"),
 }
-# Files other helpers own that still import inside functions (to keep their commands' flags fast, or for DuckDB and
-# NVML); this allowance only shrinks: the lead removes each entry once that file's imports are at the top.
-NOT_YET_AT_THE_TOP = ("probe/commands/roofline.py",)
+# What a command imports when it runs and its `--help` never does: each takes from a tenth of a second (rich, numpy and
+# the analysis built on it) to seconds (torch, transformers) to import, where `probe COMMAND --help` answers in a blink
+# (docs/commands.md, benchmarks/help_bench.py). So a command module (probe/commands/) imports at its top only what
+# its flags need (probe.flags, probe.settings, engines.configs), and inside the functions that run it, a module that
+# loads one of these; a project module counts when its own top-level imports reach one of them.
+HEAVY = ("torch", "transformers", "pandas", "pyarrow", "scipy", "duckdb", "ray", "streamlit", "plotly", "numpy", "rich")
+COMMANDS_DIR = "probe/commands/"
 # Who may import whom inside probe: a layer never imports one above it. probe.render.text is a leaf (it imports nothing
 # from probe), so every layer may use it.
 FORBIDDEN = {
@@ -143,41 +148,110 @@ def test_no_import_cycle_counting_imports_inside_functions():
             visit(name)
 
 
-def _late_imports(path: Path) -> list[tuple[int, str, str]]:
-    """(line, module, function) for every import inside a function of `path`."""
+def _late_imports(path: Path) -> list[tuple[int, str, str, list[str]]]:
+    """(line, module, function, what it may load) for every import inside a function of `path`."""
     tree = ast.parse(path.read_text())
     out = []
     for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
         for node in ast.walk(fn):
             if isinstance(node, ast.Import | ast.ImportFrom):
-                out.append(
-                    (node.lineno, node.module if isinstance(node, ast.ImportFrom) else node.names[0].name, fn.name)
-                )
+                module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+                out.append((node.lineno, module or "", fn.name, _targets(node)))
     return out
 
 
-def _allowed(rel: str, module: str) -> bool:
+def _targets(node: ast.Import | ast.ImportFrom) -> list[str]:
+    """What an import statement may load: each module it names, and for `from m import x` also m.x (a submodule)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if node.level or not node.module:
+        return []
+    return [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+
+
+def _import_time(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """The imports a module runs when it is imported: none inside a function or under `if TYPE_CHECKING:`."""
+    out, stack = [], list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            stack += node.orelse
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            out.append(node)
+        else:
+            stack += ast.iter_child_nodes(node)
+    return out
+
+
+@functools.cache
+def _heavy_modules() -> frozenset[str]:
+    """The project modules whose import loads a HEAVY package: itself, or through the project modules (and their
+    packages' __init__) it imports at its top."""
+    known = _modules()
+
+    def loaded(target: str) -> set[str]:
+        """`target` and the packages above it, as far as they are project modules; else its third-party root."""
+        if target.split(".")[0] not in PACKAGES:
+            return {target.split(".")[0]}
+        parts = target.split(".")
+        return {m for m in (".".join(parts[:i]) for i in range(1, len(parts) + 1)) if m in known}
+
+    loads = {
+        name: set().union(*(loaded(t) for node in _import_time(ast.parse(path.read_text())) for t in _targets(node)))
+        | loaded(name) - {name}
+        for name, path in known.items()
+    }
+    heavy = {name for name, deps in loads.items() if deps & set(HEAVY)}
+    while grown := {name for name, deps in loads.items() if deps & heavy} - heavy:
+        heavy |= grown
+    return frozenset(heavy)
+
+
+def _heavy(targets: list[str]) -> bool:
+    return any(t.split(".")[0] in HEAVY or t in _heavy_modules() for t in targets)
+
+
+def _allowed(rel: str, module: str, targets: list[str]) -> bool:
+    if rel.startswith(COMMANDS_DIR) and _heavy(targets):
+        return True  # a command's heavy modules, imported when it runs
     return (rel, module) in LATE_IMPORTS or (rel, module.split(".")[0]) in LATE_IMPORTS
 
 
-def test_nothing_imports_inside_a_function_but_the_optional_dependencies():
+def test_nothing_imports_inside_a_function_but_the_optional_dependencies_and_a_commands_heavy_modules():
     late = []
     for path in sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
-        if rel in NOT_YET_AT_THE_TOP:
-            continue
         late += [
-            f"{rel}:{line} imports {m} inside {fn}()" for line, m, fn in _late_imports(path) if not _allowed(rel, m)
+            f"{rel}:{line} imports {m} inside {fn}()"
+            for line, m, fn, targets in _late_imports(path)
+            if not _allowed(rel, m, targets)
         ]
     assert late == []
 
 
+def test_a_command_module_imports_nothing_heavy_at_its_top():
+    """What `probe COMMAND --help` loads is the command's module and what it imports at its top: its flags."""
+    assert sorted(f"probe.commands.{name}" for name in COMMANDS if f"probe.commands.{name}" in _heavy_modules()) == []
+
+
+def test_the_heavy_rule_reads_imports_through_packages_and_skips_type_checking_and_functions():
+    """The rule's own check: a module is heavy through what it imports at its top, transitively."""
+    heavy = _heavy_modules()
+    assert "engines.models" in heavy  # imports torch
+    assert "probe.capture.pipeline" in heavy  # through engines and probe.capture.sweep
+    assert "probe.analysis.regression.history" in heavy  # DuckDB, through its package's __init__
+    assert "probe.analysis.regression.rules" not in heavy  # CompareRules: the flags of compare, ab and history
+    assert "probe.settings" not in heavy and "engines.configs" not in heavy  # transformers only inside a function
+    assert "probe.commands._record" not in heavy  # its results type (pandas) only under TYPE_CHECKING
+
+
 def test_the_allowances_name_only_what_is_still_there():
-    """An entry whose import moved to the top must go, so the lists only shrink."""
-    for rel in NOT_YET_AT_THE_TOP:
-        assert _late_imports(ROOT / rel), f"{rel} imports nothing inside a function: remove it from NOT_YET_AT_THE_TOP"
+    """An entry whose import moved to the top, or that the commands' rule covers, must go: the list only shrinks."""
     for rel, module in LATE_IMPORTS:
-        assert any(m == module or m.split(".")[0] == module for _, m, _ in _late_imports(ROOT / rel)), (rel, module)
+        assert any(m == module or m.split(".")[0] == module for _, m, _, _ in _late_imports(ROOT / rel)), (rel, module)
+        assert not rel.startswith(COMMANDS_DIR), (rel, module)
 
 
 def test_no_layer_imports_one_above_it():
@@ -210,6 +284,32 @@ def test_help_imports_no_command_module():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["[]", "['probe.commands.analyze']"]
+
+
+# `probe NAME --help`, and the --help of every subcommand under it (history list, check, ...), in one fresh process:
+# a line each, the command and the HEAVY packages then loaded.
+HELP_IMPORTS = """
+import contextlib, io, sys
+from probe.cli import command_lines, main
+
+for argv in command_lines(sys.argv[1]):
+    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.suppress(SystemExit):
+        main([*argv, "--help"])
+    assert out.getvalue().startswith("usage: probe " + " ".join(argv)), out.getvalue()
+    print(" ".join(argv), sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[2:])))
+"""
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_help_imports_nothing_heavy(name):
+    """`probe NAME --help` (and each of its subcommands') answers from the flags alone: no torch, transformers,
+    pandas, DuckDB, Ray, Streamlit, scipy, numpy or rich is loaded to print it."""
+    result = subprocess.run(
+        [sys.executable, "-c", HELP_IMPORTS, name, *HEAVY], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert lines and all(line.endswith(" []") for line in lines), lines
 
 
 def _without_torch(code: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -245,16 +345,30 @@ def test_analyze_compare_and_roofline_run_without_torch(tmp_path):
         assert result.returncode == 0, (argv, result.stderr[-2000:])
 
 
+# `python -m benchmarks.NAME --help` for each NAME given, each run as __main__ in this one process, so that torch and
+# the rest load once for all of them (a process each took two minutes on the loaded 2-core machine): a line each,
+# the name and whether its usage was printed.
+BENCHMARK_HELP = """
+import contextlib, io, runpy, sys
+
+for name in sys.argv[1:]:
+    sys.argv = [name, "--help"]
+    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.suppress(SystemExit):
+        runpy.run_module(f"benchmarks.{name}", run_name="__main__", alter_sys=True)
+    print(name, "usage:" in out.getvalue())
+"""
+
+
 def test_every_benchmark_still_parses_its_flags():
     """The benchmarks are not run by the suite (they measure); their imports and flags must still follow the API."""
     files = sorted((ROOT / "benchmarks").glob("*.py"))
     scripts = [p.stem for p in files if 'if __name__ == "__main__":' in p.read_text()]
     assert "reconcile" in scripts and "many_traces" in scripts and "paired" not in scripts  # paired: a library
-    for name in scripts:
-        result = subprocess.run(
-            [sys.executable, "-m", f"benchmarks.{name}", "--help"], cwd=ROOT, capture_output=True, text=True
-        )
-        assert result.returncode == 0 and "usage:" in result.stdout, (name, result.stderr[-2000:])
+    result = subprocess.run(
+        [sys.executable, "-c", BENCHMARK_HELP, *scripts], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines() == [f"{name} True" for name in scripts], result.stderr[-2000:]
 
 
 def test_roofline_reads_presets_config_files_and_model_folders_without_torch(tmp_path):
@@ -368,3 +482,22 @@ def test_every_module_path_the_docs_name_exists():
             if not any(ROOT.glob(match.group(1).rstrip("/"))):
                 stale.append(f"{where}: {match.group(1)}")
     assert not stale, "\n".join(stale)
+
+
+def _marked(node: ast.AST, mark: str) -> bool:
+    """Whether `node` (a decorator or a pytestmark value) names pytest.mark.<mark> anywhere in it."""
+    return any(isinstance(n, ast.Attribute) and n.attr == mark for n in ast.walk(node))
+
+
+def test_every_test_file_keeps_a_test_in_the_default_run():
+    """`pytest -q` (the default run deselects `slow`) holds at least one test of each test file, so no module's tests
+    drop out of the run a contributor makes before every commit; the slow rest runs under `pytest -m slow`."""
+    all_slow = []
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        module_marks = [n.value for n in tree.body if isinstance(n, ast.Assign) and "pytestmark" in ast.unparse(n)]
+        tests = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+        fast = [t for t in tests if not any(_marked(d, "slow") for d in t.decorator_list)]
+        if any(_marked(m, "slow") for m in module_marks) or not fast:
+            all_slow.append(path.name)
+    assert all_slow == []

@@ -773,6 +773,7 @@ def nsys_available() -> bool:
 
 
 @pytest.mark.nsys
+@pytest.mark.slow
 @pytest.mark.skipif(not (IN_CI or nsys_available()), reason="nsys not installed (scripts/install-nsys.sh)")
 def test_own_nsys_cpu_export(tmp_path):
     """A live CPU nsys run of our loop: no CUPTI tables, our NVTX ranges become the steps."""

@@ -42,6 +42,9 @@ from tests.conftest import DATA, ROOT, interrupt_sweep, run_probe
 from tests.ranks import make_rank_traces
 from tests.variants import HOLD_DIR_VAR, RAISE_AT_PROMPT
 
+# Under xdist (.ci/run) the module's tests share one worker, so one cluster serves them all.
+pytestmark = pytest.mark.xdist_group("ray")
+
 SMALL = dict(prompts=(8, 24), new_tokens=5, runs=1, warmup=0, device="cpu")
 NODES = ("node-a", "node-b", "node-c")
 
@@ -120,6 +123,7 @@ def sweep_args(address: str, out: Path, *more: str) -> list[str]:
             "--device", "cpu", "--no-history", "--out", str(out), *more]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_sweep_over_three_nodes_gives_the_cells_a_local_run_gives(cluster, tmp_path):
     cfg = BenchConfig(**SMALL, engines=("naive", "cached", "batched"), batch=(1, 2))
     here = bench(cfg, tmp_path / "local")
@@ -149,6 +153,7 @@ def test_a_sweep_over_three_nodes_gives_the_cells_a_local_run_gives(cluster, tmp
     assert same.returncode == 0, same.stdout + same.stderr
 
 
+@pytest.mark.slow
 def test_on_ray_a_cell_that_raises_or_kills_its_worker_is_recorded_and_the_rest_finish(cluster, tmp_path):
     out = tmp_path / "o"
     engines = "naive,tests.variants:RaisingEngine,tests.variants:DyingEngine"
@@ -168,6 +173,7 @@ def test_on_ray_a_cell_that_raises_or_kills_its_worker_is_recorded_and_the_rest_
     assert "2 of 9 cells failed: raising p16 on " in result.stderr
 
 
+@pytest.mark.slow
 def test_a_node_that_dies_under_a_cell_fails_it_the_rest_finish_and_resume_completes(crashable, tmp_path):
     """The holding engine's p16 cell stops in its prefill; its node's raylet is SIGKILLed. That cell is failed,
     named with its node; the other nodes finish the sweep; --resume runs that cell."""
@@ -204,6 +210,7 @@ def test_a_node_that_dies_under_a_cell_fails_it_the_rest_finish_and_resume_compl
     assert all(c.ttft_runs_ms == kept[c.key].ttft_runs_ms for c in final.cells if c.key in kept)  # not run again
 
 
+@pytest.mark.slow
 def test_sigterm_to_a_sweep_keeps_the_finished_cells_ends_its_workers_and_resume_finishes(cluster, tmp_path):
     out = tmp_path / "sweep"
     args = sweep_args(cluster.address, out, "--prompts", "8,16,32,64,128")
@@ -226,6 +233,7 @@ def test_sigterm_to_a_sweep_keeps_the_finished_cells_ends_its_workers_and_resume
         assert by_key[c.key].ttft_runs_ms == c.ttft_runs_ms and by_key[c.key].itl_runs_ms == c.itl_runs_ms
 
 
+@pytest.mark.slow
 def test_analyze_on_ray_names_the_same_straggler_as_the_local_pool(cluster, tmp_path):
     make_rank_traces(tmp_path / "job", ranks=4, slow_rank=1, stretch=1.5)
     local = run_probe("analyze", str(tmp_path / "job"), "--json")
@@ -237,6 +245,7 @@ def test_analyze_on_ray_names_the_same_straggler_as_the_local_pool(cluster, tmp_
     assert b["straggler"]["median_trail_pct"] == pytest.approx(50.0, abs=1e-4)
 
 
+@pytest.mark.slow
 def test_analyze_on_ray_a_trace_whose_node_died_is_named_and_the_others_are_analyzed(crashable, tmp_path):
     """Four traces of 2 s each on three nodes; the node analyzing the first one to start dies."""
     [long] = make_rank_traces(tmp_path, ranks=1, repeat=12)
@@ -264,6 +273,7 @@ def test_analyze_on_ray_a_trace_whose_node_died_is_named_and_the_others_are_anal
     print(f"\n{name} died under {Path(failed['source']).name}: {failed['error']}")
 
 
+@pytest.mark.slow
 def test_a_task_no_alive_node_can_run_is_failed_not_waited_for(cluster):
     """No node has 64 CPUs: a task asking for them would wait forever; it is failed in its place, named."""
     items = [
@@ -277,6 +287,7 @@ def test_a_task_no_alive_node_can_run_is_failed_not_waited_for(cluster):
     ]
 
 
+@pytest.mark.slow
 def test_probe_run_sends_its_sweeps_to_ray(cluster, tmp_path):
     out = tmp_path / "run"
     result = run_probe(
@@ -305,6 +316,7 @@ def local_env(**more: str) -> dict:
     return env | more
 
 
+@pytest.mark.slow
 def test_a_local_instance_listens_on_loopback_only_and_sigterm_leaves_nothing_behind(tmp_path):
     """Without token authentication (RAY_AUTH_MODE=disabled, which Ray allows): every port the sweep's local
     instance listens on, read while its cells run, is on 127.0.0.1. Then SIGTERM: the finished cells are kept in a

@@ -17,6 +17,7 @@ from engines.arch import ArchError, from_raw
 from engines.configs import load_config
 from engines.models import DTYPES
 from probe.analysis.roofline import devices as hardware
+from probe.analysis.roofline.device_file import device_file
 from probe.analysis.roofline.formulas import (
     DTYPE_BYTES,
     arch_for,
@@ -389,7 +390,7 @@ def test_device_file_reads_the_table_fields(tmp_path):
             }
         )
     )
-    d = hardware.device_file(path)
+    d = device_file(path)
     assert (d.name, d.memory_bandwidth_bytes_s, d.memory_bytes) == ("My Card", 512_000_000_000, 16 * 2**30)
     assert (d.flops_s("bfloat16"), d.flops_s("float8_e4m3fn"), d.spec_source) == (
         100e12,
@@ -406,7 +407,7 @@ def test_device_file_reads_the_table_fields(tmp_path):
     ):
         path.write_text(json.dumps(doc))
         with pytest.raises(ProbeError, match=re.escape(error)):
-            hardware.device_file(path)
+            device_file(path)
 
 
 def test_capacity_is_binary_as_real_traces_report_it():

@@ -19,8 +19,11 @@ from tests.test_layout import HIDE_TORCH
 
 # The two whole runs below are fresh processes: they compile the static engine with inductor, whose state (compiled
 # graphs, recompile limits, its worker pool) is the process's, so they would leave it to every later test here.
+# Each whole run is minutes on this 2-core machine: they run under `pytest -m slow` (and in .ci/run); the default run
+# keeps the piped progress and --no-history runs.
 
 
+@pytest.mark.slow
 def test_probe_run_writes_the_whole_report(tmp_path):
     out = tmp_path / "run"
     result = run_probe(
@@ -73,6 +76,7 @@ def test_probe_run_writes_the_whole_report(tmp_path):
     json.loads((out / "report.json").read_text())  # well-formed
 
 
+@pytest.mark.slow
 def test_probe_run_quick_prints_the_whole_report(tmp_path):
     """--quick on a tiny budget: naive, cached and static in one sweep, the batched check, the floor with and
     without a sync, one trace per engine, and every section of the report on stdout."""
@@ -140,6 +144,7 @@ def assert_what_ifs_checked(report) -> None:
 SMALL = ["--prompts", "8", "--new-tokens", "3", "--runs", "1", "--warmup", "0", "--device", "cpu"]
 
 
+@pytest.mark.slow
 def test_a_part_that_fails_is_named_and_the_rest_goes_on(tmp_path, cli, monkeypatch):
     """Issue 24 §3: the cached engine's profile raises (a stand-in for CUPTI or a compile failing); the naive trace,
     the machine and the predictions are still measured and written, report.md names the failure, the exit is 1."""

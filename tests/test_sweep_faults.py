@@ -18,6 +18,9 @@ from probe.capture.sweep import _signals_deferred
 from tests.conftest import ROOT, interrupt_sweep, run_probe
 from tests.variants import RAISE_AT_PROMPT
 
+# The sweeps run in processes of their own, each from a few seconds to minutes on this 2-core machine: those run under
+# `pytest -m slow` (and in .ci/run); the default run keeps the contention rule, a refused folder, Ray's absence and a
+# deferred interrupt.
 TINY = ("--new-tokens", "4", "--runs", "1", "--warmup", "0", "--device", "cpu", "--no-history")
 
 
@@ -27,6 +30,7 @@ def one_line(result: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_a_cell_that_raises_is_recorded_failed_and_the_others_finish(tmp_path):
     out = tmp_path / "o"
     prompts = f"8,{RAISE_AT_PROMPT},24"
@@ -57,6 +61,7 @@ def test_a_cell_that_raises_is_recorded_failed_and_the_others_finish(tmp_path):
     assert [c.engine for c in load_results(out).failed] == ["raising"]
 
 
+@pytest.mark.slow
 def test_a_folder_that_holds_results_is_refused_unless_resume_or_force(tmp_path):
     out = tmp_path / "o"
     args = ("bench", "--engines", "cached", "--prompts", "8", *TINY, "--out", str(out))
@@ -75,6 +80,7 @@ def test_a_folder_that_holds_results_is_refused_unless_resume_or_force(tmp_path)
     assert both.returncode == 2 and "exclude each other" in one_line(both)
 
 
+@pytest.mark.slow
 def test_resume_refuses_another_configuration(tmp_path):
     out = tmp_path / "o"
     assert run_probe("bench", "--engines", "cached", "--prompts", "8", *TINY, "--out", str(out)).returncode == 0
@@ -93,6 +99,7 @@ def test_probe_run_refuses_a_folder_that_holds_results(tmp_path):
     assert result.returncode == 2 and "already holds results (report.json)" in one_line(result)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_sweep_says_what_it_kept_and_resume_runs_only_the_rest(tmp_path, signum):
     out = tmp_path / "sweep"
@@ -132,6 +139,8 @@ def test_the_contention_rule():
     assert contention(TelemetrySummary(), long, 2).contended is None  # no /proc figures
 
 
+@pytest.mark.slow
+@pytest.mark.serial  # its calm run must be alone on the machine: a test beside it is contention
 def test_a_busy_process_beside_the_sweep_flags_its_cells(tmp_path):
     """One torch thread: alone, the machine's busy CPU is this process's; with a busy loop on the other core,
     about one core more."""

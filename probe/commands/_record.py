@@ -9,8 +9,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from probe.analysis.records.results import BenchResults
+if TYPE_CHECKING:  # pandas: a command's flags come from here, and `--help` loads nothing heavy
+    from probe.analysis.records.results import BenchResults
 
 HISTORY_HELP = "the history file (default: $PROBE_HISTORY, else ./probe-history.duckdb)"
 

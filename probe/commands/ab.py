@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from probe.analysis.regression.compare import compare
 from probe.analysis.regression.rules import CompareRules
-from probe.capture.ab import interleaved
 from probe.commands.compare import add_output_arguments, report
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import from_args
@@ -43,6 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from probe.analysis.regression.compare import compare
+    from probe.capture.ab import interleaved
+
     cfg = from_args(BenchConfig, args, **AB_DEFAULTS)
     rules = from_args(CompareRules, args)
     base, current = interleaved(cfg, args.base, args.current)

@@ -32,35 +32,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.markup import escape
-
-from probe.analysis.diagnosis.answer import answer
-from probe.analysis.ledger.build import analyze
-from probe.analysis.ledger.ranks import TraceFailure, analyze_one, expand, job, lost_trace
-from probe.analysis.ledger.timeline import step_timeline
-from probe.analysis.ledger.types import AnalyzeOptions, StepLedger, TraceAnalysis
-from probe.analysis.records.sidecar import EventCost, trace_meta
-from probe.analysis.roofline.devices import device_file
-from probe.analysis.roofline.step import TokenFlags
-from probe.analysis.trace import load_trace
 from probe.commands import print_json
 from probe.errors import ProbeError
 from probe.pool import pool_map
-from probe.render.answer import answer_lines, op_roofline_table
-from probe.render.console import stdout
-from probe.render.ledger import (
-    categories_table,
-    frames_table,
-    host_table,
-    idle_table,
-    job_tables,
-    kernels_table,
-    step_table,
-    steps_table,
-    summary_table,
-    timeline_table,
-)
+
+if TYPE_CHECKING:
+    from probe.analysis.ledger.types import AnalyzeOptions, StepLedger, TraceAnalysis
+    from probe.analysis.records.sidecar import EventCost
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -142,6 +122,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def options_from(args: argparse.Namespace, trace_path: Path) -> AnalyzeOptions:
     """AnalyzeOptions from the flags; the event cost from the trace's sidecar when the flag does not give it."""
+    from probe.analysis.ledger.types import AnalyzeOptions
+    from probe.analysis.records.sidecar import trace_meta
+
     cost: EventCost | None
     if args.event_cost_ns is not None:
         cost = parse_event_cost(args.event_cost_ns)
@@ -152,6 +135,8 @@ def options_from(args: argparse.Namespace, trace_path: Path) -> AnalyzeOptions:
 
 
 def parse_event_cost(text: str) -> EventCost:
+    from probe.analysis.records.sidecar import EventCost
+
     try:
         op, _, rng = text.partition(",")
         return EventCost(float(op), float(rng or op))
@@ -160,6 +145,8 @@ def parse_event_cost(text: str) -> EventCost:
 
 
 def main(args: argparse.Namespace) -> int:
+    from probe.analysis.ledger.ranks import expand
+
     if args.address and args.executor != "ray":
         raise ProbeError("--address names a Ray cluster: use it with --executor ray")
     paths = expand(args.trace)
@@ -171,6 +158,27 @@ def main(args: argparse.Namespace) -> int:
 
 
 def main_one(args: argparse.Namespace, path: Path) -> int:
+    from probe.analysis.diagnosis.answer import answer
+    from probe.analysis.ledger.build import analyze
+    from probe.analysis.ledger.timeline import step_timeline
+    from probe.analysis.records.sidecar import trace_meta
+    from probe.analysis.roofline.device_file import device_file
+    from probe.analysis.roofline.step import TokenFlags
+    from probe.analysis.trace import load_trace
+    from probe.render.answer import answer_lines, op_roofline_table
+    from probe.render.console import stdout
+    from probe.render.ledger import (
+        categories_table,
+        frames_table,
+        host_table,
+        idle_table,
+        kernels_table,
+        step_table,
+        steps_table,
+        summary_table,
+        timeline_table,
+    )
+
     options = options_from(args, path)  # bad flags fail before the trace is read
     given = device_file(args.device_file) if args.device_file else None
     trace = load_trace(path)
@@ -227,6 +235,13 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
 
 def main_job(args: argparse.Namespace, paths: list[Path]) -> int:
     """Several traces: each analyzed in parallel, then lined up as the ranks of one job."""
+    from rich.markup import escape
+
+    from probe.analysis.ledger.ranks import TraceFailure, analyze_one, job, lost_trace
+    from probe.analysis.ledger.types import AnalyzeOptions
+    from probe.render.console import stdout
+    from probe.render.ledger import host_table, job_tables, steps_table
+
     # bad flags fail the command, first
     AnalyzeOptions.parse(args.steps, args.part, args.kernel_category, steps_kind=args.steps_kind)
     if args.event_cost_ns is not None:

@@ -13,13 +13,11 @@ import json
 import time
 from pathlib import Path
 
-from probe.analysis.records.files import atomic_write
-from probe.capture.config import BenchConfig
-from probe.capture.sweep import bench, check_writable, mismatches
 from probe.commands._record import add_record_arguments, record
 from probe.errors import ProbeError
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import from_args
+from probe.settings import BenchConfig
 
 DEFAULT_OUT = Path("baselines/cpu-tiny.json")
 # Why these: both engines (the cache's bookkeeping is what regresses, naive is the reference), two prompt
@@ -53,6 +51,9 @@ def baseline_json(results) -> dict:
 
 
 def main(args: argparse.Namespace) -> int:
+    from probe.analysis.records.files import atomic_write
+    from probe.capture.sweep import bench, check_writable, mismatches
+
     cfg = from_args(BenchConfig, args, **BASELINE_DEFAULTS)
     check_writable(args.out.parent)
     start = time.perf_counter()

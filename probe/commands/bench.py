@@ -12,16 +12,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from probe.analysis.records.runfolder import claim
-from probe.capture.config import BenchConfig
-from probe.capture.pipeline import sweep, sweep_problems
-from probe.capture.sweep import cell_count
 from probe.commands import print_json
 from probe.commands._record import add_record_arguments, record
-from probe.commands._sweep import print_problems, print_sweep, sweep_interrupts, watch_for
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import add_sweep_arguments, check_sweep_arguments, from_args
-from probe.render import terminal
+from probe.settings import BenchConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,6 +28,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from probe.analysis.records.runfolder import claim
+    from probe.capture.pipeline import sweep, sweep_problems
+    from probe.capture.sweep import cell_count
+    from probe.commands._sweep import print_problems, print_sweep, sweep_interrupts, watch_for
+    from probe.render import terminal
+
     check_sweep_arguments(args)
     cfg = from_args(BenchConfig, args)
     if args.out is not None:

@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from probe.analysis.records.files import atomic_write
-from probe.analysis.regression.compare import Comparison, compare
 from probe.analysis.regression.rules import CompareRules
-from probe.analysis.regression.samples import load_samples
 from probe.commands import print_json
 from probe.errors import ProbeError
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import from_args
-from probe.render.compare import print_comparison, warnings_to_stderr
-from probe.render.markdown import comparison_markdown
+
+if TYPE_CHECKING:
+    from probe.analysis.regression.compare import Comparison
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,12 +47,17 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from probe.analysis.regression.compare import compare
+    from probe.analysis.regression.samples import load_samples
+
     rules = from_args(CompareRules, args)
     result = compare(load_samples(args.baseline), load_samples(args.current), rules, args.require_same_env)
     return report(result, args.markdown, args.json)
 
 
 def write_markdown(path: Path | None, text: str) -> None:
+    from probe.analysis.records.files import atomic_write
+
     if path is None:
         return
     try:
@@ -65,6 +69,9 @@ def write_markdown(path: Path | None, text: str) -> None:
 def report(result: Comparison, markdown: Path | None, as_json: bool, header: str | None = None) -> int:
     """Print a comparison (warnings on stderr, the table or JSON on stdout, Markdown to a file), after `header`
     (what was compared, where: probe ab's model and device); the exit code."""
+    from probe.render.compare import print_comparison, warnings_to_stderr
+    from probe.render.markdown import comparison_markdown
+
     warnings_to_stderr(result)
     write_markdown(markdown, (f"{header}\n\n" if header else "") + comparison_markdown(result))
     if as_json:

@@ -10,13 +10,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from engines.models import load_model, prompt_ids, resolve_device
-from probe.capture.config import DTYPE_CHOICES, DTYPE_HELP, MODEL_HELP, BenchConfig, settle, validate
-from probe.capture.count import count_forward_ops
 from probe.commands import print_json
 from probe.flags import int_list, str_list
-from probe.render import terminal
-from probe.render.console import stdout
+from probe.settings import DTYPE_CHOICES, DTYPE_HELP, MODEL_HELP, BenchConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,6 +26,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from engines.models import load_model, prompt_ids, resolve_device
+    from probe.capture.config import settle, validate
+    from probe.capture.count import count_forward_ops
+    from probe.render import terminal
+    from probe.render.console import stdout
+
     device = resolve_device(args.device)
     cfg = BenchConfig(
         engines=args.engines,

@@ -22,21 +22,17 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.markup import escape
-from rich.table import Table
-
-from probe.analysis.regression import history
-from probe.analysis.regression.history import HistoryCheck, Judgement, RunInfo
 from probe.analysis.regression.rules import ONE_RUN, CompareRules
 from probe.commands import print_json
 from probe.commands._record import HISTORY_HELP
 from probe.commands.compare import write_markdown
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import from_args
-from probe.render import console as render
-from probe.render.compare import print_comparison, warnings_to_stderr
-from probe.render.markdown import history_check_markdown
+
+if TYPE_CHECKING:
+    from probe.analysis.regression.history import HistoryCheck, Judgement, RunInfo
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -61,6 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from probe.analysis.regression import history
+
     path, _ = history.history_path(args.history)
     if args.history_command == "import":
         return import_runs(path, args.dir)
@@ -76,6 +74,11 @@ def main(args: argparse.Namespace) -> int:
 
 
 def list_runs(runs: list[RunInfo], as_json: bool, path: Path) -> int:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from probe.render import console as render
+
     if as_json:
         print_json([r.to_json() for r in runs])
         return 0
@@ -92,6 +95,8 @@ def list_runs(runs: list[RunInfo], as_json: bool, path: Path) -> int:
 
 
 def show_run(judgement: Judgement, as_json: bool) -> int:
+    from probe.render.compare import print_comparison, warnings_to_stderr
+
     if as_json:
         print_json(judgement.to_json())
     elif judgement.comparison is None:
@@ -104,6 +109,12 @@ def show_run(judgement: Judgement, as_json: bool) -> int:
 
 
 def report_check(result: HistoryCheck, as_json: bool, markdown: Path | None) -> int:
+    from rich.markup import escape
+
+    from probe.render import console as render
+    from probe.render.compare import print_comparison, warnings_to_stderr
+    from probe.render.markdown import history_check_markdown
+
     write_markdown(markdown, history_check_markdown(result))
     if as_json:
         print_json(result.to_json())
@@ -125,6 +136,8 @@ def report_check(result: HistoryCheck, as_json: bool, markdown: Path | None) -> 
 
 
 def import_runs(path: Path, folder: Path) -> int:
+    from probe.analysis.regression import history
+
     records, skipped = history.records_in(folder)
     added = 0
     for record in records:

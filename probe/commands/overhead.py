@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import argparse
 
-from probe.capture.config import DTYPE_CHOICES, DTYPE_HELP, MODEL_HELP
-from probe.capture.machine import measure
 from probe.commands import print_json
 from probe.errors import ProbeError
-from probe.render import terminal
-from probe.render.console import stdout
+from probe.settings import DTYPE_CHOICES, DTYPE_HELP, MODEL_HELP
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,6 +25,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.steps < 1 or args.reps < 1 or args.context < 1:
         raise ProbeError("--context, --steps and --reps must be at least 1")
+    from probe.capture.machine import measure
+    from probe.render import terminal
+    from probe.render.console import stdout
+
     r = measure(args.model, args.dtype, args.device, args.context, args.steps, args.reps)
     if args.json:
         print_json(r.to_json())

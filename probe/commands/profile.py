@@ -8,16 +8,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from probe.analysis.ledger.build import analyze
-from probe.analysis.trace import load_trace
-from probe.capture import profile as capture
-from probe.capture.config import ProfileConfig
 from probe.commands._record import add_record_arguments, record
 from probe.errors import ProbeError
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import from_args
-from probe.render.console import stdout
-from probe.render.ledger import summary_table
+from probe.settings import ProfileConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,6 +25,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from probe.analysis.ledger.build import analyze
+    from probe.analysis.trace import load_trace
+    from probe.capture import profile as capture
+    from probe.render.console import stdout
+    from probe.render.ledger import summary_table
+
     cfg = from_args(ProfileConfig, args)
     if args.annotated_run:
         capture.run_annotated(cfg)

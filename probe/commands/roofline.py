@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from probe.analysis.roofline.devices import DEVICES
+from engines.arch import ArchError, from_raw
+from engines.configs import ModelError
+from probe.analysis.roofline.devices import DEVICES, device
 from probe.commands import print_json
 from probe.errors import ProbeError
 from probe.flags import add_arguments as add_config_arguments
@@ -92,8 +95,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def bandwidth_of(cfg: RooflineConfig) -> tuple[float, str]:
     """The bandwidth in bytes/s and where it comes from."""
-    from probe.analysis.roofline.devices import device
-
     if cfg.bandwidth is not None:
         return cfg.bandwidth, "--bandwidth"
     if cfg.measure:
@@ -113,10 +114,6 @@ def bandwidth_of(cfg: RooflineConfig) -> tuple[float, str]:
 
 def arch_of(spec: str, count: str):
     """(Arch, how it was counted): the torch-free formula, or a meta-device build (torch, on demand)."""
-    import importlib.util
-
-    from engines.arch import ArchError, from_raw
-    from engines.configs import ModelError
     from probe.analysis.records.files import model_raw
 
     try:
@@ -142,7 +139,6 @@ def arch_of(spec: str, count: str):
 def main(args: argparse.Namespace) -> int:
     if args.check:
         return check(args.published, args.json)
-    from probe.analysis.roofline.devices import device
     from probe.analysis.roofline.formulas import roofline
     from probe.render import console as render
 

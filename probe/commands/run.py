@@ -21,18 +21,16 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from engines.models import resolve_device
-from probe.capture.config import BenchConfig
-from probe.capture.pipeline import RunOptions, RunOutcome, defaults_for, run_job
-from probe.capture.sweep import cell_count
 from probe.commands import print_json
 from probe.commands._record import add_record_arguments, record
-from probe.commands._sweep import print_problems, print_sweep, sweep_interrupts, watch_for
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import add_sweep_arguments, check_sweep_arguments, from_args
-from probe.render import terminal
-from probe.render.console import stdout
+from probe.settings import BenchConfig
+
+if TYPE_CHECKING:
+    from probe.capture.pipeline import RunOutcome
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -52,6 +50,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def print_outcome(o: RunOutcome) -> None:
     """The run's tables, in the order the job measured them."""
+    from probe.commands._sweep import print_sweep
+    from probe.render import terminal
+    from probe.render.console import stdout
+
     console = stdout()
     print_sweep(o.results, f"probe run: {o.results.config.model} {o.results.dtype}")
     console.print(terminal.serving_table(o.results))
@@ -78,6 +80,12 @@ def print_outcome(o: RunOutcome) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from engines.models import resolve_device
+    from probe.capture.pipeline import RunOptions, defaults_for, run_job
+    from probe.capture.sweep import cell_count
+    from probe.commands._sweep import print_problems, sweep_interrupts, watch_for
+    from probe.render import terminal
+
     check_sweep_arguments(args)
     device = resolve_device(getattr(args, "device", "auto"))
     base = defaults_for(device.type, args.quick)
