@@ -27,6 +27,9 @@ IN_CI = os.environ.get("PROBE_CI") == "1"  # .ci/run sets it: tools that CI inst
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(16))
+# Tests read the tables for what they hold, so every `probe` they run prints them whole: wide enough that no column is
+# dropped (probe.render.console fits a table to COLUMNS, else 100 in a pipe). tests/test_console.py sets its own widths.
+os.environ["COLUMNS"] = "250"
 
 # The property tests explore new inputs on every local run; CI replays the same derandomized examples, so a gate never
 # fails on an input that no one has seen yet (run the suite locally to keep searching).

@@ -23,20 +23,37 @@ import time
 from pathlib import Path
 
 from engines.models import resolve_device
+from probe.analysis.diagnosis.report import REPORT_MD, load_report
 from probe.capture.config import BenchConfig
-from probe.capture.pipeline import RunOptions, RunOutcome, defaults_for, run_job
-from probe.capture.sweep import cell_count
+from probe.capture.pipeline import RunOptions, RunOutcome, run_job
 from probe.commands import print_json
 from probe.commands._record import add_record_arguments, record
-from probe.commands._sweep import print_problems, print_sweep, sweep_interrupts, watch_for
+from probe.commands._sweep import print_problems, print_sweep, resume_command, sweep_interrupts, watch_for
+from probe.errors import ProbeError
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import add_sweep_arguments, check_sweep_arguments, from_args
+from probe.here import device_here, shown
 from probe.render import terminal
 from probe.render.console import stdout
+from probe.settings import defaults_for
+
+
+def shown_defaults() -> dict[str, str]:
+    """What probe run uses on this machine where a flag is absent, as its help shows it: --quick's beside it where
+    that differs, and on a CPU the threads it chooses."""
+    device = device_here()
+    full, quick = defaults_for(device, False), defaults_for(device, True)
+    out = {}
+    for name in dict.fromkeys([*full, *quick]):
+        a, b = shown(name, full.get(name)) or "all", shown(name, quick.get(name)) or "all"
+        out[name] = a if a == b else f"{a}; --quick: {b}"
+    if device == "cpu":
+        out["threads"] = "the count the floor runs fastest at here, 1 when other processes take the CPU"
+    return out
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_config_arguments(p, BenchConfig, overrides_only=True)
+    add_config_arguments(p, BenchConfig, overrides_only=True, defaults=shown_defaults())
     p.add_argument("--out", type=Path, help="report folder (default: runs/run-<timestamp>)")
     p.add_argument("--json", action="store_true", help="print the results JSON instead of the tables")
     p.add_argument(
@@ -45,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="skip the static and batched sweeps that test the write-ups' closing predictions",
     )
     add_sweep_arguments(p)
-    add_record_arguments(p)
+    add_record_arguments(p, "the run's --out folder")
     p.add_argument("--quick", action="store_true", help="every experiment at reduced size, the whole report")
     p.add_argument("--no-nsys", action="store_true", help="--quick: skip the Nsight Systems traces")
 
@@ -93,13 +110,27 @@ def main(args: argparse.Namespace) -> int:
         force=args.force,
         executor=args.executor,
         address=args.address,
+        resume_command=resume_command(args.argv, "run", out),
     )
     lines = terminal.Lines(terminal.line_stream(args.json), "probe run")
-    with sweep_interrupts(out, cell_count(cfg), lambda: lines.done):
+    with lines, sweep_interrupts(lambda: interrupted_message(out, options.resume_command)):
         outcome = run_job(cfg, out, options, watch_for(args.json, lines))
     if args.json:
         print_json(outcome.results.to_json())
     else:
         print_outcome(outcome)
     print_problems(outcome.warnings, outcome.errors)
-    return record(args, "run", outcome.code, folder=out)
+    return record(args, "run", outcome.code, folder=out, home=out)
+
+
+def interrupted_message(out: Path, command: str | None) -> str:
+    """What an interrupted run left: report.md with the answers its finished cells allow, and how to finish."""
+    finish = f"; to finish: {command}" if command else ""
+    try:
+        report = load_report(out)
+    except ProbeError:
+        report = None
+    if report is None:
+        return f"interrupted before the first cell finished: nothing kept in {out}{finish}"
+    missing = f" ({len(report.missing)} parts not measured yet)" if report.missing else ""
+    return f"interrupted: {out / REPORT_MD} holds the answers the finished cells allow{missing}{finish}"

@@ -18,6 +18,7 @@ STYLE = {
     "skipped: versions differ": "bold yellow",
     "skipped: devices differ": "bold yellow",
     "contended: not judged": "bold yellow",
+    "engines differ: not gated": "yellow",
 }
 
 

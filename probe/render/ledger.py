@@ -20,10 +20,16 @@ KERNEL_NAME_WIDTH = 70  # the table cuts kernel names here; --json keeps them wh
 STEP_NAME_WIDTH = 40
 
 
+NAMES = ("step", "name", "frame")  # columns of names: they wrap, and fold where the table is narrow; figures never do
+
+
 def _table(title: str, columns, left=("step", "name", "frame", "category", "kind", "part", "")) -> Table:
     table = Table(title=title, title_justify="left")
     for c in columns:
-        table.add_column(c, justify="left" if c in left else "right", no_wrap=c not in ("name", "frame"))
+        names = c in NAMES
+        table.add_column(
+            c, justify="left" if c in left else "right", no_wrap=not names, overflow="fold" if names else "ellipsis"
+        )
     return table
 
 
@@ -97,24 +103,24 @@ def idle_table(result: TraceAnalysis) -> Table:
     return table
 
 
-def host_table(result: TraceAnalysis) -> Table:
-    """One row a step: both partitions of its wall time (probe.analysis.ledger.host), each adding up to the wall."""
+def host_tables(result: TraceAnalysis) -> list[Table]:
+    """One row a step, in two tables: its wall time by purpose, then by mechanism (probe.analysis.ledger.host), each
+    adding up to the wall. Two tables, so that each fits a terminal whole."""
     purpose = [(p, p) for p in result.user_parts] + [(p.name, p.label) for p in PURPOSE_PARTS]
     mechanism = [(p.name, p.label) for p in MECHANISM_PARTS]
-    table = _table(
-        "host time on each step's thread (ms): by purpose, then by mechanism; each adds up to wall",
-        ["#", "step", "wall", *(label for _, label in purpose), "|", *(label for _, label in mechanism)],
-    )
-    for s in result.steps:
-        table.add_row(
-            str(s.position),
-            short(s.name, STEP_NAME_WIDTH),
-            ms(s.wall_ns),
-            *(ms(s.purpose_ns[p]) for p, _ in purpose),
-            "|",
-            *(ms(s.mechanism_ns[p]) for p, _ in mechanism),
+    tables = []
+    for by, parts, figures in (("purpose", purpose, "purpose_ns"), ("mechanism", mechanism, "mechanism_ns")):
+        table = _table(
+            f"host time on each step's thread by {by} (ms; the parts add up to wall)",
+            ["#", "step", "wall", *(label for _, label in parts)],
         )
-    return table
+        for s in result.steps:
+            split = getattr(s, figures)
+            table.add_row(
+                str(s.position), short(s.name, STEP_NAME_WIDTH), ms(s.wall_ns), *(ms(split[p]) for p, _ in parts)
+            )
+        tables.append(table)
+    return tables
 
 
 def kernels_table(stats: tuple[KernelStat, ...] | list[KernelStat], title: str) -> Table:

@@ -12,7 +12,7 @@ import pandas as pd
 from probe.analysis.diagnosis.report import Figure, Report
 from probe.analysis.records.results import BenchResults
 from probe.analysis.regression.compare import COLUMNS, Comparison, row_cells
-from probe.render.terminal import SERVING_COLUMNS, floor_lines, parity_text, value_text
+from probe.render.terminal import SERVING_COLUMNS, contention_text, floor_lines, parity_text, value_text
 from probe.render.text import md_escape
 
 if TYPE_CHECKING:  # a type only: rendering compare's report must not load DuckDB
@@ -45,9 +45,17 @@ def _engines(figures: list[Figure]) -> list[str]:
 def _cells(results: BenchResults) -> list[str]:
     cells = results.cells_frame()[list(CELL_COLUMNS)].copy()
     cells["decode_ops"] = cells["decode_ops"].astype("Int64")  # a count, or none where it was not measured (static)
+    if any(c.contended for c in results.cells):  # what other processes used beside each cell, the contended marked
+        cells["other CPU"] = [contention_text(c, markup=False) for c in results.cells]
     cells["tokens"] = [parity_text(c, markup=False) for c in results.cells]
     serving = results.cells_frame()[["engine", "prompt_tokens", "batch", *(name for _, name in SERVING_COLUMNS)]]
     lines = ["## Cells", "", _markdown(cells, ".2f"), ""]
+    if contended := [c.label for c in results.cells if c.contended]:
+        lines += [
+            f"Contended: {', '.join(contended)} ran while other processes used the CPU (the other CPU column, in "
+            "cores beside this process); their timings are unreliable and no verdict rests on them alone.",
+            "",
+        ]
     lines += ["## Serving figures (ms; vLLM benchmark_serving definitions)", "", _markdown(serving, ".2f"), ""]
     if results.failed:
         lines += ["## Cells that failed", ""]
@@ -159,8 +167,9 @@ def _diagnoses(report: Report) -> list[str]:
 
 
 def report_markdown(results: BenchResults, report: Report, figures: list[Figure] | tuple = ()) -> str:
-    """The run report as Markdown: cells, serving figures, hand measurements, predictions, verdicts, bookkeeping,
-    the self-check, and what failed or warned."""
+    """The run report as Markdown, the answer first: where the run stands (and what it has not measured yet), the
+    write-ups' predictions checked, what failed or warned; then the evidence: cells, serving figures, hand
+    measurements, predictions, bookkeeping, the self-check."""
     env = results.env
     lines = [
         f"# probe run: {results.config.model} {results.dtype} on {env.device_name}",
@@ -168,15 +177,39 @@ def report_markdown(results: BenchResults, report: Report, figures: list[Figure]
         f"torch {env.torch}, transformers {env.transformers}, CPU {env.cpu_model}, "
         f"commit {env.commit}{'-dirty' if env.dirty else ''}",
         "",
+        *_status(results, report),
     ]
     lines += _problems(report)[1:] + [""] if report.failed or report.warnings else []
-    lines += _cells(results) + _figures(list(figures)) + _predictions(report) + _digest(report)
-    lines += ["", "## The write-ups' predictions, checked here", ""]
+    lines += ["## The write-ups' predictions, checked here", ""]
     word = {True: "supported", False: "not supported", None: "not measured"}
     lines += [f"- **{word[v.supported]}**: {v.claim} ({v.source}). {v.evidence}" for v in report.verdicts]
-    lines += _diagnoses(report)
+    lines += _diagnoses(report) + [""]
+    lines += _cells(results) + _figures(list(figures)) + _predictions(report) + _digest(report)
     lines += _overhead(report) + _self_check(report)
     return "\n".join(lines) + "\n"
+
+
+STATUS = {
+    "running": "**Running**: this report is rewritten after every cell and every part",
+    "interrupted": "**Interrupted**",
+    "complete": "",
+}
+
+
+def _status(results: BenchResults, report: Report) -> list[str]:
+    """Where the run stands, when it is not complete: what the answers below rest on, the command that finishes it,
+    what it has not measured yet; and the threads a CPU run chose."""
+    lines = []
+    if report.status != "complete" or report.missing:
+        head = STATUS.get(report.status, f"**Failed**: {md_escape(report.status.removeprefix('failed: '))}")
+        cells = len(results.cells) + len(results.failed)
+        lines += [f"{head + '. ' if head else ''}The answers below are what the {cells} cells measured so far allow."]
+        if report.resume:
+            lines[-1] += f" To finish: `{report.resume}`"
+        lines += ["", "Not measured yet:", "", *(f"- {md_escape(m)}" for m in report.missing), ""]
+    if report.threads is not None:
+        lines += [f"Threads: {md_escape(report.threads.reason)}.", ""]
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------------------
