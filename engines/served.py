@@ -13,6 +13,7 @@ from transformers.utils import logging
 
 from engines import engines
 from engines.arch import RULES
+from engines.base import Engine
 
 
 @contextlib.contextmanager
@@ -28,7 +29,7 @@ def _quiet() -> Iterator[None]:
 
 def refusals() -> dict[str, dict[str, str]]:
     """Built-in engine name -> {family: why it refuses that family}; a family it does not name, it serves."""
-    classes = engines()
+    classes: dict[str, type[Engine]] = engines()
     out: dict[str, dict[str, str]] = {name: {} for name in classes}
     with _quiet():
         for family in RULES:

@@ -264,3 +264,27 @@ def test_sigterm_ends_the_workers_and_the_callers_pipes_close(tmp_path):
         time.sleep(0.01)
     assert alive == []
     assert proc.communicate(timeout=5) == ("", "")  # both pipes at EOF: nothing holds them any more
+
+
+def test_unrelated_traces_answer_a_line_each_and_show_their_ledgers_only_with_detail(cli):
+    """Issue 36 §2: eight unrelated traces printed eight ledgers and no verdict. Now the first lines are one a trace
+    (its verdict, the figure it rests on, the first fix), each the same headline `probe analyze TRACE` gives."""
+    names = ["hand_decode", "rocm_vllm_decode_cudagraph", "cpu_only_small"]
+    paths = [str(DATA / f"{n}.trace.json.gz") for n in names]
+    result = cli("analyze", *paths)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    for path, line in zip(paths, lines, strict=False):
+        alone = json.loads(cli("analyze", path, "--json").stdout)["diagnosis"]["median"]
+        assert line.startswith(f"{path}: {alone['headline']}")
+        if alone["what_if"]:
+            fix = alone["what_if"][0]
+            assert f" First fix: {fix['change']}, saves {fix['saving_ms']:.3f} ms" in line
+        else:
+            assert line.endswith(" No fix proposed.")
+    assert "host time on each step's thread" not in result.stdout and "--detail" in result.stdout
+    detail = cli("analyze", *paths, "--detail")
+    assert detail.stdout.splitlines()[: len(paths)] == lines[: len(paths)]  # the answers still first
+    assert detail.stdout.count("host time on each step's thread by purpose") == len(paths)
+    doc = json.loads(cli("analyze", *paths, "--json").stdout)
+    assert [t["diagnosis"]["bound"] for t in doc["traces"]] == ["host", "gpu", "cpu_only"]

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
+import re
+import time
 
 import pytest
 
@@ -289,3 +292,54 @@ def test_the_cached_trace_predicts_static_and_b2(tmp_path):
     assert (two.predicted_ms, two.ratio) == (pytest.approx(0.1), pytest.approx(1.2))
     cpu = dataclasses.replace(median, bound="cpu_only")
     assert all(c.ratio is None and "a CPU trace" in c.evidence for c in prediction_checks(cells, {"cached": cpu}, 16))
+
+
+def test_report_md_marks_contended_cells_and_keeps_the_other_cpu_column():
+    """Issue 36 §3: report.md dropped the terminal's "other CPU" column and never said its cells were contended."""
+    calm = dataclasses.replace(cell("naive", 16, 4.0), other_cpu_cores=0.02, contended=False)
+    busy = dataclasses.replace(cell("cached", 16, 2.0), other_cpu_cores=1.85, contended=True)
+    md = report_markdown(results(calm, busy), Report(None, [], []))
+    header, _, naive, cached = [line for line in md.splitlines() if line.startswith("|")][:4]
+    assert "other CPU" in header
+    assert "0.02 cores" in naive and "CONTENDED" not in naive and "1.85 cores CONTENDED" in cached
+    assert "Contended: cached p16 ran while other processes used the CPU" in md
+    assert "other CPU" not in report_markdown(results(calm), Report(None, [], []))  # only when one was contended
+
+
+def test_a_report_of_a_run_in_progress_says_what_is_missing_and_how_to_finish():
+    report = Report(
+        None,
+        [],
+        [],
+        status="interrupted",
+        missing=["the machine (floor, bandwidth): not measured, so no step is predicted"],
+        resume="probe run --quick --out runs/x --resume",
+    )
+    assert Report.from_json(json.loads(json.dumps(report.to_json()))) == report
+    md = report_markdown(results(cell("cached", 16, 2.0)), report)
+    lines = md.splitlines()
+    assert lines[4] == (
+        "**Interrupted**. The answers below are what the 1 cells measured so far allow. To finish: "
+        "`probe run --quick --out runs/x --resume`"
+    )
+    assert "- the machine \\(floor, bandwidth\\): not measured, so no step is predicted" in lines
+    assert md.index("## The write-ups' predictions, checked here") < md.index("## Cells")  # the answer first
+    assert "**Interrupted**" not in report_markdown(results(cell("cached", 16, 2.0)), Report(None, [], []))
+
+
+def test_progress_in_a_log_says_cells_done_left_and_the_time_left_when_nothing_else_did():
+    stream = io.StringIO()
+    lines = terminal.Lines(stream, "probe run", heartbeat_s=0.05)
+    with lines:
+        lines.phase("sweep: 4 cells of naive, cached")
+        lines.cells(results(cell("naive", 16, 4.0)), 4)
+        deadline = time.monotonic() + 30
+        while "cells done" not in stream.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    beat = next(line for line in stream.getvalue().splitlines() if "cells done" in line)
+    assert re.fullmatch(r"probe run: sweep: 1 of 4 cells done, 3 left, about \d+ s left \(\+\d+ s\)", beat), beat
+    lines.since = 0.0  # the status itself: 1 cell in 30 s, 3 left: 90 s; 1 in 60 s, 3 left: 3 min
+    assert lines.status(30.0) == "sweep: 1 of 4 cells done, 3 left, about 90 s left"
+    assert lines.status(60.0) == "sweep: 1 of 4 cells done, 3 left, about 3 min left"
+    lines.done = 0
+    assert lines.status(40.0) == "sweep: 0 of 4 cells done, 4 left; time left: known after the first cell"

@@ -297,7 +297,8 @@ def choose_threads(model, most: int | None = None) -> ThreadChoice:
     set to the count it took."""
     candidates = thread_candidates(most or torch.get_num_threads())
     token = prompt_ids(1, 1, model.config.vocab_size).to(next(model.parameters()).device)
-    masks, sync, times = prepared_masks(model), device_sync(token.device), {n: [] for n in candidates}
+    masks, sync = prepared_masks(model), device_sync(token.device)
+    times: dict[int, list[int]] = {n: [] for n in candidates}  # count -> its floors, ns
     cpu = CpuBackend()
     try:
         with torch.inference_mode():
@@ -314,8 +315,8 @@ def choose_threads(model, most: int | None = None) -> ThreadChoice:
     finally:
         cpu.close()
     floor = {n: statistics.median(t) / 1e6 for n, t in times.items()}  # ms
-    other = row["sys_cpu_pct"] / 100 * (os.cpu_count() or 1) - row["proc_cpu_pct"] / 100
-    other = None if other != other else other  # NaN: no tick elapsed
+    busy = row["sys_cpu_pct"] / 100 * (os.cpu_count() or 1) - row["proc_cpu_pct"] / 100
+    other = None if busy != busy else busy  # NaN: no tick elapsed
     best = min(floor, key=lambda n: (floor[n], n))
     figures = ", ".join(f"{n}: {ms:.3f} ms" for n, ms in floor.items())
     contended = other is not None and other >= CONTENDED_CORES

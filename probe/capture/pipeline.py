@@ -456,13 +456,13 @@ def _measure(job: _Job, watch: Watch) -> tuple[list[str], list[str]]:
     model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed) if shared or _chooses_threads(job) else None
     job.cfg = cfg = _threads(job, model, watch)
     warnings, errors = _sweeps(job, watch, model if shared else None)
+    assert job.results is not None  # the main sweep ran
+    device_name = job.results.env.device_name or str(device)
     job.write()
     model = model or load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
     watch.phase("machine: the floor, a cached step piece by piece, the copy bandwidth")
     with _part(report, "machine"):
-        report.machine, report.overhead = measure_machine(
-            cfg.model, cfg.dtype, cfg.device, job.results.env.device_name, model
-        )
+        report.machine, report.overhead = measure_machine(cfg.model, cfg.dtype, cfg.device, device_name, model)
     job.machine_done = True
     job.write()
     for engine in job.engines:

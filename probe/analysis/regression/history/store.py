@@ -522,7 +522,7 @@ def record(
     if not named and home is None:
         return Recorded(code, NOT_RECORDED)
     try:
-        path, _ = history_path(flag if named else home / DEFAULT_FILE, environ)
+        path, _ = history_path(flag if named or home is None else home / DEFAULT_FILE, environ)
     except ProbeError as e:
         return Recorded(code or 2, f"probe: history not updated: {e}")
     try:
