@@ -16,6 +16,7 @@ import pytest
 from probe.analysis.diagnosis.report import load_report
 from probe.analysis.records.results import load_results
 from probe.capture import pipeline
+from probe.errors import ProbeError
 from tests.conftest import ROOT, floor_ops_by_profiler, run_probe
 from tests.test_layout import HIDE_TORCH
 
@@ -253,3 +254,24 @@ def test_an_interrupted_run_leaves_the_answers_its_cells_allow_and_the_command_t
     done = load_report(out)
     assert done.status == "complete" and done.missing == [] and done.resume is None
     assert len(load_results(out).cells) == 3 and len(load_results(out / "next-batched").cells) == 4
+
+
+def test_a_run_that_fails_leaves_the_answers_its_cells_allow(tmp_path, cli, monkeypatch):
+    """Issue 36 §1: a failure outside any part (here, once the sweep has finished) still leaves report.md, marked
+    failed with its error, and stderr says where it is and what finishes the run."""
+
+    def failing(cfg, results):
+        raise ProbeError("a stand-in for a full disk")
+
+    monkeypatch.setattr(pipeline, "sweep_problems", failing)
+    out = tmp_path / "run"
+    result = cli("run", *SMALL, "--no-next", "--no-history", "--out", out)
+    assert result.returncode == 2
+    report = load_report(out)
+    assert report.status == "failed: a stand-in for a full disk" and len(load_results(out).cells) == 2
+    assert "the machine (floor, bandwidth): not measured, so no step is predicted" in report.missing
+    assert "**Failed**: a stand\\-in for a full disk. The answers below" in (out / "report.md").read_text()
+    stopped, error = result.stderr.strip().splitlines()[-2:]
+    assert stopped.startswith(f"probe: the run stopped: {out / 'report.md'} holds the answers the finished cells")
+    assert stopped.endswith(f"; to finish: probe run {' '.join(SMALL)} --no-next --no-history --out {out} --resume")
+    assert error == "probe: error: a stand-in for a full disk"

@@ -19,6 +19,7 @@ or a GPU trace whose launches hold no kernel makes the exit status 1. The pipeli
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -113,8 +114,12 @@ def main(args: argparse.Namespace) -> int:
         resume_command=resume_command(args.argv, "run", out),
     )
     lines = terminal.Lines(terminal.line_stream(args.json), "probe run")
-    with lines, sweep_interrupts(lambda: interrupted_message(out, options.resume_command)):
-        outcome = run_job(cfg, out, options, watch_for(args.json, lines))
+    with lines, sweep_interrupts(lambda: "interrupted" + left_behind(out, options.resume_command)):
+        try:
+            outcome = run_job(cfg, out, options, watch_for(args.json, lines))
+        except Exception:  # the error itself follows (probe.cli): first, what the run kept and how to finish it
+            print(f"probe: the run stopped{left_behind(out, options.resume_command)}", file=sys.stderr)
+            raise
     if args.json:
         print_json(outcome.results.to_json())
     else:
@@ -123,14 +128,15 @@ def main(args: argparse.Namespace) -> int:
     return record(args, "run", outcome.code, folder=out, home=out)
 
 
-def interrupted_message(out: Path, command: str | None) -> str:
-    """What an interrupted run left: report.md with the answers its finished cells allow, and how to finish."""
+def left_behind(out: Path, command: str | None) -> str:
+    """What a run that stopped (an interrupt, a failure) left, as the rest of a sentence: report.md with the answers
+    its finished cells allow, and the command that finishes it."""
     finish = f"; to finish: {command}" if command else ""
     try:
         report = load_report(out)
     except ProbeError:
         report = None
     if report is None:
-        return f"interrupted before the first cell finished: nothing kept in {out}{finish}"
+        return f" before its first cell finished: nothing kept in {out}{finish}"
     missing = f" ({len(report.missing)} parts not measured yet)" if report.missing else ""
-    return f"interrupted: {out / REPORT_MD} holds the answers the finished cells allow{missing}{finish}"
+    return f": {out / REPORT_MD} holds the answers the finished cells allow{missing}{finish}"
