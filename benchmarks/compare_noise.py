@@ -38,7 +38,7 @@ SLOW_US_VAR = "PROBE_SLOW_US"  # tests.variants.SLOW_US_VAR, read when the engin
 
 
 def session(cfg, engine: str):
-    from probe.analysis.regression.compare import from_results
+    from probe.analysis.regression.samples import from_results
     from probe.capture.sweep import bench
 
     return from_results(bench(dataclasses.replace(cfg, engines=(engine,))), engine)
@@ -65,7 +65,8 @@ def timing_alerts(result) -> list:
 
 
 def self_noise(cfg, measure, runs: int, thresholds: list[float]) -> None:
-    from probe.analysis.regression.compare import CompareRules, compare
+    from probe.analysis.regression.compare import compare
+    from probe.analysis.regression.rules import CompareRules
 
     print(f"(a) {runs} comparisons of the cached engine against itself")
     print(
@@ -103,7 +104,8 @@ def self_noise(cfg, measure, runs: int, thresholds: list[float]) -> None:
 
 
 def detection(cfg, measure, delays: list[float], repeats: int, thresholds: list[float]) -> None:
-    from probe.analysis.regression.compare import CompareRules, compare
+    from probe.analysis.regression.compare import compare
+    from probe.analysis.regression.rules import CompareRules
 
     print(f"\n(b) busy-wait injected per decode step, {repeats} baseline/slowed pairs per delay")
     print(
@@ -161,7 +163,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))  # the slowed engine lives in tests.variants
     import torch
 
-    from probe.analysis.regression.compare import ALPHA, MIN_SAMPLES
+    from probe.analysis.regression.rules import ALPHA, MIN_SAMPLES
     from probe.capture.config import BenchConfig
     from probe.commands.baseline import BASELINE_DEFAULTS
 

@@ -9,7 +9,7 @@ The traces are synthetic torch-2.13-style CUDA decode traces (benchmarks/synthet
 `analyze_one` over every trace, lined up by `job`, in this process:
 
 - one process: one trace after another, here;
-- pool: probe.analysis.ledger.ranks.pool_map, a process per core (what `probe analyze PATH...` does by default);
+- pool: probe.pool.pool_map, a process per core (what `probe analyze PATH...` does by default);
 - Ray: probe.cluster.fan_out on a local instance (what `--executor ray` does without --address): the instance's
   start, the first fan-out (its workers start and import probe) and the fan-outs after it (workers warm).
 
@@ -30,8 +30,9 @@ import time
 from pathlib import Path
 
 from benchmarks.synthetic_traces import make_trace
-from probe.analysis.ledger.ranks import analyze_one, job, pool_map
+from probe.analysis.ledger.ranks import analyze_one, job
 from probe.cluster import fan_out, ray, session  # Ray imported after probe: in its local-only mode
+from probe.pool import pool_map
 
 
 def make_ranks(folder: Path, traces: int, events: int, steps: int) -> list[Path]:

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import torch
 
-from probe.analysis.ledger.build import AnalyzeOptions, analyze, steady
+from probe.analysis.ledger.build import analyze
+from probe.analysis.ledger.types import AnalyzeOptions, steady
 from probe.analysis.records.sidecar import trace_meta
 from probe.analysis.trace import load_trace
 from probe.capture.profile import profile_torch

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# mypy over probe, engines and app.py. Fails when a file in engines/, probe/analysis/ or probe/explorer/ has an
-# error, or when any other file has more errors than its line in .ci/mypy-baseline.txt (`path count`; a file not
+# mypy over probe, engines and app.py. Fails when app.py or a file in engines/, probe/analysis/ or probe/explorer/
+# has an error, or when any other file has more errors than its line in .ci/mypy-baseline.txt (`path count`; a file not
 # listed may have none).
 # Fewer is fine, and said, so the baseline can shrink. MYPY overrides the command (e.g. a mypy outside the venv).
 set -euo pipefail
@@ -16,7 +16,7 @@ fi
 printf '%s\n' "$out" | python3 -c '
 import collections, sys
 
-STRICT = ("engines/", "probe/analysis/", "probe/explorer/")
+STRICT = ("app.py", "engines/", "probe/analysis/", "probe/explorer/")
 PENDING: set[str] = set()  # files of the strict folders held to the baseline for a while (none now)
 lines = [line for line in sys.stdin.read().splitlines() if ": error: " in line]
 found = collections.Counter(line.split(":", 1)[0] for line in lines)
@@ -29,7 +29,7 @@ failed = []
 for path in sorted(found.keys() | baseline.keys()):
     n, allowed = found[path], baseline.get(path, 0)
     if path.startswith(STRICT) and path not in PENDING and n:
-        failed.append(f"{path}: {n} error(s); engines/, probe/analysis/ and probe/explorer/ take none")
+        failed.append(f"{path}: {n} error(s); app.py, engines/, probe/analysis/ and probe/explorer/ take none")
     elif n > allowed:
         failed.append(f"{path}: {n} error(s), baseline {allowed}")
     elif n < allowed:

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from probe.analysis.ledger.build import AnalyzeOptions, analyze
+from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.kernels import DEFAULT_RULES
 from probe.analysis.ledger.steps import MARKERS, compile_steps_regex
+from probe.analysis.ledger.types import AnalyzeOptions
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
 from tests import oracle
@@ -484,7 +485,7 @@ def test_compare_alerts_on_a_kernel_that_grows_and_names_it(tmp_path):
 def test_unprofiled_estimate_is_wall_less_the_profilers_cost_per_event():
     """decode#0 of the hand trace records, on its thread: 4 cpu_ops (linear, addmm, copy_, argmax), 5 runtime
     calls, and 4 ranges besides its own (forward, cache.update#0, sample, sync; decode#0 itself makes 5)."""
-    from probe.analysis.ledger.build import EventCost
+    from probe.analysis.records.sidecar import EventCost
 
     cost = EventCost(op_ns=100.0, range_ns=1_000.0)
     step = analyze(load_trace(DATA / "hand_decode.trace.json.gz"), AnalyzeOptions(event_cost=cost)).steps[1]

@@ -220,6 +220,21 @@ def test_a_run_opens_on_its_predictions_and_each_trace_s_verdict(monkeypatch, tm
     assert "tiny_cached_cpu_p16_n6.trace.json.gz" in traces and "CPU only" in traces and "view=Diagnosis" in traces
 
 
+def test_a_run_whose_machine_was_not_measured_opens_without_its_predictions(monkeypatch, tmp_path):
+    """report.json's machine is null when measuring the machine failed: no prediction, so no floor or bandwidth to
+    caption, and both of the run's views still open."""
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "app" / "runs" / "tiny-cpu-a", run)
+    report = json.loads((run / "report.json").read_text())
+    report.update(machine=None, predictions=[], failed={"machine": "the host floor could not be measured"})
+    (run / "report.json").write_text(json.dumps(report))
+    at = app(monkeypatch, tmp_path)
+    assert "predictions_chart" in charts(at) and not any("host floor" in c.value for c in at.caption)
+    at.radio(key="view").set_value("Sweep").run()
+    assert not at.exception and "sweep_chart" in charts(at)
+    assert not named(chart(at, "sweep_chart"), "host floor") and not any("Dashed" in c.value for c in at.caption)
+
+
 def test_the_op_roofline_of_a_trace_with_shapes(monkeypatch):
     at = app(monkeypatch, DATA, H100, "Op roofline")
     points = [t for t in chart(at, "op_roofline_chart") if t["mode"] == "markers"]
@@ -560,7 +575,7 @@ def test_no_view_draws_markup_from_the_names_in_a_trace(monkeypatch, tmp_path):
 def test_every_pattern_from_the_url_goes_through_analyze_options_parse(monkeypatch):
     """Issue 28 item 3: the URL's --steps, --part and --kernel-category reach the one place that compiles user
     patterns (AnalyzeOptions.parse, linear-time there), as they were typed; the app compiles none itself."""
-    from probe.analysis.ledger.build import AnalyzeOptions
+    from probe.analysis.ledger.types import AnalyzeOptions
 
     seen = []
     parse = AnalyzeOptions.parse.__func__

@@ -12,19 +12,10 @@ import torch
 from probe.analysis.ledger import kernels as kernels_module
 from probe.analysis.records.environment import Environment
 from probe.analysis.records.results import RESULTS_FILE, BenchResults, Cell, load_results
-from probe.analysis.regression.compare import (
-    ALPHA,
-    THRESHOLD,
-    CompareRules,
-    Metric,
-    Unit,
-    can_reach,
-    compare,
-    from_results,
-    load_samples,
-    timing_row,
-)
-from probe.analysis.regression.samples import SampleSet
+from probe.analysis.regression.compare import compare, timing_row
+from probe.analysis.regression.rules import ALPHA, THRESHOLD, CompareRules
+from probe.analysis.regression.samples import Metric, SampleSet, Unit, from_results, load_samples
+from probe.analysis.regression.stats import can_reach
 from probe.capture.config import BenchConfig
 from probe.capture.loop import generate
 from probe.capture.sweep import bench

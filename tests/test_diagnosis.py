@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from probe.analysis.diagnosis.verdict import Context, diagnose_trace
+from probe.analysis.diagnosis.evidence import Context
+from probe.analysis.diagnosis.verdict import diagnose_trace
 from probe.analysis.ledger.build import analyze
 from probe.analysis.trace import load_trace
 

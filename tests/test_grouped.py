@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from probe.analysis.ledger.kernels import grouped_medians, grouped_quantiles
+from probe.analysis.intervals import grouped_medians, grouped_quantiles
 
 QS = (0.0, 0.25, 0.5, 0.9, 0.99, 1.0)
 groups = st.integers(1, 40).flatmap(

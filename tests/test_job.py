@@ -25,9 +25,9 @@ from probe.analysis.ledger.ranks import (
     is_one_job,
     job,
     lost_trace,
-    pool_map,
     rank_in_name,
 )
+from probe.pool import pool_map
 from tests.conftest import DATA, ROOT, run_probe
 from tests.ranks import make_rank_traces
 

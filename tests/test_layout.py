@@ -22,7 +22,7 @@ LATE_IMPORTS = {
     ("probe/capture/pipeline.py", "probe.capture.raysweep"),  # Ray
     # scipy's stats take a second and a half to import and only a timing row with enough samples needs them, so
     # building `probe compare --help`, `probe ab --help` or a counts-only gate does not pay for them
-    ("probe/analysis/regression/compare.py", "scipy"),
+    ("probe/analysis/regression/stats.py", "scipy"),
     # DuckDB, optional where probe measures (the GPU machine has none): a measuring command run with --no-history
     # never loads it (tests/test_run.py)
     ("probe/commands/_record.py", "probe.analysis.regression.history"),
@@ -37,6 +37,25 @@ FORBIDDEN = {
     "probe.explorer": ("probe.capture", "probe.commands", "probe.cli", "probe.render"),
     "probe.render": ("probe.capture", "probe.commands", "probe.cli"),
     "probe.capture": ("probe.commands", "probe.cli"),
+    # Inside the analysis, the packages are its floors, from the bottom (probe/analysis/__init__.py says what each
+    # holds): intervals -> records -> trace -> ledger -> roofline | regression -> diagnosis.
+    "probe.analysis.intervals": ("probe.analysis.",),
+    "probe.analysis.records": (
+        "probe.analysis.trace",
+        "probe.analysis.ledger",
+        "probe.analysis.roofline",
+        "probe.analysis.regression",
+        "probe.analysis.diagnosis",
+    ),
+    "probe.analysis.trace": (
+        "probe.analysis.ledger",
+        "probe.analysis.roofline",
+        "probe.analysis.regression",
+        "probe.analysis.diagnosis",
+    ),
+    "probe.analysis.ledger": ("probe.analysis.roofline", "probe.analysis.regression", "probe.analysis.diagnosis"),
+    "probe.analysis.roofline": ("probe.analysis.regression", "probe.analysis.diagnosis"),
+    "probe.analysis.regression": ("probe.analysis.roofline", "probe.analysis.diagnosis"),
 }
 LEAVES = {"probe.render.text": "probe"}
 # The torch-free side: every module here must import, and the analysis commands must run, without torch.

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 from probe.analysis.intervals import assign, covered, merge, nesting, union_by_group
-from probe.analysis.ledger.build import AnalyzeOptions, analyze
+from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.host import MECHANISM, PURPOSE
 from probe.analysis.ledger.steps import find_steps
 from probe.analysis.ledger.timeline import step_timeline
+from probe.analysis.ledger.types import AnalyzeOptions
 from probe.analysis.trace import Kind, load_trace
 from probe.errors import ProbeError
 from tests.conftest import IN_CI, run_probe

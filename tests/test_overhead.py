@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from probe import vocabulary as V
-from probe.analysis.diagnosis.report import OverheadReport
+from probe.analysis.diagnosis.predictions import OverheadReport
 from probe.capture.machine import PIECES, TimingAnnotator, measure
 from tests.conftest import floor_ops_by_profiler
 

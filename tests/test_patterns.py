@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from probe.analysis.ledger import patterns
-from probe.analysis.ledger.build import AnalyzeOptions, analyze
+from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.kernels import Rules
 from probe.analysis.ledger.patterns import compile_user
 from probe.analysis.ledger.steps import compile_steps_regex, find_steps
+from probe.analysis.ledger.types import AnalyzeOptions
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
 from tests.conftest import IN_CI

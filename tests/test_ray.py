@@ -31,8 +31,8 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
-from probe.analysis.ledger.build import TraceAnalysis
 from probe.analysis.ledger.ranks import TraceFailure, analyze_one, lost_trace
+from probe.analysis.ledger.types import TraceAnalysis
 from probe.analysis.records.results import load_results
 from probe.capture.config import BenchConfig
 from probe.capture.raysweep import bench_on_ray

@@ -10,23 +10,19 @@ import time
 
 import pytest
 
-from probe.analysis.diagnosis.report import (
+from probe.analysis.diagnosis.evidence import Context
+from probe.analysis.diagnosis.predictions import (
     Machine,
     OverheadReport,
-    Report,
-    SelfCheck,
-    StepCounts,
     batching_verdict,
     captured_host_cost,
-    engine_label,
-    hand_figures,
     host_overhead_verdict,
     points_at,
     prediction_checks,
     predictions,
-    step_counts,
 )
-from probe.analysis.diagnosis.verdict import Context, diagnose_trace
+from probe.analysis.diagnosis.report import Report, SelfCheck, StepCounts, engine_label, hand_figures, step_counts
+from probe.analysis.diagnosis.verdict import diagnose_trace
 from probe.analysis.ledger.build import analyze
 from probe.analysis.records.environment import Environment
 from probe.analysis.records.results import BenchResults, Cell

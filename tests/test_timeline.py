@@ -1,4 +1,4 @@
-"""One step on one clock (probe.analysis.ledger.timeline) and the two rules it draws that the ledger also sums: each
+"""One step on one clock (probe.explorer.step_clock) and the two rules it draws that the ledger also sums: each
 GPU idle
 gap with its cause (probe.analysis.ledger.gpu.idle_gaps) and each stretch of external wait
 (probe.analysis.ledger.build.unseen_wait_pieces). Figures are worked out by hand from the hand trace
@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from probe.analysis.ledger import timeline
 from probe.analysis.ledger.build import analyze, unseen_wait_pieces
 from probe.analysis.ledger.gpu import IDLE_CAUSES, attribute, idle_gaps
-from probe.analysis.ledger.timeline import step_clock
 from probe.analysis.trace import load_trace
+from probe.explorer import step_clock as layout
+from probe.explorer.step_clock import step_clock
 
 DATA = Path(__file__).parent / "data"
 PUBLIC = Path(__file__).resolve().parents[2] / "shared" / "traces" / "public"
@@ -230,7 +230,7 @@ def test_short_events_merge_into_bars_that_say_what_they_hold(tmp_path):
 def test_past_max_bars_the_resolution_doubles(tmp_path, monkeypatch):
     """With room for 50 bars, the 251 ops of the first 50 us are merged at a coarser column until at most 50 bars
     remain (the step's range among them), and still every event is in one bar."""
-    monkeypatch.setattr(timeline, "MAX_BARS", 50)
+    monkeypatch.setattr(layout, "MAX_BARS", 50)
     trace = load_trace(_many_ops(tmp_path, 4000))
     tl = step_clock(trace, analyze(trace), 0, window=(0, 50_000))
     assert len(tl.bars) <= 50 and tl.resolution_ns > 62
@@ -248,7 +248,7 @@ def test_every_public_step_on_one_clock_adds_up_to_its_ledger(name):
     step = analysis.steps[len(analysis.steps) // 2]
     tl = step_clock(trace, analysis, step.position)
     assert tl.external_ns == step.external_wait_ns
-    assert sum(b.count for b in tl.bars) == tl.events and len(tl.bars) <= timeline.MAX_BARS
+    assert sum(b.count for b in tl.bars) == tl.events and len(tl.bars) <= layout.MAX_BARS
     own = [o for o in tl.ops if o.own]
     assert len(own) == step.gpu_ops  # every GPU op of the step lies in the step read whole
     gaps = [b for b in tl.bars if b.kind == "idle"]

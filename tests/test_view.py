@@ -19,12 +19,13 @@ import pytest
 
 from probe.analysis.diagnosis.report import load_report
 from probe.analysis.diagnosis.verdict import diagnose_trace
-from probe.analysis.ledger.build import analyze, steady
-from probe.analysis.ledger.timeline import step_clock
+from probe.analysis.ledger.build import analyze
+from probe.analysis.ledger.types import steady
 from probe.analysis.records.results import CellKey, load_results
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
 from probe.explorer import figures, sources
+from probe.explorer.step_clock import step_clock
 
 DATA = Path(__file__).parent / "data"
 ROOT_DIR = Path(__file__).resolve().parents[1]
@@ -715,8 +716,8 @@ def markup(fig) -> list[str]:
 
 
 def test_names_from_a_trace_reach_every_figure_as_text(tmp_path):
-    from probe.analysis.ledger.build import AnalyzeOptions
     from probe.analysis.ledger.host import FrameTime
+    from probe.analysis.ledger.types import AnalyzeOptions
 
     trace = load_trace(hostile_trace(tmp_path / "evil.trace.json.gz"))
     analysis = analyze(trace, AnalyzeOptions.parse(".*evil step.*"))

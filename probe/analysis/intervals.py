@@ -1,4 +1,4 @@
-"""Interval arithmetic on sorted int64 arrays: the one implementation every analysis uses.
+"""Interval arithmetic on sorted int64 arrays, and statistics by group: the one implementation every analysis uses.
 
 Intervals are closed [start, end] in integer ns. Everything is vectorized (sort, searchsorted, cumulative
 sums), so the cost is O(n log n) however the intervals nest or how many windows are asked about.
@@ -126,3 +126,39 @@ def nesting(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarra
     found = keys[np.maximum(k, 0)]
     parent = np.where((depth > 0) & (k >= 0) & (found // n == depth - 1), found % n, -1)
     return depth, parent
+
+
+def _sorted_groups(keys: np.ndarray, values: np.ndarray):
+    """Keys and values sorted by key, then value; and each key's first and last index (keys must not be empty)."""
+    order = np.lexsort((values, keys))
+    k, v = keys[order], values[order]
+    first = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
+    return k, v, first, np.append(first[1:], len(k)) - 1
+
+
+def grouped_medians(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted unique keys, the median of `values` within each key), numpy's interpolation for even counts."""
+    if len(keys) == 0:
+        return np.zeros(0, keys.dtype), np.zeros(0, np.float64)
+    k, v, first, last = _sorted_groups(keys, values)
+    lo = first + (last - first) // 2
+    hi = first + (last - first + 1) // 2
+    return k[first], (v[lo].astype(np.float64) + v[hi].astype(np.float64)) / 2
+
+
+def grouped_quantiles(keys: np.ndarray, values: np.ndarray, qs: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted unique keys, an array of len(qs) rows: each key's quantile q of `values`), with np.percentile's
+    default ("linear") method and arithmetic, so each figure equals np.percentile(group, 100 * q)."""
+    if len(keys) == 0:
+        return np.zeros(0, keys.dtype), np.zeros((len(qs), 0), np.float64)
+    k, v, first, last = _sorted_groups(keys, values)
+    out = np.empty((len(qs), len(first)), np.float64)
+    for row, q in enumerate(qs):
+        at = (last - first) * q  # numpy's virtual index, (n - 1) q
+        below = np.floor(at).astype(np.int64)
+        t = at - below
+        a = v[first + below]
+        b = v[np.minimum(first + below + 1, last)]
+        step = b - a
+        out[row] = np.where(t >= 0.5, b - step * (1 - t), a + step * t)  # numpy's _lerp, both halves
+    return k[first], out

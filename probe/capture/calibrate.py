@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from probe.analysis.ledger.build import EventCost
+from probe.analysis.records.sidecar import EventCost
 from probe.capture import annotate as A
 
 CALIBRATION_REPS = 15  # alternating pairs: the median of the pairs' differences shrugs off a preempted run

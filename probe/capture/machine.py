@@ -39,7 +39,8 @@ from engines import engine_class
 from engines.models import load_model, prompt_ids, resolve_device
 from engines.naive import no_cache_forward, prepared_masks
 from probe import vocabulary as V
-from probe.analysis.diagnosis.report import Machine, OverheadReport, Piece, ThreadChoice
+from probe.analysis.diagnosis.predictions import Machine, OverheadReport, Piece
+from probe.analysis.diagnosis.report import ThreadChoice
 from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.digest import StepDigest, digest
 from probe.analysis.records.telemetry import CONTENDED_CORES

@@ -31,27 +31,22 @@ import torch
 
 from engines import engine_class
 from engines.models import load_model, resolve_device
-from probe.analysis.diagnosis.report import (
-    REPORT_FILE,
-    REPORT_MD,
-    Figure,
+from probe.analysis.diagnosis.evidence import Context
+from probe.analysis.diagnosis.predictions import (
     HostCost,
-    Report,
     batching_verdict,
     captured_host_cost,
-    engine_label,
-    hand_figures,
     host_overhead_verdict,
     prediction_checks,
     predictions,
-    step_counts,
 )
-from probe.analysis.diagnosis.verdict import Context, diagnose_trace
+from probe.analysis.diagnosis.report import Figure, Report, engine_label, hand_figures, step_counts
+from probe.analysis.diagnosis.verdict import diagnose_trace
 from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.digest import digest
 from probe.analysis.records.files import atomic_write
 from probe.analysis.records.results import RESULTS_FILE, BenchResults, load_results
-from probe.analysis.records.runfolder import claim
+from probe.analysis.records.runfolder import REPORT_FILE, REPORT_MD, claim
 from probe.analysis.records.sidecar import trace_meta
 from probe.analysis.roofline.formulas import arch_for
 from probe.analysis.trace import load_trace

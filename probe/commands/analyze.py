@@ -35,15 +35,18 @@ from pathlib import Path
 from rich.markup import escape
 
 from probe.analysis.diagnosis.answer import answer
-from probe.analysis.diagnosis.verdict import Context, Diagnosis, diagnose_trace
-from probe.analysis.ledger.build import AnalyzeOptions, EventCost, StepLedger, TraceAnalysis, analyze
-from probe.analysis.ledger.ranks import TraceFailure, expand, job, lost_trace, pool_map
+from probe.analysis.diagnosis.evidence import Context
+from probe.analysis.diagnosis.verdict import Diagnosis, diagnose_trace
+from probe.analysis.ledger.build import analyze
+from probe.analysis.ledger.ranks import TraceFailure, expand, job, lost_trace
 from probe.analysis.ledger.timeline import step_timeline
-from probe.analysis.records.sidecar import trace_meta
+from probe.analysis.ledger.types import AnalyzeOptions, StepLedger, TraceAnalysis
+from probe.analysis.records.sidecar import EventCost, trace_meta
 from probe.analysis.roofline.step import TokenFlags
 from probe.analysis.trace import load_trace
 from probe.commands import print_json
 from probe.errors import ProbeError
+from probe.pool import pool_map
 from probe.render.answer import answer_lines, op_roofline_table
 from probe.render.console import stdout
 from probe.render.ledger import (

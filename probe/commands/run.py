@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 from engines.models import resolve_device
-from probe.analysis.diagnosis.report import REPORT_MD, load_report
+from probe.analysis.diagnosis.report import load_report
+from probe.analysis.records.runfolder import REPORT_MD
 from probe.capture.config import BenchConfig
 from probe.capture.pipeline import RunOptions, RunOutcome, run_job
 from probe.commands import print_json

@@ -1,1 +1,3 @@
-"""The explorer's torch-free half: `sources` (what app.py may read under its root) and `figures` (what it draws)."""
+"""The explorer behind app.py: `sources` (what it may read under its root) and `figures` (what it draws), both
+torch- and Streamlit-free; `loaders` (the cached reads), `widgets` (what several views share) and `views` (one
+module a view), which draw with Streamlit."""

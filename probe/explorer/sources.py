@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engines.configs import presets
-from probe.analysis.diagnosis.report import REPORT_FILE
 from probe.analysis.records.files import is_trace_name, stem_of
 from probe.analysis.records.results import RESULTS_FILE
+from probe.analysis.records.runfolder import REPORT_FILE
 from probe.analysis.records.sidecar import Sidecar
 from probe.analysis.records.sidecar import trace_meta as read_trace_meta
-from probe.analysis.regression.compare import SampleSet, from_analysis, from_results
+from probe.analysis.regression.samples import SampleSet, from_analysis, from_results
 from probe.errors import ProbeError
 from probe.explorer.figures.style import printable
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from probe.analysis.ledger.build import StepLedger, TraceAnalysis
 from probe.analysis.ledger.host import MECHANISM_PARTS, PURPOSE_PARTS
 from probe.analysis.ledger.kernels import KernelStat, short_name
 from probe.analysis.ledger.ranks import JobAnalysis
 from probe.analysis.ledger.timeline import TimelineItem
+from probe.analysis.ledger.types import StepLedger, TraceAnalysis
 from probe.render.text import DASH, ms, pct, short, us
 
 KERNEL_NAME_WIDTH = 70  # the table cuts kernel names here; --json keeps them whole

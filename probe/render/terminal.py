@@ -12,7 +12,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from probe.analysis.diagnosis.report import Figure, Machine, OverheadReport, Prediction, Report, Verdict
+from probe.analysis.diagnosis.predictions import Machine, OverheadReport, Prediction, Verdict
+from probe.analysis.diagnosis.report import Figure, Report
 from probe.analysis.ledger.digest import StepDigest
 from probe.analysis.ledger.host import MECHANISM_PARTS, PURPOSE_PARTS
 from probe.analysis.records.results import BenchResults, Cell, FailedCell

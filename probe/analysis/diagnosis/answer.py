@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from probe.analysis.diagnosis.verdict import Context, TraceDiagnosis, diagnose_trace
-from probe.analysis.ledger.build import TraceAnalysis
+from probe.analysis.diagnosis.evidence import Context
+from probe.analysis.diagnosis.verdict import TraceDiagnosis, diagnose_trace
 from probe.analysis.ledger.gpu import attribute
+from probe.analysis.ledger.types import TraceAnalysis
 from probe.analysis.roofline.devices import Device, device, match_device
 from probe.analysis.roofline.formulas import arch_for
 from probe.analysis.roofline.ops import OpRoofline, op_rooflines

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from probe.analysis.ledger.build import TraceAnalysis, steady
 from probe.analysis.ledger.host import MECHANISM, PURPOSE
+from probe.analysis.ledger.types import TraceAnalysis, steady
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from probe.analysis.intervals import assign, merged_by_group, union_by_group
-from probe.analysis.ledger.kernels import grouped_quantiles
+from probe.analysis.intervals import assign, grouped_quantiles, merged_by_group, union_by_group
 from probe.analysis.trace import GPU_OP_KINDS, Kind, Trace
 from probe.analysis.trace.table import correlation_keys as table_correlation_keys
 

@@ -13,11 +13,11 @@ import os
 import tempfile
 from pathlib import Path
 
-from probe.analysis.diagnosis.report import REPORT_FILE, REPORT_MD
 from probe.analysis.records.results import CELLS_CSV, CELLS_FILE, RESULTS_FILE
 from probe.analysis.records.telemetry import TELEMETRY_FILE
 from probe.errors import ProbeError
 
+REPORT_FILE, REPORT_MD = "report.json", "report.md"  # probe run's answer: written as each part finishes
 FILES = (RESULTS_FILE, CELLS_FILE, CELLS_CSV, TELEMETRY_FILE, REPORT_FILE, REPORT_MD)
 NEXT_GLOB = "next-*"  # probe run's sweeps of the write-ups' closing predictions: next-static, next-batched
 TRACES = "traces"  # probe run's profiled traces

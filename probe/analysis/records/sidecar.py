@@ -19,7 +19,6 @@ from typing import Literal
 
 import msgspec
 
-from probe.analysis.ledger.build import EventCost
 from probe.analysis.records.environment import Clock, Environment
 from probe.analysis.records.files import read_json, stem_of
 from probe.errors import ProbeError
@@ -27,6 +26,25 @@ from probe.settings import ProfileConfig
 
 Tool = Literal["torch.profiler", "nsys"]
 _TYPED = ("config", "env", "clock", "event_cost_ns", "tool")
+
+
+@dataclass(frozen=True)
+class EventCost:
+    """What torch.profiler costs the host per event it records (probe.capture.calibrate measures it): an op or
+    runtime call the dispatcher records, and a range opened from Python (record_function)."""
+
+    op_ns: float
+    range_ns: float
+
+    @classmethod
+    def from_json(cls, doc) -> EventCost | None:
+        """From a sidecar's `event_cost_ns`: {"op": ns, "range": ns}; None when absent or malformed."""
+        if isinstance(doc, dict) and all(isinstance(doc.get(k), int | float) for k in ("op", "range")):
+            return cls(float(doc["op"]), float(doc["range"]))
+        return None
+
+    def to_json(self) -> dict:
+        return {"op": self.op_ns, "range": self.range_ns}
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from probe.analysis.ledger.build import StepLedger, TraceAnalysis
 from probe.analysis.ledger.steps import StepTokens
+from probe.analysis.ledger.types import StepLedger, TraceAnalysis
 from probe.analysis.roofline.devices import Device
 from probe.analysis.roofline.formulas import Arch, StepCost, step_cost
 from probe.errors import ProbeError

@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from probe.analysis.ledger.build import TraceAnalysis, steady
+from probe.analysis.ledger.types import TraceAnalysis, steady
 from probe.analysis.records.results import BenchResults
 from probe.analysis.regression.compare import COLUMNS, Comparison, row_cells
 from probe.explorer.figures.ledger import host_categories, ledger_frame

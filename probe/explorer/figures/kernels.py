@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from probe.analysis.ledger.build import TraceAnalysis
 from probe.analysis.ledger.kernels import KernelStat, short_name
+from probe.analysis.ledger.types import TraceAnalysis
 from probe.explorer.figures.style import COLORS, color, label, labels, ms, ranked_bars, short, us
 
 

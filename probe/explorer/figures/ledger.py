@@ -6,8 +6,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from probe.analysis.ledger.build import StepLedger, TraceAnalysis
 from probe.analysis.ledger.host import PURPOSE_PARTS
+from probe.analysis.ledger.types import StepLedger, TraceAnalysis
 from probe.explorer.figures.style import (
     COLORS,
     GPU_CATEGORIES,

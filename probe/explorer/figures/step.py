@@ -1,4 +1,4 @@
-"""The One step view: one step on one clock (probe.analysis.ledger.timeline), the way Perfetto draws it, and its two
+"""The One step view: one step on one clock (probe.explorer.step_clock), the way Perfetto draws it, and its two
 host
 partitions."""
 
@@ -9,10 +9,10 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from probe.analysis.ledger.build import StepLedger
 from probe.analysis.ledger.host import MECHANISM_PARTS, PURPOSE_PARTS
-from probe.analysis.ledger.timeline import Bar, StepTimeline
+from probe.analysis.ledger.types import StepLedger
 from probe.explorer.figures.style import COLORS, clicked_data, color, label, ms
+from probe.explorer.step_clock import Bar, StepTimeline
 
 LANE_PX = 17  # a lane's height
 MAX_SHADED = 200  # gaps shaded across their lanes, the longest first; every gap is also a bar on its lane

@@ -43,7 +43,7 @@ COLORS: dict[str, str] = {
     "range": "#a7c7e7",
     "gpu_busy": "#1f77b4",
     "gpu_idle": "#aec7e8",
-    # one step on one clock (probe.analysis.ledger.timeline): the GPU's idle gaps by cause, the host's external wait
+    # one step on one clock (probe.explorer.step_clock): the GPU's idle gaps by cause, the host's external wait
     "idle_host_wait": "#ffbb78",
     "idle_kernel_wait": "#c7c7c7",
     "idle_other": "#dbdb8d",

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from plotly.subplots import make_subplots
 
-from probe.analysis.ledger.build import StepLedger, TraceAnalysis
+from probe.analysis.ledger.types import StepLedger, TraceAnalysis
 from probe.analysis.records.files import open_regular
 from probe.analysis.records.sidecar import Sidecar
 from probe.errors import ProbeError

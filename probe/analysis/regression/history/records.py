@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from probe.analysis.ledger.build import TraceAnalysis, analyze
+from probe.analysis.ledger.build import analyze
+from probe.analysis.ledger.types import TraceAnalysis
 from probe.analysis.records.environment import Environment
 from probe.analysis.records.files import is_trace_name, open_regular, parse_stem, read_json
 from probe.analysis.records.results import RESULTS_FILE, BenchResults, CellKey, load_results

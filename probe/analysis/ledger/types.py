@@ -1,0 +1,356 @@
+"""What a ledger holds: `StepLedger` (one step, exact in ns), `TraceAnalysis` (every step of a trace, and its
+totals), `AnalyzeOptions` (how the trace is read), the steady steps and their summary. probe.analysis.ledger.build
+makes them; the module docstring there says what each figure means.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from probe.analysis.ledger import kernels
+from probe.analysis.ledger.gpu import (
+    KERNEL_WAIT_NS,
+)
+from probe.analysis.ledger.host import (
+    PURPOSE_PARTS,
+    FrameTime,
+    OpTime,
+    SyncSite,
+    ThreadTime,
+    UserPart,
+    parse_part,
+)
+from probe.analysis.ledger.kernels import KernelStat
+from probe.analysis.ledger.patterns import Pattern
+from probe.analysis.ledger.steps import StepTokens, compile_steps_regex
+from probe.analysis.records.sidecar import EventCost
+from probe.errors import ProbeError
+
+MAX_STEPS = 200_000  # steps one analysis holds by default (max_steps)
+
+
+TOP_OPS_KEPT = 20  # per step; op_counts keeps every name
+
+
+TOP_KERNELS_KEPT = 10  # per step; the trace's list keeps every name
+
+
+TOP_FRAMES_KEPT = 10  # per step; the trace's list keeps every name
+
+
+StepKind = Literal["prefill", "decode", "mixed", "profiler_step", "step", "graph", "window"] | str  # | an engine's mode
+
+
+@dataclass(frozen=True)
+class AnalyzeOptions:
+    """How to read a trace: which ranges are steps, the user's own parts and kernel categories, the gap under which
+    GPU idle is kernel wait, and the profiler's cost per recorded event when it is known."""
+
+    steps: Pattern | None = None  # --steps, RE2 (probe.analysis.ledger.patterns)
+    parts: tuple[UserPart, ...] = ()  # --part NAME=REGEX, in priority order
+    kernel_rules: tuple[tuple[str, str], ...] = ()  # --kernel-category CATEGORY=REGEX, before the built-in rules
+    event_cost: EventCost | None = None  # the profiler's cost per recorded event (probe.capture.calibrate)
+    kernel_wait_ns: int = KERNEL_WAIT_NS  # --kernel-wait-us
+
+    @classmethod
+    def parse(
+        cls,
+        steps: str | None = None,
+        parts: Sequence[str] = (),
+        kernel_categories: Sequence[str] = (),
+        event_cost: EventCost | None = None,
+        kernel_wait_us: float | None = None,
+    ) -> AnalyzeOptions:
+        """From the command line's (or the explorer's) text; a one-line ProbeError for anything malformed."""
+        user = tuple(parse_part(text, _RESERVED) for text in parts)
+        names = [p.name for p in user]
+        if len(set(names)) < len(names):
+            raise ProbeError(f"--part names must differ: {', '.join(names)}")
+        costs = () if event_cost is None else (event_cost.op_ns, event_cost.range_ns)
+        if not all(math.isfinite(x) and x >= 0 for x in costs):
+            raise ProbeError(f"--event-cost-ns: costs must be non-negative numbers, got {', '.join(map(str, costs))}")
+        if kernel_wait_us is not None and not (math.isfinite(kernel_wait_us) and 0 <= kernel_wait_us <= 1e9):
+            raise ProbeError(f"--kernel-wait-us: a gap in microseconds from 0 to 1e9, got {kernel_wait_us}")
+        rules = tuple(kernels.parse_category_rule(text) for text in kernel_categories)
+        kernels.Rules.build(rules)  # checks the patterns now, before any trace is read
+        wait = KERNEL_WAIT_NS if kernel_wait_us is None else round(kernel_wait_us * 1000)
+        return cls(compile_steps_regex(steps), user, rules, event_cost, wait)
+
+
+@dataclass(frozen=True)
+class StepLedger:
+    """One step. Fields ending in `_ns` are exact integers (the JSON gives them as `_us`)."""
+
+    name: str  # the range's label: "decode#3", "prefill", "ProfilerStep#6", "execute_...", or "trace"
+    kind: StepKind
+    index: int  # i of decode#i / ProfilerStep#i; the step's position for markers without one
+    position: int  # 0-based order of the step in the trace
+    pid: int
+    tid: int  # the step's own thread: the host partitions and the op counts are taken there
+    start_ns: int  # from the trace's first event
+    wall_ns: int
+    launches: int
+    graph_launches: int
+    runtime_calls: int
+    dispatched: int  # launches + graph launches on a GPU trace; top-level ops on a CPU-only one
+    kernels: int
+    gpu_ops: int
+    gpu_start_ns: int | None  # the step's first GPU op start, from the trace's first event; None without GPU ops
+    gpu_window_ns: int
+    gpu_busy_ns: int
+    gpu_idle_ns: int  # = gpu_window_ns - gpu_busy_ns = idle_host_wait_ns + idle_kernel_wait_ns + idle_other_ns
+    idle_host_wait_ns: int
+    idle_kernel_wait_ns: int
+    idle_other_ns: int
+    launch_cpu_ns: int
+    launch_delay_p50_ns: float | None  # from the launch call's start, kernels only (probe.analysis.ledger.gpu)
+    launch_delay_p90_ns: float | None
+    launch_delay_from_end_p50_ns: float | None  # HTA's: from the call's end, clipped at 0, copies included
+    launch_delay_from_end_p90_ns: float | None
+    short_kernels: int
+    top_level_ops: int
+    cpu_ops: int  # every cpu_op on the step's thread that starts in the window, nested ones included
+    host_events: int  # ops, runtime calls and Python frames recorded on the step's thread in its window
+    host_ranges: int  # the ranges recorded there (record_function, NVTX)
+    external_wait_ns: int  # sync wait while no GPU op of the trace ran
+    capturable_ns: int  # host time a CUDA graph would take over: the capture region (host.capture_region) less syncs
+    capture_region: str  # what that region is on this trace
+    tokens: StepTokens | None = None  # what the step's engine marker says it processed (steps.StepTokens)
+    purpose_ns: dict[str, int] = field(default_factory=dict)  # user parts, then PURPOSE; sums to wall_ns
+    mechanism_ns: dict[str, int] = field(default_factory=dict)  # MECHANISM; sums to wall_ns
+    unprofiled_estimate_ns: float | None = None
+    op_counts: dict[str, int] = field(default_factory=dict)  # top-level op name -> calls in this step
+    top_ops: tuple[OpTime, ...] = ()  # largest dispatch time first, at most TOP_OPS_KEPT
+    kernel_counts: dict[str, int] = field(default_factory=dict)  # kernel name -> launches of it in this step
+    kernels_by_category: dict[str, int] = field(default_factory=dict)  # category -> GPU time, ns
+    top_kernels: tuple[KernelStat, ...] = ()  # largest total first, at most TOP_KERNELS_KEPT
+    top_frames: tuple[FrameTime, ...] = ()  # largest self time first, at most TOP_FRAMES_KEPT
+    sync_sites: tuple[SyncSite, ...] = ()  # largest wait first
+    other_threads: tuple[ThreadTime, ...] = ()  # busiest first
+
+    @property
+    def wall_us(self) -> float:
+        return self.wall_ns / 1000
+
+    @property
+    def start_us(self) -> float:
+        return self.start_ns / 1000
+
+    @property
+    def cache_ns(self) -> int:
+        """The three cache parts of the purpose partition together (PURPOSE_PARTS' group "cache")."""
+        return sum(self.purpose_ns.get(p, 0) for p in _CACHE_PARTS)
+
+    @property
+    def sync_wait_ns(self) -> int:
+        return self.mechanism_ns.get("sync_wait", 0)
+
+    @property
+    def host_work_ns(self) -> int:
+        """The host window less the time it was blocked on the device: what the host itself spent on the step."""
+        return self.wall_ns - self.sync_wait_ns
+
+    @property
+    def gpu_end_ns(self) -> int | None:
+        return None if self.gpu_start_ns is None else self.gpu_start_ns + self.gpu_window_ns
+
+    @property
+    def span_ns(self) -> int:
+        """The step read whole: from the host window's start to the later of its end and the GPU window's end."""
+        end = self.start_ns + self.wall_ns
+        return max(end, self.gpu_end_ns if self.gpu_end_ns is not None else end) - self.start_ns
+
+    @property
+    def busy_fraction(self) -> float:
+        """GPU busy over the step's GPU window: in [0, 1]; 0 for a step without GPU work."""
+        return self.gpu_busy_ns / self.gpu_window_ns if self.gpu_window_ns else 0.0
+
+    def to_json(self) -> dict:
+        out = {}
+        for name, key, ns in _FLAT_FIELDS:  # the plain fields, each `_ns` as `_us`
+            value = getattr(self, name)
+            out[key] = (None if value is None else value / 1000) if ns else value
+        out["purpose_us"] = {k: v / 1000 for k, v in self.purpose_ns.items()}
+        out["mechanism_us"] = {k: v / 1000 for k, v in self.mechanism_ns.items()}
+        out["cache_us"] = self.cache_ns / 1000
+        out["span_us"] = self.span_ns / 1000
+        out["busy_fraction"] = self.busy_fraction
+        out["op_counts"] = dict(self.op_counts)
+        out["top_ops"] = [o.to_json() for o in self.top_ops]
+        out["kernel_counts"] = dict(self.kernel_counts)
+        out["kernels_by_category"] = {c: ns / 1000 for c, ns in self.kernels_by_category.items()}
+        out["top_kernels"] = [k.to_json() for k in self.top_kernels]
+        out["top_frames"] = [f.to_json() for f in self.top_frames]
+        out["sync_sites"] = [s.to_json() for s in self.sync_sites]
+        out["other_threads"] = [t.to_json() for t in self.other_threads]
+        out["tokens"] = self.tokens.to_json() if self.tokens else None
+        return out
+
+
+_NESTED = {"purpose_ns", "mechanism_ns", "op_counts", "top_ops", "kernel_counts", "kernels_by_category"}
+_NESTED |= {"top_kernels", "top_frames", "sync_sites", "other_threads", "tokens"}
+
+
+_FLAT_FIELDS = tuple(
+    (f.name, f.name[:-3] + "_us" if f.name.endswith("_ns") else f.name, f.name.endswith("_ns"))
+    for f in dataclasses.fields(StepLedger)
+    if f.name not in _NESTED
+)
+
+
+_CACHE_PARTS = tuple(p.name for p in PURPOSE_PARTS if p.group == "cache")
+
+
+# A user part NAME becomes a purpose key: it must not shadow a key a step already has.
+_RESERVED = frozenset(
+    {f.name.removesuffix("_ns") for f in dataclasses.fields(StepLedger)}
+    | {"cache", "span", "busy_fraction", "purpose", "mechanism"}
+)
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Whole-trace counts, by the reference definitions of tests/data/PROVENANCE.md exactly."""
+
+    events: int  # rows of the event table (complete events)
+    kernels: int
+    launches: int
+    graph_launches: int
+    gpu_ops: int  # kernel + gpu_memcpy + gpu_memset
+    gpu_busy_ns: int  # union of every GPU op's interval
+    runtime_calls: int
+    cpu_ops: int
+    python_frames: int
+    span_ns: int  # first event start to last event end
+    unattributed_gpu_ops: int  # GPU ops whose launch is in no step (or could not be found)
+
+    @property
+    def gpu_busy_us(self) -> float:
+        return self.gpu_busy_ns / 1000
+
+    def to_json(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if not f.name.endswith("_ns")}
+        out["gpu_busy_us"] = self.gpu_busy_ns / 1000
+        out["span_us"] = self.span_ns / 1000
+        return out
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Across the steps that describe steady state: the decode steps if any, else every step."""
+
+    steps_used: Literal["decode", "all"]
+    steps: int
+    step_p50_us: float
+    step_p90_us: float
+    launches_per_step: float  # median of StepLedger.dispatched (launches on a GPU trace, top-level ops on a CPU one)
+    busy_fraction: float  # sum of GPU busy over sum of GPU windows
+    cache_share: float  # sum of cache bookkeeping over sum of wall
+    python_share: float  # the python mechanism over wall
+    unattributed_share: float
+    top_ops: tuple[OpTime, ...]  # dispatch summed over those steps, largest first
+
+    def to_json(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "top_ops"}
+        out["top_ops"] = [o.to_json() for o in self.top_ops]
+        return out
+
+
+@dataclass(frozen=True)
+class TraceAnalysis:
+    format: str
+    source: str
+    step_rule: str  # which rule found the steps (probe.analysis.ledger.steps)
+    steps: tuple[StepLedger, ...]
+    totals: Totals
+    summary: Summary
+    on_gpu: bool  # the trace has GPU work or launches: the one definition of "a GPU trace"
+    kernels: tuple[KernelStat, ...] = ()  # every GPU op name over the whole trace, largest total first
+    kernel_categories: dict[str, int] = field(default_factory=dict)  # category -> ns over the whole trace
+    python_frames: tuple[FrameTime, ...] = ()  # Python self time of every step by frame, largest first
+    user_parts: tuple[str, ...] = ()
+    event_cost: EventCost | None = None
+    rank: int | None = None  # distributedInfo.rank of the trace, when it says
+    warnings: tuple[str, ...] = ()
+    origin_epoch_ns: int | None = None  # epoch ns of the first event (steps' start_ns count from it), when known
+    origin_ns: int = 0  # the first event's time on the trace's own clock (Trace.start_ns)
+
+    def windows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The steps' host windows, [start, end] on the trace's own clock (sorted by start, as the steps are)."""
+        t0 = self.origin_ns
+        start = np.array([t0 + s.start_ns for s in self.steps], np.int64)
+        return start, start + np.array([s.wall_ns for s in self.steps], np.int64)
+
+    @property
+    def dispatch(self) -> str:
+        """What `StepLedger.dispatched` counts, in words."""
+        return "launches" if self.on_gpu else "top-level ops"
+
+    def step(self, key: int | str) -> StepLedger:
+        """A step by position (int) or by name ("decode#3"); KeyError if there is none."""
+        for s in self.steps:
+            if (isinstance(key, int) and s.position == key) or s.name == key:
+                return s
+        raise KeyError(key)
+
+    def to_json(self) -> dict:
+        return {
+            "format": self.format,
+            "source": self.source,
+            "rank": self.rank,
+            "step_rule": self.step_rule,
+            "on_gpu": self.on_gpu,
+            "origin_epoch_ns": self.origin_epoch_ns,
+            "user_parts": list(self.user_parts),
+            "event_cost_ns": self.event_cost.to_json() if self.event_cost else None,
+            "steps": [s.to_json() for s in self.steps],
+            "totals": self.totals.to_json(),
+            "summary": self.summary.to_json(),
+            "kernels": [k.to_json() for k in self.kernels],
+            "kernel_categories": {c: ns / 1000 for c, ns in self.kernel_categories.items()},
+            "python_frames": [f.to_json() for f in self.python_frames],
+            "warnings": list(self.warnings),
+        }
+
+
+def steady(steps: Sequence[StepLedger]) -> list[StepLedger]:
+    """The steps that describe steady state, the one rule: the decode steps if any, else every step."""
+    decode = [s for s in steps if s.kind == "decode"]
+    return decode or list(steps)
+
+
+def summarize(steps: Sequence[StepLedger]) -> Summary:
+    """Median / p90 step time and shares over the steady steps."""
+    used = steady(steps)
+    walls = [s.wall_ns / 1000 for s in used] or [0.0]
+    wall = sum(s.wall_ns for s in used)
+    window = sum(s.gpu_window_ns for s in used)
+    agg: dict[str, list[int]] = {}
+    for s in used:
+        for o in s.top_ops:
+            a = agg.setdefault(o.name, [0, 0])
+            a[0] += o.self_ns
+            a[1] += o.calls
+    top = tuple(OpTime(k, v[0], v[1]) for k, v in sorted(agg.items(), key=lambda kv: (-kv[1][0], kv[0]))[:10])
+
+    def share(ns: int) -> float:
+        return ns / wall if wall else 0.0
+
+    return Summary(
+        steps_used="decode" if any(s.kind == "decode" for s in steps) else "all",
+        steps=len(used),
+        step_p50_us=float(np.percentile(walls, 50)),
+        step_p90_us=float(np.percentile(walls, 90)),
+        launches_per_step=float(np.median([s.dispatched for s in used])) if used else 0.0,
+        busy_fraction=sum(s.gpu_busy_ns for s in used) / window if window else 0.0,
+        cache_share=share(sum(s.cache_ns for s in used)),
+        python_share=share(sum(s.mechanism_ns.get("python", 0) for s in used)),
+        unattributed_share=share(sum(s.mechanism_ns.get("unattributed", 0) for s in used)),
+        top_ops=top,
+    )

@@ -1,0 +1,47 @@
+"""The Ranks view: a job's traces step by step, and its straggler. Figures: probe.explorer.figures.ranks."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from probe.explorer import figures, sources
+from probe.explorer.figures.style import md
+from probe.explorer.loaders import Job, ViewContext
+from probe.explorer.widgets import show_table
+
+
+def show_ranks(loaded: Job, ctx: ViewContext) -> None:
+    """Each rank's wall per step and the straggler, when probe.analysis.ledger.ranks says the folder's traces are the
+    ranks
+    of one job (same steps, a distinct rank for each); otherwise the folder's traces, each linked, and why."""
+    result = loaded.job
+    for f in result.failed:
+        st.error(f"Cannot read {md(f.source)}: {md(f.error)}")
+    if not result.one_job:
+        st.info(md(f"These traces are not the ranks of one job: {result.not_a_job}. Open each on its own:"))
+        for trace in result.traces:
+            opened = sources.source_of(ctx.root, trace.source)
+            if opened is not None:
+                st.markdown(f"- [{md(opened.rel)}]({opened.link})")
+        return
+    g = result.straggler
+    if g is None:  # None for a job exactly when it has no step (probe.analysis.ledger.ranks)
+        st.info("No step to compare across these traces.")
+        return
+    cols = st.columns(3)
+    cols[0].metric("ranks", len(result.ranks))
+    cols[1].metric("straggler", f"rank {g.rank}")
+    cols[2].metric("slowest in", f"{g.slowest_steps} of {g.steps} steps")
+    st.plotly_chart(figures.ranks.ranks_figure(result), key="ranks_chart")
+    st.caption(
+        f"Each rank's wall time per step (steps matched by position; probe analyze {md(ctx.source.rel)}/ gives the "
+        f"same). Circled: the slowest rank of each step. Rank {g.rank} was the slowest in {g.slowest_steps} of "
+        f"{g.steps} steps, by {g.median_trail_pct:.1f}% on the median rank in the median of those steps."
+    )
+    show_table(figures.ranks.ranks_frame(result), "ranks_table")
+    for rank, trace in zip(result.ranks, result.traces, strict=True):
+        opened = sources.source_of(ctx.root, trace.source)
+        if opened is not None:
+            st.markdown(f"rank {rank}: [{md(opened.rel)}]({opened.link})")
+    for w in result.warnings:
+        st.warning(md(w))

@@ -1,0 +1,158 @@
+"""The One step view: a step on one clock, its window and launch links picked or clicked. Figures:
+probe.explorer.figures.step.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from probe.analysis.ledger.types import StepLedger
+from probe.explorer import figures, sources
+from probe.explorer.figures.style import md, ms_text, printable, short
+from probe.explorer.loaders import TraceSource, ViewContext, key, load_timeline
+from probe.explorer.step_clock import StepTimeline
+from probe.explorer.widgets import pick_step, show_table, show_trace_telemetry
+
+
+def show_one_step(trace: TraceSource, ctx: ViewContext) -> None:
+    analysis = trace.analysis
+    decode = next((s for s in analysis.steps if s.kind == "decode"), None)  # open there, not on prefill
+    step = pick_step(analysis, "step", "Step", first=decode)
+    if step is None:  # no step to pick
+        st.info("No step in this trace: name the steps with --steps in the sidebar.")
+        return
+    cols = st.columns(5)
+    cols[0].metric("wall (host window)", ms_text(step.wall_ns))
+    cols[1].metric("launches" if analysis.on_gpu else "top-level ops", step.dispatched)
+    cols[2].metric("host work (wall - sync wait)", ms_text(step.host_work_ns))
+    if analysis.on_gpu:
+        cols[3].metric("GPU busy", ms_text(step.gpu_busy_ns))
+        cols[4].metric("step read whole", ms_text(step.span_ns))
+    else:
+        cols[3].metric("unattributed", ms_text(step.mechanism_ns["unattributed"]))
+        cols[4].metric("cache bookkeeping", ms_text(step.cache_ns))
+    st.plotly_chart(figures.step.partitions_figure(step, analysis.user_parts), key="partitions_chart")
+    st.caption(
+        "The step's wall two ways, each adding up to it: by purpose (what it was doing) and by mechanism (what "
+        "code ran: the innermost event of each nanosecond decides)."
+    )
+    apply_clicks()
+    window = pick_window(step)
+    stamp = sources.stamp(trace.path)
+    tl = load_timeline(key(ctx.root), key(trace.path), stamp, step.position, ctx.reading, window)
+    link = pick_link(tl)
+    event = st.plotly_chart(
+        figures.step.timeline_figure(tl, [link] if link is not None else ()),
+        key="timeline_chart",
+        on_select="rerun",
+        selection_mode="points",
+    )
+    clicked(event, tl)
+    st.caption(
+        md(
+            "One clock, the way Perfetto draws it: the step's thread by kind and depth (each event coloured by the "
+            "part its time feeds), where it blocked on the device (external wait on top), the other busy threads, "
+            "this step's GPU idle gaps by cause and one lane a stream (kernels by category; faded: other steps' "
+            "work). Dotted: the host window's edges. Click a kernel (or pick one) for the arrow from its launch; "
+            "click a hatched bar to zoom into it. "
+        )
+        + md(figures.step.merged_text(tl))
+    )
+    linked = len(tl.links([link])) if link is not None else 0
+    if linked > figures.step.MAX_LINKS:
+        st.caption(f"Arrows drawn to the first {figures.step.MAX_LINKS} of the {linked} GPU ops this call launched.")
+    for note in tl.notes:
+        st.caption(md(note))
+    frames, ops = step.top_frames, step.top_ops
+    if frames or ops:
+        left, right = st.columns(2)
+        if frames:
+            left.markdown("**Python frames by innermost self time**, whatever purpose part it falls in")
+            with left:
+                show_table(figures.ops.frames_frame(frames), "step_frames_table")
+        if ops:
+            right.markdown("**Ops by dispatch (innermost self) time**")
+            with right:
+                show_table(figures.ops.top_ops_frame(ops), "step_ops_table")
+    with st.expander("The drawn bars, as a table"):
+        show_table(figures.step.timeline_frame(tl), "timeline_table")
+    show_trace_telemetry(trace, ctx.root)
+
+
+WINDOW_KEY, LINK_KEY, CLICK_KEY, PENDING_KEY = "window", "link", "timeline_clicked", "timeline_pending"
+
+
+def pick_window(step: StepLedger) -> tuple[int, int] | None:
+    """The window of the step to draw, in ms from its start (the URL keeps it); None for the whole step read whole.
+    A new step opens whole."""
+    span = step.span_ns / 1e6
+    if st.session_state.get("window_of") != step.position:
+        st.session_state["window_of"] = step.position
+        st.session_state.pop(WINDOW_KEY, None)
+    lo, hi = st.slider(
+        "Window (ms from the step's start)",
+        0.0,
+        span,
+        (0.0, span),
+        step=max(span / 2000, 1e-6),
+        format="%.3f",
+        key=WINDOW_KEY,
+        bind="query-params",
+    )
+    if lo <= 0 and hi >= span:
+        return None
+    return round(lo * 1e6), round(hi * 1e6)
+
+
+def pick_link(tl: StepTimeline) -> int | None:
+    """The GPU op, or the launch call (all it launched), whose launch-to-kernel arrows are drawn: picked here, or by
+    a click on the timeline."""
+    text: dict[int, tuple[int, str]] = {}
+    launched: dict[int, int] = {}
+    for o in tl.ops:
+        if o.call_lane >= 0 and o.own and o.call_start_ns is not None:  # a drawn call has its start
+            text[o.row] = (o.start_ns, f"{o.start_ns / 1e6:+.3f} ms {o.category}: {o.name}")
+            launched[o.call_row] = launched.get(o.call_row, 0) + 1
+            text.setdefault(o.call_row, (o.call_start_ns, ""))
+    for o in tl.ops:
+        if o.call_row in launched and not text[o.call_row][1]:
+            n = launched[o.call_row]
+            what = f"its {n} GPU ops" if n > 1 else "its GPU op"
+            start = text[o.call_row][0]  # the call's start, as the op that first named it set it
+            text[o.call_row] = (start, f"{start / 1e6:+.3f} ms launch call {o.call_name}: {what}")
+    options: list[int | None] = [None, *sorted(text, key=lambda r: (text[r][0], r))]
+    if st.session_state.get(LINK_KEY) not in options:
+        st.session_state.pop(LINK_KEY, None)
+    return st.selectbox(
+        "Link a GPU op to its launch call",
+        options,
+        key=LINK_KEY,
+        bind="query-params",
+        format_func=lambda r: "(none)" if r is None else printable(short(text[r][1], 140)),
+    )
+
+
+def clicked(event, tl: StepTimeline) -> None:
+    """A click on the timeline: a hatched (merged) bar zooms into it, a GPU op or a launch call links; each click
+    is acted on once (the selection stays in the event until the next)."""
+    bar = figures.step.clicked_bar(event)
+    if bar is None or bar == st.session_state.get(CLICK_KEY):
+        return
+    st.session_state[CLICK_KEY] = bar
+    row, start, dur, count = bar
+    change: dict[str, object]
+    if count > 1:
+        pad = max(dur // 10, tl.resolution_ns)
+        change = {WINDOW_KEY: (max(0, start - pad) / 1e6, min(tl.span_ns, start + dur + pad) / 1e6)}
+    elif any(o.row == row or o.call_row == row for o in tl.ops):
+        change = {LINK_KEY: row}
+    else:
+        return
+    st.session_state[PENDING_KEY] = change  # widgets drawn in this run take it at the top of the next
+    st.rerun()
+
+
+def apply_clicks() -> None:
+    """What the last click asked of the window and the link, set before their widgets are drawn."""
+    for name, value in st.session_state.pop(PENDING_KEY, {}).items():
+        st.session_state[name] = value
