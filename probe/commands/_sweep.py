@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import shlex
+import shutil
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -55,8 +56,17 @@ def resume_command(argv: Sequence[str] | None, command: str, out: Path | None) -
             rest = rest[1:]
         elif not (arg.startswith("--out=") or arg in ("--resume", "--force")):
             args.append(arg)
-    program = sys.argv[0] if Path(sys.argv[0]).name == "probe" else "probe"  # .venv/bin/probe, as typed
-    return shlex.join([program, command, *args, "--out", str(out), "--resume"])
+    return shlex.join([_program(), command, *args, "--out", str(out), "--resume"])
+
+
+def _program() -> str:
+    """How to call probe again: `probe` where that is on PATH (or it is not this console script at all: python -m
+    probe), else the console script as it was typed (.venv/bin/probe, the venv not activated)."""
+    typed = Path(sys.argv[0])
+    on_path = shutil.which("probe")
+    if typed.name != "probe" or (on_path is not None and Path(on_path).resolve() == typed.resolve()):
+        return "probe"
+    return str(typed)
 
 
 def interrupted_message(out: Path | None, total: int, command: str | None) -> str:
