@@ -84,11 +84,13 @@ def _no_bar(total: int, cells: bool) -> AbstractContextManager:
 
 @dataclass
 class Watch:
-    """How a caller follows a run. `phase(text)` as each part begins; `bar(total, cells)` a context manager giving
-    the sweep's progress callback (runs: `(description, advance)`; cells, on Ray: `(done, running, failed)`);
-    `cell(results, total)` after every finished cell; `note(text)` what the run decided, which a terminal shows too."""
+    """How a caller follows a run. `phase(text)` as each part begins; `cells(total)` as a sweep of `total` cells
+    starts; `bar(total, cells)` a context manager giving the sweep's progress callback (runs: `(description,
+    advance)`; cells, on Ray: `(done, running, failed)`); `cell(results, total)` after every finished cell; `note(text)`
+    what the run decided, which a terminal shows too."""
 
     phase: Callable[[str], None] = lambda text: None
+    cells: Callable[[int], None] = lambda total: None
     bar: Callable[[int, bool], AbstractContextManager] = _no_bar
     cell: Callable[[BenchResults, int], None] = lambda results, total: None
     note: Callable[[str], None] = lambda text: None  # what the run decided for the user (its threads): always said
@@ -164,6 +166,7 @@ def sweep(
         if resume and executor == "local":  # on Ray, "auto" is settled by the cluster's devices: checked there
             precheck_resume(cfg, out)
     total = cell_count(cfg)
+    watch.cells(total)
 
     def on_cell(results: BenchResults) -> None:
         watch.cell(results, total)

@@ -26,7 +26,7 @@ def watch_for(json_out: bool, lines: terminal.Lines) -> Watch:
         kind = terminal.CellsProgress if cells else terminal.ProgressBar
         return kind(total, enabled=not json_out)
 
-    return Watch(phase=lines.phase, bar=bar, cell=lines.cells, note=lines.note)
+    return Watch(phase=lines.phase, cells=lines.sweep, bar=bar, cell=lines.cells, note=lines.note)
 
 
 def print_problems(warnings: list[str], errors: list[str]) -> None:

@@ -244,7 +244,7 @@ class Lines:
         self.stream, self.prefix, self.start = stream, prefix, time.perf_counter()
         self.done = 0  # cells finished in the current sweep, printed or not
         self.total: int | None = None  # cells in the current sweep (None: a part without cells)
-        self.what, self.since = "starting", self.start  # the current part, and when it (its first cell) began
+        self.what, self.since = "sweep", self.start  # the current part (bench's only), and when it began
         self.heartbeat_s, self.last = heartbeat_s, self.start
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
@@ -283,6 +283,10 @@ class Lines:
             else:
                 what = f"FAILED: {c.error}"
             self._print(f"cell {self.done} of {total} done: {c.label}: {what}")
+
+    def sweep(self, total: int) -> None:
+        """A sweep of `total` cells starts: from now on a quiet spell is told as its cells done and left."""
+        self.done, self.total, self.since = 0, total, time.perf_counter()
 
     def phase(self, text: str) -> None:
         """A part of the run begins (a new sweep's cells count from one)."""
