@@ -171,16 +171,18 @@ def test_a_part_that_fails_is_named_and_the_rest_goes_on(tmp_path, cli, monkeypa
 
 def test_bench_prints_a_line_per_cell_as_it_finishes_when_piped(tmp_path):
     """Issue 25: with stdout a pipe, `probe bench` printed nothing until the end. Each cell's line must arrive while
-    the sweep is still running (flushed), before the tables."""
+    the sweep is still running (flushed), before the tables. Issue 36: with stderr a pipe too (`2>&1 | tee log`), no
+    frozen progress bar lands in the log."""
     argv = ["bench", "--engines", "naive,cached", *SMALL, "--prompts", "8,16", "--no-history"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "probe", *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     first = proc.stdout.readline()
     running = proc.poll() is None  # three cells still to go
-    rest, _ = proc.communicate(timeout=600)
+    rest, err = proc.communicate(timeout=600)
     assert proc.returncode == 0
     assert first.startswith("probe bench: cell 1 of 4 done: naive p8: ITL p50 ") and running
+    assert "━" not in err, err  # a bar (rich prints its last frame where it cannot draw it live)
     assert rest.index("probe bench: cell 4 of 4 done: cached p16") < rest.index("engine")
 
 

@@ -19,12 +19,12 @@ from probe.render.console import stdout
 
 
 def watch_for(json_out: bool, lines: terminal.Lines) -> Watch:
-    """Progress as the output allows: a bar on a terminal (not under --json), a flushed line a cell and a phase
-    when the output is a file or a pipe."""
+    """Progress as the output allows: a bar where stderr is a terminal (not under --json), a flushed line a cell and
+    a phase when the output is a file or a pipe. Never a bar into a file: rich prints its last frame there."""
 
     def bar(total: int, cells: bool):
         kind = terminal.CellsProgress if cells else terminal.ProgressBar
-        return kind(total, enabled=not json_out)
+        return kind(total, enabled=not json_out and sys.stderr.isatty())
 
     return Watch(phase=lines.phase, cells=lines.sweep, bar=bar, cell=lines.cells, note=lines.note)
 
