@@ -67,10 +67,6 @@ class Engine(ABC):
         """Why this engine cannot serve a model of this transformers config, in one line; None when it can."""
         return None
 
-    def reserve(self, batch: int, max_len: int) -> None:  # noqa: B027 (a hook: most engines need nothing)
-        """The longest sequence (prompt + new tokens) a run will feed at this batch, before its first prefill, so an
-        engine with fixed buffers sizes them once. A no-op for engines that allocate per sequence."""
-
     @abstractmethod
     def prefill(self, input_ids: torch.Tensor, max_len: int) -> torch.Tensor:
         """Run the prompt (B, P); return the last position's logits (B, V). `max_len` = P + new tokens."""

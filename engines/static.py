@@ -7,9 +7,10 @@ same shapes. On CUDA the step is compiled with mode="reduce-overhead", which cap
 (one graph launch per step); on a CPU it is compiled with inductor. `static-eager` is the same engine
 uncompiled, so what compilation buys can be measured side by side.
 
-One buffer length for a whole run: `reserve` (the sweep calls it with its longest prompt plus the new tokens)
-sizes every cache of the run alike, so the step compiles once per batch size and later cells only re-record the
-graph at their buffers' addresses. Every cell's decode then attends over that length, masked past its own.
+Each sequence's buffer holds its prompt and new tokens (`max_len`), as the cached engine's does, so a decode step
+attends over what the cell asked for and no more: a run-wide buffer sized for the longest prompt made a 16-token
+prompt attend over 1,056 slots, and static's step then measured the buffer, not the host overhead it removes (issue
+32). The step compiles once per (batch, length) a process meets; a sweep of P prompt lengths compiles P times.
 
 Sliding-window layers keep every position and mask: transformers' StaticSlidingWindowLayer tracks its fill as a
 Python int (`cumulative_length_int`), which torch.compile guards on, so it recompiled at every decode step (one
@@ -62,7 +63,6 @@ class StaticEagerEngine(Engine):
         super().__init__(model)
         self._kw = cache_kwarg(model)
         self._shape: tuple[int, int] | None = None
-        self._capacity = 0  # the longest sequence reserved for
         self._step: Callable[[torch.Tensor], torch.Tensor] = self._forward
 
     @classmethod
@@ -76,11 +76,8 @@ class StaticEagerEngine(Engine):
             )
         return None
 
-    def reserve(self, batch: int, max_len: int) -> None:
-        self._capacity = max(self._capacity, max_len)
-
     def prefill(self, input_ids: torch.Tensor, max_len: int) -> torch.Tensor:
-        shape = (input_ids.shape[0], max(max_len, self._capacity))
+        shape = (input_ids.shape[0], max_len)
         # new buffers only when the shape changes (no cache yet: no shape yet): a captured graph keeps its addresses
         if self.cache is None or shape != self._shape:
             self.cache = static_cache(self.model.config, shape[1])
@@ -122,7 +119,7 @@ class StaticEngine(StaticEagerEngine):
         return super().refusal(config)
 
     def prefill(self, input_ids: torch.Tensor, max_len: int) -> torch.Tensor:
-        if (input_ids.shape[0], max(max_len, self._capacity)) != self._shape:
+        if (input_ids.shape[0], max_len) != self._shape:
             self._warm(input_ids.shape[0], max_len, input_ids.device)
         return super().prefill(input_ids, max_len)  # same shape now: resets the cache the warm-up wrote
 
@@ -131,7 +128,7 @@ class StaticEngine(StaticEagerEngine):
         step a caller times is ever a compilation or a capture."""
         token = torch.zeros(batch, 1, dtype=torch.long, device=device)  # (B, 1)
         super().prefill(token, max_len)  # new buffers; position 0 written
-        for _ in range(min(WARM_CALLS, max(max_len, self._capacity) - 1)):
+        for _ in range(min(WARM_CALLS, max_len - 1)):
             self._compiled_step(token)
 
     def _compiled_step(self, next_ids: torch.Tensor) -> torch.Tensor:

@@ -11,8 +11,7 @@ import argparse
 import importlib
 import sys
 
-from probe.errors import ProbeError
-from probe.render.text import first_line
+from probe.errors import ProbeError, first_line
 
 # name -> the one line `probe --help` shows for it; the module probe.commands.<name> does the rest.
 COMMANDS = {

@@ -99,7 +99,6 @@ def session(address: str | None = None) -> Iterator[None]:
     if ray.is_initialized():
         yield
         return
-    options = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     seconds = connect_timeout_s()
     where = f"the Ray cluster at {address}" if address else "a local Ray instance"
     if address:
@@ -111,7 +110,12 @@ def session(address: str | None = None) -> Iterator[None]:
         try:
             with _bounded(f"joining {where}" if address else f"starting {where}", seconds):
                 # "local": a new instance, even where a `ray start` cluster runs (ray.init() would join that)
-                ray.init(address=address or "local", **options)
+                ray.init(
+                    address=address or "local",
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    logging_level=logging.WARNING,
+                )
         except (ConnectionError, RuntimeError, ValueError) as e:
             hint = "; a cluster with token authentication needs RAY_AUTH_MODE=token and its token" if address else ""
             raise ProbeError(f"cannot start or join {where}: {str(e).strip().splitlines()[0]}{hint}") from None

@@ -127,8 +127,11 @@ class ProfileConfig:
     batch: int = knob(1, "sequences per forward")
     seed: int = knob(0, "seed for weights and prompts")
     warmup: int = knob(1, "unrecorded warmup runs before the recorded one")
+    threads: int = knob(0, "torch intra-op threads, as probe bench sets them; 0 keeps torch's default (one per core)")
 
     def __post_init__(self):
+        if self.threads < 0:
+            raise ProbeError(f"--threads must be 0 (torch's default) or more, got {self.threads}")
         if self.new_tokens < 2:
             raise ProbeError("--new-tokens must be at least 2: one prefill token plus one decode step")
         if self.prompt < 1 or self.batch < 1 or self.warmup < 0:

@@ -19,8 +19,12 @@ from engines.naive import no_cache_forward, prepared_masks
 from probe.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parent / "data"  # what the project made itself (PROVENANCE.md)
 IN_CI = os.environ.get("PROBE_CI") == "1"  # .ci/run sets it: tools that CI installs must not be skipped
+# Traces recorded by other projects (TraceLens's and HTA's test data, ...), read where they lie, never copied here:
+# ../shared/traces beside the checkout, which CI always has. A fresh clone has none of it, and its tests skip.
+SHARED = ROOT.parent / "shared" / "traces"
+needs_shared = pytest.mark.skipif(not SHARED.is_dir() and not IN_CI, reason=f"{SHARED} is not here")
 # Ray as the tests start it, set before any test module imports Ray (which reads these once): in its local-only mode,
 # so its nodes' address is the loopback and every port it opens listens on 127.0.0.1 (probe/cluster.py does the same);
 # with token authentication, one token for the session (given, so that none is written to ~/.ray).
@@ -36,6 +40,17 @@ os.environ["COLUMNS"] = "250"
 hypothesis.settings.register_profile("ci", derandomize=True)
 if IN_CI:
     hypothesis.settings.load_profile("ci")
+
+
+def shared_trace(name: str) -> Path:
+    """`../shared/traces/NAME` (e.g. "public/b200_eager.trace.json.gz"); the calling test skips when it is not
+    there, and fails in CI, which always has it."""
+    path = SHARED / name
+    if not path.is_file():
+        if IN_CI:
+            pytest.fail(f"{path} is not here: CI reads the shared traces beside the checkout")
+        pytest.skip(f"{path} is not here")
+    return path
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -37,7 +37,25 @@ SYNC = re.compile(
     r"Synchronize|^(?:cuda|hip)Memcpy(?:2D|3D|Peer|WithStream|DtoH|HtoD|DtoD)?(?:_v\d+)?$|"
     r"^cuMemcpy(?:DtoH|HtoD|DtoD|2D|3D)?(?:_v\d+)?$"
 )
-PURPOSE = ("sync", "sample", "cache_update", "cache_seq_length", "cache_mask_sizes", "mask", "attention")
+PURPOSE = (
+    "sync",
+    "data",
+    "communication",
+    "sample",
+    "cache_update",
+    "cache_seq_length",
+    "cache_mask_sizes",
+    "mask",
+    "attention",
+)
+DATA = re.compile(
+    r"enumerate\(DataLoader\)|DataLoader[A-Za-z_]*\.__next__|dataloader\.py\(\d+\): __next__|wait_for_batch"
+)
+COMMS = re.compile(
+    r"^nccl:|^gloo:|^c10d::|^record_param_comms$|all_?to_?all|all_?gather|all_?reduce|reduce_?scatter", re.I
+)
+NAMED = ("user_annotation", "cpu_op", "operator", "python_function")
+QUEUED_NS = 50_000  # a copy starting this long after its call began, while the call ran: the call waited
 MECHANISM = ("python", "dispatch", "launch", "runtime", "sync_wait", "unattributed")
 SYNC_FRAME = re.compile(r"\bsynchronize\b")
 KERNEL_WAIT_NS = 30_000
@@ -141,8 +159,26 @@ def step(events: list[Event], lo: int, hi: int, pid, tid, user: tuple[tuple[str,
                 out.idle_kernel += gap
             else:
                 out.idle_other += gap
-    out.purpose = _purpose(events, lo, hi, pid, tid, user)
-    out.mechanism, out.frames = _mechanism(events, lo, hi, pid, tid)
+    waited = _waited(events)
+    out.purpose = _purpose(events, lo, hi, pid, tid, user, waited)
+    out.mechanism, out.frames = _mechanism(events, lo, hi, pid, tid, waited)
+    return out
+
+
+def _waited(events: list[Event]) -> set[int]:
+    """ids of the copy calls the host waited in: each call (a name with Memcpy) and the first GPU copy with its
+    correlation; it waited when it returned at or after the copy's end, or when the copy started QUEUED_NS or more
+    after the call began and the call still ran then."""
+    copy_of: dict = {}
+    for e in events:
+        if e.cat in ("gpu_memcpy", "memcpy") and e.corr is not None and e.corr not in copy_of:
+            copy_of[e.corr] = e
+    out = set()
+    for e in events:
+        if e.cat in RUNTIME_CATS and "Memcpy" in e.name and e.corr in copy_of:
+            g = copy_of[e.corr]
+            if e.end >= g.end or (g.start - e.start >= QUEUED_NS and e.end >= g.start):
+                out.add(id(e))
     return out
 
 
@@ -171,7 +207,7 @@ def _sweep(here, lo, hi):
         yield max(t, lo), hi, []
 
 
-def _purpose(events, lo, hi, pid, tid, user):
+def _purpose(events, lo, hi, pid, tid, user, waited=frozenset()):
     """Each stretch of the window goes to the first part, in priority order, that an open event carries."""
     here = [e for e in events if e.pid == pid and e.tid == tid and e.end > lo and e.start < hi]
 
@@ -184,9 +220,13 @@ def _purpose(events, lo, hi, pid, tid, user):
         }
         if e.cat == "user_annotation" and base in OURS:
             out.add(OURS[base])
-        blocks = e.cat in RUNTIME_CATS and SYNC.search(e.name)
+        blocks = e.cat in RUNTIME_CATS and (SYNC.search(e.name) or id(e) in waited)
         if blocks or (e.cat == "python_function" and SYNC_FRAME.search(e.name)):
             out.add("sync")
+        if e.cat in NAMED and DATA.search(e.name):
+            out.add("data")
+        if e.cat in NAMED and COMMS.search(e.name):
+            out.add("communication")
         if e.cat in ("cpu_op", "operator") and ATTENTION.search(e.name):
             out.add("attention")
         return out
@@ -204,7 +244,7 @@ def _purpose(events, lo, hi, pid, tid, user):
 RANK = {"python_function": 0, "cpu_op": 1, "operator": 1}  # runtime calls: 2, innermost among equal spans
 
 
-def _mechanism(events, lo, hi, pid, tid):
+def _mechanism(events, lo, hi, pid, tid, waited=frozenset()):
     """Each stretch goes to the innermost open frame, op or runtime call: the latest started (the shorter, then the
     call over the op over the frame, when they start together)."""
     code = [
@@ -227,7 +267,8 @@ def _mechanism(events, lo, hi, pid, tid):
             part = "dispatch"
         else:
             base = re.sub(r"_(?:ptsz|ptds)$", "", re.sub(r"(?:_v\d+)?$", "", e.name, count=1))
-            part = "launch" if base in LAUNCH | GRAPH else "sync_wait" if SYNC.search(e.name) else "runtime"
+            blocks = SYNC.search(e.name) or id(e) in waited
+            part = "launch" if base in LAUNCH | GRAPH else "sync_wait" if blocks else "runtime"
         parts[part] += b - a
     return parts, frames
 

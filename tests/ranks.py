@@ -3,7 +3,8 @@ ranks would record the same steps. Nothing is invented: each rank's copy has its
 little apart), its ids offset (each rank's process numbers its own events), distributedInfo.rank set, and one rank
 made slower by stretching every event of its copy about the trace's first event. With `repeat`, a rank's recording
 is the recorded steps played `repeat` times end to end (ids offset again each time): a longer run of the same
-steps, for a test that needs an analysis to take a while."""
+steps, for a test that needs an analysis to take a while. The recorded trace is read in ../shared/traces (a test
+without it skips)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ import gzip
 import json
 from pathlib import Path
 
-from tests.conftest import DATA
+from tests.conftest import shared_trace
 
-SOURCE = DATA / "cuda_train_ns_resolution_5steps.trace.json.gz"  # V100, 5 ProfilerSteps (PROVENANCE.md)
+SOURCE = "public/cuda_train_ns_resolution_5steps.trace.json.gz"  # HTA's V100 training trace, 5 ProfilerSteps
 SKEW_US = 250.0  # each rank starts this much after the one before it
 ID_OFFSET = 1_000_000  # each rank's External ids and correlation ids, moved past the previous rank's
-REPEAT_ID_OFFSET = 250_000  # one repetition's ids past the previous one's (the trace's ids reach 211,541)
+REPEAT_ID_OFFSET = 250_000  # one repetition's ids past the previous one's (the trace's ids reach 211,614)
 
 
 def make_rank_traces(
@@ -30,7 +31,7 @@ def make_rank_traces(
 ) -> list[Path]:
     """`name` (formatted with the rank) for each rank in `folder`; `slow_rank`'s events stretched by `stretch`;
     distributedInfo.rank set when `declare`, else removed. Returns the paths."""
-    doc = json.loads(gzip.decompress(SOURCE.read_bytes()))
+    doc = json.loads(gzip.decompress(shared_trace(SOURCE).read_bytes()))
     spans = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
     t0 = min(e["ts"] for e in spans)
     span = max(e["ts"] + e["dur"] for e in spans) - t0

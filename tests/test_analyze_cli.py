@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_probe
+from tests.conftest import run_probe, shared_trace
 from tests.test_trace import BAD, _bad_files
 
 DATA = Path(__file__).parent / "data"
@@ -86,7 +87,7 @@ def test_tables_name_every_step_and_the_summary(run):
 
 
 def test_cpu_trace_shows_top_level_ops_instead_of_launches(run):
-    code, out, _ = run(str(DATA / "cpu_only_small.trace.json.gz"))
+    code, out, _ = run(str(shared_trace("public/cpu_only_small.trace.json.gz")))
     assert code == 0
     assert "ProfilerStep#551" in out and "top-level ops per step" in out and "launches per step" not in out
 
@@ -114,7 +115,7 @@ def test_unknown_step_is_one_line(run):
 
 
 def test_reference_counts_in_the_table(run):
-    code, out, _ = run(str(DATA / "rocm_vllm_decode_cudagraph.trace.json.gz"))
+    code, out, _ = run(str(shared_trace("public/rocm_vllm_decode_cudagraph.trace.json.gz")))
     assert code == 0 and "434 / 10.718" in out and "425 / 4 / 1" in out
 
 
@@ -132,7 +133,7 @@ def test_bad_input_is_one_line_in_the_cli(bad_files, run, case):
 
 def test_as_a_user_runs_it(tmp_path):
     """A fresh process, as from a shell: the JSON and a bad file's one-line error."""
-    good = run_probe("analyze", str(DATA / "cuda_alexnet.trace.json.gz"), "--json", timeout=120)
+    good = run_probe("analyze", str(shared_trace("public/cuda_alexnet.trace.json.gz")), "--json", timeout=120)
     assert good.returncode == 0, good.stderr
     assert json.loads(good.stdout)["totals"]["kernels"] == 79
     (tmp_path / "bad.json").write_text("{")
@@ -143,7 +144,7 @@ def test_as_a_user_runs_it(tmp_path):
 def test_cpu_only_trace_prints_dashes_for_gpu_figures(run):
     """22 §5: a trace with no GPU activity has no GPU busy fraction to show; a dash, never "0.0 %" (the old table
     printed "GPU busy fraction ... 0.0 %" and "GPU ops / GPU busy ms 0 / 0.000")."""
-    trace = str(DATA / "cpu_only_small.trace.json.gz")
+    trace = str(shared_trace("public/cpu_only_small.trace.json.gz"))
     code, out, _ = run(trace)
     assert code == 0
     assert re.search(r"GPU busy fraction \(of the GPU windows\)\s*│\s*-\s*│", out)
@@ -154,8 +155,48 @@ def test_cpu_only_trace_prints_dashes_for_gpu_figures(run):
 
 def test_kernels_are_shown_by_their_short_names(run):
     """The table shows `at::native::elementwise_kernel`, not the 300-character template; --json keeps the whole."""
-    trace = str(DATA / "cuda_alexnet.trace.json.gz")
+    trace = str(shared_trace("public/cuda_alexnet.trace.json.gz"))
     code, out, _ = run(trace)
     assert code == 0 and "at::native::elementwise_kernel " in out and "void at::native" not in out
     code, out, _ = run(trace, "--json")
     assert any(k["name"].startswith("void at::native::elementwise_kernel<") for k in json.loads(out)["kernels"])
+
+
+def _eight_gpus(tmp_path: Path, name: str) -> Path:
+    """The hand trace, its deviceProperties listing eight GPUs of one name."""
+    doc = json.loads(gzip.decompress(HAND.read_bytes()))
+    doc["deviceProperties"] = [{"id": i, "name": name, "totalGlobalMem": 10 * 2**30} for i in range(8)]
+    path = tmp_path / "eight.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_a_device_is_named_once_however_many_gpus_the_trace_lists(run, tmp_path):
+    code, out, _ = run(str(_eight_gpus(tmp_path, "NVIDIA Imaginary X1")), "--json")
+    notes = json.loads(out)["answer_notes"]
+    assert code == 0 and any("(NVIDIA Imaginary X1) is not in the device table" in n for n in notes)
+    assert sum(n.count("Imaginary") for n in notes) == 1
+    code, out, _ = run(str(_eight_gpus(tmp_path, "NVIDIA GeForce RTX 4080 Laptop GPU")), "--json")
+    (note,) = [n for n in json.loads(out)["answer_notes"] if "Laptop" in n]
+    assert "has no published figures" in note and note.count("Laptop GPU") == 2  # the name, and NVIDIA's page
+
+
+def test_device_file_gives_the_roofline_its_device(run, tmp_path):
+    card = tmp_path / "card.json"
+    card.write_text(json.dumps({"name": "Imaginary X1", "memory_bandwidth_bytes_s": 1e12, "peak_flops_s": {}}))
+    code, out, _ = run(str(_eight_gpus(tmp_path, "NVIDIA Imaginary X1")), "--json", "--device-file", str(card))
+    doc = json.loads(out)
+    assert code == 0 and doc["roofline"]["device"] == "Imaginary X1"
+    assert not any("not in the device table" in n for n in doc["answer_notes"])
+    card.write_text("{}")
+    code, _, err = run(str(HAND), "--device-file", str(card))
+    assert code == 2 and err.count("\n") == 1 and f"--device-file {card}" in err
+
+
+def test_steps_kind_from_the_command_line(run):
+    code, out, err = run(str(HAND), "--steps", "forward", "--steps-kind", "range", "--json")
+    assert code == 0 and [s["name"] for s in json.loads(out)["steps"]] == ["forward", "forward"]
+    code, _, err = run(str(HAND), "--steps", "forward", "--steps-kind", "python")
+    assert code == 0 and "matched no range" in err  # no Python frame is named so: the rules below it
+    code, _, err = run(str(HAND), "--steps", "forward", "--steps-kind", "frames")
+    assert code == 2 and "use one or more of range, cpu_op, python" in err

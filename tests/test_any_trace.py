@@ -20,10 +20,9 @@ from probe.analysis.ledger.types import AnalyzeOptions
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
 from tests import oracle
-from tests.conftest import DATA, run_probe
+from tests.conftest import DATA, run_probe, shared_trace
 
-PUBLIC = Path(__file__).resolve().parents[2] / "shared" / "traces" / "public"
-REAL = [
+REAL = [  # the public traces of ../shared/traces/public (recorded by other projects)
     "rocm_vllm_decode_cudagraph",
     "rocm_sglang_qwen3_8b_extend_step",
     "b200_eager",
@@ -35,15 +34,8 @@ REAL = [
 ]
 
 
-def _real_paths() -> list[Path]:
-    paths = [DATA / f"{name}.trace.json.gz" for name in REAL]
-    if PUBLIC.is_dir():  # the originals, with every Python frame (the SGLang trace's are only there)
-        paths += sorted(PUBLIC.glob("*.trace.json.gz"))
-    return paths
-
-
-def _id(path: Path) -> str:
-    return ("public/" if path.parent == PUBLIC else "data/") + path.name.removesuffix(".trace.json.gz")
+def _public(name: str) -> Path:
+    return shared_trace(f"public/{name}.trace.json.gz")
 
 
 def _check_against_oracle(path: Path, options: AnalyzeOptions | None = None, user=()) -> None:
@@ -82,15 +74,15 @@ def _check_against_oracle(path: Path, options: AnalyzeOptions | None = None, use
         assert [(f.frame, f.self_ns) for f in s.top_frames] == top, s.name
 
 
-@pytest.mark.parametrize("path", _real_paths(), ids=_id)
-def test_every_real_trace_matches_the_oracle(path):
+@pytest.mark.parametrize("name", REAL)
+def test_every_real_trace_matches_the_oracle(name):
     """Steps, launches, kernels, the GPU window with its busy and idle split, every host part and the Python
     frames, step by step, on every real trace we have."""
-    _check_against_oracle(path)
+    _check_against_oracle(_public(name))
 
 
 def test_user_parts_carve_their_time_out_of_the_partition():
-    path = DATA / "rocm_vllm_decode_cudagraph.trace.json.gz"
+    path = _public("rocm_vllm_decode_cudagraph")
     user = (("inputs", r"_prepare_inputs|_update_states"), ("metadata", r"_build_attention_metadata"))
     options = AnalyzeOptions.parse(parts=[f"{n}={r}" for n, r in user])
     _check_against_oracle(path, options, user)
@@ -107,18 +99,18 @@ def test_user_parts_carve_their_time_out_of_the_partition():
 
 
 def test_real_engine_markers_find_the_iteration():
-    vllm = analyze(load_trace(DATA / "rocm_vllm_decode_cudagraph.trace.json.gz"))
+    vllm = analyze(load_trace(_public("rocm_vllm_decode_cudagraph")))
     assert vllm.step_rule.startswith("engine markers: vLLM execute_*")
     # execute_32_context_0(...)_generation_32(...): 32 requests decoding, none in prefill
     assert [(s.kind, s.graph_launches, s.kernels) for s in vllm.steps] == [("decode", 1, 425)]
-    b200 = analyze(load_trace(DATA / "b200_eager.trace.json.gz"))
+    b200 = analyze(load_trace(_public("b200_eager")))
     # execute_context_1(888_788544)_generation_0(0): one prompt, nothing decoding. The trace's gpu_user_annotation
     # copy of the same range is on the GPU timeline and is never a step.
     assert [(s.kind, s.launches) for s in b200.steps] == [("prefill", 768)]
 
 
 def test_nested_markers_are_one_step_the_outermost():
-    path = DATA / "rocm_sglang_qwen3_8b_extend_step.trace.json.gz"
+    path = _public("rocm_sglang_qwen3_8b_extend_step")
     a = analyze(load_trace(path))
     (step,) = a.steps  # step[EXTEND bs=15 toks=15360] sits inside the execute_ range: one iteration, one step
     assert step.name.startswith("execute_15360_context_15") and step.kind == "prefill"
@@ -178,8 +170,8 @@ def _dump(obj) -> str:
     "name", ["rocm_vllm_decode_cudagraph", "rocm_sglang_qwen3_8b_extend_step", "h100_hf_qwen1.5-0.5b_prefill_b16"]
 )
 def test_a_real_step_repeated_n_times_is_n_steps(tmp_path, name):
-    single = analyze(load_trace(DATA / f"{name}.trace.json.gz")).steps[0]
-    repeated = analyze(load_trace(_repeat(DATA / f"{name}.trace.json.gz", 5, tmp_path)))
+    single = analyze(load_trace(_public(name))).steps[0]
+    repeated = analyze(load_trace(_repeat(_public(name), 5, tmp_path)))
     assert len(repeated.steps) == 5
     for s in repeated.steps:
         assert (
@@ -212,7 +204,7 @@ def test_a_real_step_repeated_n_times_is_n_steps(tmp_path, name):
 def test_the_gpu_window_keeps_busy_within_it_when_the_gpu_runs_behind():
     """Training: each ProfilerStep's kernels run long after its host window closed (its busy was 269% of the
     wall). In the GPU window, busy never exceeds the window."""
-    a = analyze(load_trace(DATA / "cuda_train_ns_resolution_5steps.trace.json.gz"))
+    a = analyze(load_trace(_public("cuda_train_ns_resolution_5steps")))
     assert any(s.gpu_busy_ns > s.wall_ns for s in a.steps)  # the case that needs the window
     assert all(0 < s.busy_fraction <= 1 for s in a.steps) and a.summary.busy_fraction <= 1
 
@@ -344,15 +336,13 @@ def test_every_real_kernel_name_gets_its_hand_assigned_category():
 
 def test_kernel_table_figures_from_the_trace_text():
     """The vLLM trace's attention kernels, summed straight from the JSON."""
-    doc = json.loads(
-        gzip.decompress((DATA / "rocm_vllm_decode_cudagraph.trace.json.gz").read_bytes()), parse_float=Decimal
-    )
+    doc = json.loads(gzip.decompress(_public("rocm_vllm_decode_cudagraph").read_bytes()), parse_float=Decimal)
     durs = sorted(
         int(Decimal(e["dur"]) * 1000)
         for e in doc["traceEvents"]
         if e.get("cat") == "kernel" and e["name"] == "kernel_unified_attention_3d"
     )
-    a = analyze(load_trace(DATA / "rocm_vllm_decode_cudagraph.trace.json.gz"))
+    a = analyze(load_trace(_public("rocm_vllm_decode_cudagraph")))
     (k,) = [k for k in a.kernels if k.name == "kernel_unified_attention_3d"]
     assert (k.category, k.count, k.total_ns, k.max_ns) == ("attention", len(durs), sum(durs), durs[-1])
     assert k.p50_ns == (durs[5] + durs[6]) / 2 and len(durs) == 12
@@ -362,7 +352,7 @@ def test_kernel_table_figures_from_the_trace_text():
 
 def test_a_user_kernel_rule_comes_before_the_table():
     a = analyze(
-        load_trace(DATA / "rocm_vllm_decode_cudagraph.trace.json.gz"),
+        load_trace(_public("rocm_vllm_decode_cudagraph")),
         AnalyzeOptions.parse(kernel_categories=["moe_gemm=_matmul_ogs"]),
     )
     assert {k.category for k in a.kernels if k.name.startswith("_matmul_ogs")} == {"moe_gemm"}
@@ -375,7 +365,7 @@ def test_a_user_kernel_rule_comes_before_the_table():
 
 def test_analyze_json_contract():
     result = run_probe(
-        "analyze", str(DATA / "rocm_vllm_decode_cudagraph.trace.json.gz"), "--json", "--part", "inputs=_prepare_inputs"
+        "analyze", str(_public("rocm_vllm_decode_cudagraph")), "--json", "--part", "inputs=_prepare_inputs"
     )
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
@@ -460,7 +450,7 @@ def _with_extra_kernel(path: Path, out: Path, name: str) -> Path:
 
 
 def test_compare_alerts_on_a_kernel_that_grows_and_names_it(tmp_path):
-    base = DATA / "rocm_vllm_decode_cudagraph.trace.json.gz"
+    base = _public("rocm_vllm_decode_cudagraph")
     name = (
         "void vllm::rotary_embedding_kernel<c10::BFloat16, true>(long const*, c10::BFloat16*, c10::BFloat16*, "
         "c10::BFloat16 const*, int, long, long, long, int, int, int)"
@@ -514,7 +504,7 @@ def test_a_graph_launch_without_its_kernels_is_said(tmp_path):
 def test_launches_with_no_gpu_activity_at_all_is_said(tmp_path):
     """A real GPU trace with its device side dropped (a profile without ProfilerActivity.CUDA looks like this):
     every GPU figure would read as zero, so the analysis says why."""
-    real = DATA / "b200_eager.trace.json.gz"
+    real = _public("b200_eager")
     assert not any("no GPU activity" in w for w in analyze(load_trace(real)).warnings)
     doc = json.loads(gzip.decompress(real.read_bytes()))
     gpu_cats = {"kernel", "gpu_memcpy", "gpu_memset"}

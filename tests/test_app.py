@@ -1,8 +1,9 @@
 """app.py under Streamlit's AppTest: every view on the committed fixtures (a bench run with its report, our CPU
-traces from probe profile, a public GPU trace), an empty root, a corrupt file, and the root gate.
+traces from probe profile), on the public GPU traces of ../shared/traces, an empty root, a corrupt file, and the root
+gate.
 
-The root is tests/data unless a test builds its own; widgets are found by key (source, baseline, view, step,
-top_ops_scope) and charts by the key in their element id.
+The root is tests/data, or `public_root` (the fixtures beside the public traces), unless a test builds its own;
+widgets are found by key (source, baseline, view, step, top_ops_scope) and charts by the key in their element id.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from streamlit.testing.v1 import AppTest
 from probe.explorer.figures import history as history_figures
 from probe.explorer.sources import ROOT_ENV
 from tests import oracle
+from tests.conftest import shared_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 APP_PY = ROOT / "app.py"
@@ -28,9 +30,25 @@ RUN_A, RUN_B = "run: app/runs/tiny-cpu-a", "run: app/runs/tiny-cpu-b"
 QWEN_PRESET = Path(__file__).resolve().parents[1] / "engines" / "presets" / "qwen1.5-0.5b.json"
 CACHED = "trace: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz"
 NAIVE = "trace: app/traces/tiny_naive_cpu_p16_n6.trace.json.gz"
-GPU = "trace: cuda_train_ns_resolution_5steps.trace.json.gz"
-VLLM = "trace: rocm_vllm_decode_cudagraph.trace.json.gz"
 TIMEOUT = 60  # seconds a run may take: the first parse of a trace on a busy 2-core machine
+PUBLIC = (GPU, VLLM, H100, SGLANG, MI300X) = (
+    "trace: cuda_train_ns_resolution_5steps.trace.json.gz",
+    "trace: rocm_vllm_decode_cudagraph.trace.json.gz",
+    "trace: h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz",
+    "trace: rocm_sglang_qwen3_8b_extend_step.trace.json.gz",
+    "trace: mi300x_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz",
+)
+
+
+@pytest.fixture(scope="module")
+def public_root(tmp_path_factory) -> Path:
+    """A root holding tests/data/app beside the public traces the views are checked on, copied from ../shared/traces
+    for the session (the app reads only under its root; the repository keeps no other project's trace)."""
+    root = tmp_path_factory.mktemp("public_root")
+    shutil.copytree(DATA / "app", root / "app")
+    for source in PUBLIC:
+        shutil.copy(shared_trace("public/" + source.removeprefix("trace: ")), root)
+    return root
 
 
 def app(monkeypatch, root: Path, source: str | None = None, view: str | None = None, **widgets) -> AppTest:
@@ -129,13 +147,10 @@ def test_a_corrupt_file_shows_an_error_box_and_the_app_keeps_working(monkeypatch
 
 # ---- 0. the answer first -------------------------------------------------------------------------------------
 
-H100 = "trace: h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"
-SGLANG = "trace: rocm_sglang_qwen3_8b_extend_step.trace.json.gz"
 
-
-def test_a_trace_opens_on_its_diagnosis(monkeypatch):
+def test_a_trace_opens_on_its_diagnosis(monkeypatch, public_root):
     """vLLM's decode is GPU-bound (docs/diagnosis.md): the verdict, its evidence line by line, then the chart."""
-    at = app(monkeypatch, DATA, VLLM)
+    at = app(monkeypatch, public_root, VLLM)
     assert at.radio(key="view").value == "Diagnosis"
     assert at.subheader[0].value == "GPU\\-bound: the median decode step"
     text = at.markdown[0].value.replace("\\", "")
@@ -146,8 +161,8 @@ def test_a_trace_opens_on_its_diagnosis(monkeypatch):
     assert any("does not name its device" in c.value for c in at.caption)  # so no roofline: said, not hidden
 
 
-def test_the_sglang_step_is_external_then_gpu_bound(monkeypatch):
-    at = app(monkeypatch, DATA, SGLANG)
+def test_the_sglang_step_is_external_then_gpu_bound(monkeypatch, public_root):
+    at = app(monkeypatch, public_root, SGLANG)
     assert at.subheader[0].value == "external, then GPU\\-bound: the median step"
     assert "60 B host to device copy" in at.markdown[0].value.replace("\\", "")
     bars = {t["name"]: t["x"] for t in chart(at, "diagnosis_chart")}
@@ -175,10 +190,10 @@ def test_a_trace_recorded_contended_opens_on_that_caveat(monkeypatch, tmp_path):
             assert warned == []
 
 
-def test_a_model_in_the_sidebar_puts_the_roofline_beside_the_step(monkeypatch):
+def test_a_model_in_the_sidebar_puts_the_roofline_beside_the_step(monkeypatch, public_root):
     """H100 Qwen1.5-0.5B by its preset name and 16 x 559 tokens: 2.686 GB to move and 5.768 TFLOP to do, 5.829 ms
     at the H100's peaks (tests/test_step_roofline.py works them out)."""
-    at = app(monkeypatch, DATA, H100)
+    at = app(monkeypatch, public_root, H100)
     at.text_input(key="model").set_value("qwen1.5-0.5b").run()
     at.number_input(key="tokens").set_value(8944).run()
     at.number_input(key="batch").set_value(16).run()
@@ -194,7 +209,7 @@ def test_a_model_in_the_sidebar_puts_the_roofline_beside_the_step(monkeypatch):
 
 
 def test_a_model_path_outside_the_root_is_refused(monkeypatch, tmp_path):
-    shutil.copy(DATA / "h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz", tmp_path)
+    shutil.copy(shared_trace("public/h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"), tmp_path)
     (tmp_path.parent / "config.json").write_text(QWEN_PRESET.read_text())
     at = app(monkeypatch, tmp_path)
     at.text_input(key="model").set_value("../config.json").run()
@@ -235,15 +250,15 @@ def test_a_run_whose_machine_was_not_measured_opens_without_its_predictions(monk
     assert not named(chart(at, "sweep_chart"), "host floor") and not any("Dashed" in c.value for c in at.caption)
 
 
-def test_the_op_roofline_of_a_trace_with_shapes(monkeypatch):
-    at = app(monkeypatch, DATA, H100, "Op roofline")
+def test_the_op_roofline_of_a_trace_with_shapes(monkeypatch, public_root):
+    at = app(monkeypatch, public_root, H100, "Op roofline")
     points = [t for t in chart(at, "op_roofline_chart") if t["mode"] == "markers"]
     table = at.dataframe[0].value
     modelled = table[table["intensity"].notna()]
     assert sum(len(t["x"]) for t in points) == len(modelled) > 10
     roofs = [t["name"] for t in chart(at, "op_roofline_chart") if t["mode"] == "lines"]
     assert any(r.startswith("H100-SXM bfloat16 roof") for r in roofs)  # the trace names its device
-    at = app(monkeypatch, DATA, CACHED, "Op roofline")
+    at = app(monkeypatch, public_root, CACHED, "Op roofline")
     assert "nothing to hold against the roofs" in at.info[0].value and not at.get("plotly_chart")
 
 
@@ -301,8 +316,8 @@ def test_step_ledger_of_our_cpu_trace(monkeypatch):
     assert at.metric[1].label == "top-level ops / step" and at.metric[1].value == f"{counts[-1]}"
 
 
-def test_step_ledger_of_a_public_gpu_trace(monkeypatch):
-    at = app(monkeypatch, DATA, GPU, "Step ledger")
+def test_step_ledger_of_a_public_gpu_trace(monkeypatch, public_root):
+    at = app(monkeypatch, public_root, GPU, "Step ledger")
     traces = chart(at, "ledger_chart")
     busy = named(traces, "GPU busy")[0]
     assert busy["x"] == [f"ProfilerStep#{i}" for i in range(101, 106)] and all(y > 90 for y in busy["y"])
@@ -332,19 +347,19 @@ def test_one_step_timeline_highlights_the_cache(monkeypatch):
     assert frames_or_ops[0].columns[0] in ("frame", "op")  # the step's top frames, or its top ops
 
 
-def test_one_step_of_a_gpu_trace(monkeypatch):
-    at = app(monkeypatch, DATA, GPU, "One step")
+def test_one_step_of_a_gpu_trace(monkeypatch, public_root):
+    at = app(monkeypatch, public_root, GPU, "One step")
     assert shown(at, "step") == "0: ProfilerStep#101"
     traces = chart(at, "timeline_chart")
     assert any(t["name"].startswith("GPU: ") for t in traces)  # kernels by category on a stream lane
     assert at.metric[3].label == "GPU busy"
 
 
-def test_one_step_draws_the_vllm_decode_on_one_clock(monkeypatch):
+def test_one_step_draws_the_vllm_decode_on_one_clock(monkeypatch, public_root):
     """vLLM's decode: 2.409 ms of host window, then its GPU work from 8.371 ms to 19.114 ms, after the host window
     closed: 434 GPU ops, 421 of them replayed by one hipGraphLaunch (the other 13: 9 copies, 4 kernels launched
     one by one). Picking a kernel draws the arrow from the call that launched it."""
-    at = app(monkeypatch, DATA, VLLM, "One step")
+    at = app(monkeypatch, public_root, VLLM, "One step")
     spec = _spec(at, "timeline_chart")
     lanes = spec["layout"]["yaxis"]["ticktext"]
     assert lanes[-2:] == ["GPU idle (this step's gaps)", "GPU 2 stream 0"]
@@ -362,8 +377,8 @@ def test_one_step_draws_the_vllm_decode_on_one_clock(monkeypatch):
     assert arrow["ax"] < 2.409 < arrow["x"]  # from the launch inside the host window to a kernel after it
 
 
-def test_zooming_into_the_step_draws_merged_events_one_by_one(monkeypatch):
-    at = app(monkeypatch, DATA, VLLM, "One step")
+def test_zooming_into_the_step_draws_merged_events_one_by_one(monkeypatch, public_root):
+    at = app(monkeypatch, public_root, VLLM, "One step")
     whole = sum(len(t["x"]) for t in chart(at, "timeline_chart") if t["type"] == "bar")
     assert any("merged" in c.value for c in at.caption)
     at.slider(key="window").set_value((8.3, 8.6)).run()
@@ -392,11 +407,11 @@ def test_telemetry_samples_are_drawn_under_the_timeline(monkeypatch, tmp_path):
     assert any("No clock anchor" in c.value for c in at.caption)  # no sidecar: drawn from their own start
 
 
-def test_a_cpu_trace_s_gpu_columns_read_a_dash_not_zero(monkeypatch):
-    table = app(monkeypatch, DATA, CACHED, "Step ledger").dataframe[0].value
+def test_a_cpu_trace_s_gpu_columns_read_a_dash_not_zero(monkeypatch, public_root):
+    table = app(monkeypatch, public_root, CACHED, "Step ledger").dataframe[0].value
     assert (table[["gpu_window_ms", "gpu_busy_ms", "gpu_idle_ms"]] == "-").all().all()  # nothing measured there
     assert (table["wall_ms"] > 0).all()
-    gpu = app(monkeypatch, DATA, GPU, "Step ledger").dataframe[0].value
+    gpu = app(monkeypatch, public_root, GPU, "Step ledger").dataframe[0].value
     assert (gpu["gpu_busy_ms"] > 90).all()  # a GPU trace's are figures (the ledger's own, above)
 
 
@@ -422,21 +437,21 @@ def test_top_ops_over_the_decode_steps_and_one_step(monkeypatch):
     assert not at.exception and len(chart(at, "top_ops_chart")[0]["x"]) == 20
 
 
-def test_top_ops_over_every_step_says_so_once(monkeypatch):
+def test_top_ops_over_every_step_says_so_once(monkeypatch, public_root):
     """A trace without decode steps is summarized over all its steps: "all 5 steps", not "all all steps"; a trace of
     one step over "its one step", not "all 1 steps"."""
-    at = app(monkeypatch, DATA, GPU, "Top ops")
+    at = app(monkeypatch, public_root, GPU, "Top ops")
     assert shown(at, "top_ops_scope") == "all 5 steps"
     assert at.selectbox(key="top_ops_scope").options[1:] == [f"{i}: ProfilerStep#{101 + i}" for i in range(5)]
-    at = app(monkeypatch, DATA, SGLANG, "Top ops")
+    at = app(monkeypatch, public_root, SGLANG, "Top ops")
     assert shown(at, "top_ops_scope") == "its one step"
 
 
 # ---- 5. compare ----------------------------------------------------------------------------------------------
 
 
-def test_compare_two_traces_by_category(monkeypatch):
-    at = app(monkeypatch, DATA, CACHED, "Compare")
+def test_compare_two_traces_by_category(monkeypatch, public_root):
+    at = app(monkeypatch, public_root, CACHED, "Compare")
     assert "Pick a baseline" in at.info[0].value
     assert at.selectbox(key="baseline").options[0] == "(none)" and GPU in at.selectbox(key="baseline").options
     at.selectbox(key="baseline").set_value(NAIVE).run()
@@ -477,11 +492,10 @@ def test_alerts_the_other_way_round_are_timing_alerts_only(monkeypatch):
     assert table[table["metric"] == "launches/step"]["verdict"].tolist() == ["improvement", "improvement"]
 
 
-def test_alerts_across_devices_are_not_gated_and_say_what_changed(monkeypatch):
+def test_alerts_across_devices_are_not_gated_and_say_what_changed(monkeypatch, public_root):
     """An H100 and an MI300X trace of one model: the device from each trace's deviceProperties, nothing gated, and
     what changed listed as probe compare lists it (kernels by category across vendors)."""
-    mi300x = "trace: mi300x_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"
-    at = app(monkeypatch, DATA, mi300x, "Alerts", baseline=H100)
+    at = app(monkeypatch, public_root, MI300X, "Alerts", baseline=H100)
     assert not at.error and any("device differs" in w.value for w in at.warning)
     assert "Not gated" in at.info[0].value
     changed = next(m.value for m in at.markdown if m.value.startswith("**What changed, per step**"))
@@ -514,14 +528,14 @@ def test_every_run_view_renders_without_an_exception(monkeypatch, view):
 # ---- any trace: kernels, Python frames, the analyze flags in the sidebar ----------------------------------------
 
 
-def test_kernels_view_draws_categories_per_step_and_top_kernels(monkeypatch):
-    at = app(monkeypatch, DATA, VLLM, "Kernels")
+def test_kernels_view_draws_categories_per_step_and_top_kernels(monkeypatch, public_root):
+    at = app(monkeypatch, public_root, VLLM, "Kernels")
     bars = {t["name"]: t["y"] for t in chart(at, "kernel_categories_chart") if t["type"] == "bar"}
     # tests/test_any_trace.py holds these to a brute-force oracle; here the view must draw what the ledger says
     from probe.analysis.ledger.build import analyze
     from probe.analysis.trace import load_trace
 
-    (step,) = analyze(load_trace(DATA / "rocm_vllm_decode_cudagraph.trace.json.gz")).steps
+    (step,) = analyze(load_trace(shared_trace("public/rocm_vllm_decode_cudagraph.trace.json.gz"))).steps
     assert {name: y[0] for name, y in bars.items()} == pytest.approx(
         {c: ns / 1e6 for c, ns in step.kernels_by_category.items()}
     )
@@ -529,15 +543,15 @@ def test_kernels_view_draws_categories_per_step_and_top_kernels(monkeypatch):
     assert top["kernel"][0].startswith("_matmul_ogs") and top["category"][0] == "moe"
 
 
-def test_top_ops_view_shows_the_python_frames(monkeypatch):
-    at = app(monkeypatch, DATA, VLLM, "Top ops")
+def test_top_ops_view_shows_the_python_frames(monkeypatch, public_root):
+    at = app(monkeypatch, public_root, VLLM, "Top ops")
     frames = at.dataframe[-1].value
     assert frames["frame"][0] == "vllm/v1/worker/gpu_model_runner.py(931): _update_states"
     assert "frames_chart" in charts(at)
 
 
-def test_the_sidebar_sets_the_steps_regex_and_parts(monkeypatch):
-    at = app(monkeypatch, DATA, VLLM, "Step ledger")
+def test_the_sidebar_sets_the_steps_regex_and_parts(monkeypatch, public_root):
+    at = app(monkeypatch, public_root, VLLM, "Step ledger")
     at.text_input(key="steps").set_value("forward|execute_.*").run()
     at.text_area(key="parts").set_value("inputs=_prepare_inputs").run()
     assert not at.exception

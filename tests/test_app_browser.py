@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from probe.explorer.figures.style import HOST_CATEGORIES
-from tests.conftest import IN_CI  # PROBE_CI=1: a missing browser fails instead of skipping
+from tests.conftest import IN_CI, SHARED, shared_trace  # PROBE_CI=1: a missing browser fails instead of skipping
 from tests.ranks import make_rank_traces
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,6 +49,11 @@ CHROMIUM_ARGS = [
 ]
 START_S = 90  # streamlit's first start on a busy 2-core machine
 DRAW_MS = 60_000  # a chart's first draw, parse of the trace included
+GPU_TRACES = (  # in ../shared/traces/public (TraceLens's and HTA's test data)
+    "rocm_vllm_decode_cudagraph.trace.json.gz",
+    "h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz",
+    "cuda_train_ns_resolution_5steps.trace.json.gz",
+)
 
 pytestmark = pytest.mark.browser
 
@@ -223,6 +228,35 @@ def test_the_app_draws_every_kind_of_chart_in_chromium(browser, capsys, tmp_path
         assert bars["cache update"] >= 4 and bars["op dispatch"] > 0
         assert "view=One+step" in page.url  # the radio is bound to the URL: a view can be linked to
 
+        alerts = {
+            "source": "trace: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz",
+            "view": "Compare",
+            "baseline": "trace: app/traces/tiny_naive_cpu_p16_n6.trace.json.gz",
+        }
+        compare = open_view(
+            page, url, alerts, "current: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz", SCREENSHOTS / "compare.png"
+        )
+        n = 1 + len(HOST_CATEGORIES)  # wall and the host categories by purpose: a CPU trace has no GPU
+        assert [t["n"] for t in compare[0]] == [n, n]
+
+        assert not errors, errors
+    with capsys.disabled():
+        print(f"\napp screenshots: {SCREENSHOTS}")
+    for name in ("run-diagnosis", "sweep", "ledger-cpu", "one-step-cpu", "compare"):
+        assert (SCREENSHOTS / f"{name}.png").stat().st_size > 10_000
+
+
+def test_the_app_draws_the_public_gpu_traces_in_chromium(browser, tmp_path):
+    """The GPU views on three public traces of ../shared/traces, copied beside each other under a root of their own
+    (the app reads only under its root)."""
+    root = tmp_path / "root"
+    root.mkdir()
+    for name in GPU_TRACES:
+        shutil.copy(shared_trace(f"public/{name}"), root)
+    with serve(root, tmp_path / "streamlit.log") as (url, _):
+        page = browser.new_page(viewport={"width": 1500, "height": 1000})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
         vllm = {"source": "trace: rocm_vllm_decode_cudagraph.trace.json.gz"}
         diagnosis = open_view(page, url, vllm, "GPU busy", SCREENSHOTS / "diagnosis-vllm.png")
         assert {"GPU busy", "Python", "external wait"} <= {t["name"] for t in diagnosis[0]}
@@ -244,26 +278,12 @@ def test_the_app_draws_every_kind_of_chart_in_chromium(browser, capsys, tmp_path
         names = {t["name"]: t["n"] for t in gpu[0]}
         assert names["GPU busy"] == names["GPU idle"] == 5
 
-        alerts = {
-            "source": "trace: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz",
-            "view": "Compare",
-            "baseline": "trace: app/traces/tiny_naive_cpu_p16_n6.trace.json.gz",
-        }
-        compare = open_view(
-            page, url, alerts, "current: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz", SCREENSHOTS / "compare.png"
-        )
-        n = 1 + len(HOST_CATEGORIES)  # wall and the host categories by purpose: a CPU trace has no GPU
-        assert [t["n"] for t in compare[0]] == [n, n]
-
         kernels = open_view(page, url, vllm | {"view": "Kernels"}, "gemm", SCREENSHOTS / "kernels.png")
         categories = {t["name"] for t in kernels[0]}
         assert {"gemm", "attention", "kv_cache", "GPU busy"} <= categories
         assert len(kernels[1]) == 1 and kernels[1][0]["n"] == 20  # the top 20 kernels of the trace
         assert not errors, errors
-    with capsys.disabled():
-        print(f"\napp screenshots: {SCREENSHOTS}")
-    shots = ("run-diagnosis", "sweep", "ledger-cpu", "one-step-cpu", "diagnosis-vllm", "one-step-vllm", "op-roofline")
-    for name in (*shots, "ledger-gpu", "compare", "kernels"):
+    for name in ("diagnosis-vllm", "one-step-vllm", "op-roofline", "ledger-gpu", "kernels"):
         assert (SCREENSHOTS / f"{name}.png").stat().st_size > 10_000
 
 
@@ -385,7 +405,7 @@ def trace_cases(folder: Path, root: Path) -> list[tuple[str, dict[str, str]]]:
     return cases
 
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces" / "public"
+PUBLIC = SHARED / "public"
 
 
 def test_time_to_the_first_chart_of_every_view(browser, capsys, tmp_path):
@@ -395,9 +415,9 @@ def test_time_to_the_first_chart_of_every_view(browser, capsys, tmp_path):
     root = tmp_path / "root"
     shutil.copytree(DATA / "quick-run", root / "quick-run")
     shutil.copytree(DATA / "app", root / "app")
-    if SHARED.is_dir():
-        shutil.copytree(SHARED, root / "public")
-    make_rank_traces(root / "ranks")  # a real trace per rank: a folder of unrelated traces is a list, not a job
+    if PUBLIC.is_dir():
+        shutil.copytree(PUBLIC, root / "public")
+        make_rank_traces(root / "ranks")  # a real trace per rank: a folder of unrelated traces is a list, not a job
     cpu = {"source": "trace: app/traces/tiny_cached_cpu_p16_n6.trace.json.gz"}
     cases = [
         ("warm-up (the server's first page: imports, the frontend)", {"source": "run: app/runs/tiny-cpu-a"}),
@@ -416,10 +436,9 @@ def test_time_to_the_first_chart_of_every_view(browser, capsys, tmp_path):
             "CPU traces: Compare",
             cpu | {"view": "Compare", "baseline": "trace: app/traces/tiny_naive_cpu_p16_n6.trace.json.gz"},
         ),
-        ("a four-rank job: Ranks", {"source": "job: ranks"}),
     ]
-    if SHARED.is_dir():
-        cases += trace_cases(root / "public", root)
+    if PUBLIC.is_dir():
+        cases += [("a four-rank job: Ranks", {"source": "job: ranks"}), *trace_cases(root / "public", root)]
     with serve(root, tmp_path / "streamlit.log") as (url, _):
         page = browser.new_page(viewport={"width": 1500, "height": 1000})
         errors: list[str] = []
@@ -430,8 +449,8 @@ def test_time_to_the_first_chart_of_every_view(browser, capsys, tmp_path):
         load = os.getloadavg()
         print(f"\ntime to the first chart (load average {load[0]:.1f} on {os.cpu_count()} cores):")
         print("\n".join(lines))
-        if not SHARED.is_dir():
-            print(f"(no public traces at {SHARED}: not timed)")
+        if not PUBLIC.is_dir():
+            print(f"(no public traces at {PUBLIC}: not timed)")
 
 
 def readme_screenshots(root: Path, out: Path, run: str, trace: str, gpu_trace: str | None = None) -> None:
@@ -615,7 +634,7 @@ def docs_root(root: Path, run: Path) -> Path:
     the committed app fixtures and a model config, a run history and a four-rank job made from a real trace."""
     from tests.test_app import history_root
 
-    shutil.copytree(SHARED, root / PUBLIC_ROOT)
+    shutil.copytree(PUBLIC, root / PUBLIC_ROOT)
     shutil.copytree(run, root / "runs" / "quick")
     shutil.copytree(DATA / "app", root / "app")
     (root / "configs").mkdir()

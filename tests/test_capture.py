@@ -16,6 +16,7 @@ from transformers.cache_utils import Cache
 from engines import engine_class
 from engines.models import prompt_ids
 from probe import vocabulary as V
+from probe.analysis.records.sidecar import trace_meta
 from probe.capture import annotate as A
 from probe.capture.config import ProfileConfig
 from probe.capture.count import count_forward_ops
@@ -262,3 +263,15 @@ def test_the_self_check_on_a_cpu_skips_its_cuda_part_with_a_line():
     assert check.note.startswith("CUDA part skipped: no CUDA device (cpu)") and check.sessions == 3
     assert check.cpu_ops_before == check.cpu_ops_after > 0  # matmul, relu, matmul: the same ops every session
     assert check.eager_kernels_before is None and check.graph_kernels_after is None and not check.kernels_lost
+
+
+def test_profile_threads_sets_the_intra_op_threads_as_bench_does(tmp_path):
+    """`probe profile --threads 1` on a machine of more cores: the trace ran on one thread and its sidecar says so,
+    so its unprofiled estimate is held to `probe bench --threads 1` (issue 32)."""
+    argv = ["profile", "--engine", "cached", "--prompt", "8", "--new-tokens", "3", "--device", "cpu", "--no-history"]
+    result = run_probe(*argv, "--threads", "1", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    (trace,) = tmp_path.glob("*.trace.json.gz")
+    assert trace_meta(trace).threads == (1, os.cpu_count())
+    bad = run_probe(*argv, "--threads", "-1", "--out", str(tmp_path / "b"))
+    assert bad.returncode == 2 and "--threads must be 0" in bad.stderr

@@ -21,7 +21,7 @@ from probe.capture.loop import generate
 from probe.capture.sweep import bench
 from probe.errors import ProbeError
 from probe.render.markdown import comparison_markdown
-from tests.conftest import DATA, ROOT, run_probe
+from tests.conftest import DATA, ROOT, run_probe, shared_trace
 from tests.variants import SLOW_US_VAR, ExtraOpCacheEngine, SlowCachedEngine
 
 SMALL = dict(prompts=(8,), new_tokens=6, runs=3, warmup=1, device="cpu")
@@ -217,7 +217,7 @@ def test_timing_rule_needs_both_ratio_and_significance():
 def test_tokens_per_second_regresses_when_it_drops():
     tok_s = Metric("decode_tok_s", "decode tok/s", "timing", higher_is_worse=False)
     drop = timing_row("k", tok_s, series(20), series(20, 0.8), CompareRules())
-    assert drop.verdict == "regression" and drop.worse_by == pytest.approx(1.25)
+    assert drop.verdict == "regression" and drop.ratio == pytest.approx(0.8)  # tokens/s fell: worse
     rise = timing_row("k", tok_s, series(20), series(20, 1.25), CompareRules())
     assert rise.verdict == "improvement"
 
@@ -447,15 +447,7 @@ def test_require_same_env_makes_a_dependency_bump_unusable_input(folders, tmp_pa
 # ---------------------------------------------------------------------------------------------------------
 # what changed, by name; other devices; contended samples (issue 22 section 4)
 
-PEER = ROOT.parent / "shared" / "traces" / "peer"
-PUBLIC = ROOT.parent / "shared" / "traces" / "public"
-HTA_BASE = PEER / "hta_trace_compare_base.trace.json.gz"
-HTA_TEST = PEER / "hta_trace_compare_test.trace.json.gz"
-H100 = PUBLIC / "h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"
-MI300X = PUBLIC / "mi300x_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"
 
-
-@pytest.mark.skipif(not HTA_BASE.exists(), reason="HTA's trace-diff test data is not here")
 def test_htas_trace_diff_data_names_what_was_added_and_removed(cli):
     """HTA's tests/test_trace_diff.py on these two traces (rank 1, iteration 1010): CPU ops added AddmmBackward0,
     All2All_Pooled_Req, CatBackward0 and deleted nccl:all_reduce; GPU one kernel deleted ({"-": 1}). By the raw
@@ -463,31 +455,34 @@ def test_htas_trace_diff_data_names_what_was_added_and_removed(cli):
     (tid 2568503); the other three ops are on thread 2575472, which probe's step (its own thread) does not hold; and
     the kernel at ts 539619, launched at 487511 inside ProfilerStep#1010, is gone. ProfilerStep#1009 is the same."""
     kernel = "at::native::vectorized_elementwise_kernel"
-    proc = cli("compare", HTA_BASE, HTA_TEST)
+    base = shared_trace("peer/hta_trace_compare_base.trace.json.gz")
+    test = shared_trace("peer/hta_trace_compare_test.trace.json.gz")
+    proc = cli("compare", base, test)
     assert proc.returncode == 0, proc.stdout + proc.stderr  # a removal is no regression
     assert f"removed: {kernel}, 1 -> 0 a step (ProfilerStep#1010)" in proc.stdout
     assert "new: All2All_Pooled_Req, 0 -> 1 a step (ProfilerStep#1010)" in proc.stdout
-    result = cmp(HTA_BASE, HTA_TEST)
+    result = cmp(base, test)
     got = {(c.metric, c.name, c.change, c.steps) for c in result.changes}
     assert got == {
         ("launches", "All2All_Pooled_Req", "new", ("ProfilerStep#1010",)),
         ("kernels", kernel, "removed", ("ProfilerStep#1010",)),
     }
-    back = cli("compare", HTA_TEST, HTA_BASE)  # the other way round the kernel is new: kernels 0.5 -> 1 a step
+    back = cli("compare", test, base)  # the other way round the kernel is new: kernels 0.5 -> 1 a step
     assert back.returncode == 1, back.stdout + back.stderr
     assert f"new: {kernel}, 0 -> 1 a step (ProfilerStep#1010)" in back.stdout
     assert "removed: All2All_Pooled_Req, 1 -> 0 a step (ProfilerStep#1010)" in back.stdout
 
 
-@pytest.mark.skipif(not H100.exists(), reason="the public H100 / MI300X traces are not here")
 def test_two_devices_are_compared_by_category_and_not_gated(cli):
     """One HF model's prefill on an H100 and on an MI300X, neither with a sidecar: the device comes from each
     trace's deviceProperties, so they differ, nothing is gated, and kernels are diffed by category."""
-    proc = cli("compare", H100, MI300X)
+    h100 = shared_trace("public/h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz")
+    mi300x = shared_trace("public/mi300x_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz")
+    proc = cli("compare", h100, mi300x)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "REGRESSION" not in proc.stdout and "records no environment" not in proc.stderr
     assert "device differs: cuda (NVIDIA H100 80GB HBM3) (baseline) vs cuda (AMD Instinct MI300X VF)" in proc.stderr
-    result = cmp(H100, MI300X)
+    result = cmp(h100, mi300x)
     assert result.devices_differ and not result.alerts
     assert result.rows and all(r.verdict == "skipped: devices differ" for r in result.rows)
     kernels = next(r for r in result.rows if r.metric == "kernels")

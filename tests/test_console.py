@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import os
 import re
-from pathlib import Path
 
 import pytest
 from rich.table import Table
@@ -17,12 +16,12 @@ from probe.analysis.trace import load_trace
 from probe.render.console import NOT_A_TERMINAL_WIDTH, FittingConsole, width_for
 from probe.render.ledger import host_tables
 from probe.render.text import ms
-from tests.conftest import run_probe
+from tests.conftest import run_probe, shared_trace
 
-DATA = Path(__file__).parent / "data"
-# The H100 prefill of the README: its host parts read 4.404, 2.304, 14.122 ms, which the fixed 160 columns cut to
+# The H100 prefill of the README (../shared/traces/public; skipped where absent): its host parts read 4.404, 2.304,
+# 14.122 ms, which the fixed 160 columns cut to
 # `4…`, `2…`, `14.1…`.
-H100 = DATA / "h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"
+H100 = "public/h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"
 
 
 def printed(width: int, *renderables) -> str:
@@ -34,7 +33,7 @@ def printed(width: int, *renderables) -> str:
 
 @pytest.mark.parametrize("width", [80, 160])
 def test_the_host_time_tables_show_every_number_whole(width):
-    result = analyze(load_trace(H100))
+    result = analyze(load_trace(shared_trace(H100)))
     out = printed(width, *host_tables(result))
     lines = out.splitlines()
     assert max(map(len, lines)) <= width
@@ -90,7 +89,9 @@ def test_the_width_is_columns_else_100_in_a_pipe(monkeypatch):
 def test_probe_analyze_in_a_pipe_fits_100_columns():
     """A real process, output a pipe and no COLUMNS: every line within 100 columns, none ending in a space."""
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    result = run_probe("analyze", str(H100), "--model", "qwen1.5-0.5b", "--tokens", "8944", "--batch", "16", env=env)
+    result = run_probe(
+        "analyze", str(shared_trace(H100)), "--model", "qwen1.5-0.5b", "--tokens", "8944", "--batch", "16", env=env
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert max(map(len, lines)) <= 100

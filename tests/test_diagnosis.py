@@ -13,9 +13,7 @@ from probe.analysis.diagnosis.evidence import Context
 from probe.analysis.diagnosis.verdict import diagnose_trace
 from probe.analysis.ledger.build import analyze
 from probe.analysis.trace import load_trace
-
-PUBLIC = Path(__file__).resolve().parents[2] / "shared" / "traces" / "public"
-DATA = Path(__file__).parent / "data"
+from tests.conftest import DATA, shared_trace
 
 
 def _trace(tmp_path: Path, host: list, gpu: list = ()) -> Path:
@@ -65,9 +63,12 @@ def test_gpu_bound_decode_that_syncs(tmp_path):
     assert (e.dispatch_ns, e.launch_ns, e.unattributed_ns) == (8_000, 8_000, 6_000)
     assert d.headline.startswith("step 0 (decode#0): GPU-bound. The GPU works 0.088 ms for 0.022 ms of host work")
     # Capturing the forward would bring host work to 22 - 20 + 4 (the median launch call) = 6 us: still under the
-    # GPU's 88, so it buys nothing and is not offered. Removing the sync buys 100 - 88 = 12 us.
+    # GPU's 88, so it buys nothing and is not offered. Removing the sync buys 100 - 88 = 12 us (the wait is on the
+    # step's own kernels). The GPU work that binds is named: the GEMM's 50 of 88 us, at most 50 us if it took none
+    # (no shapes: a ceiling, ranked after the priced change).
     assert [(w.change.split(" in ")[0], round(w.predicted_step_ms, 6), round(w.saving_ms, 6)) for w in d.what_if] == [
-        ("remove the sync", 0.088, 0.012)
+        ("remove the sync", 0.088, 0.012),
+        ("speed up the gemm kernels (57% of the GPU work): at most", 0.05, 0.05),
     ]
     assert d.what_if[0].saving_pct == pytest.approx(12.0)
 
@@ -102,10 +103,220 @@ def test_external_wait_then_its_own_gpu_work(tmp_path):
     # the copy was queued 2 us after the stream-wait call: the sync site says so
     (site,) = analyze(load_trace(path)).steps[0].sync_sites
     assert (site.call, site.wait_ns, site.stream_wait_before_ns) == ("cudaMemcpy", 80_000, 2_000)
-    # host to device, as the GPU copy's name says (the call's args say nothing)
-    assert (site.copy_bytes, site.copy_kind) == (None, "HtoD")
-    assert "in cudaMemcpy (a host to device copy) at" in d.headline
+    # host to device from pageable memory, as the GPU copy's name says (the call's args say nothing)
+    assert (site.copy_bytes, site.copy_kind, site.copy_memory) == (None, "HtoD", "pageable")
+    assert "in cudaMemcpy (a host to device copy, pageable host memory) at" in d.headline
     assert "0.002 ms after a stream-wait-event call" in d.lines[0]
+
+
+def drain_then_own_work_trace(tmp_path: Path) -> Path:
+    """The H100 prefill's shape: the step opens with a device-wide sync that waits 30 us (0-30) on a kernel launched
+    before the step (earlier work); then 40 us of host work launches two kernels, the second of which runs 10 us past
+    the host window (ends at 80, the window at 70)."""
+    return _trace(
+        tmp_path,
+        [
+            ("cuda_runtime", "cudaLaunchKernel", -5, -3, {"correlation": 9}),
+            ("user_annotation", "decode#0", 0, 70, {}),
+            ("cuda_runtime", "cudaDeviceSynchronize", 0, 30, {"correlation": 1}),
+            ("cpu_op", "aten::mm", 31, 50, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 32, 36, {"correlation": 2}),
+            ("cpu_op", "aten::add", 51, 69, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 52, 56, {"correlation": 3}),
+        ],
+        [
+            ("kernel", "earlier", -2, 30, {"correlation": 9}),
+            ("kernel", "gemm", 36, 60, {"correlation": 2}),
+            ("kernel", "add", 60, 80, {"correlation": 3}),
+        ],
+    )
+
+
+def test_own_wait_is_the_wait_on_the_steps_own_gpu_work(tmp_path):
+    """The 30 us sync ran while earlier work ran: none of it waited on the step's own kernels (from 36 on)."""
+    (s,) = analyze(load_trace(drain_then_own_work_trace(tmp_path))).steps
+    assert (s.sync_wait_ns, s.external_wait_ns, s.own_wait_ns, s.gpu_busy_ns) == (30_000, 0, 0, 44_000)
+    # the GPU-bound test step's sync (21-99) waits on its own kernels (10-98), the call returning at 99 included
+    path = _trace(
+        tmp_path,
+        [
+            ("user_annotation", "decode#0", 0, 100, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 4, 9, {"correlation": 1}),
+            ("cuda_runtime", "cudaStreamSynchronize", 21, 99, {"correlation": 3}),
+        ],
+        [("kernel", "gemm", 10, 98, {"correlation": 1})],
+    )
+    (s,) = analyze(load_trace(path)).steps
+    assert (s.sync_wait_ns, s.own_wait_ns) == (78_000, 78_000)
+
+
+def test_a_copy_that_returns_after_its_copy_ends_is_sync_wait(tmp_path):
+    """Shape one, `.item()` on pageable memory: cudaMemcpyAsync runs 12-58 us and returns after its 4 B device-to-
+    host copy ends (50-57): the host waited, whatever the call is named. Sync wait 46 us, all with the GPU running
+    (the kernel 5-50, then the copy); host work 100 - 46 = 54 us against 45 + 7 = 52 us of GPU work."""
+    path = _trace(
+        tmp_path,
+        [
+            ("user_annotation", "decode#0", 0, 100, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 2, 4, {"correlation": 1}),
+            ("python_function", "<built-in method item of Tensor object at 0x7f>", 9, 61, {}),
+            ("cpu_op", "aten::item", 10, 60, {}),
+            ("cpu_op", "aten::_local_scalar_dense", 11, 59, {}),
+            ("cuda_runtime", "cudaMemcpyAsync", 12, 58, {"correlation": 2}),
+        ],
+        [
+            ("kernel", "gemm", 5, 50, {"correlation": 1}),
+            ("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", 50, 57, {"correlation": 2, "bytes": 4}),
+        ],
+    )
+    d = _diagnose(path)
+    e = d.evidence
+    assert (e.sync_wait_ns, e.external_wait_ns, e.host_work_ns, e.gpu_busy_ns) == (46_000, 0, 54_000, 52_000)
+    (site,) = analyze(load_trace(path)).steps[0].sync_sites
+    assert (site.call, site.copy_bytes, site.copy_kind, site.copy_memory, site.op) == (
+        "cudaMemcpyAsync",
+        4,
+        "DtoH",
+        "pageable",
+        "aten::item",
+    )
+    assert site.frame == "<built-in method item of Tensor object>"
+    assert "in cudaMemcpyAsync (a 4 B device to host copy, pageable host memory) under aten::item at <built-in " \
+        "method item of Tensor object>" in " ".join(d.lines)  # fmt: skip
+
+
+def test_a_copy_that_starts_late_is_sync_wait_and_one_that_returned_is_not(tmp_path):
+    """Shape two, a pageable host-to-device batch: the call runs 10-170 us; its copy starts at 150, 140 us after the
+    call began (past COPY_QUEUED_NS, 50 us) while the call still ran: the stream was busy with the 5-150 kernel and
+    the host waited, though the call returns before the copy ends (200). A pinned copy's call 175-180 returned long
+    before its copy ran (300-310): no wait, a runtime call. Sync wait 160 us; host work 400 - 160 = 240."""
+    path = _trace(
+        tmp_path,
+        [
+            ("user_annotation", "ProfilerStep#0", 0, 400, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 2, 4, {"correlation": 1}),
+            ("cpu_op", "aten::to", 9, 171, {}),
+            ("cuda_runtime", "cudaMemcpyAsync", 10, 170, {"correlation": 2}),
+            ("cuda_runtime", "cudaMemcpyAsync", 175, 180, {"correlation": 3}),
+        ],
+        [
+            ("kernel", "conv", 5, 150, {"correlation": 1}),
+            ("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 150, 200, {"correlation": 2, "bytes": 77070336}),
+            ("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 300, 310, {"correlation": 3}),
+        ],
+    )
+    s = analyze(load_trace(path)).steps[0]
+    assert (s.sync_wait_ns, s.host_work_ns, s.mechanism_ns["runtime"]) == (160_000, 240_000, 5_000)
+    (site,) = s.sync_sites
+    assert (site.call, site.wait_ns, site.copy_bytes, site.copy_kind, site.copy_memory, site.op) == (
+        "cudaMemcpyAsync",
+        160_000,
+        77_070_336,
+        "HtoD",
+        "pageable",
+        "aten::to",
+    )
+
+
+def test_launches_with_no_gpu_side_are_unknown_with_no_what_if(tmp_path):
+    """Three launch calls and no GPU op at all: no bound can be named, and no what-if is priced."""
+    path = _trace(
+        tmp_path,
+        [("user_annotation", "decode#0", 0, 100, {})]
+        + [("cuda_runtime", "cudaLaunchKernel", 10 * i, 10 * i + 5, {"correlation": i}) for i in (1, 2, 3)],
+    )
+    d = _diagnose(path)
+    assert (d.bound, d.then, d.host_bound_by, d.balanced, d.what_if) == ("unknown", None, None, False, ())
+    assert "unknown. None of its 3 launch calls has a GPU op in the trace" in d.headline
+
+
+def test_a_step_whose_gpu_side_is_partly_missing_says_how_much(tmp_path):
+    """Four launches, one kernel recorded (10 us). Host work 100 us; were the three missing as long, the GPU work
+    would be 40 us, short of the host's 100: host-bound stands, and a line says what is missing. Make the kernel
+    30 us: 30 + 3 x 30 = 120 us would pass the host's 100, so the verdict is unknown."""
+    host = [("user_annotation", "decode#0", 0, 100, {})]
+    host += [("cuda_runtime", "cudaLaunchKernel", 10 * i, 10 * i + 5, {"correlation": i}) for i in (1, 2, 3, 4)]
+    d = _diagnose(_trace(tmp_path, host, [("kernel", "k", 20, 30, {"correlation": 1})]))
+    assert d.bound == "host" and "3 of the step's 4 launch calls have no GPU op in the trace" in " ".join(d.lines)
+    d = _diagnose(_trace(tmp_path, host, [("kernel", "k", 20, 50, {"correlation": 1})]))
+    assert (d.bound, d.what_if) == ("unknown", ())
+    assert "3 of its 4 launch calls (75%) have no GPU op in the trace: at the recorded ones' 0.030 ms each the GPU " \
+        "work would be 0.120 ms, past the host's 0.100 ms" in d.headline  # fmt: skip
+
+
+def test_data_loading_in_the_2021_schema_bounds_the_host(tmp_path):
+    """The 2021 event schema: ops are `Operator`s, the DataLoader's range too, thread ids text. Its 60 us are data
+    loading (the ops inside it included), the largest part of 100 us of host work against 10 us of GPU work."""
+    events = [
+        ("Operator", "ProfilerStep#3", 0, 100, {}),
+        ("Operator", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 5, 65, {}),
+        ("Operator", "aten::stack", 10, 30, {}),
+        ("Operator", "aten::mm", 70, 80, {}),
+        ("Runtime", "cudaLaunchKernel", 71, 73, {"correlation": 1}),
+    ]
+    doc = [
+        {"ph": "X", "cat": c, "name": n, "pid": 9, "tid": "9", "ts": a, "dur": b - a, "args": args}
+        for c, n, a, b, args in events
+    ]
+    doc.append({"ph": "X", "cat": "Kernel", "name": "gemm", "pid": 0, "tid": "stream 7", "ts": 74, "dur": 10,
+                "args": {"correlation": 1}})  # fmt: skip
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": doc}))
+    d = _diagnose(path)
+    assert (d.bound, d.host_bound_by, d.evidence.data_ns) == ("host", "data", 60_000)
+    assert "host-bound, by data loading" in d.headline
+    assert analyze(load_trace(path)).steps[0].purpose_ns["data"] == 60_000
+
+
+def test_communication_is_its_own_purpose_and_kernel_category(tmp_path):
+    """An nccl:all_reduce range (20 us) around c10d's op launches an NCCL kernel (40 us) beside a GEMM (10 us): the
+    step says communication takes 20 us of its 100 us wall and 40 of its 50 us of GPU work (80%)."""
+    path = _trace(
+        tmp_path,
+        [
+            ("user_annotation", "ProfilerStep#1", 0, 100, {}),
+            ("cpu_op", "aten::mm", 5, 15, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 6, 8, {"correlation": 1}),
+            ("user_annotation", "nccl:all_reduce", 20, 40, {}),
+            ("cpu_op", "c10d::allreduce_", 21, 39, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 22, 24, {"correlation": 2}),
+        ],
+        [
+            ("kernel", "gemm", 10, 20, {"correlation": 1}),
+            ("kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 25, 65, {"correlation": 2}),
+        ],
+    )
+    s = analyze(load_trace(path)).steps[0]
+    assert (s.purpose_ns["communication"], s.kernels_by_category["communication"]) == (20_000, 40_000)
+    d = _diagnose(path)
+    assert (d.evidence.communication_ns, d.evidence.gpu_communication_ns) == (20_000, 40_000)
+    assert "communication: 0.020 ms of the host window in collectives (20% of the wall); 0.040 ms of communication " \
+        "kernels (80% of GPU work)" in d.lines  # fmt: skip
+
+
+def test_other_threads_work_while_the_steps_thread_records_nothing(tmp_path):
+    """The loop's thread runs ops 0-20 and 80-100 us and records nothing between; autograd's thread 2 runs the
+    backward 25-75 (an op, one launch of a 5 us kernel). Of the 60 us the loop's thread leaves uncovered, 50 are
+    the other thread's work: host-bound by it, not by "unattributed"."""
+    events = [
+        {"ph": "X", "cat": c, "name": n, "pid": 1, "tid": tid, "ts": a, "dur": b - a, "args": args}
+        for c, n, tid, a, b, args in (
+            ("user_annotation", "ProfilerStep#0", 1, 0, 100, {}),
+            ("cpu_op", "aten::linear", 1, 0, 20, {}),
+            ("cpu_op", "autograd::engine::evaluate_function: AddmmBackward0", 2, 25, 75, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 2, 30, 35, {"correlation": 1}),
+            ("cpu_op", "aten::_foreach_add_", 1, 80, 100, {}),
+        )
+    ]
+    events.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 36, "dur": 5,
+                   "args": {"correlation": 1}})  # fmt: skip
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    assert analyze(load_trace(path)).steps[0].unattributed_other_ns == 50_000
+    d = _diagnose(path)
+    e = d.evidence
+    assert (e.other_threads_ns, e.unattributed_ns, e.dispatch_ns) == (50_000, 10_000, 40_000)
+    assert (d.bound, d.host_bound_by) == ("host", "other_threads") and "by other threads' work" in d.headline
 
 
 def python_bound_trace(tmp_path: Path) -> Path:
@@ -135,9 +346,9 @@ def test_host_bound_by_python_and_what_fixing_it_buys(tmp_path):
     assert (e.python_ns, e.dispatch_ns, e.launch_ns, e.unattributed_ns) == (85_000, 10_000, 5_000, 0)
     got = [(w.change, round(w.predicted_step_ms, 6), round(w.saving_ms, 6)) for w in d.what_if]
     assert got == [
-        # B = 100 // 7 = 14: GPU 98 us at B = 14, still under the host's 100: the step stays 100 us for 14 tokens,
-        # 100 / 14 = 7.142857 us a token, 92.857143 us saved a token.
-        ("batch 14 sequences", 0.1, 0.092857),
+        # no attention kernel: the GPU work reads the weights, once a forward (the write-ups' model), so nothing
+        # bounds B but MAX_BATCH = 64: the step stays 100 us for 64 tokens, 98.4375 us saved a token
+        ("batch 64 sequences", 0.1, 0.098437),
         # the frame's 50 us of self time: max(100 - 50, 7) = 50
         ("fix the top Python frame, util.py(7): slow", 0.05, 0.05),
         # no forward range, no nn.Module frames: every op and call (mm 10 + add 5) is captured, one launch (the
@@ -162,7 +373,7 @@ def test_the_summary_is_the_median_step_of_each_kind():
     assert d.median.step == "decode#1" and set(d.by_kind) == {"prefill", "decode"}
     assert d.by_kind["prefill"].step == "prefill"
     assert [x.step for x in d.steps] == ["prefill", "decode#0", "decode#1"]
-    assert set(d.to_json()) == {"median", "by_kind"}
+    assert set(d.to_json()) == {"median", "by_kind", "mix"}
 
 
 # --- every public trace, with the verdict its figures call for (the reasoning in docs/diagnosis.md) ------------
@@ -183,18 +394,16 @@ VERDICTS = {
 }
 
 
-@pytest.mark.skipif(not PUBLIC.is_dir(), reason="../shared/traces/public is not here")
 @pytest.mark.parametrize("name", sorted(VERDICTS))
 def test_public_trace_verdicts(name):
-    trace = load_trace(PUBLIC / f"{name}.trace.json.gz")
+    trace = load_trace(shared_trace(f"public/{name}.trace.json.gz"))
     d = diagnose_trace(analyze(trace), Context.of(trace)).median
     assert (d.bound, d.then, d.host_bound_by) == VERDICTS[name]
 
 
-@pytest.mark.skipif(not PUBLIC.is_dir(), reason="../shared/traces/public is not here")
-def test_the_hf_forwards_are_balanced():
-    for name in ("h100_hf_qwen1.5-0.5b_prefill_b16", "mi300x_hf_qwen1.5-0.5b_prefill_b16"):
-        assert diagnose_trace(analyze(load_trace(PUBLIC / f"{name}.trace.json.gz"))).median.balanced, name
+@pytest.mark.parametrize("name", ["h100_hf_qwen1.5-0.5b_prefill_b16", "mi300x_hf_qwen1.5-0.5b_prefill_b16"])
+def test_the_hf_forwards_are_balanced(name):
+    assert diagnose_trace(analyze(load_trace(shared_trace(f"public/{name}.trace.json.gz")))).median.balanced
 
 
 # --- the CLI: the answer first, and in --json --------------------------------------------------------------------
@@ -206,7 +415,7 @@ def _run(cli, *args):
 
 
 def test_analyze_prints_the_answer_before_any_table(cli):
-    code, out, err = _run(cli, "analyze", str(DATA / "rocm_vllm_decode_cudagraph.trace.json.gz"))
+    code, out, err = _run(cli, "analyze", str(shared_trace("public/rocm_vllm_decode_cudagraph.trace.json.gz")))
     assert code == 0
     first = out.lstrip().splitlines()[0]
     assert first.startswith("step 0 (decode, execute_32_context_0") and "GPU-bound" in first
@@ -218,12 +427,13 @@ def test_analyze_json_has_a_diagnosis_for_every_step_and_the_summary(cli):
     assert code == 0
     doc = json.loads(out)
     assert [s["diagnosis"]["bound"] for s in doc["steps"]] == ["host", "host", "host"]
-    assert set(doc["diagnosis"]) == {"median", "by_kind"} and doc["diagnosis"]["median"]["step"] == "decode#1"
+    assert set(doc["diagnosis"]) == {"median", "by_kind", "mix"} and doc["diagnosis"]["median"]["step"] == "decode#1"
     assert set(doc["diagnosis"]["median"]) == {
         "step", "kind", "bound", "then", "host_bound_by", "balanced", "headline", "lines", "caveats", "evidence",
-        "what_if",
+        "what_if", "withheld",
     }  # fmt: skip
-    assert all(set(w) == {"change", "predicted_step_ms", "saving_ms", "saving_pct", "arithmetic", "assumption"}
+    assert all(set(w) == {"change", "predicted_step_ms", "saving_ms", "saving_pct", "arithmetic", "assumption",
+                          "requires", "holds", "terms", "ceiling", "step_ms"}
                for s in doc["steps"] for w in s["diagnosis"]["what_if"])  # fmt: skip
     assert doc["steps"][0]["roofline"] is None  # no model
     # no recorded shapes: each op's kernel time, and no figure guessed
@@ -234,7 +444,7 @@ def test_analyze_json_has_a_diagnosis_for_every_step_and_the_summary(cli):
 def test_analyze_json_roofline_with_a_model(cli):
     """The H100 HF forward with Qwen1.5-0.5B's config: the device from the trace's deviceProperties, the tokens
     from the flags (the trace has no engine marker), every roofline key, and the per-op table's GEMM."""
-    path = DATA / "h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"
+    path = shared_trace("public/h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz")
     model = "qwen1.5-0.5b"  # the shipped preset
     code, out, _ = _run(cli, "analyze", str(path), "--json", "--model", str(model), "--tokens", "8944", "--batch", "16")
     assert code == 0

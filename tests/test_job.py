@@ -22,17 +22,13 @@ from probe.analysis.ledger.ranks import (
     analyze_one,
     check_job,
     expand,
-    is_one_job,
     job,
     lost_trace,
     rank_in_name,
 )
 from probe.pool import pool_map
-from tests.conftest import DATA, ROOT, run_probe
+from tests.conftest import DATA, ROOT, run_probe, shared_trace
 from tests.ranks import make_rank_traces
-
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
-needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/traces is not here")
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +77,7 @@ def test_the_job_table_and_a_trace_that_cannot_be_read(ranks, tmp_path):
 def test_one_trace_keeps_todays_output(ranks, tmp_path):
     single = tmp_path / "one"
     single.mkdir()
-    shutil.copy(DATA / "rocm_vllm_decode_cudagraph.trace.json.gz", single)
+    shutil.copy(shared_trace("public/rocm_vllm_decode_cudagraph.trace.json.gz"), single)
     by_file = run_probe("analyze", str(single / "rocm_vllm_decode_cudagraph.trace.json.gz"), "--json")
     by_folder = run_probe("analyze", str(single), "--json")
     assert by_file.returncode == by_folder.returncode == 0
@@ -102,7 +98,6 @@ def test_a_runs_traces_folder_is_a_list_of_traces_with_no_straggler():
     assert "not the ranks of one job (no distinct rank" in table.stdout.replace("\n", " ")
 
 
-@needs_shared
 @pytest.mark.parametrize(
     "names, why",
     [
@@ -117,17 +112,18 @@ def test_a_runs_traces_folder_is_a_list_of_traces_with_no_straggler():
     ],
 )  # fmt: skip
 def test_the_shared_traces_are_not_one_job(names, why):
-    result = run_probe("analyze", *(str(SHARED / n) for n in names), "--json")
+    paths = [str(shared_trace(n)) for n in names]
+    result = run_probe("analyze", *paths, "--json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["straggler"] is None and doc["by_step"] == []
     assert doc["one_job"] is False and why in doc["not_a_job"]
-    assert [t["source"] for t in doc["traces"]] == [str(SHARED / n) for n in names]  # in the order given
+    assert [t["source"] for t in doc["traces"]] == paths  # in the order given
 
 
 def test_a_rank_comes_from_distributed_info_or_from_the_file_names(analyses):
     """The four rank traces, their declared ranks and file names varied: each case is the rule's, exactly."""
-    assert check_job(analyses).ranks == (0, 1, 2, 3) and is_one_job(analyses)
+    assert check_job(analyses).ranks == (0, 1, 2, 3) and check_job(analyses).one_job
 
     def vary(**change):
         return [dataclasses.replace(a, **{k: v[i] for k, v in change.items()}) for i, a in enumerate(analyses)]
@@ -140,11 +136,11 @@ def test_a_rank_comes_from_distributed_info_or_from_the_file_names(analyses):
     repeated = vary(rank=[0] * 4)  # distributedInfo repeats a rank: the names decide
     assert check_job(repeated).ranks == (0, 1, 2, 3)
     nameless = vary(rank=[0] * 4, source=[f"/x/host{r}.trace.json" for r in range(4)])
-    assert not is_one_job(nameless) and "no distinct rank" in check_job(nameless).why_not
+    assert not check_job(nameless).one_job and "no distinct rank" in check_job(nameless).why_not
     declared_only = vary(source=[f"/x/host{r}.trace.json" for r in range(4)])
     assert check_job(declared_only).ranks == (0, 1, 2, 3)
     twice = vary(rank=[None] * 4, source=["/a/rank0.json", "/b/rank1.json", "/b/rank3.json", "/c/rank3.json"])
-    assert not is_one_job(twice)
+    assert not check_job(twice).one_job
     # Only the file name counts, "rank" inside another word is not a rank, nor are two ranks in one name.
     assert [rank_in_name(n) for n in ("job-RANK_12.pt.trace.json.gz", "rank7.json", "/rank9/x.json")] == [12, 7, None]
     assert rank_in_name("frank0.json") is None and rank_in_name("rank1_rank2.json") is None
@@ -158,7 +154,7 @@ def test_the_same_steps_in_every_trace(analyses):
     other = [analyses[0], dataclasses.replace(analyses[1], steps=tuple(steps)), *analyses[2:]]
     why = check_job(other).why_not
     assert why == f"step 2 is 'ProfilerStep#103' in {analyses[0].source}, 'x' in {analyses[1].source}"
-    assert not is_one_job(analyses[:1]) and job(analyses[:1]).straggler is None
+    assert not check_job(analyses[:1]).one_job and job(analyses[:1]).straggler is None
     listed = job([*fewer, TraceFailure("x", "bad")])
     assert (listed.ranks, listed.by_step, listed.straggler, listed.failed) == (
         (),
@@ -269,8 +265,8 @@ def test_sigterm_ends_the_workers_and_the_callers_pipes_close(tmp_path):
 def test_unrelated_traces_answer_a_line_each_and_show_their_ledgers_only_with_detail(cli):
     """Issue 36 §2: eight unrelated traces printed eight ledgers and no verdict. Now the first lines are one a trace
     (its verdict, the figure it rests on, the first fix), each the same headline `probe analyze TRACE` gives."""
-    names = ["hand_decode", "rocm_vllm_decode_cudagraph", "cpu_only_small"]
-    paths = [str(DATA / f"{n}.trace.json.gz") for n in names]
+    public = ["rocm_vllm_decode_cudagraph", "cpu_only_small"]
+    paths = [str(DATA / "hand_decode.trace.json.gz")] + [str(shared_trace(f"public/{n}.trace.json.gz")) for n in public]
     result = cli("analyze", *paths)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()

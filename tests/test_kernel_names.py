@@ -6,7 +6,6 @@ from __future__ import annotations
 import gzip
 import json
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 
@@ -14,10 +13,7 @@ from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.kernels import DEFAULT_RULES, KERNEL_RULES, short_name
 from probe.analysis.ledger.patterns import max_width
 from probe.analysis.trace import Kind, load_trace
-
-DATA = Path(__file__).parent / "data"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
-needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/traces is not here")
+from tests.conftest import DATA, SHARED, needs_shared, shared_trace
 
 
 @pytest.mark.parametrize(
@@ -73,7 +69,7 @@ def test_short_name(name, short):
     assert short_name(name) == short
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/traces is not here")
+@needs_shared
 def test_every_real_kernel_name_shortens_to_a_name_without_parameters():
     """Every kernel of every shared trace: a non-empty name no longer than the full one, with no parameter list
     left (no `(` right after an identifier) unless the full name was not a signature."""
@@ -110,16 +106,10 @@ def test_every_kernel_of_every_real_trace_has_its_hand_assigned_category():
     """tests/data/kernel_categories.json: each kernel name of the public and peer traces (417), with the category a
     person gave it after reading the name (tests/data/PROVENANCE.md); the file holds exactly those names."""
     expected = json.loads((DATA / "kernel_categories.json").read_text())
-    names = _kernel_names(sorted(SHARED.glob("*/*.json.gz")))
+    names = _kernel_names(sorted(p for d in ("public", "peer") for p in (SHARED / d).glob("*.json.gz")))
     assert set(expected) == names and len(names) == 417
     wrong = {n: (DEFAULT_RULES.category(n), want) for n, want in expected.items() if DEFAULT_RULES.category(n) != want}
     assert wrong == {}
-
-
-def test_the_fixtures_kernels_are_in_the_hand_table():
-    expected = json.loads((DATA / "kernel_categories.json").read_text())
-    names = _kernel_names(p for p in sorted(DATA.glob("*.trace.json.gz")) if not p.name.startswith("hand_"))
-    assert names <= set(expected) and {DEFAULT_RULES.category(n) for n in names} <= set(expected.values())
 
 
 def test_moe_expert_gemms_are_moe_on_the_vllm_decode_trace():
@@ -127,7 +117,7 @@ def test_moe_expert_gemms_are_moe_on_the_vllm_decode_trace():
     fused swiglu) are 65.6% of GPU busy; they were `gemm`, leaving `moe` the routing kernels' 7.0%. Summed from the
     JSON text: _matmul_ogs 7,034,595 ns of 10,717,708 busy (0.656); with routing, finalize and topk, moe is
     7,789,086 ns (0.727) and gemm keeps the dense projections' 1,230,560 ns (0.115)."""
-    path = DATA / "rocm_vllm_decode_cudagraph.trace.json.gz"
+    path = shared_trace("public/rocm_vllm_decode_cudagraph.trace.json.gz")
     doc = json.loads(gzip.decompress(path.read_bytes()), parse_float=Decimal)
     kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
     ogs = sum(int(Decimal(e["dur"]) * 1000) for e in kernels if e["name"].startswith("_matmul_ogs"))
@@ -150,9 +140,8 @@ def test_every_built_in_rule_has_a_bounded_match_width():
         assert DEFAULT_RULES.category(name) == "attention"
 
 
-@needs_shared
 def test_kernel_stats_carry_the_short_name_beside_the_full_one():
-    a = analyze(load_trace(SHARED / "public/h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"))
+    a = analyze(load_trace(shared_trace("public/h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz")))
     for k in a.kernels:
         assert k.short_name == short_name(k.name)
         assert k.to_json()["name"] == k.name and k.to_json()["short_name"] == k.short_name

@@ -5,8 +5,10 @@ importing one above it), nothing imports inside a function but the optional depe
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 from tests.conftest import DATA, ROOT
@@ -229,7 +231,7 @@ def test_the_analysis_core_imports_without_torch():
 
 
 def test_analyze_compare_and_roofline_run_without_torch(tmp_path):
-    trace = DATA / "rocm_vllm_decode_cudagraph.trace.json.gz"
+    trace = DATA / "hand_decode.trace.json.gz"
     baseline = ROOT / "baselines" / "cpu-tiny.json"
     calls = [
         ["analyze", str(trace), "--json"],
@@ -275,3 +277,94 @@ def test_roofline_reads_presets_config_files_and_model_folders_without_torch(tmp
     result = _without_torch(code, tmp_path)
     assert result.returncode == 2 and "torch is not importable here" in result.stderr
     assert result.stderr.count("\n") == 1
+
+
+# ---- every module path the docs name exists ----------------------------------------------------------------------
+
+# A dotted name (`probe.analysis.records.sidecar.trace_meta`) or a path (`probe/analysis/ledger/steps.py`) in the docs,
+# a docstring or a comment. Paths under tests/ are left out: the docs also name the anchors' own tests (HTA's
+# tests/test_trace_diff.py, TraceLens's tests/traces/). CHANGELOG.md is history: it names what was.
+DOTTED = re.compile(r"(?<![\w./-])((?:probe|engines)(?:\.[A-Za-z_]\w*)+)")
+SLASHED = re.compile(r"(?<![\w./-])((?:probe|engines|scripts|benchmarks|docs)/[\w./*-]*[\w/*])")
+FILE_SUFFIXES = ("py", "md", "json", "gz", "txt", "csv", "png", "parquet", "sqlite")
+
+
+def _doc_texts() -> list[tuple[Path, int, str]]:
+    """(file, line, text) of every Markdown line and every Python comment and string in the repository."""
+    out = []
+    for path in [*ROOT.glob("*.md"), *ROOT.glob("docs/**/*.md")]:
+        if path.name != "CHANGELOG.md":
+            out += [(path, i, line) for i, line in enumerate(path.read_text().splitlines(), 1)]
+    sources = [
+        ROOT / "app.py",
+        *(p for d in ("probe", "engines", "tests", "scripts", "benchmarks") for p in (ROOT / d).rglob("*.py")),
+    ]
+    wanted = {tokenize.COMMENT, tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}
+    for path in sources:
+        with open(path, "rb") as f:
+            out += [(path, t.start[0], t.string) for t in tokenize.tokenize(f.readline) if t.type in wanted]
+    return out
+
+
+def _top_level(path: Path) -> dict[str, ast.AST | None]:
+    """A module's top-level names: its defs and classes (their nodes), its assignments and imports (None)."""
+    names: dict[str, ast.AST | None] = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names[node.name] = node
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.Import | ast.ImportFrom):
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            names |= {n.id: None for t in targets if t for n in ast.walk(t) if isinstance(n, ast.Name)}
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names |= {(a.asname or a.name).split(".")[0]: None for a in node.names}
+    return names
+
+
+def _module_file(parts: list[str]) -> Path | None:
+    folder = ROOT.joinpath(*parts)
+    for candidate in (folder / "__init__.py", folder.with_suffix(".py"), folder):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether a dotted name is a module, a module's top-level name, or a class's member, read from the source."""
+    parts = dotted.split(".")
+    for k in range(len(parts), 0, -1):
+        path = _module_file(parts[:k])
+        if path is None:
+            continue
+        rest = parts[k:]
+        if not rest:
+            return True
+        if path.is_dir() or rest[0] not in (names := _top_level(path)):
+            return False
+        node = names[rest[0]]
+        if len(rest) == 1 or not isinstance(node, ast.ClassDef):
+            return True  # an attribute of something imported or assigned is not followed
+        members = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        return rest[1] in members | {getattr(n, "name", None) for n in node.body}
+    return False
+
+
+def test_the_pointer_check_tells_a_stale_name_from_a_live_one():
+    assert _resolves("probe.analysis.records.sidecar.trace_meta") and _resolves("probe.capture.loop.Generation")
+    assert _resolves("probe.analysis.ledger.ranks.JobCheck.one_job") and _resolves("probe.analysis")
+    ranks = ".".join(("probe", "analysis", "ledger", "ranks"))  # joined, so the scan below does not read them
+    assert not _resolves(".".join(("probe", "compare", "trace_meta"))) and not _resolves(f"{ranks}.no_such_name")
+    assert not _resolves(f"{ranks}.JobCheck.no_such_member")
+
+
+def test_every_module_path_the_docs_name_exists():
+    stale = []
+    for path, line, text in _doc_texts():
+        where = f"{path.relative_to(ROOT)}:{line}"
+        for match in DOTTED.finditer(text):
+            name = match.group(1)
+            if name.rsplit(".", 1)[-1] not in FILE_SUFFIXES and not _resolves(name):
+                stale.append(f"{where}: {name}")
+        for match in SLASHED.finditer(text):
+            if not any(ROOT.glob(match.group(1).rstrip("/"))):
+                stale.append(f"{where}: {match.group(1)}")
+    assert not stale, "\n".join(stale)

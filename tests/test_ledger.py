@@ -20,11 +20,9 @@ from probe.analysis.ledger.timeline import step_timeline
 from probe.analysis.ledger.types import AnalyzeOptions
 from probe.analysis.trace import Kind, load_trace
 from probe.errors import ProbeError
-from tests.conftest import IN_CI, run_probe
+from tests.conftest import DATA, IN_CI, run_probe, shared_trace
 from tests.data import make_nsys_fixture
 
-DATA = Path(__file__).parent / "data"
-PUBLIC = Path(__file__).resolve().parents[2] / "shared" / "traces" / "public"
 HAND = DATA / "hand_decode.trace.json.gz"
 
 # --- the hand-written chrome trace (tests/data/make_hand_trace.py), every figure worked out by hand -------
@@ -65,6 +63,8 @@ def test_hand_prefill(hand):
     # 100 - 64 = 36 us (embedding 2-12, and 26 us that no event covers).
     assert s.purpose_ns == {
         "sync": 8_000,
+        "data": 0,
+        "communication": 0,
         "sample": 9_000,
         "cache_update": 10_000,
         "cache_seq_length": 2_000,
@@ -133,6 +133,8 @@ def test_hand_decode0_graph_launch_memcpy_memset(hand):
     # memset call and copy_), and the rest 90 - 42 = 48 us (linear 112-130, the graph launch 155-165, 20 us bare).
     assert s.purpose_ns == {
         "sync": 18_000,
+        "data": 0,
+        "communication": 0,
         "sample": 9_000,
         "cache_update": 15_000,
         "cache_seq_length": 0,
@@ -190,6 +192,8 @@ def test_hand_last_step_is_kept_with_unknown_runtime_and_old_kernel_category(han
     assert s.launch_delay_p90_ns == pytest.approx(15_700, abs=1e-6)
     assert s.purpose_ns == {
         "sync": 8_000,
+        "data": 0,
+        "communication": 0,
         "sample": 10_000,
         "cache_update": 0,
         "cache_seq_length": 0,
@@ -262,9 +266,10 @@ STEP_KEYS = {
     "graph_launches", "runtime_calls", "dispatched", "kernels", "gpu_ops", "gpu_start_us", "gpu_window_us",
     "gpu_busy_us", "gpu_idle_us", "idle_host_wait_us", "idle_kernel_wait_us", "idle_other_us", "launch_cpu_us",
     "launch_delay_p50_us", "launch_delay_p90_us", "launch_delay_from_end_p50_us", "launch_delay_from_end_p90_us",
-    "short_kernels", "top_level_ops", "cpu_ops", "host_events", "host_ranges", "external_wait_us", "purpose_us",
+    "short_kernels", "top_level_ops", "cpu_ops", "host_events", "host_ranges", "external_wait_us", "own_wait_us",
+    "purpose_us",
     "mechanism_us", "cache_us", "busy_fraction", "unprofiled_estimate_us", "op_counts", "top_ops", "kernel_counts",
-    "capturable_us", "capture_region", "tokens",
+    "capturable_us", "capture_region", "tokens", "data_mechanism_us", "launches_unmatched", "unattributed_other_us",
     "kernels_by_category", "top_kernels", "top_frames", "sync_sites", "other_threads",
 }  # fmt: skip
 
@@ -288,6 +293,8 @@ def test_hand_json_is_the_documented_contract(hand):
             # the memcpy call earlier in the step sits in addmm, the sync in no op: no copy of its own to name
             "copy_bytes": None,
             "copy_kind": None,
+            "copy_memory": None,
+            "op": None,
         }
     ]
     assert set(out["totals"]) >= {"events", "kernels", "launches", "graph_launches", "gpu_ops", "gpu_busy_us"}
@@ -324,8 +331,10 @@ def test_graph_launches_start_steps_when_nothing_else_marks_them(tmp_path):
 def test_whole_trace_window_when_no_steps(tmp_path):
     path = _without({"prefill", "decode#0", "decode#1", "ProfilerStep#3", "cudaGraphLaunch"}, tmp_path)
     a = analyze(load_trace(path))
-    (s,) = a.steps  # from the first event left (forward, at 1 us) to the orphan kernel's end (310 us)
-    assert (s.name, s.kind, s.start_ns, s.wall_ns, s.kernels, s.gpu_ops) == ("trace", "window", 0, 309_000, 8, 10)
+    # From the thread's first event left (forward, at 1 us) to its last event's end (the sync range, 259 us): the
+    # orphan kernel's end (310 us) is the GPU's, not host time
+    (s,) = a.steps
+    assert (s.name, s.kind, s.start_ns, s.wall_ns, s.kernels, s.gpu_ops) == ("trace", "window", 0, 258_000, 8, 10)
     assert (s.pid, s.tid) == (100, 100)
     assert a.step_rule == "whole trace" and any("--steps REGEX" in w for w in a.warnings)
     assert a.totals.unattributed_gpu_ops == 3  # the orphan, and the two graph kernels whose launch is gone
@@ -358,6 +367,8 @@ def test_nsys_hand_fixture(tmp_path):
     assert (d0.gpu_window_ns, d0.idle_host_wait_ns, d0.idle_kernel_wait_ns, d0.idle_other_ns) == (5_200, 0, 1_510, 0)
     assert d0.purpose_ns == {
         "sync": 1_800,
+        "data": 0,
+        "communication": 0,
         "sample": 900,
         "cache_update": 1_000,
         "cache_seq_length": 0,
@@ -401,7 +412,7 @@ def test_nsys_hand_fixture(tmp_path):
     )
 
 
-# --- the public traces: their reference figures (tests/data/PROVENANCE.md) -----------------------------------
+# --- the public traces: their reference figures (../shared/traces/public/README.md) --------------------------
 
 REFERENCE = {  # file: (kernels, launches, graph_launches, gpu_ops, gpu_busy_us, [kernels per ProfilerStep])
     "h100_hf_qwen1.5-0.5b_prefill_b16": (1465, 1029, 0, 1707, 45647.311, [1029]),
@@ -428,13 +439,7 @@ def _check_reference(path: Path, figures) -> None:
 
 @pytest.mark.parametrize("name", sorted(REFERENCE))
 def test_reference_figures(name):
-    _check_reference(DATA / f"{name}.trace.json.gz", REFERENCE[name])
-
-
-@pytest.mark.skipif(not PUBLIC.is_dir(), reason="../shared/traces/public is not here")
-@pytest.mark.parametrize("name", sorted(REFERENCE))
-def test_reference_figures_on_the_unstripped_originals(name):
-    _check_reference(PUBLIC / f"{name}.trace.json.gz", REFERENCE[name])
+    _check_reference(shared_trace(f"public/{name}.trace.json.gz"), REFERENCE[name])
 
 
 def _hta_idle_breakdown(path: Path, steps: int) -> tuple[float, float]:
@@ -473,7 +478,7 @@ def test_kernel_wait_beside_hta_on_the_ns_resolution_trace():
     HTA's float64 microseconds resolve 0.25 us at these timestamps (1.7e15 us), so 41.102 us of gaps whose launch
     call in fact started after the op before ended read to HTA as kernel wait; and 2.443 us of kernel wait lie
     between steps, in no step's GPU window. 5,118.411 + 41.102 + 2.443 = 5,161.956."""
-    path = DATA / "cuda_train_ns_resolution_5steps.trace.json.gz"
+    path = shared_trace("public/cuda_train_ns_resolution_5steps.trace.json.gz")
     steps = analyze(load_trace(path)).steps[:4]
     assert [s.name for s in steps] == [f"ProfilerStep#{i}" for i in range(101, 105)]
     kernel = sum(s.idle_kernel_wait_ns for s in steps)
@@ -487,7 +492,7 @@ def test_kernel_wait_beside_hta_on_the_ns_resolution_trace():
 
 def test_busy_time_is_exact_not_float_summed():
     """Our union is exact; the README's 472462.5 carries float error at ts ~1.7e15 us (0.0017 % off)."""
-    t = analyze(load_trace(DATA / "cuda_train_ns_resolution_5steps.trace.json.gz")).totals
+    t = analyze(load_trace(shared_trace("public/cuda_train_ns_resolution_5steps.trace.json.gz"))).totals
     assert t.gpu_busy_ns == 472_454_441
 
 
@@ -803,7 +808,7 @@ def test_committed_nsys_cpu_export():
 
 
 def test_find_steps_is_one_window_for_a_trace_without_markers():
-    steps = find_steps(load_trace(DATA / "cuda_alexnet.trace.json.gz"))
+    steps = find_steps(load_trace(shared_trace("public/cuda_alexnet.trace.json.gz")))
     assert steps.names == ["trace"] and steps.kinds == ["window"] and steps.rule == "whole trace"
     assert any("--steps" in w for w in steps.warnings)
 

@@ -15,14 +15,14 @@ from probe.analysis.ledger.gpu import attribute
 from probe.analysis.roofline.devices import device
 from probe.analysis.roofline.ops import cost_of, op_rooflines
 from probe.analysis.trace import Shapes, load_trace
+from tests.conftest import shared_trace
 
-DATA = Path(__file__).parent / "data"
-H100 = DATA / "h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"
+H100 = "public/h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"  # TraceLens's, in ../shared/traces
 
 
 @pytest.fixture(scope="module")
 def h100():
-    trace = load_trace(H100)
+    trace = load_trace(shared_trace(H100))
     a = analyze(trace)
     return trace, op_rooflines(trace, attribute(trace, *a.windows()), device("H100-SXM"))
 
@@ -52,7 +52,7 @@ def test_the_gemm_of_the_issue(h100):
     (mm,) = [r for r in rows if r.op == "aten::mm" and r.shapes == "[(8944, 1024), (1024, 2816)]"]
     assert (mm.flops, mm.bytes, mm.dtype, mm.count) == (2 * 8944 * 2816 * 1024, 74_457_088, "bfloat16", 48)
     assert mm.flops == 51_581_550_592
-    times = _kernel_us_of(H100, "aten::mm", [[8944, 1024], [1024, 2816]])
+    times = _kernel_us_of(shared_trace(H100), "aten::mm", [[8944, 1024], [1024, 2816]])
     assert len(times) == 48
     assert mm.kernel_us_total == pytest.approx(float(sum(times)), abs=1e-6)
     assert mm.kernel_us_median == pytest.approx(float(sorted(times)[23] + sorted(times)[24]) / 2, abs=1e-6)

@@ -20,11 +20,9 @@ from probe.analysis.ledger.steps import compile_steps_regex, find_steps
 from probe.analysis.ledger.types import AnalyzeOptions
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
-from tests.conftest import IN_CI
+from tests.conftest import DATA, IN_CI, shared_trace
 
-DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).resolve().parents[1]
-VLLM = DATA / "rocm_vllm_decode_cudagraph.trace.json.gz"
 # PROBE_CI=1: google-re2 is a dependency there, so a missing one fails instead of skipping
 needs_re2 = pytest.mark.skipif(patterns.re2 is None and not IN_CI, reason="google-re2 is not installed")
 
@@ -114,7 +112,7 @@ def test_an_uncompilable_pattern_is_one_line_from_every_entry(pattern, why):
 @pytest.mark.parametrize("pattern", ["a{4294967296}", DEEP], ids=["huge-repeat", "deep-groups"])
 def test_the_cli_says_one_line_and_exits_2(flag, pattern):
     value = pattern if flag == "--steps" else f"p={pattern}"
-    result = probe("analyze", str(VLLM), flag, value)
+    result = probe("analyze", str(DATA / "hand_decode.trace.json.gz"), flag, value)
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert flag in line and ("repetition count" in line or "nested 150 deep" in line)
@@ -150,7 +148,7 @@ def test_a_name_that_is_not_valid_unicode_is_searched():
 def test_steps_searches_the_name_and_anchors_anchor_it():
     """vLLM's range is `execute_2_context_0(0)_generation_2(2)(sq1sk...)`: `--steps execute_` finds it (a search);
     `^execute_$` asks for the whole name and finds nothing, which is a warning and the rules below apply."""
-    trace = load_trace(VLLM)
+    trace = load_trace(shared_trace("public/rocm_vllm_decode_cudagraph.trace.json.gz"))
     found = find_steps(trace, compile_steps_regex("execute_"))
     assert found.rule == "--steps" and len(found) == 1 and found.names[0].startswith("execute_")
     whole = find_steps(trace, compile_steps_regex("^execute_$"))

@@ -266,7 +266,10 @@ def test_analyze_on_ray_a_trace_whose_node_died_is_named_and_the_others_are_anal
 
 def test_a_task_no_alive_node_can_run_is_failed_not_waited_for(cluster):
     """No node has 64 CPUs: a task asking for them would wait forever; it is failed in its place, named."""
-    items = [(DATA / "cuda_alexnet.trace.json.gz", None), (DATA / "cpu_only_small.trace.json.gz", None)]
+    items = [
+        (DATA / "hand_decode.trace.json.gz", None),
+        (DATA / "app" / "traces" / "tiny_cached_cpu_p16_n6.trace.json.gz", None),
+    ]
     ran = fan_out(analyze_one, items, lost=lost_trace)
     assert [a.source for a in ran] == [str(p) for p, _ in items] and all(isinstance(a, TraceAnalysis) for a in ran)
     assert fan_out(analyze_one, items, num_cpus=64, lost=lost_trace) == [
@@ -333,7 +336,7 @@ def test_a_local_instance_listens_on_loopback_only_and_sigterm_leaves_nothing_be
 def test_a_local_instance_ray_would_put_on_the_network_is_refused(tmp_path):
     """RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 puts a local instance's node on the machine's network address, every
     port bound there; with authentication off, anyone who can reach the machine could run code in it."""
-    make_rank_traces(tmp_path, ranks=2)
+    _two_traces(tmp_path)
     env = local_env(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="1", RAY_AUTH_MODE="disabled")
     result = run_probe("analyze", str(tmp_path), "--executor", "ray", env=env, timeout=120)
     assert result.returncode == 2, result.stderr
@@ -378,8 +381,15 @@ def fake_gcs():
     fake.close()
 
 
+def _two_traces(folder: Path) -> None:
+    """Something to analyze: the two CPU traces of tests/data/app (the test is about reaching Ray, not the traces)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for trace in (DATA / "app" / "traces").glob("*.trace.json.gz"):
+        shutil.copy(trace, folder)
+
+
 def _join(address: str, tmp_path: Path, **env: str) -> subprocess.Popen:
-    make_rank_traces(tmp_path, ranks=2)
+    _two_traces(tmp_path)
     return _probe(["analyze", str(tmp_path), "--executor", "ray", "--address", address], local_env(**env))
 
 

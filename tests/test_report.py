@@ -13,13 +13,16 @@ import pytest
 from probe.analysis.diagnosis.evidence import Context
 from probe.analysis.diagnosis.predictions import (
     Machine,
+    Measured,
     OverheadReport,
+    Side,
     batching_verdict,
     captured_host_cost,
+    check_sides,
     host_overhead_verdict,
     points_at,
-    prediction_checks,
     predictions,
+    what_if_checks,
 )
 from probe.analysis.diagnosis.report import Report, SelfCheck, StepCounts, engine_label, hand_figures, step_counts
 from probe.analysis.diagnosis.verdict import diagnose_trace
@@ -276,19 +279,112 @@ def test_a_contended_reference_cell_is_not_judged():
     assert v.supported is None and "ran contended (1.50 cores" in v.evidence
 
 
-def test_the_cached_trace_predicts_static_and_b2(tmp_path):
-    """The diagnosis of a host-bound cached step (tests/test_diagnosis.py: host 100 us, GPU 7 us) predicts a
-    captured step of 87.5 us and, at B=2, 100 us (host work stays, GPU 7 -> 14 us stays under it); the static cell
-    measures 0.1 ms (1.14x the prediction), the B=2 cell 0.12 ms (1.2x)."""
+def _python_bound_median(tmp_path):
     trace = load_trace(python_bound_trace(tmp_path))
-    median = diagnose_trace(analyze(trace), Context.of(trace)).median
-    cells = results(cell("static", 16, 0.1), cell("batched", 16, 0.12, batch=2))
-    static, two = prediction_checks(cells, {"cached": median}, 16)
-    assert (static.predicted_ms, static.measured_ms) == (pytest.approx(0.0875), 0.1)
-    assert static.ratio == pytest.approx(0.1 / 0.0875)
-    assert (two.predicted_ms, two.ratio) == (pytest.approx(0.1), pytest.approx(1.2))
-    cpu = dataclasses.replace(median, bound="cpu_only")
-    assert all(c.ratio is None and "a CPU trace" in c.evidence for c in prediction_checks(cells, {"cached": cpu}, 16))
+    analysis = analyze(trace)
+    return diagnose_trace(analysis, Context.of(trace, analysis=analysis)).median
+
+
+def test_what_if_checks_hold_each_change_against_the_change_made(tmp_path):
+    """The host-bound cached step (tests/test_diagnosis.py: host 100 us, GPU 7 us) predicts a captured step of
+    87.5 us and a batch whose GPU work (7 us once, nothing per sequence) stays under the host's 100 us at every B.
+    Measured: cached 0.1 ms (its profiled step), static 0.1 ms (+14.3%: holds within 15%), batched B=1 0.1 ms,
+    B=2 0.1, B=4 0.11 (+10%), B=8 0.2 ms (+100%: the per-sequence work, predicted 0, measured (0.2 - 0.1) / 7)."""
+    median = _python_bound_median(tmp_path)
+    measured = {
+        Side("cached"): Measured(0.1, False),
+        Side("static"): Measured(0.1, False),
+        Side("batched"): Measured(0.1, False),
+        Side("batched", 2): Measured(0.1, False),
+        Side("batched", 4): Measured(0.11, False),
+        Side("batched", 8): Measured(0.2, False),
+    }
+    assert check_sides(median) == list(measured)  # no threads what-if on a GPU step
+    static, *batches = what_if_checks(median, measured)
+    assert (static.change, static.what_if) == ("cached -> static", "capture the forward in a CUDA graph")
+    assert (static.predicted_step_ms, static.measured_step_ms) == (pytest.approx(0.0875), 0.1)
+    assert static.error_pct == pytest.approx(100 * (0.1 / 0.0875 - 1)) and static.wrong_term is None
+    assert [c.change for c in batches] == ["batched B=1 -> B=2", "batched B=1 -> B=4", "batched B=1 -> B=8"]
+    assert [c.predicted_step_ms for c in batches] == [pytest.approx(0.1)] * 3
+    assert [round(c.error_pct, 6) for c in batches] == [0.0, 10.0, 100.0]
+    assert [c.wrong_term for c in batches[:2]] == [None, None]
+    assert batches[2].wrong_term == "the per-sequence work: predicted 0.000 ms a sequence, measured 0.014 ms"
+    assert all(c.judged and c.contended is False for c in (static, *batches))
+
+
+def test_a_what_if_check_names_the_term_that_departed(tmp_path):
+    """The baseline first: cached measured at 0.2 ms beside the change, against the 0.1 ms the profile priced, is
+    the profiled step's estimate departing, whatever static did. With the baseline in line, a static step of 0.15 ms
+    against 0.0875 is the host work the capture left (host 87.5 > GPU 7 us)."""
+    median = _python_bound_median(tmp_path)
+    measured = {Side("cached"): Measured(0.2, False), Side("static"): Measured(0.15, False)}
+    (static, *_) = what_if_checks(median, measured)
+    assert static.wrong_term.startswith("the baseline: the profile priced its step at 0.100 ms, it measured 0.200")
+    measured[Side("cached")] = Measured(0.1, False)
+    (static, *_) = what_if_checks(median, measured)
+    expected = "the host work left outside the capture: predicted a step of 0.087 ms, measured 0.150 ms"
+    assert static.wrong_term == expected
+
+
+def test_a_contended_what_if_check_is_not_judged(tmp_path):
+    """Either side contended: the figures are kept, no term is named, and the note says why."""
+    median = _python_bound_median(tmp_path)
+    measured = {Side("cached"): Measured(0.1, False), Side("static"): Measured(0.3, True, 1.2)}
+    (static, *batches) = what_if_checks(median, measured)
+    assert static.contended and not static.judged and static.wrong_term is None
+    assert static.note == "not judged: contended (1.20 cores of other work beside it)"
+    assert all(c.note == "not checked: the change was not measured" for c in batches)
+
+
+def test_what_if_checks_without_a_baseline_or_a_what_if_say_so(tmp_path):
+    median = _python_bound_median(tmp_path)
+    assert all(c.note == "no profiled baseline" for c in what_if_checks(None, {}))
+    bare = dataclasses.replace(median, what_if=())
+    assert all(c.note.startswith("not checked: the diagnosis offers no") for c in what_if_checks(bare, {}))
+
+
+def test_what_if_checks_round_trip_and_print(tmp_path):
+    median = _python_bound_median(tmp_path)
+    checks = what_if_checks(median, {Side("cached"): Measured(0.1, False), Side("static"): Measured(0.1, False)})
+    report = Report(None, [], [], what_if_checks=checks)
+    doc = json.loads(json.dumps(report.to_json()))
+    assert set(doc["what_if_checks"][0]) >= {
+        "change", "predicted_step_ms", "measured_step_ms", "error_pct", "contended", "wrong_term",
+    }  # fmt: skip
+    assert Report.from_json(doc).what_if_checks == checks
+    markdown = report_markdown(results(cell("cached", 16, 0.1)), report)
+    row = r"| cached \-\> static | capture the forward in a CUDA graph | 0.100 | 0.087 | 0.100 | +14.3 | no | holds |"
+    assert row in markdown and "### What-ifs checked by making the change" in markdown
+
+
+def _busy(c: Cell, cores: float = 1.5) -> Cell:
+    return dataclasses.replace(c, contended=True, other_cpu_cores=cores)
+
+
+def test_the_contention_rule_holds_in_every_judgment():
+    """One rule everywhere (issue 32): a contended cell or floor is never judged. Part 1 with its static cell
+    contended; batching with B=4 contended (B=1 clean); a prediction row on a contended cell, and every row on a
+    contended floor; report.md says which and why, up front."""
+    trio = [cell("naive", 16, 10.0), cell("cached", 16, 9.0), _busy(cell("static", 16, 3.0))]
+    part1 = host_overhead_verdict(results(*trio))
+    assert (
+        part1.supported is None
+        and part1.evidence == "not judged: static p16 ran contended (1.50 cores of other work beside it)"
+    )
+    machine = Machine(1.0, "test", 10e9, "test")
+    flat = [cell("batched", 16, 2.0, batch=b) for b in (1, 2)] + [_busy(cell("batched", 16, 2.0, batch=4), 0.9)]
+    batching = batching_verdict(results(*flat), TINY, machine)
+    assert batching.supported is None and batching.evidence.startswith("not judged: batched p16 b4 ran contended (0.90")
+    rows = predictions(results(cell("cached", 16, 1.0), _busy(cell("cached", 64, 1.0))), TINY, machine)
+    assert not rows[0].points_at.startswith("not judged") and rows[1].points_at.startswith("not judged: cached p64")
+    floor = dataclasses.replace(machine, contended=True, other_cpu_cores=1.1)
+    rows = predictions(results(cell("cached", 16, 1.0)), TINY, floor)
+    assert rows[0].points_at == "not judged: the floor ran contended (1.10 cores of other work beside it)"
+    report = Report(floor, rows, [part1, batching])
+    markdown = report_markdown(results(*trio, *flat), report)
+    section = markdown[markdown.index("## Not judged: contended") : markdown.index("## Cells")].replace("\\", "")
+    assert "- cell static p16 (1.50 cores of other work)" in section and "- the floor (1.10 cores" in section
+    assert "verdict: removing per-step host overhead" in section and "prediction cached p16 B=1: not judged" in section
 
 
 def test_report_md_marks_contended_cells_and_keeps_the_other_cpu_column():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -346,8 +347,20 @@ def test_device_table_cites_a_source_per_entry():
         ("Tesla V100-SXM2-32GB", "V100"),
         ("Tesla V100-PCIE-16GB", "V100-PCIe"),
         ("NVIDIA A100-PG509-200", "A100-40GB"),
-        ("NVIDIA GeForce RTX 4090", None),
+        ("NVIDIA GeForce RTX 4090", "RTX-4090"),
         ("NVIDIA GH200 480GB", None),
+        ("NVIDIA H800", "H800"),
+        ("NVIDIA H800 PCIe", "H800-PCIe"),
+        ("NVIDIA H20", "H20"),
+        ("NVIDIA GeForce RTX 2080 Ti", "RTX-2080-Ti"),
+        ("NVIDIA GeForce RTX 3090", "RTX-3090"),
+        ("NVIDIA GeForce RTX 4080", "RTX-4080"),
+        ("NVIDIA GeForce RTX 5090", "RTX-5090"),
+        ("AMD Instinct MI325X", "MI325X"),
+        ("AMD Instinct MI355X", "MI355X"),
+        # a laptop part is not its desktop namesake: NVIDIA prints no figures for it (hardware.UNPUBLISHED)
+        ("NVIDIA GeForce RTX 4080 Laptop GPU", None),
+        ("NVIDIA GeForce RTX 4090 Laptop GPU", None),
     ],
 )
 def test_match_device_maps_torch_names(gpu_name, entry):
@@ -357,11 +370,49 @@ def test_match_device_maps_torch_names(gpu_name, entry):
         assert hardware.device(gpu_name) is found  # a trace's deviceProperties name works as --device
 
 
+def test_a_laptop_part_is_named_with_why_no_figures():
+    part = hardware.unpublished("NVIDIA GeForce RTX 4080 Laptop GPU")
+    assert part is not None and "https://" in part.why and hardware.unpublished("NVIDIA H100 80GB HBM3") is None
+
+
+def test_device_file_reads_the_table_fields(tmp_path):
+    """--device-file: a card the table lacks, with measured peaks; every field checked, each error one line."""
+    path = tmp_path / "card.json"
+    path.write_text(
+        json.dumps(
+            {
+                "name": "My Card",
+                "memory_bandwidth_bytes_s": 512e9,
+                "memory_bytes": 16 * 2**30,
+                "peak_flops_s": {"bfloat16": 100e12, "float32": 20e12},
+                "source": "measured with probe roofline --measure",
+            }
+        )
+    )
+    d = hardware.device_file(path)
+    assert (d.name, d.memory_bandwidth_bytes_s, d.memory_bytes) == ("My Card", 512_000_000_000, 16 * 2**30)
+    assert (d.flops_s("bfloat16"), d.flops_s("float8_e4m3fn"), d.spec_source) == (
+        100e12,
+        None,
+        "measured with probe roofline --measure",
+    )
+    for doc, error in (
+        ([1, 2], "a JSON object"),
+        ({"name": "x"}, "'memory_bandwidth_bytes_s' must be a positive number"),
+        ({"name": "x", "memory_bandwidth_bytes_s": -1}, "positive number"),
+        ({"name": "x", "memory_bandwidth_bytes_s": 1e9, "peak_flops_s": {"bf16": True}}, "peak_flops_s.bf16"),
+        ({"name": "x", "memory_bandwidth_bytes_s": 1e9, "bandwidth": 1}, "unknown field(s) bandwidth"),
+        ({"memory_bandwidth_bytes_s": 1e9}, "'name'"),
+    ):
+        path.write_text(json.dumps(doc))
+        with pytest.raises(ProbeError, match=re.escape(error)):
+            hardware.device_file(path)
+
+
 def test_capacity_is_binary_as_real_traces_report_it():
     """Every committed trace whose deviceProperties name is in the table reports totalGlobalMem within 2% below the
     table's GiB figure (the driver keeps a little): decimal GB would be 7% too small."""
     import gzip
-    import re
 
     seen = {}
     for path in sorted(DATA.glob("*.trace.json.gz")):

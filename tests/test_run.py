@@ -110,7 +110,9 @@ def test_probe_run_quick_prints_the_whole_report(tmp_path):
     assert len(list((out / "traces").glob("*_b4.trace.json.gz"))) == 1  # the batched trace's name says B
     assert_both_predictions_measured(report)
     assert len(list((out / "traces").glob("*.trace.json.gz"))) == 4
+    assert_what_ifs_checked(report)
     markdown = (out / "report.md").read_text()
+    assert "### What-ifs checked by making the change (`what_if_checks`)" in markdown
     assert "## The write-ups' hand measurements, measured here" in markdown
     assert not re.search(r"\bnan\b", markdown, re.IGNORECASE)  # static's op count is not measured: a dash
     static_row = next(line for line in markdown.splitlines() if line.startswith("| static   |"))
@@ -123,6 +125,19 @@ def assert_both_predictions_measured(report) -> None:
     assert len(report.verdicts) == 2
     for v in report.verdicts:
         assert v.supported is not None or v.evidence.startswith("not judged: "), v.evidence
+
+
+def assert_what_ifs_checked(report) -> None:
+    """The cached CPU step's compile and batch what-ifs, each predicted and measured beside cached (issue 32): the
+    arithmetic of the error, never its size (a timing)."""
+    checks = {c.change: c for c in report.what_if_checks}
+    assert {"cached -> static", "batched B=1 -> B=2", "batched B=1 -> B=4", "batched B=1 -> B=8"} <= set(checks)
+    assert checks["cached -> static"].what_if == "compile the forward (torch.compile)"
+    assert checks["batched B=1 -> B=2"].what_if.startswith("batch ")
+    for c in checks.values():
+        assert c.predicted_step_ms > 0 and c.measured_step_ms > 0, c
+        assert c.error_pct == pytest.approx(100 * (c.measured_step_ms / c.predicted_step_ms - 1))
+        assert c.contended is not None and (c.wrong_term is None or c.judged)
 
 
 SMALL = ["--prompts", "8", "--new-tokens", "3", "--runs", "1", "--warmup", "0", "--device", "cpu"]
@@ -165,8 +180,11 @@ def test_a_part_that_fails_is_named_and_the_rest_goes_on(tmp_path, cli, monkeypa
         "probe run: machine: the floor, a cached step piece by piece, the copy bandwidth",
         "probe run: profile naive",
         "probe run: profile cached",
+        "probe run: what-if checks: each change made, measured in turn with its baseline",
         "probe run: report: predictions and verdicts",
     ]
+    # no cached profile to predict from: every check says so, and nothing is measured for it
+    assert report.what_if_checks and all(c.note == "no profiled baseline" for c in report.what_if_checks)
 
 
 def test_bench_prints_a_line_per_cell_as_it_finishes_when_piped(tmp_path):

@@ -4,7 +4,6 @@ processed, and the bytes, FLOPs and times of a real step worked out by hand."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -15,8 +14,8 @@ from probe.analysis.roofline.formulas import arch_for
 from probe.analysis.roofline.step import TokenFlags, step_roofline
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
+from tests.conftest import shared_trace
 
-DATA = Path(__file__).parent / "data"
 QWEN = "qwen1.5-0.5b"  # the shipped preset: Qwen/Qwen1.5-0.5B's config.json
 
 
@@ -69,7 +68,7 @@ def test_the_hf_prefill_beside_its_roofline():
     reading its 559 positions (16 x 559 x 98,304 = 879,230,976): 2,686,437,376 in all.
     FLOPs: 2 x 8,944 x 308,405,248 (the parameters but the tied head's 155,582,464) + 2 x 16 logit rows x the head,
     plus attention 2 x 16 heads x (64 + 64) x 24 layers x 16 sequences x 559 x 560 / 2 keys."""
-    a = analyze(load_trace(DATA / "h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"))
+    a = analyze(load_trace(shared_trace("public/h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz")))
     (step,) = a.steps
     r = step_roofline(
         step, arch_for(QWEN), "bfloat16", device("NVIDIA H100 80GB HBM3"), a.on_gpu, flags=TokenFlags(8944, 16, 0)
@@ -89,14 +88,14 @@ def test_the_hf_prefill_beside_its_roofline():
 
 
 def test_a_step_without_counts_needs_flags():
-    a = analyze(load_trace(DATA / "h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"))
+    a = analyze(load_trace(shared_trace("public/h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz")))
     with pytest.raises(ProbeError, match="--tokens"):
         step_roofline(a.steps[0], arch_for(QWEN), "bfloat16", device("H100-SXM"), True)
 
 
 def test_marker_counts_win_over_flags():
     """The vLLM decode's marker says 32 sequences, 32 tokens, 55,054 cached positions; --context fills nothing."""
-    a = analyze(load_trace(DATA / "rocm_vllm_decode_cudagraph.trace.json.gz"))
+    a = analyze(load_trace(shared_trace("public/rocm_vllm_decode_cudagraph.trace.json.gz")))
     r = step_roofline(a.steps[0], arch_for(QWEN), "bfloat16", device("MI300X"), True, flags=TokenFlags(context=7))
     assert (r.sequences, r.tokens, r.context_tokens) == (32, 32, 55_054)
     assert r.tokens_from == "vLLM execute_ (detailed: sq, sk)"

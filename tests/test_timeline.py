@@ -18,9 +18,9 @@ from probe.analysis.ledger.gpu import IDLE_CAUSES, attribute, idle_gaps
 from probe.analysis.trace import load_trace
 from probe.explorer import step_clock as layout
 from probe.explorer.step_clock import step_clock
+from tests.conftest import DATA, SHARED, needs_shared, shared_trace
 
-DATA = Path(__file__).parent / "data"
-PUBLIC = Path(__file__).resolve().parents[2] / "shared" / "traces" / "public"
+PUBLIC = SHARED / "public"
 HAND = DATA / "hand_decode.trace.json.gz"
 
 
@@ -240,10 +240,10 @@ def test_past_max_bars_the_resolution_doubles(tmp_path, monkeypatch):
 # ---- every public trace: what is drawn adds up to the ledger --------------------------------------------------
 
 
-@pytest.mark.skipif(not PUBLIC.is_dir(), reason=f"no public traces at {PUBLIC}")
-@pytest.mark.parametrize("name", sorted(p.name for p in PUBLIC.glob("*.json.gz")) if PUBLIC.is_dir() else [])
+@needs_shared
+@pytest.mark.parametrize("name", sorted(p.name for p in PUBLIC.glob("*.json.gz")))
 def test_every_public_step_on_one_clock_adds_up_to_its_ledger(name):
-    trace = load_trace(PUBLIC / name)
+    trace = load_trace(shared_trace(f"public/{name}"))
     analysis = analyze(trace)
     step = analysis.steps[len(analysis.steps) // 2]
     tl = step_clock(trace, analysis, step.position)
@@ -262,7 +262,7 @@ def test_every_public_step_on_one_clock_adds_up_to_its_ledger(name):
 def test_a_kernel_names_the_op_it_ran_for_with_its_shapes():
     """H100 Qwen1.5-0.5B: the 48 aten::mm calls of shape 8944x1024 by 1024x2816 (the per-op roofline's count) each
     launch a memset (cudaMemsetAsync, cuBLASLt's workspace) and a GEMM (cudaLaunchKernelExC) from inside the op."""
-    trace = load_trace(DATA / "h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz")
+    trace = load_trace(shared_trace("public/h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"))
     tl = step_clock(trace, analyze(trace), 0)
     mm = [o for o in tl.ops if o.op == "aten::mm [(8944, 1024), (1024, 2816)]"]
     assert (
@@ -278,7 +278,7 @@ def test_a_kernel_names_the_op_it_ran_for_with_its_shapes():
 def test_a_gpu_gap_under_the_external_wait_is_said_to_be_the_unseen_work_s():
     """SGLang's extend step: its GPU gap of 493.255 ms is host wait by the ledger's rule, and lies wholly inside the
     host's 493.255 ms of external wait; the timeline says so (the diagnosis calls the step external)."""
-    trace = load_trace(DATA / "rocm_sglang_qwen3_8b_extend_step.trace.json.gz")
+    trace = load_trace(shared_trace("public/rocm_sglang_qwen3_8b_extend_step.trace.json.gz"))
     tl = step_clock(trace, analyze(trace), 0)
     assert any(n.startswith("493.255 ms of the GPU's idle gaps") for n in tl.notes)
     hand = load_trace(HAND)

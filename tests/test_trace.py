@@ -16,11 +16,9 @@ import pytest
 from probe.analysis.trace import COLUMNS, COPY_KINDS, DeviceInfo, Kind, Shapes, api_base_name, load_trace, pieces
 from probe.analysis.trace.chrome import decimal_text_to_ns
 from probe.errors import ProbeError
+from tests.conftest import DATA, shared_trace
 
-DATA = Path(__file__).parent / "data"
 HAND = DATA / "hand_decode.trace.json.gz"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
-needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/traces is not here")
 sys.path.insert(0, str(DATA))
 import make_hand_trace  # noqa: E402
 import make_nsys_fixture  # noqa: E402
@@ -181,19 +179,39 @@ def test_api_base_name():
     assert api_base_name("hipExtModuleLaunchKernel") == "hipExtModuleLaunchKernel"
 
 
+def test_text_thread_ids_stay_apart(tmp_path):
+    """The 2021 schema writes pid and tid as text: digits read as their number, a GPU row's "stream 7" as stream 7,
+    and other text as an id of its own, so two threads named in words are two threads (not one -1)."""
+    events = [
+        {"ph": "X", "cat": "Operator", "name": "a", "pid": 5, "tid": "25738", "ts": 1, "dur": 1},
+        {"ph": "X", "cat": "Operator", "name": "b", "pid": 5, "tid": "25772", "ts": 2, "dur": 1},
+        {"ph": "X", "cat": "Operator", "name": "c", "pid": 5, "tid": "main", "ts": 3, "dur": 1},
+        {"ph": "X", "cat": "Operator", "name": "d", "pid": 5, "tid": "worker", "ts": 4, "dur": 1},
+        {"ph": "X", "cat": "Operator", "name": "e", "pid": 5, "tid": "main", "ts": 5, "dur": 1},
+        {"ph": "X", "cat": "Kernel", "name": "k", "pid": 0, "tid": "stream 7", "ts": 6, "dur": 1},
+        {"ph": "X", "cat": "Operator", "name": "f", "pid": 5, "ts": 7, "dur": 1},
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    t = load_trace(path)
+    assert t.tid.tolist() == [25738, 25772, -2, -3, -2, 7, -1]
+    assert (t.stream[5], t.device[5]) == (7, 0)
+
+
 def test_public_traces_load_with_their_categories():
-    b200 = load_trace(DATA / "b200_eager.trace.json.gz")
+    b200 = load_trace(shared_trace("public/b200_eager.trace.json.gz"))
     assert int(np.sum(b200.kind == Kind.KERNEL)) == 768
-    rocm = load_trace(DATA / "rocm_vllm_decode_cudagraph.trace.json.gz")
+    rocm = load_trace(shared_trace("public/rocm_vllm_decode_cudagraph.trace.json.gz"))
     runtime_names = {rocm.names[i] for i in rocm.name_id[rocm.kind == Kind.RUNTIME]}
     assert {"hipGraphLaunch", "hipLaunchKernel", "hipExtModuleLaunchKernel"} <= runtime_names
-    h100 = load_trace(DATA / "h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz")
+    h100 = load_trace(shared_trace("public/h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"))
     steps = [h100.names[i] for i in h100.name_id[h100.kind == Kind.PROFILER_STEP]]
     assert steps == ["ProfilerStep#6"]  # the GPU copy is a gpu_range, not a second step
     assert int(np.sum((h100.kind == Kind.GPU_RANGE) & (h100.name_id == h100.names.index("ProfilerStep#6")))) == 1
-    cpu = load_trace(DATA / "cpu_only_small.trace.json.gz")
+    cpu = load_trace(shared_trace("public/cpu_only_small.trace.json.gz"))
     assert not np.any(np.isin(cpu.kind, [Kind.KERNEL, Kind.RUNTIME]))
-    assert -1 in cpu.pid.tolist()  # the "Spans" pid of the profiler's own span is not an integer
+    # the "Spans" pid of the profiler's own span is text, not a number: an id of its own, below -1
+    assert -2 in cpu.pid.tolist()
 
 
 # --- nsys SQLite ------------------------------------------------------------------------------------------
@@ -390,7 +408,7 @@ def test_odd_json_types_do_not_crash(tmp_path):
     assert len(trace) == 4 and trace.skipped == {"['X']": 1}
     assert [trace.names[i] for i in trace.name_id] == ["['aten::mm']", "cudaLaunchKernel", "k", "k2"]
     assert trace.kind.tolist() == [Kind.OTHER, Kind.RUNTIME, Kind.KERNEL, Kind.KERNEL]
-    assert trace.pid.tolist() == [-1, 1, 0, 0] and trace.tid.tolist() == [-1, 1, 7, 7]
+    assert trace.pid.tolist() == [-1, 1, 0, 0] and trace.tid.tolist() == [-2, 1, 7, 7]  # text: an id of its own
     # Only JSON integers are ids: "12" and 3.0 are not, and 2**70 does not fit.
     assert trace.correlation.tolist() == [-1, -1, -1, -1]
     assert trace.device.tolist() == [-1, -1, 0, 0] and trace.stream.tolist() == [-1, -1, 7, 7]
@@ -449,7 +467,7 @@ def test_odd_types_in_one_piece_leave_the_others_typed(tmp_path, tiny_pieces):
     events[20]["name"], events[21]["pid"], events[22] = None, "main", 7
     trace = load_trace(write_trace(tmp_path / "t.json", events))
     assert len(trace) == 59 and trace.dropped == {"not an object": 1}
-    assert trace.name(20) == "" and trace.pid[21] == -1 and trace.name(21) == "op21"
+    assert trace.name(20) == "" and trace.pid[21] == -2 and trace.name(21) == "op21"  # pid "main": its own id
 
 
 # --- top-level facts --------------------------------------------------------------------------------------
@@ -464,7 +482,7 @@ def test_rank_from_distributed_info(tmp_path, info, rank):
 
 
 def test_rank_of_the_recorded_traces():
-    assert load_trace(DATA / "cuda_train_ns_resolution_5steps.trace.json.gz").rank == 0
+    assert load_trace(shared_trace("public/cuda_train_ns_resolution_5steps.trace.json.gz")).rank == 0
     assert load_trace(HAND).rank is None
 
 
@@ -516,7 +534,6 @@ def _is_copy_call(event: dict) -> bool:
     return event.get("cat") in ("cuda_runtime", "cuda_driver") and event["name"].startswith(("cudaMemcpy", "hipMemcpy"))
 
 
-@needs_shared
 @pytest.mark.parametrize(
     "name",
     [
@@ -531,7 +548,7 @@ def _is_copy_call(event: dict) -> bool:
 def test_copy_bytes_and_directions_are_the_files_own(name):
     """Every copy and memset of a real trace, read straight from its JSON: its bytes (an int on GPU rows, text on
     ROCm's runtime calls) and direction (a runtime call's cudaMemcpyKind number, a GPU copy's kind text or name)."""
-    path = SHARED / f"{name}.trace.json.gz"
+    path = shared_trace(f"{name}.trace.json.gz")
     texts = {"HtoH": 0, "HtoD": 1, "DtoH": 2, "DtoD": 3}
     want = []
     for e in _json_events(path):
@@ -550,11 +567,10 @@ def test_copy_bytes_and_directions_are_the_files_own(name):
     assert sorted(got) == sorted(want) and want
 
 
-@needs_shared
 def test_the_60_byte_host_to_device_copy_of_the_sglang_step():
     """The first copy of the SGLang step: hipMemcpyWithStream, args {"bytes": "60", "kind": "1"} (text), and its GPU
     side "Memcpy HtoD (Host -> Device)", args {"kind": "HtoD", "bytes": 60}, both joined on correlation 91058."""
-    trace = load_trace(SHARED / "public/rocm_sglang_qwen3_8b_extend_step.trace.json.gz")
+    trace = load_trace(shared_trace("public/rocm_sglang_qwen3_8b_extend_step.trace.json.gz"))
     (call,) = np.flatnonzero((trace.correlation == 91058) & (trace.kind == Kind.RUNTIME))
     (copy,) = np.flatnonzero((trace.correlation == 91058) & (trace.kind == Kind.GPU_MEMCPY))
     assert (trace.name(call), int(trace.bytes[call]), COPY_KINDS[trace.copy_kind[call]]) == (
@@ -572,11 +588,10 @@ def test_the_60_byte_host_to_device_copy_of_the_sglang_step():
     assert set(trace.copy_kind[trace.kind == Kind.KERNEL].tolist()) == {-1}
 
 
-@needs_shared
 def test_the_gemm_shapes_of_the_h100_prefill():
     """aten::mm of the MLP's up projection: [8944, 1024] x [1024, 2816] (16 x 559 tokens, hidden 1024, intermediate
     2816) in bf16, so M = 8944, N = 2816, K = 1024; and every cpu_op's recording is its JSON args exactly."""
-    path = SHARED / "public/h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"
+    path = shared_trace("public/h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz")
     trace = load_trace(path)
     mm = {trace.shapes[trace.shape_id[i]] for i in range(len(trace)) if trace.name(i) == "aten::mm"}
     up = Shapes(((8944, 1024), (1024, 2816)), ("c10::BFloat16", "c10::BFloat16"), ("", ""))
@@ -647,9 +662,8 @@ def test_copy_fields_of_other_types_and_on_other_rows(tmp_path):
     assert trace.copy_kind.tolist() == [1, 2, 2, 3, -1, -1, -1, -1, -1]
 
 
-@needs_shared
 def test_device_properties_typed():
-    h100 = load_trace(SHARED / "public/h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz").devices
+    h100 = load_trace(shared_trace("public/h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz")).devices
     assert h100 == (
         DeviceInfo(
             id=0,
@@ -668,7 +682,7 @@ def test_device_properties_typed():
             shared_memory_per_sm_bytes=233472,
         ),
     )
-    (mi300x,) = load_trace(SHARED / "public/mi300x_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz").devices
+    (mi300x,) = load_trace(shared_trace("public/mi300x_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz")).devices
     assert (mi300x.name, mi300x.sm_count, mi300x.warp_size, mi300x.shared_memory_per_sm_bytes) == (
         "AMD Instinct MI300X VF",
         304,
@@ -676,11 +690,11 @@ def test_device_properties_typed():
         65536,  # ROCm's maxSharedMemoryPerMultiProcessor
     )
     assert (mi300x.compute_major, mi300x.compute_minor, mi300x.regs_per_sm) == (9, 4, None)
-    names = {d.name for d in load_trace(SHARED / "public/rocm_sglang_qwen3_8b_extend_step.trace.json.gz").devices}
+    names = {d.name for d in load_trace(shared_trace("public/rocm_sglang_qwen3_8b_extend_step.trace.json.gz")).devices}
     assert names == {"AMD Instinct MI300X"}
-    b200 = load_trace(SHARED / "public/b200_eager.trace.json.gz").devices
+    b200 = load_trace(shared_trace("public/b200_eager.trace.json.gz")).devices
     assert [d.id for d in b200] == list(range(len(b200))) and {d.name for d in b200} == {"NVIDIA B200"}
-    (mtia,) = load_trace(SHARED / "peer/hta_mtia_inference.trace.json.gz").devices
+    (mtia,) = load_trace(shared_trace("peer/hta_mtia_inference.trace.json.gz")).devices
     assert (mtia.id, mtia.name, mtia.sm_count) == (17, "ARTEMIS", None)
     assert dict(mtia.other) == {
         "runtimeMajorVersion": 1,
@@ -714,7 +728,6 @@ def test_nsys_copies_and_memsets(hand_nsys):
 # --- device sides beyond CUDA and ROCm kernels ------------------------------------------------------------
 
 
-@needs_shared
 def test_cupti_range_profiler_kernels_are_kernels_paired_with_their_launches():
     """HTA's cupti_profiler trace: 77 kernels recorded as `cuda_profiler_range` (one range a kernel, its SASS
     counters in args) and 77 cudaLaunchKernel calls. HTA pairs them in order and asserts, of the kernel at index 5
@@ -722,7 +735,7 @@ def test_cupti_range_profiler_kernels_are_kernels_paired_with_their_launches():
     ledger no longer warns that kernel collection was off."""
     from probe.analysis.ledger.build import analyze
 
-    trace = load_trace(SHARED / "peer/hta_cuda_cupti_profiler_ranges.trace.json.gz")
+    trace = load_trace(shared_trace("peer/hta_cuda_cupti_profiler_ranges.trace.json.gz"))
     kernels = trace.rows(Kind.KERNEL)
     assert len(kernels) == 77
     launches = {int(trace.correlation[i]): i for i in trace.rows(Kind.RUNTIME) if trace.name(i) == "cudaLaunchKernel"}
@@ -762,12 +775,11 @@ def test_range_profiler_kernels_that_do_not_pair_are_left_unjoined_and_said(tmp_
     assert any("not paired with the 1 launch calls" in w for w in trace.warnings)
 
 
-@needs_shared
 def test_mtia_device_side_is_read_in_the_kernel_and_launch_shape():
     """HTA's MTIA inference trace: mtia_runtime calls (correlation ids) and mtia_ccp_events on the device (pid 17),
     which kineto aliases to RUNTIME and CONCURRENT_KERNEL. From its JSON: pe_exe 24 + merge 36 + remote 37 = 97
     executions (kernels), 877 dma_request copies, event_record 291 + event_wait 48 (syncs, other)."""
-    trace = load_trace(SHARED / "peer/hta_mtia_inference.trace.json.gz")
+    trace = load_trace(shared_trace("peer/hta_mtia_inference.trace.json.gz"))
     named = {(Kind(k).label, trace.names[n]) for k, n in zip(trace.kind.tolist(), trace.name_id.tolist(), strict=True)}
     counts = {k.label: int(np.sum(trace.kind == k)) for k in (Kind.KERNEL, Kind.GPU_MEMCPY, Kind.RUNTIME)}
     assert counts == {"kernel": 97, "gpu_memcpy": 877, "runtime": 823}

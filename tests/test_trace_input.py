@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from probe.analysis.records import files
 from probe.analysis.trace import Kind, load_trace, pieces
 from probe.errors import ProbeError
-from tests.conftest import run_probe
+from tests.conftest import run_probe, shared_trace
 
 DATA = Path(__file__).parent / "data"
 sys.path.insert(0, str(DATA))
@@ -617,10 +617,10 @@ def test_correlation_ids_past_int64_warn_with_counts(tmp_path):
 
 def test_duplicate_ids_through_the_cli_on_a_real_trace(tmp_path):
     """The real command on HTA's 5-step training trace with every correlation id made 7 (issue 28's case, where
-    10,000 kernels all went to step 0): the JSON's warnings carry the counts. From the file (tests/data keeps the
-    runtime calls that launch GPU work): 6,095 such calls, 6,095 GPU ops (4,350 kernels, 1,600 copies, 145 memsets).
+    10,000 kernels all went to step 0): the JSON's warnings carry the counts. From the file: 15,329 runtime calls
+    carry a correlation id, and 6,095 GPU ops (4,350 kernels, 1,600 copies, 145 memsets).
     """
-    doc = json.loads(gzip.decompress((DATA / "cuda_train_ns_resolution_5steps.trace.json.gz").read_bytes()))
+    doc = json.loads(gzip.decompress(shared_trace("public/cuda_train_ns_resolution_5steps.trace.json.gz").read_bytes()))
     for e in doc["traceEvents"]:
         if isinstance(e.get("args"), dict) and "correlation" in e["args"]:
             e["args"]["correlation"] = 7
@@ -630,7 +630,7 @@ def test_duplicate_ids_through_the_cli_on_a_real_trace(tmp_path):
     assert done.returncode == 0, done.stderr
     said = [w for w in json.loads(done.stdout)["warnings"] if "correlation id" in w]
     assert said == [
-        "6095 GPU ops carry 1 correlation id(s) shared by 6095 runtime calls: each is joined to the first call "
+        "6095 GPU ops carry 1 correlation id(s) shared by 15329 runtime calls: each is joined to the first call "
         "with its id, so their GPU work may be credited to the wrong call and step",
         "6095 GPU ops share 1 correlation id(s) of kernel launch calls, which launch one kernel each: all of them "
         "are credited to one call",

@@ -38,6 +38,24 @@ def covered(ms: np.ndarray, me: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> n
     return upto(hi) - upto(lo)
 
 
+def difference(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merged intervals a less merged intervals b, as merged intervals: the pieces between consecutive boundaries of
+    either set that lie in a and not in b (each piece is wholly in or out of each set)."""
+    cuts = np.unique(np.concatenate((a_s, a_e, b_s, b_e)))
+    if len(cuts) < 2:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    lo, hi = cuts[:-1], cuts[1:]
+
+    def within(s: np.ndarray, e: np.ndarray) -> np.ndarray:
+        if not len(s):
+            return np.zeros(len(lo), bool)
+        k = np.searchsorted(s, lo, side="right") - 1
+        return (k >= 0) & (e[np.maximum(k, 0)] >= hi)
+
+    keep = within(a_s, a_e) & ~within(b_s, b_e)
+    return merge(lo[keep], hi[keep])
+
+
 def union_by_group(group: np.ndarray, starts: np.ndarray, ends: np.ndarray, groups: int) -> np.ndarray:
     """Length of the union of the intervals in each group 0..groups-1 (rows with group < 0 are ignored)."""
     keep = group >= 0

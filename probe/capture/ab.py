@@ -7,24 +7,26 @@ inside each session, calls that drift a regression (benchmarks/compare_noise.py:
 alerted). Alternating whole runs still left drift within a run. So the two engines decode in lockstep
 (probe.capture.loop.lockstep): one step of each in turn, the order reversed every step, so both see the same
 machine at the scale of one step, and what is left is the difference between them. The counts are measured
-as the bench does (probe.count), so the launch gate is the same, and so is the contention rule: each side's cells
-carry the telemetry of their decode phases, and a contended one is not judged.
+as the bench does (probe.capture.count), so the launch gate is the same, and so is the contention rule: each side's
+cells carry the telemetry of their decode phases, and a contended one is not judged.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import statistics
 
 import torch
 
 from engines import engine_class
 from engines.models import load_model, prompt_ids, resolve_device
+from probe.analysis.diagnosis.predictions import Measured, Side
 from probe.analysis.records.results import BenchResults, Cell
 from probe.analysis.regression.samples import SampleSet, from_results
 from probe.capture.cell import Telemetry, measured_cell
 from probe.capture.config import validate
 from probe.capture.env import environment
-from probe.capture.loop import Generation, lockstep
+from probe.capture.loop import Generation, lockstep, lockstep_each
 from probe.capture.sweep import settle_here
 from probe.settings import BenchConfig
 
@@ -62,3 +64,35 @@ def interleaved(cfg: BenchConfig, base: str, current: str, flip: bool = False) -
         for side, name in (("base", base), ("current", current))
     )
     return base_set, current_set
+
+
+def interleaved_steps(cfg: BenchConfig, model, sides: list[Side], prompt_len: int) -> dict[Side, Measured]:
+    """Each side's median decode step, all measured in one process, one step of each in turn (lockstep_each: each
+    side at its own batch and threads), `cfg.warmup + cfg.runs` runs with the order reversed every run; and whether
+    other processes took the CPU during its decode phases (the contention rule of every cell)."""
+    device = next(model.parameters()).device
+    telemetry = Telemetry(cfg, device)
+    engines = [engine_class(s.engine)(model) for s in sides]
+    prompts = [prompt_ids(prompt_len, s.batch, model.config.vocab_size, cfg.seed).to(device) for s in sides]
+    threads, before = cfg.threads or torch.get_num_threads(), torch.get_num_threads()
+    gens: list[list[Generation]] = [[] for _ in sides]
+    try:
+        with telemetry.sampler() as sampler:
+            for i in range(cfg.warmup + cfg.runs):
+                order = list(range(len(sides)))[:: 1 if i % 2 == 0 else -1]
+                runs = lockstep_each(
+                    [(engines[j], prompts[j], sides[j].threads or threads) for j in order], cfg.new_tokens
+                )
+                for j, gen in zip(order, runs, strict=True):
+                    if i >= cfg.warmup:
+                        gens[j].append(gen)
+    finally:
+        torch.set_num_threads(before)
+    out = {}
+    for side, recorded in zip(sides, gens, strict=True):
+        figures = telemetry.summarize(sampler, recorded)
+        step_ms = statistics.median(ns for g in recorded for ns in g.step_ns) / 1e6
+        out[side] = Measured(
+            step_ms, figures.contended if figures else None, figures.other_cpu_cores if figures else None
+        )
+    return out

@@ -16,6 +16,7 @@ measures what is left.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -81,7 +82,8 @@ class Annotator:
 
     def __init__(self, nvtx: bool | None = None):
         fns = _nvtx_functions() if (nvtx_tool_attached() if nvtx is None else nvtx) else None
-        self.push, self.pop = fns if fns else (None, None)
+        self.push: Callable[[str], object] | None = fns[0] if fns else None
+        self.pop: Callable[[], object] | None = fns[1] if fns else None
 
     def __call__(self, name: str, index: int | None = None) -> contextlib.AbstractContextManager:
         if self.push is None and not torch.autograd._profiler_enabled():
@@ -115,8 +117,7 @@ def _wrap(fn: Callable, annotator: Annotator, name: str, index_arg: int | None =
             with annotator(name, index):
                 return fn(*args, **kwargs)
 
-    wrapped.__wrapped__ = fn
-    return wrapped
+    return functools.update_wrapper(wrapped, fn, assigned=(), updated=())  # sets only __wrapped__
 
 
 @contextlib.contextmanager

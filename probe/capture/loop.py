@@ -8,7 +8,7 @@ still emitted, so every trace has the same shape.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -55,18 +55,28 @@ def lockstep(engines: list[Engine], prompt: torch.Tensor, new_tokens: int) -> li
     """Generate with several engines at once, one step of each in turn (the order reversed every step, ABBA),
     so every engine's step n runs under the same machine state: drift cancels at the scale of one step.
     Each step is timed on its own, as in `generate`; the runs' `total_ns` span the whole interleaving."""
+    return lockstep_each([(e, prompt, 0) for e in engines], new_tokens)
+
+
+def lockstep_each(sides: list[tuple[Engine, torch.Tensor, int]], new_tokens: int) -> list[Generation]:
+    """`lockstep` where each side has its own prompt (its own batch) and intra-op thread count (0: as it is),
+    set before each of its steps, outside the step's timing: a change of batch or of threads measured in turn."""
     with torch.inference_mode():  # held outside, so the runs' own guards nest in any order
-        runs = [decode_steps(e, prompt, new_tokens) for e in engines]
+        runs = [(decode_steps(e, prompt, new_tokens), threads) for e, prompt, threads in sides]
         for i in range(new_tokens):  # the prefill, then every decode step
-            for run in runs if i % 2 == 0 else runs[::-1]:
+            for run, threads in runs if i % 2 == 0 else runs[::-1]:
+                if threads:
+                    torch.set_num_threads(threads)
                 next(run)
-        return [finish(run) for run in runs]
+        return [finish(run) for run, _ in runs]
 
 
-def finish(run: Iterator[None]) -> Generation:
+def finish(run: decode_steps) -> Generation:
     """Run a `decode_steps` to its end and return its Generation."""
     for _ in run:
         pass
+    if run.result is None:  # the loop sets it as it ends, so only a loop that raised has none, and it raised here
+        raise RuntimeError("decode_steps ended without a Generation")
     return run.result
 
 

@@ -43,7 +43,7 @@ from probe.analysis.diagnosis.predictions import Machine, OverheadReport, Piece
 from probe.analysis.diagnosis.report import ThreadChoice
 from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.digest import StepDigest, digest
-from probe.analysis.records.telemetry import CONTENDED_CORES
+from probe.analysis.records.telemetry import CONTENDED_CORES, cell_telemetry, contention
 from probe.analysis.roofline.devices import match_device
 from probe.analysis.trace import load_trace
 from probe.analysis.trace.table import LAUNCH_NAMES
@@ -53,6 +53,7 @@ from probe.capture.count import count_forward_ops
 from probe.capture.loop import decode_steps, device_sync, finish, generate
 from probe.capture.profile import prepare_graph_profiling
 from probe.capture.telemetry.backends import CpuBackend
+from probe.capture.telemetry.samplers import make_sampler
 from probe.errors import ProbeError
 
 
@@ -240,7 +241,7 @@ def measure(
         step_dispatch=step.dispatch,
         step_dispatched=step.dispatched,
         host_pct=100 * (wall - step.purpose_us["sync"]) / wall,
-        device_pct=100 * step.gpu_busy_us / wall if step.on_gpu else None,
+        device_pct=100 * step.gpu_busy_us / wall if step.gpu_busy_us is not None else None,  # None off a GPU
         compute_in_ops_pct=100 * sum(step.mechanism_us[m] for m in ("dispatch", "launch", "runtime")) / wall,
     )
 
@@ -373,7 +374,11 @@ def measure_machine(
 ) -> tuple[Machine, OverheadReport]:
     """The floor (`measure`, on `loaded` when given) and the measured copy bandwidth, the datasheet's beside it on
     a GPU the device table knows. Predictions divide by the measured copy: the datasheet is a peak no copy reaches."""
-    overhead = measure(model, dtype, device, context=64, steps=steps, reps=reps, model=loaded)
+    start = time.perf_counter_ns()
+    with make_sampler(10.0, device, torch.get_num_threads()) as sampler:
+        overhead = measure(model, dtype, device, context=64, steps=steps, reps=reps, model=loaded)
+    window = [(start, time.perf_counter_ns())]  # the floor is judged by the rule every cell is
+    busy = contention(cell_telemetry(sampler.samples, window, 0), window, os.cpu_count() or 1)
     measured = measure_copy_bandwidth(overhead.device)
     known = match_device(device_name) if overhead.device.startswith("cuda") else None
     return (
@@ -384,6 +389,8 @@ def measure_machine(
             f"measured copy on {device_name}",
             datasheet_bandwidth_bytes_s=known.memory_bandwidth_bytes_s if known else None,
             datasheet_source=f"{known.name} datasheet: {known.source}" if known else None,
+            contended=busy.contended,
+            other_cpu_cores=busy.other_cpu_cores,
         ),
         overhead,
     )

@@ -36,9 +36,10 @@ from probe.analysis.diagnosis.predictions import (
     HostCost,
     batching_verdict,
     captured_host_cost,
+    check_sides,
     host_overhead_verdict,
-    prediction_checks,
     predictions,
+    what_if_checks,
 )
 from probe.analysis.diagnosis.report import Figure, Report, engine_label, hand_figures, step_counts
 from probe.analysis.diagnosis.verdict import diagnose_trace
@@ -50,6 +51,7 @@ from probe.analysis.records.runfolder import REPORT_FILE, REPORT_MD, claim
 from probe.analysis.records.sidecar import trace_meta
 from probe.analysis.roofline.formulas import arch_for
 from probe.analysis.trace import load_trace
+from probe.capture.ab import interleaved_steps
 from probe.capture.calibrate import CALIBRATION_REPS
 from probe.capture.config import BenchConfig, ProfileConfig, settle, validate
 from probe.capture.machine import choose_threads, measure_machine
@@ -63,9 +65,8 @@ from probe.capture.sweep import (
     runs_per_cell,
     settle_here,
 )
-from probe.errors import ProbeError
+from probe.errors import ProbeError, first_line
 from probe.render.markdown import report_markdown
-from probe.render.text import first_line
 
 NEXT_BATCHES = (1, 2, 4, 8)  # Part 2's prediction: B sequences per forward
 PROFILE_BATCH = 4  # the batched engine's profiled trace
@@ -239,8 +240,12 @@ def _profile_one(cfg: BenchConfig, folder: Path, model, engine: str, new_tokens:
     events = load_trace(trace)
     analysis = analyze(events)
     report.ledgers[label] = digest(analysis)
-    contended = meta.contended_caveat if (meta := trace_meta(trace)) else None
-    if (median := diagnose_trace(analysis, Context.of(events, contended=contended)).median) is not None:
+    meta = trace_meta(trace)
+    contended = meta.contended_caveat if meta else None
+    context = dataclasses.replace(
+        Context.of(events, contended=contended, analysis=analysis), threads=meta.threads if meta else None
+    )
+    if (median := diagnose_trace(analysis, context).median) is not None:
         report.diagnoses[label] = median
     report.steps[label] = step_counts(engine, analysis, trace.name, batch=batch)
     report.warnings += [f"{trace.name}: {w}" for w in analysis.warnings]
@@ -319,7 +324,6 @@ class _Job:
             costs = _captured_costs(combined, self.device, report)
             report.predictions = predictions(self.results, arch, report.machine, costs)
         report.verdicts = [host_overhead_verdict(combined), batching_verdict(combined, arch, report.machine)]
-        report.checks = prediction_checks(combined, report.diagnoses, min(self.cfg.prompts))
 
     def missing(self) -> list[str]:
         """What this run has not measured yet, one line each, with what it leaves unanswered."""
@@ -471,8 +475,20 @@ def _measure(job: _Job, watch: Watch) -> tuple[list[str], list[str]]:
             _profile_one(cfg, out / "traces", model, engine, new_tokens, engine in nsys_engines, report)
         job.profiles.append(engine)
         job.write()
+    watch.phase("what-if checks: each change made, measured in turn with its baseline")
+    with _part(report, "what-if checks"):
+        report.what_if_checks = _what_if_checks(cfg, model, report, min(cfg.prompts))
+    job.write()
     watch.phase("report: predictions and verdicts")
     return warnings, errors
+
+
+def _what_if_checks(cfg: BenchConfig, model, report: Report, prompt: int):
+    """The cached engine's profiled what-ifs, each held against the change made (probe.capture.ab.interleaved_steps:
+    the baseline and every changed engine in one process, step by step in turn)."""
+    d = report.diagnoses.get(engine_label("cached", 1))
+    measured = interleaved_steps(cfg, model, check_sides(d), prompt) if d is not None else {}
+    return what_if_checks(d, measured)
 
 
 def _captured_costs(results: BenchResults, device: torch.device, report: Report) -> dict[str, HostCost]:

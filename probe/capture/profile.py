@@ -155,6 +155,8 @@ def _prepare(cfg: ProfileConfig, model=None):
         seed=cfg.seed,
     )
     classes, device = validate(bench_cfg), resolve_device(cfg.device)
+    if cfg.threads:  # as the bench sets them, so the profiled step is the benched one (the sidecar records them)
+        torch.set_num_threads(cfg.threads)
     if model is None:
         model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed, cfg.attn)
     engine = classes[cfg.engine](model)

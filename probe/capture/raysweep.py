@@ -25,10 +25,12 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from probe.analysis.records.environment import Environment
 from probe.analysis.records.results import BenchResults, FailedCell
 from probe.capture.config import BenchConfig, settle, validate
 from probe.capture.sweep import CellRunner, CellSpec, Outcome, RefRows, Sweep, plan, precheck_resume
@@ -48,7 +50,7 @@ class _Worker:
         self.runner = CellRunner(cfg, device_label=f"cuda:{gpus[0]}" if gpus else None)
         self.node = ray.get_runtime_context().get_node_id()
 
-    def where(self) -> tuple[str, str, str, dict]:
+    def where(self) -> tuple[str, str, str, Environment]:
         return self.runner.host, self.runner.device_label, self.node, self.runner.environment()
 
     def run(self, spec: CellSpec, references: RefRows) -> Outcome:
@@ -58,6 +60,9 @@ class _Worker:
 
 
 Worker = ray.remote(max_restarts=MAX_RESTARTS, max_task_retries=0)(_Worker)
+# A Worker's actor handle. Ray types its methods' `.remote()` for editors only (a handle's attributes are `Never` to
+# mypy), so the handle is untyped here.
+WorkerHandle = Any
 
 
 def placements(device: str) -> tuple[str, list[dict]]:
@@ -92,7 +97,7 @@ def bench_on_ray(
         if resume and out is not None:
             precheck_resume(cfg, out)  # before any worker builds a model
         on_worker = dataclasses.replace(cfg, device=kind)  # a worker sees its own GPU as cuda:0
-        workers = [Worker.options(**o).remote(on_worker) for o in options]
+        workers: list[WorkerHandle] = [Worker.options(**o).remote(on_worker) for o in options]
         try:
             where, env = _start(workers)
             sweep = Sweep(cfg, specs, dataclasses.replace(env, executor="ray", workers=len(where)), out, resume)
@@ -102,12 +107,14 @@ def bench_on_ray(
                 ray.kill(w)
 
 
-def _start(workers: list) -> tuple[dict, dict]:
+def _start(workers: list[WorkerHandle]) -> tuple[dict, Environment]:
     """Where each worker that started is (host, device, node), once it has built its model; the first one's
     environment. A worker that cannot start (its node died, its model does not fit) is left out."""
     refs = {w.where.remote(): w for w in workers}
     ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=START_TIMEOUT_S)
-    where, env, errors = {}, {}, []
+    where: dict = {}
+    envs: list[Environment] = []
+    errors: list[str] = []
     for ref in refs:
         if ref not in ready:
             errors.append(f"not started within {START_TIMEOUT_S:g} s")
@@ -118,10 +125,10 @@ def _start(workers: list) -> tuple[dict, dict]:
             errors.append(lost_reason(e, "worker's start"))
             continue
         where[refs[ref]] = (host, device, node)
-        env = env or env_here
+        envs.append(env_here)
     if not where:
         raise ProbeError(f"no Ray worker could start: {errors[0] if errors else 'the cluster has no CPU or GPU'}")
-    return where, env
+    return where, envs[0]
 
 
 @dataclass
@@ -129,7 +136,7 @@ class _Lost:
     """A cell whose worker died under it: failed once Ray says whether the worker's node lives (it restarts the
     worker there) or not."""
 
-    worker: object
+    worker: WorkerHandle
     spec: CellSpec
     ray_error: str  # the error's type, for the cell's message
     since: float  # time.monotonic() when it died

@@ -138,7 +138,6 @@ class CellRunner:
         self.mem.between_cells()  # the previous cell's leftovers are not this one's peak
         try:
             engine = self.classes[spec.engine](self.model)
-            engine.reserve(spec.batch, max(self.cfg.prompts) + self.cfg.new_tokens)  # one buffer length a run
             prompt = prompt_ids(spec.prompt_tokens, spec.batch, self.model.config.vocab_size, self.cfg.seed)
             cell, samples = run_cell(
                 engine,

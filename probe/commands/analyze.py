@@ -1,14 +1,17 @@
 """Where every step's time went, from any trace: a torch.profiler chrome trace (.json, .json.gz) or an Nsight
 Systems SQLite export (.sqlite, .sqlite.gz), from probe, vLLM, SGLang, HF generate or your own loop.
 
-Steps: --steps REGEX when given, else probe's prefill / decode#i ranges, else ProfilerStep#N, else the
-per-iteration markers of vLLM, SGLang and TensorRT-LLM, else one step per graph launch, else the whole trace;
-the header says which rule found them. One row a step: wall time; kernel launches, graph launches and kernels
-(joined on correlation); the step's GPU window, GPU busy in it and idle split HTA's way into host wait, kernel
-wait and other; launch statistics. Then the host side of each step split into your --part's, sync, sample,
-cache bookkeeping, mask, attention, other ops, Python (the innermost frame's self time, on traces recorded
-with_stack) and unattributed time, which add up to the wall time; the kernels by name and category; the top
-Python frames; a summary. On a CPU-only trace the dispatched op count (top-level ops) stands in for launches.
+Steps: --steps REGEX when given (any range, op or Python frame; --steps-kind narrows it), else probe's prefill /
+decode#i ranges, else ProfilerStep#N, else the per-iteration markers of vLLM, SGLang and TensorRT-LLM and the
+engines' own step frames (vLLM's worker execute_model, SGLang's run_batch, HF generate's loop), else the outermost
+host unit that repeats and holds the launches, else one step per graph launch, else the whole trace; the header says
+which rule found them, and a warning what share of the GPU work the steps leave out. One row a step: wall time;
+kernel launches, graph launches and kernels (joined on correlation); the step's GPU window, GPU busy in it and idle
+split HTA's way into host wait, kernel wait and other; launch statistics. Then the host side of each step split into
+your --part's, sync, sample, cache bookkeeping, mask, attention, other ops, Python (the innermost frame's self time,
+on traces recorded with_stack) and unattributed time, which add up to the wall time; the kernels by name and
+category; the top Python frames; a summary. On a CPU-only trace the dispatched op count (top-level ops) stands in
+for launches.
 The definitions are in probe/analysis/ledger/build.py.
 
 First, before any table: the answer (probe/analysis/diagnosis/verdict.py, docs/diagnosis.md): what bounds the median
@@ -42,10 +45,11 @@ from probe.analysis.ledger.ranks import TraceFailure, expand, job, lost_trace
 from probe.analysis.ledger.timeline import step_timeline
 from probe.analysis.ledger.types import AnalyzeOptions, StepLedger, TraceAnalysis
 from probe.analysis.records.sidecar import EventCost, trace_meta
+from probe.analysis.roofline.devices import device_file
 from probe.analysis.roofline.step import TokenFlags
 from probe.analysis.trace import load_trace
 from probe.commands import print_json
-from probe.errors import ProbeError
+from probe.errors import ProbeError, first_line
 from probe.pool import pool_map
 from probe.render.answer import answer_lines, op_roofline_table
 from probe.render.console import stdout
@@ -61,7 +65,6 @@ from probe.render.ledger import (
     summary_table,
     timeline_table,
 )
-from probe.render.text import first_line
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -91,8 +94,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--steps",
         metavar="REGEX",
-        help="ranges whose whole name matches are the steps (torch "
-        "user annotations, NVTX ranges); overrides the built-in rules",
+        help="ranges whose name the pattern matches are the steps (user annotations, NVTX ranges, ProfilerStep, "
+        "cpu_ops, Python frames: --steps execute_model finds vLLM's worker frames; ^...$ for whole names); "
+        "overrides the built-in rules",
+    )
+    p.add_argument(
+        "--steps-kind",
+        metavar="KINDS",
+        help="the kinds --steps searches, comma-separated: range (annotations, NVTX, ProfilerStep), cpu_op, python "
+        "(default: all)",
     )
     p.add_argument(
         "--part",
@@ -120,6 +130,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     roof.add_argument(
         "--device", metavar="NAME", help="the GPU, when the trace's deviceProperties do not name it (H100-SXM, MI300X)"
     )
+    roof.add_argument(
+        "--device-file",
+        metavar="FILE",
+        help="the GPU from a JSON object with the device table's fields (name, memory_bandwidth_bytes_s, "
+        "memory_bytes, peak_flops_s by dtype, source): a card the table lacks, or measured peaks; it wins over "
+        "the trace's own",
+    )
     roof.add_argument("--dtype", help="the weights' dtype (default: the recorded GEMMs' input type, else bfloat16)")
     roof.add_argument(
         "--tokens",
@@ -139,12 +156,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def options_from(args: argparse.Namespace, trace_path: Path) -> AnalyzeOptions:
     """AnalyzeOptions from the flags; the event cost from the trace's sidecar when the flag does not give it."""
+    cost: EventCost | None
     if args.event_cost_ns is not None:
         cost = parse_event_cost(args.event_cost_ns)
     else:
         meta = trace_meta(trace_path)
         cost = meta.event_cost if meta else None
-    return AnalyzeOptions.parse(args.steps, args.part, args.kernel_category, cost, args.kernel_wait_us)
+    return AnalyzeOptions.parse(args.steps, args.part, args.kernel_category, cost, args.kernel_wait_us, args.steps_kind)
 
 
 def parse_event_cost(text: str) -> EventCost:
@@ -168,13 +186,22 @@ def main(args: argparse.Namespace) -> int:
 
 def main_one(args: argparse.Namespace, path: Path) -> int:
     options = options_from(args, path)  # bad flags fail before the trace is read
+    given = device_file(args.device_file) if args.device_file else None
     trace = load_trace(path)
     result = analyze(trace, options)
     step = _pick(result, args.step) if args.step is not None else None
     flags = TokenFlags(args.tokens, args.batch, args.context)
     meta = trace_meta(path)
     found = answer(
-        trace, result, args.model, args.device, args.dtype, flags, contended=meta.contended_caveat if meta else None
+        trace,
+        result,
+        args.model,
+        args.device,
+        args.dtype,
+        flags,
+        contended=meta.contended_caveat if meta else None,
+        threads=meta.threads if meta else None,
+        device_given=given,
     )
     if args.json:
         out = result.to_json() | found.to_json()
@@ -249,7 +276,8 @@ def answer_line(source: str, d: Diagnosis | None) -> str:
 
 def main_job(args: argparse.Namespace, paths: list[Path]) -> int:
     """Several traces: each analyzed in parallel, a line a trace first, then lined up as the ranks of one job."""
-    AnalyzeOptions.parse(args.steps, args.part, args.kernel_category)  # bad flags fail the command, first
+    # bad flags fail the command, first
+    AnalyzeOptions.parse(args.steps, args.part, args.kernel_category, steps_kind=args.steps_kind)
     if args.event_cost_ns is not None:
         parse_event_cost(args.event_cost_ns)
     items, early = [], {}
@@ -297,7 +325,7 @@ def print_job(result, answers: dict[str, Diagnosis | None], detail: bool) -> Non
             console.print(*host_tables(trace))
     else:
         console.print("each trace's ledger (its steps and host time): --detail; one trace in full: probe analyze TRACE")
-    if not result.one_job:
+    if result.not_a_job is not None:  # not one job
         console.print(f"not the ranks of one job ({escape(result.not_a_job)}): each trace is shown on its own")
     for table in job_tables(result):
         console.print(table)

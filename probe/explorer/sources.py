@@ -21,6 +21,7 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from engines.configs import presets
 from probe.analysis.records.files import is_trace_name, stem_of
@@ -45,10 +46,15 @@ MAX_SOURCES = 500  # a root such as $HOME must not hang the sidebar
 # files under the root
 
 
+SourceKind = Literal[
+    "run", "trace", "history", "job"
+]  # a results folder or file, a trace, a run history (DuckDB), a job
+
+
 @dataclass(frozen=True)
 class Source:
     rel: str  # path from the root, "/"-separated
-    kind: str  # "run" (a results folder or file) | "trace" | "history" (a run history, DuckDB) | "job"
+    kind: SourceKind
 
     @property
     def label(self) -> str:
@@ -169,7 +175,7 @@ def source_of(root: Path, path: str | Path | None) -> Source | None:
         return None
     if not _inside(base, base / rel):
         return None
-    kind = "trace" if is_trace_name(rel.name) else "run"
+    kind: SourceKind = "trace" if is_trace_name(rel.name) else "run"
     return Source(rel.as_posix() or ".", kind)
 
 
@@ -193,7 +199,7 @@ def stamp(path: Path) -> tuple:
 
 
 def trace_meta(root: Path, path: Path) -> Sidecar | None:
-    """`probe profile`'s sidecar for a trace (probe.compare.trace_meta), read only when every sidecar
+    """`probe profile`'s sidecar for a trace (probe.analysis.records.sidecar.trace_meta), read only when every sidecar
     in the trace's folder lies inside root."""
     if not all(_inside(root, m) for m in path.parent.glob("*.meta.json")):
         return None
@@ -201,8 +207,8 @@ def trace_meta(root: Path, path: Path) -> Sidecar | None:
 
 
 def telemetry_files(root: Path, folder: Path) -> list[Path]:
-    """Telemetry sample files (probe.telemetry.write_samples) in a run or trace folder, inside root (one that is
-    not a regular file is listed, and its reader says so in one line)."""
+    """Telemetry sample files (probe.analysis.records.telemetry.write_samples) in a run or trace folder, inside root
+    (one that is not a regular file is listed, and its reader says so in one line)."""
     return sorted(p for p in Path(folder).glob(TELEMETRY_GLOB) if _inside(root, p))
 
 

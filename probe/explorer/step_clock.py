@@ -29,6 +29,7 @@ lane, how many events went into how many bars, and a narrower window draws its e
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -59,6 +60,10 @@ HOST_KINDS = (  # the step's thread, top to bottom: (trace kinds, lane name, wha
     ((Kind.CPU_OP,), "ops", "op"),
     ((Kind.RUNTIME,), "runtime calls", "runtime call"),
 )
+
+BarKind = Literal[
+    "range", "python", "op", "runtime", "thread", "sync_wait", "external", "idle", "lead", "kernel", "memcpy", "memset"
+]
 LEAD = "before_gpu"  # the stretch from the host window's start to the step's first GPU op (not a gap: no GPU window)
 
 
@@ -75,7 +80,7 @@ class Bar:
     lane: int
     start_ns: int  # from the step's start (its host window opening)
     dur_ns: int
-    kind: str  # range | python | op | runtime | thread | sync_wait | external | idle | lead | kernel | memcpy | memset
+    kind: BarKind
     key: str  # the colour: a purpose part, a mechanism, a kernel category, an idle cause, "external", LEAD
     name: str  # the full name; for a merged bar, how many events of what
     detail: str  # what the hover adds: shapes, bytes, category, the launch, or a merged bar's top names

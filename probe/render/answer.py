@@ -37,9 +37,15 @@ def answer_lines(a: Answer) -> list[str]:
                 f"    {escape(w.change)}: {w.predicted_step_ms:.3f} ms, {saves} = {escape(w.arithmetic)}; "
                 f"if {escape(w.assumption)}"
             )
+    out += [f"  {escape(line)}" for line in d.withheld]
     for kind, other in a.diagnosis.by_kind.items():
         if other is not d:
             out.append(f"  the median {escape(kind)} step: {escape(other.headline)}")
+    mix = a.diagnosis.mix()
+    if len(mix) > 1:
+        n = sum(k for _, k, _ in mix)
+        parts = ", ".join(f"{k} {escape(words)} ({ns / 1e6:,.3f} ms)" for words, k, ns in mix)
+        out.append(f"  the {n} steps by verdict, measured time: {parts}")
     out += [f"[yellow]note:[/] {escape(n)}" for n in a.notes]
     return out
 

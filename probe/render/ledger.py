@@ -47,8 +47,13 @@ def steps_table(result: TraceAnalysis) -> Table:
         ["launches", "graphs", "kernels", "GPU window", "GPU busy", "busy %"] if gpu else ["top-level ops", "cpu ops"]
     )
     n = len(result.steps)
+    c = result.coverage
+    shares = [f"{100 * c.gpu_share:.0f}% of the GPU work"] if c and gpu and c.gpu_busy_ns else []
+    shares += [f"{100 * c.host_share:.0f}% of their thread's busy time"] if c and c.host_busy_ns else []
+    held = f"; they hold {' and '.join(shares)}" if shares else ""
     table = _table(
-        f"{result.source}  ({result.format}{rank}; {n} step{'s' * (n != 1)} found by {result.step_rule}; times in ms)",
+        f"{result.source}  ({result.format}{rank}; {n} step{'s' * (n != 1)} found by {result.step_rule}{held}; "
+        "times in ms)",
         cols,
     )
     for s in result.steps:

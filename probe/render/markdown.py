@@ -153,17 +153,52 @@ def _problems(report: Report) -> list[str]:
 
 
 def _diagnoses(report: Report) -> list[str]:
-    """What bounds each profiled engine's median step, and the diagnosis's predictions held against the cells."""
-    if not report.diagnoses and not report.checks:
+    """What bounds each profiled engine's median step, and its what-ifs held against the change made."""
+    if not report.diagnoses and not report.what_if_checks:
         return []
     out = ["", "## What bounds each profiled step (the step diagnosis, as `probe analyze` prints it)", ""]
     out += [f"- **{md_escape(label)}**: {md_escape(d.headline)}" for label, d in report.diagnoses.items()]
-    if report.checks:
-        out += ["", "| prediction | predicted ms | measured ms | measured / predicted | how |", "|---|---|---|---|---|"]
-        for c in report.checks:
-            cells = ("-" if x is None else f"{x:.3f}" for x in (c.predicted_ms, c.measured_ms, c.ratio))
-            out.append(f"| {md_escape(c.prediction)} | {' | '.join(cells)} | {md_escape(c.evidence)} |")
+    if report.what_if_checks:
+        out += [
+            "",
+            "### What-ifs checked by making the change (`what_if_checks`)",
+            "",
+            "| change | what-if | baseline measured ms | predicted ms | measured ms | error % | contended "
+            "| wrong term, or why not judged |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for c in report.what_if_checks:
+            numbers = (c.baseline_step_ms, c.predicted_step_ms, c.measured_step_ms)
+            figures = ("-" if x is None else f"{x:.3f}" for x in numbers)
+            error = "-" if c.error_pct is None else f"{c.error_pct:+.1f}"
+            why = c.wrong_term or (c.note if not c.judged else "holds")
+            out.append(
+                f"| {md_escape(c.change)} | {md_escape(c.what_if) or '-'} | {' | '.join(figures)} | {error} | "
+                f"{'-' if c.contended is None else ('yes' if c.contended else 'no')} | {md_escape(why)} |"
+            )
     return out
+
+
+def _not_judged(results: BenchResults, report: Report) -> list[str]:
+    """The contention rule, said once up front: what ran contended, and each judgment left unmade because of it."""
+    busy = [
+        f"cell {c.label} ({c.other_cpu_cores or 0.0:.2f} cores of other work)" for c in results.cells if c.contended
+    ]
+    if report.machine is not None and report.machine.contended:
+        busy.append(f"the floor ({report.machine.other_cpu_cores or 0.0:.2f} cores of other work)")
+    unmade = [f"verdict: {v.claim}: {v.evidence}" for v in report.verdicts if v.evidence.startswith("not judged")]
+    unmade += [
+        f"prediction {p.engine} p{p.prompt_tokens} B={p.batch}: {p.points_at}"
+        for p in report.predictions
+        if p.points_at.startswith("not judged")
+    ]
+    unmade += [f"what-if check {c.change}: {c.note}" for c in report.what_if_checks if c.note.startswith("not judged")]
+    if not busy and not unmade:
+        return []
+    lines = ["## Not judged: contended", "", "A contended cell, floor or sample is never judged.", ""]
+    lines += ["Ran contended:", "", *(f"- {md_escape(b)}" for b in busy), ""] if busy else []
+    lines += ["Not judged because of it:", "", *(f"- {md_escape(u)}" for u in unmade), ""] if unmade else []
+    return lines
 
 
 def report_markdown(results: BenchResults, report: Report, figures: list[Figure] | tuple = ()) -> str:
@@ -180,6 +215,7 @@ def report_markdown(results: BenchResults, report: Report, figures: list[Figure]
         *_status(results, report),
     ]
     lines += _problems(report)[1:] + [""] if report.failed or report.warnings else []
+    lines += _not_judged(results, report)
     lines += ["## The write-ups' predictions, checked here", ""]
     word = {True: "supported", False: "not supported", None: "not measured"}
     lines += [f"- **{word[v.supported]}**: {v.claim} ({v.source}). {v.evidence}" for v in report.verdicts]

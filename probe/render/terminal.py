@@ -56,7 +56,7 @@ def cells_table(results: BenchResults, title: str | None = None) -> Table:
         title=title or f"{results.config.model} {results.dtype} on {env.device_name}",
         title_justify="left",
     )
-    batched = any(c.batch > 1 for c in [*results.cells, *results.failed])
+    batched = any(c.batch > 1 for c in results.cells) or any(f.batch > 1 for f in results.failed)
     contended = any(c.contended for c in results.cells)
     hosts = len({c.host for c in results.cells if c.host}) > 1  # a sweep over a cluster: where each cell ran
     for col in (
@@ -485,13 +485,14 @@ def diagnosis_lines(report: Report) -> list[str]:
     """What bounds each profiled engine's median step (probe.analysis.diagnosis.verdict), and its predictions
     checked."""
     out = [f"[bold]{escape(label)}[/]: {escape(d.headline)}" for label, d in report.diagnoses.items()]
-    for c in report.checks:
-        if c.ratio is None:
-            out.append(f"check: {escape(c.prediction)}: {escape(c.evidence)}")
+    for c in report.what_if_checks:
+        if c.error_pct is None:
+            out.append(f"check: {escape(c.change)}: {escape(c.note)}")
         else:
+            why = c.wrong_term or (c.note if not c.judged else "holds")
             out.append(
-                f"check: {escape(c.prediction)}: predicted {c.predicted_ms:.3f} ms, measured {c.measured_ms:.3f} ms "
-                f"({c.ratio:.2f}x; {escape(c.evidence)})"
+                f"check: {escape(c.change)} ({escape(c.what_if)}): predicted {c.predicted_step_ms:.3f} ms, "
+                f"measured {c.measured_step_ms:.3f} ms ({c.error_pct:+.1f}%; {escape(why)})"
             )
     return out
 

@@ -1,6 +1,6 @@
-"""The text every output shares: units, shortened names, escaping, and the first line of an error.
+"""The text every output shares: units, shortened names and escaping (an error's first line is probe.errors').
 
-A leaf: it imports nothing from probe, so every layer may use it (the analysis side's one-line errors too).
+A leaf: it imports nothing from probe, so every layer may use it.
 """
 
 from __future__ import annotations
@@ -35,13 +35,3 @@ def md_escape(text: str) -> str:
     """`text` as literal Markdown: every character Markdown could read as syntax escaped, newlines as spaces (a
     table cell or a list item stays one line)."""
     return " ".join(str(text).splitlines()).translate(_MARKDOWN_SPECIAL)
-
-
-def first_line(e: BaseException, with_type: bool = False) -> str:
-    """An error in one line: the first non-empty line of its message, else its type's name; `with_type` puts the
-    type's name in front ("OSError: ...") where the message alone would not say what failed."""
-    lines = [line for line in str(e).strip().splitlines() if line.strip()]
-    name = type(e).__name__
-    if not lines:
-        return name
-    return f"{name}: {lines[0]}" if with_type else lines[0]

@@ -3,19 +3,20 @@ when
 a model is known (probe.analysis.roofline.step), and the roofline of every op that launched kernels
 (probe.analysis.roofline.ops). `probe analyze` prints it first and puts it in `--json`; the explorer draws it.
 
-The device is the trace's own (`deviceProperties`), else `--device`; without either, no roofline and a line that
-says so. The dtype is `--dtype`, else the input type of the GEMMs that took the most GPU time, else bfloat16.
+The device is `--device-file`'s when given, else the trace's own (`deviceProperties`), else `--device`; without
+any, no roofline and a line that says so. The dtype is `--dtype`, else the input type of the GEMMs that took the
+most GPU time, else bfloat16.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from probe.analysis.diagnosis.evidence import Context
 from probe.analysis.diagnosis.verdict import TraceDiagnosis, diagnose_trace
 from probe.analysis.ledger.gpu import attribute
 from probe.analysis.ledger.types import TraceAnalysis
-from probe.analysis.roofline.devices import Device, device, match_device
+from probe.analysis.roofline.devices import Device, device, match_device, unpublished
 from probe.analysis.roofline.formulas import arch_for
 from probe.analysis.roofline.ops import OpRoofline, op_rooflines
 from probe.analysis.roofline.step import StepRoofline, TokenFlags, gpu_ms_at, step_roofline
@@ -55,18 +56,28 @@ class Answer:
         }
 
 
-def trace_device(trace: Trace, name: str | None) -> tuple[Device | None, str | None]:
-    """The device the trace says it ran on, else the one named; (None, why not) when neither is known."""
-    for info in trace.devices:
-        found = match_device(info.name) if info.name else None
+def trace_device(trace: Trace, name: str | None, given: Device | None = None) -> tuple[Device | None, str | None]:
+    """The device from `--device-file` when given, else the one the trace says it ran on, else the one named;
+    (None, why not) when none is known. A device is named once, however many GPUs the trace lists."""
+    if given is not None:
+        return given, None
+    said = list(dict.fromkeys(d.name for d in trace.devices if d.name))
+    for gpu in said:
+        found = match_device(gpu)
         if found is not None:
             return found, None
     if name:
         return device(name), None
-    said = ", ".join(d.name for d in trace.devices if d.name)
+    for gpu in said:
+        part = unpublished(gpu)
+        if part is not None:
+            return None, f"the trace's device ({gpu}) has no published figures: {part.why}; give --device-file FILE"
     if said:
-        return None, f"the trace's device ({said}) is not in the device table: give --device NAME"
-    return None, "the trace does not name its device: give --device NAME for the rooflines"
+        return None, (
+            f"the trace's device ({', '.join(said)}) is not in the device table: give --device NAME or "
+            "--device-file FILE"
+        )
+    return None, "the trace does not name its device: give --device NAME (or --device-file FILE) for the rooflines"
 
 
 def _dtype(ops: tuple[OpRoofline, ...], given: str | None) -> str:
@@ -86,11 +97,15 @@ def answer(
     dtype: str | None = None,
     flags: TokenFlags | None = None,
     contended: str | None = None,
+    threads: tuple[int, int] | None = None,
+    device_given: Device | None = None,
 ) -> Answer:
     """Diagnose every step; with a model and a device, put the roofline beside each; with shapes, the per-op
-    roofline, over the trace and the top ones of each step."""
+    roofline, over the trace and the top ones of each step. `threads`: (intra-op threads the trace ran on, the
+    machine's cores), from its sidecar, for the CPU's threads what-if."""
     notes: list[str] = []
-    dev, why = trace_device(trace, device_name) if analysis.on_gpu or device_name else (None, None)
+    wanted = analysis.on_gpu or device_name or device_given
+    dev, why = trace_device(trace, device_name, device_given) if wanted else (None, None)
     if why:
         notes.append(why)
     gpu = attribute(trace, *analysis.windows())
@@ -119,7 +134,8 @@ def answer(
                 continue
             rooflines[s.position] = r
             at[s.position] = gpu_ms_at(arch, kind, dev, r)
-    diagnosis = diagnose_trace(analysis, Context.of(trace, contended=contended), at)
+    context = replace(Context.of(trace, contended=contended, analysis=analysis), step_ops=step_ops, threads=threads)
+    diagnosis = diagnose_trace(analysis, context, at)
     return Answer(
         diagnosis,
         rooflines,

@@ -7,16 +7,18 @@ prices the changes.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
-from probe.analysis.ledger.types import StepLedger
+from probe.analysis.diagnosis.conditions import StepFacts, step_facts
+from probe.analysis.ledger.types import StepLedger, TraceAnalysis
+from probe.analysis.roofline.ops import OpRoofline
 from probe.analysis.trace import GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
 
-Bound = Literal["host", "gpu", "external", "cpu_only"]
+Bound = Literal["host", "gpu", "external", "cpu_only", "unknown"]
 
 
 EXTERNAL_SHARE = 0.5  # of the host window blocked on unseen device work: the verdict is `external`
@@ -25,7 +27,10 @@ EXTERNAL_SHARE = 0.5  # of the host window blocked on unseen device work: the ve
 CLOSE = 0.1  # host and GPU work within 10%: balanced
 
 
-HOST_BOUND_BY = ("python", "dispatch", "launch", "unattributed")  # mechanism parts of host work, in the verdict
+# the parts of host work the verdict names: data loading (its ranges, ops and frames), then outside it the mechanism
+HOST_BOUND_BY = ("data", "python", "dispatch", "launch", "other_threads", "unattributed")
+# in the headline: "host-bound, by data loading"
+HOST_BY_WORDS = {"data": "data loading", "other_threads": "other threads' work"}
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,18 @@ class Evidence:
     launches: int
     graph_launches: int
     kernels: int
+    data_ns: int = 0  # host work inside data loading (its sync wait left out); the four parts above exclude it
+    communication_ns: int = 0  # of the host window, inside collectives' ranges, ops and frames
+    gpu_communication_ns: int = 0  # the step's communication kernels (their summed durations)
+    launches_unmatched: int = 0  # launch calls of the step none of whose GPU ops is in the trace
+    other_threads_ns: int = 0  # time no event of the step's thread covers while another thread ran: out of unattributed
+    own_wait_ns: int = 0  # of the sync wait, the part on the step's own GPU work (StepLedger.own_wait_ns)
+    profiler_ns: int = 0  # the profiler's own cost in the host window, when the sidecar gives it (0: not known)
+
+    @property
+    def unprofiled_host_ns(self) -> int:
+        """Host work less the profiler's own cost: what the verdict and the what-ifs weigh."""
+        return self.host_work_ns - self.profiler_ns
 
     def to_json(self) -> dict:
         out = {}
@@ -65,36 +82,52 @@ class Evidence:
         """to_json's inverse (us back to whole ns)."""
         values: dict[str, Any] = {}  # each field's value as the JSON holds it
         for f in dataclasses.fields(cls):
-            if f.name.endswith("_ns"):
-                us = doc[f.name[:-3] + "_us"]
-                values[f.name] = None if us is None else round(us * 1e3)
-            else:
-                values[f.name] = doc[f.name]
+            key = f.name[:-3] + "_us" if f.name.endswith("_ns") else f.name
+            if key not in doc and f.default is not dataclasses.MISSING:
+                continue  # a field added since the JSON was written: its default
+            value = doc[key]
+            values[f.name] = (None if value is None else round(value * 1e3)) if f.name.endswith("_ns") else value
         return cls(**values)
 
 
 @dataclass(frozen=True)
 class Context:
-    """What the trace says beyond one step: the cost of one graph launch and of one launch call, and the
-    roofline's predicted GPU time per batch size when a model is known (`gpu_ms_at(batch)`)."""
+    """What the trace says beyond one step: the cost of one graph launch and of one launch call, the roofline's
+    predicted GPU time per batch size when a model is known (`gpu_ms_at(batch)`), what each step was checked for
+    (`facts`, by position: probe.analysis.diagnosis.conditions), each step's top ops beside their roof, the weights'
+    traffic time on a CPU with a model and a measured bandwidth, and the threads the trace ran on against the cores."""
 
     graph_launch_ns: float | None = None  # the trace's median graph-launch call
     launch_call_ns: float | None = None  # the trace's median kernel launch call
     gpu_ms_at: Callable[[int], float] | None = None  # batch -> the roofline's GPU ms for the step at that batch
     contended: str | None = None  # a line saying the figures were measured under contention
+    facts: Mapping[int, StepFacts] = field(default_factory=dict)  # by step position
+    step_ops: Mapping[int, tuple[OpRoofline, ...]] = field(default_factory=dict)  # by step position
+    weights_ns: float | None = None  # a CPU step's weight bytes over the measured bandwidth
+    threads: tuple[int, int] | None = None  # (intra-op threads the trace ran on, the machine's cores)
 
     @classmethod
-    def of(cls, trace: Trace | None = None, gpu_ms_at=None, contended: str | None = None) -> Context:
-        """From a trace (for the launch calls' own durations), a roofline, and a contention line."""
+    def of(
+        cls,
+        trace: Trace | None = None,
+        gpu_ms_at=None,
+        contended: str | None = None,
+        analysis: TraceAnalysis | None = None,
+    ) -> Context:
+        """From a trace (the launch calls' own durations; with its analysis, each step's facts), a roofline, and a
+        contention line."""
         graph = launch = None
+        facts: dict[int, StepFacts] = {}
         if trace is not None:
             rt = trace.rows(Kind.RUNTIME)
-            base = [api_base_name(trace.names[n]) for n in trace.name_id[rt].tolist()]
-            graph_rows = rt[[b in GRAPH_LAUNCH_NAMES for b in base]]
-            launch_rows = rt[[b in LAUNCH_NAMES for b in base]]
+            graph_names = trace.name_ids(lambda s: api_base_name(s) in GRAPH_LAUNCH_NAMES)
+            launch_names = trace.name_ids(lambda s: api_base_name(s) in LAUNCH_NAMES)
+            graph_rows, launch_rows = rt[graph_names[trace.name_id[rt]]], rt[launch_names[trace.name_id[rt]]]
             graph = float(np.median(trace.dur_ns[graph_rows])) if len(graph_rows) else None
             launch = float(np.median(trace.dur_ns[launch_rows])) if len(launch_rows) else None
-        return cls(graph, launch, gpu_ms_at, contended)
+            if analysis is not None:
+                facts = step_facts(trace, analysis)
+        return cls(graph, launch, gpu_ms_at, contended, facts)
 
 
 def ms(ns: float) -> str:
@@ -106,7 +139,15 @@ def pct(x: float) -> str:
 
 
 def evidence(s: StepLedger) -> Evidence:
-    m = s.mechanism_ns
+    """The figures of one step. Host work splits into data loading (the data ranges' time less their sync wait) and,
+    outside it, Python, dispatch, launch and runtime calls, other threads' work (time no event of the step's thread
+    covers while another thread of its process runs events) and unattributed time: the six add up to it."""
+    d = s.data_mechanism_ns
+    m = {k: v - d.get(k, 0) for k, v in s.mechanism_ns.items()}
+    host_work = s.host_work_ns
+    profiler = 0
+    if s.unprofiled_estimate_ns is not None:  # the profiler's own cost lands on the host's work
+        profiler = int(min(max(s.wall_ns - s.unprofiled_estimate_ns, 0), host_work))
     end = s.start_ns + s.wall_ns
     before = max(0, s.gpu_start_ns - s.start_ns) if s.gpu_start_ns is not None else None
     after = max(0, end - s.gpu_end_ns) if s.gpu_end_ns is not None else None
@@ -125,10 +166,17 @@ def evidence(s: StepLedger) -> Evidence:
         launch_ns=m.get("launch", 0) + m.get("runtime", 0),
         dispatch_ns=m.get("dispatch", 0),
         python_ns=m.get("python", 0),
-        unattributed_ns=m.get("unattributed", 0),
+        unattributed_ns=m.get("unattributed", 0) - s.unattributed_other_ns,
         launches=s.launches,
         graph_launches=s.graph_launches,
         kernels=s.kernels,
+        data_ns=sum(d.values()) - d.get("sync_wait", 0),
+        communication_ns=s.purpose_ns.get("communication", 0),
+        gpu_communication_ns=s.kernels_by_category.get("communication", 0),
+        launches_unmatched=s.launches_unmatched,
+        other_threads_ns=s.unattributed_other_ns,
+        own_wait_ns=s.own_wait_ns,
+        profiler_ns=profiler,
     )
 
 
@@ -138,13 +186,40 @@ def side_of(host_work: int, gpu: int) -> Bound:
 
 def largest_host_part(e: Evidence) -> str:
     parts = {"python": e.python_ns, "dispatch": e.dispatch_ns, "launch": e.launch_ns, "unattributed": e.unattributed_ns}
+    parts["data"], parts["other_threads"] = e.data_ns, e.other_threads_ns
     return max(HOST_BOUND_BY, key=lambda p: parts[p])
+
+
+def gpu_side_missing(e: Evidence) -> str | None:
+    """Why the step's GPU side cannot be weighed against its host work, or None when it can. None of its launch
+    calls has a GPU op in the trace (kernel collection was off or failed); or some have none, and were each as long
+    as the step's recorded launches on average, the GPU work would reach the host's: then the verdict could flip.
+    A GPU-bound step stays GPU-bound whatever is missing (its GPU work is at least what was recorded)."""
+    calls = e.launches + e.graph_launches
+    if not e.launches_unmatched or not calls:
+        return None
+    if e.launches_unmatched >= calls:
+        return (
+            f"none of its {calls:,} launch calls has a GPU op in the trace (kernel collection was off or failed: "
+            "torch.profiler without ProfilerActivity.CUDA, or CUPTI unavailable)"
+        )
+    per = e.gpu_busy_ns / (calls - e.launches_unmatched)
+    estimate = e.gpu_busy_ns + e.launches_unmatched * per
+    if e.gpu_busy_ns >= e.host_work_ns or estimate < e.host_work_ns:
+        return None
+    return (
+        f"{e.launches_unmatched:,} of its {calls:,} launch calls ({pct(e.launches_unmatched / calls)}) have no GPU op "
+        f"in the trace: at the recorded ones' {ms(per)} ms each the GPU work would be {ms(estimate)} ms, past the "
+        f"host's {ms(e.host_work_ns)} ms"
+    )
 
 
 _DIRECTION = {"HtoD": "host to device", "DtoH": "device to host", "DtoD": "device to device", "HtoH": "host to host"}
 
 
 def site_text(s: StepLedger) -> str:
+    """The step's largest sync site in words: the call, the copy it waited for (size, direction, host memory), the
+    op that issued it and the Python frames around it."""
     if not s.sync_sites:
         return ""
     site = s.sync_sites[0]
@@ -155,5 +230,7 @@ def site_text(s: StepLedger) -> str:
             f"{site.copy_bytes:,} B" if site.copy_bytes is not None else "",
             _DIRECTION.get(site.copy_kind or "", ""),
         ]
-        copy = f" (a {' '.join(w for w in what if w)} copy)"
-    return f" in {site.call}{copy}" + (f" at {' in '.join(dict.fromkeys(where))}" if where else "")
+        memory = f", {site.copy_memory} host memory" if site.copy_memory else ""
+        copy = f" (a {' '.join(w for w in what if w)} copy{memory})"
+    under = f" under {site.op}" if site.op and site.op != site.call else ""
+    return f" in {site.call}{copy}{under}" + (f" at {' in '.join(dict.fromkeys(where))}" if where else "")

@@ -17,11 +17,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from probe.analysis.diagnosis.evidence import Context
 from probe.analysis.diagnosis.verdict import Diagnosis
-from probe.analysis.diagnosis.what_if import predict_batch
+from probe.analysis.diagnosis.what_if import WhatIf, predict_batch
 from probe.analysis.records.results import BenchResults, Cell
-from probe.analysis.roofline.formulas import batch_limit, predict_step_ms
+from probe.analysis.roofline.formulas import StepBinding, batch_limit, predict_step_ms
 
 HOLDS = 0.15  # |measured / predicted - 1| within this: the prediction holds (Part 2 missed by 12-15%)
 
@@ -42,6 +41,8 @@ class Machine:
     bandwidth_source: str
     datasheet_bandwidth_bytes_s: float | None = None  # the vendor's peak, shown beside it on a known GPU
     datasheet_source: str | None = None
+    contended: bool | None = None  # other processes took the CPU while the floor was measured (None: not known)
+    other_cpu_cores: float | None = None
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class Prediction:
     traffic_ms: float
     floor_ms: float
     predicted_ms: float
-    binding: str  # "host" | "bandwidth"
+    binding: StepBinding
     measured_ms: float  # ITL p50
     ratio: float  # measured / predicted
     points_at: str
@@ -69,6 +70,24 @@ class Verdict:
     numbers: dict = field(default_factory=dict)
 
 
+def contended_text(what: str, other_cpu_cores: float | None) -> str:
+    """The one line of the contention rule: a contended cell, floor or sample is never judged."""
+    cores = f" ({other_cpu_cores:.2f} cores of other work beside it)" if other_cpu_cores is not None else ""
+    return f"not judged: {what} ran contended{cores}"
+
+
+def not_judged(cells: list[Cell], machine: Machine | None = None) -> str | None:
+    """The contention rule for a judgment that stands on `cells` (and on the floor, with `machine`): the line that
+    says why it is not judged, or None when every figure it uses ran uncontended."""
+    if machine is not None and machine.contended:
+        return contended_text("the floor", machine.other_cpu_cores)
+    busy = [c for c in cells if c.contended]
+    if not busy:
+        return None
+    worst = max(c.other_cpu_cores or 0.0 for c in busy)
+    return contended_text(", ".join(c.label for c in busy), worst)
+
+
 def points_at(ratio: float, binding: str, recompute: bool) -> str:
     if ratio < 1 - HOLDS:
         return f"{binding} term too high: the step beats it"
@@ -82,52 +101,153 @@ def points_at(ratio: float, binding: str, recompute: bool) -> str:
 
 
 @dataclass(frozen=True)
-class Check:
-    """A prediction the step diagnosis made from one engine's profiled trace, held against the cell that measures
-    it: the ratio is measured / predicted (1 is exact)."""
+class Side:
+    """One side of a what-if check, measured in turn with the others (probe.capture.ab.interleaved_steps): an engine
+    at a batch and an intra-op thread count (0: the run's own)."""
 
-    prediction: str
-    predicted_ms: float | None
-    measured_ms: float | None
-    ratio: float | None
-    evidence: str
+    engine: str
+    batch: int = 1
+    threads: int = 0
+
+    @property
+    def label(self) -> str:
+        return (
+            self.engine + (f" B={self.batch}" if self.batch > 1 else "") + (f" {self.threads}T" if self.threads else "")
+        )
 
 
-def prediction_checks(results: BenchResults, diagnoses: dict[str, Diagnosis], prompt: int) -> list[Check]:
-    """The diagnosis's what-ifs against measurement (probe.analysis.diagnosis.verdict, the same code `probe analyze`
-    runs):
-    the cached engine's trace predicts the static engine's step (capturing the forward in a graph), and B = 1
-    predicts B = 2 (the batch what-if's model at B = 2)."""
-    cached = diagnoses.get("cached")
-    static, two = cell_at(results, "static", prompt), cell_at(results, "batched", prompt, 2)
-    to_static, to_two = f"the cached trace predicts the static step at p{prompt}", f"B=1 predicts B=2 at p{prompt}"
-    if cached is None or cached.bound == "cpu_only":
-        why = "no profiled cached trace" if cached is None else "a CPU trace: no graph to capture, no GPU side"
-        return [
-            Check(to_static, None, None, None, f"not checked: {why}"),
-            Check(to_two, None, None, None, f"not checked: {why}"),
-        ]
+@dataclass(frozen=True)
+class Measured:
+    """A side's median decode step, and whether other processes took the CPU during its decode phases."""
+
+    step_ms: float
+    contended: bool | None
+    other_cpu_cores: float | None = None
+
+
+@dataclass(frozen=True)
+class WhatIfCheck:
+    """A what-if the baseline engine's profiled step predicted, held against the change made (report.json's
+    `what_if_checks`). error_pct = 100 (measured / predicted - 1); `wrong_term`, past HOLDS, names the term of the
+    prediction that departed; a contended side is never judged (`note` says so)."""
+
+    change: str  # "cached -> static", "batched B=1 -> B=4", "cached 1 -> 2 threads"
+    what_if: str  # the diagnosis's line it checks
+    predicted_step_ms: float | None
+    measured_step_ms: float | None
+    error_pct: float | None
+    contended: bool | None
+    wrong_term: str | None = None
+    note: str = ""  # how it was predicted; or why not checked, or not judged
+    baseline_step_ms: float | None = None  # the baseline measured beside it (the profile priced it at what_if.step_ms)
+
+    @property
+    def judged(self) -> bool:
+        return self.error_pct is not None and not self.contended
+
+
+CHECK_BATCHES = (2, 4, 8)
+
+
+def check_sides(d: Diagnosis | None, baseline: str = "cached") -> list[Side]:
+    """The sides the checks of `d`'s what-ifs measure: the baseline, static, batched at B = 1, 2, 4 and 8, and the
+    baseline on the threads a threads what-if names."""
+    sides = [Side(baseline), Side("static"), Side("batched"), *(Side("batched", b) for b in CHECK_BATCHES)]
+    if d is not None and (w := _find(d, "run the ops on ")) is not None:
+        sides.append(Side(baseline, threads=_threads_of(w)))
+    return sides
+
+
+def _find(d: Diagnosis, *prefixes: str) -> WhatIf | None:
+    return next((w for w in d.what_if if w.change.startswith(prefixes)), None)
+
+
+def _threads_of(w: WhatIf) -> int:
+    return int(w.change.removeprefix("run the ops on ").split()[0])
+
+
+STATIC_CHANGES = ("compile the forward", "capture the forward", "make the shapes static")
+
+
+def what_if_checks(d: Diagnosis | None, measured: dict[Side, Measured], baseline: str = "cached") -> list[WhatIfCheck]:
+    """Each change one of our engines makes, predicted by the baseline's profiled step `d` and measured: the step
+    compiled or captured (static), batched at B = 2, 4 and 8 (from batched at B = 1), and on more threads."""
+    base = measured.get(Side(baseline))
+    one = measured.get(Side("batched"))
     out = []
-    w = next((w for w in cached.what_if if w.change == "capture the forward in a CUDA graph"), None)
-    if static is None:
-        out.append(Check(to_static, None, None, None, "not checked: no static cell at this prompt"))
-    elif w is None:
-        out.append(Check(to_static, None, None, None, "not checked: the diagnosis offers no capture (it buys nothing)"))
-    else:
-        out.append(_check(to_static, w.predicted_step_ms, static, w.arithmetic))
-    if two is None:
-        out.append(Check(to_two, None, None, None, "not checked: no batched B=2 cell"))
-    else:
+    static = _find(d, *STATIC_CHANGES) if d is not None else None
+    out.append(_check(f"{baseline} -> static", static, None, base, measured.get(Side("static")), d))
+    batch = _find(d, "batch ") if d is not None else None
+    for b in CHECK_BATCHES:
+        predicted = predict_batch(batch.terms, b) if batch is not None else None
+        out.append(_check(f"batched B=1 -> B={b}", batch, predicted, one, measured.get(Side("batched", b)), d, b))
+    threads = _find(d, "run the ops on ") if d is not None else None
+    if threads is not None:
+        n = _threads_of(threads)
         out.append(
-            _check(to_two, predict_batch(cached.evidence, 2, Context()) / 1e6, two, "host work stays, GPU work doubles")
+            _check(f"{baseline} -> {n} threads", threads, None, base, measured.get(Side(baseline, threads=n)), d)
         )
     return out
 
 
-def _check(prediction: str, predicted_ms: float, cell: Cell, how: str) -> Check:
-    measured = cell.itl_p50_ms
-    note = " (the cell ran contended: the ratio is not a verdict)" if cell.contended else ""
-    return Check(prediction, predicted_ms, measured, measured / predicted_ms, f"{how}; measured ITL p50{note}")
+def _check(
+    change: str,
+    w: WhatIf | None,
+    predicted: float | None,
+    base: Measured | None,
+    after: Measured | None,
+    d: Diagnosis | None,
+    batch: int = 1,
+) -> WhatIfCheck:
+    if d is None:
+        return WhatIfCheck(change, "", None, after.step_ms if after else None, None, None, note="no profiled baseline")
+    if w is None:
+        why = next((line for line in d.withheld if line.startswith(("compile", "capture", "batch", "run"))), None)
+        note = why or "the diagnosis offers no such change (it buys nothing on this step)"
+        return WhatIfCheck(change, "", None, after.step_ms if after else None, None, None, note=f"not checked: {note}")
+    predicted = w.predicted_step_ms if predicted is None else predicted
+    if after is None or base is None:
+        return WhatIfCheck(
+            change, w.change, predicted, None, None, None, note="not checked: the change was not measured"
+        )
+    error = 100 * (after.step_ms / predicted - 1) if predicted else None
+    contended = bool(base.contended or after.contended) if None not in (base.contended, after.contended) else None
+    if contended:
+        cores = max(m.other_cpu_cores or 0.0 for m in (base, after))
+        note = f"not judged: contended ({cores:.2f} cores of other work beside it)"
+        return WhatIfCheck(change, w.change, predicted, after.step_ms, error, True, None, note, base.step_ms)
+    wrong = None
+    if error is not None and abs(error) > 100 * HOLDS:
+        wrong = wrong_term(w, base.step_ms, after.step_ms, batch)
+    return WhatIfCheck(change, w.change, predicted, after.step_ms, error, contended, wrong, w.arithmetic, base.step_ms)
+
+
+def wrong_term(w: WhatIf, base_ms: float, after_ms: float, batch: int = 1) -> str:
+    """Which term of the prediction departed: the baseline first (the profiled step, unprofiled, against the same
+    step measured beside the change), then the term the change moves."""
+    if w.step_ms and abs(base_ms / w.step_ms - 1) > HOLDS:
+        return (
+            f"the baseline: the profile priced its step at {w.step_ms:.3f} ms, it measured {base_ms:.3f} ms beside "
+            "the change (the profiled step's estimate, not the change, departed)"
+        )
+    t = w.terms
+    if "compute" in t:  # compile: the compute stays, the overhead shrinks to the calls a compiled graph makes
+        kept = after_ms - t["compute"]
+        if kept < 0:
+            return f"compute: the compiled step ({after_ms:.3f} ms) beat the ops' compute ({t['compute']:.3f} ms)"
+        return f"the overhead a compiled graph keeps: predicted {t['calls']:.3f} ms, measured {kept:.3f} ms"
+    if "per_sequence" in t:  # batch: the per-sequence work, measured from B = 1 to B
+        slope = (after_ms - base_ms) / (batch - 1)
+        return f"the per-sequence work: predicted {t['per_sequence']:.3f} ms a sequence, measured {slope:.3f} ms"
+    if "parallel" in t:
+        return (
+            f"the work that splits across threads (GEMM, attention): predicted to save "
+            f"{w.step_ms - w.predicted_step_ms:.3f} ms, measured {base_ms - after_ms:.3f} ms"
+        )
+    if "kept" in t:  # capture: the host work outside the region, or the GPU's
+        side = "the GPU work" if t["gpu"] >= t["host"] else "the host work left outside the capture"
+        return f"{side}: predicted a step of {w.predicted_step_ms:.3f} ms, measured {after_ms:.3f} ms"
+    return f"the step: predicted {w.predicted_step_ms:.3f} ms, measured {after_ms:.3f} ms"
 
 
 @dataclass(frozen=True)
@@ -180,7 +300,7 @@ def predictions(
                 binding,
                 c.itl_p50_ms,
                 ratio,
-                points_at(ratio, binding, c.recomputes),
+                not_judged([c], machine if own is None else None) or points_at(ratio, binding, c.recomputes),
                 own.source if own is not None else "eager floor",
             )
         )
@@ -206,6 +326,8 @@ def host_overhead_verdict(results: BenchResults) -> Verdict:
     if trio is None:
         return Verdict(claim, source, None, "needs naive, cached and static cells at one prompt length")
     naive, cached, static = trio
+    if why := not_judged(trio):
+        return Verdict(claim, source, None, why)
     short = naive.prompt_tokens
     cache_gain = naive.itl_p50_ms / cached.itl_p50_ms
     static_gain = cached.itl_p50_ms / static.itl_p50_ms
@@ -240,14 +362,8 @@ def batching_verdict(results: BenchResults, arch, machine: Machine | None, engin
         return Verdict(claim, source, None, f"needs {engine} cells at batch 1 and larger at one prompt length")
     by_batch = {c.batch: c for c in cells if c.prompt_tokens == prompt}
     one = by_batch[1]
-    if one.contended:
-        return Verdict(
-            claim,
-            source,
-            None,
-            f"not judged: the B=1 cell at p{prompt}, the reference every scaling is taken against, ran contended "
-            f"({one.other_cpu_cores:.2f} cores of other work beside it)",
-        )
+    if why := not_judged(list(by_batch.values())):  # every B: a contended batch misreads the scaling as much
+        return Verdict(claim, source, None, f"{why} (at p{prompt})")
     rows = {
         b: {
             "itl_ms": c.itl_p50_ms,

@@ -12,13 +12,14 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from probe.analysis.diagnosis.predictions import Check, Machine, OverheadReport, Prediction, Verdict, cell_at
+from probe.analysis.diagnosis.predictions import Machine, OverheadReport, Prediction, Verdict, WhatIfCheck, cell_at
 from probe.analysis.diagnosis.verdict import Diagnosis
 from probe.analysis.ledger.digest import StepDigest
 from probe.analysis.ledger.types import TraceAnalysis, steady
 from probe.analysis.records.files import read_json
 from probe.analysis.records.results import BenchResults, Cell
 from probe.analysis.records.runfolder import REPORT_FILE
+from probe.analysis.records.sidecar import Tool
 from probe.analysis.records.telemetry import ENERGY_WINDOW_NOTE
 from probe.errors import ProbeError
 
@@ -30,7 +31,7 @@ class StepCounts:
 
     engine: str
     trace: str  # the file's name: the figures' source
-    tool: str  # "torch.profiler" | "nsys"
+    tool: Tool
     steps: int
     on_gpu: bool
     wall_us: float
@@ -58,7 +59,7 @@ def engine_label(engine: str, batch: int = 1) -> str:
 
 
 def step_counts(
-    engine: str, analysis: TraceAnalysis, trace: str, tool: str = "torch.profiler", batch: int = 1
+    engine: str, analysis: TraceAnalysis, trace: str, tool: Tool = "torch.profiler", batch: int = 1
 ) -> StepCounts:
     steps = steady(analysis.steps)
 
@@ -266,7 +267,7 @@ class Report:
     failed: dict[str, str] = field(default_factory=dict)  # part of the run -> its error, one line
     self_check: SelfCheck | None = None
     diagnoses: dict[str, Diagnosis] = field(default_factory=dict)  # engine label -> its profiled median step's
-    checks: list[Check] = field(default_factory=list)  # the diagnosis's predictions against the cells
+    what_if_checks: list[WhatIfCheck] = field(default_factory=list)  # the what-ifs held against the change made
     # The run as it stands: "running", "complete", "interrupted" or "failed: <error>"; what it has not measured yet,
     # one line each; the command that finishes it (None once complete); the threads a CPU run chose.
     status: str = "complete"
@@ -293,7 +294,7 @@ class Report:
             "failed": dict(self.failed),
             "self_check": self.self_check.to_json() if self.self_check else None,
             "diagnoses": {label: d.to_json() for label, d in self.diagnoses.items()},
-            "checks": [dataclasses.asdict(c) for c in self.checks],
+            "what_if_checks": [dataclasses.asdict(c) for c in self.what_if_checks],
             "status": self.status,
             "missing": list(self.missing),
             "resume": self.resume,
@@ -321,7 +322,7 @@ class Report:
                 msgspec.convert(doc.get("failed") or {}, dict[str, str]),
                 msgspec.convert(doc.get("self_check"), SelfCheck | None),
                 {str(k): Diagnosis.from_json(d) for k, d in (doc.get("diagnoses") or {}).items()},
-                msgspec.convert(doc.get("checks") or [], list[Check]),
+                msgspec.convert(doc.get("what_if_checks") or [], list[WhatIfCheck]),
                 msgspec.convert(doc.get("status") or "complete", str),
                 msgspec.convert(doc.get("missing") or [], list[str]),
                 msgspec.convert(doc.get("resume"), str | None),

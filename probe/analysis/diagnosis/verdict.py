@@ -47,10 +47,12 @@ from dataclasses import dataclass, replace
 from probe.analysis.diagnosis.evidence import (
     CLOSE,
     EXTERNAL_SHARE,
+    HOST_BY_WORDS,
     Bound,
     Context,
     Evidence,
     evidence,
+    gpu_side_missing,
     largest_host_part,
     ms,
     pct,
@@ -76,6 +78,7 @@ class Diagnosis:
     evidence: Evidence
     what_if: tuple[WhatIf, ...]  # largest saving first
     caveats: tuple[str, ...] = ()  # what the figures cannot be trusted for (contention), said first
+    withheld: tuple[str, ...] = ()  # the changes not offered, each with the condition that failed on this trace
 
     def to_json(self) -> dict:
         return {
@@ -90,6 +93,7 @@ class Diagnosis:
             "caveats": list(self.caveats),
             "evidence": self.evidence.to_json(),
             "what_if": [w.to_json() for w in self.what_if],
+            "withheld": list(self.withheld),
         }
 
     @classmethod
@@ -105,8 +109,9 @@ class Diagnosis:
             headline=str(doc["headline"]),
             lines=tuple(doc["lines"]),
             evidence=Evidence.from_json(doc["evidence"]),
-            what_if=tuple(WhatIf(**w) for w in doc["what_if"]),
+            what_if=tuple(WhatIf.from_json(w) for w in doc["what_if"]),
             caveats=tuple(doc.get("caveats", ())),
+            withheld=tuple(doc.get("withheld", ())),
         )
 
 
@@ -115,18 +120,23 @@ def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None) -> Dia
     context = context or Context()
     e = evidence(s)
     caveats = (context.contended,) if context.contended else ()
+    host = e.unprofiled_host_ns  # the profiler's own cost is not the step's
+    missing = gpu_side_missing(e) if on_gpu else None
     if not on_gpu:
         bound: Bound = "cpu_only"
         then = None
+    elif missing:
+        bound, then = "unknown", None
     elif e.wall_ns and e.external_wait_ns >= EXTERNAL_SHARE * e.wall_ns:
-        bound, then = "external", side_of(e.host_work_ns, e.gpu_busy_ns)
+        bound, then = "external", side_of(host, e.gpu_busy_ns)
     else:
-        bound, then = side_of(e.host_work_ns, e.gpu_busy_ns), None
+        bound, then = side_of(host, e.gpu_busy_ns), None
     side = then or bound
     host_by = largest_host_part(e) if side in ("host", "cpu_only") else None
-    larger, smaller = max(e.host_work_ns, e.gpu_busy_ns), min(e.host_work_ns, e.gpu_busy_ns)
-    balanced = on_gpu and larger > 0 and (larger - smaller) <= CLOSE * larger
-    headline, lines = _words(s, e, bound, then, host_by, balanced)
+    larger, smaller = max(host, e.gpu_busy_ns), min(host, e.gpu_busy_ns)
+    balanced = on_gpu and bound != "unknown" and larger > 0 and (larger - smaller) <= CLOSE * larger
+    headline, lines = _words(s, e, bound, then, host_by, balanced, missing)
+    offered, withheld = what_if(s, e, on_gpu, context)  # an unknown bound: every GPU what-if needs the GPU side
     return Diagnosis(
         step=s.name,
         kind=s.kind,
@@ -137,16 +147,19 @@ def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None) -> Dia
         headline=headline,
         lines=tuple(lines),
         evidence=e,
-        what_if=tuple(what_if(s, e, on_gpu, context)),
+        what_if=tuple(offered),
         caveats=caveats,
+        withheld=tuple(withheld),
     )
 
 
 def _host_parts_text(s: StepLedger, e: Evidence, on_gpu: bool = True) -> str:
     parts = [
+        ("data loading", e.data_ns),
         ("Python", e.python_ns),
         ("op dispatch" if on_gpu else "inside ops (a CPU computes there)", e.dispatch_ns),
         ("launch and runtime calls", e.launch_ns),
+        ("other threads' work", e.other_threads_ns),
         ("unattributed", e.unattributed_ns),
     ]
     text = ", ".join(f"{name} {ms(ns)}" for name, ns in sorted(parts, key=lambda p: -p[1]) if ns)
@@ -159,6 +172,7 @@ def _host_parts_text(s: StepLedger, e: Evidence, on_gpu: bool = True) -> str:
 
 
 _BOUND_WORD = {"host": "host-bound", "gpu": "GPU-bound", "external": "external", "cpu_only": "CPU only"}
+_BOUND_WORD["unknown"] = "unknown"
 
 
 def _step_name(s: StepLedger) -> str:
@@ -166,18 +180,36 @@ def _step_name(s: StepLedger) -> str:
     return f"step {s.position} ({s.kind}, {label})" if s.kind not in s.name else f"step {s.position} ({label})"
 
 
-def _words(s: StepLedger, e: Evidence, bound: Bound, then: Bound | None, host_by, balanced) -> tuple[str, list]:
+def _host_ms(e: Evidence) -> str:
+    """Host work as the verdict weighs it: unprofiled, with the profiled figure beside it, when the cost is known."""
+    if not e.profiler_ns:
+        return f"{ms(e.host_work_ns)} ms"
+    return f"{ms(e.unprofiled_host_ns)} ms unprofiled ({ms(e.host_work_ns)} profiled)"
+
+
+def _words(
+    s: StepLedger, e: Evidence, bound: Bound, then: Bound | None, host_by, balanced, missing: str | None = None
+) -> tuple[str, list]:
     name = _step_name(s)
     lines = []
+    host = e.unprofiled_host_ns
+    profiler = f" - {ms(e.profiler_ns)} the profiler's own cost = {ms(host)} unprofiled" if e.profiler_ns else ""
     host_line = (
-        f"host work {ms(e.host_work_ns)} ms = {ms(e.wall_ns)} wall - {ms(e.sync_wait_ns)} sync wait: "
+        f"host work {ms(e.host_work_ns)} ms = {ms(e.wall_ns)} wall - {ms(e.sync_wait_ns)} sync wait{profiler}: "
         + _host_parts_text(s, e, bound != "cpu_only")
     )
+    if bound == "unknown" and missing:
+        headline = (
+            f"{name}: unknown. {missing[0].upper()}{missing[1:]}: the trace holds no GPU side to weigh the host's "
+            f"{ms(e.host_work_ns)} ms of work against, so no bound and no what-if."
+        )
+        return headline, [host_line, *_extra_lines(s, e, bound)]
     if bound == "cpu_only":
         where = {"dispatch": "inside ops", "unattributed": "between ops (no event covers it)"}.get(host_by, host_by)
+        unprofiled = f" ({ms(host)} ms unprofiled)" if e.profiler_ns else ""
         headline = (
-            f"{name}: CPU only (no GPU side in the trace): the host's {ms(e.wall_ns)} ms is the step, most of it "
-            f"{where}."
+            f"{name}: CPU only (no GPU side in the trace): the host's {ms(e.wall_ns)} ms{unprofiled} is the step, "
+            f"most of it {where}."
         )
         lines.append(host_line)
         return headline, lines
@@ -189,7 +221,7 @@ def _words(s: StepLedger, e: Evidence, bound: Bound, then: Bound | None, host_by
         gpu_line += f"; its first GPU op started {ms(e.gpu_idle_before_ns)} ms after the host window opened"
         if e.gpu_idle_before_ns > e.wall_ns:
             gpu_line += f" ({ms(e.gpu_idle_before_ns - e.wall_ns)} ms after it closed)"
-    rest = side_of(e.host_work_ns, e.gpu_busy_ns)
+    rest = side_of(host, e.gpu_busy_ns)
     if bound == "external":
         share = e.external_wait_ns / e.wall_ns
         headline = (
@@ -204,28 +236,53 @@ def _words(s: StepLedger, e: Evidence, bound: Bound, then: Bound | None, host_by
                 "waited on was itself waiting on an event recorded by earlier work"
             )
         lines.append(
-            f"then: host work {ms(e.host_work_ns)} ms against GPU work {ms(e.gpu_busy_ns)} ms, which ran after the "
+            f"then: host work {_host_ms(e)} against GPU work {ms(e.gpu_busy_ns)} ms, which ran after the "
             f"wait: {_BOUND_WORD[rest]}"
         )
     elif bound == "gpu":
-        ratio = e.gpu_busy_ns / e.host_work_ns if e.host_work_ns else math.inf
+        ratio = e.gpu_busy_ns / host if host else math.inf
         headline = (
-            f"{name}: GPU-bound. The GPU works {ms(e.gpu_busy_ns)} ms for {ms(e.host_work_ns)} ms of host work "
+            f"{name}: GPU-bound. The GPU works {ms(e.gpu_busy_ns)} ms for {_host_ms(e)} of host work "
             f"({ratio:.2f}x)" + (": balanced, within 10%." if balanced else ".")
         )
     else:
-        ratio = e.host_work_ns / e.gpu_busy_ns if e.gpu_busy_ns else math.inf
+        ratio = host / e.gpu_busy_ns if e.gpu_busy_ns else math.inf
         headline = (
-            f"{name}: host-bound, by {host_by}. The host works {ms(e.host_work_ns)} ms for {ms(e.gpu_busy_ns)} ms "
+            f"{name}: host-bound, by {HOST_BY_WORDS.get(host_by, host_by)}. The host works {_host_ms(e)} "
+            f"for {ms(e.gpu_busy_ns)} ms "
             f"of GPU work ({ratio:.2f}x)" + (": balanced, within 10%." if balanced else ".")
         )
     lines += [host_line, gpu_line]
     if e.sync_wait_ns and bound != "external":  # the external headline names the wait and its call site
         lines.append(
-            f"sync wait {ms(e.sync_wait_ns)} ms{site_text(s)}; of it {ms(e.external_wait_ns)} ms with no GPU op "
-            "of the trace running"
+            f"sync wait {ms(e.sync_wait_ns)} ms{site_text(s)}; of it {ms(e.own_wait_ns)} ms on the step's own GPU "
+            f"work, {ms(e.external_wait_ns)} ms with no GPU op of the trace running"
         )
-    return headline, lines
+    return headline, lines + _extra_lines(s, e, bound)
+
+
+def _extra_lines(s: StepLedger, e: Evidence, bound: Bound) -> list[str]:
+    """What a verdict adds whatever its bound: communication's share, and GPU work the trace lacks in part."""
+    out = []
+    if e.other_threads_ns:
+        out.append(
+            f"other threads' work {ms(e.other_threads_ns)} ms: the step's thread recorded nothing while another thread "
+            "of its process ran events (autograd's backward while the loop waits in loss.backward(), a helper thread)"
+        )
+    if e.communication_ns or e.gpu_communication_ns:
+        gpu = f"; {ms(e.gpu_communication_ns)} ms of communication kernels" if e.gpu_communication_ns else ""
+        share = f" ({pct(e.gpu_communication_ns / e.gpu_busy_ns)} of GPU work)" if gpu and e.gpu_busy_ns else ""
+        of_wall = pct(e.communication_ns / e.wall_ns) if e.wall_ns else "0%"
+        out.append(
+            f"communication: {ms(e.communication_ns)} ms of the host window in collectives ({of_wall} of the wall)"
+            f"{gpu}{share}"
+        )
+    if e.launches_unmatched and bound != "unknown":
+        out.append(
+            f"{e.launches_unmatched:,} of the step's {e.launches + e.graph_launches:,} launch calls have no GPU op in "
+            f"the trace: its GPU work is at least the {ms(e.gpu_busy_ns)} ms recorded"
+        )
+    return out
 
 
 @dataclass(frozen=True)
@@ -236,11 +293,31 @@ class TraceDiagnosis:
     median: Diagnosis | None
     by_kind: dict[str, Diagnosis]
 
+    def mix(self) -> list[tuple[str, int, int]]:
+        """The steps by verdict, most time first: (the verdict in words, how many steps, their measured ns). A
+        median step speaks for the others only when they agree; a training loop whose every other iteration waits
+        on its DataLoader does not."""
+        out: dict[str, list[int]] = {}
+        for d in self.steps:
+            acc = out.setdefault(verdict_words(d), [0, 0])
+            acc[0] += 1
+            acc[1] += d.evidence.measured_ns
+        return sorted(((k, n, ns) for k, (n, ns) in out.items()), key=lambda x: (-x[2], x[0]))
+
     def to_json(self) -> dict:
         return {
             "median": self.median.to_json() if self.median else None,
             "by_kind": {k: d.to_json() for k, d in self.by_kind.items()},
+            "mix": [{"verdict": k, "steps": n, "measured_us": ns / 1e3} for k, n, ns in self.mix()],
         }
+
+
+def verdict_words(d: Diagnosis) -> str:
+    """A verdict in a few words: "GPU-bound", "host-bound by data loading", "external, then GPU-bound"."""
+    words = _BOUND_WORD[d.bound] + (f", then {_BOUND_WORD[d.then]}" if d.then else "")
+    if d.bound != "host" or d.host_bound_by is None:
+        return words
+    return f"{words} by {HOST_BY_WORDS.get(d.host_bound_by, d.host_bound_by)}"
 
 
 def _median_step(steps: Sequence[StepLedger]) -> StepLedger | None:

@@ -1,28 +1,84 @@
 """What fixing a step would buy. `what_if`: the changes the write-ups reason about, each with its predicted step,
-the saving, the arithmetic and the assumption it rests on, ranked by saving ("what to fix first"). Every prediction
-is max(host work after the change, GPU work after the change), the same model as the verdict:
+the saving, the arithmetic, what it assumes (`requires`) and which of that this trace was checked for (`holds`,
+probe.analysis.diagnosis.conditions), ranked by saving ("what to fix first"). A change whose condition fails on
+the trace is not offered: `withheld` says which and why, one line each.
 
-- capture the forward in a CUDA graph: the host time inside the capture region (`StepLedger.capturable_ns`: probe's
-  forward range, else the model's nn.Module frames, else every op and runtime call) vanishes, one graph launch
-  remains (the trace's own graph-launch call when it has one, else its median launch call); Python outside the
-  region stays; kernels keep their durations.
-- remove the sync: the host stops waiting and runs ahead; the step becomes max(host work, GPU work).
-- batch B sequences (decode steps): host work per forward stays; GPU work grows with B. Without a model the GPU work
-  is taken to grow linearly (every byte read again for each sequence: the pessimistic bound); with a roofline the
-  measured GPU work is scaled by the roofline's predicted time at B over B = 1. B is the largest batch before the
-  GPU binds, at most `MAX_BATCH`. The saving is per token: the step's time over B.
-- fix the top Python frame or op (host-bound steps): host work loses that frame's or op's self time.
-- kernels at the roofline (GPU-bound steps with a model): GPU work becomes the roofline's predicted GPU time.
+**The step a change is priced on** (`Basis`), the median steady step's own time, unprofiled where the trace's sidecar
+carries the profiler's cost per event (`StepLedger.unprofiled_estimate_ns`: the profiler's cost, taken off the
+host's work; both figures are shown):
+
+- host work: the host window less its sync wait (less the profiler's cost); GPU work: its busy time;
+- the step's own time = max(host work + own wait + carried, GPU work). *Own wait* is the sync wait on the step's own
+  GPU work (`StepLedger.own_wait_ns`). A wait on earlier work is the previous step's GPU time showing, not this
+  step's; but the next step's sync waits the same way on this step's GPU work that runs past its host window, so
+  that part is *carried* into the step, up to as long as this step waited on earlier work, unless the step's GPU work
+  only started after its host window (queued behind earlier work: the host ran ahead and nothing waited).
+
+Every prediction is that model after the change: max(host work, GPU work) moves, and the step moves by as much (what
+the model does not explain, the waits, stays); removing the sync removes the waits instead. A prediction is clamped
+to [0, the step], so a what-if never promises more than the step nor less than nothing. The changes:
+
+- a cold step (conditions: first-call set-up covers a tenth of it): profile a warm iteration, and nothing else;
+- capture the forward in a CUDA graph (GPU): the capture region's host time (`StepLedger.capturable_ns`) vanishes,
+  one graph launch remains; kernels keep their durations. Requires a warm step, the GPU side recorded, a forward
+  (no backward, no optimizer), nothing in the region that waits on the device, no data-dependent shapes; shapes
+  that change from step to step make it "make the shapes static, then capture";
+- compile the forward (a CPU): the compute stays (the GEMMs and attention, and the rest's, fused:
+  probe.analysis.diagnosis.conditions.CpuOps); the host's overhead (Python, dispatch, the time between ops) stays
+  only for the calls a compiled graph still makes, each at the step's own host cost per top-level op;
+- remove the sync (GPU): the host stops waiting and runs ahead: the step becomes max(host work, GPU work);
+- batch B sequences (decode steps): host work per forward stays; the work that reads the weights stays and the work
+  that reads each sequence's KV cache grows B times ("as the write-ups do"): with a model, in the roofline's bytes;
+  without, by kernel category on a GPU (attention and KV-cache kernels per sequence, the rest once) and by op on a
+  CPU (GEMMs once, the rest per sequence). B is the largest batch before the step grows past `BATCH_GROWTH`, at most
+  `MAX_BATCH`. The saving is per token: the step over B;
+- run the ops on more threads (a CPU whose sidecar says it had more cores): the GEMMs' and attention's compute splits
+  across the threads, the rest stays single-threaded;
+- fix the top Python frame, or the top op's dispatch (a GPU's host-bound step; on a CPU an op's self time is its
+  compute, not dispatch, so no such line);
+- the GPU work that binds (GPU-bound steps): the top kernel categories and the top kernel with their shares; with
+  recorded shapes, the step's top ops at their roof (the per-op roofline's % of roof); without, at most what the top
+  category's time is (a ceiling, ranked after every priced change); with a model, every kernel at the roofline.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 
-from probe.analysis.diagnosis.evidence import EXTERNAL_SHARE, Context, Evidence, ms, site_text
+from probe.analysis.diagnosis.conditions import CpuOps, StepFacts
+from probe.analysis.diagnosis.evidence import EXTERNAL_SHARE, Context, Evidence, gpu_side_missing, ms, pct, site_text
 from probe.analysis.ledger.types import StepLedger
 
-MAX_BATCH = 256  # the largest batch a what-if proposes
+MAX_BATCH = 64  # the largest batch a what-if proposes (a serving batch; nothing past it is claimed)
+BATCH_GROWTH = 1.25  # the batch proposed is the largest whose step stays within this of B = 1's (Part 2's "near flat")
+PER_SEQUENCE_CATEGORIES = ("attention", "kv_cache")  # GPU work that reads each sequence's cache
+
+# The conditions a what-if can require, each checked on the trace (probe.analysis.diagnosis.conditions); each reads
+# after "it needs".
+WARM = "a warm step"
+COLD = "a cold step (first-call set-up in it)"
+GPU_SIDE = "the GPU side recorded"
+FORWARD = "a forward (no backward, no optimizer)"
+NO_BLOCKING = "nothing in the capture region that waits on the device (no sync, blocking copy or .item())"
+NO_DATA_SHAPES = "no op whose output shape depends on the data"
+SAME_SHAPES = "the same shapes in every step of its kind"
+DECODE = "a decode step (one new token a sequence)"
+OWN_WAIT = "a sync that waits on the step's own GPU work"
+NOT_COMPILED = "a forward not compiled already"
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One thing a what-if assumes, as checked on this trace: True, False, or None when the trace cannot say."""
+
+    name: str
+    holds: bool | None
+    evidence: str
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "holds": self.holds, "evidence": self.evidence}
 
 
 @dataclass(frozen=True)
@@ -35,6 +91,11 @@ class WhatIf:
     saving_pct: float
     arithmetic: str
     assumption: str
+    requires: tuple[str, ...] = ()
+    holds: tuple[Condition, ...] = ()
+    terms: dict[str, float] = field(default_factory=dict)  # the prediction's terms, ms (what a check compares)
+    ceiling: bool = False  # the saving is an upper bound (no roof to price against), ranked after the priced ones
+    step_ms: float = 0.0  # the step it was priced on (Basis.step_ns): what a check's measured baseline is held to
 
     def to_json(self) -> dict:
         return {
@@ -44,127 +105,563 @@ class WhatIf:
             "saving_pct": self.saving_pct,
             "arithmetic": self.arithmetic,
             "assumption": self.assumption,
+            "requires": list(self.requires),
+            "holds": [c.to_json() for c in self.holds],
+            "terms": dict(self.terms),
+            "ceiling": self.ceiling,
+            "step_ms": self.step_ms,
         }
 
+    @classmethod
+    def from_json(cls, doc: dict) -> WhatIf:
+        """to_json's inverse (report.json files from before `requires` have none)."""
+        return cls(
+            str(doc["change"]),
+            float(doc["predicted_step_ms"]),
+            float(doc["saving_ms"]),
+            float(doc["saving_pct"]),
+            str(doc["arithmetic"]),
+            str(doc["assumption"]),
+            tuple(doc.get("requires", ())),
+            tuple(Condition(**c) for c in doc.get("holds", ())),
+            {str(k): float(v) for k, v in doc.get("terms", {}).items()},
+            bool(doc.get("ceiling", False)),
+            float(doc.get("step_ms", 0.0)),
+        )
 
-def what_if(s: StepLedger, e: Evidence, on_gpu: bool, context: Context) -> list[WhatIf]:
-    """The changes the write-ups reason about, with predicted savings, largest first.
 
-    A change moves the binding term max(host work, GPU work); the measured step moves by as much: what the model
-    does not explain of the measured step (a lead-in before the first GPU op, a sync's wait) stays. Removing the
-    sync is the one change that removes that remainder instead: the host runs ahead, and the step becomes the model."""
-    out: list[WhatIf] = []
-    measured = e.measured_ns
-    gpu = e.gpu_busy_ns
-    model = max(e.host_work_ns, gpu)
-    now = f"max(host {ms(e.host_work_ns)}, GPU {ms(gpu)}) = {ms(model)}"
+@dataclass(frozen=True)
+class Basis:
+    """The step a what-if is priced on, ns (the module docstring)."""
 
-    def add(change: str, predicted: float, arithmetic: str, assumption: str, per: int = 1) -> None:
-        saving = measured - predicted / per
-        if saving > 0:
-            out.append(WhatIf(change, predicted / 1e6, saving / 1e6, 100 * saving / measured, arithmetic, assumption))
+    host_ns: int  # host work, unprofiled when the profiler's cost is known
+    gpu_ns: int
+    own_wait_ns: int
+    carried_ns: int
+    profiler_ns: int  # the profiler's own cost taken off the host's work (0: not known)
+    profiled_ns: int  # the same step's own time with the profiler's cost left in
 
-    def moved(change: str, host: float, gpu_after: float, terms: str, assumption: str, per: int = 1) -> None:
-        after = max(host, gpu_after)
-        predicted = measured - (model - after)
+    @property
+    def model_ns(self) -> int:
+        return max(self.host_ns, self.gpu_ns)
+
+    @property
+    def step_ns(self) -> int:
+        return max(self.host_ns + self.own_wait_ns + self.carried_ns, self.gpu_ns)
+
+    @property
+    def label(self) -> str:
+        if not self.profiler_ns:
+            return f"{ms(self.step_ns)} ms"
+        return f"{ms(self.step_ns)} ms unprofiled ({ms(self.profiled_ns)} profiled, less {ms(self.profiler_ns)})"
+
+
+def basis(s: StepLedger, e: Evidence) -> Basis:
+    """The step's own time and its two sides (the module docstring)."""
+    carried = 0
+    if s.sync_wait_ns > s.own_wait_ns and s.gpu_end_ns is not None and s.gpu_start_ns is not None:
+        end = s.start_ns + s.wall_ns
+        if s.gpu_start_ns < end:  # its GPU work started inside the window: the GPU was free when issued
+            # the next step waits on this tail as this one waited on earlier work: at most that long
+            carried = min(max(0, s.gpu_end_ns - end), s.sync_wait_ns - s.own_wait_ns)
+    profiled = max(e.host_work_ns + s.own_wait_ns + carried, e.gpu_busy_ns)
+    return Basis(e.unprofiled_host_ns, e.gpu_busy_ns, s.own_wait_ns, carried, e.profiler_ns, profiled)
+
+
+@dataclass
+class _Offer:
+    """The what-ifs of one step as they are built: offered and withheld."""
+
+    b: Basis
+    conditions: dict[str, Condition]
+    on_gpu: bool = True
+    offered: list[WhatIf] = field(default_factory=list)
+    withheld: list[str] = field(default_factory=list)
+
+    def check(self, change: str, requires: tuple[str, ...], said: tuple[str, ...] = ()) -> tuple[Condition, ...] | None:
+        """The conditions `change` requires, as checked; None (and a withheld line) when one fails, except those in
+        `said`, whose failure the change names in its first words instead."""
+        holds = tuple(self.conditions[r] for r in requires if r in self.conditions)
+        failed = [c for c in holds if c.holds is False and c.name not in said]
+        if failed:
+            self.withheld.append(f"{change}: not offered: it needs {failed[0].name}, and {failed[0].evidence}")
+            return None
+        return holds
+
+    def add(self, w: WhatIf) -> None:
+        if w.saving_ms > 0:
+            self.offered.append(w)
+
+    def price(
+        self,
+        change: str,
+        after_ns: float,
+        terms: str,
+        assumption: str,
+        requires: tuple[str, ...],
+        holds: tuple[Condition, ...],
+        per: int = 1,
+        parts: Mapping[str, float] | None = None,
+        ceiling: bool = False,
+    ) -> None:
+        """A change that moves the model max(host, GPU) to `after_ns`; the waits stay (the module docstring)."""
+        b = self.b
+        predicted = _clamp(b.step_ns - (b.model_ns - after_ns), b.step_ns * per)
         per_token = f"; {ms(predicted / per)} ms a token" if per > 1 else ""
-        add(
+        now = (
+            f"max(host {ms(b.host_ns)}, GPU {ms(b.gpu_ns)}) = {ms(b.model_ns)}"
+            if self.on_gpu
+            else f"host {ms(b.host_ns)}"
+        )
+        moved = b.model_ns - after_ns
+        sign = f"- {ms(moved)}" if moved >= 0 else f"+ {ms(-moved)}"
+        arithmetic = f"{now} -> {terms} = {ms(after_ns)}: {b.label} {sign} = {ms(predicted)} ms{per_token}"
+        w = _what_if(change, predicted, per, b, arithmetic, assumption, requires, holds, parts)
+        self.add(replace(w, ceiling=ceiling))
+
+
+def _clamp(predicted: float, most: float) -> float:
+    return min(max(predicted, 0.0), most) if math.isfinite(predicted) else most
+
+
+def _what_if(change, predicted, per, b: Basis, arithmetic, assumption, requires, holds, parts=None) -> WhatIf:
+    step = b.step_ns
+    saving = min(max(step - predicted / per, 0.0), step)
+    return WhatIf(
+        change,
+        predicted / 1e6,
+        saving / 1e6,
+        100 * saving / step if step else 0.0,
+        arithmetic,
+        assumption,
+        requires,
+        holds,
+        {k: v / 1e6 for k, v in (parts or {}).items()},
+        step_ms=step / 1e6,
+    )
+
+
+def conditions(s: StepLedger, e: Evidence, on_gpu: bool, facts: StepFacts | None) -> dict[str, Condition]:
+    """Each condition a what-if can require, checked on this step (None: the trace cannot say)."""
+    out = {
+        DECODE: Condition(DECODE, s.kind == "decode", f"a {s.kind} step"),
+        OWN_WAIT: Condition(
+            OWN_WAIT,
+            s.own_wait_ns > 0 or s.sync_wait_ns == 0,
+            f"{ms(s.own_wait_ns)} ms of its {ms(s.sync_wait_ns)} ms sync wait was on its own GPU work",
+        ),
+    }
+    if on_gpu:  # the verdict's own rule (evidence.gpu_side_missing): an unknown bound offers nothing
+        missing = gpu_side_missing(e)
+        calls = e.launches + e.graph_launches
+        out[GPU_SIDE] = Condition(
+            GPU_SIDE,
+            missing is None,
+            missing or f"{calls - e.launches_unmatched:,} of its {calls:,} launch calls have a GPU op in the trace",
+        )
+    if facts is None:  # what only the trace's events can say is not known
+        unknown = "not checked: the trace was not read for it"
+        names = (WARM, FORWARD, NO_BLOCKING, NO_DATA_SHAPES, SAME_SHAPES, NOT_COMPILED)
+        return out | {name: Condition(name, None, unknown) for name in names}
+    c = facts.cold
+    out[WARM] = Condition(
+        WARM,
+        c is None,
+        "no first call takes many times its later ones"
+        if c is None
+        else f"{ms(c.ns)} ms of its {ms(s.wall_ns)} ms host window is first-call set-up: {c.text}",
+    )
+    out[FORWARD] = Condition(
+        FORWARD,
+        not facts.training,
+        "; ".join(facts.training) if facts.training else "no backward op and no optimizer step in it",
+    )
+    out[NO_BLOCKING] = Condition(
+        NO_BLOCKING,
+        not facts.blocking,
+        f"the capture region ({s.capture_region}) holds {', '.join(facts.blocking)}"
+        if facts.blocking
+        else f"none in the capture region ({s.capture_region})",
+    )
+    out[NO_DATA_SHAPES] = Condition(
+        NO_DATA_SHAPES,
+        not facts.dynamic,
+        f"the capture region holds {', '.join(facts.dynamic)}" if facts.dynamic else "no data-dependent-shape op",
+    )
+    vary = facts.shapes_vary
+    out[SAME_SHAPES] = Condition(
+        SAME_SHAPES,
+        None if vary is None else not vary,
+        "no shapes recorded, or no other step of its kind"
+        if vary is None
+        else f"{facts.shape_sets} distinct sets of input shapes over its kind's {facts.kind_steps} steps",
+    )
+    out[NOT_COMPILED] = Condition(
+        NOT_COMPILED,
+        not facts.compiled,
+        f"the step calls {', '.join(facts.compiled)}" if facts.compiled else "no compiled region in it",
+    )
+    return out
+
+
+def what_if(s: StepLedger, e: Evidence, on_gpu: bool, context: Context) -> tuple[list[WhatIf], list[str]]:
+    """The changes the write-ups reason about, with predicted savings, largest first; and the changes not offered,
+    each with the condition that failed."""
+    facts = context.facts.get(s.position)
+    offer = _Offer(basis(s, e), conditions(s, e, on_gpu, facts), on_gpu)
+    if facts is not None and facts.cold is not None:
+        _warm(offer, s, facts)
+        return offer.offered, offer.withheld
+    if on_gpu:
+        _capture(offer, s, context)
+        _sync(offer, s, e)
+        _gpu_batch(offer, s, context)
+        _host_fixes(offer, s, gpu_side=True)
+        _gpu_binds(offer, s, context)
+    else:
+        cpu = facts.cpu if facts is not None else None
+        if cpu is not None:
+            _compile(offer, s, cpu)
+            _cpu_batch(offer, s, cpu, context)
+            _threads(offer, cpu, context)
+        _host_fixes(offer, s, gpu_side=False)
+    return sorted(offer.offered, key=lambda w: (w.ceiling, -w.saving_ms, w.change)), offer.withheld
+
+
+def _warm(offer: _Offer, s: StepLedger, facts: StepFacts) -> None:
+    """A cold step: profile a warm iteration first, and nothing else is offered."""
+    cold = facts.cold
+    assert cold is not None
+    b = offer.b
+    predicted = _clamp(b.step_ns - cold.ns, b.step_ns)
+    offer.add(
+        _what_if(
+            "profile a warm iteration",
+            predicted,
+            1,
+            b,
+            f"{b.label} - {ms(cold.ns)} first-call set-up = {ms(predicted)} ms; {cold.text}",
+            "a warm step does not pay first-call set-up (lazy module loading, library initialisation, autotuning); "
+            "every other change waits for a warm profile",
+            (COLD,),
+            (Condition(COLD, True, offer.conditions[WARM].evidence),),
+        )
+    )
+    offer.withheld.append(f"every other change: not offered: each needs {WARM}, and {offer.conditions[WARM].evidence}")
+
+
+def _capture(offer: _Offer, s: StepLedger, context: Context) -> None:
+    if s.graph_launches or not s.launches or not s.capturable_ns:
+        return
+    change = "capture the forward in a CUDA graph"
+    requires = (WARM, GPU_SIDE, FORWARD, NO_BLOCKING, NO_DATA_SHAPES, SAME_SHAPES)
+    holds = offer.check(change, requires, said=(SAME_SHAPES,))
+    if holds is None:
+        return
+    if offer.conditions[SAME_SHAPES].holds is False:  # a fixed-size cache makes them static: said first
+        change = "make the shapes static (a fixed-size cache), then capture the forward in a CUDA graph"
+    b = offer.b
+    replay = context.graph_launch_ns or context.launch_call_ns or 0.0
+    captured = min(s.capturable_ns, b.host_ns)
+    host = b.host_ns - captured + replay
+    offer.price(
+        change,
+        max(host, b.gpu_ns),
+        f"max(host {ms(b.host_ns)} - {ms(captured)} captured + {ms(replay)} graph launch, GPU {ms(b.gpu_ns)})",
+        f"the capture region ({s.capture_region}) holds every launch; its Python, dispatch and launch calls "
+        "vanish; what lies outside it stays; kernels keep their durations",
+        requires,
+        holds,
+        parts={"host": host, "gpu": b.gpu_ns, "kept": b.host_ns - captured},
+    )
+
+
+def _sync(offer: _Offer, s: StepLedger, e: Evidence) -> None:
+    if not s.sync_wait_ns:
+        return
+    b = offer.b
+    unseen = e.wall_ns and e.external_wait_ns >= EXTERNAL_SHARE * e.wall_ns
+    change = "overlap the wait on unseen device work" if unseen else "remove the sync" + site_text(s)
+    earlier = s.sync_wait_ns - s.own_wait_ns
+    if not b.own_wait_ns and not b.carried_ns:
+        offer.withheld.append(
+            f"{change}: not offered: its {ms(s.sync_wait_ns)} ms wait was on earlier work (the previous step's GPU "
+            "time showing, not this step's), and the step's own GPU work ended inside its host window: nothing "
+            "of its own to save"
+        )
+        return
+    requires = (WARM, GPU_SIDE)
+    holds = offer.check(change, requires)
+    if holds is None:
+        return
+    said = (
+        f"of the {ms(s.sync_wait_ns)} ms wait, {ms(earlier)} was on earlier work (the previous step's GPU time "
+        f"showing, not this step's) and {ms(s.own_wait_ns)} on its own"
+        if earlier
+        else f"the {ms(s.sync_wait_ns)} ms wait was on its own GPU work"
+    )
+    if b.carried_ns:
+        said += (
+            f"; its own GPU work ran {ms(b.carried_ns)} ms past its host window, which the next step's sync waits on"
+        )
+    predicted = _clamp(b.model_ns, b.step_ns)
+    offer.add(
+        _what_if(
             change,
             predicted,
-            f"{now} -> {terms} = {ms(after)}: {ms(measured)} measured - {ms(model - after)} = "
-            f"{ms(predicted)} ms{per_token}",
-            assumption,
-            per,
-        )
-
-    if on_gpu and not s.graph_launches and s.launches and s.capturable_ns:
-        replay = context.graph_launch_ns or context.launch_call_ns or 0.0
-        host = e.host_work_ns - s.capturable_ns + replay
-        moved(
-            "capture the forward in a CUDA graph",
-            host,
-            gpu,
-            f"max(host {ms(e.host_work_ns)} - {ms(s.capturable_ns)} captured + {ms(replay)} graph launch, "
-            f"GPU {ms(gpu)})",
-            f"the capture region ({s.capture_region}) holds every launch; its Python, dispatch and launch calls "
-            "vanish; what lies outside it stays; kernels keep their durations",
-        )
-    if on_gpu and e.sync_wait_ns and measured > model:
-        unseen = e.external_wait_ns >= EXTERNAL_SHARE * e.wall_ns
-        add(
-            "overlap the wait on unseen device work" if unseen else "remove the sync" + site_text(s),
-            model,
-            f"{ms(measured)} measured -> {now} ms",
+            1,
+            b,
+            f"{b.label} = max(host {ms(b.host_ns)} + own wait {ms(b.own_wait_ns)} + carried {ms(b.carried_ns)}, GPU "
+            f"{ms(b.gpu_ns)}) -> max(host {ms(b.host_ns)}, GPU {ms(b.gpu_ns)}) = {ms(predicted)} ms; {said}",
             "the work waited for overlaps this step's own"
             if unseen
             else "the host issues the next step while the GPU runs this one: nothing it fetched is needed first",
+            requires,
+            holds,
+            {"host": b.host_ns, "gpu": b.gpu_ns},
         )
-    if on_gpu and s.kind == "decode" and gpu and e.host_work_ns > gpu:
-        b, gpu_b, how = _free_batch(e, context)
-        if b > 1:
-            moved(
-                f"batch {b} sequences",
-                e.host_work_ns,
-                gpu_b,
-                f"max(host {ms(e.host_work_ns)}, GPU {ms(gpu_b)} at B={b})",
-                f"host work per forward stays; GPU work grows {how}",
-                per=b,
-            )
-    if (not on_gpu or e.host_work_ns > gpu) and e.host_work_ns:
-        if s.top_frames and s.top_frames[0].self_ns:
-            f = s.top_frames[0]
-            moved(
-                f"fix the top Python frame, {f.frame}",
-                e.host_work_ns - f.self_ns,
-                gpu,
-                f"max(host {ms(e.host_work_ns)} - {ms(f.self_ns)}, GPU {ms(gpu)})",
-                "the frame's own time (its self time, calls inside it excluded) goes to zero",
-            )
-        if s.top_ops and s.top_ops[0].self_ns:
-            o = s.top_ops[0]
-            moved(
-                f"fix the top op, {o.name} (x{o.calls})",
-                e.host_work_ns - o.self_ns,
-                gpu,
-                f"max(host {ms(e.host_work_ns)} - {ms(o.self_ns)}, GPU {ms(gpu)})",
-                "the op's dispatch time (its self time) goes to zero",
-            )
-    if on_gpu and gpu >= e.host_work_ns and context.gpu_ms_at is not None:
-        roof = context.gpu_ms_at(1) * 1e6
-        if roof < gpu:
-            moved(
-                "kernels at the roofline",
-                e.host_work_ns,
-                roof,
-                f"max(host {ms(e.host_work_ns)}, roofline GPU {ms(roof)})",
-                "every kernel moves its bytes at the device's peak bandwidth or computes at its peak FLOP/s",
-            )
-    return sorted(out, key=lambda w: (-w.saving_ms, w.change))
-
-
-def batch_gpu_ns(e: Evidence, b: int, context: Context) -> float:
-    """The step's GPU work with b times its sequences: scaled by the roofline's time at b over 1 when a model is
-    known, else linearly (every byte read again for each sequence: the pessimistic bound)."""
-    if context.gpu_ms_at is not None:
-        return e.gpu_busy_ns * context.gpu_ms_at(b) / context.gpu_ms_at(1)
-    return e.gpu_busy_ns * b
-
-
-def predict_batch(e: Evidence, b: int, context: Context) -> float:
-    """The measured step with b times its sequences, in ns: host work per forward stays, GPU work grows
-    (batch_gpu_ns); the binding term moves and the measured step with it (what_if's model)."""
-    model = max(e.host_work_ns, e.gpu_busy_ns)
-    return e.measured_ns - (model - max(e.host_work_ns, batch_gpu_ns(e, b, context)))
-
-
-def _free_batch(e: Evidence, context: Context) -> tuple[int, float, str]:
-    """The largest batch before the GPU binds, its GPU work, and how that was scaled."""
-    how = (
-        "as the roofline's predicted step time at B over B = 1"
-        if context.gpu_ms_at is not None
-        else "linearly with B (every byte read again per sequence: the pessimistic bound)"
     )
+
+
+def gpu_split(s: StepLedger, context: Context) -> tuple[float, float, str]:
+    """The step's GPU work as (once a forward, per sequence) ns, and how it was split: in the roofline's bytes with a
+    model (weights once, KV per sequence), else by kernel category."""
+    gpu = float(s.gpu_busy_ns)
+    if context.gpu_ms_at is not None:
+        one, two = context.gpu_ms_at(1), context.gpu_ms_at(2)
+        per = max(two - one, 0.0) / one if one else 0.0  # the roofline's growth per added sequence, as a share
+        return gpu * (1 - per), gpu * per, "in the roofline's bytes (the weights once, the KV cache per sequence)"
+    kv = float(sum(s.kernels_by_category.get(c, 0) for c in PER_SEQUENCE_CATEGORIES))
+    kv = min(kv, gpu)
+    return gpu - kv, kv, "by kernel category (attention and KV-cache kernels per sequence, the rest once)"
+
+
+def _largest_batch(at: Callable[[int], float], limit: float) -> int:
     b = 1
-    while b < MAX_BATCH and batch_gpu_ns(e, b + 1, context) <= e.host_work_ns:
+    while b < MAX_BATCH and at(b + 1) <= limit:
         b += 1
-    return b, batch_gpu_ns(e, b, context), how
+    return b
+
+
+def _gpu_batch(offer: _Offer, s: StepLedger, context: Context) -> None:
+    b = offer.b
+    if not b.gpu_ns or b.host_ns <= b.gpu_ns:
+        return
+    change = "batch sequences"
+    requires = (WARM, GPU_SIDE, DECODE)
+    holds = offer.check(change, requires)
+    if holds is None:
+        return
+    once, per, how = gpu_split(s, context)
+
+    def gpu_at(n: int) -> float:
+        return once + n * per
+
+    size = _largest_batch(lambda n: max(b.host_ns, gpu_at(n)), BATCH_GROWTH * b.model_ns)
+    if size < 2:
+        return
+    offer.price(
+        f"batch {size} sequences",
+        max(b.host_ns, gpu_at(size)),
+        f"max(host {ms(b.host_ns)}, GPU {ms(once)} once + {size} x {ms(per)} = {ms(gpu_at(size))} at B={size})",
+        f"host work per forward stays; the GPU work splits {how}",
+        requires,
+        holds,
+        per=size,
+        parts={"host": b.host_ns, "once": once, "per_sequence": per},
+    )
+
+
+def predict_batch(w_terms: Mapping[str, float], size: int) -> float:
+    """A batch what-if's step at `size` sequences, ms, from its terms: host (or overhead) once, the weights' work
+    once, the per-sequence work `size` times (the same model `what_if` priced)."""
+    once = w_terms.get("once", 0.0) + w_terms.get("overhead", 0.0)
+    per = w_terms.get("per_sequence", 0.0)
+    if "host" in w_terms:  # a GPU step: host and GPU overlap
+        return max(w_terms["host"], w_terms.get("once", 0.0) + size * per)
+    return once + size * per
+
+
+def _host_fixes(offer: _Offer, s: StepLedger, gpu_side: bool) -> None:
+    """The top Python frame's self time, and on a GPU the top op's dispatch, gone (host-bound steps)."""
+    b = offer.b
+    if not b.host_ns or b.host_ns <= b.gpu_ns:
+        return
+    requires = (WARM, GPU_SIDE) if gpu_side else (WARM,)
+    if s.top_frames and s.top_frames[0].self_ns:
+        f = s.top_frames[0]
+        change = f"fix the top Python frame, {f.frame}"
+        holds = offer.check(change, requires)
+        if holds is not None:
+            offer.price(
+                change,
+                max(b.host_ns - f.self_ns, b.gpu_ns),
+                f"max(host {ms(b.host_ns)} - {ms(f.self_ns)}, GPU {ms(b.gpu_ns)})",
+                "the frame's own time (its self time, calls inside it excluded) goes to zero",
+                requires,
+                holds,
+            )
+    if gpu_side and s.top_ops and s.top_ops[0].self_ns:
+        o = s.top_ops[0]
+        change = f"fix the top op, {o.name} (x{o.calls})"
+        holds = offer.check(change, requires)
+        if holds is not None:
+            offer.price(
+                change,
+                max(b.host_ns - o.self_ns, b.gpu_ns),
+                f"max(host {ms(b.host_ns)} - {ms(o.self_ns)}, GPU {ms(b.gpu_ns)})",
+                "the op's dispatch time (its self time, on the host) goes to zero; its kernels stay",
+                requires,
+                holds,
+            )
+
+
+def _gpu_binds(offer: _Offer, s: StepLedger, context: Context) -> None:
+    """A GPU-bound step: the GPU work that binds, by category and op, and what reaching the roof buys: priced by the
+    per-op roofline where shapes were recorded, else at most (the top category taking no time)."""
+    b = offer.b
+    if not b.gpu_ns or b.gpu_ns < b.host_ns or not s.kernels_by_category:
+        return
+    requires = (WARM, GPU_SIDE)
+    ranked = sorted(s.kernels_by_category.items(), key=lambda kv: (-kv[1], kv[0]))
+    shares = ", ".join(f"{c} {pct(ns / s.gpu_busy_ns)}" for c, ns in ranked[:4])
+    top_op = f"; its top kernel {s.top_kernels[0].short_name[:60]} {pct(s.top_kernels[0].share_of_busy)}"
+    shares += top_op if s.top_kernels else ""
+    ops = [o for o in context.step_ops.get(s.position, ()) if o.roof_pct]
+    ceiling = not ops
+    if ops:  # each op with a roof at it: its kernel time shrinks to roof_pct of itself
+        saved = sum(o.kernel_us_total * 1e3 * (1 - min(o.roof_pct or 100.0, 100.0) / 100) for o in ops)
+        named = "; ".join(f"{o.op} {o.shapes} at {o.roof_pct:.0f}% of its roof" for o in ops[:3])
+        change, after = f"bring the top GPU ops to their roof ({named})", b.gpu_ns - saved
+        terms = f"max(host {ms(b.host_ns)}, GPU {ms(b.gpu_ns)} - {ms(saved)} to the roof)"
+        assumption = f"each of the step's top ops with recorded shapes runs at its roofline; the GPU work: {shares}"
+    else:
+        category, top = ranked[0]
+        change = f"speed up the {category} kernels ({pct(top / s.gpu_busy_ns)} of the GPU work): at most"
+        after = b.gpu_ns - top
+        terms = f"max(host {ms(b.host_ns)}, GPU {ms(b.gpu_ns)} - {ms(top)} {category})"
+        assumption = (
+            f"the ceiling: the {category} kernels take no time (no shapes recorded, so no roof to price against); "
+            f"the GPU work: {shares}"
+        )
+    holds = offer.check(change, requires)
+    if holds is not None:
+        offer.price(change, max(b.host_ns, after), terms, assumption, requires, holds, ceiling=ceiling)
+    if context.gpu_ms_at is not None:
+        roof = context.gpu_ms_at(1) * 1e6
+        change = "kernels at the roofline"
+        holds = offer.check(change, requires)
+        if roof < b.gpu_ns and holds is not None:
+            offer.price(
+                change,
+                max(b.host_ns, roof),
+                f"max(host {ms(b.host_ns)}, roofline GPU {ms(roof)})",
+                "every kernel moves its bytes at the device's peak bandwidth or computes at its peak FLOP/s",
+                requires,
+                holds,
+            )
+
+
+def _compile(offer: _Offer, s: StepLedger, cpu: CpuOps) -> None:
+    """A CPU step compiled: the compute stays; the host's cost per op stays only for the ops a compiled graph still
+    calls (GEMM, attention: its wrapper calls each as eager code would) and for the compiled call itself."""
+    b = offer.b
+    change = "compile the forward (torch.compile)"
+    requires = (WARM, NOT_COMPILED)
+    holds = offer.check(change, requires)
+    if holds is None or not s.top_level_ops:
+        return
+    kept = cpu.gemm_ns + cpu.attention_ns + cpu.other_kept_ns
+    overhead = max(b.host_ns - cpu.compute_ns, 0)
+    per_op = overhead / s.top_level_ops
+    calls = cpu.kept + 1
+    after = min(cpu.compute_ns + calls * per_op, b.host_ns)
+    offer.price(
+        change,
+        after,
+        f"GEMM and attention {ms(kept)} + the other ops' compute {ms(cpu.rest_ns)} + {calls} calls x "
+        f"{per_op / 1e3:.2f} us",
+        f"on a CPU an op's self time is its compute; the host's cost per dispatched op ({per_op / 1e3:.2f} us: the "
+        f"step's {ms(overhead)} ms of Python, dispatch and time between ops over its {s.top_level_ops} top-level ops) "
+        f"stays only for the {cpu.kept} ops a compiled graph still calls (GEMM, attention) and the compiled call; "
+        "the rest is fused",
+        requires,
+        holds,
+        parts={"compute": cpu.compute_ns, "overhead": overhead, "calls": calls * per_op},
+    )
+
+
+def cpu_split(cpu: CpuOps, context: Context) -> tuple[float, float, str]:
+    """A CPU step's compute as (once a forward, per sequence) ns: the weights' traffic once, the rest per sequence.
+    With the roofline's traffic time on this machine, the GEMMs' time up to it is the weights' (once) and what lies
+    past it grows per sequence; without, the GEMMs are the weights' and attention and every other op's compute is per
+    sequence."""
+    per = float(cpu.attention_ns + cpu.rest_ns + cpu.other_kept_ns)
+    if context.weights_ns is None:
+        return float(cpu.gemm_ns), per, "GEMMs once (the weights), attention and the rest per sequence"
+    weights = min(float(cpu.gemm_ns), context.weights_ns)
+    return (
+        weights,
+        per + cpu.gemm_ns - weights,
+        f"the GEMMs' time up to the weights' traffic ({ms(context.weights_ns)} ms at the measured bandwidth) once, "
+        "their compute past it, attention and the rest per sequence",
+    )
+
+
+def _cpu_batch(offer: _Offer, s: StepLedger, cpu: CpuOps, context: Context) -> None:
+    b = offer.b
+    change = "batch sequences"
+    requires = (WARM, DECODE)
+    holds = offer.check(change, requires)
+    if holds is None:
+        return
+    once, per, how = cpu_split(cpu, context)
+    overhead = b.host_ns - cpu.compute_ns
+
+    def step_at(n: int) -> float:
+        return overhead + once + n * per
+
+    size = _largest_batch(step_at, BATCH_GROWTH * step_at(1))
+    if size < 2:
+        return
+    offer.price(
+        f"batch {size} sequences",
+        step_at(size),
+        f"overhead {ms(overhead)} + once {ms(once)} + {size} x {ms(per)}",
+        f"the host's overhead per forward (Python, dispatch) stays; the compute splits {how}",
+        requires,
+        holds,
+        per=size,
+        parts={"overhead": overhead, "once": once, "per_sequence": per},
+    )
+
+
+def _threads(offer: _Offer, cpu: CpuOps, context: Context) -> None:
+    if context.threads is None:
+        return
+    ran, cores = context.threads
+    if cores <= ran:
+        return
+    change = f"run the ops on {cores} threads"
+    holds = offer.check(change, (WARM,))
+    if holds is None:
+        return
+    b = offer.b
+    after = predict_threads(b.host_ns, cpu, ran, cores)
+    parallel = cpu.gemm_ns + cpu.attention_ns + cpu.other_kept_ns
+    offer.price(
+        change,
+        after,
+        f"host {ms(b.host_ns)} - GEMM and attention {ms(parallel)} x (1 - {ran}/{cores})",
+        "the GEMMs' and attention's compute splits evenly across the threads; the rest (Python, dispatch, small "
+        "elementwise ops) stays on one",
+        (WARM,),
+        holds,
+        parts={"serial": b.host_ns - parallel, "parallel": parallel},
+    )
+
+
+def predict_threads(host_ns: float, cpu: CpuOps, ran: int, threads: int) -> float:
+    """A CPU step on `threads` threads from one that ran on `ran`: the GEMMs' and attention's compute splits."""
+    parallel = cpu.gemm_ns + cpu.attention_ns + cpu.other_kept_ns
+    return host_ns - parallel * (1 - ran / threads)

@@ -5,9 +5,11 @@
 nesting. It reads as its stages: steps (probe.analysis.ledger.steps), the GPU side (probe.analysis.ledger.gpu), kernels
 (probe.analysis.ledger.kernels), the host side (probe.analysis.ledger.host), then one `StepLedger` a step.
 
-Steps: probe.analysis.ledger.steps finds them (`--steps`, probe's ranges, ProfilerStep#N, engine markers, graph
-launches, else the whole trace) and `TraceAnalysis.step_rule` says which rule did. Every step is kept, the last
-one included. A step's host window is its range, [start, end], both ends included.
+Steps: probe.analysis.ledger.steps finds them (`--steps`, probe's ranges, ProfilerStep#N, engine markers and
+frames, the outermost repeating host unit, graph launches, else the whole trace) and `TraceAnalysis.step_rule` says
+which rule did; `TraceAnalysis.coverage` what they hold of the trace's GPU work and of their threads' time
+(probe.analysis.ledger.coverage). Every step is kept, the last one included. A step's host window is its range,
+[start, end], both ends included.
 
 What a step's ledger says (times are integer ns inside, `_us` in the JSON, ns / 1000, never rounded):
 
@@ -27,9 +29,17 @@ What a step's ledger says (times are integer ns inside, `_us` in the JSON, ns / 
   rest) says what the step was doing; `mechanism` (python, dispatch, launch, runtime, sync_wait, unattributed)
   says what code ran: the innermost event covering each ns decides. `top_frames`: Python frames by innermost self
   time, whatever purpose part it falls in; `top_ops`: op dispatch (innermost self time) by op name;
-  `sync_sites`: where the step blocked on the device (the call, the innermost frame, the source line).
+  `sync_sites`: where the step blocked on the device (the call, the innermost frame, the source line, the op that
+  issued it, and the copy it waited for: size, direction, host memory). A copy call is a blocking call when the
+  trace shows the host waited in it (probe.analysis.ledger.host.waited_copies), whatever its name.
+  `data_mechanism_ns`: the mechanism split of the time inside data loading (the `data` purpose's ranges, ops and
+  frames). `unattributed_other_ns`: of the unattributed time outside data loading, the part during which another
+  thread of the step's process ran events (autograd's backward, while the loop's thread waits on it).
+  `launches_unmatched`: the step's launch and graph-launch calls none of whose GPU ops is in the trace.
   `external_wait`: the part of `sync_wait` during which no GPU op of the trace ran: the host waited on device work
-  the trace does not hold. `other_threads`: each other thread's busy time inside the window, by mechanism.
+  the trace does not hold. `own_wait`: the part from the step's first GPU op on, less its external part: the host
+  waiting on its own GPU work; the rest of `sync_wait` waited on earlier work (the previous step's GPU time showing)
+  or on work the trace lacks. `other_threads`: each other thread's busy time inside the window, by mechanism.
 - `top_level_ops`: cpu_ops on the step's thread, starting in the window, not nested in another cpu_op (on a CPU
   trace this is the dispatched aten op count). `op_counts`: the same by name.
 - `host_events`, `host_ranges`: the ops, runtime calls and Python frames, and the ranges, recorded on the step's
@@ -45,8 +55,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from probe.analysis.intervals import assign, covered, merge
-from probe.analysis.ledger import kernels
+from probe.analysis.intervals import assign, covered, difference, merge
+from probe.analysis.ledger import coverage, kernels
 from probe.analysis.ledger.gpu import (
     Attribution,
     LaunchDelays,
@@ -63,7 +73,9 @@ from probe.analysis.ledger.host import (
     SyncSite,
     ThreadTime,
     capture_region,
+    host_events,
     mechanism_split,
+    purpose_tiers,
     thread_busy,
     thread_ops,
     thread_rows,
@@ -104,6 +116,7 @@ class _Launches:
     windows: Windows
     delays: LaunchDelays
     in_step_graph: np.ndarray  # per runtime call: a graph launch inside a step
+    unmatched: np.ndarray  # per step: its launch and graph-launch calls none of whose GPU ops is in the trace
     totals: Totals
 
 
@@ -120,6 +133,7 @@ def _launch_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions) -> _L
         return np.bincount(gpu.rt_step[sel], weights=None if weights is None else weights[sel], minlength=n)
 
     is_launch, is_graph = launch_names[rt_names], graph_names[rt_names]
+    replayed = np.isin(gpu.rt_rows, gpu.op_launch[gpu.op_launch >= 0])
     attributed = gpu.op_step >= 0
     is_kernel = trace.kind[gpu.op_rows] == Kind.KERNEL
     op_dur = trace.dur_ns[gpu.op_rows]
@@ -135,6 +149,7 @@ def _launch_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions) -> _L
         windows=windows(trace, gpu, n, options.kernel_wait_ns),
         delays=launch_delays(trace, gpu, launch_names, graph_names, n),
         in_step_graph=in_step & is_graph,
+        unmatched=per_step((is_launch | is_graph) & ~replayed),
         totals=_totals(trace, gpu, launch_names, graph_names),
     )
 
@@ -185,7 +200,10 @@ class _Host:
 
     purpose: dict[str, np.ndarray]
     mechanism: dict[str, np.ndarray]
+    in_data: dict[str, np.ndarray]
+    other_in_gaps: np.ndarray  # of the unattributed time outside data loading: another thread of the process ran
     external: np.ndarray
+    own_wait: np.ndarray
     capturable: np.ndarray
     capture_region: list[str]
     top_counts: np.ndarray
@@ -200,13 +218,15 @@ class _Host:
     python_frames: tuple[FrameTime, ...]
 
 
-def _host_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions, table: PartTable) -> _Host:
-    """One pass per step thread (usually one), never per step."""
+def _host_columns(trace: Trace, steps: StepSet, table: PartTable, gpu_start: np.ndarray) -> _Host:
+    """One pass per step thread (usually one), never per step. `gpu_start`: each step's first GPU op (-1: none)."""
     n = len(steps)
     zeros = lambda: np.zeros(n, np.int64)  # noqa: E731
     purpose = {p: zeros() for p in table.order}
     mechanism = {p: zeros() for p in MECHANISM}
-    external, capturable, top_counts, all_counts, events, ranges = (zeros() for _ in range(6))
+    in_data = {p: zeros() for p in MECHANISM}
+    other_in_gaps = zeros()
+    external, own_wait, capturable, top_counts, all_counts, events, ranges = (zeros() for _ in range(7))
     region_of = ["" for _ in range(n)]
     op_counts: list[dict[str, int]] = [{} for _ in range(n)]
     top_ops: list[tuple[OpTime, ...]] = [() for _ in range(n)]
@@ -224,8 +244,12 @@ def _host_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions, table: 
             purpose[p][sel] = split.purpose[p]
         for p in MECHANISM:
             mechanism[p][sel] = split.mechanism[p]
+            in_data[p][sel] = split.in_data[p]
+        other_in_gaps[sel] = _others_while_idle(trace, table, pid, tid, lo, hi)
         seg_step, seg_s, seg_e = split.sync_segments
-        external[sel] = np.bincount(seg_step, weights=_unseen_wait(gpu_s, gpu_e, seg_s, seg_e), minlength=len(sel))
+        unseen = _unseen_wait(gpu_s, gpu_e, seg_s, seg_e)
+        external[sel] = np.bincount(seg_step, weights=unseen, minlength=len(sel))
+        own_wait[sel] = _own_wait(gpu_start[sel], seg_step, seg_s, seg_e, gpu_s, gpu_e)
         cap_s, cap_e, what = capture_region(trace, pid, tid)
         sync_in = np.bincount(seg_step, weights=covered(cap_s, cap_e, seg_s, seg_e), minlength=len(sel))
         capturable[sel] = covered(cap_s, cap_e, lo, hi) - sync_in.astype(np.int64)
@@ -251,7 +275,10 @@ def _host_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions, table: 
     return _Host(
         purpose,
         mechanism,
+        in_data,
+        other_in_gaps,
         external,
+        own_wait,
         capturable,
         region_of,
         top_counts,
@@ -265,6 +292,33 @@ def _host_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions, table: 
         _other_threads(trace, table, steps),
         python_frames,
     )
+
+
+def _own_wait(first, seg_step, seg_s, seg_e, gpu_s, gpu_e) -> np.ndarray:
+    """Per step (`first`: its first GPU op's start, -1 for none), the blocking pieces' time from that start on, less
+    their unseen part there: what the host waited on its own GPU work."""
+    n = len(first)
+    if not len(seg_step):
+        return np.zeros(n, np.int64)
+    start = first[seg_step]
+    a = np.where(start >= 0, np.maximum(seg_s, start), seg_e)  # no GPU op of its own: nothing waited on
+    b = np.maximum(a, seg_e)
+    late = _unseen_wait(gpu_s, gpu_e, a, b)
+    return np.bincount(seg_step, weights=(b - a) - np.minimum(late, b - a), minlength=n).astype(np.int64)
+
+
+def _others_while_idle(trace: Trace, table: PartTable, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray):
+    """Per window [lo, hi]: the time no event of thread pid/tid covers (its unattributed time), outside data
+    loading, during which another thread of the same process ran events: autograd's backward while the loop's thread
+    waits in `loss.backward()`, a helper thread the step waits on."""
+    own = host_events(trace, pid, tid)
+    mine = merge(trace.ts_ns[own], trace.end_ns[own])
+    data = purpose_tiers(trace, table, pid, tid)["data"]
+    busy = merge(np.concatenate((mine[0], data[0])), np.concatenate((mine[1], data[1])))
+    rows = trace.rows(Kind.PYTHON, Kind.CPU_OP, Kind.RUNTIME)
+    rows = rows[(trace.pid[rows] == pid) & (trace.tid[rows] != tid)]
+    others = merge(trace.ts_ns[rows], trace.end_ns[rows])
+    return covered(*difference(*others, *busy), lo, hi)
 
 
 def _unseen_wait(gpu_s: np.ndarray, gpu_e: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -356,11 +410,15 @@ def _step_ledger(i: int, steps: StepSet, la: _Launches, ke: _Kernels, ho: _Host,
         host_events=int(ho.events[i]),
         host_ranges=int(ho.ranges[i]),
         external_wait_ns=int(ho.external[i]) if on_gpu else 0,
+        own_wait_ns=int(ho.own_wait[i]) if on_gpu else 0,
         capturable_ns=int(ho.capturable[i]),
         capture_region=ho.capture_region[i],
         tokens=steps.tokens_of(i),
         purpose_ns={p: int(v[i]) for p, v in ho.purpose.items()},
         mechanism_ns={p: int(v[i]) for p, v in ho.mechanism.items()},
+        data_mechanism_ns={p: int(v[i]) for p, v in ho.in_data.items() if v[i]},
+        launches_unmatched=int(la.unmatched[i]),
+        unattributed_other_ns=int(ho.other_in_gaps[i]),
         unprofiled_estimate_ns=None
         if cost is None
         else float(wall - ho.events[i] * cost.op_ns - ho.ranges[i] * cost.range_ns),
@@ -413,7 +471,7 @@ def max_steps() -> int:
 def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysis:
     """The per-step ledger of every step, the whole-trace totals and kernels, and a steady-state summary."""
     options = options or AnalyzeOptions()
-    steps = find_steps(trace, options.steps)
+    steps = find_steps(trace, options.steps, options.steps_kinds)
     n = len(steps)
     if n > (limit := max_steps()):
         raise ProbeError(
@@ -423,12 +481,16 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysi
     launches = _launch_columns(trace, steps, options)
     kernel_columns = _kernel_columns(trace, launches, options, n)
     table = PartTable.build(trace, options.parts)
-    host = _host_columns(trace, steps, options, table)
+    host = _host_columns(trace, steps, table, launches.windows.start)
     totals = launches.totals
     on_gpu = totals.gpu_ops + totals.launches + totals.graph_launches > 0
     t0 = trace.start_ns
     ledgers = [_step_ledger(i, steps, launches, kernel_columns, host, t0, on_gpu, options.event_cost) for i in range(n)]
     origin = None if trace.base_ns is None or not len(trace) else int(trace.base_ns + trace.start_ns)
+    covers = coverage.coverage(trace, steps, launches.gpu)
+    warnings = _warnings(trace, steps, launches, host, ledgers)
+    if (line := coverage.warning(covers)) is not None:
+        warnings.append(line)
     return TraceAnalysis(
         format=trace.format,
         source=trace.source,
@@ -443,9 +505,10 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysi
         user_parts=tuple(p.name for p in options.parts),
         event_cost=options.event_cost,
         rank=trace.rank,
-        warnings=tuple(_warnings(trace, steps, launches, host, ledgers)),
+        warnings=tuple(warnings),
         origin_epoch_ns=origin,
         origin_ns=int(trace.start_ns) if len(trace) else 0,
+        coverage=covers,
     )
 
 

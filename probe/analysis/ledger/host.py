@@ -36,7 +36,7 @@ from probe import vocabulary as V
 from probe.analysis.intervals import covered, merge, nesting
 from probe.analysis.ledger.gpu import correlation_keys
 from probe.analysis.ledger.patterns import Pattern, compile_user
-from probe.analysis.trace import COPY_KINDS, GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
+from probe.analysis.trace import COPY_KINDS, GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name, is_copy_call
 from probe.errors import ProbeError
 
 
@@ -53,6 +53,8 @@ class HostPart:
 
 PURPOSE_PARTS: tuple[HostPart, ...] = (
     HostPart("sync", "sync", "sync", "probe's sync range; runtime calls and Python frames that wait for the device"),
+    HostPart("data", "data loading", "data", "ranges, ops and frames of data loading (`DATA`): the next batch"),
+    HostPart("communication", "communication", "communication", "collectives' ranges, ops, frames (`COMMUNICATION`)"),
     HostPart("sample", "sample", "sample", "probe's sample range: choosing the next token"),
     HostPart("cache_update", "cache update", "cache", "Cache.update: writing each layer's keys and values"),
     HostPart("cache_seq_length", "cache seq length", "cache", "Cache.get_seq_length: reading the filled length"),
@@ -86,6 +88,24 @@ ATTENTION_OP = re.compile(
     r"paged_attention|_attention_forward|::attention|mla_attention",
     re.IGNORECASE,
 )
+# Data loading, by the names torch and the pipelines that wrap it give it, in either event schema (a user annotation
+# now, an `Operator` in 2021's): the DataLoader's `enumerate(DataLoader)#...__next__` range and its `__next__` frame,
+# torchrec's `## wait_for_batch ##`.
+DATA = re.compile(
+    r"enumerate\(DataLoader\)|DataLoader[A-Za-z_]*\.__next__|dataloader\.py\([0-9]+\): __next__|wait_for_batch"
+)
+# Collective communication: NCCL's and Gloo's ranges (`nccl:all_reduce`), c10d's ops (`c10d::allreduce_`), torch's
+# `record_param_comms`, and any all-to-all, all-gather, all-reduce or reduce-scatter by name (c10d's Python API
+# `distributed_c10d.py(..): all_reduce`, `## alltoall_fwd_single ##`, vLLM's `tensor_model_parallel_all_gather`; not
+# c10d's bookkeeping, `distributed_c10d.py(..): is_initialized`).
+COMMUNICATION = re.compile(
+    r"^nccl:|^gloo:|^c10d::|^record_param_comms$|all_?to_?all|all_?gather|all_?reduce|reduce_?scatter", re.IGNORECASE
+)
+# A copy call waited for the device when its GPU copy started this long after the call began and the call was
+# still running then: the copy sat in its stream's queue behind earlier work. A copy issued to an idle stream starts
+# within the launch latency (7-14 us for the pinned copies of v100_dlrm_ddp_rank0_step; kernels' launch delay p50 is
+# 5-20 us on the traces in tests/data), so 50 us is several times any idle start.
+COPY_QUEUED_NS = 50_000
 # Runtime calls that block the host until the device drains: every *Synchronize, and the synchronous copies
 # (torch's .item() or .to("cpu") is hipMemcpyWithStream on ROCm; cudaMemcpyAsync + cudaStreamSynchronize on CUDA).
 SYNC_CALL = re.compile(
@@ -95,6 +115,7 @@ SYNC_CALL = re.compile(
 # Python frames that wait for the device: torch.cuda.synchronize and the synchronize methods of torch's Event and
 # Stream (`<built-in method synchronize of torch.Event object>`, vLLM's decode trace).
 SYNC_FRAME = re.compile(r"\bsynchronize\b")
+_HOST_MEMORY = re.compile(r"\b(Pageable|Pinned)\b")  # a GPU copy's host side, as kineto names it
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # `<built-in method __new__ of type object at 0xa20880>`
 _PART_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 # A frame of the caller's own source (`vllm/v1/worker/gpu_model_runner.py(931): _update_states`), not of torch's: the
@@ -171,6 +192,8 @@ class SyncSite:
     # in the same step: the stream the call waited on was itself waiting on an event
     copy_bytes: int | None = None  # the copy the wait was for: the blocking call's own (hipMemcpyWithStream), or
     copy_kind: str | None = None  # the copy call just before it in the same op (.item(): cudaMemcpyAsync, then sync)
+    copy_memory: str | None = None  # "pageable" or "pinned": the host memory of that copy, where the trace says
+    op: str | None = None  # the outermost cpu_op around the blocking call (aten::item, aten::to): what was called
 
     def to_json(self) -> dict:
         return {
@@ -182,6 +205,8 @@ class SyncSite:
             "stream_wait_before_us": None if self.stream_wait_before_ns is None else self.stream_wait_before_ns / 1e3,
             "copy_bytes": self.copy_bytes,
             "copy_kind": self.copy_kind,
+            "copy_memory": self.copy_memory,
+            "op": self.op,
         }
 
 
@@ -246,6 +271,8 @@ class PartTable:
     user: tuple[tuple[str, np.ndarray], ...]  # (name, bool over trace.names), in priority order
     frame_id: np.ndarray  # name id -> id into `frames` (the normalized Python frame names)
     frames: tuple[str, ...]
+    waited: np.ndarray  # bool over the trace's rows: a copy call the host waited in (`waited_copies`)
+    copy_of: dict[int, int]  # a copy call's row -> the row of the GPU copy it launched
 
     @property
     def order(self) -> tuple[str, ...]:
@@ -262,12 +289,48 @@ class PartTable:
         by_name["launch_call"] = trace.name_ids(lambda s: api_base_name(s) in LAUNCH_NAMES | GRAPH_LAUNCH_NAMES)
         by_name["source_frame"] = trace.name_ids(lambda s: _SOURCE_FRAME.search(s) is not None)
         by_name["stream_wait"] = trace.name_ids(lambda s: "StreamWaitEvent" in s)
+        by_name["data"] = trace.name_ids(lambda s: DATA.search(s) is not None)
+        by_name["communication"] = trace.name_ids(lambda s: COMMUNICATION.search(s) is not None)
         user = tuple((p.name, trace.name_ids(lambda s, p=p: p.pattern.search(s) is not None)) for p in user_parts)
         table: dict[str, int] = {}
         frame_id = np.fromiter(
             (table.setdefault(frame_name(n), len(table)) for n in trace.names), np.int64, len(trace.names)
         )
-        return cls(by_name, user, frame_id, tuple(table))
+        copy_of = copy_calls(trace)
+        return cls(by_name, user, frame_id, tuple(table), waited_copies(trace, copy_of), copy_of)
+
+
+def copy_calls(trace: Trace) -> dict[int, int]:
+    """Each copy call's row (cudaMemcpy*, hipMemcpy*, cuMemcpy*: `is_copy_call`) -> the row of the first GPU copy
+    joined to it on correlation."""
+    runtime = trace.rows(Kind.RUNTIME)
+    calls = runtime[trace.name_ids(is_copy_call)[trace.name_id[runtime]]]
+    copies = trace.rows(Kind.GPU_MEMCPY)
+    if not len(calls) or not len(copies):
+        return {}
+    first: dict[int, int] = {}
+    for key, row in zip(correlation_keys(trace, copies).tolist(), copies.tolist(), strict=True):
+        if key >= 0:
+            first.setdefault(key, row)
+    keys = correlation_keys(trace, calls).tolist()
+    return {row: first[key] for row, key in zip(calls.tolist(), keys, strict=True) if key in first}
+
+
+def waited_copies(trace: Trace, copy_of: dict[int, int]) -> np.ndarray:
+    """Per row of the trace: a copy call the trace shows the host waited in, whatever the call is named
+    (cudaMemcpyAsync, hipMemcpyAsync, hipMemcpyWithStream): the call returned at or after its GPU copy ended (a copy
+    from or to pageable memory, the copy behind `.item()` or `.tolist()`), or its GPU copy started `COPY_QUEUED_NS`
+    or more after the call began while the call still ran (the stream was busy with earlier work, and the call
+    waited for it). A call that returned before its copy started did not wait, however late the copy ran."""
+    out = np.zeros(len(trace), bool)
+    if not copy_of:
+        return out
+    calls = np.fromiter(copy_of, np.int64, len(copy_of))
+    copies = np.fromiter(copy_of.values(), np.int64, len(copy_of))
+    call_s, call_e = trace.ts_ns[calls], trace.end_ns[calls]
+    copy_s, copy_e = trace.ts_ns[copies], trace.end_ns[copies]
+    out[calls[(call_e >= copy_e) | ((copy_s - call_s >= COPY_QUEUED_NS) & (call_e >= copy_s))]] = True
+    return out
 
 
 @dataclass
@@ -281,12 +344,14 @@ class HostSplit:
     sync_sites: list[tuple[SyncSite, ...]]  # per step, largest wait first
     sync_segments: tuple[np.ndarray, np.ndarray, np.ndarray]  # (step, start, end) of every sync_wait piece
     frame_totals: dict[int, tuple[int, int]]  # frame id -> (self ns, calls) over these steps
+    in_data: dict[str, np.ndarray]  # every part in MECHANISM: the mechanism split of the time inside data loading
 
 
 def purpose_tiers(trace: Trace, table: PartTable, pid: int, tid: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """What each purpose part but the last (`model`, the rest) covers on thread pid/tid, as merged intervals, in
     priority order: the user's parts (ranges, ops and frames of a matching name), sync (probe's range, blocking
-    calls, synchronizing frames), sample, the cache parts and mask (probe's ranges), attention (attention ops)."""
+    calls and copy calls the host waited in, synchronizing frames), data loading and communication (ranges, ops and
+    frames named so), sample, the cache parts and mask (probe's ranges), attention (attention ops)."""
     ranges = thread_rows(trace, trace.rows(Kind.USER_RANGE, Kind.PROFILER_STEP), pid, tid)
     runtime = thread_rows(trace, trace.rows(Kind.RUNTIME), pid, tid)
     ops = thread_rows(trace, trace.rows(Kind.CPU_OP), pid, tid)
@@ -299,19 +364,26 @@ def purpose_tiers(trace: Trace, table: PartTable, pid: int, tid: int) -> dict[st
     tiers: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for name, mask in table.user:
         tiers[name] = spans((ranges, mask), (ops, mask), (frames, mask))
-    tiers["sync"] = spans(
+    waited = runtime[table.waited[runtime]]
+    sync_s, sync_e = spans(
         (ranges, table.by_name["sync"]), (runtime, table.by_name["sync_call"]), (frames, table.by_name["sync_frame"])
     )
+    tiers["sync"] = merge(np.concatenate((sync_s, trace.ts_ns[waited])), np.concatenate((sync_e, trace.end_ns[waited])))
+    for part in ("data", "communication"):
+        tiers[part] = spans((ranges, table.by_name[part]), (ops, table.by_name[part]), (frames, table.by_name[part]))
     for part in ("sample", "cache_update", "cache_seq_length", "cache_mask_sizes", "mask"):
         tiers[part] = spans((ranges, table.by_name[part]))
     tiers["attention"] = spans((ops, table.by_name["attention"]))
     return tiers
 
 
-def purpose_split(trace: Trace, table: PartTable, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray):
+def purpose_split(
+    trace: Trace, table: PartTable, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray, tiers: dict | None = None
+):
     """The purpose partition of the windows [lo, hi] on thread pid/tid: part -> ns per window, in priority order;
-    the last part, `model`, is what no other part covers, so the parts add up to the windows exactly."""
-    tiers = purpose_tiers(trace, table, pid, tid)
+    the last part, `model`, is what no other part covers, so the parts add up to the windows exactly. `tiers`:
+    purpose_tiers' answer, when the caller has it."""
+    tiers = tiers if tiers is not None else purpose_tiers(trace, table, pid, tid)
     parts: dict[str, np.ndarray] = {}
     acc_s, acc_e = np.zeros(0, np.int64), np.zeros(0, np.int64)
     before = np.zeros(len(lo), np.int64)
@@ -372,7 +444,7 @@ def _innermost(trace: Trace, table: PartTable, rows: np.ndarray) -> _Innermost:
     mech[is_frame] = np.where(table.by_name["sync_frame"][names[is_frame]], _SYNC_WAIT, _PYTHON)
     is_call = kind == Kind.RUNTIME
     mech[is_call & table.by_name["launch_call"][names]] = _LAUNCH
-    mech[is_call & table.by_name["sync_call"][names]] = _SYNC_WAIT
+    mech[is_call & (table.by_name["sync_call"][names] | table.waited[rows])] = _SYNC_WAIT
     owner, a, b = _self_segments(start, end, parent)
     return _Innermost(rows, start, end, original, parent, mech, owner, a, b, split)
 
@@ -456,6 +528,14 @@ def mechanism_split(
         sel = mech == code
         mechanism[part] = np.bincount(step[sel], weights=ns[sel], minlength=n).astype(np.int64)
     mechanism[UNATTRIBUTED] = (hi - lo) - sum(mechanism.values())
+    tiers = purpose_tiers(trace, table, pid, tid)
+    data_s, data_e = tiers["data"]
+    in_data_ns = covered(data_s, data_e, piece_start, piece_end)  # of each piece, the part inside data loading
+    in_data: dict[str, np.ndarray] = {}
+    for code, part in enumerate(MECHANISM[:-1]):
+        sel = mech == code
+        in_data[part] = np.bincount(step[sel], weights=in_data_ns[sel], minlength=n).astype(np.int64)
+    in_data[UNATTRIBUTED] = covered(data_s, data_e, lo, hi) - sum(in_data.values())
     # which step each event starts in: calls are counted there
     order = np.argsort(lo, kind="stable")
     s_of = np.searchsorted(lo[order], inner.start, side="right") - 1
@@ -496,13 +576,14 @@ def mechanism_split(
     is_sync = mech == _SYNC_WAIT
     sync_segments = (step[is_sync], piece_start[is_sync], piece_end[is_sync])
     return HostSplit(
-        purpose_split(trace, table, pid, tid, lo, hi),
+        purpose_split(trace, table, pid, tid, lo, hi, tiers),
         mechanism,
         frames,
         ops,
         sites,
         sync_segments,
         {f: (a, b) for f, (a, b) in totals.items()},
+        in_data,
     )
 
 
@@ -581,26 +662,42 @@ def _sync_sites(trace: Trace, table: PartTable, inner: _Innermost, seg, step, ns
         & ((trace.copy_kind[calls] >= 0) | np.isin(keys, np.fromiter(copies, np.int64, len(copies))))
     )
 
-    def copied(site: int) -> tuple[int | None, str | None]:
+    def copied(site: int) -> tuple[int | None, str | None, str | None]:
         """The blocking call's own copy, else the latest copy call before it under the same parent; its size and
-        direction from the call's own args, else from the GPU copy it launched."""
+        direction from the call's own args, else from the GPU copy it launched; its host memory from the GPU
+        copy's name (kineto's `Memcpy DtoH (Device -> Pageable)`)."""
         at = site
         if not is_copy[site]:
             same = np.flatnonzero(is_copy & (inner.parent == inner.parent[site]) & (inner.start <= inner.start[site]))
             if not len(same):
-                return None, None
+                return None, None, None
             at = int(same[np.argmax(inner.start[same])])
         row = int(calls[at])
         size, direction = copies.get(int(keys[at]), (-1, -1))
         size = int(trace.bytes[row]) if trace.bytes[row] >= 0 else size
         direction = int(trace.copy_kind[row]) if trace.copy_kind[row] >= 0 else direction
-        return (size if size >= 0 else None), COPY_KINDS[direction] if 0 <= direction < len(COPY_KINDS) else None
+        gpu = table.copy_of.get(row)
+        memory = _HOST_MEMORY.search(trace.name(gpu)) if gpu is not None else None
+        return (
+            (size if size >= 0 else None),
+            COPY_KINDS[direction] if 0 <= direction < len(COPY_KINDS) else None,
+            memory[1].lower() if memory else None,
+        )
+
+    def outer_op(site: int) -> str | None:
+        """The outermost cpu_op around the blocking call: what the program called (aten::item, aten::to)."""
+        found, cur = None, int(inner.parent[site])
+        while cur >= 0:
+            if kind[cur] == Kind.CPU_OP:
+                found = trace.names[names[cur]]
+            cur = int(inner.parent[cur])
+        return found
 
     return [
         tuple(
             sorted(
                 (
-                    SyncSite(c, f, src, v[0], len(v[1]), waited(int(v[2]), s), *copied(v[3]))
+                    SyncSite(c, f, src, v[0], len(v[1]), waited(int(v[2]), s), *copied(v[3]), outer_op(v[3]))
                     for (c, f, src), v in d.items()
                 ),
                 key=lambda x: (-x.wait_ns, x.call),

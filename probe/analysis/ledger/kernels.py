@@ -57,11 +57,12 @@ CATEGORIES = (
 # (category, pattern), first match wins. Patterns are case-insensitive unless they say (?-i:...), and of bounded
 # width (see the module docstring).
 KERNEL_RULES: tuple[tuple[str, str], ...] = (
-    # NCCL / RCCL collectives, torch symmetric-memory and custom all-reduce kernels
+    # NCCL / RCCL collectives, torch symmetric-memory and custom all-reduce kernels, and expert-parallel dispatch and
+    # combine across GPUs (DeepEP's `deep_ep::intranode::dispatch`, DeepSeek's `dpsk::ep::internode::combine`)
     (
         COMMUNICATION,
         r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|multimem|custom_ar|"
-        r"cross_device_reduce|quick_?reduce|mscclpp",
+        r"cross_device_reduce|quick_?reduce|mscclpp|(?:inter|intra)node::",
     ),
     # writing new keys and values into the cache, and the page/index bookkeeping of paged caches
     (

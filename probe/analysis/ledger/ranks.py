@@ -201,11 +201,6 @@ def check_job(traces: Sequence[TraceAnalysis]) -> JobCheck:
     return JobCheck(None, "no distinct rank for every trace, in its distributedInfo or as rank<N> in its file name")
 
 
-def is_one_job(traces: Sequence[TraceAnalysis]) -> bool:
-    """check_job(traces).one_job: what the explorer asks before it shows a folder as ranks."""
-    return check_job(traces).one_job
-
-
 def job(results: Sequence[TraceAnalysis | TraceFailure]) -> JobAnalysis:
     """The analyses as one job's ranks, step by step, when they are (`check_job`); else as a list of traces."""
     traces = [r for r in results if isinstance(r, TraceAnalysis)]

@@ -2,23 +2,34 @@
 
 The rules, tried in this order; the first that finds anything wins, and `StepSet.rule` names it:
 
-1. `--steps REGEX` when given: every host range (a torch `user_annotation`, an NVTX range in an nsys export)
-   whose name the pattern matches anywhere (a search, as `grep`: `--steps execute_` finds vLLM's
-   `execute_new_1_cached_0`; `^...$` anchors it to the whole name). The pattern is compiled for RE2 by
-   probe.analysis.ledger.patterns, so no pattern can make the search backtrack. An explicit request comes first; one
-   that matches nothing is a warning in `StepSet.warnings` (the CLI prints warnings on stderr before its tables),
-   and the rules below apply.
+1. `--steps REGEX` when given: every range a trace holds whose name the pattern matches anywhere (a search, as
+   `grep`: `--steps execute_` finds vLLM's `execute_new_1_cached_0`; `^...$` anchors it to the whole name): torch
+   `user_annotation`s and NVTX ranges, `ProfilerStep#N`, cpu_ops, and Python frames (`python_function`, so
+   `--steps execute_model` finds vLLM's worker frames); `--steps-kind` keeps some of those kinds only
+   (`STEP_KINDS`). The pattern is compiled for RE2 by probe.analysis.ledger.patterns, so no pattern can make the
+   search backtrack. An explicit request comes first; one that matches nothing is a warning in `StepSet.warnings`
+   (the CLI prints warnings on stderr before its tables), and the rules below apply.
 2. probe's own ranges: `prefill` and `decode#i` (probe.vocabulary).
 3. `ProfilerStep#N`, torch's own marker (`profile.step()`).
-4. The per-iteration markers real engines emit, in `MARKERS` (each with the trace it was found in).
-5. When a trace replays graphs and has none of the above: each graph launch (cudaGraphLaunch, hipGraphLaunch)
-   starts a step, which lasts until the next graph launch on its thread (the last one until that thread's last
-   event ends).
-6. Otherwise the whole trace is one step (from the first event to the last), with a warning naming `--steps`.
+4. The per-iteration markers real engines emit, in `MARKERS` (each with the trace it was found in); then the
+   engines' own step functions as Python frames, in `ENGINE_FRAMES` (vLLM V1's and V0's worker `execute_model`,
+   SGLang's `run_batch`, TensorRT-LLM's `_forward_step`, nano-vllm's `step`): their code, not a trace's names.
+   HF `generate`'s decoding loop (`_sample` and its kin) is a loop, not a step: its steps are the repeating unit
+   inside it (probe.analysis.ledger.units).
+5. The outermost host unit that repeats and holds the launches (probe.analysis.ledger.units), on the host thread
+   whose steps hold the most GPU work among those that launch it.
+6. When a trace replays graphs and has no host structure at all: each graph launch (cudaGraphLaunch,
+   hipGraphLaunch) starts a step, which lasts until the next graph launch on its thread (the last one until that
+   thread's last event ends). A graph launch is a step only when each holds a whole forward; when the launches are
+   pieces of a larger repeating unit (vLLM's piecewise graphs), rule 5 has found that unit first.
+7. Otherwise the whole trace is one step, with a warning naming `--steps`: on the thread that launches the most GPU
+   work (else the busiest thread), from its first event to its last, so the time before the thread's first event
+   (the profiler starting, other threads' set-up) is lead-in, not host work.
 
 Where markers nest (an outer and an inner marker for the same iteration, as SGLang's `step[...]` inside its
-scheduler's batch range), only the outermost counts, so one iteration is one step. Steps run on the thread of
-their range; a step's window is [start, end], both ends included.
+scheduler's batch range, or vLLM's worker `execute_model` frame around the model runner's), only the outermost
+counts, so one iteration is one step. Steps run on the thread of their range; a step's window is [start, end],
+both ends included.
 """
 
 from __future__ import annotations
@@ -30,8 +41,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from probe import vocabulary as V
+from probe.analysis.ledger.gpu import attribute
 from probe.analysis.ledger.patterns import Pattern, compile_user
+from probe.analysis.ledger.units import Tree, Units, launch_calls, repeating_unit, threads_by_launches
 from probe.analysis.trace import GRAPH_LAUNCH_NAMES, PROFILER_STEP_PREFIX, Kind, Trace, api_base_name
+from probe.errors import ProbeError
 
 RULE_STEPS, RULE_PROBE, RULE_PROFILER, RULE_GRAPH, RULE_WINDOW = (
     "--steps",
@@ -40,6 +54,13 @@ RULE_STEPS, RULE_PROBE, RULE_PROFILER, RULE_GRAPH, RULE_WINDOW = (
     "graph launches",
     "whole trace",
 )
+# `--steps-kind`: the kinds of range `--steps` searches, by the name a user knows them by
+STEP_KINDS: dict[str, tuple[Kind, ...]] = {
+    "range": (Kind.USER_RANGE, Kind.PROFILER_STEP),  # user annotations (record_function), NVTX, ProfilerStep#N
+    "cpu_op": (Kind.CPU_OP,),
+    "python": (Kind.PYTHON,),  # python_function frames (with_stack=True)
+}
+UNIT_THREADS = 4  # of the threads that launch GPU work, the busiest this many are read for a repeating unit
 MIXED, STEP = "mixed", "step"
 
 
@@ -152,8 +173,8 @@ MARKERS: tuple[Marker, ...] = (
         "vllm/v1/worker/gpu_worker.py Worker.annotate_profile: execute_new_N_cached_M (v0.11.1-0.13), "
         "execute_context_R(N)_generation_R(N) (v0.14+), the detailed execute_T_context_..(sq..sk..) form "
         "(v0.26+ detailed_trace_annotation, and TraceLens's vLLM and SGLang patches)",
-        "tests/data/rocm_vllm_decode_cudagraph (detailed form), b200_eager (a patched v0.13 form), "
-        "rocm_sglang_qwen3_8b_extend_step (TraceLens's SGLang patch)",
+        "TraceLens's test traces (../shared/traces/public): rocm_vllm_decode_cudagraph (detailed form), b200_eager "
+        "(a patched v0.13 form), rocm_sglang_qwen3_8b_extend_step (TraceLens's SGLang patch)",
         _vllm_kind,
         _vllm_tokens,
     ),
@@ -169,7 +190,7 @@ MARKERS: tuple[Marker, ...] = (
         re.compile(r"step\[(?P<mode>[A-Z_]+)(?: [a-z_]+=\d+)*\]"),
         "one ModelRunner.forward: one model forward (speculative decoding runs several an iteration)",
         "python/sglang/srt/model_executor/model_runner.py (v0.5.11+; srt/utils/profile_utils.py from 0.5.16)",
-        "tests/data/rocm_sglang_qwen3_8b_extend_step (inside the execute_.. range)",
+        "TraceLens's rocm_sglang_qwen3_8b_extend_step (../shared/traces/public; inside the execute_.. range)",
         lambda m: _SGLANG_MODES.get(m["mode"], m["mode"].lower()),
         _sglang_tokens,
     ),
@@ -181,6 +202,67 @@ MARKERS: tuple[Marker, ...] = (
         "none of ours",
         lambda m: _phase(int(m["ctx"]), int(m["gen"])),
         _trtllm_tokens,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class EngineFrame:
+    """An engine's own step function, as a Python frame (`python_function`, with_stack=True): what it covers, the
+    code, and whether it is the engine's loop (then its steps are the repeating unit inside it)."""
+
+    label: str
+    pattern: re.Pattern  # searched in the frame's name, `path/file.py(line): function`
+    covers: str
+    source: str
+    loop: bool = False
+
+
+def _frame(path: str, functions: str) -> re.Pattern:
+    return re.compile(rf"(?:^|/){path}\([0-9]+\): (?:{functions})$")
+
+
+ENGINE_FRAMES: tuple[EngineFrame, ...] = (
+    EngineFrame(
+        "vLLM V1 Worker.execute_model",
+        _frame(r"vllm/v1/worker/[a-z_]+_worker\.py", "execute_model"),
+        "one scheduler step on one rank: input prep, forward, logits and sampling",
+        "vllm/v1/worker/gpu_worker.py (and the other v1 workers)",
+    ),
+    EngineFrame(
+        "vLLM V0 worker execute_model",
+        _frame(r"vllm/worker/[a-z_]+\.py", "execute_model"),
+        "one scheduler step on one rank (LocalOrDistributedWorkerBase.execute_model)",
+        "vllm/worker/worker_base.py",
+    ),
+    EngineFrame(
+        "SGLang Scheduler.run_batch",
+        _frame(r"sglang/srt/managers/scheduler\.py", "run_batch"),
+        "one scheduler iteration, every forward of the batch",
+        "python/sglang/srt/managers/scheduler.py",
+    ),
+    EngineFrame(
+        "TensorRT-LLM PyExecutor._forward_step",
+        _frame(r"tensorrt_llm/_torch/pyexecutor/py_executor\.py", "_forward_step"),
+        "one executor iteration's forward",
+        "tensorrt_llm/_torch/pyexecutor/py_executor.py",
+    ),
+    EngineFrame(
+        "nano-vllm LLMEngine.step",
+        _frame(r"nanovllm/engine/llm_engine\.py", "step"),
+        "one scheduler step: schedule, run, postprocess",
+        "nanovllm/engine/llm_engine.py",
+    ),
+    EngineFrame(
+        "HF generate's decoding loop",
+        _frame(
+            r"transformers/generation/utils\.py",
+            "_sample|_greedy_search|_beam_search|_beam_sample|_assisted_decoding|_contrastive_search|_dola_decoding",
+        ),
+        "the loop of GenerationMixin.generate: its steps are the repeating unit inside it (a forward, the token's "
+        "choice)",
+        "transformers/generation/utils.py",
+        loop=True,
     ),
 )
 
@@ -212,14 +294,27 @@ def compile_steps_regex(text: str | None) -> Pattern | None:
     return None if text is None else compile_user(text, f"--steps {text!r}")
 
 
-def find_steps(trace: Trace, steps: Pattern | None = None) -> StepSet:
+def parse_steps_kinds(text: str | None) -> tuple[Kind, ...]:
+    """`--steps-kind range,python` as the kinds `--steps` searches (every kind when not given)."""
+    if not text:
+        return tuple(k for kinds in STEP_KINDS.values() for k in kinds)
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    bad = [w for w in words if w not in STEP_KINDS]
+    if bad or not words:
+        raise ProbeError(f"--steps-kind {text!r}: use one or more of {', '.join(STEP_KINDS)}, comma-separated")
+    return tuple(k for w in words for k in STEP_KINDS[w])
+
+
+def find_steps(trace: Trace, steps: Pattern | None = None, kinds: tuple[Kind, ...] | None = None) -> StepSet:
     """The trace's steps by the first rule that finds any (see the module docstring); `steps` is searched for
-    in each range's name (anchor it with `^...$` to match whole names)."""
+    in the names of the ranges of `kinds` (every kind `--steps` reads when None; anchor the pattern with `^...$` to
+    match whole names)."""
     warnings: list[str] = []
     ranges = trace.rows(Kind.USER_RANGE, Kind.PROFILER_STEP)
     if steps is not None:
+        searched = trace.rows(*(kinds or parse_steps_kinds(None)))
         match = trace.name_ids(lambda s: steps.search(s) is not None)
-        rows = _outermost(trace, ranges[match[trace.name_id[ranges]]])
+        rows = _outermost(trace, searched[match[trace.name_id[searched]]])
         if len(rows):
             return _from_rows(trace, rows, RULE_STEPS, _kinds_of(trace, rows), warnings)
         warnings.append(f"--steps {steps.pattern!r} matched no range; steps found by the rules below it instead")
@@ -236,10 +331,95 @@ def find_steps(trace: Trace, steps: Pattern | None = None) -> StepSet:
         found = {trace.names[i] for i in trace.name_id[rows].tolist()}
         labels = [m.label for m in MARKERS if any(m.pattern.fullmatch(text) for text in found)]
         return _from_rows(trace, rows, f"engine markers: {', '.join(labels)}", _kinds_of(trace, rows), warnings)
+    calls = launch_calls(trace)
+    engine = _engine_frames(trace, calls, warnings)
+    if engine is not None:
+        return engine
+    unit = _unit_steps(trace, calls, warnings)
+    if unit is not None:
+        return unit
     graph = _graph_steps(trace, warnings)
     if graph is not None:
         return graph
-    pid, tid = main_thread(trace)
+    return _whole_trace(trace, calls, warnings)
+
+
+def _engine_frames(trace: Trace, calls: np.ndarray, warnings: list[str]) -> StepSet | None:
+    """Rule 4's second half: the first engine in ENGINE_FRAMES whose step (or loop) frame the trace holds."""
+    frames = trace.rows(Kind.PYTHON)
+    for engine in ENGINE_FRAMES:
+        hit = trace.name_ids(lambda s, e=engine: e.pattern.search(s) is not None)
+        rows = _outermost(trace, frames[hit[trace.name_id[frames]]])
+        if not len(rows):
+            continue
+        rule = f"engine frames: {engine.label}"
+        if not engine.loop:
+            return _from_rows(trace, rows, rule, [STEP] * len(rows), warnings)
+        found = [
+            units
+            for pid, tid, row in zip(trace.pid[rows].tolist(), trace.tid[rows].tolist(), rows.tolist(), strict=True)
+            if (units := _inside(trace, calls, pid, tid, row)) is not None
+        ]
+        if found:
+            return _from_units(found, rule + " (" + found[0][2].rule + ")", warnings)
+    return None
+
+
+def _inside(trace: Trace, calls: np.ndarray, pid: int, tid: int, row: int) -> tuple[int, int, Units] | None:
+    tree = Tree.of(trace, pid, tid, calls)
+    (at,) = np.flatnonzero(tree.rows == row)
+    units = repeating_unit(tree, f"thread {pid}/{tid}", tree.children(int(at)))
+    return None if units is None else (pid, tid, units)
+
+
+def _unit_steps(trace: Trace, calls: np.ndarray, warnings: list[str]) -> StepSet | None:
+    """Rule 5: each launching thread's repeating unit; the one whose steps hold the most GPU work wins (a training
+    loop's thread over its autograd thread, whose cycle starts a forward late and ends an optimizer step early)."""
+    best: tuple[int, tuple[int, int, Units]] | None = None
+    for pid, tid in threads_by_launches(trace, calls)[:UNIT_THREADS]:
+        units = repeating_unit(Tree.of(trace, pid, tid, calls), f"thread {pid}/{tid}")
+        if units is None:
+            continue
+        gpu = attribute(trace, units.start, units.end)
+        held = int(trace.dur_ns[gpu.op_rows[gpu.op_step >= 0]].sum())
+        if best is None or held > best[0]:
+            best = (held, (pid, tid, units))
+    if best is None:
+        return None
+    return _from_units([best[1]], best[1][2].rule, warnings)
+
+
+def _from_units(found: list[tuple[int, int, Units]], rule: str, warnings: list[str]) -> StepSet:
+    start = np.concatenate([u.start for _, _, u in found])
+    end = np.concatenate([u.end for _, _, u in found])
+    names = [n for _, _, u in found for n in u.names]
+    kinds = [u.kind for _, _, u in found for _ in u.names]
+    pid = np.concatenate([np.full(len(u.start), p) for p, _, u in found])
+    tid = np.concatenate([np.full(len(u.start), t) for _, t, u in found])
+    order = np.argsort(start, kind="stable")
+    n = len(order)
+    return StepSet(
+        rule,
+        [names[i] for i in order.tolist()],
+        [kinds[i] for i in order.tolist()],
+        list(range(n)),
+        start[order],
+        end[order],
+        pid[order],
+        tid[order],
+        warnings,
+    )
+
+
+def _whole_trace(trace: Trace, calls: np.ndarray, warnings: list[str]) -> StepSet:
+    """Rule 7: one step, on the thread that launches the most GPU work (else the busiest), from its first event
+    to its last."""
+    launching = threads_by_launches(trace, calls)
+    pid, tid = launching[0] if launching else main_thread(trace)
+    host = trace.stream < 0
+    mine = np.flatnonzero(host & (trace.pid == pid) & (trace.tid == tid))
+    start = int(trace.ts_ns[mine].min()) if len(mine) else trace.start_ns
+    end = int(trace.end_ns[mine].max()) if len(mine) else int(trace.end_ns.max())
     warnings.append(
         "no step markers found: the whole trace is one step. Name the ranges that mark a step with --steps REGEX"
     )
@@ -248,8 +428,8 @@ def find_steps(trace: Trace, steps: Pattern | None = None) -> StepSet:
         ["trace"],
         ["window"],
         [0],
-        np.array([trace.start_ns]),
-        np.array([int(trace.end_ns.max())]),
+        np.array([start]),
+        np.array([end]),
         np.array([pid]),
         np.array([tid]),
         warnings,

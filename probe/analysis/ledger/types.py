@@ -28,8 +28,9 @@ from probe.analysis.ledger.host import (
 )
 from probe.analysis.ledger.kernels import KernelStat
 from probe.analysis.ledger.patterns import Pattern
-from probe.analysis.ledger.steps import StepTokens, compile_steps_regex
+from probe.analysis.ledger.steps import StepTokens, compile_steps_regex, parse_steps_kinds
 from probe.analysis.records.sidecar import EventCost
+from probe.analysis.trace import Kind, TraceFormat
 from probe.errors import ProbeError
 
 MAX_STEPS = 200_000  # steps one analysis holds by default (max_steps)
@@ -57,6 +58,7 @@ class AnalyzeOptions:
     kernel_rules: tuple[tuple[str, str], ...] = ()  # --kernel-category CATEGORY=REGEX, before the built-in rules
     event_cost: EventCost | None = None  # the profiler's cost per recorded event (probe.capture.calibrate)
     kernel_wait_ns: int = KERNEL_WAIT_NS  # --kernel-wait-us
+    steps_kinds: tuple[Kind, ...] | None = None  # --steps-kind: the kinds of range --steps searches; None: all
 
     @classmethod
     def parse(
@@ -66,6 +68,7 @@ class AnalyzeOptions:
         kernel_categories: Sequence[str] = (),
         event_cost: EventCost | None = None,
         kernel_wait_us: float | None = None,
+        steps_kind: str | None = None,
     ) -> AnalyzeOptions:
         """From the command line's (or the explorer's) text; a one-line ProbeError for anything malformed."""
         user = tuple(parse_part(text, _RESERVED) for text in parts)
@@ -80,7 +83,10 @@ class AnalyzeOptions:
         rules = tuple(kernels.parse_category_rule(text) for text in kernel_categories)
         kernels.Rules.build(rules)  # checks the patterns now, before any trace is read
         wait = KERNEL_WAIT_NS if kernel_wait_us is None else round(kernel_wait_us * 1000)
-        return cls(compile_steps_regex(steps), user, rules, event_cost, wait)
+        kinds = parse_steps_kinds(steps_kind) if steps_kind else None
+        if kinds and steps is None:
+            raise ProbeError("--steps-kind says which ranges --steps searches: give --steps REGEX with it")
+        return cls(compile_steps_regex(steps), user, rules, event_cost, wait, kinds)
 
 
 @dataclass(frozen=True)
@@ -124,7 +130,11 @@ class StepLedger:
     tokens: StepTokens | None = None  # what the step's engine marker says it processed (steps.StepTokens)
     purpose_ns: dict[str, int] = field(default_factory=dict)  # user parts, then PURPOSE; sums to wall_ns
     mechanism_ns: dict[str, int] = field(default_factory=dict)  # MECHANISM; sums to wall_ns
+    data_mechanism_ns: dict[str, int] = field(default_factory=dict)  # MECHANISM of the time inside data loading
+    launches_unmatched: int = 0  # launch and graph-launch calls whose GPU ops are not in the trace
+    unattributed_other_ns: int = 0  # of unattributed time outside data loading: another thread of the process ran
     unprofiled_estimate_ns: float | None = None
+    own_wait_ns: int = 0  # sync wait from the step's first GPU op on, less what no GPU op of the trace ran in
     op_counts: dict[str, int] = field(default_factory=dict)  # top-level op name -> calls in this step
     top_ops: tuple[OpTime, ...] = ()  # largest dispatch time first, at most TOP_OPS_KEPT
     kernel_counts: dict[str, int] = field(default_factory=dict)  # kernel name -> launches of it in this step
@@ -178,6 +188,7 @@ class StepLedger:
             out[key] = (None if value is None else value / 1000) if ns else value
         out["purpose_us"] = {k: v / 1000 for k, v in self.purpose_ns.items()}
         out["mechanism_us"] = {k: v / 1000 for k, v in self.mechanism_ns.items()}
+        out["data_mechanism_us"] = {k: v / 1000 for k, v in self.data_mechanism_ns.items()}
         out["cache_us"] = self.cache_ns / 1000
         out["span_us"] = self.span_ns / 1000
         out["busy_fraction"] = self.busy_fraction
@@ -193,8 +204,8 @@ class StepLedger:
         return out
 
 
-_NESTED = {"purpose_ns", "mechanism_ns", "op_counts", "top_ops", "kernel_counts", "kernels_by_category"}
-_NESTED |= {"top_kernels", "top_frames", "sync_sites", "other_threads", "tokens"}
+_NESTED = {"purpose_ns", "mechanism_ns", "data_mechanism_ns", "op_counts", "top_ops", "kernel_counts"}
+_NESTED |= {"kernels_by_category", "top_kernels", "top_frames", "sync_sites", "other_threads", "tokens"}
 
 
 _FLAT_FIELDS = tuple(
@@ -216,7 +227,7 @@ _RESERVED = frozenset(
 
 @dataclass(frozen=True)
 class Totals:
-    """Whole-trace counts, by the reference definitions of tests/data/PROVENANCE.md exactly."""
+    """Whole-trace counts, by the definitions of docs/traces.md (the counts) exactly."""
 
     events: int  # rows of the event table (complete events)
     kernels: int
@@ -242,6 +253,40 @@ class Totals:
 
 
 @dataclass(frozen=True)
+class Coverage:
+    """What the steps hold of the trace: the GPU work (the union of GPU ops) joined to some step, and the steps'
+    threads' busy time (the union of their frames, ops and runtime calls) inside some step; and the largest piece
+    of GPU work left out, in words (None when none is)."""
+
+    gpu_in_steps_ns: int
+    gpu_busy_ns: int
+    host_in_steps_ns: int
+    host_busy_ns: int
+    left_out: str | None = None
+    left_out_ns: int = 0
+
+    @property
+    def gpu_share(self) -> float:
+        return self.gpu_in_steps_ns / self.gpu_busy_ns if self.gpu_busy_ns else 1.0
+
+    @property
+    def host_share(self) -> float:
+        return self.host_in_steps_ns / self.host_busy_ns if self.host_busy_ns else 1.0
+
+    def to_json(self) -> dict:
+        return {
+            "gpu_in_steps_us": self.gpu_in_steps_ns / 1e3,
+            "gpu_busy_us": self.gpu_busy_ns / 1e3,
+            "gpu_share": self.gpu_share,
+            "host_in_steps_us": self.host_in_steps_ns / 1e3,
+            "host_busy_us": self.host_busy_ns / 1e3,
+            "host_share": self.host_share,
+            "left_out": self.left_out,
+            "left_out_us": self.left_out_ns / 1e3,
+        }
+
+
+@dataclass(frozen=True)
 class Summary:
     """Across the steps that describe steady state: the decode steps if any, else every step."""
 
@@ -264,7 +309,7 @@ class Summary:
 
 @dataclass(frozen=True)
 class TraceAnalysis:
-    format: str
+    format: TraceFormat
     source: str
     step_rule: str  # which rule found the steps (probe.analysis.ledger.steps)
     steps: tuple[StepLedger, ...]
@@ -280,6 +325,7 @@ class TraceAnalysis:
     warnings: tuple[str, ...] = ()
     origin_epoch_ns: int | None = None  # epoch ns of the first event (steps' start_ns count from it), when known
     origin_ns: int = 0  # the first event's time on the trace's own clock (Trace.start_ns)
+    coverage: Coverage | None = None  # what the steps hold of the trace's GPU work and host time
 
     def windows(self) -> tuple[np.ndarray, np.ndarray]:
         """The steps' host windows, [start, end] on the trace's own clock (sorted by start, as the steps are)."""
@@ -316,6 +362,7 @@ class TraceAnalysis:
             "kernel_categories": {c: ns / 1000 for c, ns in self.kernel_categories.items()},
             "python_frames": [f.to_json() for f in self.python_frames],
             "warnings": list(self.warnings),
+            "coverage": self.coverage.to_json() if self.coverage else None,
         }
 
 

@@ -75,6 +75,12 @@ class Sidecar:
         return self.contention[1]
 
     @property
+    def threads(self) -> tuple[int, int] | None:
+        """(intra-op threads the run used, the machine's cores), when the environment recorded both."""
+        ran, cores = self.env.torch_threads, self.env.cpu_count
+        return (ran, cores) if ran and cores else None
+
+    @property
     def contended_caveat(self) -> str | None:
         """The line a diagnosis says first when the trace was recorded contended; None otherwise."""
         other, judged = self.contention

@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -139,7 +140,10 @@ def _counter_delta(t: np.ndarray, e: np.ndarray, spans) -> float | None:
     return float(sum(np.interp(b, t, e) - np.interp(a, t, e) for a, b in spans))
 
 
-def _energy(samples, windows: Iterable[Window]) -> tuple[float | None, str | None]:
+EnergySource = Literal["counter", "power_integral"]  # an energy counter's difference, or the integral of power_w
+
+
+def _energy(samples, windows: Iterable[Window]) -> tuple[float | None, EnergySource | None]:
     t, cols = _columns(samples)
     t, spans = _relative(t, _merge(windows))
     if "energy_j" in cols and (joules := _counter_delta(t, cols["energy_j"], spans)) is not None:
@@ -185,7 +189,7 @@ class TelemetrySummary:
     sampler_cpu_pct_mean: float | None = None
     sampler_cpu_pct_peak: float | None = None
     decode_energy_j: float | None = None
-    energy_source: str | None = None  # "counter" | "power_integral" | None
+    energy_source: EnergySource | None = None
     energy_per_token_j: float | None = None
     # False: the decode phases add up to less than NVML's power window, so the energy is not theirs
     # (ENERGY_WINDOW_NOTE); None: no energy, or a file from before the check

@@ -33,6 +33,7 @@ from probe.analysis.regression.samples import (
     KERNELS,
     METRICS,
     Metric,
+    MetricKind,
     SampleSet,
     Unit,
     from_analysis,
@@ -62,7 +63,7 @@ class Row:
     key: str
     metric: str  # a METRICS name
     label: str
-    kind: str  # "count" | "timing"
+    kind: MetricKind
     higher_is_worse: bool = True
     baseline: float | None = None
     current: float | None = None
@@ -73,13 +74,6 @@ class Row:
     n_baseline: int = 1
     n_current: int = 1
     verdict: Verdict = "ok"
-
-    @property
-    def worse_by(self) -> float | None:
-        """The ratio turned so that > 1 is worse (a tokens/s drop reads as a slowdown)."""
-        if self.ratio is None or self.ratio == 0:
-            return None
-        return self.ratio if self.higher_is_worse else 1 / self.ratio
 
 
 @dataclass(frozen=True)

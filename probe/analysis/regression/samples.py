@@ -16,6 +16,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from probe.analysis.ledger.build import analyze
 from probe.analysis.records.environment import Environment
@@ -25,12 +26,14 @@ from probe.analysis.records.sidecar import Sidecar, trace_meta
 from probe.analysis.trace import DeviceInfo, load_trace
 from probe.errors import ProbeError
 
+MetricKind = Literal["count", "timing"]
+
 
 @dataclass(frozen=True)
 class Metric:
     name: str  # JSON key
     label: str  # what tables say
-    kind: str  # "count" | "timing"
+    kind: MetricKind
     higher_is_worse: bool = True
 
 

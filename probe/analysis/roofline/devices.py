@@ -16,9 +16,12 @@ lower bound on step time, never a prediction of it (`probe roofline --measure` g
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from probe.analysis.records.files import read_json
 from probe.errors import ProbeError
 
 TERA, GIB = 10**12, 2**30
@@ -60,6 +63,49 @@ MI200_SPECS = (
     "instinct-mi200-series-data-sheet.pdf"
 )
 MI200_NOTE = "; ROCm shows each of the module's two GCDs as a device: every figure here is half the module's"
+H800_PAGE = (
+    "NVIDIA H800 Tensor Core GPU specifications (SXM: FP32 67 TFLOPS, BF16/FP16 1,979 and FP8 3,958 TFLOPS with "
+    "sparsity, 80GB HBM3, 3.35 TB/s; PCIe: 51, 1,513, 3,026, 80GB HBM2e, 2 TB/s), https://www.nvidia.cn/data-center/h800/"
+)
+# NVIDIA's GeForce figures are in its architecture whitepapers' appendix tables. GeForce tensor cores run fp16 and bf16
+# with fp32 accumulation (what a torch matmul uses) at half their fp16-accumulate rate; the figure here is that
+# fp32-accumulate rate, dense. fp8 is left out: the whitepapers print it with fp16 accumulation only.
+TURING_WP = (
+    "NVIDIA Turing GPU Architecture whitepaper, Table 1 (GeForce RTX 2080 Ti reference: FP32 13.4 TFLOPS, FP16 "
+    "Tensor with FP32 accumulate 53.8 TFLOPS, 11 GB GDDR6, 616 GB/s), https://images.nvidia.com/aem-dam/en-zz/"
+    "Solutions/design-visualization/technologies/turing-architecture/NVIDIA-Turing-Architecture-Whitepaper.pdf"
+)
+AMPERE_WP = (
+    "NVIDIA Ampere GA102 GPU Architecture whitepaper, Table (GeForce RTX 3090: FP32 35.6 TFLOPS, FP16 and BF16 "
+    "Tensor with FP32 accumulate 71 | 142* TFLOPS, 24 GB GDDR6X, 936 GB/s), "
+    "https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf"
+)
+ADA_WP = (
+    "NVIDIA Ada GPU Architecture whitepaper, Appendix A (GeForce RTX 4090: FP32 82.6 TFLOPS, FP16 and BF16 Tensor "
+    "with FP32 accumulate 165.2 | 330.4* TFLOPS, 24 GB GDDR6X, 1008 GB/s; RTX 4080: 48.7, 97.5 | 194.9*, 16 GB "
+    "GDDR6X, 716.8 GB/s), https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf"
+)
+BLACKWELL_WP = (
+    "NVIDIA RTX Blackwell GPU Architecture whitepaper, Appendix (GeForce RTX 5090: FP32 104.8 TFLOPS, FP16 and BF16 "
+    "Tensor with FP32 accumulate 209.5 | 419* TFLOPS, 32 GB GDDR7, 1792 GB/s), "
+    "https://images.nvidia.com/aem-dam/Solutions/geforce/blackwell/nvidia-rtx-blackwell-gpu-architecture.pdf"
+)
+MI325X_SHEET = (
+    "AMD Instinct MI325X data sheet (FP32 163.4 TFLOPS, FP16/BF16 1307.4 and FP8 2614.9 TFLOPS dense; 256 GB HBM3E, "
+    "6 TB/s), https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/product-briefs/"
+    "instinct-mi325x-datasheet.pdf"
+)
+MI355X_PAGE = (
+    "AMD Instinct MI355X GPU specifications (FP32 vector 157.3 TFLOPS, FP16/BF16 2.5 PFLOPS and FP8 5.0 PFLOPS dense: "
+    "256 CUs x 4,096 and 8,192 FLOP a clock at 2.4 GHz; 288 GB HBM3E, 8 TB/s), "
+    "https://www.amd.com/en/products/accelerators/instinct/mi350/mi355x.html"
+)
+# NVIDIA publishes no H20 datasheet on its own site (the part is sold in China only); these are the figures of its
+# product brief as system makers print them. Dense: BF16/FP16 148, FP8 296 TFLOPS; FP32 44 TFLOPS.
+H20_BRIEF = (
+    "no public NVIDIA datasheet; NVIDIA H20 product brief figures as printed by system makers (96 GB HBM3, 4.0 TB/s; "
+    "FP32 44, BF16/FP16 148 and FP8 296 TFLOPS dense), e.g. https://willitrunai.com/gpus/h20-96gb"
+)
 
 # Where one document lists several variants, the figure is the row for the named variant. Entries are tried in
 # table order by match_device, so the more specific variants come before the catch-alls.
@@ -234,6 +280,96 @@ DEVICES: tuple[Device, ...] = (
         "1,440GB in all), https://www.nvidia.com/en-us/data-center/hgx/",
     ),
     Device(
+        "H800-PCIe",
+        2000 * 10**9,
+        H800_PAGE,
+        r"H800.*PCIe",
+        80 * GIB,
+        _t(float32=51, bfloat16=756.5, float16=756.5, float8=1513),  # printed with sparsity: halved
+        H800_PAGE,
+    ),
+    Device(
+        "H800",
+        3350 * 10**9,
+        H800_PAGE,
+        r"\bH800\b",
+        80 * GIB,
+        _t(float32=67, bfloat16=989.5, float16=989.5, float8=1979),  # the SXM part; printed with sparsity: halved
+        H800_PAGE,
+    ),
+    Device(
+        "H20",
+        4000 * 10**9,
+        H20_BRIEF,
+        r"\bH20\b",
+        96 * GIB,
+        _t(float32=44, bfloat16=148, float16=148, float8=296),
+        H20_BRIEF,
+    ),
+    Device(
+        "RTX-2080-Ti",
+        616 * 10**9,
+        TURING_WP,
+        r"RTX 2080 Ti(?!.*Laptop)",
+        11 * GIB,
+        _t(float32=13.4, float16=53.8),
+        TURING_WP,
+    ),  # Turing: no bf16 tensor cores
+    Device(
+        "RTX-3090",
+        936 * 10**9,
+        AMPERE_WP,
+        r"RTX 3090(?! Ti)(?!.*Laptop)",
+        24 * GIB,
+        _t(float32=35.6, bfloat16=71, float16=71),
+        AMPERE_WP,
+    ),
+    Device(
+        "RTX-4080",
+        716_800 * 10**6,
+        ADA_WP,
+        r"RTX 4080(?! SUPER)(?!.*Laptop)",
+        16 * GIB,
+        _t(float32=48.7, bfloat16=97.5, float16=97.5),
+        ADA_WP,
+    ),
+    Device(
+        "RTX-4090",
+        1008 * 10**9,
+        ADA_WP,
+        r"RTX 4090(?! D)(?!.*Laptop)",
+        24 * GIB,
+        _t(float32=82.6, bfloat16=165.2, float16=165.2),
+        ADA_WP,
+    ),
+    Device(
+        "RTX-5090",
+        1792 * 10**9,
+        BLACKWELL_WP,
+        r"RTX 5090(?!.*Laptop)",
+        32 * GIB,
+        _t(float32=104.8, bfloat16=209.5, float16=209.5),
+        BLACKWELL_WP,
+    ),
+    Device(
+        "MI355X",
+        8000 * 10**9,
+        MI355X_PAGE,
+        r"MI355X",
+        288 * GIB,
+        _t(float32=157.3, bfloat16=2516.6, float16=2516.6, float8=5033.2),
+        MI355X_PAGE,
+    ),
+    Device(
+        "MI325X",
+        6000 * 10**9,
+        MI325X_SHEET,
+        r"MI325X",
+        256 * GIB,
+        _t(float32=163.4, bfloat16=1307.4, float16=1307.4, float8=2614.9),
+        MI325X_SHEET,
+    ),
+    Device(
         "MI300X",
         5300 * 10**9,
         "AMD Instinct MI300X accelerator data sheet (peak memory bandwidth 5.3 TB/s), "
@@ -264,6 +400,70 @@ DEVICES: tuple[Device, ...] = (
         MI200_SPECS + MI200_NOTE,
     ),
 )
+
+
+@dataclass(frozen=True)
+class Unpublished:
+    """A part known by name whose vendor prints no bandwidth or FLOP/s for it: named, never guessed."""
+
+    name: str
+    pattern: str  # as Device.pattern
+    why: str  # what the vendor prints instead, with its address
+
+
+UNPUBLISHED: tuple[Unpublished, ...] = (
+    Unpublished(
+        "GeForce Laptop GPU",
+        r"Laptop GPU",
+        "NVIDIA prints no memory bandwidth or FLOP/s for its laptop GPUs, whose clocks and power the laptop's maker "
+        "sets (https://www.nvidia.com/en-us/geforce/laptops/40-series/ lists the RTX 4080 Laptop GPU's 12 GB of "
+        "GDDR6 and its 192-bit width only)",
+    ),
+)
+
+
+def unpublished(gpu_name: str) -> Unpublished | None:
+    """The entry of UNPUBLISHED a name as torch reports it falls under, if any."""
+    return next((u for u in UNPUBLISHED if re.search(u.pattern, gpu_name, flags=re.IGNORECASE)), None)
+
+
+_FILE_FIELDS = ("name", "memory_bandwidth_bytes_s", "memory_bytes", "peak_flops_s", "source", "spec_source")
+
+
+def device_file(path: str | Path) -> Device:
+    """A device from a JSON object with the table's fields (`--device-file`): a card the table lacks, or measured
+    peaks in place of the datasheet's. `name` and `memory_bandwidth_bytes_s` are required; `memory_bytes`,
+    `peak_flops_s` (dtype -> dense FLOP/s: float32, bfloat16, float16, float8) and `source` / `spec_source` (where
+    the figures come from; the file itself by default) are optional. A one-line ProbeError names what is wrong."""
+    doc = read_json(path)
+    where = f"--device-file {path}"
+    if not isinstance(doc, dict):
+        raise ProbeError(f"{where}: a JSON object with the fields {', '.join(_FILE_FIELDS)}")
+    unknown = sorted(set(doc) - set(_FILE_FIELDS))
+    if unknown:
+        raise ProbeError(f"{where}: unknown field(s) {', '.join(unknown)}; the fields are {', '.join(_FILE_FIELDS)}")
+    name = doc.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ProbeError(f"{where}: 'name' must be the device's name, as text")
+    bandwidth = _positive(doc.get("memory_bandwidth_bytes_s"), where, "memory_bandwidth_bytes_s", "bytes/s, e.g. 600e9")
+    memory = doc.get("memory_bytes")
+    if memory is not None:
+        memory = int(_positive(memory, where, "memory_bytes", "bytes"))
+    peaks = doc.get("peak_flops_s", {})
+    if not isinstance(peaks, dict):
+        raise ProbeError(f"{where}: 'peak_flops_s' must map a dtype to FLOP/s, e.g. {{\"bfloat16\": 312e12}}")
+    flops = {str(k): _positive(v, where, f"peak_flops_s.{k}", "FLOP/s") for k, v in peaks.items()}
+    said = f"the device file {path}"
+    source, spec = doc.get("source", said), doc.get("spec_source", doc.get("source", said))
+    if not isinstance(source, str) or not isinstance(spec, str):
+        raise ProbeError(f"{where}: 'source' and 'spec_source' are text: where the figures come from")
+    return Device(name.strip(), int(bandwidth), source, re.escape(name.strip()), memory, flops, spec)
+
+
+def _positive(value, where: str, key: str, unit: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ProbeError(f"{where}: {key!r} must be a positive number of {unit}, got {value!r}")
+    return float(value)
 
 
 def _key(name: str) -> str:

@@ -45,6 +45,7 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 from engines.arch import SLIDING, Arch, ArchError, from_raw
 from engines.configs import ModelError
@@ -181,12 +182,6 @@ class StepCost:
 
     def compute_ms(self, flops_s: float) -> float:
         return self.flops / flops_s * 1e3
-
-
-def _even(total: int, parts: int) -> list[tuple[int, int]]:
-    """`total` split over `parts` as evenly as integers allow: [(value, how many parts get it)]."""
-    q, r = divmod(total, parts)
-    return [(v, n) for v, n in ((q + 1, r), (q, parts - r)) if n]
 
 
 def _sequences(sequences: int, new_tokens: int, context_tokens: int) -> list[tuple[int, int, int]]:
@@ -444,9 +439,12 @@ def batch_limit(
     )
 
 
+StepBinding = Literal["host", "bandwidth"]  # which term of the step model binds
+
+
 def predict_step_ms(
     arch: Arch, dtype: str, context: int, batch: int, bandwidth_bytes_s: float, floor_ms: float
-) -> tuple[float, str]:
+) -> tuple[float, StepBinding]:
     """The write-ups' step model: max(host floor, traffic / bandwidth), and which term binds.
 
     Returns (predicted_ms, "host") when the floor is at least the traffic time (a tie goes to the host,

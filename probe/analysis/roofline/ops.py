@@ -24,6 +24,7 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -159,6 +160,9 @@ def cost_of(name: str, shapes: Shapes | None) -> Cost | None:
         return None
 
 
+OpBound = Literal["compute", "memory"] | None  # against the device's ridge; None without a device or a model
+
+
 @dataclass(frozen=True)
 class OpRoofline:
     """One op at one set of input shapes, over the trace (or one step)."""
@@ -174,7 +178,7 @@ class OpRoofline:
     tflops_s_median: float | None  # at the median call
     tb_s_median: float | None
     intensity: float | None  # FLOPs / byte
-    bound: str | None  # "compute" | "memory" against the device's ridge; None without a device or a model
+    bound: OpBound  # against the device's ridge; None without a device or a model
     roof_pct: float | None  # the roofline's time over the median call's: 100 is the roof
     model: str | None  # the formula, None when not modelled
 
@@ -244,7 +248,7 @@ def _entry(
     name: str, shapes: Shapes | None, cost: Cost | None, times: list[int], median_ns: float, device
 ) -> OpRoofline:
     tflops = tbs = intensity = roof = None
-    bound = None
+    bound: OpBound = None
     if cost is not None and median_ns > 0:
         tflops = cost.flops / median_ns / 1e3  # FLOP/ns = 1e9 FLOP/s; / 1e3 more for TFLOP/s
         tbs = cost.bytes / median_ns / 1e3

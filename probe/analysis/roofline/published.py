@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
+from typing import Literal
 
 from probe.analysis.roofline.devices import device
 from probe.analysis.roofline.formulas import (
@@ -135,6 +136,9 @@ QUANTITIES: dict[str, Callable[..., float | None]] = {
 }
 
 
+Status = Literal["ok", "known", "drift", "stale"]  # known: a recorded discrepancy, still as recorded
+
+
 @dataclass(frozen=True)
 class Check:
     id: str
@@ -144,7 +148,7 @@ class Check:
     decimals: int
     computed: float  # full precision, in `unit`
     shown: float  # computed at the published precision
-    status: str  # "ok" | "known" (a recorded discrepancy, still as recorded) | "drift" | "stale"
+    status: Status
     file: str
     quote: str
     why: str = ""  # the recorded explanation, for "known" and "stale"
@@ -224,6 +228,7 @@ def _check_one(entry: dict, inputs: dict) -> Check:
     computed = value / UNITS[entry["unit"]]
     shown = rounded(computed, entry["decimals"])
     known = entry.get("discrepancy")
+    status: Status
     if known is None:
         status, why = ("ok" if shown == entry["published"] else "drift"), ""
     else:

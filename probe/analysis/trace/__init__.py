@@ -24,6 +24,7 @@ from probe.analysis.trace.table import (
     Kind,
     Shapes,
     Trace,
+    TraceFormat,
     api_base_name,
     is_copy_call,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "Kind",
     "Shapes",
     "Trace",
+    "TraceFormat",
     "api_base_name",
     "is_copy_call",
     "decimal_text_to_ns",

@@ -15,6 +15,7 @@ with a one-line reason.
 from __future__ import annotations
 
 import operator
+import re
 from collections import Counter
 from dataclasses import dataclass
 from itertools import compress, repeat
@@ -79,6 +80,7 @@ _KIND_BY_NAME = {MTIA_DEVICE: {"dma_request": Kind.GPU_MEMCPY, "event_record": K
 # Categories that are not work of a device probe could miss: syncs, the profiler's own spans and overhead.
 _KNOWN_OTHER = frozenset({"", "cuda_sync", "cuda_event", "trace", "overhead", "cpu_instant_event"})
 _I64 = np.iinfo(np.int64)
+_NUMBERED = re.compile(r"(?:stream )?([0-9]{1,18})")  # a pid / tid written as text: "25738", "stream 7"
 _MISSING = msgspec.Raw()  # an absent ts / dur (or args key): empty text, which is not a number
 _MAX_DIMS_DEPTH = 8  # Input Dims nest 2 deep (3 for a TensorList); deeper is not a shape recording
 _ENCODE = msgspec.json.encode
@@ -208,6 +210,7 @@ class _Table:
         self.odd_start = False  # one of the first 100 items is not an object
         self.shapes = _Shapes()
         self.past_int64: Counter[str] = Counter()  # ids that are integers past int64, by what they are
+        self.thread_names: dict[str, int] = {}  # pid / tid text that is no number -> its index (id -2 - index)
 
     def add_piece(self, array: bytes) -> bool:
         """pieces.split's test: True when `array` is a JSON array of whole events (then they are in the table)."""
@@ -334,8 +337,8 @@ class _Table:
             dur_ns=dur_ns,
             name_id=self._ids(name),
             cat_id=self._ids(cat),
-            pid=_ints(pid),
-            tid=_ints(tid),
+            pid=self._thread_ids(pid),
+            tid=self._thread_ids(tid),
             correlation=self._ids_past_int64(corr, "correlation id", "left unjoined from its launch", typed),
             external_id=self._ids_past_int64(ext, "External id", "not tied to its op", typed),
             bytes=_counts(nbytes),
@@ -361,6 +364,24 @@ class _Table:
         if past:
             self.past_int64[f"{what} past int64: {so}"] += past
         return _ints(values)
+
+    def _thread_ids(self, values: list) -> np.ndarray:
+        """A pid or tid column as int64. The 2021 schema writes them as text: a number's digits ("25738") and a
+        GPU row's stream ("stream 7") read as that number; any other text gets its own negative id (-2, -3, ... in
+        first-seen order), so two threads named in words stay two threads. -1 where the value is missing."""
+        if set(map(type, values)) <= {int}:
+            return _ints(values)
+        return np.fromiter((self._thread_id(v) for v in values), np.int64, len(values))
+
+    def _thread_id(self, value) -> int:
+        if type(value) is int:
+            return value if _I64.min <= value <= _I64.max else -1
+        if type(value) is not str:
+            return -1
+        m = _NUMBERED.fullmatch(value)
+        if m:
+            return int(m[1])
+        return -2 - self.thread_names.setdefault(value, len(self.thread_names))
 
     def _count_dropped(self, ts_status: np.ndarray, dur_status: np.ndarray) -> None:
         no_ts = ts_status == NOT_A_NUMBER

@@ -11,8 +11,10 @@ Columns, all of length `len(trace)`:
 - `kind` (int8): a `Kind` code, below.
 - `name_id` (int32): index into `names`: the op, range, API call or kernel name.
 - `cat_id` (int32): index into `names`: chrome's `cat` as written; for nsys, the table the row came from.
-- `pid` (int64): process. Chrome GPU rows carry the device here, as the profiler writes them. -1 if not an int.
-- `tid` (int64): thread. Chrome GPU rows carry the stream here. -1 if not an int ("PyTorch Profiler").
+- `pid` (int64): process. Chrome GPU rows carry the device here, as the profiler writes them.
+- `tid` (int64): thread. Chrome GPU rows carry the stream here. Both: the integer, or in the 2021 schema's text its
+  number ("25738", GPU rows "stream 7"); other text ("PyTorch Profiler") a negative id of its own (-2, -3, ...),
+  so threads named in words stay apart; -1 when absent.
 - `stream` (int64): GPU stream of kernel, memcpy, memset and gpu_range rows; -1 on host rows. Chrome: the
   row's `tid`, which kineto sets to the stream (its `args.stream` agrees on every public trace); nsys: streamId.
 - `device` (int64): GPU device of those rows; -1 on host rows. Chrome: the row's `pid`; nsys: deviceId.
@@ -77,12 +79,13 @@ import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 from probe.errors import ProbeError
 
-FORMATS = ("torch_chrome", "nsys_sqlite")
+TraceFormat = Literal["torch_chrome", "nsys_sqlite"]
 
 
 class Kind(enum.IntEnum):
@@ -105,7 +108,7 @@ class Kind(enum.IntEnum):
 GPU_OP_KINDS = (Kind.KERNEL, Kind.GPU_MEMCPY, Kind.GPU_MEMSET)
 ON_STREAM = (Kind.KERNEL, Kind.GPU_MEMCPY, Kind.GPU_MEMSET, Kind.GPU_RANGE)
 
-# The reference definitions of tests/data/PROVENANCE.md, exactly: what counts as a kernel launch and as a graph launch.
+# The counts' definitions (docs/traces.md, the counts), exactly: what counts as a kernel launch and as a graph launch.
 LAUNCH_NAMES = frozenset(
     {
         "cudaLaunchKernel",
@@ -208,7 +211,7 @@ class DeviceInfo:
 class Trace:
     """One columnar event table (see the module docstring for every column) plus where it came from."""
 
-    format: str  # "torch_chrome" | "nsys_sqlite"
+    format: TraceFormat
     source: str  # the path it was read from
     base_ns: int | None  # absolute epoch ns of ts_ns == 0, when the file says
     names: tuple[str, ...]  # the string table behind name_id and cat_id
@@ -279,7 +282,7 @@ OUT_OF_RANGE = "time beyond +-2**62 ns"
 
 
 def finish(
-    fmt: str,
+    fmt: TraceFormat,
     source: Path,
     base: int | None,
     names: tuple[str, ...],

@@ -22,7 +22,6 @@ import numpy as np
 NUMBER, NOT_A_NUMBER, OUT_OF_INT64 = 0, 1, 2  # the status `times_ns` gives each text
 PLAIN_CHARS = 24  # "-9223372036854775.807" is 21: a longer plain time has leading zeros, more decimals or no fit
 _I64 = np.iinfo(np.int64)
-_MAX_US = 9223372036854775  # whole microseconds that still fit int64 ns after x 1000 (plus <1000 ns)
 _NUMBER_START = np.frombuffer(b"-0123456789", np.uint8)  # how every JSON number begins
 
 

@@ -1,7 +1,7 @@
 """Device telemetry, sampled while the decode loop runs: backends read figures, samplers schedule the reads.
 
 A `Sampler` reads its backends every `interval_ms` on a fixed schedule and keeps one row per read: `t_ns`
-(time.perf_counter_ns, the clock of `probe.loop.Generation`, so rows line up with steps and traces) plus
+(time.perf_counter_ns, the clock of `probe.capture.loop.Generation`, so rows line up with steps and traces) plus
 named figures with their units in the names. probe.analysis.records.telemetry summarises the rows over the decode
 phases (torch-free, so an analysis never needs the capture side).
 

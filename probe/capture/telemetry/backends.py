@@ -18,7 +18,7 @@ from typing import Protocol
 import psutil
 import pynvml
 
-from probe.render.text import first_line
+from probe.errors import first_line
 
 
 class Backend(Protocol):
@@ -101,7 +101,7 @@ class CpuBackend:
             self._pread = _pread_holding_gil() or (lambda fd, size: os.pread(fd, size, 0))
         else:
             self._proc = psutil.Process(pid)
-        self._prev: tuple[int, int, float, float] | None = None  # (wall_ns, cpu_ns, busy, total)
+        self._prev: tuple[int, float, float, float] | None = None  # (wall_ns, cpu_ns, busy, total)
 
     def read(self) -> dict[str, float]:
         return self.parse(self.snapshot())
@@ -248,6 +248,8 @@ def _cuda_ids(device: str) -> tuple[int, str | None]:
     # torch as the caller loaded it: a CUDA device implies it is loaded, and the sampler child process, which
     # only receives the ids, must not load it.
     torch = sys.modules.get("torch")
+    if torch is None:
+        return int(index_text or 0), None
     try:
         index = int(index_text) if index_text else torch.cuda.current_device()
         uuid = str(torch.cuda.get_device_properties(index).uuid)

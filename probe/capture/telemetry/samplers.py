@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 from probe.analysis.records.telemetry import Row
 from probe.capture.telemetry.backends import Backend, CpuBackend, NvmlBackend, _cuda_ids, open_backends
-from probe.render.text import first_line
+from probe.errors import first_line
 
 DEFAULT_INTERVAL_MS = 10.0  # its cost to a step: benchmarks/telemetry_overhead.py
 STOP_POLL_S = 0.02  # the longest a stop waits on a sleeping sampler, whatever the interval
@@ -56,6 +56,12 @@ class _Sampling:
             self.on_note(note)
         except Exception:
             pass
+
+    def start(self) -> _Sampling:  # each sampler's own
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
 
     def __enter__(self):
         return self.start()
@@ -197,7 +203,7 @@ class ProcessSampler(_Sampling):
         self.missed = 0
         self.thread_cpu_ns = 0
         self._rows: list[Row] = []
-        self._child = None
+        self._child: subprocess.Popen[str] | None = None
 
     @property
     def samples(self) -> list[Row]:
@@ -218,25 +224,29 @@ class ProcessSampler(_Sampling):
         if self.device.startswith("cuda"):
             index, uuid = _cuda_ids(self.device)  # torch is already loaded here; the child must not load it
             cmd += ["--gpu-index", str(index)] + (["--gpu-uuid", uuid] if uuid else [])
-        self._child = subprocess.Popen(
+        self._child = child = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True
         )  # Ctrl-C goes to the loop, which stops us
-        if self._child.stdout.readline().strip() != "ready":
+        if child.stdout is None or child.stdout.readline().strip() != "ready":  # PIPE: stdout is there
             self._finish()
         return self
 
     def stop(self) -> None:
         if self._child is None:
             return
+        stdin = self._child.stdin  # a pipe: start opens it
         try:
-            self._child.stdin.write("stop\n")
-            self._child.stdin.flush()
+            if stdin is not None:
+                stdin.write("stop\n")
+                stdin.flush()
         except OSError:
             pass
         self._finish()
 
     def _finish(self) -> None:
         child, self._child = self._child, None
+        if child is None:
+            return
         try:
             out, _ = child.communicate(timeout=JOIN_TIMEOUT_S)
             doc = json.loads(out.strip().splitlines()[-1])

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
+from probe.analysis.diagnosis.evidence import HOST_BY_WORDS
 from probe.analysis.diagnosis.report import Report
 from probe.analysis.diagnosis.verdict import Diagnosis
 from probe.analysis.roofline.devices import Device
@@ -19,11 +20,14 @@ from probe.analysis.roofline.step import StepRoofline
 from probe.explorer.figures.style import COLORS, SERIES, color, label, labels, short
 
 BOUND_WORDS = {"host": "host-bound", "gpu": "GPU-bound", "external": "external", "cpu_only": "CPU only"}
+BOUND_WORDS["unknown"] = "unknown (no GPU side recorded)"
 # The measured step, piece by piece: the host window by mechanism (Evidence's figures), then the GPU's work.
 HOST_PIECES = (
+    ("data", "data loading", "data_ns"),
     ("python", "Python", "python_ns"),
     ("dispatch", "op dispatch", "dispatch_ns"),
     ("launch", "launch and runtime calls", "launch_ns"),
+    ("other_threads", "other threads' work", "other_threads_ns"),
     ("unattributed", "unattributed", "unattributed_ns"),
 )
 CPU_WORDS = {"dispatch": "mostly inside ops", "unattributed": "mostly between ops", "python": "mostly Python"}
@@ -45,6 +49,7 @@ def bound_text(d: Diagnosis) -> str:
         words += f", then {BOUND_WORDS[d.then]}"
     if d.host_bound_by:
         by = CPU_WORDS.get(d.host_bound_by, d.host_bound_by) if d.bound == "cpu_only" else d.host_bound_by
+        by = HOST_BY_WORDS.get(by, by)
         words += f", {by}" if d.bound == "cpu_only" else f", by {by}"
     return words + (", balanced" if d.balanced else "")
 
@@ -325,13 +330,3 @@ def predictions_figure(report: Report) -> go.Figure:
         legend={"orientation": "h", "y": -0.25},
     )
     return fig
-
-
-def verdicts_frame(report: Report) -> pd.DataFrame:
-    """The write-ups' claims, checked on this run (report.json's verdicts)."""
-    said = {True: "supported", False: "not supported", None: "not measured"}
-    rows = [
-        {"verdict": said[v.supported], "claim": v.claim, "source": v.source, "evidence": v.evidence}
-        for v in report.verdicts
-    ]
-    return pd.DataFrame(rows, columns=["verdict", "claim", "source", "evidence"])

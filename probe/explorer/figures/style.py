@@ -38,6 +38,8 @@ COLORS: dict[str, str] = {
     "mask": "#e98ebf",
     "sample": "#2ca58d",
     "sync": "#8c564b",
+    "other_threads": "#b5a6d6",
+    "data": "#6a3d9a",  # data loading; "communication" shares the kernel category's colour below
     "unattributed": "#d9dde2",
     "python": "#c9a227",
     "range": "#a7c7e7",

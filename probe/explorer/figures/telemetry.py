@@ -22,7 +22,7 @@ from plotly.subplots import make_subplots
 from probe.analysis.ledger.types import StepLedger, TraceAnalysis
 from probe.analysis.records.files import open_regular
 from probe.analysis.records.sidecar import Sidecar
-from probe.errors import ProbeError
+from probe.errors import ProbeError, first_line
 from probe.explorer.figures.style import COLORS, label, ms
 
 POINTS = 1000  # buckets a panel draws; past this, each point is the min and max of its bucket's samples
@@ -77,7 +77,7 @@ def read_telemetry(path: Path, offset_ns: int | None = None, points: int = POINT
             parquet = pq.ParquetFile(f)
             schema, rows, columns = parquet.schema_arrow, parquet.metadata.num_rows, parquet.metadata.num_columns
         except Exception as e:  # pyarrow raises its own types for a foreign or truncated file
-            raise ProbeError(f"cannot read {path}: {_first_line(e)}") from None
+            raise ProbeError(f"cannot read {path}: {first_line(e)}") from None
         if rows > MAX_ROWS or columns > MAX_COLUMNS:
             raise ProbeError(
                 f"{path}: {rows:,} rows and {columns:,} columns, more than the explorer draws "
@@ -111,14 +111,10 @@ def _column(parquet: pq.ParquetFile, name: str, rows: int, path: Path) -> np.nda
     try:
         column = parquet.read(columns=[name], use_threads=False).column(0)
     except Exception as e:
-        raise ProbeError(f"cannot read {path}: {_first_line(e)}") from None
+        raise ProbeError(f"cannot read {path}: {first_line(e)}") from None
     if len(column) != rows:
         raise ProbeError(f"{path}: column {name!r} holds {len(column):,} values for {rows:,} rows")
     return column.to_numpy(zero_copy_only=False)
-
-
-def _first_line(e: Exception) -> str:
-    return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
 def _step_shading(steps: Sequence[StepLedger], panels: int) -> list[dict]:

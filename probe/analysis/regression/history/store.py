@@ -32,7 +32,7 @@ from probe.analysis.records.files import open_regular, parse_json
 from probe.analysis.records.results import BenchResults
 from probe.analysis.regression.history.records import RunRecord, folder_record, now_utc, read_ledger, run_record
 from probe.analysis.regression.samples import METRICS, SampleSet, Unit
-from probe.errors import ProbeError
+from probe.errors import ProbeError, first_line
 
 DEFAULT_FILE = "probe-history.duckdb"
 HISTORY_ENV = "PROBE_HISTORY"
@@ -138,7 +138,7 @@ def _open(path: Path, read_only: bool, wait: float) -> duckdb.DuckDBPyConnection
         except duckdb.Error as e:  # a corrupt file raises duckdb.Error itself, a lock an IOException
             message = str(e)
             if not isinstance(e, duckdb.IOException) or "lock" not in message.lower():
-                raise ProbeError(f"cannot open {path}: {_first_line(message)}") from None
+                raise ProbeError(f"cannot open {path}: {first_line(e)}") from None
             if time.monotonic() >= deadline:
                 holder = re.search(r"PID (\d+)", message)
                 who = f" (PID {holder.group(1)})" if holder else ""
@@ -148,10 +148,6 @@ def _open(path: Path, read_only: bool, wait: float) -> duckdb.DuckDBPyConnection
                 ) from None
         time.sleep(delay * random.uniform(0.5, 1.5))  # jittered, so two waiters do not retry in step
         delay = min(delay * 2, 0.5)
-
-
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else "unknown error"
 
 
 def schema_version(con: duckdb.DuckDBPyConnection) -> int:
@@ -236,7 +232,7 @@ def connect(path: str | Path, write: bool = False, wait: float | None = None) ->
             raise ProbeError(f"{path}: {e}") from None
         yield con
     except duckdb.Error as e:
-        raise ProbeError(f"{path}: {_first_line(str(e))}") from None
+        raise ProbeError(f"{path}: {first_line(e)}") from None
     finally:
         con.close()
 

@@ -1,0 +1,398 @@
+"""What a what-if assumes, checked on the trace: the facts beyond a step's ledger that say whether a change can
+apply. probe.analysis.diagnosis.what_if names them in each WhatIf's `requires` and reports them in its `holds`.
+
+One pass over the trace for every step (`step_facts`), vectorized like the ledger:
+
+- **Cold.** A first call that takes many times what later calls of its kind take is one-time set-up, not the step:
+  lazy module loading in a first kernel launch, cuBLAS or cuDNN initialisation in a first GEMM or convolution,
+  autotuning, CUDA context creation. A call is *cold* when it is the first of its kind in the trace (a launch: the
+  first launch of its kernel; any other runtime call or op: the first of its name), takes more than `COLD_FACTOR`
+  times its baseline and at least `COLD_MIN_NS` more. The baseline of a launch is the trace's median launch call,
+  so a trace of one step still has one; of any other call or op, the median of its name over the trace (an op
+  called once has none, and is never cold). Calls that can block on the device (synchronizing calls, copies, frees)
+  and ops holding one are left out: their time may be a wait, not set-up. A step is cold when its cold calls cover
+  `COLD_SHARE` of its host window.
+- **The capture region** (probe.analysis.ledger.host.capture_region): what it holds that a CUDA graph cannot:
+  blocking runtime calls, synchronizing Python frames and `.item()` (`aten::item`, `aten::_local_scalar_dense`);
+  ops whose output shape depends on the data (`DATA_DEPENDENT_OPS`: nonzero, unique, masked_select...).
+- **Shapes from step to step.** With recorded shapes, each step's region has a fingerprint of its ops' input
+  shapes; steps of one kind whose fingerprints differ run different shapes (a growing KV cache, a growing input),
+  which one captured graph cannot replay.
+- **Compiled already.** torch.compile's own ranges in the step (`COMPILED`: "Torch-Compiled Region", "## Call
+  CompiledFxGraph ..."): a compiled step has no forward left to compile.
+- **Training.** Autograd ops (`...Backward0`, `autograd::engine::evaluate_function: ...`) and optimizer steps
+  (`Optimizer.step#...`) on any thread in the step's window: the step is not a forward.
+- **On a CPU**, the step's ops split the way the CPU what-ifs price them (`CpuOps`): the dispatch floor (the median
+  self time of the step's metadata-only ops, `VIEW_OPS`: what an op costs before it computes), the compute of the
+  ops a compiled graph still calls (GEMM, attention, convolution: `KEPT_OP`), and the rest's compute: the self time
+  above the floor of each op that takes more than `REST_FLOORS` floors. An op within that (a wrapper such as
+  aten::linear, or an elementwise op on a decode step's few hundred values: 3-7 us where a view takes 0.7) spends
+  its time setting up, not computing, and a compiled graph fuses it away.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from probe.analysis.intervals import assign, covered, grouped_medians, inside_any, merge
+from probe.analysis.ledger.gpu import Attribution, attribute
+from probe.analysis.ledger.host import SYNC_CALL, SYNC_FRAME, capture_region, thread_ops, thread_rows
+from probe.analysis.ledger.types import TraceAnalysis
+from probe.analysis.trace import GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
+
+COLD_FACTOR = 10  # a first call this many times its baseline...
+COLD_MIN_NS = 1_000_000  # ...and at least 1 ms over it is one-time set-up
+COLD_SHARE = 0.1  # a step whose cold calls cover a tenth of its host window is cold
+
+# runtime calls whose time may be a wait on the device, never judged cold: syncs, copies, stream waits. (A first
+# cudaFree is judged: `cudaFree(0)` is how CUDA and its libraries initialise.)
+MAY_WAIT = re.compile(r"Synchroni[sz]e|Memcpy|Wait", re.IGNORECASE)
+ITEM_OPS = frozenset({"aten::item", "aten::_local_scalar_dense"})
+DATA_DEPENDENT_OPS = frozenset(
+    {
+        "aten::nonzero",
+        "aten::masked_select",
+        "aten::unique",
+        "aten::_unique",
+        "aten::_unique2",
+        "aten::unique_dim",
+        "aten::unique_consecutive",
+        "aten::unique_dim_consecutive",
+        "aten::bincount",
+        "aten::histc",
+        "aten::repeat_interleave",
+    }
+)
+# what torch.compile leaves in a trace around a compiled call
+COMPILED = re.compile(r"^Torch-Compiled Region|^## Call CompiledFxGraph|^TorchDynamo Cache Lookup|^CompiledFunction")
+BACKWARD = re.compile(r"Backward\d*$|^autograd::engine::evaluate_function")
+OPTIMIZER = re.compile(r"^Optimizer\.(?:step|zero_grad)#")
+# ops that only make a new view of a tensor, or an empty one: their self time is what dispatch costs
+VIEW_OPS = frozenset(
+    {
+        "aten::view",
+        "aten::_unsafe_view",
+        "aten::reshape",
+        "aten::as_strided",
+        "aten::t",
+        "aten::transpose",
+        "aten::permute",
+        "aten::expand",
+        "aten::unsqueeze",
+        "aten::squeeze",
+        "aten::slice",
+        "aten::select",
+        "aten::detach",
+        "aten::alias",
+        "aten::empty",
+        "aten::empty_strided",
+        "aten::resolve_conj",
+        "aten::resolve_neg",
+    }
+)
+# ops a compiled graph still calls as they are (inductor's extern kernels): GEMMs, attention, convolutions
+KEPT_OP = re.compile(
+    r"^aten::(?:mm|addmm|bmm|baddbmm|_scaled_dot_product\w*|convolution|_convolution|mkldnn_convolution|"
+    r"cudnn_convolution|_mkldnn\w*|mkldnn_\w*linear\w*)$"
+)
+REST_FLOORS = 20  # an op whose self time is within this many dispatch floors is dispatch, not compute
+GEMM_OP = re.compile(r"^aten::(?:mm|addmm|bmm|baddbmm|mkldnn_\w*linear\w*)$")
+ATTENTION_OP = re.compile(r"^aten::_scaled_dot_product\w*$")
+
+
+@dataclass(frozen=True)
+class Cold:
+    """A step's first-call set-up: its cold calls' time in the host window, and the largest of them."""
+
+    ns: int
+    call: str
+    call_ns: int
+    baseline_ns: float
+    against: str  # what the call is measured against, in words
+
+    @property
+    def text(self) -> str:
+        ratio = self.call_ns / self.baseline_ns if self.baseline_ns else float("inf")
+        return (
+            f"the first {self.call} took {self.call_ns / 1e6:.3f} ms, {ratio:,.0f}x {self.against} "
+            f"({self.baseline_ns / 1e3:.1f} us)"
+        )
+
+
+@dataclass(frozen=True)
+class CpuOps:
+    """A CPU step's ops as the CPU what-ifs price them, ns (probe.analysis.diagnosis.what_if)."""
+
+    ops: int  # cpu_ops in the step, nested ones included: each paid the dispatch floor
+    floor_ns: float  # the median self time of its metadata-only ops (VIEW_OPS); 0 when it has none
+    kept: int  # ops a compiled graph still calls (KEPT_OP)
+    gemm_ns: int  # their compute: GEMMs (the weights' traffic)...
+    attention_ns: int  # ...attention (the KV cache's)...
+    other_kept_ns: int  # ...and the rest (convolutions)
+    rest_ns: int  # every other op's self time above the floor, where it exceeds REST_FLOORS floors: compute
+
+    @property
+    def compute_ns(self) -> int:
+        return self.gemm_ns + self.attention_ns + self.other_kept_ns + self.rest_ns
+
+
+@dataclass(frozen=True)
+class StepFacts:
+    """What the trace says about one step beyond its ledger (the module docstring)."""
+
+    cold: Cold | None = None
+    blocking: tuple[str, ...] = ()  # in the capture region: "cudaStreamSynchronize x2"
+    dynamic: tuple[str, ...] = ()  # data-dependent-shape ops in the capture region: "aten::nonzero x3"
+    shapes_vary: bool | None = None  # None: no shapes recorded, or no other step of its kind
+    shape_sets: int = 0  # distinct shape fingerprints among the steps of its kind
+    kind_steps: int = 0  # steps of its kind with shapes
+    training: tuple[str, ...] = ()  # "412 backward ops (e.g. ConvolutionBackward0)", "Optimizer.step#SGD.step"
+    compiled: tuple[str, ...] = ()  # compiled regions the step calls: "Torch-Compiled Region: 0/0 x1"
+    cpu: CpuOps | None = None  # a CPU-only trace's ops
+
+
+def step_facts(trace: Trace, analysis: TraceAnalysis) -> dict[int, StepFacts]:
+    """Every step's facts, by position."""
+    n = len(analysis.steps)
+    if not n:
+        return {}
+    lo, hi = analysis.windows()
+    gpu = attribute(trace, lo, hi)
+    cold = _cold(trace, gpu, lo, hi)
+    training, compiled = _named(trace, lo, hi, BACKWARD, OPTIMIZER), _named(trace, lo, hi, COMPILED)
+    region = _region(trace, analysis, lo, hi)
+    cpu = _cpu_ops(trace, analysis, lo, hi) if not analysis.on_gpu else [None] * n
+    return {
+        s.position: StepFacts(
+            cold=cold[i],
+            blocking=region[i][0],
+            dynamic=region[i][1],
+            shapes_vary=region[i][2],
+            shape_sets=region[i][3],
+            kind_steps=region[i][4],
+            training=_training_text(training[i]),
+            compiled=_counted(compiled[i][0]),
+            cpu=cpu[i],
+        )
+        for i, s in enumerate(analysis.steps)
+    }
+
+
+def _counted(names: list[str], top: int = 3) -> tuple[str, ...]:
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return tuple(f"{name} x{c}" for name, c in ordered[:top])
+
+
+def _per_step(step: np.ndarray, values: list[str], n: int) -> list[list[str]]:
+    out: list[list[str]] = [[] for _ in range(n)]
+    for s, v in zip(step.tolist(), values, strict=True):
+        if s >= 0:
+            out[s].append(v)
+    return out
+
+
+def _cold(trace: Trace, gpu: Attribution, lo: np.ndarray, hi: np.ndarray) -> list[Cold | None]:
+    """Per step: its cold calls (the module docstring), or None when they cover less than COLD_SHARE of it."""
+    n = len(lo)
+    rt = trace.rows(Kind.RUNTIME)
+    launch_names = trace.name_ids(lambda s: api_base_name(s) in LAUNCH_NAMES | GRAPH_LAUNCH_NAMES)
+    wait_names = trace.name_ids(lambda s: bool(MAY_WAIT.search(s) or SYNC_CALL.search(api_base_name(s))))
+    is_launch, waits = launch_names[trace.name_id[rt]], wait_names[trace.name_id[rt]]
+    ops = trace.rows(Kind.CPU_OP)
+    blocking = np.sort(trace.ts_ns[rt[waits]])
+    # an op holding a call that may wait: its time may be that wait
+    o_start, o_end = trace.ts_ns[ops], trace.end_ns[ops]
+    holds_wait = np.searchsorted(blocking, o_end, side="right") > np.searchsorted(blocking, o_start, side="left")
+    kernel_of = np.full(len(trace), -1, np.int64)  # launch row -> the name id of what it launched
+    launched = gpu.op_launch >= 0
+    kernel_of[gpu.op_launch[launched]] = trace.name_id[gpu.op_rows[launched]]
+    rows_parts, keys_parts, base_parts, label_parts = [], [], [], []
+    if is_launch.any():
+        lr = rt[is_launch]
+        key = np.where(kernel_of[lr] >= 0, kernel_of[lr], -1 - lr)  # a launch without its kernel: its own key
+        median = float(np.median(trace.dur_ns[lr]))
+        rows_parts.append(lr)
+        keys_parts.append(np.stack([np.zeros(len(lr), np.int64), key], 1))
+        base_parts.append(np.full(len(lr), median))
+        label_parts.append(np.full(len(lr), 0))
+    other = rt[~is_launch & ~waits]
+    for rows, kind_code in ((other, 1), (ops[~holds_wait], 2)):
+        if not len(rows):
+            continue
+        names = trace.name_id[rows].astype(np.int64)
+        uniq, medians = grouped_medians(names, trace.dur_ns[rows])
+        counts = np.bincount(np.searchsorted(uniq, names), minlength=len(uniq))
+        med = medians[np.searchsorted(uniq, names)]
+        med = np.where(counts[np.searchsorted(uniq, names)] > 1, med, np.inf)  # called once: no baseline
+        rows_parts.append(rows)
+        keys_parts.append(np.stack([np.full(len(rows), kind_code, np.int64), names], 1))
+        base_parts.append(med)
+        label_parts.append(np.full(len(rows), kind_code))
+    if not rows_parts:
+        return [None] * n
+    rows, keys = np.concatenate(rows_parts), np.concatenate(keys_parts)
+    baseline, label = np.concatenate(base_parts), np.concatenate(label_parts)
+    order = np.argsort(trace.ts_ns[rows], kind="stable")
+    rows, keys, baseline, label = rows[order], keys[order], baseline[order], label[order]
+    _, first_at = np.unique(keys, axis=0, return_index=True)
+    first = np.zeros(len(rows), bool)
+    first[first_at] = True
+    dur = trace.dur_ns[rows].astype(np.float64)
+    is_cold = first & (dur > COLD_FACTOR * baseline) & (dur - baseline >= COLD_MIN_NS)
+    if not is_cold.any():
+        return [None] * n
+    c_rows, c_base, c_label = rows[is_cold], baseline[is_cold], label[is_cold]
+    ms_, me_ = merge(trace.ts_ns[c_rows], trace.end_ns[c_rows])
+    cold_ns = covered(ms_, me_, lo, hi)
+    step = assign(trace.ts_ns[c_rows], lo, hi)
+    out: list[Cold | None] = [None] * n
+    against = {0: "the trace's median launch call", 1: "its median call", 2: "its median call"}
+    for i in np.flatnonzero(cold_ns >= COLD_SHARE * (hi - lo)).tolist():
+        mine = np.flatnonzero(step == i)
+        if not len(mine):
+            continue
+        j = mine[np.argmax(trace.dur_ns[c_rows[mine]])]
+        row = int(c_rows[j])
+        call = trace.names[trace.name_id[row]]
+        if c_label[j] == 0 and kernel_of[row] >= 0:
+            call = f"{api_base_name(call)} (of {trace.names[kernel_of[row]][:60]})"
+        out[i] = Cold(int(cold_ns[i]), call, int(trace.dur_ns[row]), float(c_base[j]), against[int(c_label[j])])
+    return out
+
+
+def _named(trace: Trace, lo: np.ndarray, hi: np.ndarray, *patterns: re.Pattern) -> list[tuple[list[str], ...]]:
+    """Per step: the names of the ops, ranges and frames, on any thread in its window, that match each pattern."""
+    rows = trace.rows(Kind.CPU_OP, Kind.USER_RANGE, Kind.PYTHON)
+    names = trace.name_id[rows]
+    step = assign(trace.ts_ns[rows], lo, hi)
+    found = []
+    for pattern in patterns:
+        match = trace.name_ids(lambda s, p=pattern: bool(p.search(s)))[names]
+        found.append(_per_step(step[match], [trace.names[i] for i in names[match].tolist()], len(lo)))
+    return [tuple(f[i] for f in found) for i in range(len(lo))]
+
+
+def _training_text(found: tuple[list[str], ...]) -> tuple[str, ...]:
+    """What says a step trains, in words: its backward ops and its optimizer steps."""
+    backward, optimizer = found
+    said = []
+    if backward:
+        example = next((x for x in backward if not x.startswith("autograd::")), backward[0])
+        said.append(f"{len(backward)} backward ops (e.g. {example})")
+    if optimizer:
+        said.append(f"an optimizer step ({optimizer[0]})")
+    return tuple(said)
+
+
+# A random 64-bit word per shape id: a step's fingerprint is their sum (mod 2**64) over its region's ops.
+_FINGERPRINT_SEED = 32
+
+
+def _region(trace: Trace, analysis: TraceAnalysis, lo: np.ndarray, hi: np.ndarray):
+    """Per step: (blocking calls, data-dependent ops, shapes vary, shape sets, steps of its kind with shapes) in
+    its capture region."""
+    steps = analysis.steps
+    n = len(steps)
+    pid = np.array([s.pid for s in steps])
+    tid = np.array([s.tid for s in steps])
+    blocking: list[list[str]] = [[] for _ in range(n)]
+    dynamic: list[list[str]] = [[] for _ in range(n)]
+    prints = np.zeros(n, np.uint64)
+    shaped = np.zeros(n, bool)
+    words = np.random.default_rng(_FINGERPRINT_SEED).integers(0, 2**63, len(trace.shapes) + 1, dtype=np.uint64)
+    sync_call = trace.name_ids(lambda s: bool(SYNC_CALL.search(api_base_name(s))))
+    sync_frame = trace.name_ids(lambda s: bool(SYNC_FRAME.search(s)))
+    item = trace.name_ids(lambda s: s in ITEM_OPS)
+    data_dependent = trace.name_ids(lambda s: s in DATA_DEPENDENT_OPS)
+    for p, t in sorted({(int(a), int(b)) for a, b in zip(pid, tid, strict=True)}):
+        sel = np.flatnonzero((pid == p) & (tid == t))
+        cap_s, cap_e, _ = capture_region(trace, p, t)
+        rows = thread_rows(trace, trace.rows(Kind.RUNTIME, Kind.PYTHON, Kind.CPU_OP), p, t)
+        start = trace.ts_ns[rows]
+        in_region = inside_any(cap_s, cap_e, start, start)
+        step = assign(start, lo[sel], hi[sel])
+        step = np.where(in_region & (step >= 0), sel[np.maximum(step, 0)], -1)
+        names = trace.name_id[rows]
+        kind = trace.kind[rows]
+        is_block = ((kind == Kind.RUNTIME) & sync_call[names]) | ((kind == Kind.PYTHON) & sync_frame[names])
+        is_block |= (kind == Kind.CPU_OP) & item[names]
+        for i, found in enumerate(_per_step(step[is_block], _names(trace, rows[is_block]), n)):
+            blocking[i] += found
+        is_dyn = (kind == Kind.CPU_OP) & data_dependent[names]
+        for i, found in enumerate(_per_step(step[is_dyn], _names(trace, rows[is_dyn]), n)):
+            dynamic[i] += found
+        has_shape = (kind == Kind.CPU_OP) & (trace.shape_id[rows] >= 0) & (step >= 0)
+        if has_shape.any():
+            np.add.at(prints, step[has_shape], words[trace.shape_id[rows[has_shape]]])
+            shaped[np.unique(step[has_shape])] = True
+    vary: list[bool | None] = [None] * n
+    sets, counts = [0] * n, [0] * n
+    kinds: dict[str, list[int]] = {}
+    for i, ledger in enumerate(steps):
+        if shaped[i]:
+            kinds.setdefault(ledger.kind, []).append(i)
+    for members in kinds.values():
+        distinct = len({int(prints[i]) for i in members})
+        for i in members:
+            sets[i], counts[i] = distinct, len(members)
+            vary[i] = distinct > 1 if len(members) > 1 else None
+    return [(_counted(blocking[i]), _counted(dynamic[i]), vary[i], sets[i], counts[i]) for i in range(n)]
+
+
+def _names(trace: Trace, rows: np.ndarray) -> list[str]:
+    return [trace.names[i] for i in trace.name_id[rows].tolist()]
+
+
+def _total(step: np.ndarray, mask: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    return np.bincount(step[mask], weights=values[mask], minlength=n)
+
+
+def _cpu_ops(trace: Trace, analysis: TraceAnalysis, lo: np.ndarray, hi: np.ndarray) -> list[CpuOps | None]:
+    """Per step of a CPU-only trace, on its own thread: its ops split as the CPU what-ifs price them."""
+    n = len(lo)
+    out: list[CpuOps | None] = [None] * n
+    steps = analysis.steps
+    view_names = trace.name_ids(lambda s: s in VIEW_OPS)
+    gemm_names = trace.name_ids(lambda s: bool(GEMM_OP.match(s)))
+    attention_names = trace.name_ids(lambda s: bool(ATTENTION_OP.match(s)))
+    kept_names = trace.name_ids(lambda s: bool(KEPT_OP.match(s)))
+    for p, t in sorted({(s.pid, s.tid) for s in steps}):
+        sel = np.array([i for i, s in enumerate(steps) if (s.pid, s.tid) == (p, t)])
+        ops = thread_ops(trace, p, t)
+        step = assign(ops.start, lo[sel], hi[sel])
+        inside = step >= 0
+        names = trace.name_id[ops.rows]
+        view, gemm = view_names[names] & inside, gemm_names[names] & inside
+        attention, kept = attention_names[names] & inside, kept_names[names] & inside
+        m = len(sel)
+        floor = np.zeros(m)
+        if view.any():
+            which, medians = grouped_medians(step[view], ops.self_ns[view])
+            floor[which] = medians
+
+        op_floor = floor[np.maximum(step, 0)]
+        rest = inside & ~kept & (ops.self_ns > REST_FLOORS * op_floor)
+        above = np.maximum(ops.self_ns - op_floor, 0)
+        ones = np.ones(len(step))
+        counts, kept_counts = _total(step, inside, ones, m), _total(step, kept, ones, m)
+        gemm_ns, attention_ns = _total(step, gemm, ops.self_ns, m), _total(step, attention, ops.self_ns, m)
+        other_ns = _total(step, kept & ~gemm & ~attention, ops.self_ns, m)
+        rest_ns = _total(step, rest, above, m)
+        for j, i in enumerate(sel.tolist()):
+            if counts[j]:
+                out[i] = CpuOps(
+                    int(counts[j]),
+                    float(floor[j]),
+                    int(kept_counts[j]),
+                    int(gemm_ns[j]),
+                    int(attention_ns[j]),
+                    int(other_ns[j]),
+                    int(rest_ns[j]),
+                )
+    return out

@@ -1,0 +1,108 @@
+"""What the steps hold of a trace, and the largest piece they leave out.
+
+- **GPU work in steps**: the union of the GPU ops joined to some step (probe.analysis.ledger.gpu's attribution, by
+  their launch call), over the union of every GPU op of the trace.
+- **Host time in steps**: on the threads the steps run on, the union of their frames, ops and runtime calls inside
+  some step's window, over that union across the whole trace.
+- **The largest piece left out**: the GPU ops in no step, grouped by where their launch call lies (before the
+  first step, between two steps, after the last, or not in the trace at all); the group with the most GPU time,
+  named by the outermost cpu_op around most of its launches.
+
+`LEFT_OUT_WARN`: when more than 5% of the GPU work lies outside every step, the verdict on the steps may miss what
+bounds the run (vLLM's prefill outside its graph-launch slices was 1,391 ops on an H100), so a warning names the
+share and the piece.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from probe.analysis.intervals import covered, merge
+from probe.analysis.ledger.gpu import Attribution
+from probe.analysis.ledger.host import thread_ops, thread_rows
+from probe.analysis.ledger.steps import StepSet
+from probe.analysis.ledger.types import Coverage
+from probe.analysis.trace import Kind, Trace
+
+LEFT_OUT_WARN = 0.05  # of the GPU work outside every step: the steps may not be the run's
+NO_LAUNCH = "whose launch call is not in the trace"
+
+
+def coverage(trace: Trace, steps: StepSet, gpu: Attribution) -> Coverage:
+    op_s, op_e = trace.ts_ns[gpu.op_rows], trace.end_ns[gpu.op_rows]
+    inside = gpu.op_step >= 0
+    busy = _union(op_s, op_e)
+    in_steps = _union(op_s[inside], op_e[inside])
+    win_s, win_e = merge(steps.start, steps.end)
+    host_in = host_all = 0
+    for pid, tid in sorted({(int(p), int(t)) for p, t in zip(steps.pid, steps.tid, strict=True)}):
+        rows = thread_rows(trace, trace.rows(Kind.PYTHON, Kind.CPU_OP, Kind.RUNTIME), pid, tid)
+        ms, me = merge(trace.ts_ns[rows], trace.end_ns[rows])
+        host_all += int((me - ms).sum())
+        host_in += int(covered(ms, me, win_s, win_e).sum())
+    left, left_ns = _left_out(trace, gpu, win_s, win_e)
+    return Coverage(in_steps, busy, host_in, host_all, left, left_ns)
+
+
+def warning(c: Coverage) -> str | None:
+    """One line when the steps leave more than LEFT_OUT_WARN of the GPU work out."""
+    out = c.gpu_busy_ns - c.gpu_in_steps_ns
+    if not c.gpu_busy_ns or out <= LEFT_OUT_WARN * c.gpu_busy_ns:
+        return None
+    advice = (
+        ": the profiler recorded them without the calls that launched them (issued before it started, or lost)"
+        if c.left_out and c.left_out.endswith(NO_LAUNCH)
+        else ". If these are not the run's steps, name them with --steps REGEX"
+    )
+    return (
+        f"the steps leave {100 * out / c.gpu_busy_ns:.0f}% of the GPU work outside every step ({out / 1e6:.3f} of "
+        f"{c.gpu_busy_ns / 1e6:.3f} ms); the largest piece: {c.left_out}{advice}"
+    )
+
+
+def _union(s: np.ndarray, e: np.ndarray) -> int:
+    ms, me = merge(s, e)
+    return int((me - ms).sum())
+
+
+def _left_out(trace: Trace, gpu: Attribution, win_s: np.ndarray, win_e: np.ndarray) -> tuple[str | None, int]:
+    out = np.flatnonzero(gpu.op_step < 0)
+    if not len(out):
+        return None, 0
+    launch = gpu.op_launch[out]
+    known = launch >= 0
+    # where each launch lies: 0 before the first window, i between windows i-1 and i, n after the last; -1 unknown
+    gap = np.where(known, np.searchsorted(win_s, trace.ts_ns[np.maximum(launch, 0)], side="right"), -1)
+    rows = gpu.op_rows[out]
+    groups = np.unique(gap)
+    sizes = [_union(trace.ts_ns[rows[gap == g]], trace.end_ns[rows[gap == g]]) for g in groups.tolist()]
+    g = int(groups[int(np.argmax(sizes))])
+    mine = gap == g
+    ns = max(sizes)
+    what = f"{ns / 1e6:.3f} ms of GPU work ({int(mine.sum())} ops) "
+    if g < 0:
+        return what + NO_LAUNCH, ns
+    n = len(win_s)
+    where = "before the first step" if g == 0 else "after the last step" if g == n else f"between steps {g - 1} and {g}"
+    under = _outermost_op(trace, launch[mine], trace.dur_ns[rows[mine]])
+    return what + f"launched {where}" + (f", most of it under {under}" if under else ""), ns
+
+
+def _outermost_op(trace: Trace, calls: np.ndarray, weight: np.ndarray) -> str | None:
+    """The outermost cpu_op around the calls that launched the most of `weight`, by name."""
+    by_name: dict[str, int] = {}
+    pairs = np.stack([trace.pid[calls], trace.tid[calls]], axis=1)
+    for pid, tid in np.unique(pairs, axis=0).tolist():
+        sel = (pairs[:, 0] == pid) & (pairs[:, 1] == tid)
+        ops = thread_ops(trace, pid, tid)
+        top = ops.depth == 0
+        s, e, r = ops.start[top], ops.end[top], ops.rows[top]
+        if not len(s):
+            continue
+        t = trace.ts_ns[calls[sel]]
+        k = np.searchsorted(s, t, side="right") - 1
+        hit = (k >= 0) & (e[np.maximum(k, 0)] >= t)
+        for row, w in zip(r[k[hit]].tolist(), weight[sel][hit].tolist(), strict=True):
+            name = trace.name(row)
+            by_name[name] = by_name.get(name, 0) + w
+    return max(by_name, key=lambda x: by_name[x]) if by_name else None

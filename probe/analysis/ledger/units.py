@@ -1,0 +1,223 @@
+"""The steps of a trace that marks none: the outermost host unit that repeats and holds the launches.
+
+Read on one host thread, from its events' nesting (Python frames, cpu_ops and ranges: `tree`), and from where its
+launch calls fall (`launch_calls`: a kernel or graph launch, or any runtime call a GPU op is joined to). A
+scope is a list of sibling events, first the thread's outermost ones; its names are compared with object
+addresses removed, so one builtin is one name. In each scope, from the outside in:
+
+1. **A container.** When the name holding the most of the scope's launches occurs once and holds at least
+   `MAJORITY` of them (a `main()`, a worker's busy loop, `generate`), the step is inside it: its children are the
+   next scope.
+2. **A unit.** When that name occurs more than once, its occurrences hold at least `WHOLE` of the launches from
+   the first one's start to the last one's end, and they are at least half of the siblings there that launch
+   anything (nothing else between them launches: vLLM's `execute_model` between idle waits), each occurrence is a
+   step, its own span.
+3. **A cycle.** A loop whose body is flat (a training loop without stacks: a DataLoader range, the forward's ops,
+   the optimizer's range, all siblings) has no one event per iteration. Its iteration count K is the largest count
+   of a repeating name such that the names whose counts are multiples of K hold at least `PERIODIC` of the
+   scope's launches (an op run twenty times an iteration counts 20 K times; a layer's pieces fail it, since the
+   layer's attention runs once), and every cut holds a launch. The cuts are that name's occurrences (the earliest
+   such name's), moved back over the events that precede each one alike (so a cycle begins where the loop body
+   does, not at its first repeating name); a step runs from one cut to the next, the last one to the end of the
+   last event of a name that occurs once an iteration.
+
+Otherwise the thread has no repeating unit: a trace of one forward is not cut into its layers. A graph launch is
+never a unit by itself: the replay launches are pieces when the host repeats a larger unit (vLLM's piecewise graphs:
+81 a step), which (2) finds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from probe.analysis.intervals import nesting
+from probe.analysis.ledger.gpu import correlation_keys
+from probe.analysis.ledger.host import frame_name, thread_rows
+from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
+
+MAJORITY = 0.5  # a container holds at least half the scope's launches; so does a cycle, from first to last
+WHOLE = 0.95  # a unit holds all but 5% of the launches between its first and last occurrence
+PERIODIC = 0.9  # a cycle's names (counts that are multiples of K) hold at least 90% of the scope's launches
+UNIT_KINDS = (Kind.PYTHON, Kind.CPU_OP, Kind.USER_RANGE)
+
+
+@dataclass(frozen=True)
+class Units:
+    """Steps found on one thread: their windows (sorted), names, their kind and the rule in words."""
+
+    start: np.ndarray
+    end: np.ndarray
+    names: list[str]
+    kind: str  # "step": each occurrence of one event; "iteration": a cycle of sibling events
+    rule: str
+
+
+def launch_calls(trace: Trace) -> np.ndarray:
+    """Rows of the runtime calls that launch GPU work: kernel and graph launches by name (so a trace whose GPU side
+    was not recorded still has them), and every call a GPU op is joined to (copies, memsets, other launchers)."""
+    runtime = trace.rows(Kind.RUNTIME)
+    named = trace.name_ids(lambda s: api_base_name(s) in LAUNCH_NAMES | GRAPH_LAUNCH_NAMES)
+    ops = trace.rows(*GPU_OP_KINDS)
+    joined = np.isin(correlation_keys(trace, runtime), correlation_keys(trace, ops)[trace.correlation[ops] >= 0])
+    return runtime[named[trace.name_id[runtime]] | (joined & (trace.correlation[runtime] >= 0))]
+
+
+def threads_by_launches(trace: Trace, calls: np.ndarray) -> list[tuple[int, int]]:
+    """The host threads that launch GPU work, the most first: by the GPU time of the ops their calls launched, then
+    by how many calls."""
+    if not len(calls):
+        return []
+    threads, thread_of = np.unique(np.stack([trace.pid[calls], trace.tid[calls]], axis=1), axis=0, return_inverse=True)
+    thread_of = thread_of.reshape(-1)
+    ops = trace.rows(*GPU_OP_KINDS)
+    keys = correlation_keys(trace, calls)
+    order = np.argsort(keys, kind="stable")
+    op_keys = correlation_keys(trace, ops)
+    k = np.clip(np.searchsorted(keys[order], op_keys), 0, len(calls) - 1)
+    hit = (op_keys >= 0) & (keys[order][k] == op_keys)
+    work = np.zeros(len(threads), np.int64)
+    np.add.at(work, thread_of[order[k[hit]]], trace.dur_ns[ops[hit]])
+    count = np.bincount(thread_of, minlength=len(threads))
+    ranked = np.lexsort((threads[:, 1], threads[:, 0], -count, -work))
+    return [(int(threads[i, 0]), int(threads[i, 1])) for i in ranked.tolist()]
+
+
+@dataclass
+class Tree:
+    """One thread's events (UNIT_KINDS), nested, each with how many of the thread's launch calls start inside it."""
+
+    rows: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    key: np.ndarray  # the name, addresses removed, as an id into `names`
+    names: list[str]
+    parent: np.ndarray
+    held: np.ndarray
+    launches: np.ndarray  # the thread's launch calls' starts, sorted
+    _by_parent: np.ndarray
+    _parents: np.ndarray
+
+    @classmethod
+    def of(cls, trace: Trace, pid: int, tid: int, calls: np.ndarray) -> Tree:
+        rows = thread_rows(trace, trace.rows(*UNIT_KINDS), pid, tid)
+        start, end = trace.ts_ns[rows], trace.end_ns[rows]
+        order = np.lexsort((-end, start))
+        rows, start, end = rows[order], start[order], end[order]
+        _, parent = nesting(start, end)
+        table: dict[str, int] = {}
+        ids = np.unique(trace.name_id[rows])
+        key_of = np.zeros(len(trace.names), np.int64)
+        key_of[ids] = [table.setdefault(frame_name(trace.names[i]), len(table)) for i in ids.tolist()]
+        key = key_of[trace.name_id[rows]]
+        launches = np.sort(trace.ts_ns[thread_rows(trace, calls, pid, tid)])
+        held = np.searchsorted(launches, end, side="right") - np.searchsorted(launches, start, side="left")
+        by_parent = np.argsort(parent, kind="stable")
+        return cls(rows, start, end, key, list(table), parent, held, launches, by_parent, parent[by_parent])
+
+    def children(self, i: int) -> np.ndarray:
+        a, b = np.searchsorted(self._parents, [i, i + 1])
+        return self._by_parent[a:b]
+
+    def count(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Launch calls starting in [a, b)."""
+        return np.searchsorted(self.launches, b, side="left") - np.searchsorted(self.launches, a, side="left")
+
+
+def repeating_unit(tree: Tree, where: str, scope: np.ndarray | None = None) -> Units | None:
+    """The steps of one thread by the rules of the module docstring, from `scope` (the outermost events when None)
+    inward; `where` names the thread in the rule's words."""
+    scope = np.flatnonzero(tree.parent < 0) if scope is None else scope
+    while len(scope):
+        total = int(tree.held[scope].sum())
+        if not total:
+            return None
+        keys, inverse = np.unique(tree.key[scope], return_inverse=True)
+        sums = np.bincount(inverse, weights=tree.held[scope]).astype(np.int64)
+        counts = np.bincount(inverse)
+        g = int(np.argmax(sums))
+        members = scope[inverse == g]
+        if counts[g] == 1:
+            if sums[g] >= MAJORITY * total:
+                scope = tree.children(int(members[0]))
+                continue
+            return _cycle(tree, scope, where)
+        if _whole(tree, scope, members, int(sums[g])):
+            return _each(tree, members, where)
+        return _cycle(tree, scope, where)
+    return None
+
+
+def _whole(tree: Tree, scope: np.ndarray, members: np.ndarray, held: int) -> bool:
+    """Rule 2: from the first occurrence to the last, the occurrences hold all but `1 - WHOLE` of the launches and
+    are at least half of the siblings that launch anything (AlexNet's five convolutions hold most launches of a
+    forward, but the ReLUs and pools between them launch too: they are layers, not steps)."""
+    first, last = tree.start[members[0]], tree.end[members[-1]]
+    between = int(tree.count(np.array([first]), np.array([last + 1]))[0])
+    inside = scope[(tree.start[scope] >= first) & (tree.end[scope] <= last) & (tree.held[scope] > 0)]
+    return held >= WHOLE * between and 2 * len(members) >= len(inside)
+
+
+def _each(tree: Tree, members: np.ndarray, where: str) -> Units:
+    name = tree.names[int(tree.key[members[0]])]
+    return Units(
+        tree.start[members],
+        tree.end[members],
+        [name] * len(members),
+        "step",
+        f"repeating unit: {name!r}, {len(members)} times on {where}",
+    )
+
+
+def _cycle(tree: Tree, scope: np.ndarray, where: str) -> Units | None:
+    """A flat loop's iterations in `scope` (rule 3 of the module docstring), or None."""
+    seq = scope[np.argsort(tree.start[scope], kind="stable")]
+    keys, inverse, counts = np.unique(tree.key[seq], return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=tree.held[seq]).astype(np.int64)
+    first = np.full(len(keys), len(seq), np.int64)
+    np.minimum.at(first, inverse, np.arange(len(seq)))  # each name's first position in the scope
+    total = int(sums.sum())
+    best = None
+    for k in sorted(
+        {int(c) for c, s in zip(counts.tolist(), sums.tolist(), strict=True) if c >= 2 and s}, reverse=True
+    ):
+        if sums[counts % k == 0].sum() < PERIODIC * total:
+            continue
+        positions = np.flatnonzero(inverse == inverse[int(first[(counts == k) & (sums > 0)].min())])
+        cuts = _moved_back(inverse, positions)
+        pieces = tree.count(tree.start[seq[cuts[:-1]]], tree.start[seq[cuts[1:]]])
+        if np.all(pieces > 0):
+            best = (k, cuts)
+            break
+    if best is None:
+        return None
+    k, cuts = best
+    once = np.isin(inverse, np.flatnonzero(counts == k))
+    last_end = int(tree.end[seq[once]].max())
+    start = tree.start[seq[cuts]]
+    end = np.append(start[1:], max(last_end, int(start[-1])))
+    if tree.count(start[:1], end[-1:] + 1)[0] < MAJORITY * total:
+        return None
+    name = tree.names[int(keys[inverse[cuts[0]]])]
+    return Units(
+        start,
+        end,
+        [f"iteration#{i}" for i in range(k)],
+        "iteration",
+        f"repeating cycle: {k} iterations of sibling events from {name!r} on {where}",
+    )
+
+
+def _moved_back(inverse: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """The cut positions moved back over the events that precede every cut alike: the longest run before the
+    first cut that equals the run before the second (shorter than one period)."""
+    first, second = int(positions[0]), int(positions[1])
+    back = 0
+    while (
+        back + 1 < second - first and first - back - 1 >= 0 and inverse[first - back - 1] == inverse[second - back - 1]
+    ):
+        back += 1
+    cuts = positions - back
+    cuts[1:] = np.maximum(cuts[1:], positions[:-1] + 1)  # an iteration shorter than the first keeps its cut
+    return cuts

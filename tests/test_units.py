@@ -1,0 +1,261 @@
+"""Steps as the engine ran them (probe.analysis.ledger.steps, units, coverage): engines' own step frames, `--steps`
+over every kind of range, the outermost host unit that repeats and holds the launches, never a step per graph
+piece, what the steps cover. Hand-built traces, each figure worked out beside it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from probe.analysis.ledger.build import analyze
+from probe.analysis.ledger.steps import find_steps
+from probe.analysis.ledger.types import AnalyzeOptions
+from probe.analysis.trace import load_trace
+from probe.errors import ProbeError
+
+WORKER = "vllm/v1/worker/gpu_worker.py(263): execute_model"
+RUNNER = "vllm/v1/worker/gpu_model_runner.py(1002): execute_model"
+
+
+class Trace:
+    """A chrome trace written event by event: host events on (pid 1, tid), GPU ops on stream 7, times in us."""
+
+    def __init__(self) -> None:
+        self.events: list[dict] = []
+        self.corr = 0
+
+    def host(self, cat: str, name: str, a: float, b: float, tid: int = 1, **args) -> None:
+        self.events.append(
+            {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": a, "dur": b - a, "args": args}
+        )
+
+    def launch(self, a: float, b: float, gpu: list[tuple[float, float]], tid: int = 1, name="cudaLaunchKernel"):
+        """A launch call [a, b] and the GPU ops it started (none: the profiler recorded no GPU side)."""
+        self.corr += 1
+        self.host("cuda_runtime", name, a, b, tid, correlation=self.corr)
+        for s, e in gpu:
+            self.gpu("kernel", f"k{self.corr}", s, e, self.corr)
+
+    def gpu(self, cat: str, name: str, a: float, b: float, corr: int, **args) -> None:
+        args = {"stream": 7, "correlation": corr, **args}
+        self.events.append(
+            {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": a, "dur": b - a, "args": args}
+        )
+
+    def write(self, tmp_path: Path, name: str = "t.json") -> Path:
+        path = tmp_path / name
+        path.write_text(json.dumps({"traceEvents": self.events}))
+        return path
+
+
+def vllm_like(worker: str = WORKER) -> Trace:
+    """A worker's busy loop with three steps; each replays four graph pieces (two kernels each) with an eager
+    attention launch between two of them, as vLLM V1's piecewise CUDA graphs do, and the busy loop waits between
+    the steps."""
+    t = Trace()
+    t.host("python_function", "vllm/v1/executor/multiproc_executor.py(465): worker_busy_loop", 0, 1000)
+    for k, start in enumerate((10, 400, 700)):
+        t.host("python_function", worker, start, start + 200)
+        t.host("python_function", RUNNER, start + 1, start + 199)
+        for piece in range(4):
+            at = start + 10 + 40 * piece
+            t.launch(at, at + 5, [(at + 6, at + 16), (at + 16, at + 26)], name="cudaGraphLaunch")
+            if piece == 1:
+                t.launch(at + 20, at + 25, [(at + 30, at + 34)])
+        t.host("python_function", "vllm/v1/executor/multiproc_executor.py(480): dequeue", start + 210, start + 290 - k)
+    return t
+
+
+def test_vllm_v1_worker_frames_are_the_steps_without_flags(tmp_path):
+    """Three execute_model frames, each holding four graph launches: three steps (the worker's frame, outermost over
+    the model runner's), never twelve graph pieces."""
+    path = vllm_like().write(tmp_path)
+    steps = find_steps(load_trace(path))
+    assert steps.rule == "engine frames: vLLM V1 Worker.execute_model"
+    assert steps.names == [WORKER] * 3
+    assert [(int(s) - 10_000, int(e - s)) for s, e in zip(steps.start, steps.end, strict=True)] == [
+        (0, 200_000),
+        (390_000, 200_000),
+        (690_000, 200_000),
+    ]
+    a = analyze(load_trace(path))
+    assert [(s.graph_launches, s.launches, s.kernels) for s in a.steps] == [(4, 1, 9)] * 3
+    assert a.coverage.gpu_share == 1.0 and not any("outside every step" in w for w in a.warnings)
+
+
+def test_steps_searches_python_frames_and_steps_kind_narrows_it(tmp_path):
+    path = vllm_like().write(tmp_path)
+    found = analyze(load_trace(path), AnalyzeOptions.parse(steps="execute_model"))
+    assert (found.step_rule, [s.name for s in found.steps]) == ("--steps", [WORKER] * 3)  # the outermost frames
+    only = analyze(load_trace(path), AnalyzeOptions.parse(steps="execute_model", steps_kind="python"))
+    assert [s.name for s in only.steps] == [WORKER] * 3
+    ranges = analyze(load_trace(path), AnalyzeOptions.parse(steps="execute_model", steps_kind="range"))
+    assert any("matched no range" in w for w in ranges.warnings)  # no annotation is named so: the rules below
+    assert ranges.step_rule.startswith("engine frames")
+    with pytest.raises(ProbeError, match="--steps-kind 'frames'"):
+        AnalyzeOptions.parse(steps="x", steps_kind="frames")
+    with pytest.raises(ProbeError, match="give --steps REGEX with it"):
+        AnalyzeOptions.parse(steps_kind="python")
+
+
+def test_an_unknown_engine_loop_is_found_by_its_repeating_unit(tmp_path):
+    """The same structure under names no rule knows: the outermost unit that repeats and holds the launches (the
+    busy loop holds them all: a container; inside it the step frame repeats three times and nothing between its
+    occurrences launches), never a step per graph piece."""
+    path = vllm_like(worker="myengine/worker.py(12): run_step").write(tmp_path)
+    steps = find_steps(load_trace(path))
+    assert steps.rule == "repeating unit: 'myengine/worker.py(12): run_step', 3 times on thread 1/1"
+    assert len(steps) == 3 and steps.kinds == ["step"] * 3
+
+
+def flat_loop() -> Trace:
+    """A training loop without stacks or markers, three iterations on thread 1: a zeroing op, the DataLoader's range
+    (60 us, no launch), two linears (a launch each), the loss (a launch), the optimizer's range (a launch); the
+    backward on the autograd thread 2 (two launches of 20 us kernels, more GPU work than thread 1's 2 us kernels)."""
+    t = Trace()
+    for i in range(3):
+        b = 1000 * i
+        t.host("cpu_op", "aten::zeros", b, b + 2)
+        t.host("user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", b + 5, b + 65)
+        for j in range(2):
+            t.host("cpu_op", "aten::linear", b + 70 + 10 * j, b + 78 + 10 * j)
+            t.launch(b + 71 + 10 * j, b + 73 + 10 * j, [(b + 74 + 10 * j, b + 76 + 10 * j)])
+        t.host("cpu_op", "aten::cross_entropy_loss", b + 90, b + 96)
+        t.launch(b + 91, b + 93, [(b + 94, b + 96)])
+        for j in range(2):
+            t.host(
+                "cpu_op",
+                "autograd::engine::evaluate_function: AddmmBackward0",
+                b + 100 + 30 * j,
+                b + 125 + 30 * j,
+                tid=2,
+            )
+            t.launch(b + 101 + 30 * j, b + 103 + 30 * j, [(b + 104 + 30 * j, b + 124 + 30 * j)], tid=2)
+        t.host("user_annotation", "Optimizer.step#SGD.step", b + 170, b + 180)
+        t.launch(b + 171, b + 173, [(b + 174, b + 176)])
+    return t
+
+
+def test_a_flat_training_loop_is_cut_into_its_iterations(tmp_path):
+    """Iterations K = 3: the names counting multiples of 3 hold every launch, and the earliest of the once-an-
+    iteration names is the DataLoader's range; each cut moves back over the zeroing op that precedes every one, so an
+    iteration runs from one aten::zeros to the next (1000 us), the last to the optimizer's end (180 us). Thread 1,
+    the loop's, not the autograd thread 2 that launches the most GPU work: its cycle starts a forward late."""
+    path = flat_loop().write(tmp_path)
+    steps = find_steps(load_trace(path))
+    assert steps.rule.startswith("repeating cycle: 3 iterations of sibling events from 'aten::zeros' on thread 1/1")
+    assert steps.names == ["iteration#0", "iteration#1", "iteration#2"] and steps.kinds == ["iteration"] * 3
+    assert [(int(s) // 1000, int(e - s) // 1000) for s, e in zip(steps.start, steps.end, strict=True)] == [
+        (0, 1000),
+        (1000, 1000),
+        (2000, 180),
+    ]
+    a = analyze(load_trace(path))
+    assert [s.launches for s in a.steps] == [6, 6, 6] and a.coverage.gpu_share == 1.0
+    # the DataLoader's 60 us are data loading, a purpose of their own
+    assert [s.purpose_ns["data"] for s in a.steps] == [60_000] * 3
+
+
+def test_one_forward_is_not_cut_into_its_layers(tmp_path):
+    """AlexNet's shape: three convolutions (three launches each), a ReLU after each, pools after the first and the
+    last, two linears with a ReLU between (a launch each). The convolutions hold most launches but other layers launch
+    between them (layers, not steps), and no count K has the names counting its multiples hold 90% of the launches
+    (K = 3: the convolutions' 9 of 17; K = 2: pools, linears and ReLUs, 8 of 17): the whole trace is one step."""
+    t = Trace()
+    at = 0
+
+    def op(name: str, launches: int) -> None:
+        nonlocal at
+        t.host("cpu_op", name, at, at + 10 * launches + 5)
+        for j in range(launches):
+            t.launch(at + 1 + 10 * j, at + 3 + 10 * j, [(at + 4 + 10 * j, at + 8 + 10 * j)])
+        at += 10 * launches + 10
+
+    for layer in range(3):
+        op("aten::conv2d", 3)
+        op("aten::relu", 1)
+        if layer != 1:
+            op("aten::max_pool2d", 1)
+    op("aten::linear", 1)
+    op("aten::relu", 1)
+    op("aten::linear", 1)
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert steps.rule == "whole trace" and steps.names == ["trace"]
+
+
+def test_a_whole_trace_step_is_the_launching_threads_without_lead_in(tmp_path):
+    """No structure repeats: one step on the thread that launches the GPU work (thread 3, though thread 1 holds more
+    ops), from its first event to its last; thread 1's earlier events are lead-in."""
+    t = Trace()
+    for i in range(4):
+        t.host("cpu_op", "aten::empty", 10 * i, 10 * i + 5)
+    t.host("cpu_op", "aten::mm", 100, 150, tid=3)
+    t.launch(110, 120, [(121, 200)], tid=3)
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert (steps.rule, int(steps.pid[0]), int(steps.tid[0])) == ("whole trace", 1, 3)
+    assert int(steps.end[0] - steps.start[0]) == 50_000  # 100 to 150 us: the GPU's end is not host time
+
+
+def test_steps_that_leave_gpu_work_out_are_warned_of(tmp_path):
+    """Two decode steps hold 2 x 10 us of GPU work; a 60 us kernel launched under aten::randperm before the first
+    step lies in none: 60 of the trace's 80 us of GPU work, 75%, past the 5% the warning allows."""
+    t = Trace()
+    t.host("cpu_op", "aten::randperm", 0, 20)
+    t.launch(5, 10, [(12, 72)])
+    for i in range(2):
+        b = 100 + 100 * i
+        t.host("user_annotation", f"decode#{i}", b, b + 50)
+        t.host("cpu_op", "aten::mm", b + 5, b + 20)
+        t.launch(b + 6, b + 10, [(b + 11, b + 21)])
+    a = analyze(load_trace(t.write(tmp_path)))
+    c = a.coverage
+    assert (c.gpu_in_steps_ns, c.gpu_busy_ns, c.left_out_ns) == (20_000, 80_000, 60_000)
+    # thread 1 runs 20 (randperm) + 2 x 15 (the mm ops) us of events; the steps hold the mm ops' 30
+    assert (c.host_in_steps_ns, c.host_busy_ns) == (30_000, 50_000)
+    (line,) = [w for w in a.warnings if "outside every step" in w]
+    assert line.startswith("the steps leave 75% of the GPU work outside every step (0.060 of 0.080 ms)")
+    assert "the largest piece: 0.060 ms of GPU work (1 ops) launched before the first step, most of it under " \
+        "aten::randperm" in line  # fmt: skip
+
+
+def test_a_graph_launch_is_a_step_when_each_holds_a_whole_forward(tmp_path):
+    """Three cudaGraphLaunch calls and no host event around them (a whole forward captured in each graph): nothing
+    repeats above the launches, so each launch starts a step that lasts to the next (the last to the thread's last
+    event). The same launches inside repeating step frames are pieces: vllm_like's test above."""
+    t = Trace()
+    for i in range(3):
+        at = 100 * i
+        t.launch(at, at + 5, [(at + 6, at + 40), (at + 40, at + 80)], name="cudaGraphLaunch")
+    t.host("cuda_runtime", "cudaStreamSynchronize", 205, 290)
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert (steps.rule, steps.names) == ("graph launches", ["graph#0", "graph#1", "graph#2"])
+    assert [int(e - s) // 1000 for s, e in zip(steps.start, steps.end, strict=True)] == [100, 100, 90]
+
+
+def test_hf_generates_loop_holds_the_steps_its_repeating_unit(tmp_path):
+    """HF `generate`: its decoding loop (`_sample`) is a loop, not a step; inside it the model's forward repeats four
+    times (two launches each) with the logits processor (no launch) between: four steps, one a forward. The
+    `generate` frame around the loop, and a launch before it, are no step."""
+    t = Trace()
+    t.host("python_function", "transformers/generation/utils.py(2000): generate", 0, 1000)
+    t.launch(5, 8, [(9, 12)])  # the input's copy to the device, before the loop
+    t.host("python_function", "transformers/generation/utils.py(3000): _sample", 20, 990)
+    for i in range(4):
+        b = 30 + 200 * i
+        t.host("python_function", "transformers/models/llama/modeling_llama.py(1100): forward", b, b + 150)
+        for j in range(2):
+            t.launch(b + 10 + 50 * j, b + 15 + 50 * j, [(b + 16 + 50 * j, b + 40 + 50 * j)])
+        t.host("python_function", "transformers/generation/logits_process.py(90): __call__", b + 160, b + 190)
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert steps.rule == (
+        "engine frames: HF generate's decoding loop (repeating unit: "
+        "'transformers/models/llama/modeling_llama.py(1100): forward', 4 times on thread 1/1)"
+    )
+    assert [(int(s) // 1000, int(e - s) // 1000) for s, e in zip(steps.start, steps.end, strict=True)] == [
+        (30, 150),
+        (230, 150),
+        (430, 150),
+        (630, 150),
+    ]

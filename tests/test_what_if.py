@@ -1,0 +1,476 @@
+"""What-ifs that hold (issue 32): each states what it needs (`requires`), which of that this trace was checked for
+(`holds`), and is not offered where a condition fails (`withheld` says why). Hand-built traces give each condition
+and each price a known answer, worked out beside it; then the real traces (../shared/traces, skipped when absent)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from probe.analysis.diagnosis.answer import answer
+from probe.analysis.diagnosis.conditions import COLD_MIN_NS, step_facts
+from probe.analysis.diagnosis.evidence import Context
+from probe.analysis.diagnosis.verdict import diagnose_trace
+from probe.analysis.diagnosis.what_if import (
+    MAX_BATCH,
+    SAME_SHAPES,
+    Condition,
+    WhatIf,
+    predict_batch,
+    predict_threads,
+)
+from probe.analysis.ledger.build import analyze
+from probe.analysis.ledger.types import AnalyzeOptions
+from probe.analysis.records.sidecar import EventCost
+from probe.analysis.roofline.ops import OpRoofline
+from probe.analysis.trace import load_trace
+from tests.conftest import ROOT
+from tests.test_diagnosis import _trace, drain_then_own_work_trace
+
+SHARED = ROOT.parent / "shared" / "traces"
+WILD, PUBLIC = SHARED / "wild", SHARED / "public"
+
+
+def _median(path: Path, context: Context | None = None, options: AnalyzeOptions | None = None):
+    trace = load_trace(path)
+    analysis = analyze(trace, options)
+    base = Context.of(trace, analysis=analysis)
+    if context is not None:
+        base = replace(context, facts=base.facts, launch_call_ns=base.launch_call_ns)
+    return diagnose_trace(analysis, base).median
+
+
+def _changes(d) -> list[str]:
+    return [w.change for w in d.what_if]
+
+
+def _unsaid_failures(w: WhatIf) -> list[Condition]:
+    """The conditions that fail on the trace and that the change does not name in its first words."""
+    said = w.change.startswith("make the shapes static")
+    return [c for c in w.holds if c.holds is False and not (said and c.name == SAME_SHAPES)]
+
+
+def _host_bound_decode(extra_host=(), extra_gpu=(), name="decode#0", at=0, args=None):
+    """A host-bound decode step of 100 us: a forward range (2-90) with two ops each launching a kernel, plus what
+    a test adds; the kernels take 7 us in all."""
+    t = at
+    host = [
+        ("user_annotation", name, t, t + 100, {}),
+        ("user_annotation", "forward", t + 2, t + 90, {}),
+        ("cpu_op", "aten::mm", t + 10, t + 20, args or {}),
+        ("cuda_runtime", "cudaLaunchKernel", t + 12, t + 15, {"correlation": t + 1}),
+        ("cpu_op", "aten::add", t + 80, t + 85, {}),
+        ("cuda_runtime", "cudaLaunchKernel", t + 81, t + 83, {"correlation": t + 2}),
+        *extra_host,
+    ]
+    gpu = [
+        ("kernel", "gemm", t + 20, t + 25, {"correlation": t + 1}),
+        ("kernel", "add", t + 90, t + 92, {"correlation": t + 2}),
+        *extra_gpu,
+    ]
+    return host, gpu
+
+
+# --- warm ------------------------------------------------------------------------------------------------------
+
+
+def test_a_cold_step_gets_profile_a_warm_iteration_and_nothing_else(tmp_path):
+    """The first launch of `big` takes 50 ms (lazy module loading) against the trace's median launch of 3 us, in a
+    step of 60 ms: 50 of its 60 ms are first-call set-up, so the only line is to profile a warm iteration, saving
+    those 50 ms, and every other change is withheld."""
+    host = [
+        ("user_annotation", "decode#0", 0, 60_000, {}),
+        ("user_annotation", "forward", 0, 59_000, {}),
+        ("cpu_op", "aten::mm", 10, 50_010, {}),
+        ("cuda_runtime", "cudaLaunchKernel", 10, 50_010, {"correlation": 1}),
+    ]
+    gpu = [("kernel", "big", 50_010, 50_020, {"correlation": 1})]
+    for i in range(2, 12):  # ten launches of 3 us: the median launch
+        host += [("cuda_runtime", "cudaLaunchKernel", 50_000 + 10 * i, 50_003 + 10 * i, {"correlation": i})]
+        gpu += [("kernel", f"k{i}", 50_100 + 10 * i, 50_105 + 10 * i, {"correlation": i})]
+    d = _median(_trace(tmp_path, host, gpu))
+    assert _changes(d) == ["profile a warm iteration"]
+    (w,) = d.what_if
+    assert w.saving_ms == pytest.approx(50.0) and [(c.name, c.holds) for c in w.holds] == [(w.requires[0], True)]
+    assert "cudaLaunchKernel (of big) took 50.000 ms, 16,667x the trace's median launch call (3.0 us)" in w.arithmetic
+    assert d.withheld and d.withheld[0].startswith("every other change: not offered: each needs a warm step")
+
+
+def test_the_same_step_warm_is_not_cold(tmp_path):
+    """The trace's second pass over the same kernels: each is no longer the first launch of its kernel."""
+    host, gpu = _host_bound_decode()
+    more_host, more_gpu = _host_bound_decode(name="decode#1", at=200)
+    facts = step_facts(
+        load_trace(_trace(tmp_path, host + more_host, gpu + more_gpu)), analyze(load_trace(tmp_path / "t.json"))
+    )
+    assert [f.cold for f in facts.values()] == [None, None]
+    assert COLD_MIN_NS == 1_000_000  # a first call must cost a millisecond more than its baseline to be set-up
+
+
+# --- capture ---------------------------------------------------------------------------------------------------
+
+
+def test_capture_is_offered_on_a_host_bound_forward(tmp_path):
+    host, gpu = _host_bound_decode()
+    d = _median(_trace(tmp_path, host, gpu))
+    w = next(w for w in d.what_if if w.change == "capture the forward in a CUDA graph")
+    assert {c.name: c.holds for c in w.holds} == {
+        "a warm step": True,
+        "the GPU side recorded": True,
+        "a forward (no backward, no optimizer)": True,
+        "nothing in the capture region that waits on the device (no sync, blocking copy or .item())": True,
+        "no op whose output shape depends on the data": True,
+        "the same shapes in every step of its kind": None,  # one step, no shapes: the trace cannot say
+    }
+    assert list(w.requires) == [c.name for c in w.holds]
+
+
+@pytest.mark.parametrize(
+    ("added", "needs", "said"),
+    [
+        (
+            [("cuda_runtime", "cudaStreamSynchronize", 30, 40, {"correlation": 9})],
+            "nothing in the capture region that waits on the device",
+            "holds cudaStreamSynchronize x1",
+        ),
+        ([("cpu_op", "aten::item", 30, 40, {})], "nothing in the capture region that waits", "aten::item x1"),
+        ([("cpu_op", "aten::nonzero", 30, 40, {})], "no op whose output shape depends on the data", "aten::nonzero"),
+        ([("cpu_op", "MmBackward0", 30, 40, {})], "a forward (no backward, no optimizer)", "1 backward ops"),
+        ([("user_annotation", "Optimizer.step#SGD.step", 92, 98, {})], "a forward", "an optimizer step"),
+    ],
+)
+def test_capture_is_withheld_where_its_condition_fails(tmp_path, added, needs, said):
+    host, gpu = _host_bound_decode(extra_host=added)
+    d = _median(_trace(tmp_path, host, gpu))
+    assert not any("CUDA graph" in c for c in _changes(d))
+    line = next(x for x in d.withheld if x.startswith("capture the forward in a CUDA graph"))
+    assert f"it needs {needs}" in line and said in line
+
+
+def test_shapes_that_change_between_steps_ask_for_static_shapes_first(tmp_path):
+    """Two decode steps whose mm reads a cache one position longer each step (recorded shapes differ): capture
+    needs static shapes, and the change says so in its first words."""
+    dims = lambda n: {"Input Dims": [[1, 1, 8], [1, n, 8]], "Input type": ["float", "float"]}  # noqa: E731
+    host0, gpu0 = _host_bound_decode(args=dims(16))
+    host1, gpu1 = _host_bound_decode(name="decode#1", at=200, args=dims(17))
+    d = _median(_trace(tmp_path, host0 + host1, gpu0 + gpu1))
+    w = next(w for w in d.what_if if "CUDA graph" in w.change)
+    assert w.change == "make the shapes static (a fixed-size cache), then capture the forward in a CUDA graph"
+    same = next(c for c in w.holds if c.name.startswith("the same shapes"))
+    assert same.holds is False and same.evidence == "2 distinct sets of input shapes over its kind's 2 steps"
+
+
+def test_no_gpu_side_withholds_every_gpu_what_if(tmp_path):
+    """Launch calls whose kernels the trace lacks (GPU activity not collected): nothing is priced against a GPU side
+    that was never measured."""
+    host, _ = _host_bound_decode()
+    d = _median(_trace(tmp_path, host, [("kernel", "other", 300, 301, {"correlation": 99})]))
+    assert d.what_if == ()
+    assert d.bound == "unknown"  # the verdict's own rule (evidence.gpu_side_missing), which the condition reads
+    assert any("it needs the GPU side recorded, and none of its 2 launch calls has a GPU op" in x for x in d.withheld)
+
+
+# --- the sync --------------------------------------------------------------------------------------------------
+
+
+def test_a_sync_on_earlier_work_saves_only_the_steps_own_tail(tmp_path):
+    """drain_then_own_work_trace: host 40 us, GPU 44; the 30 us sync waited on earlier work, not this step's; the
+    step's own kernels run 10 us past its window, which the next step's sync would wait on (at most the 30 it
+    waited here): its own time is max(40 + 0 + 10, 44) = 50, and without the sync max(40, 44) = 44: 6 us, not 30."""
+    d = _median(drain_then_own_work_trace(tmp_path))
+    w = next(w for w in d.what_if if w.change.startswith("remove the sync"))
+    assert (round(w.predicted_step_ms, 6), round(w.saving_ms, 6)) == (0.044, 0.006)
+    assert "of the 0.030 ms wait, 0.030 was on earlier work (the previous step's GPU time showing" in w.arithmetic
+
+
+def test_a_sync_wholly_on_earlier_work_is_withheld_and_says_so(tmp_path):
+    """The same, but the step's own kernel ends inside its window: nothing of its own to save."""
+    host = [
+        ("cuda_runtime", "cudaLaunchKernel", -5, -3, {"correlation": 9}),
+        ("user_annotation", "decode#0", 0, 70, {}),
+        ("cuda_runtime", "cudaDeviceSynchronize", 0, 30, {"correlation": 1}),
+        ("cpu_op", "aten::mm", 31, 50, {}),
+        ("cuda_runtime", "cudaLaunchKernel", 32, 36, {"correlation": 2}),
+    ]
+    gpu = [("kernel", "earlier", -2, 30, {"correlation": 9}), ("kernel", "gemm", 36, 40, {"correlation": 2})]
+    d = _median(_trace(tmp_path, host, gpu))
+    assert not any(c.startswith("remove the sync") for c in _changes(d))
+    line = next(x for x in d.withheld if x.startswith("remove the sync"))
+    assert "was on earlier work (the previous step's GPU time showing, not this step's)" in line
+
+
+# --- batching --------------------------------------------------------------------------------------------------
+
+
+def test_batching_splits_the_gpu_work_into_weights_and_kv(tmp_path):
+    """GEMM 5 us (the weights: once a forward) and attention 4 us (the KV cache: per sequence) under 100 us of host
+    work: B grows until the step passes 1.25 x 100 us: 5 + 4B <= 125 -> B = 30, its GPU 125 us; the step 125 us for
+    30 tokens."""
+    host, gpu = _host_bound_decode(
+        extra_host=[("cuda_runtime", "cudaLaunchKernel", 86, 88, {"correlation": 3})],
+        extra_gpu=[("kernel", "flash_attn_fwd_kernel", 93, 97, {"correlation": 3})],
+    )
+    gpu[1] = ("kernel", "gemm2", 90, 90, {"correlation": 2})  # the add: no time, so the GEMM is 5 us
+    d = _median(_trace(tmp_path, host, gpu))
+    w = next(w for w in d.what_if if w.change.startswith("batch"))
+    assert w.change == "batch 30 sequences" and w.predicted_step_ms == pytest.approx(0.125)
+    assert w.saving_ms == pytest.approx(0.1 - 0.125 / 30)
+    assert w.terms == pytest.approx({"host": 0.1, "once": 0.005, "per_sequence": 0.004})
+    assert predict_batch(w.terms, 2) == pytest.approx(0.1) and predict_batch(w.terms, 30) == pytest.approx(0.125)
+
+
+def test_batching_is_capped(tmp_path):
+    """No per-sequence kernel at all: nothing bounds B but MAX_BATCH."""
+    host, gpu = _host_bound_decode()
+    d = _median(_trace(tmp_path, host, gpu))
+    assert f"batch {MAX_BATCH} sequences" in _changes(d)
+
+
+# --- GPU-bound -------------------------------------------------------------------------------------------------
+
+
+def _gpu_bound(tmp_path):
+    host = [
+        ("user_annotation", "decode#0", 0, 30, {}),
+        ("cpu_op", "aten::mm", 2, 20, {}),
+        ("cuda_runtime", "cudaLaunchKernel", 3, 6, {"correlation": 1}),
+        ("cuda_runtime", "cudaLaunchKernel", 7, 9, {"correlation": 2}),
+    ]
+    gpu = [
+        ("kernel", "fused_moe_kernel", 6, 76, {"correlation": 1}),
+        ("kernel", "gemm", 76, 106, {"correlation": 2}),
+    ]
+    return _trace(tmp_path, host, gpu)
+
+
+def test_a_gpu_bound_step_names_the_work_that_binds(tmp_path):
+    """MoE kernels 70 of the 100 us of GPU work against 30 us of host: at most 70 us saved if they took no time
+    (no shapes recorded: a ceiling, ranked after every priced change)."""
+    d = _median(_gpu_bound(tmp_path))
+    (w,) = d.what_if
+    assert w.change == "speed up the moe kernels (70% of the GPU work): at most" and w.ceiling
+    assert (round(w.predicted_step_ms, 6), round(w.saving_ms, 6)) == (0.03, 0.07)
+    assert "moe 70%, gemm 30%" in w.assumption
+
+
+def test_with_shapes_a_gpu_bound_step_is_priced_at_its_roof(tmp_path):
+    """The step's top op at 40% of its roof over 100 us: at its roof it takes 40, and the step max(30, 40) = 40."""
+    roof = OpRoofline("aten::mm", "[(8, 8), (8, 8)]", "bfloat16", 1, 1, 1, 100.0, 100.0, None, None, None, "memory",
+                      40.0, "gemm")  # fmt: skip
+    d = _median(_gpu_bound(tmp_path), Context(step_ops={0: (roof,)}))
+    (w,) = d.what_if
+    assert w.change.startswith("bring the top GPU ops to their roof (aten::mm [(8, 8), (8, 8)] at 40% of its roof")
+    assert not w.ceiling and (round(w.predicted_step_ms, 6), round(w.saving_ms, 6)) == (0.04, 0.06)
+
+
+# --- a CPU -----------------------------------------------------------------------------------------------------
+
+
+def _cpu_decode(tmp_path, compiled: bool = False):
+    """A CPU decode step of 100 us: a GEMM of 30 us, attention 10, a view of 1 (the dispatch floor), an add of 2
+    (within 20 floors: dispatch, not compute), and 57 us of Python and time between ops; three top-level ops."""
+    host = [
+        ("user_annotation", "decode#0", 0, 100, {}),
+        ("cpu_op", "aten::mm", 10, 40, {}),
+        ("cpu_op", "aten::_scaled_dot_product_flash_attention_for_cpu", 50, 60, {}),
+        ("cpu_op", "aten::view", 60, 61, {}),
+        ("cpu_op", "aten::add", 70, 72, {}),
+    ]
+    if compiled:
+        host.append(("cpu_op", "Torch-Compiled Region: 0/0", 5, 95, {}))
+    return _trace(tmp_path, host)
+
+
+def test_a_cpu_step_offers_compile_and_batch_and_no_dispatch_to_zero(tmp_path):
+    """Compute 40 us (mm 30 + attention 10; the add is dispatch); overhead 60 over 4 top-level ops = 15 us an op:
+    compiled, the two ops it still calls and the call itself cost 3 x 15 = 45, so 40 + 45 = 85 us. Batched, the
+    GEMM reads the weights once and attention grows: 60 + 30 + 10 B <= 125 -> B = 3 at 120 us."""
+    d = _median(_cpu_decode(tmp_path))
+    assert d.bound == "cpu_only"
+    assert _changes(d) == ["batch 3 sequences", "compile the forward (torch.compile)"]
+    compile_ = d.what_if[1]
+    assert compile_.predicted_step_ms == pytest.approx(0.085)
+    assert compile_.terms == pytest.approx({"compute": 0.04, "overhead": 0.06, "calls": 0.045})
+    batch = d.what_if[0]
+    assert batch.predicted_step_ms == pytest.approx(0.12) and batch.terms == pytest.approx(
+        {"overhead": 0.06, "once": 0.03, "per_sequence": 0.01}
+    )
+    assert not any(c.startswith("fix the top op") for c in _changes(d))
+
+
+def test_a_compiled_cpu_step_is_not_offered_compile(tmp_path):
+    d = _median(_cpu_decode(tmp_path, compiled=True))
+    assert "compile the forward (torch.compile)" not in _changes(d)
+    assert any(x.startswith("compile the forward (torch.compile): not offered: it needs a forward not compiled")
+               for x in d.withheld)  # fmt: skip
+
+
+def test_threads_split_the_gemm_and_attention(tmp_path):
+    """On 1 of 2 cores: the GEMM and attention's 40 us split in two, the rest stays: 100 - 20 = 80 us."""
+    d = _median(_cpu_decode(tmp_path), Context(threads=(1, 2)))
+    w = next(w for w in d.what_if if w.change == "run the ops on 2 threads")
+    assert w.predicted_step_ms == pytest.approx(0.08)
+    facts = step_facts(load_trace(tmp_path / "t.json"), analyze(load_trace(tmp_path / "t.json")))
+    assert predict_threads(100_000, facts[0].cpu, 1, 4) == pytest.approx(70_000)
+
+
+# --- the unprofiled step, and the bounds of any price -----------------------------------------------------------
+
+
+def test_an_unprofiled_estimate_prices_the_step_and_both_are_shown(tmp_path):
+    """4 events at 5 us and 1 range at 10 us are the profiler's: 30 us of the 100 us step. The verdict and every
+    price stand on the 70 us left; the headline shows both figures."""
+    options = AnalyzeOptions(event_cost=EventCost(op_ns=5_000, range_ns=10_000))
+    host, gpu = _host_bound_decode()
+    d = _median(_trace(tmp_path, host, gpu), options=options)
+    e = d.evidence
+    assert (e.host_work_ns, e.profiler_ns, e.unprofiled_host_ns) == (100_000, 30_000 + 10_000, 60_000)
+    assert "The host works 0.060 ms unprofiled (0.100 profiled)" in d.headline
+    w = next(w for w in d.what_if if w.change.startswith("fix the top op"))
+    assert "0.060 ms unprofiled (0.100 profiled, less 0.040)" in w.arithmetic
+
+
+_EVENTS = st.lists(
+    st.tuples(st.integers(0, 900), st.integers(1, 300), st.sampled_from(["op", "launch", "sync"])), max_size=12
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(events=_EVENTS, kernels=st.lists(st.tuples(st.integers(0, 1500), st.integers(1, 400)), max_size=6))
+def test_no_what_if_promises_more_than_the_step_or_less_than_nothing(tmp_path_factory, events, kernels):
+    tmp = tmp_path_factory.mktemp("w")
+    host = [("user_annotation", "decode#0", 0, 1000, {})]
+    for i, (start, length, kind) in enumerate(events):
+        end = min(start + length, 1000)
+        name = {"op": ("cpu_op", "aten::mm"), "launch": ("cuda_runtime", "cudaLaunchKernel"),
+                "sync": ("cuda_runtime", "cudaStreamSynchronize")}[kind]  # fmt: skip
+        host.append((*name, start, end, {"correlation": i + 1}))
+    gpu = [("kernel", f"k{j}", a, a + n, {"correlation": j + 1}) for j, (a, n) in enumerate(kernels)]
+    d = _median(_trace(tmp, host, gpu))
+    for w in d.what_if:
+        assert 0 <= w.saving_ms and w.predicted_step_ms >= 0 and 0 <= w.saving_pct <= 100
+        assert not _unsaid_failures(w)
+
+
+def test_what_ifs_round_trip_through_json(tmp_path):
+    host, gpu = _host_bound_decode()
+    d = _median(_trace(tmp_path, host, gpu))
+    again = [WhatIf.from_json(json.loads(json.dumps(w.to_json()))) for w in d.what_if]
+    assert again == list(d.what_if) and all(isinstance(c, Condition) for w in again for c in w.holds)
+
+
+# --- real traces -----------------------------------------------------------------------------------------------
+
+REAL = sorted(WILD.glob("*.trace.json.gz")) + sorted(PUBLIC.glob("*.trace.json.gz")) if SHARED.is_dir() else []
+SLOW = {"h100_vllm_v1_llama_tp4_1000isl_32con", "mi300x_vllm_v1_llama_tp4_1000isl_32con"}  # 40 s each, to analyze
+
+
+def _found(name: str):
+    """A real trace's diagnosis of every step (skipped when the trace is absent)."""
+    path = next((p for p in (WILD / f"{name}.trace.json.gz", PUBLIC / f"{name}.trace.json.gz") if p.is_file()), None)
+    if path is None:
+        pytest.skip(f"{name} is not in ../shared/traces")
+    trace = load_trace(path)
+    return answer(trace, analyze(trace)).diagnosis
+
+
+def _real(name: str):
+    return _found(name).median
+
+
+@pytest.mark.parametrize(
+    "path",
+    [pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.name.split(".")[0] in SLOW else []) for p in REAL],
+)
+def test_no_real_trace_is_offered_a_what_if_whose_requires_fails(path):
+    trace = load_trace(path)
+    for d in answer(trace, analyze(trace)).diagnosis.steps:
+        for w in d.what_if:
+            assert not _unsaid_failures(w), (d.step, w.change)
+            assert 0 <= w.saving_ms and w.predicted_step_ms >= 0
+
+
+def test_the_cold_moe_forward_is_told_to_profile_a_warm_iteration():
+    d = _real("a100_switch_transformer_moe_forward_cold")
+    assert _changes(d) == ["profile a warm iteration"]
+    assert "the first cudaLaunchKernel" in d.what_if[0].arithmetic and "318.912 ms" in d.what_if[0].arithmetic
+
+
+@pytest.mark.parametrize(
+    "name", ["rtx2080ti_linear_train_40iters_nosteps", "rtx2080ti_resnet_train_30iters_nosteps", "cuda_alexnet"]
+)
+def test_cold_traces(name):
+    """The first iteration holds first-call set-up (cuBLAS, cuDNN, CUDA's start): it is told to profile a warm one and
+    nothing else; a later iteration is warm, and the median step (one of them, where the trace has several) is not
+    told so (cuda_alexnet has no iterations to find: its one step is the cold one)."""
+    found = _found(name)
+    assert _changes(found.steps[0]) == ["profile a warm iteration"]
+    if len(found.steps) > 1:
+        assert "profile a warm iteration" not in _changes(found.median)
+        assert all(_changes(s) != ["profile a warm iteration"] for s in found.steps[2:])
+
+
+def test_a_forward_that_syncs_is_not_offered_capture():
+    d = _real("rtx4080_nanovllm_qwen3_decode_one_layer")
+    assert not any("CUDA graph" in c for c in _changes(d))
+    assert any("cudaStreamSynchronize x6" in x and x.startswith("capture the forward") for x in d.withheld)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "h800_deepseek_v3_dualpipe_train_chunk",
+        "v100_dlrm_ddp_rank0_step",
+        "v100_resnet50_train_dataloader_nw0",
+        "v100_resnet50_train_nw4",
+        "cuda_train_ns_resolution_5steps",
+    ],
+)
+def test_training_steps_are_not_offered_capture(name):
+    d = _real(name)
+    assert not any("CUDA graph" in c for c in _changes(d))
+    assert any(x.startswith("capture the forward") and "backward ops" in x for x in d.withheld)
+
+
+def test_a_trace_without_its_gpu_side_is_offered_nothing():
+    d = _real("a100_launches_without_kernels")
+    assert d.what_if == () and any("none of its 260 launch calls has a GPU op" in x for x in d.withheld)
+
+
+def test_the_h100_prefills_sync_prices_its_own_wait():
+    """The sync waits 14.1 ms on earlier work; the step's own GPU work ends 2.2 ms after its host work: ~2 ms."""
+    d = _real("h100_hf_qwen1.5-0.5b_prefill_b16")
+    w = next(w for w in d.what_if if w.change.startswith("remove the sync"))
+    assert 2.0 < w.saving_ms < 2.5
+
+
+def test_sglangs_wait_saves_what_the_events_allow():
+    d = _real("rocm_sglang_qwen3_8b_extend_step")
+    w = next(w for w in d.what_if if w.change.startswith("overlap the wait"))
+    assert w.saving_ms < 1.5
+
+
+def test_the_vllm_decode_names_its_moe_kernels():
+    d = _real("rocm_vllm_decode_cudagraph")
+    assert d.what_if[0].change == "speed up the moe kernels (73% of the GPU work): at most"
+
+
+def test_b200_eager_is_offered_capture():
+    assert _changes(_real("b200_eager"))[0] == "capture the forward in a CUDA graph"
+
+
+def test_a_cpu_trace_from_the_wild_is_offered_compile_not_dispatch_to_zero():
+    changes = _changes(_real("cpu_only_qlora_compile_tiny"))
+    assert "compile the forward (torch.compile)" in changes and not any(c.startswith("fix the top op") for c in changes)
+
+
+def test_probe_analyze_on_a_cached_cpu_trace_offers_compile_and_batch(cli):
+    done = cli("analyze", str(ROOT / "traces" / "tiny_cached_cpu_p64_n16.trace.json.gz"), "--json")
+    assert done.returncode == 0
+    changes = [w["change"] for w in json.loads(done.stdout)["diagnosis"]["median"]["what_if"]]
+    assert "compile the forward (torch.compile)" in changes and any(c.startswith("batch ") for c in changes)
