@@ -91,7 +91,7 @@ def sidebar_roofline(root: Path) -> RooflineInputs:
     try:
         model = sources.model_spec(root, text)
     except LOAD_ERRORS as e:
-        st.sidebar.error(f"Model: {md(e)}")
+        st.sidebar.error(f"Model: {md(sources.under_root(root, e))}")
         model = None
     return RooflineInputs(model, None if name == NONE else name, *(None if c is None else int(c) for c in counts))
 
@@ -114,6 +114,12 @@ def main() -> None:
     if truncated:
         st.sidebar.warning(f"Showing the first {len(found)} files only: pick a narrower --root.")
     by_label = {s.label: s for s in found}
+    refused = [
+        (box, why)
+        for box in ("source", "baseline")
+        if (asked := st.query_params.get(box)) and asked != NONE
+        if (why := sources.link_refusal(root, asked, by_label)) is not None
+    ]
     source = st.sidebar.selectbox(
         "Run or trace", list(by_label.values()), key="source", bind="query-params", format_func=_source_label
     )
@@ -125,6 +131,9 @@ def main() -> None:
         bind="query-params",
         format_func=_source_label,
     )
+    for box, why in refused:  # a source the link names is not opened: say why, then what is shown instead
+        instead = f"Showing {_source_label(source)} instead." if box == "source" else "No baseline is picked."
+        st.warning(md(f"{why} {instead}"))
     for box, picked in (("source", source), ("baseline", baseline)):
         if len(_source_label(picked)) > SIDEBAR_CHARS:  # a short one reads whole (and keeps its "." at the end)
             st.html(FIT_END_CSS.format(key=box))
@@ -136,7 +145,7 @@ def main() -> None:
     try:
         loaded = load_source(root, source, reading)
     except LOAD_ERRORS as e:
-        st.error(f"Cannot show {md(source.rel)}: {md(e)}")
+        st.error(f"Cannot show {md(source.rel)}: {md(sources.under_root(root, e))}")
         st.stop()
     VIEWS[chosen](loaded, ViewContext(root, reading, source, baseline, frozenset(by_label), roofline))
 

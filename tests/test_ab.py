@@ -41,7 +41,7 @@ def test_same_engine_raises_nothing_and_a_slowdown_is_caught(cli, monkeypatch):
     monkeypatch.setenv("PROBE_SLOW_US", "3000")
     slow = cli("ab", "cached", "tests.variants:SlowCachedEngine", *SMALL, *UNSAMPLED)
     assert slow.returncode == 1, slow.stdout + slow.stderr
-    assert "host us/step rose" in slow.stdout
+    assert "host µs/step rose" in slow.stdout
 
 
 def test_unknown_engine_is_a_one_line_error(cli):
@@ -97,7 +97,7 @@ def test_output_names_the_model_and_device_and_reconciles_a_count_alert_beside_a
     assert result.returncode == 1, result.stdout + result.stderr
     first = result.stdout.splitlines()[0]
     assert first.startswith("probe ab: naive (base) vs cached (current), model tiny (float32) on cpu, prompts 64")
-    assert "p64 n12: launches/decode step" in result.stdout and "(regression) beside host us/step x" in result.stdout
+    assert "p64 n12: launches/decode step" in result.stdout and "(regression) beside host µs/step x" in result.stdout
     assert "(improvement): the current side launches more a step yet runs faster" in result.stdout
     doc = json.loads(cli("ab", "cached", "cached", *SMALL, "--json").stdout)
     assert doc["header"].startswith("probe ab: cached (base) vs cached (current), model tiny (float32) on cpu")

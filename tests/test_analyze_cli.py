@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.synthetic_traces import make_trace
+from probe.render.ledger import FIRST_ROWS, STEP_ROWS
 from tests.conftest import run_probe, shared_trace
 from tests.test_trace import BAD, _bad_files
 
@@ -84,6 +86,24 @@ def test_tables_name_every_step_and_the_summary(run):
         "aten::addmm",
     ):
         assert text in out, text
+
+
+def test_a_long_trace_shows_its_first_and_its_longest_steps(run, tmp_path):
+    """Past STEP_ROWS steps a table of steps holds the first FIRST_ROWS and the longest of the rest, in order, and
+    says how many it left out where; --json still holds every step."""
+    path = tmp_path / "long.trace.json"
+    path.write_bytes(make_trace(100, 100 * 66))
+    code, out, _ = run(str(path), "--json")
+    walls = [s["wall_us"] for s in json.loads(out)["steps"]]
+    code, out, _ = run(str(path))
+    words = " ".join(out.split())  # a title wraps where its length puts it
+    assert code == 0 and words.count(f"{STEP_ROWS} of 100 steps: the first {FIRST_ROWS}") == 3  # steps, idle, host
+    steps_table = out[out.index("long.trace.json  (") : out.index("GPU idle in each step")]
+    shown = [int(n) for n in re.findall(r"^│ +(\d+) │ decode#", steps_table, re.M)]
+    longest = sorted(range(FIRST_ROWS, 100), key=lambda i: (-walls[i], i))[: STEP_ROWS - FIRST_ROWS]
+    assert shown == sorted([*range(FIRST_ROWS), *longest])
+    left_out = [int(n) for n in re.findall(r"(\d+) steps? not shown", steps_table)]
+    assert sum(left_out) + len(shown) == 100
 
 
 def test_cpu_trace_shows_top_level_ops_instead_of_launches(run):

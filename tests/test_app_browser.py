@@ -15,6 +15,7 @@ import argparse
 import base64
 import contextlib
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -285,6 +286,179 @@ def test_the_app_draws_the_public_gpu_traces_in_chromium(browser, tmp_path):
         assert not errors, errors
     for name in ("diagnosis-vllm", "one-step-vllm", "op-roofline", "ledger-gpu", "kernels"):
         assert (SCREENSHOTS / f"{name}.png").stat().st_size > 10_000
+
+
+# ---- the pictures agree with the answer (issue 35) ---------------------------------------------------------------
+
+# Every trace of the plotly chart that holds a trace called `name`: its points as plotly parsed them.
+CHART_JS = """name => { const d = Array.from(document.querySelectorAll('.js-plotly-plot')).find(d =>
+        (d._fullData || []).some(t => t.name === name));
+    const list = v => (v === undefined || v === null) ? [] : Array.from(v);
+    return d ? d._fullData.map(t => ({name: t.name, type: t.type, mode: t.mode || '', x: list(t.x), y: list(t.y),
+        customdata: list(t.customdata).map(list)})) : null; }"""
+# Each metric the page shows: its label and its value, as written.
+METRICS_JS = """() => Object.fromEntries(Array.from(document.querySelectorAll('[data-testid="stMetric"]')).map(m =>
+    [m.querySelector('[data-testid="stMetricLabel"]').innerText.trim(),
+     m.querySelector('[data-testid="stMetricValue"]').innerText.trim()]))"""
+# What a selectbox shows: its text, and the value of its input (where Streamlit writes the picked option).
+PICKED_JS = """key => { const box = document.querySelector('.st-key-' + key);
+    return box.textContent + ' ' + Array.from(box.querySelectorAll('input')).map(i => i.value).join(' '); }"""
+# The metrics whose value does not fit its column (the browser cuts it with an ellipsis).
+CUT_METRICS_JS = """() => Array.from(document.querySelectorAll('[data-testid="stMetricValue"]')).filter(v =>
+    Array.from(v.querySelectorAll('*')).concat([v]).some(e => e.scrollWidth > e.clientWidth + 1))
+    .map(v => v.innerText)"""
+GPT_OSS = ROOT.parent / "shared" / "traces" / "engines" / "vllm_gptoss_mixed_x4_tiled.json.gz"
+EXTERNAL = "external wait (no GPU op of the trace ran)"
+
+
+def chart_of(page, name: str) -> list[dict]:
+    """The traces of the chart holding a trace called `name` (each with x, y and customdata)."""
+    traces = page.evaluate(CHART_JS, name)
+    assert traces is not None, f"no chart holds {name!r}"
+    return traces
+
+
+def open_without_chart(page, url: str, query: dict[str, str], shot: Path) -> str:
+    """Open a deep link to a view that answers in words (an error box, a warning), wait for the run to end, and
+    screenshot it; the page's text."""
+    page.goto(f"{url}/?{urllib.parse.urlencode(query)}")
+    page.wait_for_selector('[data-testid="stAlert"]', timeout=DRAW_MS)
+    page.wait_for_function(IDLE_JS, timeout=DRAW_MS)
+    page.wait_for_timeout(500)
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(shot), full_page=True)
+    return page.evaluate("() => document.body.innerText")
+
+
+def contended_run(folder: Path) -> Path:
+    """The committed run with its p64 cells marked as measured while other processes took 1.5 cores."""
+    shutil.copytree(DATA / "app" / "runs" / "tiny-cpu-a", folder)
+    doc = json.loads((folder / "results.json").read_text())
+    for cell in doc["cells"]:
+        if cell["prompt_tokens"] == 64:
+            cell["contended"], cell["other_cpu_cores"] = True, 1.5
+    (folder / "results.json").write_text(json.dumps(doc))
+    return folder
+
+
+def test_the_pictures_agree_with_the_answer_in_chromium(browser, capsys, tmp_path):
+    """Issue 35's numbered items, each as the browser draws it, with a screenshot (SCREENSHOTS/issue35/) and an
+    assertion on the figure shown, against the Diagnosis `probe analyze` prints (computed here from the same trace)."""
+    from probe.analysis.diagnosis.evidence import Context
+    from probe.analysis.diagnosis.verdict import diagnose_trace
+    from probe.analysis.ledger.build import analyze
+    from probe.analysis.roofline.devices import device
+    from probe.analysis.trace import load_trace
+
+    root = tmp_path / "root"
+    (root / "traces").mkdir(parents=True)
+    for name in (
+        "h100_hf_qwen1.5-0.5b_prefill_b16",
+        "mi300x_hf_qwen1.5-0.5b_prefill_b16",
+        "rocm_vllm_decode_cudagraph",
+        "rocm_sglang_qwen3_8b_extend_step",
+        "cuda_train_ns_resolution_5steps",
+    ):
+        shutil.copy(DATA / f"{name}.trace.json.gz", root / "traces")
+    contended_run(root / "contended")
+    if GPT_OSS.is_file():
+        shutil.copy(GPT_OSS, root / "traces")
+    shots = SCREENSHOTS / "issue35"
+    h100, vllm = (
+        "trace: traces/h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz",
+        "trace: traces/rocm_vllm_decode_cudagraph.trace.json.gz",
+    )
+    answer = {}
+    for name in ("h100_hf_qwen1.5-0.5b_prefill_b16", "rocm_vllm_decode_cudagraph"):
+        trace = load_trace(DATA / f"{name}.trace.json.gz")
+        answer[name] = diagnose_trace(analyze(trace), Context.of(trace)).median.evidence
+    with serve(root, tmp_path / "streamlit.log") as (url, _):
+        page = browser.new_page(viewport={"width": 1500, "height": 1000})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+
+        # 1. steps keyed by position: gpt-oss's four steps of one name are four bars of about 156 ms
+        if GPT_OSS.is_file():
+            source = {"source": f"trace: traces/{GPT_OSS.name}", "view": "Kernels"}
+            open_view(page, url, source, "GPU busy", shots / "1-kernels-gpt-oss.png")
+            bars = [t for t in chart_of(page, "GPU busy") if t["type"] == "bar"]
+            assert all(len(t["x"]) == 4 for t in bars) and [x[:3] for x in bars[0]["x"]] == ["0: ", "1: ", "2: ", "3: "]
+            heights = [sum(t["y"][i] for t in bars) for i in range(4)]
+            assert heights == pytest.approx([156.086] * 4, abs=0.01), heights
+
+        # 2. One step of the H100 prefill: its external wait is the Diagnosis's 0.722 ms, never most of the 14.1 ms sync
+        open_view(page, url, {"source": h100, "view": "One step"}, "GPU: gemm", shots / "2-one-step-h100.png")
+        drawn = sum(sum(t["x"]) for t in chart_of(page, "GPU: gemm") if t["name"] == EXTERNAL)
+        said = answer["h100_hf_qwen1.5-0.5b_prefill_b16"].external_wait_ns / 1e6
+        assert drawn == pytest.approx(said, abs=1e-6) and drawn <= 0.8, (drawn, said)
+        assert page.evaluate(CUT_METRICS_JS) == []  # every figure of the step read whole, none cut to "47.151…"
+
+        # 3. Op roofline: no point over its roof without over_roof and why, and the ops' coverage said
+        for name, dev in (
+            ("h100_hf_qwen1.5-0.5b_prefill_b16", "H100-SXM"),
+            ("mi300x_hf_qwen1.5-0.5b_prefill_b16", "MI300X"),
+        ):
+            query = {"source": f"trace: traces/{name}.trace.json.gz", "view": "Op roofline"}
+            open_view(page, url, query, "compute-bound", shots / f"3-op-roofline-{name.split('_')[0]}.png")
+            roofs, over = device(dev), 0
+            for t in chart_of(page, "compute-bound"):
+                for x, y, data in zip(t["x"], t["y"], t["customdata"], strict=True) if t["mode"] == "markers" else ():
+                    peak = roofs.flops_s(data[2]) if data[2] != "no dtype" else None
+                    if peak is not None and y > min(peak, x * roofs.memory_bandwidth_bytes_s) / 1e12 * (1 + 1e-9):
+                        assert data[7].startswith("over its roof: "), (name, data)
+                        over += 1
+            text = page.evaluate("() => document.body.innerText")
+            assert "The ops with a model hold " in text and "of GPU work" in text, name
+
+        # 4. Compare and Alerts refuse a prefill against a decode in the same line, and draw no percentage
+        for view in ("Compare", "Alerts"):
+            query = {
+                "source": vllm,
+                "view": view,
+                "baseline": "trace: traces/rocm_sglang_qwen3_8b_extend_step.trace.json.gz",
+            }
+            text = open_without_chart(page, url, query, shots / f"4-{view.lower()}-prefill-vs-decode.png")
+            assert "no step kind in common (baseline: prefill; current: decode)" in text, view
+            assert page.evaluate("() => document.querySelectorAll('.js-plotly-plot').length") == 0 and "%" not in text
+
+        # 5. the Step ledger heads with the Diagnosis's measured step, not the host window; contended cells marked
+        open_view(page, url, {"source": vllm, "view": "Step ledger"}, "GPU busy", shots / "5-ledger-vllm.png")
+        metrics = page.evaluate(METRICS_JS)
+        e = answer["rocm_vllm_decode_cudagraph"]
+        assert metrics["measured step"] == f"{e.measured_ns / 1e6:.3f} ms" == "10.718 ms", metrics
+        assert metrics["host window"] == f"{e.wall_ns / 1e6:.3f} ms" and "step p50" not in metrics
+        assert page.evaluate(CUT_METRICS_JS) == []
+        open_view(page, url, {"source": "run: contended", "view": "Sweep"}, "cached", shots / "5-sweep-contended.png")
+        crossed = [t for t in chart_of(page, "cached") if t["name"] == "contended: other processes took the CPU"]
+        assert crossed and all(t["x"] == [64, 64] for t in crossed)
+        open_view(page, url, {"source": "run: contended"}, "cached", shots / "5-run-diagnosis-contended.png")
+        assert "2 of 6 cells ran while other processes used the CPU" in page.evaluate("() => document.body.innerText")
+
+        # 6. One step opens on the step the Diagnosis judged (the median step), not step 0
+        query = {"source": "trace: traces/cuda_train_ns_resolution_5steps.trace.json.gz", "view": "One step"}
+        open_view(page, url, query, "GPU idle: kernel wait", shots / "6-one-step-judged.png")
+        assert "3: ProfilerStep#104" in page.evaluate(PICKED_JS, "step")
+        said = page.evaluate("() => document.body.innerText")
+        assert "(the median step, the one the Diagnosis judged)" in said and "not the median step" not in said
+
+        # 7. a refused link says why in one line, naming no path outside the root
+        query = {"source": "trace: ../outside.trace.json.gz"}
+        text = open_without_chart(page, url, query, shots / "7-refused-link.png")
+        alerts = page.evaluate("""() => Array.from(document.querySelectorAll('[data-testid="stAlert"]'))
+            .map(a => a.innerText).join(' | ')""")
+        assert "The link's trace lies outside the app's root, so it is not opened." in alerts
+        assert str(tmp_path) not in alerts and "outside.trace" not in alerts  # the sidebar names the root, nothing else
+
+        # 8. the hole with no work of the trace in the headline and in the Diagnosis chart
+        open_view(page, url, {"source": vllm}, "GPU busy", shots / "8-diagnosis-hole.png")
+        hole = e.hole_ns / 1e6
+        heading = page.locator('[data-testid="stMain"] [data-testid="stHeading"]').first.inner_text()
+        assert heading.startswith(f"GPU-bound, beside a {hole:.3f} ms hole"), heading
+        (piece,) = [t for t in chart_of(page, "GPU busy") if t["name"] == "hole: no work of the trace"]
+        assert sum(piece["x"]) == pytest.approx(hole, abs=1e-6)
+        assert not errors, errors
+    with capsys.disabled():
+        print(f"\nissue 35 screenshots: {shots}")
 
 
 def test_names_that_are_markup_are_drawn_as_text_in_chromium(browser, tmp_path):

@@ -192,7 +192,7 @@ def test_injected_delay_is_caught(tiny, one_thread, monkeypatch):
     host = next(r for r in result.rows if r.metric == "host_us_per_step")
     assert host.verdict == "regression", host
     assert host.ratio > THRESHOLD and host.p_value < ALPHA and host.ci_low > 1
-    assert any(a.metric == "host_us_per_step" and "host us/step rose" in a.message for a in result.alerts)
+    assert any(a.metric == "host_us_per_step" and "host µs/step rose" in a.message for a in result.alerts)
 
 
 def series(n: int, scale: float = 1.0) -> list[float]:
@@ -200,7 +200,7 @@ def series(n: int, scale: float = 1.0) -> list[float]:
 
 
 def test_timing_rule_needs_both_ratio_and_significance():
-    host = Metric("host_us_per_step", "host us/step", "timing")
+    host = Metric("host_us_per_step", "host µs/step", "timing")
     slow = timing_row("k", host, series(40), series(40, 1.3), CompareRules())
     assert slow.verdict == "regression" and slow.ratio == pytest.approx(1.3) and slow.p_value < 1e-6
     assert slow.ci_low <= 1.3 <= slow.ci_high
@@ -234,7 +234,7 @@ def test_results_give_per_run_ttft_and_tokens_per_second(folders):
     assert statistics.median(unit.samples["decode_tok_s"]) == pytest.approx(cell.decode_tok_s)
     assert len(unit.samples["host_us_per_step"]) == 3 * 5
     assert "cache_us_per_step" not in unit.samples
-    assert any("cache us/step: not in bench results" in n for n in cmp(folders["base"], folders["base"]).notes)
+    assert any("cache µs/step: not in bench results" in n for n in cmp(folders["base"], folders["base"]).notes)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -542,7 +542,7 @@ def test_a_count_alert_beside_a_speed_up_is_reconciled():
     result = compare(base, cur)
     assert result.regressed and [a.metric for a in result.alerts] == ["decode_launches"]
     line = next(n for n in result.notes if n.startswith("k: "))
-    assert "launches/decode step 10 -> 12 (regression) beside host us/step x0.500 (improvement)" in line
+    assert "launches/decode step 10 -> 12 (regression) beside host µs/step x0.500 (improvement)" in line
 
 
 def test_a_contended_profile_warns_and_its_trace_is_not_judged(tmp_path, tiny, monkeypatch, capsys, cli):
@@ -563,3 +563,51 @@ def test_a_contended_profile_warns_and_its_trace_is_not_judged(tmp_path, tiny, m
     assert proc.returncode == 0 and "contended: not judged" in proc.stdout
     rows = cmp(made.trace, made.trace).rows
     assert {r.verdict for r in rows if r.kind == "timing"} == {"contended: not judged"}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# what can be compared: one rule (probe.analysis.regression.comparable), shared with the explorer (issue 35, item 4)
+
+ENGINES = ROOT.parent / "shared" / "traces" / "engines"
+SGLANG_DECODE = ENGINES / "sglang_qwen3_decode_x3_tiled.json.gz"
+VLLM_DECODE = ROOT.parent / "shared" / "traces" / "public" / "rocm_vllm_decode_cudagraph.trace.json.gz"
+
+
+def work_pair(base_work: str | None, cur_work: str | None) -> tuple[SampleSet, SampleSet]:
+    """Two traces' decode steps, the current one launching 2 more ops a step, each side's work as given."""
+    env = Environment(torch="x", transformers="y", device="cuda", device_name="H100")
+    units = [
+        Unit("decode", {"launches": n}, {"launches": {"aten::mm": n}}, {}, False, (), work)
+        for n, work in ((10.0, base_work), (12.0, cur_work))
+    ]
+    return tuple(SampleSet(name, "trace", env, {}, {"decode": u}) for name, u in zip("ab", units, strict=True))
+
+
+def test_the_same_work_is_judged_and_different_work_is_said_not_judged():
+    same = compare(*work_pair("32 sequences, 32 new tokens", "32 sequences, 32 new tokens"))
+    assert same.alerts and not same.work_differs  # 10 -> 12 launches on the same work: a regression
+    unsaid = compare(*work_pair(None, "32 sequences"))  # a side whose markers do not say: judged as before
+    assert unsaid.alerts and not unsaid.work_differs
+    other = compare(*work_pair("32 sequences, 32 new tokens", "8 sequences, 8 new tokens"))
+    assert not other.alerts and other.work_differs
+    assert all(r.verdict == "skipped: work differs" for r in other.rows)
+    said = "decode: 32 sequences, 32 new tokens (baseline) vs 8 sequences, 8 new tokens (current)"
+    assert other.comparable.warning.endswith(said) and other.comparable.warning in other.warnings
+
+
+@pytest.mark.skipif(not (SGLANG_DECODE.exists() and VLLM_DECODE.exists()), reason="the engine traces are not here")
+def test_two_engines_serving_two_models_are_not_judged_either_way_round(cli):
+    """SGLang's Qwen3 decode (12 launches a step) and vLLM's (5), both 32 sequences of one new token, over 32,753
+    and 55,054 cached tokens: before, REGRESSION one way round and "no regression" the other."""
+    for base, cur in ((VLLM_DECODE, SGLANG_DECODE), (SGLANG_DECODE, VLLM_DECODE)):
+        proc = cli("compare", base, cur)
+        assert proc.returncode == 0 and "REGRESSION" not in proc.stdout, proc.stdout
+        assert "not gated: the two sides' steps did different work" in proc.stdout
+        assert "32,753 cached" in proc.stderr and "55,054 cached" in proc.stderr
+
+
+@pytest.mark.skipif(not VLLM_DECODE.exists(), reason="the public traces are not here")
+def test_no_step_kind_in_common_is_refused_in_one_line(cli):
+    prefill = shared_trace("public/rocm_sglang_qwen3_8b_extend_step.trace.json.gz")
+    line = one_line_error(cli("compare", prefill, VLLM_DECODE))
+    assert "no step kind in common (baseline: prefill; current: decode)" in line

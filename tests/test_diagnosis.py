@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from probe.analysis.diagnosis.evidence import Context
-from probe.analysis.diagnosis.verdict import diagnose_trace
+from probe.analysis.diagnosis.evidence import Context, Evidence
+from probe.analysis.diagnosis.verdict import bound_words, diagnose_trace
 from probe.analysis.ledger.build import analyze
 from probe.analysis.trace import load_trace
 from tests.conftest import DATA, shared_trace
@@ -461,3 +461,56 @@ def test_analyze_json_roofline_with_a_model(cli):
     assert doc["steps"][0]["op_roofline"][0]["op"] == doc["op_roofline"][0]["op"]
     code, out, _ = _run(cli, "analyze", str(path), "--model", str(model), "--tokens", "8944", "--batch", "16")
     assert "roofline (" in out and "compute binds" in out and "ops by GPU time beside the roofline (H100-SXM" in out
+
+
+# ---- the hole: a stretch of the step no work of the trace explains (issue 35, item 8) ---------------------------
+
+
+def _hole_trace(tmp_path: Path, other_step: bool) -> Path:
+    """A step whose host window is 0-20 us and whose one kernel runs 80-100 us: 60 us from the window's close to
+    its first GPU op, with no GPU op of the trace in it. With `other_step`, a second step's host window (30-70 us)
+    and its kernel (40-50 us) fill 40 of those 60 us: a hole of 20 us."""
+    host = [
+        ("user_annotation", "decode#0", 0, 20, {}),
+        ("cuda_runtime", "cudaLaunchKernel", 2, 5, {"correlation": 1}),
+    ]
+    gpu = [("kernel", "gemm", 80, 100, {"correlation": 1})]
+    if other_step:
+        host += [
+            ("user_annotation", "decode#1", 30, 70, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 31, 33, {"correlation": 2}),
+        ]
+        gpu.append(("kernel", "gemm", 40, 50, {"correlation": 2}))
+    return _trace(tmp_path, host, gpu)
+
+
+def test_a_hole_with_no_work_of_the_trace_is_named_in_the_headline(tmp_path):
+    """Host window 20 us, GPU busy 20 us: the measured step is 20 us, and the 60 us hole after the window is three
+    times that (HOLE_SHARE 0.5 of it is 10 us): the headline and the verdict's few words name it."""
+    d = _diagnose(_hole_trace(tmp_path, other_step=False))
+    assert d.evidence.hole_ns == 60_000 and d.evidence.measured_ns == 20_000 and d.evidence.hole_named
+    assert "Beside it, a hole of 0.060 ms (300% of the measured step)" in d.headline
+    assert bound_words(d).endswith(", beside a 0.060 ms hole")
+
+
+def test_a_stretch_another_step_works_in_is_no_hole(tmp_path):
+    """The second step's host window (30-70 us) covers 40 of the 60 us: 20 us of hole, still past 10 us (named)."""
+    d = _diagnose(_hole_trace(tmp_path, other_step=True))
+    assert d.evidence.hole_ns == 20_000 and d.evidence.hole_named
+
+
+def test_an_old_report_without_the_hole_reads_back():
+    d = _diagnose(DATA / "rocm_vllm_decode_cudagraph.trace.json.gz")
+    doc = d.evidence.to_json()
+    assert doc["hole_us"] == pytest.approx(5962, abs=1)  # 8.371 ms to the first GPU op, less the 2.409 ms window
+    del doc["hole_us"]
+    assert Evidence.from_json(doc).hole_ns == 0
+
+
+def test_gpt_oss_names_its_125_ms_hole(cli):
+    """vLLM's gpt-oss mixed step: its first GPU op starts 124.878 ms after its 26.353 ms host window closes, with no
+    work of the trace in between; the GPU's 156.086 ms is the measured step, and the hole 80% of it."""
+    proc = cli("analyze", shared_trace("engines/vllm_gptoss_mixed_x4_tiled.json.gz"), "--json")
+    median = json.loads(proc.stdout)["diagnosis"]["median"]
+    assert median["evidence"]["hole_us"] == pytest.approx(124_878, abs=1)
+    assert "Beside it, a hole of 124.878 ms (80% of the measured step)" in median["headline"]

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from probe.analysis.intervals import grouped_medians, grouped_quantiles
+from probe.analysis.intervals import distinct_pairs, grouped_medians, grouped_quantiles
 
 QS = (0.0, 0.25, 0.5, 0.9, 0.99, 1.0)
 groups = st.integers(1, 40).flatmap(
@@ -40,3 +40,18 @@ def test_grouped_medians_equal_np_median_per_group(kv):
 def test_no_groups():
     keys, q = grouped_quantiles(np.zeros(0, np.int64), np.zeros(0, np.int64), (0.5, 0.9))
     assert keys.shape == (0,) and q.shape == (2, 0)
+
+
+pairs = st.integers(0, 40).flatmap(
+    lambda n: st.tuples(
+        hnp.arrays(np.int64, n, elements=st.integers(-(2**62), 2**62) | st.integers(0, 3)),  # pids, tids: any int64
+        hnp.arrays(np.int64, n, elements=st.integers(-(2**62), 2**62) | st.integers(0, 3)),
+    )
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ab=pairs)
+def test_distinct_pairs_equal_np_unique_along_an_axis(ab):
+    a, b = ab
+    assert distinct_pairs(a, b).tolist() == np.unique(np.stack([a, b]), axis=1).tolist()

@@ -258,7 +258,7 @@ def test_check_counts_only_and_a_config_filter(measured, cli):
     assert proc.returncode == 0 and "not enough history" in proc.stdout and "aten::clone" not in proc.stdout
     proc = cli("history", "check", "--counts-only", "--config", "p8 n4 threads=1", "--history", str(measured["path"]))
     assert proc.returncode == 1 and "timings span sessions" not in proc.stdout  # no timing compared
-    assert "host us/step" not in proc.stdout
+    assert "host µs/step" not in proc.stdout
     assert one_line_error(cli("history", "check", "--config", "nothing", "--history", str(measured["path"])))
 
 

@@ -42,6 +42,12 @@ from tests.conftest import DATA, SHARED, needs_shared, shared_trace
             "vllm::rotary_embedding_kernel",
         ),
         ("void splitKreduce_kernel<32, 16, int>(cublasSplitKParams<float>, float const*)", "splitKreduce_kernel"),
+        # a SFINAE return type (B200's vLLM): a `>` in parentheses compares, it closes no template
+        (
+            "std::enable_if<(((8)>(0)))&&vllm::_typeConvert<c10::BFloat16>::exists, void>::type "
+            "vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(c10::BFloat16*, long, c10::BFloat16*)",
+            "vllm::fused_add_rms_norm_kernel",
+        ),
         # a generic wrapper keeps the kernel it wraps
         (
             "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align1>(cutlass_80_tensorop_s1688"

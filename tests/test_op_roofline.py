@@ -13,7 +13,7 @@ import pytest
 from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.gpu import attribute
 from probe.analysis.roofline.devices import device
-from probe.analysis.roofline.ops import cost_of, op_rooflines
+from probe.analysis.roofline.ops import cost_of, coverage, op_rooflines
 from probe.analysis.trace import Shapes, load_trace
 from tests.conftest import shared_trace
 
@@ -91,3 +91,81 @@ def test_ops_without_a_model_are_named_not_guessed(h100):
     cat = [r for r in rows if r.op == "aten::cat"]
     assert cat and all(r.model is None and r.flops is None and r.bound is None for r in cat)
     assert rows == sorted(rows, key=lambda r: (-r.kernel_us_total, r.op, r.shapes))
+
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+BF, LONG = "c10::BFloat16", "long int"
+
+
+def test_a_gather_reads_the_rows_it_selects_not_the_table():
+    """index_select of 8,944 rows from a [151936, 1024] bf16 embedding table (the H100 prefill's): the rows read
+    (8,944 x 1,024 x 2 B), the indices (8,944 x 8 B) and the output written (as many bytes as the rows), not the
+    table's 311 MB. embedding(weight, indices [16, 559]) selects the same 8,944 rows."""
+    rows = 8944 * 1024 * 2
+    picked = cost_of("aten::index_select", Shapes(((151936, 1024), (), (8944,)), (BF, "Scalar", LONG), ("", "0", "")))
+    assert (picked.bytes, picked.flops) == (2 * rows + 8944 * 8, 8944 * 1024)
+    embedded = cost_of(
+        "aten::embedding",
+        Shapes(((151936, 1024), (16, 559), (), (), ()), (BF, LONG, "Scalar", "Scalar", "Scalar"), ("", "", "-1")),
+    )
+    assert embedded.bytes == picked.bytes and embedded.model.startswith("gather")
+    # along dim 1 of a [4, 10] table, 3 indices select 3 columns of 4 elements each
+    column = cost_of("aten::index_select", Shapes(((4, 10), (), (3,)), ("float", "Scalar", LONG), ("", "1", "")))
+    assert column.bytes == 2 * 3 * 4 * 4 + 3 * 8
+
+
+def test_a_reduction_writes_its_reduced_output():
+    """mean over the last dim of [16, 559, 1024] float, keepdim: the input read once (4 B an element) and
+    16 x 559 floats written, not a second input-sized tensor."""
+    n = 16 * 559 * 1024
+    mean = cost_of(
+        "aten::mean", Shapes(((16, 559, 1024), (), (), ()), ("float", "ScalarList", "Scalar", ""), ("", "[-1]", "True"))
+    )
+    assert mean.bytes == n * 4 + 16 * 559 * 4
+    whole = cost_of("aten::sum", Shapes(((8, 8),), ("float",)))  # no dim recorded: every dim, one element out
+    assert whole.bytes == 64 * 4 + 4
+    assert cost_of("aten::argmax", Shapes(((4, 100), ()), (BF, "Scalar"), ("", "1"))).bytes == 400 * 2 + 4 * 8
+
+
+def test_an_overwrite_and_an_out_tensor_are_written_not_read():
+    """copy_(self float, src bf16): the source read (2 B), self written (4 B), self never read; fill_ writes only;
+    mul.out(self, other=Scalar, out): self read, out written once, not counted as an input too."""
+    n = 16 * 559 * 1024
+    copy = cost_of("aten::copy_", Shapes(((16, 559, 1024), (16, 559, 1024), ()), ("float", BF, "Scalar")))
+    assert copy.bytes == n * 2 + n * 4 and copy.dtype == "float32"
+    assert cost_of("aten::fill_", Shapes(((1024,), ()), ("float", "Scalar"))).bytes == 1024 * 4
+    out = cost_of("aten::mul", Shapes(((4, 2798, 2798), (), (4, 2798, 2798)), ("float", "Scalar", "float")))
+    assert out.bytes == 2 * 4 * 2798 * 2798 * 4
+    same = cost_of("aten::mul", Shapes(((8, 8), (8, 8)), ("float", "float")))  # no out=: two read, one written
+    assert same.bytes == 3 * 64 * 4
+
+
+def test_the_h100_prefill_has_no_op_over_its_roof(h100):
+    """Each memory-bound op of the H100 prefill under its bandwidth roof once the gather, the reductions and the
+    overwrites count what they touch (before: the embedding's index_select read the whole table)."""
+    _, rows = h100
+    (gather,) = [r for r in rows if r.op == "aten::index_select"]
+    assert gather.bytes == 2 * 8944 * 1024 * 2 + 8944 * 8 and gather.roof_pct < 100
+    assert all(not r.over_roof for r in rows) and all(r.roof_pct <= 100 for r in rows if r.roof_pct)
+
+
+@pytest.mark.skipif(not (SHARED / "gpu").is_dir(), reason="../shared/traces/gpu is not here")
+def test_an_op_over_its_roof_says_why():
+    """The A100's fp32 GEMMs run on TF32 tensor cores, past the 19.5 TFLOP/s fp32 peak: each is over_roof, and
+    says which peak it passed and what can explain it; every op over its roof is flagged, and none under it."""
+    trace = load_trace(SHARED / "gpu" / "cuda_train_control.trace.json.gz")
+    rows = op_rooflines(trace, attribute(trace, *analyze(trace).windows()), device("A100-40GB"))
+    over = [r for r in rows if r.roof_pct is not None and r.roof_pct > 100]
+    assert over and all(r.over_roof and r.over_roof_why for r in over)
+    assert not any(r.over_roof for r in rows if r.roof_pct is None or r.roof_pct <= 100)
+    gemm = next(r for r in over if r.op == "aten::mm")
+    assert "float32 peak of 19.5 TFLOP/s" in gemm.over_roof_why and "TF32" in gemm.over_roof_why
+
+
+def test_coverage_says_what_the_ops_hold_of_the_gpu_work(h100):
+    trace, rows = h100
+    busy = analyze(trace).totals.gpu_busy_ns
+    c = coverage(rows, busy, graph_replayed=False)
+    assert c.modelled_ns == round(sum(r.kernel_us_total for r in rows if r.model) * 1e3) <= c.listed_ns
+    assert f"of the trace's {busy / 1e6:.3f} ms of GPU work" in c.text and "graph" not in c.text
+    assert "graph-replayed kernels have no shapes" in coverage(rows, busy, graph_replayed=True).text

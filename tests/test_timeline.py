@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from probe.analysis.diagnosis.evidence import evidence
 from probe.analysis.ledger.build import analyze, unseen_wait_pieces
 from probe.analysis.ledger.gpu import IDLE_CAUSES, attribute, idle_gaps
 from probe.analysis.trace import load_trace
@@ -126,7 +127,7 @@ def test_the_hand_decode_step_on_one_clock(hand):
         "ops 0",
         "ops 1",
         "runtime calls",
-        "blocked on the device",
+        "host window",
         "GPU idle (this step's gaps)",
         "GPU 0 stream 7",
     ]
@@ -155,9 +156,10 @@ def test_the_hand_decode_step_on_one_clock(hand):
         (60_000, 10, "kernel_wait"),
     ]
     # cudaStreamSynchronize 182-198 blocks while no GPU op of the trace runs (the graph's end at 176 is before it,
-    # add_kernel's start at 230 after): 16 us of sync wait, all of it external, as the ledger says
-    blocked = sorted((b.kind, b.start_ns, b.dur_ns) for b in tl.bars if b.lane == 7)
-    assert blocked == [("external", 72_000, 16_000), ("sync_wait", 72_000, 16_000)]
+    # add_kernel's start at 230 after): 16 us of sync wait, all of it external, as the ledger says; the rest of the
+    # 90 us window is host work, 72 us before the wait and 2 us after it
+    window = sorted((b.kind, b.start_ns, b.dur_ns) for b in tl.bars if b.lane == 7)
+    assert window == [("external", 72_000, 16_000), ("host_work", 0, 72_000), ("host_work", 88_000, 2_000)]
     assert tl.external_ns == analysis.steps[1].external_wait_ns == 16_000
     (mark,) = tl.marks
     assert (mark.call, mark.lane, mark.start_ns, mark.dur_ns) == ("cudaStreamSynchronize", 6, 72_000, 16_000)
@@ -207,20 +209,26 @@ def _many_ops(tmp_path: Path, n: int) -> Path:
     return path
 
 
-def test_short_events_merge_into_bars_that_say_what_they_hold(tmp_path):
-    """4,000 ops of 100 ns, 100 ns apart, in a 1 ms step: a column is 1,000,000 // 800 = 1,250 ns, so they form one
-    run of 4,000 ops in a single hatched bar from 0 to 799.9 us; the 50 us op is drawn as itself. Zoomed to the
-    first 50 us (62 ns a column), the 251 ops that touch it (the i-th starts at 0.2 i us) are drawn one by one."""
+def test_short_events_merge_into_bars_as_long_as_what_they_hold(tmp_path):
+    """4,000 ops of 100 ns, 100 ns apart, in a 1 ms step: a column is 1,000,000 // 800 = 1,250 ns. A run takes ops
+    while the gaps between them add up to less than a column: the k-th op of the lane follows 100 k ns of gaps, so a
+    new run starts each time 100 k passes a multiple of 1,250 (at k = 13, 25, 38, ...): 320 runs of 12 or 13 ops.
+    Each is drawn as long as its ops (1.2 or 1.3 us), not its span, so the lane shows 400 us of ops, as many as it
+    holds, never the 800 us they are spread over; and each ends within a column of its last op. The 50 us op is drawn
+    as itself. Zoomed to the first 50 us (62 ns a column), the 251 ops that touch it are drawn one by one."""
     trace = load_trace(_many_ops(tmp_path, 4000))
     analysis = analyze(trace)
     tl = step_clock(trace, analysis, 0)
     ops = [b for b in tl.bars if tl.lanes[b.lane].label == "ops 0"]
     merged = [b for b in ops if b.count > 1]
-    assert len(merged) == 1 and merged[0].count == 4000
-    assert (merged[0].start_ns, merged[0].dur_ns) == (0, 799_900) and merged[0].name == "4000 ops"
-    assert "4000 ops merged" in merged[0].detail and "aten::op0" in merged[0].detail
+    assert len(merged) == 320 and {b.count for b in merged} == {12, 13} and sum(b.count for b in merged) == 4000
+    assert all(b.dur_ns == 100 * b.count for b in merged)  # what they hold
+    assert all(b.extent_ns - b.dur_ns < tl.resolution_ns for b in merged)  # their gaps: under a column
+    assert (merged[0].start_ns, merged[0].dur_ns, merged[0].name) == (0, 1_300, "13 ops")
+    assert "13 ops merged" in merged[0].detail and "aten::op0" in merged[0].detail
+    assert sum(b.dur_ns for b in ops) == 4000 * 100 + 50_000  # the lane holds 450 us of ops, and shows 450
     assert [b.name for b in ops if b.count == 1] == ["aten::long"]
-    assert [(m.lane, m.events, m.bars) for m in tl.merged] == [("ops 0", 4000, 1)]
+    assert [(m.lane, m.events, m.bars) for m in tl.merged] == [("ops 0", 4000, 320)]
     assert sum(b.count for b in tl.bars) == tl.events  # every event is in exactly one bar
     zoomed = step_clock(trace, analysis, 0, window=(0, 50_000))
     ops = [b for b in zoomed.bars if zoomed.lanes[b.lane].label == "ops 0"]
@@ -229,12 +237,12 @@ def test_short_events_merge_into_bars_that_say_what_they_hold(tmp_path):
 
 def test_past_max_bars_the_resolution_doubles(tmp_path, monkeypatch):
     """With room for 50 bars, the 251 ops of the first 50 us are merged at a coarser column until at most 50 bars
-    remain (the step's range among them), and still every event is in one bar."""
+    remain (the step's range and its host window among them), and still every event is in one bar."""
     monkeypatch.setattr(layout, "MAX_BARS", 50)
     trace = load_trace(_many_ops(tmp_path, 4000))
     tl = step_clock(trace, analyze(trace), 0, window=(0, 50_000))
     assert len(tl.bars) <= 50 and tl.resolution_ns > 62
-    assert sum(b.count for b in tl.bars) == tl.events == 252
+    assert sum(b.count for b in tl.bars) == tl.events == 251 + 2  # the ops, the range, the window's host work
 
 
 # ---- every public trace: what is drawn adds up to the ledger --------------------------------------------------
@@ -254,9 +262,17 @@ def test_every_public_step_on_one_clock_adds_up_to_its_ledger(name):
     gaps = [b for b in tl.bars if b.kind == "idle"]
     every = idle_gaps(trace, attribute(trace, *analysis.windows()), 30_000)
     assert sum(b.count for b in gaps) == int(np.sum(every.step == step.position))  # each gap in one bar
-    if all(b.count == 1 for b in gaps):  # none merged: each gap drawn at its length, adding up to the ledger's
-        for cause, ns in (("host_wait", step.idle_host_wait_ns), ("kernel_wait", step.idle_kernel_wait_ns)):
-            assert sum(b.dur_ns for b in gaps if b.key == cause) == ns
+    # merged or not, each bar is as long as what it holds: the gaps add up to the ledger's by cause
+    for cause, ns in (("host_wait", step.idle_host_wait_ns), ("kernel_wait", step.idle_kernel_wait_ns)):
+        assert sum(b.dur_ns for b in gaps if b.key == cause) == ns
+    # the host window lane adds up to the Diagnosis's evidence: host work, sync wait with the GPU working, external
+    e = evidence(step)
+    held = {k: sum(b.dur_ns for b in tl.bars if b.key == k) for k in ("host_work", "gpu_wait", "external")}
+    assert held == {
+        "host_work": e.host_work_ns,
+        "gpu_wait": e.sync_wait_ns - e.external_wait_ns,
+        "external": e.external_wait_ns,
+    }
 
 
 def test_a_kernel_names_the_op_it_ran_for_with_its_shapes():

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from probe.analysis.diagnosis.report import load_report
-from probe.analysis.diagnosis.verdict import diagnose_trace
+from probe.analysis.diagnosis.verdict import bound_words, diagnose_trace
 from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.types import steady
 from probe.analysis.records.results import CellKey, load_results
@@ -34,6 +34,11 @@ RUN_A, RUN_B = APP / "runs" / "tiny-cpu-a", APP / "runs" / "tiny-cpu-b"
 CACHED = APP / "traces" / "tiny_cached_cpu_p16_n6.trace.json.gz"
 NAIVE = APP / "traces" / "tiny_naive_cpu_p16_n6.trace.json.gz"
 HAND = DATA / "hand_decode.trace.json.gz"
+VLLM = DATA / "rocm_vllm_decode_cudagraph.trace.json.gz"
+H100 = DATA / "h100_hf_qwen1.5-0.5b_prefill_b16.trace.json.gz"
+ENGINES = ROOT_DIR.parent / "shared" / "traces" / "engines"
+GPT_OSS = ENGINES / "vllm_gptoss_mixed_x4_tiled.json.gz"
+PART_EXTERNAL = "external wait (no GPU op of the trace ran)"
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +113,8 @@ def test_list_sources_finds_runs_baselines_and_traces_and_nothing_else(tmp_path)
     _touch(root / "x.nsys.sqlite.gz")
     _touch(root / "y.sqlite")
     _touch(root / "config.json")  # plain JSON outside baselines/: not listed
+    _touch(root / "job" / "rank0.trace.json.gz")  # traces that each name a rank: one job's
+    _touch(root / "job" / "rank_1.trace.json.gz")
     _touch(root / ".venv" / "lib" / "z.json.gz")  # hidden folders are skipped
     _touch(root / "node_modules" / "q.json.gz")
     _touch(outside / "results.json")
@@ -120,13 +127,16 @@ def test_list_sources_finds_runs_baselines_and_traces_and_nothing_else(tmp_path)
         "run: baselines/cpu-tiny.json",
         "run: runs/r1",
         "run: runs/r1/next-static",
+        "trace: job/rank0.trace.json.gz",
+        "trace: job/rank_1.trace.json.gz",
         "trace: traces/a.trace.json.gz",
         "trace: traces/b.trace.json",
         "trace: x.nsys.sqlite.gz",
         "trace: y.sqlite",
-        "job: .",  # a folder of two traces or more opens as a job too (the Ranks view)
-        "job: traces",
+        "job: job",  # its traces name distinct ranks (the Ranks view); `.` and `traces` hold unrelated traces
     ]
+    assert not sources.could_be_ranks(["rank0.trace.json.gz", "rank0.json.gz"])  # one rank twice
+    assert not sources.could_be_ranks(["rank3.trace.json.gz"])
 
 
 def test_list_sources_is_bounded_in_depth_and_count(tmp_path):
@@ -319,19 +329,23 @@ def hand_clock():
 def test_timeline_figure_draws_every_bar_on_its_lane(hand_clock):
     tl = hand_clock
     fig = figures.step.timeline_figure(tl)
-    bars = [t for t in fig.data if t.type == "bar"]
-    assert sum(len(t.x) for t in bars) == len(tl.bars) == 27
+    bars = [t for t in fig.data if t.type == "bar" and not t.name.startswith("shading")]
+    assert sum(len(t.x) for t in bars) == len(tl.bars) == 28
     assert list(fig.layout.yaxis.ticktext) == [lane.label for lane in tl.lanes]
     assert tuple(fig.layout.yaxis.range) == (9.5, -0.5)  # the first lane on top
     gemv = next(t for t in bars if t.name == "GPU: gemm")
     assert list(gemv.y) == [9] and list(gemv.base) == [0.015] and list(gemv.x) == [0.015]
-    # a bar shorter than a column (112 ns) is drawn a column wide; its hover keeps the 10 ns
+    # a bar shorter than a column (112 ns) is drawn at its length, never more (plotly widens it to a pixel)
     wait = next(t for t in bars if t.name == "GPU idle: kernel wait")
     tiny = [i for i, c in enumerate(wait.customdata) if c[6] == 10]
-    assert len(tiny) == 1 and wait.x[tiny[0]] == pytest.approx(112 / 1e6)
+    assert len(tiny) == 1 and wait.x[tiny[0]] == pytest.approx(10 / 1e6)
+    # the host window lane, the Diagnosis's way: 72 + 2 us of host work and 16 us of external wait, 90 us in all
+    window = {t.name: sum(t.x) for t in bars if list(t.y) == [7] * len(t.y)}
+    assert window == pytest.approx({"host work (the window less its sync wait)": 0.074, PART_EXTERNAL: 0.016})
     # idle gaps shaded across the GPU lanes (8-9), the external wait across the host lanes (0-7), both host edges
-    rects = [s for s in fig.layout.shapes if s.type == "rect"]
-    assert {(r.y0, r.y1) for r in rects} == {(9.5, 7.5), (7.5, -0.5)}
+    shading = [t for t in fig.data if t.name.startswith("shading")]  # one wide bar trace each, under the lanes'
+    assert {(t.y[0] + t.width / 2, t.y[0] - t.width / 2) for t in shading} == {(9.5, 7.5), (7.5, -0.5)}
+    assert all(t.hoverinfo == "skip" for t in shading)  # no hover, and a click on it selects nothing
     assert [s.x0 for s in fig.layout.shapes if s.type == "line"] == [0, 0.09]
     (mark,) = [t for t in fig.data if t.name == "sync call sites"]
     assert list(mark.x) == [0.072]
@@ -358,9 +372,9 @@ def test_a_click_names_the_bar_it_hit(hand_clock):
 
 def test_timeline_frame_lists_the_drawn_bars_in_time_order(hand_clock):
     frame = figures.step.timeline_frame(hand_clock)
-    assert len(frame) == 27 and frame["start_ms"].is_monotonic_increasing
+    assert len(frame) == 28 and frame["start_ms"].is_monotonic_increasing
     assert list(frame["name"][frame["kind"] == "kernel"]) == ["gemv_kernel", "graph_kernel_a", "graph_kernel_b"]
-    assert "merged" not in figures.step.merged_text(hand_clock) and "27" in figures.step.merged_text(hand_clock)
+    assert "merged" not in figures.step.merged_text(hand_clock) and "28" in figures.step.merged_text(hand_clock)
 
 
 def test_both_host_partitions_of_one_step_add_up_to_its_wall(hand, cached):
@@ -386,7 +400,7 @@ def test_the_diagnosis_figure_is_the_host_window_beside_the_gpu_work():
     """The SGLang extend step: the host window 522.741 ms, of which 493.255 ms external wait (0.037 ms more of sync
     wait ran beside this trace's GPU work), beside 492.807 ms of GPU work (docs/diagnosis.md)."""
     d = _answer(shared_trace("public/rocm_sglang_qwen3_8b_extend_step.trace.json.gz")).diagnosis.median
-    assert figures.diagnosis.bound_text(d) == "external, then GPU-bound"
+    assert bound_words(d) == "external, then GPU-bound"
     frame = figures.diagnosis.step_frame(d)
     host = frame[frame["row"] == "host window"].set_index("piece")["ms"]
     assert host.sum() == pytest.approx(d.evidence.wall_ns / 1e6)
@@ -403,7 +417,7 @@ def test_a_cpu_step_says_where_its_host_time_went(cached):
     from probe.analysis.diagnosis.verdict import diagnose
 
     d = diagnose(cached[1].steps[2], on_gpu=False)
-    assert figures.diagnosis.bound_text(d).startswith("CPU only, mostly ")
+    assert bound_words(d).startswith("CPU only, mostly ")
     assert "GPU busy" not in set(figures.diagnosis.step_frame(d)["piece"])
 
 
@@ -420,7 +434,7 @@ def test_the_roofline_beside_the_step_and_the_op_roofline():
     assert table["bytes to move"] == f"{r.bytes / 1e9:,.3f} GB" and table["predicted GPU"].endswith("(compute binds)")
     ops = figures.diagnosis.op_roofline_frame(result.op_roofline)
     mm = ops[(ops["op"] == "aten::mm") & (ops["shapes"] == "[(8944, 1024), (1024, 2816)]")].iloc[0]
-    assert mm["gflop"] == pytest.approx(51.581550592) and mm["mib"] == pytest.approx(74_457_088 / 2**20)
+    assert mm["gflop"] == pytest.approx(51.581550592) and mm["mb"] == pytest.approx(74.457088)  # MB, as probe analyze
     h100 = device("H100-SXM")
     fig = figures.diagnosis.op_roofline_figure(result.op_roofline, h100)
     points = sum(len(t.x) for t in fig.data if t.mode == "markers")
@@ -504,7 +518,7 @@ def test_top_ops_are_ranked_by_host_self_time(cached):
     assert list(frame["op"]) == [o.name for o in analysis.summary.top_ops]
     assert list(frame["calls"]) == [o.calls for o in analysis.summary.top_ops]
     fig = figures.ops.top_ops_figure(analysis.summary.top_ops)
-    assert list(fig.data[0].y)[-1] == frame["op"][0]  # the largest is drawn at the top
+    assert list(fig.data[0].y)[-1] == f"1. {frame['op'][0]}"  # the largest is drawn at the top, ranked 1
 
 
 def test_steady_steps_follow_the_summary(cached, gpu):
@@ -517,7 +531,7 @@ def test_steady_steps_follow_the_summary(cached, gpu):
 
 def test_trace_categories_are_means_that_add_up_to_wall(cached):
     _, analysis = cached
-    cats = figures.compare.trace_categories(analysis)
+    cats = figures.compare.trace_categories(analysis, "decode")
     decode = steady(analysis.steps)
     assert cats["wall"] == pytest.approx(np.mean([s.wall_ns / 1e6 for s in decode]))
     assert sum(cats[k] for k, _ in figures.style.HOST_CATEGORIES) == pytest.approx(cats["wall"])
@@ -526,13 +540,13 @@ def test_trace_categories_are_means_that_add_up_to_wall(cached):
 
 
 def test_trace_categories_of_a_gpu_trace_include_busy_and_idle(gpu):
-    cats = figures.compare.trace_categories(gpu)
+    cats = figures.compare.trace_categories(gpu, "profiler_step")
     assert cats["gpu_busy"] == pytest.approx(np.mean([s.gpu_busy_ns / 1e6 for s in gpu.steps]))
     assert cats["dispatch"] == 870
 
 
 def test_trace_compare_frame_naive_against_cached(cached):
-    frame = figures.compare.trace_compare_frame(analyze(load_trace(NAIVE)), cached[1]).set_index("what")
+    frame = figures.compare.trace_compare_frame(analyze(load_trace(NAIVE)), cached[1], "decode").set_index("what")
     assert frame.loc["cache bookkeeping", "baseline"] == 0  # naive keeps no cache
     assert frame.loc["cache bookkeeping", "current"] > 0
     row = frame.loc["wall"]
@@ -545,7 +559,7 @@ def test_trace_compare_frame_naive_against_cached(cached):
 
 
 def test_trace_compare_bars_keep_room_for_their_labels(cached):
-    frame = figures.compare.trace_compare_frame(analyze(load_trace(NAIVE)), cached[1])
+    frame = figures.compare.trace_compare_frame(analyze(load_trace(NAIVE)), cached[1], "decode")
     fig = figures.compare.trace_compare_figure(frame, "naive", "cached")
     current = fig.data[1]
     assert current.orientation == "h" and current.textposition == "outside" and current.cliponaxis is False
@@ -556,13 +570,16 @@ def test_trace_compare_bars_keep_room_for_their_labels(cached):
 
 def test_run_compare_frame_pairs_cells_by_key():
     a, b = load_results(RUN_A), load_results(RUN_B)
-    frame = figures.compare.run_compare_frame(a, b)
+    cells = [str(c.key) for c in a.cells]
+    frame = figures.compare.run_compare_frame(a, b, cells)
     assert len(frame) == 6 * 3
     row = frame[(frame["cell"] == "cached p64 n8") & (frame["metric"] == "ITL p50 (ms)")].iloc[0]
     ca, cb = (next(c for c in r.cells if c.key == CellKey("cached", 64, 8, 1)) for r in (a, b))
     assert (row["baseline"], row["current"]) == (ca.itl_p50_ms, cb.itl_p50_ms)
     b.cells = [c for c in b.cells if c.engine == "naive"]
-    assert set(figures.compare.run_compare_frame(a, b)["cell"]) == {"naive p16 n8", "naive p64 n8", "naive p256 n8"}
+    naive = {"naive p16 n8", "naive p64 n8", "naive p256 n8"}
+    assert set(figures.compare.run_compare_frame(a, b, cells)["cell"]) == naive
+    assert set(figures.compare.run_compare_frame(a, a, ["naive p16 n8"])["cell"]) == {"naive p16 n8"}
     fig = figures.compare.run_compare_figure(frame, "a", "b")
     assert len(fig.data) == 6
 
@@ -730,13 +747,15 @@ def test_names_from_a_trace_reach_every_figure_as_text(tmp_path):
         figures.ops.frames_figure(frames),
         figures.kernels.kernels_figure(analysis.kernels),
         figures.kernels.kernel_category_figure(analysis),
-        figures.compare.trace_compare_figure(figures.compare.trace_compare_frame(analysis, analysis), LINK, STYLE),
+        figures.compare.trace_compare_figure(
+            figures.compare.trace_compare_frame(analysis, analysis, analysis.steps[0].kind), LINK, STYLE
+        ),
     ]
     for fig in drawn:
         assert markup(fig) == []
     # escaped, not dropped: plotly shows the entities as the characters they stand for
     names = strings(drawn[0].to_plotly_json())
-    assert "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;i&gt;it&lt;/i&gt; evil step 0" in names
+    assert "0: &lt;b&gt;bold&lt;/b&gt; &amp; &lt;i&gt;it&lt;/i&gt; evi…" in names  # by position, then its name, cut
 
 
 def test_names_from_results_and_a_history_reach_their_figures_as_text(tmp_path):
@@ -746,7 +765,7 @@ def test_names_from_results_and_a_history_reach_their_figures_as_text(tmp_path):
     results.cells[:] = [dataclasses.replace(c, engine=c.engine + LINK) for c in results.cells]
     other = load_results(RUN_B)
     other.cells[:] = [dataclasses.replace(c, engine=c.engine + LINK) for c in other.cells]
-    frame = figures.compare.run_compare_frame(results, other)
+    frame = figures.compare.run_compare_frame(results, other, [str(c.key) for c in results.cells])
     assert len(frame) == 18
     for fig in (
         figures.sweep.sweep_figure(results, load_report(RUN_A)),
@@ -764,7 +783,7 @@ def test_names_from_results_and_a_history_reach_their_figures_as_text(tmp_path):
             "launches": [262, 266],
             "decode_tok_s": [90.0, 80.0],
             "count_alerts": ["", f"step 262 -> 266 (+4): {LINK} 0 -> 4 (new)"],
-            "timing_alerts": ["", f"host us/step rose: {STYLE}"],
+            "timing_alerts": ["", f"host µs/step rose: {STYLE}"],
             "part:ops": [6.0, 7.0],
         }
     )
@@ -826,3 +845,257 @@ def test_telemetry_is_checked_before_it_is_read(tmp_path):
     assert text.stat().st_size < 200_000
     said, peak = arrow_peak(text)
     assert said == "read ['threads'] 100" and peak < 10_000_000  # the text column is never read
+
+
+# ---- the pictures agree with the answer (issue 35) --------------------------------------------------------------
+
+
+@pytest.mark.skipif(not GPT_OSS.exists(), reason="../shared/traces/engines is not here")
+def test_steps_of_one_name_are_one_bar_each():
+    """gpt-oss: four `execute_8192_context_9...` steps of one name. Keyed by position, Kernels draws four bars of
+    156.086 ms each (the GPU work the Diagnosis names), never one of 624 ms; the Step ledger four groups."""
+    analysis = analyze(load_trace(GPT_OSS))
+    fig = figures.kernels.kernel_category_figure(analysis)
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert all(len(t.x) == 4 for t in bars) and list(bars[0].x)[0].startswith("0: execute_8192_context_9")
+    heights = np.sum([list(t.y) for t in bars], axis=0)
+    assert heights == pytest.approx([156.086] * 4, abs=1e-3)
+    ledger = figures.ledger.ledger_figure(analysis)
+    assert len(set(ledger.data[0].x)) == 4 and ledger.layout.xaxis.type == "category"
+
+
+def test_the_step_figure_draws_the_diagnosis_and_the_hole():
+    """vLLM decode: host window 2.409 ms (2.253 host work, 0.155 external wait), GPU work 10.718 ms, and the 5.962
+    ms hole between the window's close and the first GPU op; the measured-step label sits above the plot."""
+    d = diagnose_trace(analyze(load_trace(VLLM))).median
+    frame = figures.diagnosis.step_frame(d).set_index("piece")["ms"]
+    assert frame["hole: no work of the trace"] == pytest.approx(d.evidence.hole_ns / 1e6)
+    assert frame["GPU busy"] == pytest.approx(10.718, abs=1e-3)
+    fig = figures.diagnosis.step_figure(d)
+    (label,) = fig.layout.annotations
+    assert label.yanchor == "bottom" and label.y == 1.0 and label.text.startswith("measured step 10.718")
+    metrics = dict(figures.diagnosis.evidence_metrics(d))
+    assert metrics["measured step"] == "10.718 ms" and metrics["host window"] == "2.409 ms"
+    assert metrics["external wait"] == "0.155 ms" and metrics["hole"] == f"{d.evidence.hole_ns / 1e6:.3f} ms"
+
+
+def test_the_rooflines_bars_take_colours_of_their_own():
+    from probe.analysis.roofline.step import TokenFlags
+
+    result = _answer(H100, model="qwen1.5-0.5b", flags=TokenFlags(8944, 16, 0))
+    fig = figures.diagnosis.step_figure(result.diagnosis.median, result.rooflines[0])
+    colours = [t.marker.color for t in fig.data]
+    assert len(colours) == len(set(colours))  # no two pieces alike (traffic was the external wait's red)
+
+
+def test_the_op_roofline_names_what_it_cannot_bound_and_rings_what_is_over():
+    from probe.analysis.roofline.devices import device
+    from probe.analysis.roofline.ops import OpRoofline
+
+    h100 = device("H100-SXM")
+    base = dict(shapes="[(8, 8)]", count=1, flops=1, bytes=1, kernel_us_total=1.0, kernel_us_median=1.0)
+    base |= dict(tflops_s_median=1.0, tb_s_median=1.0, intensity=1.0, roof_pct=None, model="m")
+    no_dtype = OpRoofline(op="aten::x", dtype=None, bound=None, **base)
+    over = OpRoofline(
+        op="aten::y", dtype="bfloat16", bound="memory", **base | {"roof_pct": 150.0}, over_roof=True,
+        over_roof_why="4.00 TB/s is past H100-SXM's 3.35 TB/s of memory bandwidth",
+    )  # fmt: skip
+    assert figures.diagnosis.point_group(no_dtype, h100) == "no dtype"
+    assert figures.diagnosis.point_group(no_dtype, None) == "no device"
+    fig = figures.diagnosis.op_roofline_figure([no_dtype, over], h100)
+    points = {t.name: t for t in fig.data if t.mode == "markers"}
+    assert set(points) == {"no dtype", "memory-bound"}
+    ring = points["memory-bound"].marker.line
+    assert list(ring.color) == [figures.style.COLORS["flagged"]] and list(ring.width) == [3]
+    assert "over its roof: 4.00 TB/s is past" in points["memory-bound"].customdata[0][7]
+    frame = figures.diagnosis.op_roofline_frame([no_dtype, over])
+    assert frame["over_roof"].tolist() == [False, True] and "mb" in frame.columns and "mib" not in frame.columns
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["h100_hf_qwen1.5-0.5b_prefill_b16", "mi300x_hf_qwen1.5-0.5b_prefill_b16", "rocm_sglang_qwen3_8b_extend_step"],
+)
+def test_no_op_roofline_point_sits_over_a_roof_unflagged(name):
+    """Every point the Op roofline draws lies under its roof, or is flagged over_roof with why. Before, the
+    embedding's index_select sat at 359% (H100), 559% (MI300X) and 709% (SGLang's extend) of the bandwidth roof,
+    aten::mean at 145% and aten::copy_ at 120% (H100), without a word."""
+    from probe.analysis.roofline.devices import device
+
+    result = _answer(DATA / f"{name}.trace.json.gz")
+    h100 = device(result.device)
+    for o in result.op_roofline:
+        if o.intensity and o.tflops_s_median and o.dtype and h100.flops_s(o.dtype):
+            roof = min(h100.flops_s(o.dtype), o.intensity * h100.memory_bandwidth_bytes_s) / 1e12
+            assert o.tflops_s_median <= roof * (1 + 1e-9) or (o.over_roof and o.over_roof_why), o
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "expected"),
+    [
+        (0.3, 40, [0.5, 1, 2, 5, 10, 20]),  # 1, 2, 5 of each power of ten inside
+        (2.2, 7.9, [3, 4, 5, 6, 7]),  # a narrow range: every digit, never one unreadable tick
+        (120, 480, [200, 300, 400]),
+        (1.5e-7, 3000, [1e-6, 1e-5, 1e-4, 1e-3, 0.01, 0.1, 1, 10, 100, 1000]),  # ten decades: powers of ten only
+        (1e-12, 1e12, [1e-12, 1e-9, 1e-6, 1e-3, 1, 1e3, 1e6, 1e9, 1e12]),  # 25 powers: every third
+    ],
+)
+def test_log_ticks_read_as_written(low, high, expected):
+    ticks = figures.style.log_ticks(low, high)
+    assert ticks == pytest.approx(expected)
+    axis = figures.style.log_axis([low, high], "t", pad=1.0)
+    assert axis["ticktext"] == [f"{t:g}" for t in ticks]
+
+
+def test_a_ratio_under_one_falls_from_one(tmp_path):
+    """A cell faster than predicted (measured / predicted 0.5) is a bar from 1 down to 0.5, not one rising from the
+    axis floor; a contended cell is hatched and its hover says so."""
+    report = load_report(APP / "runs" / "tiny-cpu-a")
+    fig = figures.diagnosis.predictions_figure(
+        report, {(report.predictions[0].engine, report.predictions[0].prompt_tokens, 1)}
+    )
+    bar = fig.data[0]
+    assert list(bar.base) == [1.0] * len(bar.x)
+    ratios = [c[3] for c in bar.customdata]
+    assert list(bar.y) == pytest.approx([r - 1 for r in ratios])
+    assert bar.marker.pattern.shape[0] == "/" and "CONTENDED" in bar.customdata[0][4]
+
+
+def test_a_drag_across_the_timeline_is_a_window():
+    event = {"selection": {"points": [], "box": [{"xref": "x", "yref": "y", "x": [8.9, 8.3], "y": [0, 5]}]}}
+    assert figures.step.dragged_window(event) == (8.3, 8.9)
+    assert figures.step.dragged_window({"selection": {"points": [], "box": []}}) is None
+    assert figures.step.dragged_window(None) is None
+
+
+def test_contended_cells_are_marked_in_the_sweep_and_report_md():
+    """Cells measured while other processes took the CPU (Cell.contended): one line says which, the same line
+    `probe run` warns with, in report.md's Cells and beside the run's predictions; the Sweep crosses each one."""
+    from probe.render.markdown import report_markdown
+
+    results = load_results(RUN_A)
+    assert results.contention is None and "Contended" not in report_markdown(results, load_report(RUN_A))
+    results.cells[:] = [
+        dataclasses.replace(c, contended=True, other_cpu_cores=1.5) if c.prompt_tokens == 64 else c
+        for c in results.cells
+    ]
+    said = results.contention
+    assert said is not None and said.startswith("2 of 6 cells ran while other processes used the CPU")
+    assert "naive p64 (1.50), cached p64 (1.50)" in said
+    assert f"**Contended:** {said}" in report_markdown(results, load_report(RUN_A)).replace("\\", "")
+    fig = figures.sweep.sweep_figure(results, load_report(RUN_A))
+    crossed = [t for t in fig.data if t.name == "contended: other processes took the CPU"]
+    assert len(crossed) == 3 and all(list(t.x) == [64, 64] for t in crossed)  # one panel a metric
+    assert crossed[0].showlegend and "1.50 other cores" in crossed[0].text[0]
+    assert figures.diagnosis.contended_cells(results) == {("cached", 64, 1), ("naive", 64, 1)}
+
+
+def test_kernels_of_one_short_name_are_told_apart():
+    """Two elementwise kernels differ in their functor: each is named by it. Two gemv differ only in a number: each
+    by its place. Never two bars under one label."""
+    names = [
+        "void at::native::elementwise_kernel<128, 4, at::native::BinaryFunctor<float>>(int)",
+        "void at::native::elementwise_kernel<128, 4, at::native::FillFunctor<float>>(int)",
+        "void gemv<float, 4>(int)",
+        "void gemv<float, 8>(int)",
+        "Memcpy DtoD (Device -> Device)",
+    ]
+    assert figures.kernels.kernel_labels(names) == [
+        "at::native::elementwise_kernel [BinaryFunctor]",
+        "at::native::elementwise_kernel [FillFunctor]",
+        "gemv #1",
+        "gemv #2",
+        "Memcpy DtoD (Device -> Device)",
+    ]
+
+
+def test_a_commit_tick_is_a_short_hash_or_the_whole_word():
+    """History's x tick read "no comm": a recorded commit that is not a hash is written whole."""
+    assert figures.history.commit_tick("0123456789abcdef0123+dirty") == "0123456"
+    assert figures.history.commit_tick("no commit") == "no commit"
+
+
+def test_coinciding_ranks_are_said_and_drawn_inside_each_other(hand):
+    """Four ranks of which three have the same wall at every step: the chart drew two lines for four ranks. Each rank
+    has its own dash, marker and width now (the first the widest), and the three are named as one."""
+    from probe.analysis.ledger.ranks import job
+
+    slower = tuple(dataclasses.replace(s, wall_ns=s.wall_ns + 1_000) for s in hand.steps)
+    ranks = [dataclasses.replace(hand, rank=r, steps=slower if r == 2 else hand.steps) for r in range(4)]
+    result = job(ranks)
+    assert result.one_job and figures.ranks.coinciding(result) == [(0, [1, 3])]
+    fig = figures.ranks.ranks_figure(result)
+    walls = [t for t in fig.data if t.name.startswith("rank ") and t.showlegend is not False]
+    assert [t.name for t in walls] == ["rank 0", "rank 1", "rank 2", "rank 3"]
+    assert len({t.line.dash for t in walls}) == len({t.marker.symbol for t in walls}) == 4
+    widths = [t.line.width for t in walls]
+    assert widths == sorted(widths, reverse=True) and len(set(widths)) == 4
+
+
+def test_a_link_the_app_will_not_open_says_why_without_the_root(tmp_path):
+    root = tmp_path / "root"
+    (root / "deep").mkdir(parents=True)
+    (root / "deep" / "notes.txt").write_text("x")
+    listed = {"trace: a.trace.json.gz"}
+    assert sources.link_refusal(root, "trace: a.trace.json.gz", listed) is None
+    said = {
+        asked: sources.link_refusal(root, asked, listed)
+        for asked in ("trace: ../secret.trace.json.gz", "trace: gone.trace.json.gz", "trace: deep/notes.txt", "x")
+    }
+    assert said == {
+        "trace: ../secret.trace.json.gz": "The link's trace lies outside the app's root, so it is not opened.",
+        "trace: gone.trace.json.gz": "The link's trace gone.trace.json.gz is not under the root (moved, or never "
+        "there).",
+        "trace: deep/notes.txt": "The link's trace deep/notes.txt is under the root but not listed: not a trace the "
+        f"app reads, or in a hidden or virtual-env folder, deeper than {sources.MAX_DEPTH} folders, or past the first "
+        f"{sources.MAX_SOURCES} files.",
+        "x": "The link's source 'x' is not a run, trace, history or job label.",
+    }
+    assert all(str(tmp_path) not in line for line in said.values() if line)
+    error = ProbeError(f"{root.resolve() / 'deep' / 'notes.txt'}: not a trace; {root.resolve()} is the root")
+    assert sources.under_root(root, error) == "deep/notes.txt: not a trace; . is the root"
+
+
+def test_telemetry_titles_sit_between_the_panels_not_on_the_data(tmp_path):
+    """Six figures: each panel's title sits in the gap above its panel, that gap at least 30 px, so no title covers
+    the panel above it (before, six panels or more were 3% of the figure apart: 26 px here, under a 16 px title)."""
+    t = np.arange(50, dtype=np.int64) * 10_000_000
+    frame = pd.DataFrame({"t_ns": t} | {f"figure_{i}": np.arange(50.0) for i in range(6)})
+    frame.to_parquet(tmp_path / "telemetry.parquet", index=False)
+    fig = figures.telemetry.telemetry_figure(figures.telemetry.read_telemetry(tmp_path / "telemetry.parquet"))
+    plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    domains = [fig.layout[f"yaxis{i if i > 1 else ''}"].domain for i in range(1, 7)]  # top panel first
+    gaps = [(upper[0] - lower[1]) * plot_px for upper, lower in zip(domains, domains[1:], strict=False)]
+    assert min(gaps) >= 30
+    titles = [a for a in fig.layout.annotations if a.text.startswith("figure_")]
+    assert [a.text for a in titles] == [f"figure_{i}" for i in range(6)]
+    for title, domain in zip(titles, domains, strict=True):
+        assert title.yanchor == "bottom" and title.y == pytest.approx(domain[1])  # on its own panel's top edge
+
+
+def test_a_table_writes_a_dash_where_nothing_was_measured():
+    """docs/explorer.md promises "-" where a cell measured nothing; the browser's table wrote "None" (an op with no
+    dtype in the Op roofline, its GFLOP and MB) whatever the styling said. A column with such a cell is text now,
+    its numbers at 4 decimals; a column without keeps its numbers."""
+    from probe.explorer.widgets import table_frame
+
+    frame = pd.DataFrame(
+        {
+            "gflop": [51.5815505, None],
+            "dtype": ["bfloat16", None],
+            "gpu_ms": [np.nan, np.nan],
+            "count": pd.array([48, None], dtype="Int64"),
+            "calls": [1, 2],
+            "ms": [0.1, 0.2],
+        }
+    )
+    shown = table_frame(frame)
+    assert shown.to_dict("list") == {
+        "gflop": ["51.5816", "-"],
+        "dtype": ["bfloat16", "-"],
+        "gpu_ms": ["-", "-"],
+        "count": ["48", "-"],
+        "calls": [1, 2],
+        "ms": [0.1, 0.2],
+    }
+    assert shown["calls"].dtype == np.int64 and shown["ms"].dtype == np.float64

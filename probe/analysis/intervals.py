@@ -146,6 +146,16 @@ def nesting(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return depth, parent
 
 
+def distinct_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The distinct (a, b) pairs as a 2 x k array, ordered by a then b: np.unique(np.stack([a, b]), axis=1), from
+    one-dimensional uniques (unique along an axis sorts the pairs as opaque records, 8x slower on a trace's
+    (pid, tid) columns: half a second of a 400k-event analysis)."""
+    ua, ia = np.unique(a, return_inverse=True)
+    ub, ib = np.unique(b, return_inverse=True)
+    key = np.unique(ia.astype(np.int64) * len(ub) + ib)  # at most len(a) ** 2: far under 2**63
+    return np.stack([ua[key // max(len(ub), 1)], ub[key % max(len(ub), 1)]])
+
+
 def _sorted_groups(keys: np.ndarray, values: np.ndarray):
     """Keys and values sorted by key, then value; and each key's first and last index (keys must not be empty)."""
     order = np.lexsort((values, keys))

@@ -130,12 +130,8 @@ def sweep_problems(cfg: BenchConfig, results: BenchResults) -> tuple[list[str], 
     """(warnings, errors) of a finished sweep, one line each: contended cells; failed cells; token mismatches
     (unless allowed). Errors make the exit code 1."""
     warnings, errors = [], []
-    if contended := [c for c in results.cells if c.contended]:
-        names = ", ".join(f"{c.label} ({c.other_cpu_cores:.2f})" for c in contended)
-        warnings.append(
-            f"{len(contended)} of {len(results.cells)} cells ran while other processes used the CPU "
-            f"(cores beside this one: {names}); their timings are unreliable (docs/sweeps.md, Contention)"
-        )
+    if results.contention:
+        warnings.append(results.contention)
     if results.failed:
         names = "; ".join(f"{f.label} on {f.host}: {f.error}" for f in results.failed[:3])
         names += "; ..." if len(results.failed) > 3 else ""

@@ -18,12 +18,13 @@ import argparse
 import os
 import stat
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from engines.configs import presets
+from probe.analysis.ledger.ranks import rank_in_name
 from probe.analysis.records.files import is_trace_name, stem_of
 from probe.analysis.records.results import RESULTS_FILE
 from probe.analysis.records.runfolder import REPORT_FILE
@@ -85,7 +86,7 @@ def resolve_under(root: Path, rel: str | Path) -> Path:
     base = Path(root).resolve()
     path = (base / rel).resolve()
     if path != base and base not in path.parents:
-        raise ProbeError(f"{rel}: outside the app's root {base}")
+        raise ProbeError(f"{rel}: outside the app's root")
     return path
 
 
@@ -128,20 +129,29 @@ def list_sources(root: Path, max_depth: int = MAX_DEPTH, limit: int = MAX_SOURCE
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS and depth < max_depth)
         if RESULTS_FILE in files and _inside(root, here / RESULTS_FILE):
             runs.append(Source(_rel(root, here), "run"))
-        here_traces = 0
+        here_traces: list[str] = []
         for name in sorted(files):
             if here.name == BASELINES_DIR and name.endswith(".json") and _inside(root, here / name):
                 runs.append(Source(_rel(root, here / name), "run"))
             elif is_trace_name(name) and _inside(root, here / name):
                 traces.append(Source(_rel(root, here / name), "trace"))
-                here_traces += 1
+                here_traces.append(name)
             elif name.endswith(HISTORY_SUFFIX) and _inside(root, here / name):
                 histories.append(Source(_rel(root, here / name), "history"))
-        if here_traces >= 2:
+        if could_be_ranks(here_traces):
             jobs.append(Source(_rel(root, here), "job"))
         if len(runs) + len(traces) + len(histories) + len(jobs) >= limit:
             return _ordered(runs, traces, histories, jobs)[:limit], True
     return _ordered(runs, traces, histories, jobs), False
+
+
+def could_be_ranks(names: Sequence[str]) -> bool:
+    """Whether a folder's traces are listed as a job: two or more, each naming a distinct rank<N> in its file name
+    (probe.analysis.ledger.ranks's rule, the half that needs no trace read). A run's `traces/` folder (a trace an
+    engine) and a folder of unrelated traces are not; `probe analyze DIR` holds traces that say their rank only in
+    distributedInfo to the rest of the rule."""
+    ranks = [rank_in_name(n) for n in names]
+    return len(names) >= 2 and None not in ranks and len(set(ranks)) == len(ranks)
 
 
 def _ordered(*kinds: list[Source]) -> list[Source]:
@@ -162,6 +172,36 @@ def _inside(root: Path, path: Path) -> bool:
     except ProbeError:
         return False
     return True
+
+
+KINDS = ("run", "trace", "history", "job")
+
+
+def under_root(root: Path, text: object) -> str:
+    """An error's text with the root's absolute path taken out (paths read from the root): an error line names no
+    folder of the server's outside it."""
+    base = str(Path(root).resolve())
+    return str(text).replace(base + os.sep, "").replace(base, ".")
+
+
+def link_refusal(root: Path, asked: str, listed: Collection[str]) -> str | None:
+    """Why a link's `source` (a label, "trace: a/b.json.gz") is not opened, in one line that names no path outside
+    the root; None when the app lists it."""
+    if asked in listed:
+        return None
+    kind, _, rel = asked.partition(": ")
+    if kind not in KINDS or not rel:
+        return f"The link's source {printable(asked)!r} is not a run, trace, history or job label."
+    try:
+        path = resolve_under(root, rel)
+    except ProbeError:
+        return f"The link's {kind} lies outside the app's root, so it is not opened."
+    if not path.exists():
+        return f"The link's {kind} {printable(rel)} is not under the root (moved, or never there)."
+    return (
+        f"The link's {kind} {printable(rel)} is under the root but not listed: not a {kind} the app reads, or in a "
+        f"hidden or virtual-env folder, deeper than {MAX_DEPTH} folders, or past the first {MAX_SOURCES} files."
+    )
 
 
 def source_of(root: Path, path: str | Path | None) -> Source | None:
@@ -220,11 +260,12 @@ def trace_telemetry(root: Path, trace: Path) -> Path | None:
 
 def samples_for(root: Path, source: Source, loaded, devices: Sequence = ()) -> SampleSet:
     """The SampleSet probe compare checks, built from what the app has already loaded (results or an
-    analysis, with the trace's deviceProperties), so that compare reads no file the app has not vetted."""
+    analysis, with the trace's deviceProperties), so that compare reads no file the app has not vetted. Each side is
+    named by its path under the root: what compare says names no folder outside it."""
     path = source_path(root, source)
     if source.kind == "run":
-        return from_results(loaded, str(path))
-    return from_analysis(loaded, str(path), trace_meta(root, path), devices)
+        return from_results(loaded, printable(source.rel))
+    return from_analysis(loaded, printable(source.rel), trace_meta(root, path), devices)
 
 
 def model_spec(root: Path, text: str) -> str | None:

@@ -7,8 +7,9 @@ later of the host end and its GPU work's end, `StepLedger.span_ns`) or a window 
   per depth), each event coloured by the purpose part its time feeds (probe.analysis.ledger.host: the user's parts,
   sync, sample, cache, mask, attention), else by what it is (a Python frame, an op's dispatch, a launch or runtime
   call);
-- **where it blocked**: the sync-wait pieces of the mechanism partition (`host.mechanism_split`) and, on top, the
-  external wait inside them (`ledger.unseen_wait_pieces`: no GPU op of the trace ran), with the sync call sites;
+- **the host window**, one lane the Diagnosis's way: host work, the sync wait while the trace's GPU work ran, and the
+  external wait (`ledger.unseen_wait_pieces`: no GPU op of the trace ran), adding up to the window, from the
+  mechanism partition's own sync-wait pieces (`host.mechanism_split`); with the sync call sites marked;
 - **the other threads** busy in the window (their outermost events), the busiest `MAX_THREADS` of them;
 - **the GPU**: the step's idle gaps with their causes (`gpu.idle_gaps`, the ledger's own rule: their sums are
   `idle_host_wait`, `idle_kernel_wait` and `idle_other`), the stretch before its first GPU op, and one lane a
@@ -33,7 +34,7 @@ from typing import Literal
 
 import numpy as np
 
-from probe.analysis.intervals import covered, merge, nesting
+from probe.analysis.intervals import covered, distinct_pairs, merge, nesting
 from probe.analysis.ledger import kernels
 from probe.analysis.ledger.build import unseen_wait_pieces
 from probe.analysis.ledger.gpu import IDLE_CAUSES, attribute, idle_gaps
@@ -62,14 +63,28 @@ HOST_KINDS = (  # the step's thread, top to bottom: (trace kinds, lane name, wha
 )
 
 BarKind = Literal[
-    "range", "python", "op", "runtime", "thread", "sync_wait", "external", "idle", "lead", "kernel", "memcpy", "memset"
+    "range",
+    "python",
+    "op",
+    "runtime",
+    "thread",
+    "host_work",
+    "gpu_wait",
+    "external",
+    "idle",
+    "lead",
+    "kernel",
+    "memcpy",
+    "memset",
 ]
 LEAD = "before_gpu"  # the stretch from the host window's start to the step's first GPU op (not a gap: no GPU window)
 
 
 @dataclass(frozen=True)
 class Lane:
-    label: str  # "ranges 0", "Python 3", "ops 1", "runtime calls", "blocked", "thread 7", "GPU idle", "GPU 0 stream 7"
+    label: (
+        str  # "ranges 0", "Python 3", "ops 1", "runtime calls", "host window", "thread 7", "GPU idle", "GPU 0 stream 7"
+    )
     group: str  # "host" (the step's thread) | "thread" (another one) | "gpu"
 
 
@@ -81,12 +96,13 @@ class Bar:
     start_ns: int  # from the step's start (its host window opening)
     dur_ns: int
     kind: BarKind
-    key: str  # the colour: a purpose part, a mechanism, a kernel category, an idle cause, "external", LEAD
+    key: str  # the colour: a purpose part, a mechanism, a kernel category, an idle cause, a host-window piece, LEAD
     name: str  # the full name; for a merged bar, how many events of what
     detail: str  # what the hover adds: shapes, bytes, category, the launch, or a merged bar's top names
     row: int = -1  # the trace row; -1 for a gap or a merged bar
     count: int = 1  # events this bar stands for
     own: bool = True  # for a GPU op: this step's (False: another step's, or no step's)
+    extent_ns: int = 0  # a merged bar: from its first event's start to its last one's end (dur_ns is what they cover)
 
 
 @dataclass(frozen=True)
@@ -196,7 +212,7 @@ def step_clock(
     items = _Items([], [], [], [], [], [], [])
     notes: list[str] = []
     call_lane = _host_lanes(trace, table, step, a, b, t0, lanes, items)
-    external = _blocked(trace, table, step, t0, a, b, lanes, items)
+    external = _host_window(trace, table, step, t0, a, b, lanes, items)
     marks, more = _sync_marks(trace, table, step, t0, a, b, call_lane)
     if more:
         notes.append(f"{more} more sync calls in the window are drawn as bars but not marked (over {MAX_MARKS})")
@@ -279,22 +295,47 @@ def _host_lanes(trace, table, step: StepLedger, a, b, t0, lanes, items) -> dict[
     return call_lane
 
 
-def _blocked(trace, table, step: StepLedger, t0, a, b, lanes, items) -> int:
-    """The sync-wait pieces of the step (the mechanism partition's own) and the external wait inside them."""
+def _host_window(trace, table, step: StepLedger, t0, a, b, lanes, items) -> int:
+    """The host window as the Diagnosis splits it, one lane whose pieces add up to it: host work (the window less
+    its sync wait: `host_work`), sync wait while the trace's GPU work ran (`gpu_wait`), and the external wait (no
+    GPU op of the trace ran: `external`, ledger.unseen_wait_pieces, whose sum is the ledger's external_wait).
+    Returns the external wait drawn."""
     lo, hi = np.array([t0]), np.array([t0 + step.wall_ns])
     _, seg_s, seg_e = mechanism_split(trace, table, step.pid, step.tid, lo, hi).sync_segments
-    if not len(seg_s):
-        return 0
     gpu = trace.rows(*GPU_OP_KINDS)
     gpu_s, gpu_e = merge(trace.ts_ns[gpu], trace.end_ns[gpu])  # the trace's GPU busy, every device (as the ledger)
     _, ext_s, ext_e = unseen_wait_pieces(gpu_s, gpu_e, seg_s, seg_e)
+    ext_s, ext_e = merge(ext_s, ext_e)  # sorted, as the set arithmetic below needs (the split lists by call)
+    seg_s, seg_e = merge(seg_s, seg_e)
+    work_s, work_e = _gaps(seg_s, seg_e, t0, t0 + step.wall_ns)
+    wait_s, wait_e = _intersect(seg_s, seg_e, *_gaps(ext_s, ext_e, t0, t0 + step.wall_ns))
     lane = len(lanes)
-    lanes.append(Lane("blocked on the device", "host"))
-    for s, e, kind in ((seg_s, seg_e, "sync_wait"), (ext_s, ext_e, "external")):
+    lanes.append(Lane("host window", "host"))
+    for s, e, kind in ((work_s, work_e, "host_work"), (wait_s, wait_e, "gpu_wait"), (ext_s, ext_e, "external")):
         keep = (s <= b) & (e >= a)
         items.add(lane, s[keep] - t0, e[keep] - t0, kind, kind, -1)
     keep = (ext_s <= b) & (ext_e >= a)
     return int(np.sum(np.minimum(ext_e[keep], b) - np.maximum(ext_s[keep], a)))
+
+
+def _gaps(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """What sorted, disjoint intervals leave of [lo, hi]."""
+    s = np.concatenate(([lo], ends)).astype(np.int64)
+    e = np.concatenate((starts, [hi])).astype(np.int64)
+    keep = e > s
+    return s[keep], e[keep]
+
+
+def _intersect(a_s, a_e, b_s, b_e) -> tuple[np.ndarray, np.ndarray]:
+    """Where two lists of sorted, disjoint intervals overlap."""
+    first = np.searchsorted(a_e, b_s, side="right")  # for each b, the first a ending after it starts
+    last = np.searchsorted(a_s, b_e, side="left") - 1  # and the last starting before it ends
+    count = np.maximum(last - first + 1, 0)
+    i = np.repeat(np.arange(len(b_s)), count)
+    j = np.repeat(first, count) + np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+    start, end = np.maximum(a_s[j], b_s[i]), np.minimum(a_e[j], b_e[i])
+    keep = end > start
+    return start[keep], end[keep]
 
 
 def _sync_marks(trace, table, step: StepLedger, t0, a, b, call_lane) -> tuple[list[SyncMark], int]:
@@ -338,7 +379,7 @@ def _other_threads(trace, step: StepLedger, t0, a, b, lanes, items, call_lane) -
     if not len(host):
         return []
     busy = []
-    for pid, tid in np.unique(np.stack([trace.pid[host], trace.tid[host]]), axis=1).T.tolist():
+    for pid, tid in distinct_pairs(trace.pid[host], trace.tid[host]).T.tolist():
         rows = _overlapping(trace, host_events(trace, pid, tid), a, b)
         ms, me = merge(trace.ts_ns[rows], trace.end_ns[rows])
         busy.append((-int(covered(ms, me, np.array([a]), np.array([b]))[0]), pid, tid, rows))
@@ -385,7 +426,7 @@ def _gpu(trace, analysis: TraceAnalysis, step: StepLedger, options, t0, a, b, la
     rows = gpu.op_rows[in_window]
     own = mine[in_window]
     launch = gpu.op_launch[in_window]
-    streams = np.unique(np.stack([trace.device[rows], trace.stream[rows]]), axis=1) if len(rows) else np.zeros((2, 0))
+    streams = distinct_pairs(trace.device[rows], trace.stream[rows]) if len(rows) else np.zeros((2, 0))
     lane_of = {}
     for device, stream in streams.T.tolist():
         lane_of[(device, stream)] = len(lanes)
@@ -483,15 +524,17 @@ def _unseen_gaps(items: _Items, width: int) -> list[str]:
 
 
 def _aggregate(trace: Trace, items: _Items, lanes: list[Lane], width: int) -> tuple[list[Bar], list[Merged], int]:
-    """Bars at a column's resolution: a run of events shorter than a column, each within a column of the one before
-    on its lane (and of the same kind and step), becomes one merged bar; the resolution doubles while the bars
-    exceed MAX_BARS."""
+    """Bars at a column's resolution: a run of events shorter than a column on one lane, of one kind, colour and
+    step, whose gaps add up to less than a column, becomes one merged bar as long as the time its events cover (so
+    it never shows more of a kind than the kind holds, and ends within a column of its last event); the resolution
+    doubles while the bars exceed MAX_BARS."""
     lane, start, end, kind, key, row, own = items.columns()
     if not len(start):
         return [], [], max(1, width // COLUMNS)
-    # runs never mix lanes, kinds, or this step's GPU work with another's: one integer says which group
+    # runs never mix lanes, kinds, colours, or this step's GPU work with another's: one integer says which group
     kinds, kind_code = np.unique(kind.astype(str), return_inverse=True)
-    gid = (lane * len(kinds) + kind_code) * 2 + own
+    keys, key_code = np.unique(key.astype(str), return_inverse=True)
+    gid = ((lane * len(kinds) + kind_code) * len(keys) + key_code) * 2 + own
     order = np.lexsort((-end, start, gid))
     lane, start, end, kind, key, row, own, gid = (x[order] for x in (lane, start, end, kind, key, row, own, gid))
     q = max(1, width // COLUMNS)
@@ -502,31 +545,24 @@ def _aggregate(trace: Trace, items: _Items, lanes: list[Lane], width: int) -> tu
             break
         q *= 2
     counts = np.bincount(run)
+    held = np.bincount(run, weights=end - _reach_before(start, end, run)).astype(np.int64)  # time each run covers
     out: list[Bar] = []
     merged: dict[int, list[int]] = {}
     first = np.flatnonzero(np.concatenate(([True], run[1:] != run[:-1])))
     last = np.append(first[1:] - 1, len(run) - 1)
     reach = np.maximum.reduceat(end, first)
-    for f, l_, r_end, n in zip(first.tolist(), last.tolist(), reach.tolist(), counts.tolist(), strict=True):
+    for f, l_, r_end, n, cover in zip(
+        first.tolist(), last.tolist(), reach.tolist(), counts.tolist(), held.tolist(), strict=True
+    ):
         if n == 1:
-            out.append(
-                Bar(
-                    int(lane[f]),
-                    int(start[f]),
-                    int(end[f] - start[f]),
-                    kind[f],
-                    key[f],
-                    "",
-                    "",
-                    int(row[f]),
-                    1,
-                    bool(own[f]),
-                )
-            )
+            dur = int(end[f] - start[f])
+            out.append(Bar(int(lane[f]), int(start[f]), dur, kind[f], key[f], "", "", int(row[f]), 1, bool(own[f])))
             continue
         sl = slice(f, l_ + 1)
         out.append(
-            _merged_bar(trace, lane[f], start[f], r_end, kind[f], key[sl], row[sl], start[sl], end[sl], own[f], q)
+            _merged_bar(
+                trace, lane[f], start[f], r_end, cover, kind[f], key[f], row[sl], end[sl] - start[sl], own[f], q
+            )
         )
         acc = merged.setdefault(int(lane[f]), [0, 0])
         acc[0] += n
@@ -535,18 +571,37 @@ def _aggregate(trace: Trace, items: _Items, lanes: list[Lane], width: int) -> tu
     return out, notes, q
 
 
+def _running_max(values: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """The running maximum within each group (consecutive, numbered from 0 upwards): each group shifted past the
+    one before, so one accumulate serves all."""
+    span = int(values.max() - values.min()) + 1
+    offset = group.astype(np.int64) * span - int(values.min())
+    return np.maximum.accumulate(values + offset) - offset
+
+
+def _reach_before(start: np.ndarray, end: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """For each event, the furthest end of the events before it in its group, never before its own start: its
+    start where it is the group's first. `end - _reach_before` is the time it adds to the group's union."""
+    first = np.concatenate(([True], group[1:] != group[:-1]))
+    number = np.cumsum(first) - 1
+    reach = _running_max(end, number)
+    before = np.concatenate(([0], reach[:-1]))
+    return np.where(first, start, np.clip(before, start, end))
+
+
 def _runs(start: np.ndarray, end: np.ndarray, gid: np.ndarray, q: int) -> np.ndarray:
-    """A run number for each event (sorted by group, then start): a new run at each new group, each event at least
-    a column long, and each short event that starts a column or more after the run before it ends."""
+    """A run number for each event (sorted by group, then start): a new run at each new group, at each event at
+    least a column long (and after it), and wherever the gaps between the run's events would reach a column."""
     short = (end - start) < q
     new_group = np.concatenate(([True], gid[1:] != gid[:-1]))
-    # the running end within each group: shift each group past the previous one so one accumulate serves all
-    span = int(end.max() - start.min()) + 1
-    offset = (np.cumsum(new_group) - 1).astype(np.int64) * span - int(start.min())
-    reach = np.maximum.accumulate(end + offset) - offset
-    prev_reach = np.concatenate(([0], reach[:-1]))
+    reach = _running_max(end, np.cumsum(new_group) - 1)
+    gap = np.where(new_group, 0, np.maximum(0, start - np.concatenate(([0], reach[:-1]))))
+    total = np.cumsum(gap)  # gaps summed within each group: a new run each time they pass another column
+    group_start = np.maximum.accumulate(np.where(new_group, np.arange(len(gap)), 0))
+    bucket = (total - total[group_start]) // q
     prev_short = np.concatenate(([False], short[:-1]))
-    opens = new_group | ~short | ~prev_short | (start - prev_reach >= q)
+    prev_bucket = np.concatenate(([-1], bucket[:-1]))
+    opens = new_group | ~short | ~prev_short | (bucket != prev_bucket)
     return np.cumsum(opens) - 1
 
 
@@ -556,7 +611,8 @@ WHAT = {
     "op": "ops",
     "runtime": "runtime calls",
     "thread": "events",
-    "sync_wait": "sync-wait pieces",
+    "host_work": "host-work pieces",
+    "gpu_wait": "sync-wait pieces",
     "external": "external-wait pieces",
     "idle": "idle gaps",
     "lead": "stretches",
@@ -566,38 +622,23 @@ WHAT = {
 }
 
 
-def _merged_bar(trace, lane, start, reach, kind, keys, rows, starts, ends, own, q) -> Bar:
-    """A run of short events as one bar: coloured by the key that holds most of its time, its hover naming the
-    events that took most of it."""
-    dur = ends - starts
-    by_key: dict[str, int] = {}
-    for k, d in zip(keys.tolist(), dur.tolist(), strict=True):
-        by_key[k] = by_key.get(k, 0) + d
-    main = max(by_key, key=lambda k: (by_key[k], k))
+def _merged_bar(trace, lane, start, reach, cover, kind, key, rows, durs, own, q) -> Bar:
+    """A run of short events of one colour as one bar, as long as the time they cover (drawn from the first one's
+    start: it ends within a column of the last one's end); its hover names the events that took most of it."""
     names: dict[str, list[int]] = {}
-    for r, d, k in zip(rows.tolist(), dur.tolist(), keys.tolist(), strict=True):
-        name = trace.name(r) if r >= 0 else k
-        acc = names.setdefault(name, [0, 0])
+    for r, d in zip(rows.tolist(), durs.tolist(), strict=True):
+        acc = names.setdefault(trace.name(r) if r >= 0 else str(key), [0, 0])
         acc[0] += d
         acc[1] += 1
     top = sorted(names.items(), key=lambda x: (-x[1][0], x[0]))[:3]
-    parts = ", ".join(f"{k} {v / 1e6:.3f} ms" for k, v in sorted(by_key.items(), key=lambda x: -x[1]))
     detail = (
-        f"{len(rows)} {WHAT[kind]} merged, each under {q / 1e3:,.1f} µs (a column): {parts}; most time in "
+        f"{len(rows)} {WHAT[kind]} merged, each under {q / 1e3:,.1f} µs (a column), covering {cover / 1e6:.3f} ms "
+        f"between {start / 1e6:.3f} and {reach / 1e6:.3f} ms (the bar is as long as what they cover); most time in "
         + "; ".join(f"{n} ({v[0] / 1e6:.3f} ms, x{v[1]})" for n, v in top)
         + ". Zoom in to draw them one by one."
     )
     return Bar(
-        int(lane),
-        int(start),
-        int(reach - start),
-        kind,
-        main,
-        f"{len(rows)} {WHAT[kind]}",
-        detail,
-        -1,
-        len(rows),
-        bool(own),
+        int(lane), int(start), int(cover), kind, key, f"{len(rows)} {WHAT[kind]}", detail, -1, len(rows), bool(own)
     )
 
 
@@ -606,7 +647,11 @@ def _described(trace: Trace, bar: Bar, ops: dict[int, GpuOp]) -> Bar:
     if bar.count > 1:
         return bar
     if bar.row < 0:
-        name = {"sync_wait": "sync wait", "external": "waiting on device work the trace does not hold"}.get(bar.kind)
+        name = {
+            "host_work": "host work: the host window less its sync wait",
+            "gpu_wait": "sync wait while the trace's GPU work ran",
+            "external": "waiting on device work the trace does not hold",
+        }.get(bar.kind)
         if bar.kind == "idle":
             name = f"GPU idle: {bar.key.replace('_', ' ')}"
         if bar.kind == "lead":

@@ -2,29 +2,54 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
+from probe.analysis.diagnosis.answer import Answer
 from probe.analysis.ledger.types import StepLedger, TraceAnalysis
 from probe.analysis.regression.compare import Comparison
 from probe.errors import ProbeError
 from probe.explorer import figures, sources
 from probe.explorer.figures.style import md, printable
-from probe.explorer.loaders import TraceSource, key, load_telemetry
+from probe.explorer.loaders import (
+    LOAD_ERRORS,
+    RooflineInputs,
+    TraceSource,
+    ViewContext,
+    key,
+    load_answer,
+    load_telemetry,
+)
 
 
-def show_table(frame: pd.DataFrame, key: str, style: Callable | None = None) -> None:
-    """A table: a column that measured nothing (all None or NaN: a CPU trace's GPU columns) reads "-", numbers
-    at 4 decimals; its text came from files, so it is made valid UTF-8 first (Arrow refuses lone surrogates).
-    `style` adds a view's own styling."""
-    unmeasured = {c: "-" for c in frame.columns if len(frame) and frame[c].isna().all()}
-    text = [c for c in frame.columns if frame[c].dtype == object and c not in unmeasured]
-    frame = frame.assign(**unmeasured, **{c: frame[c].map(_printable_text) for c in text})
-    styler = frame.style.format(na_rep="-", precision=4)
-    st.dataframe(style(styler) if style else styler, key=key, hide_index=True)
+def show_table(frame: pd.DataFrame, key: str) -> None:
+    """A table as table_frame shows it, numbers at 4 decimals. The decimals are the grid's own format, not a pandas
+    Styler's: a Styler renders every cell in Python first (a second for the 2,000 bars of a One step table)."""
+    frame = table_frame(frame)
+    decimals = {c: st.column_config.NumberColumn(format="%.4f") for c in frame.columns if frame[c].dtype.kind == "f"}
+    st.dataframe(frame, key=key, hide_index=True, column_config=decimals)
+
+
+def table_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """What a table shows: "-" in every cell that measured nothing (None or NaN: a CPU trace's GPU columns, an op
+    with no dtype), where the browser's table would write "None" whatever the styling says; a column with some such
+    cells is text (numbers at 4 decimals), one with none keeps its numbers. Text came from files, so it is made
+    valid UTF-8 first (Arrow refuses lone surrogates)."""
+    partly = [c for c in frame.columns if frame[c].isna().any()]
+    text = [c for c in frame.columns if frame[c].dtype == object and c not in partly]
+    return frame.assign(
+        **{c: frame[c].map(_cell_text) for c in partly}, **{c: frame[c].map(_printable_text) for c in text}
+    )
+
+
+def _cell_text(value: object) -> str:
+    if value is None or value is pd.NA or (isinstance(value, float) and value != value):  # NaN: unequal to itself
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return printable(value) if isinstance(value, str) else str(value)
 
 
 def _printable_text(value: object) -> object:
@@ -41,6 +66,8 @@ def show_alerts(comparison: Comparison, table_key: str, clean: str = "No regress
             st.markdown(f"- **{md(a.key)}** {md(a.message)}")
     elif comparison.devices_differ:
         st.info("Not gated: the two sides ran on different devices (kernels compared by category, ops by name).")
+    elif comparison.work_differs:
+        st.info("Not gated: the two sides' steps did different work (the warning above says how).")
     else:
         st.success(clean)
     show_table(figures.compare.comparison_frame(comparison), table_key)
@@ -61,7 +88,7 @@ def show_telemetry(root: Path, folder: Path) -> None:
             telemetry = load_telemetry(key(f), sources.stamp(f))
             st.plotly_chart(figures.telemetry.telemetry_figure(telemetry), key=f"telemetry_{printable(f.name)}")
         except ProbeError as e:
-            st.error(md(e))
+            st.error(md(sources.under_root(root, e)))
 
 
 def show_trace_telemetry(trace: TraceSource, root: Path) -> None:
@@ -78,7 +105,32 @@ def show_trace_telemetry(trace: TraceSource, root: Path) -> None:
         if offset is None:
             st.caption("No clock anchor in the sidecar, so the samples are drawn from their own start.")
     except ProbeError as e:
-        st.error(md(e))
+        st.error(md(sources.under_root(root, e)))
+
+
+METRICS_PER_ROW = 4  # past four a row, a value such as "47.151 ms" is cut to "47.151…" in a 1,000 px page
+
+
+def show_metrics(figures_: list[tuple[str, str]]) -> None:
+    """Metrics, each (label, value), in rows of at most METRICS_PER_ROW."""
+    for first in range(0, len(figures_), METRICS_PER_ROW):
+        row = figures_[first : first + METRICS_PER_ROW]
+        for col, (name, value) in zip(st.columns(METRICS_PER_ROW), row, strict=False):
+            col.metric(name, value)
+
+
+def quiet_answer(trace: TraceSource, ctx: ViewContext) -> Answer | None:
+    """The trace's answer as the Diagnosis view has it (the same cache entry, the sidebar's roofline inputs), for a
+    view that shows its figures; without the roofline where those cannot be used; None (said) if none can be made.
+    The Diagnosis view says why a roofline is missing."""
+    args = key(ctx.root), key(trace.path), sources.stamp(trace.path), ctx.reading
+    for inputs in (ctx.roofline, RooflineInputs()):
+        try:
+            return load_answer(*args, inputs)
+        except LOAD_ERRORS as e:
+            error = e
+    st.error(f"Cannot diagnose {md(ctx.source.rel)}: {md(sources.under_root(ctx.root, error))}")
+    return None
 
 
 def pick_step(

@@ -51,7 +51,7 @@ def answer_lines(a: Answer) -> list[str]:
 
 
 def _position(a: Answer, d: Diagnosis) -> int:
-    return next(i for i, x in enumerate(a.diagnosis.steps) if x is d)
+    return a.diagnosis.position_of(d)
 
 
 def op_roofline_table(a: Answer) -> Table | None:
@@ -62,9 +62,11 @@ def op_roofline_table(a: Answer) -> Table | None:
     table = Table(
         title=f"ops by GPU time beside the roofline ({a.device or 'no device: no bound'}; per call, medians of calls)",
         title_justify="left",
+        caption=_op_caption(a, rows),
+        caption_justify="left",
     )
     for c in ("op", "shapes", "dtype", "calls", "GFLOP", "MB", "GPU ms", "median us", "TFLOP/s", "TB/s", "FLOP/B",
-              "bound", "% of roof"):  # fmt: skip
+              "bound", "% of roof", "over roof"):  # fmt: skip
         table.add_column(c, justify="left" if c in ("op", "shapes", "dtype", "bound") else "right")
     for o in rows:
         table.add_row(
@@ -81,8 +83,20 @@ def op_roofline_table(a: Answer) -> Table | None:
             _f(o.intensity, 1, 1),
             o.bound or ("not modelled" if o.model is None else "-"),
             _f(o.roof_pct, 1, 0),
+            "[bold yellow]yes[/]" if o.over_roof else "-",
         )
     return table
+
+
+def _op_caption(a: Answer, rows) -> str | None:
+    """What the ops hold of the GPU work, and why the first op over its roof can be there."""
+    lines = [a.op_coverage.text] if a.op_coverage else []
+    over = next((o for o in rows if o.over_roof), None)
+    if over is not None:
+        lines.append(
+            f"over its roof: {short(over.op, 40)}: {over.over_roof_why} (each op's reason: --json, over_roof_why)"
+        )
+    return escape("\n".join(lines)) if lines else None
 
 
 def _f(value: float | None, scale: float, digits: int) -> str:

@@ -17,6 +17,7 @@ STYLE = {
     "too few samples": "yellow",
     "skipped: versions differ": "bold yellow",
     "skipped: devices differ": "bold yellow",
+    "skipped: work differs": "bold yellow",
     "contended: not judged": "bold yellow",
     "engines differ: not gated": "yellow",
 }
@@ -57,5 +58,7 @@ def print_comparison(result: Comparison) -> None:
             console.print(f"  [bold]{escape(a.key)}[/] {escape(a.message)}")
     elif result.devices_differ:
         console.print("not gated: the two sides ran on different devices")
+    elif result.work_differs:
+        console.print("not gated: the two sides' steps did different work")
     else:
         console.print("no regression")

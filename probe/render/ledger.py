@@ -6,6 +6,9 @@ with no GPU activity every GPU figure is a dash, never a zero.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
 from rich.markup import escape
 from rich.table import Table
 
@@ -18,6 +21,9 @@ from probe.render.text import DASH, ms, pct, short, us
 
 KERNEL_NAME_WIDTH = 70  # the table cuts kernel names here; --json keeps them whole
 STEP_NAME_WIDTH = 40
+STEP_ROWS = 30  # a table of steps shows every step up to this many; past it, the first FIRST_ROWS and the longest
+FIRST_ROWS = 10  # (a terminal row costs rich ~1 ms: 1000 steps' three tables took 10 s, and no one reads them)
+T = TypeVar("T")
 
 
 NAMES = ("step", "name", "frame")  # columns of names: they wrap, and fold where the table is narrow; figures never do
@@ -31,6 +37,34 @@ def _table(title: str, columns, left=("step", "name", "frame", "category", "kind
             c, justify="left" if c in left else "right", no_wrap=not names, overflow="fold" if names else "ellipsis"
         )
     return table
+
+
+def shown_steps(steps: Sequence[T], length: Callable[[T], int]) -> tuple[list[T | int], str]:
+    """The rows of a table of steps (positions 0..n-1): every step up to STEP_ROWS; past it the first FIRST_ROWS and
+    the longest of the rest (by `length`), in order, with the count of each run left out between them (an int);
+    and what the title says of the cut."""
+    if len(steps) <= STEP_ROWS:
+        return list(steps), ""
+    rest = sorted(range(FIRST_ROWS, len(steps)), key=lambda i: (-length(steps[i]), i))[: STEP_ROWS - FIRST_ROWS]
+    rows: list[T | int] = []
+    last = -1
+    for i in sorted([*range(FIRST_ROWS), *rest]):
+        if i > last + 1:
+            rows.append(i - last - 1)
+        rows.append(steps[i])
+        last = i
+    if last < len(steps) - 1:
+        rows.append(len(steps) - 1 - last)
+    longest = STEP_ROWS - FIRST_ROWS
+    note = (
+        f"; {STEP_ROWS} of {len(steps)} steps: the first {FIRST_ROWS} and the {longest} longest of the rest "
+        "(--json holds every step, --step N shows one)"
+    )
+    return rows, note
+
+
+def _left_out(table: Table, count: int) -> None:
+    table.add_row("…", f"{count} step{'s' * (count != 1)} not shown", *[""] * (len(table.columns) - 2))
 
 
 def kernel_label(name: str) -> str:
@@ -51,12 +85,16 @@ def steps_table(result: TraceAnalysis) -> Table:
     shares = [f"{100 * c.gpu_share:.0f}% of the GPU work"] if c and gpu and c.gpu_busy_ns else []
     shares += [f"{100 * c.host_share:.0f}% of their thread's busy time"] if c and c.host_busy_ns else []
     held = f"; they hold {' and '.join(shares)}" if shares else ""
+    rows, cut = shown_steps(result.steps, lambda s: s.wall_ns)
     table = _table(
         f"{result.source}  ({result.format}{rank}; {n} step{'s' * (n != 1)} found by {result.step_rule}{held}; "
-        "times in ms)",
+        f"times in ms{cut})",
         cols,
     )
-    for s in result.steps:
+    for s in rows:
+        if isinstance(s, int):
+            _left_out(table, s)
+            continue
         row = [str(s.position), short(s.name, STEP_NAME_WIDTH), s.kind, ms(s.start_ns), ms(s.wall_ns)]
         row += [ms(s.unprofiled_estimate_ns)] if estimate else []
         if gpu:
@@ -76,9 +114,10 @@ def steps_table(result: TraceAnalysis) -> Table:
 
 def idle_table(result: TraceAnalysis) -> Table:
     """One row a step: the GPU window's idle time split HTA's way, and the launch statistics."""
+    rows, cut = shown_steps(result.steps, lambda s: s.wall_ns)
     table = _table(
         "GPU idle in each step's GPU window, and its launches (ms unless marked; launch delay from the call's start to "
-        "its kernel's, probe's definition: HTA's, from the call's end, is in --json)",
+        f"its kernel's, probe's definition: HTA's, from the call's end, is in --json{cut})",
         [
             "#",
             "step",
@@ -92,7 +131,10 @@ def idle_table(result: TraceAnalysis) -> Table:
             "kernels < 5 us",
         ],
     )
-    for s in result.steps:
+    for s in rows:
+        if isinstance(s, int):
+            _left_out(table, s)
+            continue
         table.add_row(
             str(s.position),
             short(s.name, STEP_NAME_WIDTH),
@@ -113,13 +155,17 @@ def host_tables(result: TraceAnalysis) -> list[Table]:
     adding up to the wall. Two tables, so that each fits a terminal whole."""
     purpose = [(p, p) for p in result.user_parts] + [(p.name, p.label) for p in PURPOSE_PARTS]
     mechanism = [(p.name, p.label) for p in MECHANISM_PARTS]
+    rows, cut = shown_steps(result.steps, lambda s: s.wall_ns)
     tables = []
     for by, parts, figures in (("purpose", purpose, "purpose_ns"), ("mechanism", mechanism, "mechanism_ns")):
         table = _table(
-            f"host time on each step's thread by {by} (ms; the parts add up to wall)",
+            f"host time on each step's thread by {by} (ms; the parts add up to wall){cut}",
             ["#", "step", "wall", *(label for _, label in parts)],
         )
-        for s in result.steps:
+        for s in rows:
+            if isinstance(s, int):
+                _left_out(table, s)
+                continue
             split = getattr(s, figures)
             table.add_row(
                 str(s.position), short(s.name, STEP_NAME_WIDTH), ms(s.wall_ns), *(ms(split[p]) for p, _ in parts)

@@ -45,17 +45,13 @@ def _engines(figures: list[Figure]) -> list[str]:
 def _cells(results: BenchResults) -> list[str]:
     cells = results.cells_frame()[list(CELL_COLUMNS)].copy()
     cells["decode_ops"] = cells["decode_ops"].astype("Int64")  # a count, or none where it was not measured (static)
-    if any(c.contended for c in results.cells):  # what other processes used beside each cell, the contended marked
-        cells["other CPU"] = [contention_text(c, markup=False) for c in results.cells]
     cells["tokens"] = [parity_text(c, markup=False) for c in results.cells]
+    if results.contention:  # as the terminal marks them: the other processes' cores, CONTENDED
+        cells["other CPU"] = [contention_text(c, markup=False) for c in results.cells]
     serving = results.cells_frame()[["engine", "prompt_tokens", "batch", *(name for _, name in SERVING_COLUMNS)]]
-    lines = ["## Cells", "", _markdown(cells, ".2f"), ""]
-    if contended := [c.label for c in results.cells if c.contended]:
-        lines += [
-            f"Contended: {', '.join(contended)} ran while other processes used the CPU (the other CPU column, in "
-            "cores beside this process); their timings are unreliable and no verdict rests on them alone.",
-            "",
-        ]
+    lines = ["## Cells", ""]
+    lines += [f"**Contended:** {md_escape(results.contention)}", ""] if results.contention else []
+    lines += [_markdown(cells, ".2f"), ""]
     lines += ["## Serving figures (ms; vLLM benchmark_serving definitions)", "", _markdown(serving, ".2f"), ""]
     if results.failed:
         lines += ["## Cells that failed", ""]

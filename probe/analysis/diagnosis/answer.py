@@ -18,7 +18,7 @@ from probe.analysis.ledger.gpu import attribute
 from probe.analysis.ledger.types import TraceAnalysis
 from probe.analysis.roofline.devices import Device, device, match_device, unpublished
 from probe.analysis.roofline.formulas import arch_for
-from probe.analysis.roofline.ops import OpRoofline, op_rooflines
+from probe.analysis.roofline.ops import Coverage, OpRoofline, coverage, op_calls, step_op_rooflines, trace_op_rooflines
 from probe.analysis.roofline.step import StepRoofline, TokenFlags, gpu_ms_at, step_roofline
 from probe.analysis.trace import Trace
 from probe.errors import ProbeError
@@ -36,6 +36,7 @@ class Answer:
     model: str | None = None
     dtype: str | None = None
     notes: tuple[str, ...] = ()  # what could not be done, and why
+    op_coverage: Coverage | None = None  # how much of the trace's GPU work op_roofline holds (None: no GPU work)
 
     def step_json(self, position: int) -> dict:
         """What each step of `--json` gains: its diagnosis, its roofline, its top ops' rooflines."""
@@ -53,6 +54,7 @@ class Answer:
             "op_roofline": [o.to_json() for o in self.op_roofline],
             "roofline": {"device": self.device, "model": self.model, "dtype": self.dtype},
             "answer_notes": list(self.notes),
+            "op_roofline_coverage": self.op_coverage.text if self.op_coverage else None,
         }
 
 
@@ -108,13 +110,9 @@ def answer(
     dev, why = trace_device(trace, device_name, device_given) if wanted else (None, None)
     if why:
         notes.append(why)
-    gpu = attribute(trace, *analysis.windows())
-    ops = tuple(op_rooflines(trace, gpu, dev))
-    step_ops = {}
-    for s in analysis.steps:
-        mine = gpu.op_step == s.position
-        if mine.any():
-            step_ops[s.position] = tuple(op_rooflines(trace, gpu, dev, mine)[:TOP_OPS_PER_STEP])
+    calls = op_calls(trace, attribute(trace, *analysis.windows()))  # once for the trace; each step selects from it
+    ops = tuple(trace_op_rooflines(trace, calls, dev))
+    step_ops = {k: tuple(v) for k, v in step_op_rooflines(trace, calls, dev, TOP_OPS_PER_STEP).items()}
     if analysis.on_gpu and not any(o.model for o in ops):
         notes.append("no op with a model recorded its input shapes: profile with record_shapes=True for per-op figures")
     rooflines: dict[int, StepRoofline] = {}
@@ -136,6 +134,8 @@ def answer(
             at[s.position] = gpu_ms_at(arch, kind, dev, r)
     context = replace(Context.of(trace, contended=contended, analysis=analysis), step_ops=step_ops, threads=threads)
     diagnosis = diagnose_trace(analysis, context, at)
+    replayed = analysis.totals.graph_launches > 0
+    held = coverage(ops, analysis.totals.gpu_busy_ns, replayed) if analysis.on_gpu else None
     return Answer(
         diagnosis,
         rooflines,
@@ -145,4 +145,5 @@ def answer(
         model,
         kind if rooflines else dtype,
         tuple(dict.fromkeys(notes)),
+        held,
     )

@@ -14,9 +14,10 @@ from typing import Any, Literal
 import numpy as np
 
 from probe.analysis.diagnosis.conditions import StepFacts, step_facts
+from probe.analysis.intervals import covered, merge
 from probe.analysis.ledger.types import StepLedger, TraceAnalysis
 from probe.analysis.roofline.ops import OpRoofline
-from probe.analysis.trace import GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
+from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
 
 Bound = Literal["host", "gpu", "external", "cpu_only", "unknown"]
 
@@ -25,6 +26,9 @@ EXTERNAL_SHARE = 0.5  # of the host window blocked on unseen device work: the ve
 
 
 CLOSE = 0.1  # host and GPU work within 10%: balanced
+
+
+HOLE_SHARE = 0.5  # of the measured step: a hole (no work of the trace) that long is named in the headline
 
 
 # the parts of host work the verdict names: data loading (its ranges, ops and frames), then outside it the mechanism
@@ -68,6 +72,15 @@ class Evidence:
         """Host work less the profiler's own cost: what the verdict and the what-ifs weigh."""
         return self.host_work_ns - self.profiler_ns
 
+    # The hole: of the stretch from the host window's close to the step's first GPU op, the time in which no work of
+    # the trace ran (no GPU op, no step's host window): nothing the trace holds explains it. 0 without such a stretch.
+    hole_ns: int = 0
+
+    @property
+    def hole_named(self) -> bool:
+        """A hole at least HOLE_SHARE of the measured step: the headline names it (the one rule)."""
+        return self.hole_ns > 0 and self.hole_ns >= HOLE_SHARE * self.measured_ns
+
     def to_json(self) -> dict:
         out = {}
         for name, value in vars(self).items():
@@ -105,6 +118,18 @@ class Context:
     step_ops: Mapping[int, tuple[OpRoofline, ...]] = field(default_factory=dict)  # by step position
     weights_ns: float | None = None  # a CPU step's weight bytes over the measured bandwidth
     threads: tuple[int, int] | None = None  # (intra-op threads the trace ran on, the machine's cores)
+    # The trace's work, merged, in ns from its first event: every GPU op (Context.of) and, once diagnose_trace adds
+    # them, every step's host window. A step's hole is what of its wait for its first GPU op this does not cover.
+    work: tuple[np.ndarray, np.ndarray] | None = None
+
+    def unworked_ns(self, start_ns: int, end_ns: int) -> int:
+        """Of [start, end) (ns from the trace's first event), the time no work of the trace covers."""
+        if end_ns <= start_ns:
+            return 0
+        if self.work is None:
+            return end_ns - start_ns
+        done = covered(*self.work, np.array([start_ns]), np.array([end_ns]))
+        return int(end_ns - start_ns - done[0])
 
     @classmethod
     def of(
@@ -118,16 +143,19 @@ class Context:
         contention line."""
         graph = launch = None
         facts: dict[int, StepFacts] = {}
+        work = None
         if trace is not None:
+            gpu = trace.rows(*GPU_OP_KINDS)
+            work = merge(trace.ts_ns[gpu] - trace.start_ns, trace.end_ns[gpu] - trace.start_ns)
             rt = trace.rows(Kind.RUNTIME)
-            graph_names = trace.name_ids(lambda s: api_base_name(s) in GRAPH_LAUNCH_NAMES)
-            launch_names = trace.name_ids(lambda s: api_base_name(s) in LAUNCH_NAMES)
-            graph_rows, launch_rows = rt[graph_names[trace.name_id[rt]]], rt[launch_names[trace.name_id[rt]]]
+            names = trace.name_id[rt]  # each name read once, not once a call
+            graph_rows = rt[trace.name_ids(lambda s: api_base_name(s) in GRAPH_LAUNCH_NAMES)[names]]
+            launch_rows = rt[trace.name_ids(lambda s: api_base_name(s) in LAUNCH_NAMES)[names]]
             graph = float(np.median(trace.dur_ns[graph_rows])) if len(graph_rows) else None
             launch = float(np.median(trace.dur_ns[launch_rows])) if len(launch_rows) else None
             if analysis is not None:
                 facts = step_facts(trace, analysis)
-        return cls(graph, launch, gpu_ms_at, contended, facts)
+        return cls(graph, launch, gpu_ms_at, contended, facts=facts, work=work)
 
 
 def ms(ns: float) -> str:
@@ -138,10 +166,18 @@ def pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
-def evidence(s: StepLedger) -> Evidence:
+def hole_ns(s: StepLedger, context: Context) -> int:
+    """The step's hole: from its host window's close to its first GPU op, the time no work of the trace ran."""
+    if s.gpu_start_ns is None:
+        return 0
+    return context.unworked_ns(s.start_ns + s.wall_ns, s.gpu_start_ns)
+
+
+def evidence(s: StepLedger, context: Context | None = None) -> Evidence:
     """The figures of one step. Host work splits into data loading (the data ranges' time less their sync wait) and,
     outside it, Python, dispatch, launch and runtime calls, other threads' work (time no event of the step's thread
-    covers while another thread of its process runs events) and unattributed time: the six add up to it."""
+    covers while another thread of its process runs events) and unattributed time: the six add up to it. The hole
+    needs the trace (`context`): without it, none."""
     d = s.data_mechanism_ns
     m = {k: v - d.get(k, 0) for k, v in s.mechanism_ns.items()}
     host_work = s.host_work_ns
@@ -170,6 +206,7 @@ def evidence(s: StepLedger) -> Evidence:
         launches=s.launches,
         graph_launches=s.graph_launches,
         kernels=s.kernels,
+        hole_ns=hole_ns(s, context or Context()),
         data_ns=sum(d.values()) - d.get("sync_wait", 0),
         communication_ns=s.purpose_ns.get("communication", 0),
         gpu_communication_ns=s.kernels_by_category.get("communication", 0),

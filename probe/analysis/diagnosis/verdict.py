@@ -27,6 +27,11 @@ The busy share is taken over the step read whole (`StepLedger.span_ns`: host sta
 the GPU end), not only over the GPU window: a fully busy GPU window that opens 218 ms into a 382 ms step left the
 GPU idle for the first 218 ms, and the step is host-bound.
 
+**The hole.** A step read whole can hold a stretch that is neither side's: from the host window's close to the
+step's first GPU op, time in which no work of the trace ran (no GPU op, no step's host window; `Evidence.hole_ns`).
+Nothing in the trace explains it, so where it is at least `HOLE_SHARE` of the measured step the headline names it,
+whatever the bound (`bound_words` too, the verdict in a few words).
+
 Thresholds, each named once:
 
 - `EXTERNAL_SHARE = 0.5`: a verdict rests on the majority of the host window; a wait on unseen work shorter than
@@ -44,6 +49,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from probe.analysis.diagnosis.evidence import (
     CLOSE,
     EXTERNAL_SHARE,
@@ -60,6 +67,7 @@ from probe.analysis.diagnosis.evidence import (
     site_text,
 )
 from probe.analysis.diagnosis.what_if import WhatIf, what_if
+from probe.analysis.intervals import merge
 from probe.analysis.ledger.types import StepLedger, TraceAnalysis, steady
 
 
@@ -118,7 +126,7 @@ class Diagnosis:
 def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None) -> Diagnosis:
     """The verdict on one step, its evidence in words, and what to fix first."""
     context = context or Context()
-    e = evidence(s)
+    e = evidence(s, context)
     caveats = (context.contended,) if context.contended else ()
     host = e.unprofiled_host_ns  # the profiler's own cost is not the step's
     missing = gpu_side_missing(e) if on_gpu else None
@@ -173,6 +181,22 @@ def _host_parts_text(s: StepLedger, e: Evidence, on_gpu: bool = True) -> str:
 
 _BOUND_WORD = {"host": "host-bound", "gpu": "GPU-bound", "external": "external", "cpu_only": "CPU only"}
 _BOUND_WORD["unknown"] = "unknown"
+_CPU_WORDS = {"dispatch": "mostly inside ops", "unattributed": "mostly between ops", "python": "mostly Python"}
+_CPU_WORDS |= {"launch": "mostly in runtime calls"}  # a CPU trace's host work: its ops compute, so not "dispatch"
+
+
+def bound_words(d: Diagnosis) -> str:
+    """The verdict in a few words, as a title shows it: "external, then GPU-bound", "host-bound, by python",
+    "GPU-bound, balanced", "GPU-bound, beside a 124.878 ms hole"."""
+    words = _BOUND_WORD[d.bound] + (" (no GPU side recorded)" if d.bound == "unknown" else "")
+    if d.then:
+        words += f", then {_BOUND_WORD[d.then]}"
+    if d.host_bound_by:
+        cpu = d.bound == "cpu_only"
+        by = HOST_BY_WORDS.get(d.host_bound_by, d.host_bound_by)
+        words += f", {_CPU_WORDS.get(d.host_bound_by, by)}" if cpu else f", by {by}"
+    words += ", balanced" if d.balanced else ""
+    return words + (f", beside a {ms(d.evidence.hole_ns)} ms hole" if d.evidence.hole_named else "")
 
 
 def _step_name(s: StepLedger) -> str:
@@ -252,6 +276,12 @@ def _words(
             f"for {ms(e.gpu_busy_ns)} ms "
             f"of GPU work ({ratio:.2f}x)" + (": balanced, within 10%." if balanced else ".")
         )
+    if e.hole_named:
+        headline += (
+            f" Beside it, a hole of {ms(e.hole_ns)} ms ({pct(e.hole_ns / e.measured_ns)} of the measured step): "
+            "from the host window's close to its first GPU op no work of the trace ran, so nothing the trace holds "
+            f"explains it (the step read whole is {ms(e.span_ns)} ms)."
+        )
     lines += [host_line, gpu_line]
     if e.sync_wait_ns and bound != "external":  # the external headline names the wait and its call site
         lines.append(
@@ -293,6 +323,11 @@ class TraceDiagnosis:
     median: Diagnosis | None
     by_kind: dict[str, Diagnosis]
 
+    def position_of(self, d: Diagnosis) -> int:
+        """The position of the step a diagnosis of `steps` judged: by identity, since two steps alike (a tiled
+        trace's copies) have equal diagnoses."""
+        return next(i for i, x in enumerate(self.steps) if x is d)
+
     def mix(self) -> list[tuple[str, int, int]]:
         """The steps by verdict, most time first: (the verdict in words, how many steps, their measured ns). A
         median step speaks for the others only when they agree; a training loop whose every other iteration waits
@@ -329,12 +364,23 @@ def _median_step(steps: Sequence[StepLedger]) -> StepLedger | None:
     return ordered[(len(ordered) - 1) // 2]
 
 
+def _with_windows(context: Context, analysis: TraceAnalysis) -> Context:
+    """The trace's work with every step's host window added: a hole is time neither ran in. Without the trace's GPU
+    work (no trace given) nothing is added: the windows alone would not make a hole the trace's."""
+    if context.work is None:
+        return context
+    start = np.array([s.start_ns for s in analysis.steps], np.int64)
+    end = start + np.array([s.wall_ns for s in analysis.steps], np.int64)
+    gpu_start, gpu_end = context.work
+    return replace(context, work=merge(np.concatenate((gpu_start, start)), np.concatenate((gpu_end, end))))
+
+
 def diagnose_trace(
     analysis: TraceAnalysis, context: Context | None = None, gpu_ms_at: dict[int, Callable] | None = None
 ) -> TraceDiagnosis:
     """Every step's diagnosis; `gpu_ms_at` gives a step's roofline (by position) for its batch and roofline
     what-ifs."""
-    context = context or Context()
+    context = _with_windows(context or Context(), analysis)
     gpu_ms_at = gpu_ms_at or {}
     diagnoses = {
         s.position: diagnose(

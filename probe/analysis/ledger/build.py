@@ -55,7 +55,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from probe.analysis.intervals import assign, covered, difference, merge
+from probe.analysis.intervals import assign, covered, difference, distinct_pairs, merge
 from probe.analysis.ledger import coverage, kernels
 from probe.analysis.ledger.gpu import (
     Attribution,
@@ -198,8 +198,8 @@ def _kernel_columns(trace: Trace, launches: _Launches, options: AnalyzeOptions, 
 class _Host:
     """Per step, on its own thread: both partitions, ops, frames, sync sites, and the other threads."""
 
-    purpose: dict[str, np.ndarray]
-    mechanism: dict[str, np.ndarray]
+    purpose: list[dict[str, int]]  # per step: part -> ns
+    mechanism: list[dict[str, int]]
     in_data: dict[str, np.ndarray]
     other_in_gaps: np.ndarray  # of the unattributed time outside data loading: another thread of the process ran
     external: np.ndarray
@@ -235,7 +235,7 @@ def _host_columns(trace: Trace, steps: StepSet, table: PartTable, gpu_start: np.
     totals: dict[int, list[int]] = {}
     gpu_rows = trace.rows(*GPU_OP_KINDS)
     gpu_s, gpu_e = merge(trace.ts_ns[gpu_rows], trace.end_ns[gpu_rows])  # the trace's GPU busy, every device
-    threads = np.unique(np.stack([steps.pid, steps.tid]), axis=1)
+    threads = distinct_pairs(steps.pid, steps.tid)
     for pid, tid in threads.T.tolist():
         sel = np.flatnonzero((steps.pid == pid) & (steps.tid == tid))
         lo, hi = steps.start[sel], steps.end[sel]
@@ -273,8 +273,8 @@ def _host_columns(trace: Trace, steps: StepSet, table: PartTable, gpu_start: np.
         )
     )
     return _Host(
-        purpose,
-        mechanism,
+        _by_step(purpose),
+        _by_step(mechanism),
         in_data,
         other_in_gaps,
         external,
@@ -305,6 +305,12 @@ def _own_wait(first, seg_step, seg_s, seg_e, gpu_s, gpu_e) -> np.ndarray:
     b = np.maximum(a, seg_e)
     late = _unseen_wait(gpu_s, gpu_e, a, b)
     return np.bincount(seg_step, weights=(b - a) - np.minimum(late, b - a), minlength=n).astype(np.int64)
+
+
+def _by_step(columns: dict[str, np.ndarray]) -> list[dict[str, int]]:
+    """Columns of per-step figures (one a part, never none) as one dict a step, read in one pass."""
+    names = list(columns)
+    return [dict(zip(names, row, strict=True)) for row in zip(*(columns[p].tolist() for p in names), strict=True)]
 
 
 def _others_while_idle(trace: Trace, table: PartTable, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray):
@@ -365,10 +371,12 @@ def _other_threads(trace: Trace, table: PartTable, steps: StepSet) -> list[tuple
     host = trace.rows(Kind.PYTHON, Kind.CPU_OP, Kind.RUNTIME)
     if not n or not len(host):
         return [() for _ in range(n)]
-    threads = np.unique(np.stack([trace.pid[host], trace.tid[host]]), axis=1)
+    threads = distinct_pairs(trace.pid[host], trace.tid[host])
     for pid, tid in threads.T.tolist():
-        busy, by = thread_busy(trace, table, pid, tid, steps.start, steps.end)
         mine = (steps.pid == pid) & (steps.tid == tid)
+        if mine.all():  # every step is this thread's own: nothing of it to report (and its pass is the costliest)
+            continue
+        busy, by = thread_busy(trace, table, pid, tid, steps.start, steps.end)
         for i in np.flatnonzero((busy > 0) & ~mine).tolist():
             out[i].append(ThreadTime(pid, tid, int(busy[i]), {p: int(v[i]) for p, v in by.items() if v[i]}))
     return [tuple(sorted(lst, key=lambda t: (-t.busy_ns, t.pid, t.tid))) for lst in out]
@@ -414,8 +422,8 @@ def _step_ledger(i: int, steps: StepSet, la: _Launches, ke: _Kernels, ho: _Host,
         capturable_ns=int(ho.capturable[i]),
         capture_region=ho.capture_region[i],
         tokens=steps.tokens_of(i),
-        purpose_ns={p: int(v[i]) for p, v in ho.purpose.items()},
-        mechanism_ns={p: int(v[i]) for p, v in ho.mechanism.items()},
+        purpose_ns=ho.purpose[i],
+        mechanism_ns=ho.mechanism[i],
         data_mechanism_ns={p: int(v[i]) for p, v in ho.in_data.items() if v[i]},
         launches_unmatched=int(la.unmatched[i]),
         unattributed_other_ns=int(ho.other_in_gaps[i]),

@@ -662,16 +662,24 @@ def _sync_sites(trace: Trace, table: PartTable, inner: _Innermost, seg, step, ns
         & ((trace.copy_kind[calls] >= 0) | np.isin(keys, np.fromiter(copies, np.int64, len(copies))))
     )
 
+    # the copy calls by (parent, start, the first one last among equal starts): a site finds the latest copy under
+    # its parent by two searches, not by a pass over the thread's events (one a step would cost steps x events)
+    copy_at = np.flatnonzero(is_copy)
+    copy_at = copy_at[np.lexsort((-copy_at, inner.start[copy_at], inner.parent[copy_at]))]
+    copy_parent, copy_start = inner.parent[copy_at], inner.start[copy_at]
+
     def copied(site: int) -> tuple[int | None, str | None, str | None]:
         """The blocking call's own copy, else the latest copy call before it under the same parent; its size and
         direction from the call's own args, else from the GPU copy it launched; its host memory from the GPU
         copy's name (kineto's `Memcpy DtoH (Device -> Pageable)`)."""
         at = site
         if not is_copy[site]:
-            same = np.flatnonzero(is_copy & (inner.parent == inner.parent[site]) & (inner.start <= inner.start[site]))
-            if not len(same):
+            parent = inner.parent[site]
+            a, b = int(np.searchsorted(copy_parent, parent)), int(np.searchsorted(copy_parent, parent, side="right"))
+            k = a + int(np.searchsorted(copy_start[a:b], inner.start[site], side="right")) - 1
+            if k < a:
                 return None, None, None
-            at = int(same[np.argmax(inner.start[same])])
+            at = int(copy_at[k])
         row = int(calls[at])
         size, direction = copies.get(int(keys[at]), (-1, -1))
         size = int(trace.bytes[row]) if trace.bytes[row] >= 0 else size

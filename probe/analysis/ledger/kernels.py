@@ -277,7 +277,9 @@ def _first_template_argument(text: str) -> str:
 def short_name(name: str) -> str:
     """A kernel's name the way nsys and TraceLens print it for people: no return type, template arguments or
     parameter list. `void at::native::elementwise_kernel<128, 4, ...>(int, ...)` -> `at::native::elementwise_kernel`;
-    a mangled `_ZN5aiter24add_rmsnorm_quant_kernelI...` -> `aiter::add_rmsnorm_quant_kernel`; a generic wrapper keeps
+    a mangled `_ZN5aiter24add_rmsnorm_quant_kernelI...` -> `aiter::add_rmsnorm_quant_kernel`; a SFINAE return type
+    is a return type (`std::enable_if<((8)>(0)), void>::type vllm::fused_add_rms_norm_kernel<...>(...)` ->
+    `vllm::fused_add_rms_norm_kernel`); a generic wrapper keeps
     its first template argument (`cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align1>`). Names that
     are not C++ signatures (`Memcpy DtoD (Device -> Device)`, `Cijk_...`, Triton's `triton_poi_fused_...`) come back
     unchanged. Traces cut long names, so an unclosed bracket ends the name where it opens."""
@@ -291,9 +293,10 @@ def short_name(name: str) -> str:
         c = name[i]
         after_name = bool(out) and (out[-1].isalnum() or out[-1] in "_>]:")
         if c == "<" and after_name:
-            depth, j = 1, i + 1
-            while j < n and depth:
-                depth += (name[j] == "<") - (name[j] == ">")
+            depth, parens, j = 1, 0, i + 1
+            while j < n and depth:  # a `>` inside parentheses is a comparison: enable_if<((8)>(0)), void>
+                parens += (name[j] == "(") - (name[j] == ")")
+                depth += ((name[j] == "<") - (name[j] == ">")) * (parens == 0)
                 j += 1
             template, signature, i = name[i + 1 : j - 1], True, j
             continue

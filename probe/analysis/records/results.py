@@ -375,6 +375,19 @@ class BenchResults:
         (the settled config's, written by the same process), else the config's."""
         return self.env.dtype or self.config.dtype
 
+    @property
+    def contention(self) -> str | None:
+        """One line naming the cells measured while other processes took the CPU (Cell.contended,
+        probe.analysis.records.telemetry's rule), as `probe run`, report.md and the explorer say it; None if none."""
+        contended = [c for c in self.cells if c.contended]
+        if not contended:
+            return None
+        names = ", ".join(f"{c.label} ({c.other_cpu_cores or 0:.2f})" for c in contended)
+        return (
+            f"{len(contended)} of {len(self.cells)} cells ran while other processes used the CPU "
+            f"(cores beside this one: {names}); their timings are unreliable (docs/sweeps.md, Contention)"
+        )
+
     def to_json(self) -> dict:
         return {
             "version": SCHEMA_VERSION,

@@ -28,6 +28,7 @@ from typing import Literal
 
 from probe.analysis.ledger.kernels import DEFAULT_RULES, short_name
 from probe.analysis.records.environment import EnvDifference
+from probe.analysis.regression.comparable import Comparable, comparable
 from probe.analysis.regression.rules import ALPHA, DEFAULTS, MIN_SAMPLES, THRESHOLD, CompareRules
 from probe.analysis.regression.samples import (
     KERNELS,
@@ -50,6 +51,7 @@ Verdict = Literal[
     "too few samples",
     "skipped: versions differ",  # counts across torch / transformers: shown, not gated
     "skipped: devices differ",  # anything across devices: shown, not gated
+    "skipped: work differs",  # the steps did different work (probe.analysis.regression.comparable): shown, not gated
     "contended: not judged",  # timings measured while other processes took the CPU
     "engines differ: not gated",  # counts of two different engines (probe ab): a difference, not a regression
 ]
@@ -127,6 +129,11 @@ class Comparison:
     notes: tuple[str, ...] = ()  # quiet: absent metrics, keys on one side only
     versions_differ: bool = False  # torch, transformers or the device: counts are not gated
     devices_differ: bool = False  # nothing is gated
+    comparable: Comparable | None = None  # the keys compared and how their work differs (work differs: not gated)
+
+    @property
+    def work_differs(self) -> bool:
+        return self.comparable is not None and self.comparable.work_differs
 
     @property
     def regressed(self) -> bool:
@@ -149,6 +156,7 @@ class Comparison:
                 **rules,
                 "versions_differ": self.versions_differ,
                 "devices_differ": self.devices_differ,
+                "work_differs": self.work_differs,
                 "warnings": list(self.warnings),
                 "notes": list(self.notes),
                 "alerts": [asdict(a) for a in self.alerts],
@@ -392,18 +400,6 @@ def _versus(d: EnvDifference) -> str:
     return f"{d.key} differs: {d.ours} (baseline) vs {d.theirs} (current)"
 
 
-def check_configs(base: SampleSet, cur: SampleSet) -> None:
-    if base.family != cur.family:
-        raise ProbeError(
-            f"cannot compare a {base.family} input ({base.source}) with a {cur.family} input "
-            f"({cur.source}): compare results with results, traces with traces"
-        )
-    for name in sorted(set(base.config) & set(cur.config)):
-        b, c = base.config[name], cur.config[name]
-        if b is not None and c is not None and b != c:
-            raise ProbeError(f"mismatched configs: {name} is {b} in {base.source} but {c} in {cur.source}")
-
-
 def _check_complete(base: SampleSet, cur: SampleSet) -> None:
     """The count gate needs every cell of the baseline."""
     missing = [k for k in base.units if k not in cur.units]
@@ -442,10 +438,14 @@ def _count_rows(
     return rows, alerts, changes
 
 
-def _timing_rows(b: Unit, c: Unit, rules: CompareRules, devices_differ: bool) -> tuple[list[Row], list[Alert]]:
+def _timing_rows(
+    b: Unit, c: Unit, rules: CompareRules, devices_differ: bool, work_differs: bool = False
+) -> tuple[list[Row], list[Alert]]:
     skipped: Verdict | None = None
     if devices_differ:
         skipped = "skipped: devices differ"
+    elif work_differs:
+        skipped = "skipped: work differs"
     elif b.contended or c.contended:
         skipped = "contended: not judged"
     rows = [
@@ -515,14 +515,11 @@ def compare(
     `require_same_env` torch, transformers or a device that differ (the gate would otherwise switch itself off).
     Without `gate_counts` (two different engines side by side, probe ab) the launch counts are shown and every op
     that differs is listed, as a difference between the two, never an alert."""
-    check_configs(base, cur)
-    keys = [k for k in base.units if k in cur.units]
-    if not keys:
-        raise ProbeError(
-            f"mismatched configs: no {'step kind' if base.family == 'trace' else 'cell'} in common "
-            f"(baseline: {', '.join(base.units)}; current: {', '.join(cur.units)})"
-        )
+    shared = comparable(base, cur)  # ProbeError when nothing can be compared
+    keys = shared.keys
     warnings, differences = environment_warnings(base, cur, timings=not rules.counts_only)
+    if shared.warning:
+        warnings.append(shared.warning)
     if require_same_env and differences:
         raise ProbeError(f"--require-same-env: {_versus(differences[0])}")
     if rules.counts_only:
@@ -535,6 +532,8 @@ def compare(
         skipped = "skipped: versions differ"
     elif not gate_counts:
         skipped = "engines differ: not gated"
+    if shared.work_differs and not devices_differ:
+        skipped = "skipped: work differs"
     rows, alerts, changes = [], [], []
     for key in keys:
         b, c = base.units[key], cur.units[key]
@@ -543,7 +542,7 @@ def compare(
         alerts += a
         changes += ch
         if not rules.counts_only:
-            r, a = _timing_rows(b, c, rules, devices_differ)
+            r, a = _timing_rows(b, c, rules, devices_differ, shared.work_differs)
             rows += r
             alerts += a
     return Comparison(
@@ -561,6 +560,7 @@ def compare(
         ),
         bool(differences),
         devices_differ,
+        shared,
     )
 
 
@@ -570,6 +570,7 @@ __all__ = [
     "MIN_SAMPLES",
     "THRESHOLD",
     "Alert",
+    "Comparable",
     "Comparison",
     "CompareRules",
     "Metric",
@@ -578,6 +579,7 @@ __all__ = [
     "SampleSet",
     "Unit",
     "compare",
+    "comparable",
     "fmt_count",
     "from_analysis",
     "from_results",

@@ -41,8 +41,8 @@ DECODE_LAUNCHES = Metric("decode_launches", "launches/decode step", "count")
 PREFILL_LAUNCHES = Metric("prefill_launches", "launches/prefill", "count")
 LAUNCHES = Metric("launches", "launches/step", "count")
 KERNELS = Metric("kernels", "kernels/step", "count")  # GPU traces: kernels launched per step, by name
-HOST_US = Metric("host_us_per_step", "host us/step", "timing")
-CACHE_US = Metric("cache_us_per_step", "cache us/step", "timing")
+HOST_US = Metric("host_us_per_step", "host µs/step", "timing")
+CACHE_US = Metric("cache_us_per_step", "cache µs/step", "timing")
 TTFT_MS = Metric("ttft_ms", "TTFT ms", "timing")
 TOK_S = Metric("decode_tok_s", "decode tok/s", "timing", higher_is_worse=False)
 METRICS = {m.name: m for m in (DECODE_LAUNCHES, PREFILL_LAUNCHES, LAUNCHES, KERNELS, HOST_US, CACHE_US, TTFT_MS, TOK_S)}
@@ -63,6 +63,10 @@ class Unit:
     # A trace's steps one by one: (step name, count metric -> its launches by op or kernel name), so that two traces
     # of the same iterations are diffed step by step, as HTA's trace diff does (empty: bench cells, the history).
     steps: tuple[tuple[str, dict[str, dict[str, float]]], ...] = ()
+    # What a step of the kind processed, as its engine marker says (work_text): two traces whose steps did different
+    # work are shown, not judged (probe.analysis.regression.comparable). None: not said (or a bench cell, whose key
+    # already holds its prompt, new tokens and batch).
+    work: str | None = None
 
 
 @dataclass(frozen=True)
@@ -168,11 +172,30 @@ def from_analysis(analysis, source: str, meta: Sidecar | None, devices: Sequence
             )
             for s in mine
         )
-        units[kind] = Unit(kind, counts, ops, samples, contended, each)
+        units[kind] = Unit(kind, counts, ops, samples, contended, each, work_text(mine))
     notes = () if timed_cache else (f"{source}: no cache ranges in the trace, so {CACHE_US.label} is absent",)
     # The engine is left out: a changed engine (a module:Class spec) against the stock one is the point.
     config = {k: getattr(meta.config, k) for k in ("model", "dtype", "prompt", "batch")} if meta else {}
     return SampleSet(source, "trace", trace_environment(meta, devices), config, units, notes)
+
+
+def work_text(steps: Sequence) -> str | None:
+    """What the steps processed, by their engine markers (StepTokens): "32 sequences, 32 new tokens, 32,753 cached"
+    when every step says the same, each distinct one when they differ; None when no marker says."""
+    said = [_tokens_text(s.tokens) for s in steps if s.tokens is not None]
+    if len(said) < len(steps) or not said:
+        return None
+    distinct = list(dict.fromkeys(said))
+    return distinct[0] if len(distinct) == 1 else f"{len(distinct)} different: " + " | ".join(distinct[:3])
+
+
+def _tokens_text(t) -> str:
+    parts = [f"{t.sequences:,} sequences"]
+    if t.new_tokens is not None:
+        parts.append(f"{t.new_tokens:,} new tokens")
+    if t.context_tokens is not None:
+        parts.append(f"{t.context_tokens:,} cached")
+    return ", ".join(parts)
 
 
 def load_trace_samples(path: Path) -> SampleSet:

@@ -3,13 +3,13 @@ cell by cell (two runs), and probe compare's own table."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from probe.analysis.ledger.types import TraceAnalysis, steady
+from probe.analysis.ledger.types import TraceAnalysis
 from probe.analysis.records.results import BenchResults
 from probe.analysis.regression.compare import COLUMNS, Comparison, row_cells
 from probe.explorer.figures.ledger import host_categories, ledger_frame
@@ -21,11 +21,17 @@ CATEGORY_LABELS = {"wall": "wall", **dict(HOST_CATEGORIES), **dict(GPU_CATEGORIE
 DELTA_COLUMNS = ["what", "baseline", "current", "delta", "delta_pct"]
 
 
-def trace_categories(analysis: TraceAnalysis) -> dict[str, float]:
-    """Mean per steady-state step of wall, each host category and, on a GPU trace, GPU busy / idle (ms), and
+def compared_kind(kinds: Sequence[str]) -> str:
+    """The step kind Compare draws, of those probe compare holds to each other: decode when both have it (the steady
+    steps), else the first."""
+    return "decode" if "decode" in kinds else kinds[0]
+
+
+def trace_categories(analysis: TraceAnalysis, kind: str) -> dict[str, float]:
+    """Mean per step of this kind of wall, each host category and, on a GPU trace, GPU busy / idle (ms), and
     the dispatch count. Means, not medians, so the host categories still add up to the wall time."""
     frame = ledger_frame(analysis)
-    frame = frame[frame["position"].isin([s.position for s in steady(analysis.steps)])]
+    frame = frame[frame["kind"] == kind]
     keys = ["wall"] + [k for k, _ in host_categories(analysis)]
     if analysis.on_gpu:  # a CPU-only trace has no GPU side to compare
         keys += [k for k, _ in GPU_CATEGORIES]
@@ -34,14 +40,18 @@ def trace_categories(analysis: TraceAnalysis) -> dict[str, float]:
     return out
 
 
-def delta_frame(base: Mapping[str, float], cur: Mapping[str, float], names: Mapping[str, str]) -> pd.DataFrame:
-    """Baseline, current, current - baseline and the change in % for every key of `names` both sides have."""
+def delta_frame(
+    base: Mapping[str, float], cur: Mapping[str, float], names: Mapping[str, str], percent: bool = True
+) -> pd.DataFrame:
+    """Baseline, current, current - baseline and the change in % for every key of `names` both sides have; no %
+    (NaN) where the two sides did different work (probe.analysis.regression.comparable)."""
     rows = []
     for key, name in names.items():
         if key not in base or key not in cur:
             continue
         b, c = base[key], cur[key]
-        rows.append({"what": name, "baseline": b, "current": c, "delta": c - b, "delta_pct": _pct(c - b, b)})
+        pct = _pct(c - b, b) if percent else float("nan")
+        rows.append({"what": name, "baseline": b, "current": c, "delta": c - b, "delta_pct": pct})
     return pd.DataFrame(rows, columns=DELTA_COLUMNS)
 
 
@@ -49,14 +59,18 @@ def _pct(delta: float, base: float) -> float:
     return 100 * delta / base if base else float("nan")
 
 
-def trace_compare_frame(base_analysis: TraceAnalysis, cur_analysis: TraceAnalysis) -> pd.DataFrame:
+def trace_compare_frame(
+    base_analysis: TraceAnalysis, cur_analysis: TraceAnalysis, kind: str, percent: bool = True
+) -> pd.DataFrame:
+    """The two traces' steps of one kind (one probe compare holds to each other), category by category."""
     names = {
         "wall": "wall",
         **dict(host_categories(cur_analysis)),
         **dict(GPU_CATEGORIES),
         "dispatch": "dispatch / step",
     }
-    return delta_frame(trace_categories(base_analysis), trace_categories(cur_analysis), names)
+    base, cur = (trace_categories(a, kind) for a in (base_analysis, cur_analysis))
+    return delta_frame(base, cur, names, percent)
 
 
 def trace_compare_figure(frame: pd.DataFrame, base_name: str, cur_name: str) -> go.Figure:
@@ -104,13 +118,14 @@ def _signed(delta: float, pct: float) -> str:
     return f"{delta:+.3f} ms" + ("" if pct != pct else f" ({pct:+.0f}%)")
 
 
-def run_compare_frame(base: BenchResults, cur: BenchResults) -> pd.DataFrame:
-    """One row a cell both runs have (engine, prompt, new tokens, batch) and a sweep metric: the change."""
-    mine = {c.key: c for c in cur.cells}
+def run_compare_frame(base: BenchResults, cur: BenchResults, cells: Sequence[str]) -> pd.DataFrame:
+    """One row a cell probe compare holds to each other (`cells`, by key: engine, prompt, new tokens, batch) and a
+    sweep metric: the change."""
+    mine = {str(c.key): c for c in cur.cells}
     rows = []
     for b in base.cells:
-        c = mine.get(b.key)
-        if c is None:
+        c = mine.get(str(b.key))
+        if c is None or str(b.key) not in cells:
             continue
         for metric, name in SWEEP_METRICS:
             bv, cv = getattr(b, metric), getattr(c, metric)

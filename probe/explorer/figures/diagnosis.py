@@ -6,21 +6,20 @@ predictions against measurement and the write-ups' claims, as `probe run` prints
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Collection, Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
 
-from probe.analysis.diagnosis.evidence import HOST_BY_WORDS
 from probe.analysis.diagnosis.report import Report
 from probe.analysis.diagnosis.verdict import Diagnosis
+from probe.analysis.records.results import BenchResults
 from probe.analysis.roofline.devices import Device
 from probe.analysis.roofline.ops import OpRoofline
 from probe.analysis.roofline.step import StepRoofline
-from probe.explorer.figures.style import COLORS, SERIES, color, label, labels, short
+from probe.explorer.figures.style import COLORS, SERIES, color, label, labels, log_axis, short
 
-BOUND_WORDS = {"host": "host-bound", "gpu": "GPU-bound", "external": "external", "cpu_only": "CPU only"}
-BOUND_WORDS["unknown"] = "unknown (no GPU side recorded)"
 # The measured step, piece by piece: the host window by mechanism (Evidence's figures), then the GPU's work.
 HOST_PIECES = (
     ("data", "data loading", "data_ns"),
@@ -30,34 +29,44 @@ HOST_PIECES = (
     ("other_threads", "other threads' work", "other_threads_ns"),
     ("unattributed", "unattributed", "unattributed_ns"),
 )
-CPU_WORDS = {"dispatch": "mostly inside ops", "unattributed": "mostly between ops", "python": "mostly Python"}
-CPU_WORDS |= {"launch": "mostly in runtime calls"}  # a CPU trace's host work: its ops compute, so "dispatch" is compute
-ROOF_SIZES = (6, 40)
-LOG_TICKS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100)  # a ratio axis read in round numbers
-ROOF_DASH = (
-    "solid",
-    "dash",
-    "dot",
-    "dashdot",
-)  # a roof line per dtype  # marker diameter range, px: area grows with an op's share of the kernel time
+ROOF_SIZES = (6, 40)  # marker diameter range, px: area grows with an op's share of the kernel time
+ROOF_DASH = ("solid", "dash", "dot", "dashdot")  # a roof line per dtype
 
 
-def bound_text(d: Diagnosis) -> str:
-    """The verdict in a few words: "external, then GPU-bound", "host-bound, by python", "GPU-bound, balanced"."""
-    words = BOUND_WORDS[d.bound]
-    if d.then:
-        words += f", then {BOUND_WORDS[d.then]}"
-    if d.host_bound_by:
-        by = CPU_WORDS.get(d.host_bound_by, d.host_bound_by) if d.bound == "cpu_only" else d.host_bound_by
-        by = HOST_BY_WORDS.get(by, by)
-        words += f", {by}" if d.bound == "cpu_only" else f", by {by}"
-    return words + (", balanced" if d.balanced else "")
+# `probe analyze`'s flags as the sidebar names what they set: the answer's notes, said where the app reads them
+SIDEBAR_WORDS = {
+    "--device NAME": "the sidebar's device (its Roofline box)",
+    "--model": "the sidebar's model",
+    "--tokens": "the sidebar's new tokens a step",
+    "--batch": "the sidebar's sequences",
+    "--context": "the sidebar's cached context",
+}
+_FLAG = re.compile("|".join(re.escape(flag) + r"\b" for flag in SIDEBAR_WORDS))
+
+
+def sidebar_words(text: str) -> str:
+    """A note of the answer with each flag it names said as the sidebar box that sets the same thing."""
+    return _FLAG.sub(lambda m: SIDEBAR_WORDS[m.group()], re.sub(r"\bgive (?=--)", "set ", text))
+
+
+def evidence_metrics(d: Diagnosis) -> list[tuple[str, str]]:
+    """The step's figures as the Diagnosis has them (and probe analyze prints them), for a view's metrics: the
+    measured step, the host window and its work, the GPU's work, the sync wait split by whether the trace's GPU
+    work ran, and the hole when there is one."""
+    e = d.evidence
+    out = [("measured step", e.measured_ns), ("host window", e.wall_ns), ("host work", e.host_work_ns)]
+    if d.bound != "cpu_only":
+        out.append(("GPU work", e.gpu_busy_ns))
+    out += [("sync wait, GPU working", e.sync_wait_ns - e.external_wait_ns), ("external wait", e.external_wait_ns)]
+    if e.hole_ns:
+        out.append(("hole", e.hole_ns))
+    return [(name, f"{ns / 1e6:.3f} ms") for name, ns in out]
 
 
 def step_frame(d: Diagnosis, roofline: StepRoofline | None = None) -> pd.DataFrame:
-    """The rows of step_figure: each piece of the host window (by mechanism, the sync wait split into what waited
-    on the trace's own GPU work and what waited on work the trace does not hold), the GPU's work, and with a model
-    the roofline's two terms, in ms."""
+    """The rows of step_figure, each the Diagnosis's own figure (probe analyze prints the same): the host window by
+    mechanism, its sync wait split into waiting while the trace's GPU work ran and the external wait (no GPU op of
+    the trace ran); the GPU's work; the hole, when the step has one; with a model, the roofline's two terms; in ms."""
     e = d.evidence
     rows = [
         {"row": "host window", "piece": name, "key": key, "ms": getattr(e, field) / 1e6}
@@ -66,7 +75,7 @@ def step_frame(d: Diagnosis, roofline: StepRoofline | None = None) -> pd.DataFra
     rows.append(
         {
             "row": "host window",
-            "piece": "sync wait",
+            "piece": "sync wait, the trace's GPU working",
             "key": "sync_wait",
             "ms": (e.sync_wait_ns - e.external_wait_ns) / 1e6,
         }
@@ -74,17 +83,28 @@ def step_frame(d: Diagnosis, roofline: StepRoofline | None = None) -> pd.DataFra
     rows.append({"row": "host window", "piece": "external wait", "key": "external", "ms": e.external_wait_ns / 1e6})
     if d.bound != "cpu_only":
         rows.append({"row": "GPU work", "piece": "GPU busy", "key": "gpu_busy", "ms": e.gpu_busy_ns / 1e6})
+    if e.hole_ns:
+        rows.append({"row": "hole", "piece": "hole: no work of the trace", "key": "hole", "ms": e.hole_ns / 1e6})
     if roofline is not None:
-        rows.append({"row": "roofline traffic", "piece": "traffic time", "key": "roofline", "ms": roofline.traffic_ms})
+        rows.append(
+            {"row": "roofline traffic", "piece": "traffic time", "key": "roofline_traffic", "ms": roofline.traffic_ms}
+        )
         if roofline.compute_ms is not None:
-            rows.append({"row": "roofline compute", "piece": "compute time", "key": "gemm", "ms": roofline.compute_ms})
+            rows.append(
+                {
+                    "row": "roofline compute",
+                    "piece": "compute time",
+                    "key": "roofline_compute",
+                    "ms": roofline.compute_ms,
+                }
+            )
     return pd.DataFrame(rows)
 
 
 def step_figure(d: Diagnosis, roofline: StepRoofline | None = None) -> go.Figure:
-    """The measured step beside its model: the host window stacked by what ran (its sync wait marked, external
-    wait apart), the GPU's work, and, with a model, the roofline's traffic and compute time; the dashed line is the
-    measured step, max(host window, GPU busy)."""
+    """The measured step beside its model: the host window stacked by what ran (its sync wait split by whether the
+    trace's GPU work ran), the GPU's work, the hole, and, with a model, the roofline's traffic and compute time; the
+    dashed line is the measured step, max(host window, GPU busy), labelled above the plot."""
     frame = step_frame(d, roofline)
     order = list(dict.fromkeys(frame["row"]))
     fig = go.Figure()
@@ -98,19 +118,21 @@ def step_figure(d: Diagnosis, roofline: StepRoofline | None = None) -> go.Figure
                 x=rows["ms"],
                 orientation="h",
                 name=label(piece),
-                marker_color=color(key),
+                marker={"color": color(key), "pattern": {"shape": "x" if key == "hole" else ""}},
                 hovertemplate="%{x:.3f} ms<extra>%{fullData.name}</extra>",
             )
         )
     measured = d.evidence.measured_ns / 1e6
     fig.add_vline(x=measured, line={"dash": "dash", "color": COLORS["line"], "width": 1})
-    fig.add_annotation(x=measured, y=1.0, yref="paper", text=f"measured step {measured:.3f} ms", showarrow=False)
-    height = 130 + 42 * len(order)
+    fig.add_annotation(
+        x=measured, y=1.0, yref="paper", yanchor="bottom", text=f"measured step {measured:.3f} ms", showarrow=False
+    )
+    height = 150 + 42 * len(order)
     fig.update_layout(
         barmode="stack",
         height=height,
-        margin={"t": 30, "b": 10, "l": 10},
-        legend={"orientation": "h", "yanchor": "top", "y": -50 / (height - 90)},  # below the axis and its title
+        margin={"t": 40, "b": 10, "l": 10},
+        legend={"orientation": "h", "yanchor": "top", "y": -50 / (height - 110)},  # below the axis and its title
         xaxis_title="ms",
         yaxis={"categoryorder": "array", "categoryarray": order[::-1]},
     )
@@ -169,18 +191,20 @@ def op_roofline_frame(ops: Sequence[OpRoofline]) -> pd.DataFrame:
             "kernel_ms_total": o.kernel_us_total / 1e3,
             "kernel_us_median": o.kernel_us_median,
             "gflop": None if o.flops is None else o.flops / 1e9,
-            "mib": None if o.bytes is None else o.bytes / 2**20,
+            "mb": None if o.bytes is None else o.bytes / 1e6,
             "intensity": o.intensity,
             "tflops_s": o.tflops_s_median,
             "tb_s": o.tb_s_median,
             "bound": o.bound,
             "roof_pct": o.roof_pct,
+            "over_roof": o.over_roof,
             "model": o.model,
+            "over_roof_why": o.over_roof_why,
         }
         for o in ops
     ]
-    columns = ["op", "shapes", "dtype", "count", "kernel_ms_total", "kernel_us_median", "gflop", "mib"]
-    columns += ["intensity", "tflops_s", "tb_s", "bound", "roof_pct", "model"]
+    columns = ["op", "shapes", "dtype", "count", "kernel_ms_total", "kernel_us_median", "gflop", "mb"]
+    columns += ["intensity", "tflops_s", "tb_s", "bound", "roof_pct", "over_roof", "model", "over_roof_why"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -200,10 +224,21 @@ def roofs(device: Device, dtypes: Sequence[str], intensities: Sequence[float]) -
     return out
 
 
+def point_group(o: OpRoofline, device: Device | None) -> str:
+    """Which legend group an op's point falls in: its bound, or why it has none (no device named, no dtype
+    recorded, no peak for its dtype on the device)."""
+    if o.bound:
+        return f"{o.bound}-bound"
+    if device is None:
+        return "no device"
+    return "no dtype" if o.dtype is None else f"no {o.dtype} peak"
+
+
 def op_roofline_figure(ops: Sequence[OpRoofline], device: Device | None) -> go.Figure:
     """Each modelled (op, shapes) as a point: arithmetic intensity (FLOP/byte) against achieved TFLOP/s at its
-    median call, the marker's area its share of the kernel time, coloured by the bound; log axes; the device's
-    compute roof and bandwidth slope per dtype, so an op far below its roof stands out."""
+    median call, the marker's area its share of the kernel time, coloured by the bound; log axes ticked at values
+    that read as written; the device's compute roof and bandwidth slope per dtype, so an op far below its roof
+    stands out. A point over its roof is ringed in red, and its hover says which peak it passed and why."""
     points = [o for o in ops if o.intensity and o.tflops_s_median]
     fig = go.Figure()
     if not points:
@@ -211,40 +246,46 @@ def op_roofline_figure(ops: Sequence[OpRoofline], device: Device | None) -> go.F
     biggest = max(o.kernel_us_total for o in points)
     groups: dict[str, list[OpRoofline]] = {}
     for o in points:
-        groups.setdefault(o.bound or "no device", []).append(o)
-    for bound, rows in groups.items():
+        groups.setdefault(point_group(o, device), []).append(o)
+    fill = {"compute-bound": COLORS["gemm"], "memory-bound": COLORS["moe"]}
+    for group, rows in groups.items():
         fig.add_trace(
             go.Scatter(
                 x=[o.intensity for o in rows],
                 y=[o.tflops_s_median for o in rows],
                 mode="markers",
-                name=label(f"{bound}-bound" if bound in ("compute", "memory") else bound),
+                name=label(group),
                 marker={
                     "size": [_size(o.kernel_us_total, biggest) for o in rows],
-                    "color": {"compute": COLORS["gemm"], "memory": COLORS["moe"]}.get(bound, COLORS["unknown"]),
+                    "color": fill.get(group, COLORS["unknown"]),
                     "opacity": 0.7,
-                    "line": {"width": 1, "color": "white"},
+                    "line": {
+                        "width": [3 if o.over_roof else 1 for o in rows],
+                        "color": [COLORS["flagged"] if o.over_roof else "white" for o in rows],
+                    },
                 },
                 customdata=[
                     [
                         label(o.op),
                         label(short(o.shapes, 80)),
-                        o.dtype or "-",
+                        o.dtype or "no dtype",
                         "-" if o.roof_pct is None else f"{o.roof_pct:.1f}%",
                         o.kernel_us_total / 1e3,
                         o.count,
                         o.tb_s_median,
+                        _wrap_words(f"over its roof: {o.over_roof_why}") if o.over_roof_why else "",
                     ]
                     for o in rows
                 ],
-                hovertemplate="%{customdata[0]} %{customdata[1]} %{customdata[2]}<br>%{x:.1f} FLOP/B, "
-                "%{y:.1f} TFLOP/s, %{customdata[6]:.2f} TB/s: %{customdata[3]} of the roof<br>"
-                "%{customdata[4]:.3f} ms of kernels in %{customdata[5]} call(s)<extra></extra>",
+                hovertemplate="%{customdata[0]} %{customdata[1]} %{customdata[2]}<br>%{x:.3g} FLOP/B, "
+                "%{y:.3g} TFLOP/s, %{customdata[6]:.3g} TB/s: %{customdata[3]} of the roof<br>"
+                "%{customdata[4]:.3f} ms of kernels in %{customdata[5]} call(s)<br>%{customdata[7]}<extra></extra>",
             )
         )
+    intensities = [o.intensity for o in points if o.intensity]
+    achieved = [o.tflops_s_median for o in points if o.tflops_s_median]
     if device is not None:
-        # every point has an intensity (the filter above); said again so its type is float
-        found = roofs(device, [o.dtype for o in points if o.dtype], [o.intensity for o in points if o.intensity])
+        found = roofs(device, [o.dtype for o in points if o.dtype], intensities)
         for dash, roof in zip(ROOF_DASH * len(found), found, strict=False):
             fig.add_trace(
                 go.Scatter(
@@ -256,14 +297,27 @@ def op_roofline_figure(ops: Sequence[OpRoofline], device: Device | None) -> go.F
                     hoverinfo="skip",
                 )
             )
+            achieved += [y for y in roof["y"] if y > 0]
     fig.update_layout(
-        height=480,
+        height=520,
         margin={"t": 10, "b": 10, "l": 10},
-        xaxis={"type": "log", "title": "arithmetic intensity (FLOP / byte, per call)"},
-        yaxis={"type": "log", "title": "achieved TFLOP/s (median call)"},
+        xaxis=log_axis(intensities, "arithmetic intensity (FLOP / byte, per call)"),
+        yaxis=log_axis(achieved, "achieved TFLOP/s (median call)"),
         legend={"orientation": "h", "y": -0.2},
+        hoverlabel={"align": "left"},
     )
     return fig
+
+
+def _wrap_words(text: str, width: int = 100) -> str:
+    """Escaped for plotly and cut at spaces into lines of about `width` characters."""
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and len(lines[-1]) + len(word) < width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "<br>".join(label(line) for line in lines)
 
 
 def _size(value: float, biggest: float) -> float:
@@ -274,8 +328,15 @@ def _size(value: float, biggest: float) -> float:
 # ---- a run folder -----------------------------------------------------------------------------------------------
 
 
-def predictions_frame(report: Report) -> pd.DataFrame:
-    """The run's cells, predicted against measured, as `probe run` prints them (render.predictions_table)."""
+def contended_cells(results: BenchResults) -> set[tuple[str, int, int]]:
+    """(engine, prompt, batch) of each cell measured while other processes took the CPU (Cell.contended: the
+    telemetry's contention rule, which `probe run` warns about)."""
+    return {(c.engine, c.prompt_tokens, c.batch) for c in results.cells if c.contended}
+
+
+def predictions_frame(report: Report, contended: Collection[tuple[str, int, int]] = ()) -> pd.DataFrame:
+    """The run's cells, predicted against measured, as `probe run` prints them (render.predictions_table), and
+    whether each was measured contended."""
     rows = [
         {
             "engine": p.engine,
@@ -288,45 +349,55 @@ def predictions_frame(report: Report) -> pd.DataFrame:
             "measured_ms": p.measured_ms,
             "measured/pred": p.ratio,
             "the gap points at": p.points_at,
+            "contended": (p.engine, p.prompt_tokens, p.batch) in contended,
         }
         for p in report.predictions
     ]
     columns = ["engine", "prompt", "batch", "traffic_ms", "floor_ms", "predicted_ms", "binds", "measured_ms"]
-    return pd.DataFrame(rows, columns=[*columns, "measured/pred", "the gap points at"])
+    return pd.DataFrame(rows, columns=[*columns, "measured/pred", "the gap points at", "contended"])
 
 
-def predictions_figure(report: Report) -> go.Figure:
+def predictions_figure(report: Report, contended: Collection[tuple[str, int, int]] = ()) -> go.Figure:
     """Each cell's measured ITL over its prediction, max(host floor, traffic / bandwidth): 1 is the prediction
-    holding, above it the step is slower than the model says (the gap points at a term); log axis."""
-    frame = predictions_frame(report)
+    holding; each bar rises from 1 (above it the step is slower than the model says, and the gap points at a term)
+    or falls from it (faster); log axis. A cell measured while other processes took the CPU is hatched and says so."""
+    frame = predictions_frame(report, contended)
     fig = go.Figure()
     for i, (engine, rows) in enumerate(frame.groupby("engine", sort=False)):
+        ratio = rows["measured/pred"]
         fig.add_trace(
             go.Bar(
-                marker_color=SERIES[i % len(SERIES)],
+                marker={
+                    "color": SERIES[i % len(SERIES)],
+                    "pattern": {"shape": ["/" if c else "" for c in rows["contended"]]},
+                },
                 x=[
                     f"{engine} p{p}" + (f" B{b}" if b > 1 else "")
                     for p, b in zip(rows["prompt"], rows["batch"], strict=True)
                 ],
-                y=rows["measured/pred"],
+                base=[1.0] * len(rows),
+                y=ratio - 1.0,  # from 1 to the ratio: a cell faster than predicted falls below 1
                 name=label(engine),
                 customdata=list(
-                    zip(rows["measured_ms"], rows["predicted_ms"], labels(rows["the gap points at"]), strict=True)
+                    zip(
+                        rows["measured_ms"],
+                        rows["predicted_ms"],
+                        labels(rows["the gap points at"]),
+                        ratio,
+                        ["<br>CONTENDED: other processes took the CPU" if c else "" for c in rows["contended"]],
+                        strict=True,
+                    )
                 ),
-                hovertemplate="measured %{customdata[0]:.2f} ms / predicted %{customdata[1]:.2f} ms = %{y:.2f}"
-                "<br>%{customdata[2]}<extra>%{fullData.name}</extra>",
+                hovertemplate="measured %{customdata[0]:.2f} ms / predicted %{customdata[1]:.2f} ms = "
+                "%{customdata[3]:.2f}<br>%{customdata[2]}%{customdata[4]}<extra>%{fullData.name}</extra>",
             )
         )
     fig.add_hline(y=1.0, line={"dash": "dash", "color": COLORS["floor"], "width": 1})
+    ratios = [r for r in frame["measured/pred"] if r == r and r > 0] + [1.0]
     fig.update_layout(
         height=360,
         margin={"t": 10, "b": 10, "l": 10},
-        yaxis={
-            "type": "log",
-            "title": "measured / predicted ITL",
-            "tickvals": LOG_TICKS,
-            "ticktext": [f"{t:g}" for t in LOG_TICKS],
-        },
+        yaxis=log_axis(ratios, "measured / predicted ITL", pad=1.5),
         legend={"orientation": "h", "y": -0.25},
     )
     return fig

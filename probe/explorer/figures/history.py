@@ -26,9 +26,15 @@ def by_most_runs(configs: list[ConfigInfo]) -> list[ConfigInfo]:
 def history_ticks(frame: pd.DataFrame) -> list[str]:
     """Each run's x label: its commit (a + when tracked files were modified) over the time it ran (UTC)."""
     return [
-        f"{label(c.removesuffix('+dirty')[:7])}{'+' if d else ''}<br>{t:%m-%d %H:%M}"
+        f"{label(commit_tick(c))}{'+' if d else ''}<br>{t:%m-%d %H:%M}"
         for c, d, t in zip(frame["commit"], frame["dirty"], frame["recorded_at"], strict=True)
     ]
+
+
+def commit_tick(commit: str) -> str:
+    """A commit as a tick: its hash cut to 7, as git shortens it; anything else ("no commit") whole."""
+    text = commit.removesuffix("+dirty")
+    return text[:7] if text and all(c in "0123456789abcdef" for c in text) else text
 
 
 def history_parts(frame: pd.DataFrame) -> list[str]:

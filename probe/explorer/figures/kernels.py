@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import pandas as pd
@@ -9,7 +10,14 @@ import plotly.graph_objects as go
 
 from probe.analysis.ledger.kernels import KernelStat, short_name
 from probe.analysis.ledger.types import TraceAnalysis
-from probe.explorer.figures.style import COLORS, color, label, labels, ms, ranked_bars, short, us
+from probe.explorer.figures.style import COLORS, color, label, labels, ms, ranked_bars, short, step_ticks, us
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CXX = frozenset(  # C++'s own words: never what tells two kernels apart
+    {"anonymous", "namespace", "lambda", "operator", "const", "unsigned", "signed", "void", "bool", "char", "short"}
+    | {"int", "long", "float", "double", "std"}
+)
+TOLD_WIDTH = 40  # characters of the word that tells two kernels of one short name apart
 
 
 def kernels_frame(stats: Sequence[KernelStat]) -> pd.DataFrame:
@@ -31,12 +39,38 @@ def kernels_frame(stats: Sequence[KernelStat]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
+def kernel_labels(names: Sequence[str]) -> list[str]:
+    """Each kernel as an axis names it: as nsys does (short_name); where several would read the same, each with the
+    first word of its full name the others lack (`elementwise_kernel [BinaryFunctor]`), else its place among them
+    (`#2`): two kernels are never one label."""
+    base = [short_name(n) for n in names]
+    groups: dict[str, list[int]] = {}
+    for i, b in enumerate(base):
+        groups.setdefault(b, []).append(i)
+    out = list(base)
+    for b, members in groups.items():
+        if len(members) < 2:
+            continue
+        words = [_WORD.findall(names[i]) for i in members]
+        shared = set.intersection(*(set(w) for w in words)) | _CXX
+        for k, (i, mine) in enumerate(zip(members, words, strict=True), start=1):
+            told = next((w for w in mine if w not in shared), "")
+            out[i] = f"{b} [{told}]" if told and len(told) <= TOLD_WIDTH else f"{b} #{k}"
+    told_apart = list(out)
+    seen: dict[str, int] = {}
+    for i, text in enumerate(told_apart):  # two that differ first in the same word: their places tell them apart
+        seen[text] = seen.get(text, 0) + 1
+        if told_apart.count(text) > 1:
+            out[i] = f"{text} #{seen[text]}"
+    return out
+
+
 def kernels_figure(stats: Sequence[KernelStat], title: str = "") -> go.Figure:
-    """Top kernels by total time, coloured by category; the axis names them as nsys does (short_name), the
-    hover has the whole name."""
+    """Top kernels by total time, coloured by category; the axis names them as nsys does (short_name, told apart
+    where two would read the same), the hover has the whole name."""
     frame = kernels_frame(stats)
     return ranked_bars(
-        [f"{i}. {short(short_name(n))}" for i, n in enumerate(frame["kernel"], start=1)],
+        [short(n) for n in kernel_labels(frame["kernel"])],
         frame["total_ms"],
         list(zip(labels(frame["kernel"]), labels(frame["category"]), frame["count"], strict=True)),
         "%{customdata[0]}<br>%{customdata[1]}: %{x:.3f} ms in %{customdata[2]} launch(es)<extra></extra>",
@@ -63,7 +97,7 @@ def kernel_category_figure(analysis: TraceAnalysis) -> go.Figure:
     frame = kernel_category_frame(analysis)
     fig = go.Figure()
     positions = [s.position for s in analysis.steps]
-    steps = labels(s.name for s in analysis.steps)
+    steps = step_ticks(positions, [s.name for s in analysis.steps])  # by position: steps may share a name
     for category, rows in frame.groupby("category", sort=False):
         by_step = dict(zip(rows["position"], rows["ms"], strict=True))
         fig.add_trace(
@@ -88,8 +122,8 @@ def kernel_category_figure(analysis: TraceAnalysis) -> go.Figure:
         barmode="stack",
         height=420,
         margin={"t": 30, "b": 10},
-        legend={"orientation": "h", "y": -0.2},
         yaxis_title="GPU ms per step",
+        xaxis={"type": "category", "title": "step (position: name)"},
         hovermode="x unified",
     )
     return fig

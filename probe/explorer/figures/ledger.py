@@ -15,9 +15,9 @@ from probe.explorer.figures.style import (
     MECHANISM_CATEGORIES,
     color,
     label,
-    labels,
     ms,
     round_axis,
+    step_ticks,
 )
 
 GPU_COLUMNS = ("gpu_window_ms", "gpu_busy_ms", "gpu_idle_ms")  # NaN on a CPU-only trace: not measured, not 0
@@ -74,7 +74,7 @@ def ledger_figure(analysis: TraceAnalysis) -> go.Figure:
     frame = ledger_frame(analysis)
     gpu = analysis.on_gpu
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    x = labels(frame["step"])
+    x = step_ticks(frame["position"], frame["step"])
     _stack(fig, x, frame, host_categories(analysis), "host", "host: ", analysis.user_parts)
     mechanism = tuple((key, name) for key, name in MECHANISM_CATEGORIES)
     _stack(fig, x, frame, mechanism, "mechanism", "by mechanism: ", analysis.user_parts, mechanism_column)
@@ -96,9 +96,10 @@ def ledger_figure(analysis: TraceAnalysis) -> go.Figure:
         bargap=0.25,
         height=460,
         margin={"t": 30, "b": 10},
-        legend={"orientation": "h", "y": -0.18},
+        legend={"x": 1.08, "y": 1, "yanchor": "top"},  # right of the launches axis, clear of the step names
         hovermode="x unified",
     )
+    fig.update_xaxes(type="category", title_text="step (position: name)")
     fig.update_yaxes(title_text="ms per step", secondary_y=False)
     top = float(frame["dispatch"].max()) if len(frame) else 0.0
     fig.update_yaxes(

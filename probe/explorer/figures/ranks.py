@@ -9,6 +9,21 @@ from plotly.subplots import make_subplots
 from probe.analysis.ledger.ranks import JobAnalysis
 from probe.explorer.figures.style import COLORS, ms
 
+RANK_DASH = ("solid", "dash", "dot", "dashdot", "longdash")
+RANK_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x")
+
+
+def coinciding(result: JobAnalysis) -> list[tuple[int, list[int]]]:
+    """(rank, the later ranks whose wall equals its own at every step): lines the chart draws one over another."""
+    walls = {r: [s.ranks[i].wall_ns for s in result.by_step] for i, r in enumerate(result.ranks)}
+    out, taken = [], set()
+    for r in result.ranks:
+        same = [o for o in result.ranks if o > r and o not in taken and walls[o] == walls[r]]
+        if same and r not in taken:
+            out.append((r, same))
+            taken.update(same)
+    return out
+
 
 def ranks_frame(result: JobAnalysis) -> pd.DataFrame:
     """One row a step: each rank's wall (ms), the slowest rank, the median rank's wall and how far it trails."""
@@ -37,14 +52,25 @@ def ranks_figure(result: JobAnalysis) -> go.Figure:
         vertical_spacing=0.12,
     )
     steps = [s.step for s in result.by_step]
+    n = len(result.ranks)
     for i, rank in enumerate(result.ranks):
         name = f"rank {rank}"
+        # each rank its own dash, marker and width, the first widest and drawn first: ranks whose walls coincide
+        # show as lines inside lines, never as one line
+        style = {
+            "line": {"dash": RANK_DASH[i % len(RANK_DASH)], "width": 1.5 + 2 * (n - 1 - i) / max(n - 1, 1)},
+            "marker": {"symbol": RANK_SYMBOLS[i % len(RANK_SYMBOLS)], "size": 6 + 6 * (n - 1 - i) / max(n - 1, 1)},
+        }
         walls = [ms(s.ranks[i].wall_ns) for s in result.by_step]
-        fig.add_trace(go.Scatter(x=steps, y=walls, mode="lines+markers", name=name, legendgroup=name), row=1, col=1)
+        fig.add_trace(
+            go.Scatter(x=steps, y=walls, mode="lines+markers", name=name, legendgroup=name, **style), row=1, col=1
+        )
         if gpu:
             busy = [ms(s.ranks[i].gpu_busy_ns) for s in result.by_step]
             fig.add_trace(
-                go.Scatter(x=steps, y=busy, mode="lines+markers", name=name, legendgroup=name, showlegend=False),
+                go.Scatter(
+                    x=steps, y=busy, mode="lines+markers", name=name, legendgroup=name, showlegend=False, **style
+                ),
                 row=2,
                 col=1,
             )

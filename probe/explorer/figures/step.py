@@ -20,6 +20,8 @@ MAX_LINKS = 50  # launch-to-kernel arrows drawn for one selection
 HOVER_WIDTH = 110  # characters of a hover line: a kernel's full name wraps, never cut
 PART_LABEL = {p.name: p.label for p in PURPOSE_PARTS} | {p.name: p.label for p in MECHANISM_PARTS}
 PART_LABEL |= {"range": "range", "external": "external wait (no GPU op of the trace ran)"}
+PART_LABEL |= {"host_work": "host work (the window less its sync wait)"}
+PART_LABEL |= {"gpu_wait": "sync wait, the trace's GPU working"}
 IDLE_LABEL = {"host_wait": "host wait", "kernel_wait": "kernel wait", "other": "other", "before_gpu": "before"}
 
 
@@ -83,31 +85,35 @@ def merged_text(tl: StepTimeline) -> str:
 
 
 def timeline_figure(tl: StepTimeline, selected: Sequence[int] = (), title: str = "") -> go.Figure:
-    """A lane per row, top to bottom as the timeline lists them; each bar from its start for its duration (at least
-    a column wide, so that none vanishes; the hover gives the exact figures), hatched when it merges short events,
-    faded when it is another step's GPU work. The step's idle gaps are shaded across the GPU lanes and its external
-    wait across the host lanes; sync call sites are marked; `selected` rows (GPU ops, or launch calls) get arrows
-    from each launch call to its GPU op."""
+    """A lane per row, top to bottom as the timeline lists them; each bar from its start for as long as the time it
+    holds (a merged bar: the time its events cover, never their span; plotly widens a bar under a pixel to one so
+    that none vanishes), hatched when it merges short events, faded when it is another step's GPU work. The step's
+    idle gaps are shaded across the GPU lanes and its external wait across the host lanes; sync call sites are
+    marked; `selected` rows (GPU ops, or launch calls) get arrows from each launch call to its GPU op. A drag
+    selects a stretch (the view draws it again at its own resolution)."""
     fig = go.Figure()
-    q = tl.resolution_ns
-    groups: dict[tuple[str, str], list[int]] = {}
-    for i, bar in enumerate(tl.bars):
-        groups.setdefault(legend_key(bar), []).append(i)
+    for trace in _shading(tl):
+        fig.add_trace(trace)
+    groups: dict[tuple[str, str, bool, bool], list[Bar]] = {}
+    for bar in tl.bars:  # a trace a (legend entry, merged, own): a browser draws a constant pattern and opacity
+        groups.setdefault((*legend_key(bar), bar.count > 1, bar.own), []).append(bar)  # several times faster
     on_top = ("external",)  # drawn last, over the sync wait it lies in
-    for (key, name), idx in sorted(groups.items(), key=lambda g: g[0][0] in on_top):
-        bars = [tl.bars[i] for i in idx]
+    named: set[str] = set()
+    for (key, name, merged, own), bars in sorted(groups.items(), key=lambda g: g[0][0] in on_top):
         fig.add_trace(
             go.Bar(
                 y=[b.lane for b in bars],
-                x=[max(b.dur_ns, q) / 1e6 for b in bars],
+                x=[b.dur_ns / 1e6 for b in bars],  # as long as the time it holds: never a column more
                 base=[b.start_ns / 1e6 for b in bars],
                 orientation="h",
                 width=0.8,
                 name=label(name),
+                legendgroup=label(name),
+                showlegend=name not in named,
+                opacity=1.0 if own else 0.35,
                 marker={
                     "color": color(key),
-                    "opacity": [1.0 if b.own else 0.35 for b in bars],
-                    "pattern": {"shape": ["/" if b.count > 1 else "" for b in bars], "solidity": 0.5},
+                    "pattern": {"shape": "/" if merged else "", "solidity": 0.5},
                     "line": {"width": 0},
                 },
                 customdata=[
@@ -118,7 +124,7 @@ def timeline_figure(tl: StepTimeline, selected: Sequence[int] = (), title: str =
                         _wrap(b.detail),
                         b.row,
                         b.start_ns,
-                        b.dur_ns,
+                        max(b.dur_ns, b.extent_ns),
                         b.count,
                     ]
                     for b in bars
@@ -127,6 +133,7 @@ def timeline_figure(tl: StepTimeline, selected: Sequence[int] = (), title: str =
                 "<br>%{customdata[3]}<extra>%{fullData.name}</extra>",
             )
         )
+        named.add(name)
     if tl.marks:
         fig.add_trace(
             go.Scatter(
@@ -142,7 +149,7 @@ def timeline_figure(tl: StepTimeline, selected: Sequence[int] = (), title: str =
     height = max(360, LANE_PX * len(tl.lanes) + 200)
     plot = height - 140  # about the plot area's height: what the margins, the axis and the legend leave
     fig.update_layout(
-        shapes=_shading(tl),
+        shapes=_edges(tl),
         annotations=_links(tl, selected),
         barmode="overlay",
         height=height,
@@ -158,9 +165,21 @@ def timeline_figure(tl: StepTimeline, selected: Sequence[int] = (), title: str =
         },
         hoverlabel={"align": "left"},
         clickmode="event+select",
-        dragmode="zoom",
+        dragmode="select",
+        selectdirection="h",
     )
     return fig
+
+
+def dragged_window(event) -> tuple[float, float] | None:
+    """The stretch (ms from the step's start) a drag across timeline_figure selected (Streamlit's box selection),
+    if one did."""
+    try:
+        box = event["selection"]["box"][0]
+        lo, hi = sorted(float(x) for x in box["x"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    return (lo, hi) if hi > lo else None
 
 
 def clicked_bar(event) -> tuple[int, int, int, int] | None:
@@ -176,46 +195,50 @@ def _ms(pair: tuple[int, int]) -> list[float]:
     return [pair[0] / 1e6, pair[1] / 1e6]
 
 
-def _shading(tl: StepTimeline) -> list[dict]:
-    """Idle gaps across the GPU lanes, external wait across the host lanes (the longest MAX_SHADED of each: every
-    one is also a bar on its own lane), and the host window's end."""
+def _shading(tl: StepTimeline) -> list[go.Bar]:
+    """Idle gaps across the GPU lanes and external wait across the host lanes (the longest MAX_SHADED of each: every
+    one is also a bar on its own lane), as one wide translucent bar trace each under the lanes' bars (a browser
+    draws a trace of bars at once, where each shape is laid out on its own)."""
     out = []
     for group, kinds in (("gpu", ("idle", "lead")), ("host", ("external",))):
         rows = [i for i, lane in enumerate(tl.lanes) if lane.group == group]
         if not rows:
             continue
-        bars = sorted((b for b in tl.bars if b.kind in kinds and b.count == 1), key=lambda b: -b.dur_ns)
-        for b in bars[:MAX_SHADED]:
-            key = legend_key(b)[0]
-            out.append(
-                {
-                    "type": "rect",
-                    "xref": "x",
-                    "yref": "y",
-                    "x0": b.start_ns / 1e6,
-                    "x1": (b.start_ns + b.dur_ns) / 1e6,
-                    "y0": max(rows) + 0.5,
-                    "y1": min(rows) - 0.5,
-                    "fillcolor": color(key),
-                    "opacity": 0.15,
-                    "line": {"width": 0},
-                    "layer": "below",
-                }
-            )
-    for at in (0, tl.wall_ns):
+        bars = sorted((b for b in tl.bars if b.kind in kinds and b.count == 1), key=lambda b: -b.dur_ns)[:MAX_SHADED]
+        if not bars:
+            continue
         out.append(
-            {
-                "type": "line",
-                "xref": "x",
-                "yref": "paper",
-                "x0": at / 1e6,
-                "x1": at / 1e6,
-                "y0": 0,
-                "y1": 1,
-                "line": {"width": 1, "dash": "dot", "color": COLORS["floor"]},
-            }
+            go.Bar(
+                y=[(max(rows) + min(rows)) / 2] * len(bars),
+                x=[b.dur_ns / 1e6 for b in bars],
+                base=[b.start_ns / 1e6 for b in bars],
+                orientation="h",
+                width=max(rows) - min(rows) + 1,
+                marker={"color": [color(legend_key(b)[0]) for b in bars], "line": {"width": 0}},
+                opacity=0.15,
+                name=f"shading: {group}",
+                showlegend=False,
+                hoverinfo="skip",
+            )
         )
     return out
+
+
+def _edges(tl: StepTimeline) -> list[dict]:
+    """The host window's edges, dotted across the whole chart."""
+    return [
+        {
+            "type": "line",
+            "xref": "x",
+            "yref": "paper",
+            "x0": at / 1e6,
+            "x1": at / 1e6,
+            "y0": 0,
+            "y1": 1,
+            "line": {"width": 1, "dash": "dot", "color": COLORS["floor"]},
+        }
+        for at in (0, tl.wall_ns)
+    ]
 
 
 def _links(tl: StepTimeline, selected: Sequence[int]) -> list[dict]:

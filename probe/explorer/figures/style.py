@@ -50,7 +50,13 @@ COLORS: dict[str, str] = {
     "idle_kernel_wait": "#c7c7c7",
     "idle_other": "#dbdb8d",
     "before_gpu": "#e7e7e7",
+    "host_work": "#98df8a",  # the host window, the Diagnosis's way: host work, sync wait (GPU working), external
+    "gpu_wait": "#8c564b",
     "external": "#d62728",
+    "hole": "#c7c7c7",  # no work of the trace (Evidence.hole_ns), hatched
+    # the roofline beside a step: its two terms, in colours no piece of the measured step takes
+    "roofline_traffic": "#ff7f0e",
+    "roofline_compute": "#2ca02c",
     # kernel categories (probe.analysis.ledger.kernels)
     "gemm": "#1f77b4",
     "norm": "#e98ebf",
@@ -82,6 +88,7 @@ COLORS: dict[str, str] = {
 SERIES = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#bcbd22", "#7f7f7f")  # engines
 USER_PART_COLORS = ("#17becf", "#bcbd22", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")  # --part, in order
 NAME_WIDTH = 60  # characters of a name on an axis; the hover and the tables carry the whole name
+STEP_TICK_WIDTH = 28  # characters of a step's name on a chart's step axis, after its position
 
 
 def color(key: str, user_parts: Sequence[str] = ()) -> str:
@@ -132,6 +139,12 @@ def short(name: str, width: int = NAME_WIDTH) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
+def step_ticks(positions: Sequence[int], names: Sequence[str]) -> list[str]:
+    """A chart's step axis: each step by its position, then its name (escaped, cut): steps are keyed by position,
+    never by name, so four steps of one name are four bars."""
+    return [f"{p}: {label(short(n, STEP_TICK_WIDTH))}" for p, n in zip(positions, names, strict=True)]
+
+
 # ---- units and ticks -------------------------------------------------------------------------------------
 
 
@@ -159,6 +172,43 @@ def round_step(span: float, intervals: int = 5, integer: bool = False) -> float:
     return max(step, 1.0) if integer else step
 
 
+MAX_LOG_TICKS = 12  # past this many, a log axis's labels crowd each other (the Op roofline spans ten decades)
+
+
+def log_ticks(low: float, high: float) -> list[float]:
+    """Ticks for a log axis over [low, high] that read as written: 1, 2 and 5 times each power of ten inside it;
+    every digit (1, 2, ... 9) where that leaves fewer than three; the powers of ten alone (every k-th) where it
+    leaves more than MAX_LOG_TICKS."""
+    if not (low > 0 and high >= low and math.isfinite(high)):
+        return []
+    lo, hi = math.floor(math.log10(low)), math.ceil(math.log10(high))
+    for digits in ((1, 2, 5), tuple(range(1, 10))):
+        ticks = [float(f"{m}e{p}") for p in range(lo, hi + 1) for m in digits]
+        inside = [t for t in ticks if low <= t <= high]
+        if len(inside) > MAX_LOG_TICKS:
+            powers = [float(f"1e{p}") for p in range(lo, hi + 1) if low <= float(f"1e{p}") <= high]
+            return powers[:: math.ceil(len(powers) / MAX_LOG_TICKS)]
+        if len(inside) >= 3:
+            return inside
+    return inside
+
+
+def log_axis(values: Sequence[float], title: str, pad: float = 2.0) -> dict:
+    """A log axis over `values` (padded by `pad` each side), ticked at log_ticks, each tick written as its value."""
+    finite = [v for v in values if v and v > 0 and math.isfinite(v)]
+    if not finite:
+        return {"type": "log", "title": title}
+    low, high = min(finite) / pad, max(finite) * pad
+    ticks = log_ticks(low, high)
+    return {
+        "type": "log",
+        "title": title,
+        "range": [math.log10(low), math.log10(high)],
+        "tickvals": ticks,
+        "ticktext": [f"{t:g}" for t in ticks],
+    }
+
+
 def round_axis(low: float, high: float, integer: bool = False, headroom: float = 0.1) -> dict:
     """Layout for an axis that holds [low, high] with `headroom` (a share of the span) above, ticked at round
     values from a round start to a round end: `fig.update_yaxes(**round_axis(...))`."""
@@ -182,13 +232,14 @@ def ranked_bars(
     title: str = "",
     min_height: int = 260,
 ) -> go.Figure:
-    """Horizontal bars, largest first, so drawn at the top (plotly draws the first bar at the bottom). The axis
-    names are escaped here; `customdata` (what the hover shows) must be escaped by the caller where it holds
-    names."""
+    """Horizontal bars, largest first, so drawn at the top (plotly draws the first bar at the bottom). Each axis
+    name is numbered by its rank, so that two names cut to the same text stay two bars. The axis names are escaped
+    here; `customdata` (what the hover shows) must be escaped by the caller where it holds names."""
+    ranked = [f"{i}. {label(name)}" for i, name in enumerate(axis_names, start=1)]
     fig = go.Figure(
         go.Bar(
             x=list(values)[::-1],
-            y=labels(axis_names)[::-1],
+            y=ranked[::-1],
             orientation="h",
             marker_color=colors if isinstance(colors, str) else list(colors)[::-1],
             customdata=list(customdata)[::-1],

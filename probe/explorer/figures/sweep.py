@@ -40,7 +40,8 @@ def prediction_frame(report: Report | None) -> pd.DataFrame:
 
 def sweep_figure(results: BenchResults, report: Report | None = None) -> go.Figure:
     """Tokens/s, ITL and TTFT against prompt length, one line per engine, log x; the host floor and the
-    bandwidth roofline dashed; cells whose tokens differ from naive's circled in red."""
+    bandwidth roofline dashed; cells whose tokens differ from naive's circled in red; cells measured while other
+    processes took the CPU crossed in orange."""
     frame, pred = sweep_frame(results), prediction_frame(report)
     fig = make_subplots(rows=1, cols=3, subplot_titles=[name for _, name in SWEEP_METRICS], horizontal_spacing=0.07)
     for i, (line, cells) in enumerate(frame.groupby("line", sort=False)):
@@ -63,6 +64,7 @@ def sweep_figure(results: BenchResults, report: Report | None = None) -> go.Figu
             )
     _add_predictions(fig, pred)
     bad = frame[frame["mismatch"]]
+    contended = frame[frame["contended"] == True]  # noqa: E712 (None: not judged)
     for col, (metric, _) in enumerate(SWEEP_METRICS, start=1):
         fig.add_trace(
             go.Scatter(
@@ -75,6 +77,24 @@ def sweep_figure(results: BenchResults, report: Report | None = None) -> go.Figu
                 text=[label(line) for line in bad["line"]],
                 marker={"symbol": "circle-open", "size": 16, "color": COLORS["flagged"], "line": {"width": 3}},
                 hovertemplate="%{text}: tokens differ from naive<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=contended["prompt_tokens"],
+                y=contended[metric],
+                mode="markers",
+                name="contended: other processes took the CPU",
+                legendgroup="contended",
+                showlegend=col == 1 and not contended.empty,
+                text=[
+                    f"{label(line)}: {cores:.2f} other cores"
+                    for line, cores in zip(contended["line"], contended["other_cpu_cores"].fillna(0), strict=True)
+                ],
+                marker={"symbol": "x-thin-open", "size": 13, "color": COLORS["timing_alert"], "line": {"width": 2}},
+                hovertemplate="%{text}: contended, its timings unreliable<extra></extra>",
             ),
             row=1,
             col=col,

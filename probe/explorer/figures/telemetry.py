@@ -29,6 +29,9 @@ POINTS = 1000  # buckets a panel draws; past this, each point is the min and max
 MAX_ROWS = 5_000_000  # 14 hours of samples at probe's 10 ms: past this the file is not probe's, or not for a browser
 MAX_COLUMNS = 64  # probe writes t_ns, 11 figures and the cell's position
 SHOW_MARKERS = 200  # samples a panel draws with a marker each
+PANEL_PX = 140  # a panel's height
+TITLE_GAP_PX = 34  # between two panels: the lower one's title (about 16 px of text) clear of the upper one's data
+MARGIN_PX = {"t": 30, "b": 10}
 
 
 @dataclass(frozen=True)
@@ -144,12 +147,13 @@ def telemetry_figure(telemetry: Telemetry, steps: Sequence[StepLedger] = ()) -> 
     the samples, or the band between each bucket's min and max. On a trace's clock the trace's steps are shaded
     behind the samples, so each sample sits over its step."""
     panels = max(len(telemetry.series), 1)
+    height = (PANEL_PX + TITLE_GAP_PX) * panels + 60
     fig = make_subplots(
         rows=panels,
         cols=1,
         shared_xaxes=True,
         subplot_titles=[label(n) for n in telemetry.names],
-        vertical_spacing=0.08 if panels < 6 else 0.03,
+        vertical_spacing=TITLE_GAP_PX / (height - MARGIN_PX["t"] - MARGIN_PX["b"]),  # in pixels, whatever the count
     )
     x = telemetry.x
     for i, s in enumerate(telemetry.series, start=1):
@@ -174,5 +178,5 @@ def telemetry_figure(telemetry: Telemetry, steps: Sequence[StepLedger] = ()) -> 
     if telemetry.per_point > 1:
         x_title += f"; each point the min to max of up to {telemetry.per_point} of the {telemetry.rows:,} samples"
     fig.update_xaxes(title_text=x_title, row=panels, col=1)
-    fig.update_layout(height=140 * panels + 60, margin={"t": 30, "b": 10})
+    fig.update_layout(height=height, margin=MARGIN_PX)
     return fig

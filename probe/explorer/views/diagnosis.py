@@ -10,6 +10,7 @@ import urllib.parse
 import streamlit as st
 
 from probe.analysis.diagnosis.answer import Answer
+from probe.analysis.diagnosis.verdict import bound_words
 from probe.analysis.roofline.devices import device
 from probe.explorer import figures, sources
 from probe.explorer.figures.style import md, printable
@@ -30,12 +31,12 @@ def show_diagnosis(loaded: Run | TraceSource, ctx: ViewContext) -> None:
         st.info("No step in this trace, so no verdict: name the steps with --steps in the sidebar.")
         return
     analysis = loaded.analysis
-    position = result.diagnosis.steps.index(d)
+    position = result.diagnosis.position_of(d)
     step = analysis.steps[position]
     for caveat in d.caveats:
         st.warning(md(caveat))
     over = "decode step" if analysis.summary.steps_used == "decode" else "step"
-    st.subheader(md(f"{figures.diagnosis.bound_text(d)}: the median {over}"))
+    st.subheader(md(f"{bound_words(d)}: the median {over}"))
     st.markdown(md(d.headline))
     st.markdown("\n".join(f"- {md(line)}" for line in d.lines))
     roofline = result.rooflines.get(position)
@@ -51,7 +52,7 @@ def show_diagnosis(loaded: Run | TraceSource, ctx: ViewContext) -> None:
     )
     others = [(kind, k) for kind, k in result.diagnosis.by_kind.items() if k is not d]
     for kind, k in others:
-        with st.expander(md(f"The median {kind} step: {figures.diagnosis.bound_text(k)}")):
+        with st.expander(md(f"The median {kind} step: {bound_words(k)}")):
             st.markdown(md(k.headline))
             st.markdown("\n".join(f"- {md(line)}" for line in k.lines))
     st.subheader("The roofline beside the step")
@@ -59,7 +60,7 @@ def show_diagnosis(loaded: Run | TraceSource, ctx: ViewContext) -> None:
         show_table(figures.diagnosis.roofline_frame(roofline), "roofline_table")
         st.markdown(md(roofline.departure))
         for note in roofline.notes:
-            st.caption(md(note))
+            st.caption(md(figures.diagnosis.sidebar_words(note)))
     elif ctx.roofline.model is None:
         st.caption(
             "Name the model in the sidebar (a preset, or a config.json or model folder under the root), and the "
@@ -71,8 +72,13 @@ def show_diagnosis(loaded: Run | TraceSource, ctx: ViewContext) -> None:
         st.caption("No change the model of the step knows would shorten it.")
     else:
         show_table(fixes, "what_if_table")
+    show_notes(result)
+
+
+def show_notes(result: Answer) -> None:
+    """The answer's notes, each flag said as the sidebar box that sets it."""
     for note in result.notes:
-        st.caption(md(note))
+        st.caption(md(figures.diagnosis.sidebar_words(note)))
 
 
 def trace_answer(trace: TraceSource, ctx: ViewContext) -> Answer | None:
@@ -80,13 +86,18 @@ def trace_answer(trace: TraceSource, ctx: ViewContext) -> Answer | None:
     stamp = sources.stamp(trace.path)
     args = key(ctx.root), key(trace.path), stamp, ctx.reading
     try:
-        return load_answer(*args, ctx.roofline)
+        result = load_answer(*args, ctx.roofline)
     except LOAD_ERRORS as e:
-        st.error(f"No roofline: {md(e)}")
+        st.error(f"No roofline: {md(figures.diagnosis.sidebar_words(sources.under_root(ctx.root, e)))}")
+    else:
+        picked = ctx.roofline.device
+        if picked and result.device and result.device != picked:  # the trace's own device wins (answer.trace_device)
+            st.info(md(f"The trace names its own device, {result.device}: the sidebar's {picked} is not used."))
+        return result
     try:
         return load_answer(*args, RooflineInputs())
     except LOAD_ERRORS as e:
-        st.error(f"Cannot diagnose {md(ctx.source.rel)}: {md(e)}")
+        st.error(f"Cannot diagnose {md(ctx.source.rel)}: {md(sources.under_root(ctx.root, e))}")
         return None
 
 
@@ -105,7 +116,10 @@ def show_run_diagnosis(run: Run, ctx: ViewContext) -> None:
             )
         )
         st.subheader("Prediction against measurement, cell by cell")
-        st.plotly_chart(figures.diagnosis.predictions_figure(report), key="predictions_chart")
+        contended = figures.diagnosis.contended_cells(run.results)
+        if contended:
+            st.warning(md(run.results.contention or ""))
+        st.plotly_chart(figures.diagnosis.predictions_figure(report, contended), key="predictions_chart")
         m = report.machine
         if m is not None:  # None: measuring the machine failed (report.failed says why), so nothing was predicted
             st.caption(
@@ -115,7 +129,7 @@ def show_run_diagnosis(run: Run, ctx: ViewContext) -> None:
                     "At 1 the prediction holds; the last column names the term the gap points at."
                 )
             )
-        show_table(figures.diagnosis.predictions_frame(report), "predictions_table")
+        show_table(figures.diagnosis.predictions_frame(report, contended), "predictions_table")
         for note in report.notes:
             st.caption(md(note))
     folder = run.path / "traces" if run.path.is_dir() else None
@@ -129,11 +143,12 @@ def show_run_diagnosis(run: Run, ctx: ViewContext) -> None:
         try:
             result = load_answer(key(ctx.root), key(path), sources.stamp(path), Reading(), RooflineInputs())
         except LOAD_ERRORS as e:
-            lines.append(f"- {md(path.name)}: cannot read it ({md(e)})")
+            lines.append(f"- {md(path.name)}: cannot read it ({md(sources.under_root(ctx.root, e))})")
             continue
         d = result.diagnosis.median
         where = f"[{md(path.name)}]({source.link}&view=Diagnosis)" if source is not None else md(path.name)
-        verdict = "no step" if d is None else f"**{md(figures.diagnosis.bound_text(d))}**. {md(d.headline)}"
+        verdict = "no step" if d is None else f"**{md(bound_words(d))}**. {md(d.headline)}"
+        verdict += "".join(f" **Contended:** {md(c)}" for c in (d.caveats if d else ()))
         lines.append(f"- {where}: {verdict}")
     st.markdown("\n".join(lines))
 
@@ -153,13 +168,18 @@ def show_op_roofline(trace: TraceSource, ctx: ViewContext) -> None:
         )
     else:
         st.plotly_chart(figures.diagnosis.op_roofline_figure(ops, dev), key="op_roofline_chart")
-        roof = f"{dev.name}'s roofs" if dev else "no roofs (name the device in the sidebar)"
+        roof = f"{dev.name}'s roofs" if dev else "no roofs (pick the device in the sidebar)"
         st.caption(
             f"Each (op, input shapes) at its median call: FLOPs and bytes per call from TraceLens's formulas over "
-            f"the recorded shapes, against {md(roof)}; a marker's area is its share of the kernel time. An op far "
-            "below the roof over its intensity is where the kernels leave speed behind."
+            f"the recorded shapes (a gather's bytes are the rows it reads), against {md(roof)}; a marker's area is "
+            "its share of the kernel time. An op far below the roof over its intensity is where the kernels leave "
+            "speed behind; one ringed in red is over its roof, and its hover says why."
         )
+    if result.op_coverage is not None:
+        st.markdown(md(result.op_coverage.text[0].upper() + result.op_coverage.text[1:] + "."))
+    over = sum(o.over_roof for o in ops)
+    if over:
+        st.warning(f"{over} op(s) over their roof: flagged in the table (over_roof), each with why (over_roof_why).")
     if ops:
         show_table(figures.diagnosis.op_roofline_frame(ops), "op_roofline_table")
-    for note in result.notes:
-        st.caption(md(note))
+    show_notes(result)

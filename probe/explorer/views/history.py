@@ -30,7 +30,7 @@ def show_history(hist: History, ctx: ViewContext) -> None:
     try:
         trend = load_trend(key(hist.path), stamp, config.config_id, unit)
     except LOAD_ERRORS as e:
-        st.error(f"Cannot read {md(ctx.source.rel)}: {md(e)}")
+        st.error(f"Cannot read {md(ctx.source.rel)}: {md(sources.under_root(ctx.root, e))}")
         return
     event = st.plotly_chart(
         figures.history.history_figure(trend, unit), key="history_chart", on_select="rerun", selection_mode="points"

@@ -6,18 +6,26 @@ from __future__ import annotations
 
 import streamlit as st
 
+from probe.analysis.diagnosis.verdict import bound_words
 from probe.explorer import figures
+from probe.explorer.figures.step import step_label
 from probe.explorer.figures.style import md
 from probe.explorer.loaders import TraceSource, ViewContext
-from probe.explorer.widgets import show_table, show_trace_telemetry
+from probe.explorer.widgets import quiet_answer, show_metrics, show_table, show_trace_telemetry
 
 
 def show_ledger(trace: TraceSource, ctx: ViewContext) -> None:
     analysis = trace.analysis
     s = analysis.summary
+    result = quiet_answer(trace, ctx)
+    d = result.diagnosis.median if result else None
+    if result is not None and d is not None:  # the Diagnosis's figures first, as probe analyze prints them
+        step = analysis.steps[result.diagnosis.position_of(d)]
+        st.markdown(f"**{md(bound_words(d))}**: the median step, {md(step_label(step))}, as the Diagnosis has it")
+        show_metrics(figures.diagnosis.evidence_metrics(d))
+    st.caption(f"{len(analysis.steps)} step(s), found by {md(analysis.step_rule)}. Across them:")
     cols = st.columns(4)
-    st.caption(f"{len(analysis.steps)} step(s), found by {md(analysis.step_rule)}.")
-    cols[0].metric("step p50", f"{s.step_p50_us / 1e3:.3f} ms")
+    cols[0].metric("host window p50 (not the measured step)", f"{s.step_p50_us / 1e3:.3f} ms")
     cols[1].metric(analysis.dispatch + " / step", f"{s.launches_per_step:g}")
     if analysis.on_gpu:
         cols[2].metric("GPU busy / GPU window", f"{100 * s.busy_fraction:.1f} %")

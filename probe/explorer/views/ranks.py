@@ -16,7 +16,9 @@ def show_ranks(loaded: Job, ctx: ViewContext) -> None:
     of one job (same steps, a distinct rank for each); otherwise the folder's traces, each linked, and why."""
     result = loaded.job
     for f in result.failed:
-        st.error(f"Cannot read {md(f.source)}: {md(f.error)}")
+        st.error(
+            f"Cannot read {md(sources.under_root(ctx.root, f.source))}: {md(sources.under_root(ctx.root, f.error))}"
+        )
     if not result.one_job:
         st.info(md(f"These traces are not the ranks of one job: {result.not_a_job}. Open each on its own:"))
         for trace in result.traces:
@@ -38,6 +40,9 @@ def show_ranks(loaded: Job, ctx: ViewContext) -> None:
         f"same). Circled: the slowest rank of each step. Rank {g.rank} was the slowest in {g.slowest_steps} of "
         f"{g.steps} steps, by {g.median_trail_pct:.1f}% on the median rank in the median of those steps."
     )
+    for rank, same in figures.ranks.coinciding(result):
+        others = ", ".join(f"rank {o}" for o in same)
+        st.caption(f"{others}: the same wall as rank {rank} at every step, drawn inside its line.")
     show_table(figures.ranks.ranks_frame(result), "ranks_table")
     for rank, trace in zip(result.ranks, result.traces, strict=True):
         opened = sources.source_of(ctx.root, trace.source)

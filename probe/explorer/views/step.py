@@ -6,31 +6,30 @@ from __future__ import annotations
 
 import streamlit as st
 
+from probe.analysis.diagnosis.verdict import bound_words
 from probe.analysis.ledger.types import StepLedger
 from probe.explorer import figures, sources
-from probe.explorer.figures.style import md, ms_text, printable, short
+from probe.explorer.figures.style import md, printable, short
 from probe.explorer.loaders import TraceSource, ViewContext, key, load_timeline
 from probe.explorer.step_clock import StepTimeline
-from probe.explorer.widgets import pick_step, show_table, show_trace_telemetry
+from probe.explorer.widgets import pick_step, quiet_answer, show_metrics, show_table, show_trace_telemetry
 
 
 def show_one_step(trace: TraceSource, ctx: ViewContext) -> None:
     analysis = trace.analysis
-    decode = next((s for s in analysis.steps if s.kind == "decode"), None)  # open there, not on prefill
-    step = pick_step(analysis, "step", "Step", first=decode)
-    if step is None:  # no step to pick
+    result = quiet_answer(trace, ctx)
+    if result is None or result.diagnosis.median is None:
         st.info("No step in this trace: name the steps with --steps in the sidebar.")
         return
-    cols = st.columns(5)
-    cols[0].metric("wall (host window)", ms_text(step.wall_ns))
-    cols[1].metric("launches" if analysis.on_gpu else "top-level ops", step.dispatched)
-    cols[2].metric("host work (wall - sync wait)", ms_text(step.host_work_ns))
-    if analysis.on_gpu:
-        cols[3].metric("GPU busy", ms_text(step.gpu_busy_ns))
-        cols[4].metric("step read whole", ms_text(step.span_ns))
-    else:
-        cols[3].metric("unattributed", ms_text(step.mechanism_ns["unattributed"]))
-        cols[4].metric("cache bookkeeping", ms_text(step.cache_ns))
+    judged = analysis.steps[result.diagnosis.position_of(result.diagnosis.median)]  # open where the Diagnosis did
+    step = pick_step(analysis, "step", "Step", first=judged)
+    assert step is not None  # a trace with a median step has steps to pick
+    d = result.diagnosis.steps[step.position]
+    which = (
+        "the median step, the one the Diagnosis judged" if step.position == judged.position else "not the median step"
+    )
+    st.markdown(f"**{md(bound_words(d))}** ({which}). {md(d.headline)}")
+    show_metrics(figures.diagnosis.evidence_metrics(d) + [(analysis.dispatch, f"{step.dispatched:,}")])
     st.plotly_chart(figures.step.partitions_figure(step, analysis.user_parts), key="partitions_chart")
     st.caption(
         "The step's wall two ways, each adding up to it: by purpose (what it was doing) and by mechanism (what "
@@ -45,16 +44,17 @@ def show_one_step(trace: TraceSource, ctx: ViewContext) -> None:
         figures.step.timeline_figure(tl, [link] if link is not None else ()),
         key="timeline_chart",
         on_select="rerun",
-        selection_mode="points",
+        selection_mode=("points", "box"),
     )
     clicked(event, tl)
     st.caption(
         md(
             "One clock, the way Perfetto draws it: the step's thread by kind and depth (each event coloured by the "
-            "part its time feeds), where it blocked on the device (external wait on top), the other busy threads, "
-            "this step's GPU idle gaps by cause and one lane a stream (kernels by category; faded: other steps' "
-            "work). Dotted: the host window's edges. Click a kernel (or pick one) for the arrow from its launch; "
-            "click a hatched bar to zoom into it. "
+            "part its time feeds), its host window the Diagnosis's way (host work, sync wait while the trace's GPU "
+            "work ran, external wait: they add up to the window), the other busy threads, this step's GPU idle gaps "
+            "by cause and one lane a stream (kernels by category; faded: other steps' work). Dotted: the host "
+            "window's edges. Click a kernel (or pick one) for the arrow from its launch; drag across the chart, or "
+            "click a hatched bar, to draw that stretch again at its own resolution. "
         )
         + md(figures.step.merged_text(tl))
     )
@@ -133,14 +133,23 @@ def pick_link(tl: StepTimeline) -> int | None:
 
 
 def clicked(event, tl: StepTimeline) -> None:
-    """A click on the timeline: a hatched (merged) bar zooms into it, a GPU op or a launch call links; each click
-    is acted on once (the selection stays in the event until the next)."""
+    """A drag across the timeline draws that stretch again at its own resolution (merged bars split as they fit);
+    a click on a hatched (merged) bar zooms into it, on a GPU op or a launch call links; each is acted on once
+    (the selection stays in the event until the next)."""
+    dragged = figures.step.dragged_window(event)
     bar = figures.step.clicked_bar(event)
-    if bar is None or bar == st.session_state.get(CLICK_KEY):
+    done = st.session_state.get(CLICK_KEY)
+    change: dict[str, object]
+    if dragged is not None and dragged != done:
+        st.session_state[CLICK_KEY] = dragged
+        lo, hi = tl.window
+        change = {WINDOW_KEY: (max(lo / 1e6, dragged[0]), min(hi / 1e6, dragged[1]))}
+        st.session_state[PENDING_KEY] = change
+        st.rerun()
+    if bar is None or bar == done:
         return
     st.session_state[CLICK_KEY] = bar
     row, start, dur, count = bar
-    change: dict[str, object]
     if count > 1:
         pad = max(dur // 10, tl.resolution_ns)
         change = {WINDOW_KEY: (max(0, start - pad) / 1e6, min(tl.span_ns, start + dur + pad) / 1e6)}

@@ -15,6 +15,8 @@ from probe.explorer.widgets import show_table, show_telemetry
 def show_sweep(run: Run, ctx: ViewContext) -> None:
     results, report = run.results, run.report
     st.subheader(md(f"{results.config.model} {results.dtype} on {results.env.device_name or '?'}"))
+    if results.contention:
+        st.warning(md(results.contention))
     st.plotly_chart(figures.sweep.sweep_figure(results, report), key="sweep_chart")
     frame = figures.sweep.sweep_frame(results)
     if frame["mismatch"].any():

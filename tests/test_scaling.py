@@ -1,0 +1,150 @@
+"""How the cost of each trace-reading path grows with the steps, measured so that load cannot fool it.
+
+The same synthetic decode trace (benchmarks/synthetic_traces.py: the same events a step) at N and 8N steps, timed
+in this one process, interleaved, best of 3 each: the time ratio must stay within twice the events ratio. A stage
+that does whole-trace work once a step costs steps x events, and its ratio is about 64 here, however loaded the
+machine; a linear one's is about 8. (Before the answer selected each step's ops from one pass over the trace, its
+per-op roofline ran that pass once a step: `probe analyze` at 1000 steps took 24x its time at 20 steps.)
+
+No wall-clock time is asserted, only how it grows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import io
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from benchmarks.synthetic_traces import make_trace
+from probe.analysis.diagnosis.answer import answer
+from probe.analysis.ledger.build import analyze
+from probe.analysis.regression.compare import compare
+from probe.analysis.regression.samples import load_samples
+from probe.analysis.trace import load_trace
+from probe.cli import main
+from probe.explorer.step_clock import step_clock
+
+STEPS = 40  # N; 8N = 320 steps of ~66 events: each side a fraction of a second once the cost is linear
+GROWTH = 8
+EVENTS_A_STEP = 66  # the generator's smallest step (a launch group a layer and a half, the ranges, the sync)
+REPEAT = 3
+MIN_TIMED_S = 0.1  # each timing at least this long: many calls of what is fast, one of what is not
+SLACK = 2  # the time ratio may reach twice the events ratio: noise, and what is per step but cheap
+
+
+def best_times(small: Callable[[], object], large: Callable[[], object], repeat: int = REPEAT) -> tuple[float, float]:
+    """Each one's time a call, the best of `repeat` timings, interleaved (small, large, small, ...) so that both see
+    the same load. A timing calls its function as often as makes MIN_TIMED_S (a call of a few ms alone swings 2-3x
+    under load, and its ratio with it); one untimed call of each first (imports, caches). The objects alive before
+    are frozen out of the garbage collector's passes: else a pass that a small call triggers walks both traces'
+    tables, and charges the small call for what the large trace holds."""
+    calls = [max(1, math.ceil(MIN_TIMED_S / _timed(fn, 1))) for fn in (small, large)]
+    best = [math.inf, math.inf]
+    gc.collect()
+    gc.freeze()
+    try:
+        for _ in range(repeat):
+            for i, fn in enumerate((small, large)):
+                best[i] = min(best[i], _timed(fn, calls[i]) / calls[i])
+    finally:
+        gc.unfreeze()
+    return best[0], best[1]
+
+
+def _timed(fn: Callable[[], object], calls: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return time.perf_counter() - t0
+
+
+def assert_linear(what: str, small: Callable[[], object], large: Callable[[], object], events: float) -> None:
+    a, b = best_times(small, large)
+    assert b / a <= SLACK * events, (
+        f"{what}: {b / a:.1f}x the time for {events:.1f}x the events ({a:.3f} s, {b:.3f} s): its cost grows faster "
+        "than the trace"
+    )
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory) -> dict[int, Path]:
+    """The decode trace at N and 8N steps, with recorded shapes (so the per-op roofline models every op)."""
+    folder = tmp_path_factory.mktemp("scaling")
+    out = {}
+    for n in (STEPS, GROWTH * STEPS):
+        out[n] = folder / f"decode{n}.trace.json"
+        out[n].write_bytes(make_trace(n, n * EVENTS_A_STEP, shapes=True))
+    return out
+
+
+@pytest.fixture(scope="module")
+def loaded(traces):
+    """Each trace's event table and ledger, and how many more events the large one has."""
+    tables = {n: load_trace(p) for n, p in traces.items()}
+    analyses = {n: analyze(t) for n, t in tables.items()}
+    small, large = sorted(tables)
+    return tables, analyses, len(tables[large]) / len(tables[small])
+
+
+def _quiet(*args: str) -> Callable[[], object]:
+    def run() -> object:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            return main(list(args))
+
+    return run
+
+
+def test_probe_analyze_grows_with_the_trace_not_with_steps_times_events(traces, loaded):
+    """The whole command, as a user runs it: read, ledger, the answer (every step's diagnosis and top ops), JSON."""
+    small, large = sorted(traces)
+    assert_linear(
+        "probe analyze --json",
+        _quiet("analyze", str(traces[small]), "--json"),
+        _quiet("analyze", str(traces[large]), "--json"),
+        loaded[2],
+    )
+
+
+def test_the_answer_and_its_per_op_roofline_grow_with_the_trace(loaded):
+    """answer() alone, with a device so every step's ops are held against the roofline, as the explorer's Diagnosis
+    and Op roofline views load it."""
+    tables, analyses, events = loaded
+    small, large = sorted(tables)
+    found = answer(tables[large], analyses[large], device_name="H100-SXM")
+    assert len(found.step_ops) == large and all(any(o.bound for o in ops) for ops in found.step_ops.values())
+    assert_linear(
+        "answer",
+        lambda: answer(tables[small], analyses[small], device_name="H100-SXM"),
+        lambda: answer(tables[large], analyses[large], device_name="H100-SXM"),
+        events,
+    )
+
+
+def test_the_one_step_layout_grows_with_the_trace(loaded):
+    """The explorer's One step view: the middle step laid out on one clock."""
+    tables, analyses, events = loaded
+    small, large = sorted(tables)
+    assert_linear(
+        "step_clock",
+        lambda: step_clock(tables[small], analyses[small], small // 2),
+        lambda: step_clock(tables[large], analyses[large], large // 2),
+        events,
+    )
+
+
+def test_probe_compare_grows_with_the_trace(traces, loaded):
+    """probe compare of a trace against itself: both read, ledgers, samples, the statistics, the table."""
+    small, large = sorted(traces)
+    assert compare(load_samples(traces[large]), load_samples(traces[large])).rows
+    assert_linear(
+        "probe compare",
+        _quiet("compare", str(traces[small]), str(traces[small])),
+        _quiet("compare", str(traces[large]), str(traces[large])),
+        loaded[2],
+    )
