@@ -16,7 +16,7 @@ from probe.analysis.trace import load_trace
 from probe.render.console import NOT_A_TERMINAL_WIDTH, FittingConsole, width_for
 from probe.render.ledger import host_tables
 from probe.render.text import ms
-from tests.conftest import run_probe, shared_trace
+from tests.conftest import ROOT, run_probe, shared_trace
 
 # The H100 prefill of the README (../shared/traces/public; skipped where absent): its host parts read 4.404, 2.304,
 # 14.122 ms, which the fixed 160 columns cut to
@@ -96,4 +96,15 @@ def test_probe_analyze_in_a_pipe_fits_100_columns():
     lines = result.stdout.splitlines()
     assert max(map(len, lines)) <= 100
     assert not [line for line in lines if line != line.rstrip()]
+    assert not re.search(r"\d…", result.stdout)
+
+
+@pytest.mark.parametrize("width", [60, 80])
+def test_every_table_of_a_cpu_trace_fits_a_narrow_terminal(width):
+    """`COLUMNS=80 probe analyze traces/tiny_cached...` (the README's first trace) raised ValueError in the fitting
+    of its summary table: no column that folds, and the others at their least before the table fit."""
+    env = os.environ | {"COLUMNS": str(width)}
+    trace = ROOT / "traces" / "tiny_cached_cpu_p64_n16.trace.json.gz"
+    result = run_probe("analyze", str(trace), env=env)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     assert not re.search(r"\d…", result.stdout)

@@ -143,8 +143,9 @@ def _shrunk(most: list[int], least: list[int], available: int, last: list[bool])
     only once the others (whose headers wrap) are at their least."""
     widths = list(most)
     for group in (False, True):
-        while sum(widths) > available:
-            spare, i = max((w - lo, i) for i, (w, lo) in enumerate(zip(widths, least, strict=True)) if last[i] == group)
+        columns = [i for i, marked in enumerate(last) if marked == group]
+        while columns and sum(widths) > available:
+            spare, i = max((widths[i] - least[i], i) for i in columns)
             if spare <= 0:
                 break
             widths[i] -= 1
