@@ -30,6 +30,7 @@ COMMANDS = {
     "app": "open the Streamlit explorer on the runs and traces under a folder (localhost only)",
     "ab": "A/B two engines interleaved in one process; exit 1 if the second regressed",
     "history": "the run history (DuckDB): list runs, check the trend of every configuration, show a run, import runs",
+    "models": "the model presets, the decoder families each engine serves, the GPUs the roofline knows",
 }
 
 
@@ -92,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         args = build_parser(argv[0] if argv else None).parse_args(argv)
+        args.argv = list(argv)  # the command line as given: what a resume hint repeats
         return args._main(args)
     except ProbeError as e:
         print(f"probe: error: {e}", file=sys.stderr)

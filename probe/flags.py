@@ -9,6 +9,7 @@ import typing
 from dataclasses import field
 
 from probe.errors import ProbeError
+from probe.here import shown
 
 
 def _list_of(kind: type, what: str):
@@ -52,8 +53,9 @@ def add_arguments(
     defaults: dict | None = None,
 ) -> None:
     """Add one flag per field of dataclass `cls`. With `overrides_only`, absent flags stay absent. `defaults`: the
-    values the command itself uses where a flag is absent (what it gives from_args), shown in the help instead of the
-    field's."""
+    values the command itself uses where a flag is absent (what it gives from_args, or text saying what it does),
+    shown in the help instead of the field's. Each flag's help states its default once: "auto" as what it is on this
+    machine, and not at all where the help text already says it or there is none (None, an empty list)."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         if f.name in skip:
@@ -61,9 +63,10 @@ def add_arguments(
         flag = "--" + f.name.replace("_", "-")
         meta, tp = f.metadata, _base_type(hints[f.name])
         default = argparse.SUPPRESS if overrides_only else f.default
-        value = (defaults or {}).get(f.name, f.default)
-        shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
-        help_text = f"{meta.get('help', '')} (default: {shown})"
+        help_text = meta.get("help", "")
+        text = shown(f.name, (defaults or {}).get(f.name, f.default))
+        if text is not None and "(default" not in help_text:
+            help_text += f" (default: {text})"
         if tp is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
         else:

@@ -18,8 +18,8 @@ import msgspec
 from engines.configs import ATTENTION, DTYPE_NAMES
 from probe.errors import ProbeError
 from probe.flags import int_list, knob, str_list
+from probe.here import AUTO
 
-AUTO = "auto"
 DTYPE_CHOICES = (AUTO, *DTYPE_NAMES)
 MODEL_HELP = "preset name, config.json or local model folder; auto: qwen2.5-1.5b on a GPU, tiny on a CPU"
 DTYPE_HELP = "weights and activations dtype; auto: float16 on a GPU, float32 on a CPU"
@@ -54,7 +54,11 @@ class BenchConfig:
     seed: int = knob(0, "seed for weights and prompts")
     allow_mismatch: bool = knob(False, "exit 0 even when an engine's tokens differ from naive's", resumable=True)
     annotate: bool = knob(False, "emit NVTX/record_function ranges during timed runs (for an attached tool)")
-    threads: int = knob(0, "torch intra-op threads; 0 keeps torch's default (one per core)")
+    threads: int = knob(
+        0,
+        "torch intra-op threads; 0: torch's default (one per core), except that probe run on a CPU takes the count "
+        "the floor runs fastest at, and 1 when other processes take the CPU",
+    )
     telemetry_ms: float = knob(10.0, "telemetry sampling interval in ms (NVML on GPUs, /proc everywhere); 0: off")
     naive_prompts: tuple[int, ...] = knob(
         (),
@@ -151,6 +155,28 @@ def _check_common(cfg: BenchConfig | ProfileConfig) -> None:
 
 
 Config = TypeVar("Config", BenchConfig, ProfileConfig)
+
+# probe run's budget (probe.capture.pipeline runs it), by device type. Why these: the CPU budget keeps the whole job to
+# a few minutes on 2 cores while still spanning the range where naive's recomputation overtakes the host floor; the
+# GPU budget is the write-ups' own. On a CPU the intra-op threads are the count the floor measures fastest
+# (probe.capture.machine.choose_threads), one where other processes take the CPU.
+CPU_DEFAULTS = dict(model="tiny", dtype="float32", prompts=(16, 64, 256, 1024), new_tokens=128, runs=5, warmup=2)
+GPU_DEFAULTS = dict(
+    model="qwen2.5-1.5b", dtype="float16", prompts=(16, 64, 256, 1024, 4096), new_tokens=256, runs=5, warmup=2
+)
+# --quick: three engines over the prompt range, 32 tokens (31 decode steps a run), 2 timed runs after the parity
+# pass, 2 ABBA pairs for the sync cost. On a GPU naive is timed only up to 512 (at 4096 it is a reference run
+# only); cached and static span the write-ups' 16..4096. docs/gpu/README.md budgets the GPU run.
+QUICK = dict(engines=("naive", "cached", "static"), new_tokens=32, runs=2, warmup=1, sync_pairs=2)
+QUICK_CPU = dict(CPU_DEFAULTS, **QUICK, prompts=(16, 128, 1024))
+QUICK_GPU = dict(GPU_DEFAULTS, **QUICK, prompts=(16, 512, 4096), naive_prompts=(16, 512))
+
+
+def defaults_for(device_type: str, quick: bool) -> dict:
+    """What probe run (--quick) uses on a device of `device_type` where a flag is absent."""
+    if quick:
+        return QUICK_GPU if device_type == "cuda" else QUICK_CPU
+    return GPU_DEFAULTS if device_type == "cuda" else CPU_DEFAULTS
 
 
 def _to_json(cfg: BenchConfig | ProfileConfig) -> dict:

@@ -31,6 +31,9 @@ needs_shared = pytest.mark.skipif(not SHARED.is_dir() and not IN_CI, reason=f"{S
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(16))
+# Tests read the tables for what they hold, so every `probe` they run prints them whole: wide enough that no column is
+# dropped (probe.render.console fits a table to COLUMNS, else 100 in a pipe). tests/test_console.py sets its own widths.
+os.environ["COLUMNS"] = "250"
 
 # Under xdist (.ci/run: two workers on two cores) each worker, and every process it starts, computes on one thread:
 # torch's default of one thread per core would put four spinning threads on the two cores and slow every torch test

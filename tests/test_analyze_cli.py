@@ -97,7 +97,7 @@ def test_a_long_trace_shows_its_first_and_its_longest_steps(run, tmp_path):
     walls = [s["wall_us"] for s in json.loads(out)["steps"]]
     code, out, _ = run(str(path))
     words = " ".join(out.split())  # a title wraps where its length puts it
-    assert code == 0 and words.count(f"{STEP_ROWS} of 100 steps: the first {FIRST_ROWS}") == 3  # steps, idle, host
+    assert code == 0 and words.count(f"{STEP_ROWS} of 100 steps: the first {FIRST_ROWS}") == 4  # steps, idle, host x2
     steps_table = out[out.index("long.trace.json  (") : out.index("GPU idle in each step")]
     shown = [int(n) for n in re.findall(r"^│ +(\d+) │ decode#", steps_table, re.M)]
     longest = sorted(range(FIRST_ROWS, 100), key=lambda i: (-walls[i], i))[: STEP_ROWS - FIRST_ROWS]

@@ -12,6 +12,8 @@ import torch
 
 from probe.analysis.records.environment import Environment
 from probe.analysis.records.results import Cell, Parity, load_results
+from probe.analysis.records.telemetry import Contention
+from probe.capture import cell as capture_cell
 from probe.capture.cell import PeakMemory, sync_cost_ms
 from probe.capture.config import settle
 from probe.capture.parity import NEAR_TIE_ULPS, Checked, judge
@@ -300,3 +302,14 @@ def test_every_cell_starts_after_the_previous_cells_leftovers_are_let_go(monkeyp
     monkeypatch.setattr(PeakMemory, "between_cells", lambda self: calls.append(self.device.type) or release(self))
     results = bench(BenchConfig(**SMALL | dict(telemetry_ms=0)))
     assert calls == ["cpu"] * len(results.cells) == ["cpu"] * 4
+
+
+def test_baseline_warns_of_contended_cells_as_bench_does(tmp_path, cli, monkeypatch):
+    """Issue 36 §3: `probe baseline` ran with 1.8-1.9 other cores busy and printed no warning. The contention rule
+    (tested on a real busy loop in tests/test_sweep_faults.py) forced to say "contended"."""
+    monkeypatch.setattr(capture_cell, "contention", lambda summary, windows, cores: Contention(1.85, True))
+    args = ["--engines", "cached", "--prompts", "8", "--new-tokens", "4", "--runs", "2", "--warmup", "0"]
+    done = cli("baseline", *args, "--out", tmp_path / "b.json", "--no-history")
+    assert done.returncode == 0, done.stderr
+    assert "probe: warning: 1 of 1 cells ran while other processes used the CPU (cores beside this one: " in done.stderr
+    assert "cached p8 (1.85)" in done.stderr

@@ -189,21 +189,45 @@ def test_a_failed_history_write_keeps_the_results_and_says_why(tmp_path):
 
 def test_with_the_default_file_a_failed_write_only_warns(monkeypatch, tmp_path):
     """The append policy the measuring commands share (probe.analysis.regression.history.record; their --no-history is
-    test_no_history_records_nothing)."""
+    test_no_history_records_nothing): unnamed, the history is the command's own output folder's."""
     monkeypatch.delenv("PROBE_HISTORY")
     monkeypatch.chdir(tmp_path)
-    (tmp_path / history.DEFAULT_FILE).write_text("not a database")
+    home = tmp_path / "out"
+    home.mkdir()
+    (home / history.DEFAULT_FILE).write_text("not a database")
     results = load_results(RUN_A)
-    assert history.record(None, "bench", 0, results=results).code == 0
-    failed = history.record(None, "bench", 1, results=results)
+    assert history.record(None, "bench", 0, results=results, home=home).code == 0
+    failed = history.record(None, "bench", 1, results=results, home=home)
     assert failed.code == 1 and failed.message.startswith("probe: history not updated: ")
-    assert history.record(tmp_path / history.DEFAULT_FILE, "bench", 0, results).code == 2
-    (tmp_path / history.DEFAULT_FILE).unlink()
-    done = history.record(None, "bench", 0, results=results)
-    assert done.code == 0 and done.message.startswith("history: recorded run ")
-    with history.connect(tmp_path / history.DEFAULT_FILE) as con:  # recorded in the current folder
+    assert history.record(home / history.DEFAULT_FILE, "bench", 0, results).code == 2
+    (home / history.DEFAULT_FILE).unlink()
+    done = history.record(None, "bench", 0, results=results, home=home)
+    assert (
+        done.code == 0
+        and done.message == f"history: recorded run {done.message.split()[3]} in {home / 'probe-history.duckdb'}"
+    )
+    with history.connect(home / history.DEFAULT_FILE) as con:  # recorded in the command's own folder
         (run,) = history.list_runs(con)
     assert run.commit is None and run.dirty is None  # tmp_path is no repository: no commit, not probe's own
+    assert list(tmp_path.glob("*.duckdb")) == []  # nothing in the current folder
+
+
+def test_the_history_goes_only_where_asked(tmp_path):
+    """Issue 36 §3: bench without --out, and baseline, record nothing and say so; bench and run with --out record in
+    their own folder and say where; nothing is written into the current folder unless it is named."""
+    env = {"PROBE_HISTORY": ""}
+    bench = ok(probe_in(tmp_path, "bench", *BENCH, env=env))
+    assert bench.stderr.strip().splitlines()[-1] == (
+        "history: this run is not recorded (name a history file with --history PATH or $PROBE_HISTORY)"
+    )
+    ok(probe_in(tmp_path, "baseline", *BENCH, "--out", "b.json", env=env))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json"]  # no probe-history.duckdb here
+    run = ok(probe_in(tmp_path, "run", *BENCH, "--no-next", "--out", "r", env=env))
+    assert run.stderr.strip().splitlines()[-1].endswith(f" in {Path('r') / 'probe-history.duckdb'}")
+    assert (tmp_path / "r" / "probe-history.duckdb").is_file() and not (tmp_path / "probe-history.duckdb").exists()
+    named = ok(probe_in(tmp_path, "bench", *BENCH, "--history", "probe-history.duckdb", env=env))
+    assert named.stderr.strip().splitlines()[-1].endswith(" in probe-history.duckdb")
+    assert (tmp_path / "probe-history.duckdb").is_file()  # the current folder, because it was named
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -260,3 +260,34 @@ def test_sigterm_ends_the_workers_and_the_callers_pipes_close(tmp_path):
         time.sleep(0.01)
     assert alive == []
     assert proc.communicate(timeout=5) == ("", "")  # both pipes at EOF: nothing holds them any more
+
+
+def test_unrelated_traces_answer_a_line_each_and_show_their_ledgers_only_with_detail(cli):
+    """Issue 36 §2: eight unrelated traces printed eight ledgers and no verdict. Now the first lines are one a trace
+    (its verdict, the figure it rests on, the first fix), each the same headline `probe analyze TRACE` gives."""
+    public = ["rocm_vllm_decode_cudagraph", "cpu_only_small"]
+    paths = [str(DATA / "hand_decode.trace.json.gz")] + [str(shared_trace(f"public/{n}.trace.json.gz")) for n in public]
+    result = cli("analyze", *paths)
+    assert result.returncode == 0, result.stderr
+
+    def answers(out: str) -> list[str]:
+        """The answer of each trace, in order, each one line again (the console wraps a long one at words)."""
+        text = " ".join(out.split("each trace's ledger")[0].split())
+        starts = [text.index(f"{p}: ") for p in paths]
+        return [text[a:b].strip() for a, b in zip(starts, [*starts[1:], len(text)], strict=True)]
+
+    lines = answers(result.stdout)
+    for path, line in zip(paths, lines, strict=True):
+        alone = json.loads(cli("analyze", path, "--json").stdout)["diagnosis"]["median"]
+        assert line.startswith(f"{path}: {alone['headline']}")
+        if alone["what_if"]:
+            fix = alone["what_if"][0]
+            assert f" First fix: {fix['change']}, saves {fix['saving_ms']:.3f} ms" in line
+        else:
+            assert line.endswith(" No fix proposed.")
+    assert "host time on each step's thread" not in result.stdout and "--detail" in result.stdout
+    detail = cli("analyze", *paths, "--detail")
+    assert detail.stdout.startswith(result.stdout.split("each trace's ledger")[0])  # the answers still first
+    assert detail.stdout.count("host time on each step's thread by purpose") == len(paths)
+    doc = json.loads(cli("analyze", *paths, "--json").stdout)
+    assert [t["diagnosis"]["bound"] for t in doc["traces"]] == ["host", "gpu", "cpu_only"]

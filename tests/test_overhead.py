@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from probe import vocabulary as V
 from probe.analysis.diagnosis.predictions import OverheadReport
-from probe.capture.machine import PIECES, TimingAnnotator, measure
+from probe.capture import machine
+from probe.capture.machine import PIECES, TimingAnnotator, choose_threads, measure, thread_candidates
 from tests.conftest import floor_ops_by_profiler
 
 
@@ -112,3 +115,46 @@ def test_us_per_launch_divides_by_kernel_launches_on_a_gpu(monkeypatch):
     monkeypatch.setattr(torch.profiler, "profile", FakeProfile)
     token = SimpleNamespace(device=SimpleNamespace(type="cuda"))
     assert machine.floor_launches(None, None, token) == (2, "kernel launches")
+
+
+def test_thread_candidates_double_up_to_one_a_core():
+    assert [thread_candidates(n) for n in (1, 2, 6, 8)] == [[1], [1, 2], [1, 2, 4, 6], [1, 2, 4, 8]]
+
+
+class OtherProcesses:
+    """CpuBackend's reads as choose_threads takes them, with `cores` used by other processes: the machine's CPU is
+    this process's one core plus theirs."""
+
+    def __init__(self, cores: float):
+        self.cores = cores
+
+    def __call__(self):
+        return self
+
+    def read(self) -> dict[str, float]:
+        return {"sys_cpu_pct": (1 + self.cores) / (os.cpu_count() or 1) * 100, "proc_cpu_pct": 100.0}
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("other", "threads", "reason"),
+    [(0.0, 4, "4 threads, the floor's fastest ("), (1.5, 1, "1 thread: other processes used 1.50 cores while")],
+)
+def test_a_cpu_run_takes_the_floors_fastest_thread_count_and_one_under_contention(
+    tiny, monkeypatch, other, threads, reason
+):
+    """Issue 36 §1: on a loaded 2-core machine two threads thrashed (steps of 88-636 ms) where one was stable. Here
+    the floor is made fastest at 4 threads; what other processes use decides between 4 and the one thread."""
+    monkeypatch.setattr(machine, "THREAD_CHOICE_S", 0.0)
+    monkeypatch.setattr(machine, "CpuBackend", OtherProcesses(other))
+    monkeypatch.setattr(machine, "floor_forward", lambda *a: (0, 4_000_000 // torch.get_num_threads()))
+    before = torch.get_num_threads()
+    try:
+        choice = choose_threads(tiny, most=4)
+        assert torch.get_num_threads() == choice.threads == threads  # torch left at the count taken
+    finally:
+        torch.set_num_threads(before)
+    assert choice.floor_ms == ((1, 4.0), (2, 2.0), (4, 1.0)) and choice.other_cpu_cores == pytest.approx(other)
+    assert choice.contended == (other > 0) and choice.reason.startswith(reason)

@@ -220,7 +220,7 @@ def test_sigterm_to_a_sweep_keeps_the_finished_cells_ends_its_workers_and_resume
     assert stopped.returncode == 128 + signal.SIGTERM, err
     kept = load_results(out)
     assert 2 <= len(kept.cells) < 10 and not kept.complete
-    assert f"interrupted: {len(kept.cells)} of 10 cells kept in {out / 'results.json'}; rerun with --resume" in err
+    assert f"interrupted: {len(kept.cells)} of 10 cells kept in {out / 'results.json'}; to finish: probe bench " in err
     # Its workers (actors of this sweep's job) are gone from the cluster's nodes: nothing of it keeps a CPU.
     assert _wait_for(lambda: not _actor_processes(), None, timeout=30)
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
+import re
+import time
 
 import pytest
 
@@ -29,6 +32,7 @@ from probe.analysis.records.results import BenchResults, Cell
 from probe.analysis.records.telemetry import TelemetrySummary, cell_telemetry
 from probe.analysis.roofline.formulas import arch_for, decode_step
 from probe.analysis.trace import load_trace
+from probe.capture import pipeline
 from probe.render import terminal
 from probe.render.markdown import report_markdown
 from probe.settings import BenchConfig
@@ -381,3 +385,74 @@ def test_the_contention_rule_holds_in_every_judgment():
     section = markdown[markdown.index("## Not judged: contended") : markdown.index("## Cells")].replace("\\", "")
     assert "- cell static p16 (1.50 cores of other work)" in section and "- the floor (1.10 cores" in section
     assert "verdict: removing per-step host overhead" in section and "prediction cached p16 B=1: not judged" in section
+
+
+def test_report_md_marks_contended_cells_and_keeps_the_other_cpu_column():
+    """Issue 36 §3: report.md dropped the terminal's "other CPU" column and never said its cells were contended."""
+    calm = dataclasses.replace(cell("naive", 16, 4.0), other_cpu_cores=0.02, contended=False)
+    busy = dataclasses.replace(cell("cached", 16, 2.0), other_cpu_cores=1.85, contended=True)
+    md = report_markdown(results(calm, busy), Report(None, [], []))
+    header, _, naive, cached = [line for line in md.splitlines() if line.startswith("|")][:4]
+    assert "other CPU" in header
+    assert "0.02 cores" in naive and "CONTENDED" not in naive and "1.85 cores CONTENDED" in cached
+    assert "**Contended:** 1 of 2 cells ran while other processes used the CPU" in md.replace("\\", "")
+    assert "other CPU" not in report_markdown(results(calm), Report(None, [], []))  # only when one was contended
+
+
+def test_a_report_of_a_run_in_progress_says_what_is_missing_and_how_to_finish():
+    report = Report(
+        None,
+        [],
+        [],
+        status="interrupted",
+        missing=["the machine (floor, bandwidth): not measured, so no step is predicted"],
+        resume="probe run --quick --out runs/x --resume",
+    )
+    assert Report.from_json(json.loads(json.dumps(report.to_json()))) == report
+    md = report_markdown(results(cell("cached", 16, 2.0)), report)
+    lines = md.splitlines()
+    assert lines[4] == (
+        "**Interrupted**. The answers below are what the 1 cells measured so far allow. To finish: "
+        "`probe run --quick --out runs/x --resume`"
+    )
+    assert "- the machine \\(floor, bandwidth\\): not measured, so no step is predicted" in lines
+    assert md.index("## The write-ups' predictions, checked here") < md.index("## Cells")  # the answer first
+    assert "**Interrupted**" not in report_markdown(results(cell("cached", 16, 2.0)), Report(None, [], []))
+
+
+def test_progress_in_a_log_says_cells_done_left_and_the_time_left_when_nothing_else_did():
+    """Issue 36 §1: piped, `probe run` printed nothing for 5-15 minutes at a time. From the sweep's start (its first
+    cell can take minutes on a busy machine) a quiet spell is told as the cells done and left."""
+    stream = io.StringIO()
+    lines = terminal.Lines(stream, "probe run", heartbeat_s=0.05)
+
+    def beat(said: str) -> str:
+        deadline = time.monotonic() + 30
+        while said not in stream.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return next(line for line in stream.getvalue().splitlines() if said in line)
+
+    with lines:
+        lines.phase("sweep: 4 cells of naive, cached")
+        lines.sweep(4)
+        first = beat("0 of 4 cells done")
+        lines.cells(results(cell("naive", 16, 4.0)), 4)
+        later = beat("1 of 4 cells done")
+    assert re.fullmatch(
+        r"probe run: sweep: 0 of 4 cells done, 4 left; time left: known after the first cell \(\+\d+ s\)", first
+    )
+    assert re.fullmatch(r"probe run: sweep: 1 of 4 cells done, 3 left, about \d+ s left \(\+\d+ s\)", later), later
+    lines.since = 0.0  # the status itself: 1 cell in 30 s, 3 left: 90 s; 1 in 60 s, 3 left: 3 min
+    assert lines.status(30.0) == "sweep: 1 of 4 cells done, 3 left, about 90 s left"
+    assert lines.status(60.0) == "sweep: 1 of 4 cells done, 3 left, about 3 min left"
+    lines.done = 0
+    assert lines.status(40.0) == "sweep: 0 of 4 cells done, 4 left; time left: known after the first cell"
+
+
+def test_a_sweep_tells_its_cell_count_before_its_first_cell(monkeypatch):
+    """What lets the progress line count cells left before the first cell is done (probe.capture.pipeline.sweep)."""
+    told = []
+    monkeypatch.setattr(pipeline, "bench", lambda cfg, out, **kw: told.append("first cell") or results())
+    watch = pipeline.Watch(cells=told.append)
+    pipeline.sweep(BenchConfig(engines=("naive", "cached"), prompts=(8, 16, 32), device="cpu"), None, watch)
+    assert told == [6, "first cell"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
 
@@ -14,6 +16,7 @@ import pytest
 from probe.analysis.diagnosis.report import load_report
 from probe.analysis.records.results import load_results
 from probe.capture import pipeline
+from probe.errors import ProbeError
 from tests.conftest import ROOT, floor_ops_by_profiler, run_probe
 from tests.test_layout import HIDE_TORCH
 
@@ -164,13 +167,21 @@ def test_a_part_that_fails_is_named_and_the_rest_goes_on(tmp_path, cli, monkeypa
     assert set(report.ledgers) == {"naive"} and report.machine is not None and len(report.predictions) == 2
     assert "profile cached" in (out / "report.md").read_text()
     assert "probe: error: profile cached failed: RuntimeError: CUPTI_ERROR" in result.stderr
-    # stdout is not a terminal here: a line a phase and a cell, in order, before the tables
-    phases = [line for line in result.stdout.splitlines() if re.match(r"probe run: .* \(\+\d+ s\)$", line)]
+    # stdout is not a terminal here: a line a phase and a cell, in order, before the tables (and, on a slow machine,
+    # a line whenever 30 s pass without one: left out here)
+    heartbeat = re.compile(r"probe run: \w+: (still working|\d+ of \d+ cells done)")
+    phases = [
+        line
+        for line in result.stdout.splitlines()
+        if re.match(r"probe run: .* \(\+\d+ s\)$", line) and not heartbeat.match(line)
+    ]
     assert [re.sub(r" \(\+\d+ s\)$", "", p) for p in phases] == [
         "probe run: profiler self-check on cpu",
+        "probe run: threads: timing the floor at each thread count",
+        "probe run: threads: " + phases[2].split("threads: ")[1].split(" (+")[0],
         "probe run: sweep: 2 cells of naive, cached",
-        "probe run: cell 1 of 2 done: naive p8: ITL p50 " + phases[2].split("ITL p50 ")[1].split(" (+")[0],
-        "probe run: cell 2 of 2 done: cached p8: ITL p50 " + phases[3].split("ITL p50 ")[1].split(" (+")[0],
+        "probe run: cell 1 of 2 done: naive p8: ITL p50 " + phases[4].split("ITL p50 ")[1].split(" (+")[0],
+        "probe run: cell 2 of 2 done: cached p8: ITL p50 " + phases[5].split("ITL p50 ")[1].split(" (+")[0],
         "probe run: machine: the floor, a cached step piece by piece, the copy bandwidth",
         "probe run: profile naive",
         "probe run: profile cached",
@@ -183,16 +194,18 @@ def test_a_part_that_fails_is_named_and_the_rest_goes_on(tmp_path, cli, monkeypa
 
 def test_bench_prints_a_line_per_cell_as_it_finishes_when_piped(tmp_path):
     """Issue 25: with stdout a pipe, `probe bench` printed nothing until the end. Each cell's line must arrive while
-    the sweep is still running (flushed), before the tables."""
+    the sweep is still running (flushed), before the tables. Issue 36: with stderr a pipe too (`2>&1 | tee log`), no
+    frozen progress bar lands in the log."""
     argv = ["bench", "--engines", "naive,cached", *SMALL, "--prompts", "8,16", "--no-history"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "probe", *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     first = proc.stdout.readline()
     running = proc.poll() is None  # three cells still to go
-    rest, _ = proc.communicate(timeout=600)
+    rest, err = proc.communicate(timeout=600)
     assert proc.returncode == 0
     assert first.startswith("probe bench: cell 1 of 4 done: naive p8: ITL p50 ") and running
+    assert "━" not in err, err  # a bar (rich prints its last frame where it cannot draw it live)
     assert rest.index("probe bench: cell 4 of 4 done: cached p16") < rest.index("engine")
 
 
@@ -218,3 +231,72 @@ def test_no_history_never_imports_duckdb(tmp_path):
         env=os.environ | {"PYTHONPATH": str(ROOT)},
     )
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_an_interrupted_run_leaves_the_answers_its_cells_allow_and_the_command_that_finishes_it(tmp_path):
+    """Issue 36 §1: `probe run --quick` interrupted (SIGINT, as Ctrl-C) once its first sweep (naive, cached, static)
+    is done: report.md answers what those cells allow (the write-ups' Part 1 verdict needs exactly them), says what
+    is not measured yet, and gives the whole command that finishes the run, which then does."""
+    out = tmp_path / "quick"
+    args = ["run", "--quick", "--prompts", "8", "--new-tokens", "4", "--runs", "1", "--warmup", "0"]
+    args += ["--device", "cpu", "--no-nsys", "--no-history", "--out", str(out)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "probe", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )
+    lines = []
+    for line in proc.stdout:  # a line a phase and a cell, flushed: the pipe is the user's log
+        lines.append(line)
+        if line.startswith("probe run: next sweep: batched"):
+            proc.send_signal(signal.SIGINT)
+            break
+    rest, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGINT, "".join(lines) + rest + err
+    assert "Traceback" not in err
+    report = load_report(out)
+    assert report.status == "interrupted" and len(load_results(out).cells) == 3
+    part1, part2 = report.verdicts
+    assert part1.supported is not None or part1.evidence.startswith("not judged: ")  # answered from the 3 cells
+    assert part2.supported is None and "bandwidth" in part2.evidence  # needs the machine: not measured yet
+    markdown = (out / "report.md").read_text()
+    assert "**Interrupted**. The answers below are what the 3 cells measured so far allow." in markdown
+    assert "- the next sweep of batched: not run" in markdown
+    assert "- the machine \\(floor, bandwidth\\): not measured, so no step is predicted" in markdown
+    assert "## The write-ups' predictions, checked here" in markdown and "## Cells" in markdown
+    # stderr: where the answers are, and the whole command that finishes the run, --out of the same folder
+    (said,) = [line for line in err.splitlines() if line.startswith("probe: interrupted: ")]
+    assert f"{out / 'report.md'} holds the answers the finished cells allow" in said
+    command = shlex.split(said.split("; to finish: ", 1)[1])
+    assert command[:2] == ["probe", "run"] and command[-3:] == ["--out", str(out), "--resume"]
+    assert command[2:-3] == args[1:-2]  # every other flag as given
+    finished = run_probe(*command[1:])
+    assert finished.returncode == 0, finished.stderr
+    done = load_report(out)
+    assert done.status == "complete" and done.missing == [] and done.resume is None
+    assert len(load_results(out).cells) == 3 and len(load_results(out / "next-batched").cells) == 4
+
+
+def test_a_run_that_fails_leaves_the_answers_its_cells_allow(tmp_path, cli, monkeypatch):
+    """Issue 36 §1: a failure outside any part (here, once the sweep has finished) still leaves report.md, marked
+    failed with its error, and stderr says where it is and what finishes the run."""
+
+    def failing(cfg, results):
+        raise ProbeError("a stand-in for a full disk")
+
+    monkeypatch.setattr(pipeline, "sweep_problems", failing)
+    out = tmp_path / "run"
+    result = cli("run", *SMALL, "--no-next", "--no-history", "--out", out)
+    assert result.returncode == 2
+    report = load_report(out)
+    assert report.status == "failed: a stand-in for a full disk" and len(load_results(out).cells) == 2
+    assert "the machine (floor, bandwidth): not measured, so no step is predicted" in report.missing
+    assert "**Failed**: a stand\\-in for a full disk. The answers below" in (out / "report.md").read_text()
+    stopped, error = result.stderr.strip().splitlines()[-2:]
+    assert stopped.startswith(f"probe: the run stopped: {out / 'report.md'} holds the answers the finished cells")
+    assert stopped.endswith(f"; to finish: probe run {' '.join(SMALL)} --no-next --no-history --out {out} --resume")
+    assert error == "probe: error: a stand-in for a full disk"

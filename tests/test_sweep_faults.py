@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -111,7 +112,10 @@ def test_an_interrupted_sweep_says_what_it_kept_and_resume_runs_only_the_rest(tm
     assert stopped.returncode == 128 + signum, err
     kept = load_results(out)
     assert kept.complete is False and 2 <= len(kept.cells) < 12
-    assert f"interrupted: {len(kept.cells)} of 12 cells kept in {results}; rerun with --resume to finish" in err
+    said = f"interrupted: {len(kept.cells)} of 12 cells kept in {results}; to finish: "
+    assert said in err
+    finish = shlex.split(err.split(said, 1)[1].splitlines()[0])  # the whole command: every flag, --out, --resume
+    assert finish == ["probe", *[a for a in args if a not in ("--out", str(out))], "--out", str(out), "--resume"]
     assert "Traceback" not in err
 
     done = run_probe(*args, "--resume")

@@ -17,6 +17,7 @@ from engines import engine_class
 from engines.configs import DTYPE_NAMES, PRESET_DIR, max_positions, resolve
 from probe.analysis.records.files import model_config, read_json
 from probe.errors import ProbeError
+from probe.here import DEVICE_DEFAULTS
 from probe.settings import AUTO, DTYPE_CHOICES, DTYPE_HELP, MODEL_HELP, BenchConfig, Config, ProfileConfig
 
 if TYPE_CHECKING:  # engines.base imports torch, which this module must not
@@ -33,10 +34,6 @@ __all__ = [  # the settings are imported from here by the commands that predate 
     "settle",
     "validate",
 ]
-
-# What "auto" means for --model and --dtype, by device type: on a GPU the write-ups' own model and dtype; on a
-# CPU a preset small enough to sweep in minutes, in float32 (exact token parity).
-DEVICE_DEFAULTS = {"cuda": ("qwen2.5-1.5b", "float16"), "cpu": ("tiny", "float32")}
 
 
 def settle(cfg: Config, device_type: str) -> Config:

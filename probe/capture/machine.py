@@ -14,7 +14,12 @@
 
 The timing annotator costs about a microsecond a range; the pieces include it, the floor does not.
 
-3. The copy bandwidth the roofline divides by: a tensor copy far larger than any cache, timed with CUDA events
+3. The intra-op threads a CPU run takes (`choose_threads`): the floor timed at each candidate count, the counts
+   alternating so each sees the same machine, and the fastest taken, unless other processes took the CPU meanwhile:
+   then one thread, since on a shared machine two threads stall at every op's barrier whenever another job holds a
+   core (measured on this 2-core VM at load 9-13: steps of 88-636 ms with two threads, stable ones with one).
+
+4. The copy bandwidth the roofline divides by: a tensor copy far larger than any cache, timed with CUDA events
    on a GPU, and `measure_machine` puts it beside the floor as the report's `Machine`, with the datasheet's
    figure beside it on a known GPU (a copy reaches well below the datasheet, so predictions use the copy).
 """
@@ -35,9 +40,10 @@ from engines.models import load_model, prompt_ids, resolve_device
 from engines.naive import no_cache_forward, prepared_masks
 from probe import vocabulary as V
 from probe.analysis.diagnosis.predictions import Machine, OverheadReport, Piece
+from probe.analysis.diagnosis.report import ThreadChoice
 from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.digest import StepDigest, digest
-from probe.analysis.records.telemetry import cell_telemetry, contention
+from probe.analysis.records.telemetry import CONTENDED_CORES, cell_telemetry, contention
 from probe.analysis.roofline.devices import match_device
 from probe.analysis.trace import load_trace
 from probe.analysis.trace.table import LAUNCH_NAMES
@@ -46,6 +52,7 @@ from probe.capture.config import BenchConfig, settle, validate
 from probe.capture.count import count_forward_ops
 from probe.capture.loop import decode_steps, device_sync, finish, generate
 from probe.capture.profile import prepare_graph_profiling
+from probe.capture.telemetry.backends import CpuBackend
 from probe.capture.telemetry.samplers import make_sampler
 from probe.errors import ProbeError
 
@@ -271,6 +278,65 @@ def profiled_step(engine, prompt: torch.Tensor, steps: int = 8) -> StepDigest:
         path = Path(tmp) / "step.trace.json"
         prof.export_chrome_trace(str(path))
         return digest(analyze(load_trace(path)))
+
+
+THREAD_CHOICE_S = 0.5  # how long the floors of every candidate count are timed in all: /proc/stat counts 10 ms ticks
+THREAD_CHOICE_REPS = 10  # floors a candidate count gets at least
+
+
+def thread_candidates(most: int) -> list[int]:
+    """1, 2, 4, ... below `most` (torch's default: one per core), and `most`."""
+    counts = [1]
+    while counts[-1] * 2 < most:
+        counts.append(counts[-1] * 2)
+    return counts + ([most] if most > 1 else [])
+
+
+def choose_threads(model, most: int | None = None) -> ThreadChoice:
+    """Time the floor (single-token forward, no cache) at each candidate thread count on the CPU, the counts in turn
+    until each has THREAD_CHOICE_REPS floors and THREAD_CHOICE_S has passed; take the fastest, or one thread when
+    other processes used CONTENDED_CORES or more meanwhile (the contention rule every cell is held to). Leaves torch
+    set to the count it took."""
+    candidates = thread_candidates(most or torch.get_num_threads())
+    token = prompt_ids(1, 1, model.config.vocab_size).to(next(model.parameters()).device)
+    masks, sync = prepared_masks(model), device_sync(token.device)
+    times: dict[int, list[int]] = {n: [] for n in candidates}  # count -> its floors, ns
+    cpu = CpuBackend()
+    try:
+        with torch.inference_mode():
+            for n in candidates:  # warm each count's pool
+                torch.set_num_threads(n)
+                floor_forward(model, token, sync, masks)
+            cpu.read()
+            start = time.perf_counter()
+            while min(map(len, times.values())) < THREAD_CHOICE_REPS or time.perf_counter() - start < THREAD_CHOICE_S:
+                for n in candidates:
+                    torch.set_num_threads(n)
+                    times[n].append(floor_forward(model, token, sync, masks)[1])
+            row = cpu.read()
+    finally:
+        cpu.close()
+    floor = {n: statistics.median(t) / 1e6 for n, t in times.items()}  # ms
+    busy = row["sys_cpu_pct"] / 100 * (os.cpu_count() or 1) - row["proc_cpu_pct"] / 100
+    other = None if busy != busy else busy  # NaN: no tick elapsed
+    best = min(floor, key=lambda n: (floor[n], n))
+    figures = ", ".join(f"{n}: {ms:.3f} ms" for n, ms in floor.items())
+    contended = other is not None and other >= CONTENDED_CORES
+    if contended and best > 1:
+        threads, reason = (
+            1,
+            (
+                f"1 thread: other processes used {other:.2f} cores while the floor was timed ({figures}), and on a "
+                "shared machine more threads stall at every op's barrier whenever another job holds a core"
+            ),
+        )
+    else:
+        threads = best
+        reason = f"{best} thread{'s' * (best > 1)}, the floor's fastest ({figures})"
+        if contended:
+            reason += f"; other processes used {other:.2f} cores meanwhile"
+    torch.set_num_threads(threads)
+    return ThreadChoice(threads, tuple(floor.items()), other, contended, reason)
 
 
 def measure_copy_bandwidth(device: str = "cpu", size_bytes: int = 256 * 2**20, repeats: int = 10) -> float:

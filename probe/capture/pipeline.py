@@ -46,7 +46,7 @@ from probe.analysis.diagnosis.verdict import diagnose_trace
 from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.digest import digest
 from probe.analysis.records.files import atomic_write
-from probe.analysis.records.results import BenchResults
+from probe.analysis.records.results import RESULTS_FILE, BenchResults, load_results
 from probe.analysis.records.runfolder import REPORT_FILE, REPORT_MD, claim
 from probe.analysis.records.sidecar import trace_meta
 from probe.analysis.roofline.formulas import arch_for
@@ -54,7 +54,7 @@ from probe.analysis.trace import load_trace
 from probe.capture.ab import interleaved_steps
 from probe.capture.calibrate import CALIBRATION_REPS
 from probe.capture.config import BenchConfig, ProfileConfig, settle, validate
-from probe.capture.machine import measure_machine
+from probe.capture.machine import choose_threads, measure_machine
 from probe.capture.profile import find_nsys, prepare_graph_profiling, profile_nsys, profile_torch, self_check
 from probe.capture.sweep import (
     bench,
@@ -68,20 +68,6 @@ from probe.capture.sweep import (
 from probe.errors import ProbeError, first_line
 from probe.render.markdown import report_markdown
 
-# Why these: the CPU budget keeps the whole job to a few minutes on 2 cores while still spanning the
-# range where naive's recomputation overtakes the host floor; the GPU budget is the write-ups' own.
-CPU_DEFAULTS = dict(model="tiny", dtype="float32", prompts=(16, 64, 256, 1024), new_tokens=128, runs=5, warmup=2)
-GPU_DEFAULTS = dict(
-    model="qwen2.5-1.5b", dtype="float16", prompts=(16, 64, 256, 1024, 4096), new_tokens=256, runs=5, warmup=2
-)
-# --quick: three engines over the prompt range, 32 tokens (31 decode steps a run), 2 timed runs after the parity
-# pass, 2 ABBA pairs for the sync cost. On a GPU naive is timed only up to 512 (at 4096 it is a reference run
-# only); cached and static span the write-ups' 16..4096. docs/gpu/README.md budgets the GPU run.
-QUICK = dict(engines=("naive", "cached", "static"), new_tokens=32, runs=2, warmup=1, sync_pairs=2)
-# One intra-op thread on a CPU: on a shared 2-core machine two threads stall at every op's barrier whenever another
-# job holds a core (measured here in a --quick run: a static p16 step of 104 ms against 1 ms when profiled alone).
-QUICK_CPU = dict(CPU_DEFAULTS, **QUICK, prompts=(16, 128, 1024), threads=1)
-QUICK_GPU = dict(GPU_DEFAULTS, **QUICK, prompts=(16, 512, 4096), naive_prompts=(16, 512))
 NEXT_BATCHES = (1, 2, 4, 8)  # Part 2's prediction: B sequences per forward
 PROFILE_BATCH = 4  # the batched engine's profiled trace
 PROFILE_NEW_TOKENS = 9  # the full run's profiled traces: 8 decode steps (--quick profiles at the sweep's own length)
@@ -99,13 +85,16 @@ def _no_bar(total: int, cells: bool) -> AbstractContextManager:
 
 @dataclass
 class Watch:
-    """How a caller follows a run. `phase(text)` as each part begins; `bar(total, cells)` a context manager giving
-    the sweep's progress callback (runs: `(description, advance)`; cells, on Ray: `(done, running, failed)`);
-    `cell(results, total)` after every finished cell."""
+    """How a caller follows a run. `phase(text)` as each part begins; `cells(total)` as a sweep of `total` cells
+    starts; `bar(total, cells)` a context manager giving the sweep's progress callback (runs: `(description,
+    advance)`; cells, on Ray: `(done, running, failed)`); `cell(results, total)` after every finished cell; `note(text)`
+    what the run decided, which a terminal shows too."""
 
     phase: Callable[[str], None] = lambda text: None
+    cells: Callable[[int], None] = lambda total: None
     bar: Callable[[int, bool], AbstractContextManager] = _no_bar
     cell: Callable[[BenchResults, int], None] = lambda results, total: None
+    note: Callable[[str], None] = lambda text: None  # what the run decided for the user (its threads): always said
 
 
 @dataclass(frozen=True)
@@ -117,6 +106,7 @@ class RunOptions:
     force: bool = False
     executor: str = "local"
     address: str | None = None
+    resume_command: str | None = None  # the command line that finishes this run (--out of its folder, --resume)
 
 
 @dataclass
@@ -134,12 +124,6 @@ class RunOutcome:
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
-
-
-def defaults_for(device_type: str, quick: bool) -> dict:
-    if quick:
-        return QUICK_GPU if device_type == "cuda" else QUICK_CPU
-    return GPU_DEFAULTS if device_type == "cuda" else CPU_DEFAULTS
 
 
 def sweep_problems(cfg: BenchConfig, results: BenchResults) -> tuple[list[str], list[str]]:
@@ -179,6 +163,7 @@ def sweep(
         if resume and executor == "local":  # on Ray, "auto" is settled by the cluster's devices: checked there
             precheck_resume(cfg, out)
     total = cell_count(cfg)
+    watch.cells(total)
 
     def on_cell(results: BenchResults) -> None:
         watch.cell(results, total)
@@ -285,74 +270,164 @@ def _nsys_plan(options: RunOptions, device: torch.device, engines: list[str]) ->
     return (QUICK_NSYS_GPU if device.type == "cuda" else tuple(engines)), []
 
 
-def _sweeps(cfg: BenchConfig, out: Path, options: RunOptions, watch: Watch, model):
-    """The main sweep and the next sweeps, in one Ray session when on Ray: (results, next results by engine,
-    warnings, errors)."""
+class _Job:
+    """The run as it stands: the cells measured so far, the parts done, and report.json / report.md written from them
+    after every cell and every part, each time with every answer those allow and what is still missing."""
+
+    def __init__(self, cfg: BenchConfig, out: Path, options: RunOptions, device: torch.device, report: Report):
+        self.cfg, self.out, self.options, self.device, self.report = cfg, out, options, device, report
+        self.results: BenchResults | None = None  # the main sweep, as far as it went
+        self.nxt: dict[str, BenchResults] = {}  # engine -> its next sweep, as far as it went
+        self.profiles: list[str] = []  # the engines whose profiled trace was taken (or failed)
+        self.engines = profiled_engines(cfg, options)
+        self.machine_done = False
+        self.figures: list[Figure] = []
+
+    @property
+    def next_cfgs(self) -> dict[str, BenchConfig]:
+        """engine -> the configuration of its next sweep (the write-ups' closing predictions), when run."""
+        return {c.engines[0]: c for c in next_configs(self.cfg)} if self.options.next_sweeps else {}
+
+    @property
+    def combined(self) -> BenchResults | None:
+        return None if self.results is None else self.results.combined(list(self.nxt.values()))
+
+    def on_cell(self, engine: str | None, results: BenchResults) -> None:
+        """After each cell of the main sweep (`engine` None) or of `engine`'s next sweep."""
+        if engine is None:
+            self.results = results
+        else:
+            self.nxt[engine] = results
+        self.write()
+
+    def write(self, status: str = "running") -> None:
+        """report.json and report.md from what has been measured; nothing before the first cell."""
+        combined = self.combined
+        if combined is None:
+            return
+        self.report.status, self.report.missing = status, self.missing()
+        self.report.resume = self.options.resume_command if status != "complete" else None
+        with _part(self.report, "predictions"):
+            self._answers(combined)
+            self.report.failed.pop("predictions", None)
+        self.figures = write_report(self.out, combined, self.report, min(self.cfg.prompts))
+
+    def _answers(self, combined: BenchResults) -> None:
+        """Every answer the cells and parts so far allow: the predictions (with the machine), the write-ups' two
+        verdicts, the diagnosis's what-ifs against the cells."""
+        report, arch = self.report, arch_for(self.cfg.model)
+        if report.machine is not None and self.results is not None:
+            costs = _captured_costs(combined, self.device, report)
+            report.predictions = predictions(self.results, arch, report.machine, costs)
+        report.verdicts = [host_overhead_verdict(combined), batching_verdict(combined, arch, report.machine)]
+
+    def missing(self) -> list[str]:
+        """What this run has not measured yet, one line each, with what it leaves unanswered."""
+        out = []
+        sweeps = [(f"the sweep ({', '.join(self.cfg.engines)})", self.cfg, self.results)]
+        sweeps += [(f"the next sweep of {name}", c, self.nxt.get(name)) for name, c in self.next_cfgs.items()]
+        for name, c, results in sweeps:
+            if (left := _cells_left(c, results)) and len(left) == cell_count(c):
+                out.append(f"{name}: not run")
+            elif left:
+                out.append(f"{name}: {len(left)} of {cell_count(c)} cells not measured ({', '.join(left)})")
+        if not self.machine_done:
+            out.append("the machine (floor, bandwidth): not measured, so no step is predicted")
+        if todo := [e for e in self.engines if e not in self.profiles]:
+            out.append(f"the profiled traces of {', '.join(todo)}: not taken, so no step diagnosis for them")
+        return out
+
+
+def _cells_left(cfg: BenchConfig, results: BenchResults | None) -> list[str]:
+    """The cells of `cfg`'s sweep that `results` does not hold (a failed cell counts as measured)."""
+    done = {
+        (c.engine, c.prompt_tokens, c.batch)
+        for c in [*(results.cells if results else ()), *(results.failed if results else ())]
+    }
+    return [
+        f"{e} p{p}" + (f" B={b}" if len(cfg.batch) > 1 else "")
+        for p in sorted(cfg.prompts)
+        for b in sorted(cfg.batch)
+        for e in cfg.engines
+        if cfg.times(e, p) and (e, p, b) not in done
+    ]
+
+
+def _sweeps(job: _Job, watch: Watch, model) -> tuple[list[str], list[str]]:
+    """The main sweep and the next sweeps, in one Ray session when on Ray, into `job` cell by cell: (warnings,
+    errors)."""
+    cfg, options, out = job.cfg, job.options, job.out
     on = dict(model=model, resume=options.resume, executor=options.executor, address=options.address)
     ray: AbstractContextManager = contextlib.nullcontext()
     if options.executor != "local":  # one Ray session for every sweep of the run, not one each
         from probe.cluster import session  # Ray: an optional dependency, imported where it is used
 
         ray = session(options.address)
+
+    def following(engine: str | None) -> Watch:
+        def cell(results: BenchResults, total: int) -> None:
+            watch.cell(results, total)
+            job.on_cell(engine, results)
+
+        return dataclasses.replace(watch, cell=cell)
+
     with ray:
         watch.phase(f"sweep: {cell_count(cfg)} cells of {', '.join(cfg.engines)}")
-        results = sweep(cfg, out, watch, **on)
-        warnings, errors = sweep_problems(cfg, results)
-        nxt = {}
-        for c in next_configs(cfg) if options.next_sweeps else []:
-            name = c.engines[0]
+        job.results = sweep(cfg, out, following(None), **on)
+        warnings, errors = sweep_problems(cfg, job.results)
+        for name, c in job.next_cfgs.items():
             watch.phase(f"next sweep: {name}, {cell_count(c)} cells")
-            nxt[name] = sweep(c, out / f"next-{name}", watch, **on)
-            more = sweep_problems(c, nxt[name])
+            job.nxt[name] = sweep(c, out / f"next-{name}", following(name), **on)
+            more = sweep_problems(c, job.nxt[name])
             warnings, errors = warnings + more[0], errors + more[1]
-    return results, nxt, warnings, errors
+    return warnings, errors
+
+
+def _chooses_threads(job: _Job) -> bool:
+    """A local CPU run whose threads the user left to probe (--threads 0)."""
+    return job.device.type == "cpu" and not job.cfg.threads and job.options.executor == "local"
+
+
+def _threads(job: _Job, model, watch: Watch) -> BenchConfig:
+    """`job`'s configuration with the intra-op threads it runs at, when it chooses them: those the folder's cells ran
+    with when resuming, else the count the floor runs fastest at (probe.capture.machine.choose_threads), said as the
+    run starts and recorded in the report."""
+    if not _chooses_threads(job):
+        return job.cfg
+    if job.options.resume and (held := _held_threads(job.out)) is not None:
+        watch.note(f"threads: {held}, as the cells already in the folder ran")
+        return dataclasses.replace(job.cfg, threads=held)
+    watch.phase("threads: timing the floor at each thread count")
+    job.report.threads = choose_threads(model)
+    watch.note(f"threads: {job.report.threads.reason}")
+    return dataclasses.replace(job.cfg, threads=job.report.threads.threads)
+
+
+def _held_threads(out: Path) -> int | None:
+    """The threads the cells `out` already holds ran with (None: no results there yet)."""
+    if not (out / RESULTS_FILE).is_file():
+        return None
+    return load_results(out).config.threads or None
 
 
 def run_job(cfg: BenchConfig, out: Path, options: RunOptions = RunOptions(), watch: Watch | None = None) -> RunOutcome:
-    """The whole `probe run` (the module's docstring). `cfg` holds the defaults and the user's flags, unsettled."""
+    """The whole `probe run` (the module's docstring). `cfg` holds the defaults and the user's flags, unsettled. An
+    interrupt or a failure anywhere leaves report.json and report.md holding what the finished cells allow, the
+    parts still missing and the command that finishes the run, and is raised again."""
     watch = watch or Watch()
     start = time.perf_counter()
     device = resolve_device(cfg.device)
     cfg = settle(cfg, device.type)
     prepare_graph_profiling(device)  # before the first CUDA graph is captured in this process
     claim(out, resume=options.resume, force=options.force)
-    engines = profiled_engines(cfg, options)
-    nsys_engines, notes = _nsys_plan(options, device, engines)
-    report = Report(None, [], [], notes=notes)
-    watch.phase(f"profiler self-check on {device}")
-    with _part(report, "profiler self-check"):
-        report.self_check = self_check(device, sessions_in_run(len(engines)))
-    # One model for every part (--quick): a compiled step is guarded on the model it was compiled for.
-    quick_local = options.quick and options.executor == "local"
-    model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed) if quick_local else None
-    results, nxt, warnings, errors = _sweeps(cfg, out, options, watch, model)
-    combined, prompt, arch = results.combined(list(nxt.values())), min(cfg.prompts), arch_for(cfg.model)
-    report.verdicts = [host_overhead_verdict(combined), batching_verdict(combined, arch, None)]
-    write_report(out, combined, report, prompt)
-    model = model or load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
-    watch.phase("machine: the floor, a cached step piece by piece, the copy bandwidth")
-    with _part(report, "machine"):
-        report.machine, report.overhead = measure_machine(
-            cfg.model, cfg.dtype, str(device), results.env.device_name, model
-        )
-    write_report(out, combined, report, prompt)
-    for engine in engines:
-        label = engine_label(engine, PROFILE_BATCH if engine == "batched" else 1)
-        watch.phase(f"profile {label}" + (" (and nsys)" if engine in nsys_engines else ""))
-        with _part(report, f"profile {label}"):
-            new_tokens = cfg.new_tokens if options.quick else PROFILE_NEW_TOKENS
-            _profile_one(cfg, out / "traces", model, engine, new_tokens, engine in nsys_engines, report)
-        write_report(out, combined, report, prompt)
-    watch.phase("what-if checks: each change made, measured in turn with its baseline")
-    with _part(report, "what-if checks"):
-        report.what_if_checks = _what_if_checks(cfg, model, report, prompt)
-    write_report(out, combined, report, prompt)
-    watch.phase("report: predictions and verdicts")
-    with _part(report, "predictions"):
-        if report.machine is not None:
-            report.predictions = predictions(results, arch, report.machine, _captured_costs(combined, device, report))
-        report.verdicts = [host_overhead_verdict(combined), batching_verdict(combined, arch, report.machine)]
-    figures = write_report(out, combined, report, prompt)
+    report = Report(None, [], [])
+    job = _Job(cfg, out, options, device, report)
+    try:
+        warnings, errors = _measure(job, watch)
+    except BaseException as e:  # an interrupt, a failure: what was measured still answers
+        job.write("interrupted" if isinstance(e, KeyboardInterrupt | SystemExit) else f"failed: {first_line(e)}")
+        raise
+    job.write("complete")
     errors += [f"{part} failed: {error}" for part, error in report.failed.items()]
     if lost := report.lost_kernels:
         errors.append(
@@ -361,7 +436,47 @@ def run_job(cfg: BenchConfig, out: Path, options: RunOptions = RunOptions(), wat
         )
     code = 1 if errors else 0
     seconds = time.perf_counter() - start
-    return RunOutcome(out, results, nxt, combined, report, figures, code, errors, warnings + report.warnings, seconds)
+    assert job.results is not None and (combined := job.combined) is not None  # set by the sweep
+    return RunOutcome(
+        out, job.results, job.nxt, combined, report, job.figures, code, errors, warnings + report.warnings, seconds
+    )
+
+
+def _measure(job: _Job, watch: Watch) -> tuple[list[str], list[str]]:
+    """Every part of the run in order, `job` written after each: (warnings, errors) of the sweeps."""
+    cfg, options, device, report, out = job.cfg, job.options, job.device, job.report, job.out
+    nsys_engines, report.notes = _nsys_plan(options, device, job.engines)
+    watch.phase(f"profiler self-check on {device}")
+    with _part(report, "profiler self-check"):
+        report.self_check = self_check(device, sessions_in_run(len(job.engines)))
+    # One model for every part (--quick): a compiled step is guarded on the model it was compiled for.
+    shared = options.quick and options.executor == "local"
+    model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed) if shared or _chooses_threads(job) else None
+    job.cfg = cfg = _threads(job, model, watch)
+    warnings, errors = _sweeps(job, watch, model if shared else None)
+    assert job.results is not None  # the main sweep ran
+    device_name = job.results.env.device_name or str(device)
+    job.write()
+    model = model or load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
+    watch.phase("machine: the floor, a cached step piece by piece, the copy bandwidth")
+    with _part(report, "machine"):
+        report.machine, report.overhead = measure_machine(cfg.model, cfg.dtype, cfg.device, device_name, model)
+    job.machine_done = True
+    job.write()
+    for engine in job.engines:
+        label = engine_label(engine, PROFILE_BATCH if engine == "batched" else 1)
+        watch.phase(f"profile {label}" + (" (and nsys)" if engine in nsys_engines else ""))
+        with _part(report, f"profile {label}"):
+            new_tokens = cfg.new_tokens if options.quick else PROFILE_NEW_TOKENS
+            _profile_one(cfg, out / "traces", model, engine, new_tokens, engine in nsys_engines, report)
+        job.profiles.append(engine)
+        job.write()
+    watch.phase("what-if checks: each change made, measured in turn with its baseline")
+    with _part(report, "what-if checks"):
+        report.what_if_checks = _what_if_checks(cfg, model, report, min(cfg.prompts))
+    job.write()
+    watch.phase("report: predictions and verdicts")
+    return warnings, errors
 
 
 def _what_if_checks(cfg: BenchConfig, model, report: Report, prompt: int):

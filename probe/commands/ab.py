@@ -6,8 +6,10 @@ p < --alpha (a timing measured under contention is not judged). This is the timi
 shared machine; a stored baseline against a later session is only good for the counts. The CPU figures of each
 side's decode phases are sampled (--telemetry-ms; 0 turns them off, and with them the contention rule, so every
 timing is judged). The defaults below are
-this command's own (a small model on the CPU, two prompt lengths), not probe bench's. Exit codes: 0 no regression,
-1 regression, 2 unusable input.
+this command's own (a small model on the CPU, two prompt lengths), not probe bench's. Two different engines (their
+`name`s differ: naive and cached) launch different ops by design, so their counts are listed as a difference, not
+gated, unless --gate-counts; two versions of one engine (a variant class keeping its `name`) are gated as probe
+compare gates them. Exit codes: 0 no regression, 1 regression, 2 unusable input.
 """
 
 from __future__ import annotations
@@ -37,10 +39,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         defaults=AB_DEFAULTS,
     )
     add_config_arguments(p, CompareRules, skip=("window", "counts_only"))
+    p.add_argument(
+        "--gate-counts",
+        action="store_true",
+        help="alert when the current engine launches more ops than the base even when they are different engines "
+        "(default: only when both are the same engine, by name)",
+    )
     add_output_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
+    from engines import engine_class
     from probe.analysis.regression.compare import compare
     from probe.capture.ab import interleaved
 
@@ -52,4 +61,5 @@ def main(args: argparse.Namespace) -> int:
     where = f"model {cfg.model} ({cfg.dtype}) on {device}"
     shape = f"prompts {','.join(map(str, sorted(cfg.prompts)))}, {cfg.new_tokens} tokens x {cfg.runs} runs a side"
     header = f"probe ab: {args.base} (base) vs {args.current} (current), {where}, {shape}"
-    return report(compare(base, current, rules), args.markdown, args.json, header=header)
+    gate = args.gate_counts or engine_class(args.base).name == engine_class(args.current).name
+    return report(compare(base, current, rules, gate_counts=gate), args.markdown, args.json, header=header)

@@ -20,8 +20,9 @@ would buy; with --model (and --device when the trace does not name its own), the
 recorded shapes, the roofline of every op. --json carries all of it, step by step.
 
 Several traces (files, folders of traces, globs) are analyzed in parallel, a local process each or, with
---executor ray, as Ray tasks over a cluster (each reads its trace by path: shared storage). Then each trace's
-ledger and, when they are the ranks of one job (the same steps, a rank each: probe/analysis/ledger/ranks.py), the job
+--executor ray, as Ray tasks over a cluster (each reads its trace by path: shared storage). First one line a trace:
+its median steady step's verdict, the figure it rests on and the first fix; each trace's ledger with --detail; and,
+when they are the ranks of one job (the same steps, a rank each: probe/analysis/ledger/ranks.py), the job
 across them step by step: every rank's wall, GPU busy and launches, the slowest rank and how far it trails the
 median, and the rank slowest most often. A trace that cannot be read, or whose process or Ray task died, is named
 with its error, the others are analyzed, and the command exits 1.
@@ -31,14 +32,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from probe.commands import print_json
-from probe.errors import ProbeError
+from probe.errors import ProbeError, first_line
 from probe.pool import pool_map
 
 if TYPE_CHECKING:
+    from probe.analysis.diagnosis.verdict import Diagnosis
+    from probe.analysis.ledger.ranks import TraceFailure
     from probe.analysis.ledger.types import AnalyzeOptions, StepLedger, TraceAnalysis
     from probe.analysis.records.sidecar import EventCost
 
@@ -50,6 +54,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a .json / .json.gz chrome trace or an nsys .sqlite export; several (files, folders, globs): a job",
     )
     p.add_argument("--json", action="store_true", help="print the analysis as JSON instead of tables")
+    p.add_argument(
+        "--detail",
+        action="store_true",
+        help="several traces: each one's ledger (steps, host time) after the line a trace that answers first",
+    )
     p.add_argument(
         "--executor",
         choices=("local", "ray"),
@@ -109,7 +118,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "the trace's own",
     )
     roof.add_argument("--dtype", help="the weights' dtype (default: the recorded GEMMs' input type, else bfloat16)")
-    roof.add_argument("--tokens", type=int, help="new tokens a step, when the trace's markers and shapes do not say")
+    roof.add_argument(
+        "--tokens",
+        type=int,
+        help="new tokens a step, every sequence's together (16 sequences of 559: 8944), when the trace's markers and "
+        "shapes do not say",
+    )
     roof.add_argument("--batch", type=int, help="sequences a step, when the trace does not say")
     roof.add_argument("--context", type=int, help="positions cached before a step, per sequence")
     p.add_argument(
@@ -170,7 +184,7 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
     from probe.render.ledger import (
         categories_table,
         frames_table,
-        host_table,
+        host_tables,
         idle_table,
         kernels_table,
         step_table,
@@ -215,7 +229,7 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
         console.print(steps_table(result))
         if result.on_gpu:
             console.print(idle_table(result))
-        console.print(host_table(result))
+        console.print(*host_tables(result))
         if result.on_gpu:
             console.print(kernels_table(result.kernels[:15], f"top GPU ops of {result.source} by total time"))
             console.print(categories_table(result.kernel_categories, result.totals.gpu_busy_ns))
@@ -233,14 +247,54 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
     return 0
 
 
-def main_job(args: argparse.Namespace, paths: list[Path]) -> int:
-    """Several traces: each analyzed in parallel, then lined up as the ranks of one job."""
+@dataclass(frozen=True)
+class Answered:
+    """One trace of several: its ledger, and its median steady step's verdict (what its line says)."""
+
+    analysis: TraceAnalysis
+    median: Diagnosis | None
+
+
+def analyze_and_answer(item: tuple[str | Path, AnalyzeOptions | None]) -> Answered | TraceFailure:
+    """What a pool worker or a Ray task runs for each of several traces: its ledger and its verdict, or why it
+    could not be read (one line)."""
+    from probe.analysis.diagnosis.evidence import Context
+    from probe.analysis.diagnosis.verdict import diagnose_trace
+    from probe.analysis.ledger.build import analyze
+    from probe.analysis.ledger.ranks import lost_trace
+    from probe.analysis.records.sidecar import trace_meta
+    from probe.analysis.trace import load_trace
+
+    path, options = item
+    try:
+        trace = load_trace(path)
+        analysis = analyze(trace, options)
+        meta = trace_meta(Path(path))
+    except (ProbeError, OSError) as e:
+        return lost_trace(item, first_line(e))
+    context = Context.of(trace, contended=meta.contended_caveat if meta else None)
+    return Answered(analysis, diagnose_trace(analysis, context).median)
+
+
+def answer_line(source: str, d: Diagnosis | None) -> str:
+    """A trace's answer in one line: the verdict and the figure it rests on (the headline), then the first fix."""
     from rich.markup import escape
 
-    from probe.analysis.ledger.ranks import TraceFailure, analyze_one, job, lost_trace
+    if d is None:
+        return f"[bold]{escape(source)}[/]: no step to judge"
+    fix = (
+        f" First fix: {escape(d.what_if[0].change)}, saves {d.what_if[0].saving_ms:.3f} ms "
+        f"({d.what_if[0].saving_pct:.0f}%)."
+        if d.what_if
+        else " No fix proposed."
+    )
+    return f"[bold]{escape(source)}[/]: {escape(d.headline)}{fix}"
+
+
+def main_job(args: argparse.Namespace, paths: list[Path]) -> int:
+    """Several traces: each analyzed in parallel, a line a trace first, then lined up as the ranks of one job."""
+    from probe.analysis.ledger.ranks import TraceFailure, job, lost_trace
     from probe.analysis.ledger.types import AnalyzeOptions
-    from probe.render.console import stdout
-    from probe.render.ledger import host_table, job_tables, steps_table
 
     # bad flags fail the command, first
     AnalyzeOptions.parse(args.steps, args.part, args.kernel_category, steps_kind=args.steps_kind)
@@ -257,32 +311,51 @@ def main_job(args: argparse.Namespace, paths: list[Path]) -> int:
         from probe.cluster import fan_out, session  # Ray: an optional dependency, imported where it is used
 
         with session(args.address):
-            done = fan_out(analyze_one, items, lost=lost_trace)
+            done = fan_out(analyze_and_answer, items, lost=lost_trace)
     else:
-        done = pool_map(analyze_one, items, lost=lost_trace)
-    result = job([*done, *early.values()])
+        done = pool_map(analyze_and_answer, items, lost=lost_trace)
+    answers = {d.analysis.source: d.median for d in done if isinstance(d, Answered)}
+    result = job([d.analysis if isinstance(d, Answered) else d for d in done] + list(early.values()))
     if not result.traces:
         raise ProbeError(
             f"none of the {len(paths)} traces could be read: {result.failed[0].source}: {result.failed[0].error}"
         )
     if args.json:
-        print_json(result.to_json())
+        doc = result.to_json()
+        for t in doc["traces"]:
+            t["diagnosis"] = d.to_json() if (d := answers.get(t["source"])) is not None else None
+        print_json(doc)
     else:
-        console = stdout()
+        print_job(result, answers, args.detail)
+    for f in result.failed:
+        print(f"probe: error: {f.source}: {f.error}", file=sys.stderr)
+    return 1 if result.failed else 0
+
+
+def print_job(result, answers: dict[str, Diagnosis | None], detail: bool) -> None:
+    """A line a trace (its answer), then with `detail` each ledger, then the job across them."""
+    from rich.markup import escape
+
+    from probe.render.console import stdout
+    from probe.render.ledger import host_tables, job_tables, steps_table
+
+    console = stdout()
+    for trace in result.traces:
+        console.print(answer_line(trace.source, answers.get(trace.source)))
+    if detail:
         names = [f"rank {r}" for r in result.ranks] if result.one_job else ["trace"] * len(result.traces)
         for trace, name in zip(result.traces, names, strict=True):
             console.print(f"[bold]{name}[/]: {escape(trace.source)}")
             console.print(steps_table(trace))
-            console.print(host_table(trace))
-        if result.not_a_job is not None:  # not one job
-            console.print(f"not the ranks of one job ({escape(result.not_a_job)}): each trace is shown on its own")
-        for table in job_tables(result):
-            console.print(table)
-        for w in result.warnings:
-            console.print(f"[yellow]warning:[/] {escape(w)}")
-    for f in result.failed:
-        print(f"probe: error: {f.source}: {f.error}", file=sys.stderr)
-    return 1 if result.failed else 0
+            console.print(*host_tables(trace))
+    else:
+        console.print("each trace's ledger (its steps and host time): --detail; one trace in full: probe analyze TRACE")
+    if result.not_a_job is not None:  # not one job
+        console.print(f"not the ranks of one job ({escape(result.not_a_job)}): each trace is shown on its own")
+    for table in job_tables(result):
+        console.print(table)
+    for w in result.warnings:
+        console.print(f"[yellow]warning:[/] {escape(w)}")
 
 
 def _pick(result: TraceAnalysis, key: str) -> StepLedger:

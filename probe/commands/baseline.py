@@ -3,7 +3,8 @@
 The file is a results file (probe bench's results.json) with a "baseline" marker, so `probe compare` reads
 it like any results folder. CI reruns this same command (`probe baseline --out /tmp/current.json`) and
 compares with `--counts-only`: the counts are exact on any machine with the same torch and transformers,
-the timings only mean something on the machine that recorded them.
+the timings only mean something on the machine that recorded them. A cell that ran while other processes took the
+CPU is warned of on stderr, as probe bench does: its timings are unreliable (its counts are exact under any load).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 
 from probe.commands._record import add_record_arguments, record
+from probe.commands._sweep import print_problems
 from probe.errors import ProbeError
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import from_args
@@ -40,9 +42,9 @@ BASELINE_DEFAULTS = dict(
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_config_arguments(p, BenchConfig, overrides_only=True)
+    add_config_arguments(p, BenchConfig, overrides_only=True, defaults=BASELINE_DEFAULTS)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"baseline file to write (default: {DEFAULT_OUT})")
-    add_record_arguments(p)
+    add_record_arguments(p, None)
 
 
 def baseline_json(results) -> dict:
@@ -52,6 +54,7 @@ def baseline_json(results) -> dict:
 
 def main(args: argparse.Namespace) -> int:
     from probe.analysis.records.files import atomic_write
+    from probe.capture.pipeline import sweep_problems
     from probe.capture.sweep import bench, check_writable, mismatches
 
     cfg = from_args(BenchConfig, args, **BASELINE_DEFAULTS)
@@ -70,4 +73,5 @@ def main(args: argparse.Namespace) -> int:
             f"host {c.itl_p50_ms * 1e3:,.0f} us/step  TTFT {c.ttft_ms:.2f} ms  {c.decode_tok_s:,.1f} tok/s"
         )
     print(f"baseline written to {args.out} ({time.perf_counter() - start:.0f} s)")
+    print_problems(sweep_problems(cfg, results)[0], [])  # contended cells, as probe bench warns of them
     return record(args, "baseline", results=results, source=args.out)

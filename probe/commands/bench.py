@@ -24,14 +24,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, help="folder for results.json and cells.parquet")
     p.add_argument("--json", action="store_true", help="print the results JSON to stdout instead of a table")
     add_sweep_arguments(p)
-    add_record_arguments(p)
+    add_record_arguments(p, "--out (when given)")
 
 
 def main(args: argparse.Namespace) -> int:
     from probe.analysis.records.runfolder import claim
     from probe.capture.pipeline import sweep, sweep_problems
     from probe.capture.sweep import cell_count
-    from probe.commands._sweep import print_problems, print_sweep, sweep_interrupts, watch_for
+    from probe.commands._sweep import (
+        interrupted_message,
+        print_problems,
+        print_sweep,
+        resume_command,
+        sweep_interrupts,
+        watch_for,
+    )
     from probe.render import terminal
 
     check_sweep_arguments(args)
@@ -39,7 +46,8 @@ def main(args: argparse.Namespace) -> int:
     if args.out is not None:
         claim(args.out, resume=args.resume, force=args.force)
     lines = terminal.Lines(terminal.line_stream(args.json), "probe bench")
-    with sweep_interrupts(args.out, cell_count(cfg), lambda: lines.done):
+    finish = resume_command(args.argv, "bench", args.out)
+    with lines, sweep_interrupts(lambda: interrupted_message(args.out, cell_count(cfg), finish)):
         results = sweep(cfg, args.out, watch_for(args.json, lines), None, args.resume, args.executor, args.address)
     if args.json:
         print_json(results.to_json())
@@ -47,4 +55,4 @@ def main(args: argparse.Namespace) -> int:
         print_sweep(results)
     warnings, errors = sweep_problems(cfg, results)
     print_problems(warnings, errors)
-    return record(args, "bench", 1 if errors else 0, results=results, source=args.out)
+    return record(args, "bench", 1 if errors else 0, results=results, source=args.out, home=args.out)

@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nsys", action="store_true", help="run under Nsight Systems and export SQLite")
     p.add_argument("--force", action="store_true", help="replace a trace of the same name already in --out")
     p.add_argument("--annotated-run", action="store_true", help=argparse.SUPPRESS)  # the process nsys watches
-    add_record_arguments(p)
+    add_record_arguments(p, "--out")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -46,4 +46,4 @@ def main(args: argparse.Namespace) -> int:
     if trace is None:  # neither capture returned a trace: it would have raised; said rather than assumed
         raise ProbeError("probe profile wrote no trace")
     stdout().print(summary_table(analyze(load_trace(trace))))
-    return record(args, "profile", traces=[trace])
+    return record(args, "profile", traces=[trace], home=args.out)

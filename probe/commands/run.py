@@ -19,22 +19,39 @@ or a GPU trace whose launches hold no kernel makes the exit status 1. The pipeli
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from probe.commands import print_json
 from probe.commands._record import add_record_arguments, record
+from probe.errors import ProbeError
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import add_sweep_arguments, check_sweep_arguments, from_args
-from probe.settings import BenchConfig
+from probe.here import device_here, shown
+from probe.settings import BenchConfig, defaults_for
 
 if TYPE_CHECKING:
     from probe.capture.pipeline import RunOutcome
 
 
+def shown_defaults() -> dict[str, str]:
+    """What probe run uses on this machine where a flag is absent, as its help shows it: --quick's beside it where
+    that differs, and on a CPU the threads it chooses."""
+    device = device_here()
+    full, quick = defaults_for(device, False), defaults_for(device, True)
+    out = {}
+    for name in dict.fromkeys([*full, *quick]):
+        a, b = shown(name, full.get(name)) or "all", shown(name, quick.get(name)) or "all"
+        out[name] = a if a == b else f"{a}; --quick: {b}"
+    if device == "cpu":
+        out["threads"] = "the count the floor runs fastest at here, 1 when other processes take the CPU"
+    return out
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_config_arguments(p, BenchConfig, overrides_only=True)
+    add_config_arguments(p, BenchConfig, overrides_only=True, defaults=shown_defaults())
     p.add_argument("--out", type=Path, help="report folder (default: runs/run-<timestamp>)")
     p.add_argument("--json", action="store_true", help="print the results JSON instead of the tables")
     p.add_argument(
@@ -43,7 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="skip the static and batched sweeps that test the write-ups' closing predictions",
     )
     add_sweep_arguments(p)
-    add_record_arguments(p)
+    add_record_arguments(p, "the run's --out folder")
     p.add_argument("--quick", action="store_true", help="every experiment at reduced size, the whole report")
     p.add_argument("--no-nsys", action="store_true", help="--quick: skip the Nsight Systems traces")
 
@@ -81,9 +98,8 @@ def print_outcome(o: RunOutcome) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from engines.models import resolve_device
-    from probe.capture.pipeline import RunOptions, defaults_for, run_job
-    from probe.capture.sweep import cell_count
-    from probe.commands._sweep import print_problems, sweep_interrupts, watch_for
+    from probe.capture.pipeline import RunOptions, run_job
+    from probe.commands._sweep import print_problems, resume_command, sweep_interrupts, watch_for
     from probe.render import terminal
 
     check_sweep_arguments(args)
@@ -101,13 +117,35 @@ def main(args: argparse.Namespace) -> int:
         force=args.force,
         executor=args.executor,
         address=args.address,
+        resume_command=resume_command(args.argv, "run", out),
     )
     lines = terminal.Lines(terminal.line_stream(args.json), "probe run")
-    with sweep_interrupts(out, cell_count(cfg), lambda: lines.done):
-        outcome = run_job(cfg, out, options, watch_for(args.json, lines))
+    with lines, sweep_interrupts(lambda: "interrupted" + left_behind(out, options.resume_command)):
+        try:
+            outcome = run_job(cfg, out, options, watch_for(args.json, lines))
+        except Exception:  # the error itself follows (probe.cli): first, what the run kept and how to finish it
+            print(f"probe: the run stopped{left_behind(out, options.resume_command)}", file=sys.stderr)
+            raise
     if args.json:
         print_json(outcome.results.to_json())
     else:
         print_outcome(outcome)
     print_problems(outcome.warnings, outcome.errors)
-    return record(args, "run", outcome.code, folder=out)
+    return record(args, "run", outcome.code, folder=out, home=out)
+
+
+def left_behind(out: Path, command: str | None) -> str:
+    """What a run that stopped (an interrupt, a failure) left, as the rest of a sentence: report.md with the answers
+    its finished cells allow, and the command that finishes it."""
+    from probe.analysis.diagnosis.report import load_report
+    from probe.analysis.records.runfolder import REPORT_MD
+
+    finish = f"; to finish: {command}" if command else ""
+    try:
+        report = load_report(out)
+    except ProbeError:
+        report = None
+    if report is None:
+        return f" before its first cell finished: nothing kept in {out}{finish}"
+    missing = f" ({len(report.missing)} parts not measured yet)" if report.missing else ""
+    return f": {out / REPORT_MD} holds the answers the finished cells allow{missing}{finish}"

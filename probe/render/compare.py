@@ -19,6 +19,7 @@ STYLE = {
     "skipped: devices differ": "bold yellow",
     "skipped: work differs": "bold yellow",
     "contended: not judged": "bold yellow",
+    "engines differ: not gated": "yellow",
 }
 
 

@@ -26,10 +26,16 @@ FIRST_ROWS = 10  # (a terminal row costs rich ~1 ms: 1000 steps' three tables to
 T = TypeVar("T")
 
 
+NAMES = ("step", "name", "frame")  # columns of names: they wrap, and fold where the table is narrow; figures never do
+
+
 def _table(title: str, columns, left=("step", "name", "frame", "category", "kind", "part", "")) -> Table:
     table = Table(title=title, title_justify="left")
     for c in columns:
-        table.add_column(c, justify="left" if c in left else "right", no_wrap=c not in ("name", "frame"))
+        names = c in NAMES
+        table.add_column(
+            c, justify="left" if c in left else "right", no_wrap=not names, overflow="fold" if names else "ellipsis"
+        )
     return table
 
 
@@ -144,28 +150,28 @@ def idle_table(result: TraceAnalysis) -> Table:
     return table
 
 
-def host_table(result: TraceAnalysis) -> Table:
-    """One row a step: both partitions of its wall time (probe.analysis.ledger.host), each adding up to the wall."""
+def host_tables(result: TraceAnalysis) -> list[Table]:
+    """One row a step, in two tables: its wall time by purpose, then by mechanism (probe.analysis.ledger.host), each
+    adding up to the wall. Two tables, so that each fits a terminal whole."""
     purpose = [(p, p) for p in result.user_parts] + [(p.name, p.label) for p in PURPOSE_PARTS]
     mechanism = [(p.name, p.label) for p in MECHANISM_PARTS]
     rows, cut = shown_steps(result.steps, lambda s: s.wall_ns)
-    table = _table(
-        f"host time on each step's thread (ms): by purpose, then by mechanism; each adds up to wall{cut}",
-        ["#", "step", "wall", *(label for _, label in purpose), "|", *(label for _, label in mechanism)],
-    )
-    for s in rows:
-        if isinstance(s, int):
-            _left_out(table, s)
-            continue
-        table.add_row(
-            str(s.position),
-            short(s.name, STEP_NAME_WIDTH),
-            ms(s.wall_ns),
-            *(ms(s.purpose_ns[p]) for p, _ in purpose),
-            "|",
-            *(ms(s.mechanism_ns[p]) for p, _ in mechanism),
+    tables = []
+    for by, parts, figures in (("purpose", purpose, "purpose_ns"), ("mechanism", mechanism, "mechanism_ns")):
+        table = _table(
+            f"host time on each step's thread by {by} (ms; the parts add up to wall){cut}",
+            ["#", "step", "wall", *(label for _, label in parts)],
         )
-    return table
+        for s in rows:
+            if isinstance(s, int):
+                _left_out(table, s)
+                continue
+            split = getattr(s, figures)
+            table.add_row(
+                str(s.position), short(s.name, STEP_NAME_WIDTH), ms(s.wall_ns), *(ms(split[p]) for p, _ in parts)
+            )
+        tables.append(table)
+    return tables
 
 
 def kernels_table(stats: tuple[KernelStat, ...] | list[KernelStat], title: str) -> Table:

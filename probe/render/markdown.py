@@ -198,8 +198,9 @@ def _not_judged(results: BenchResults, report: Report) -> list[str]:
 
 
 def report_markdown(results: BenchResults, report: Report, figures: list[Figure] | tuple = ()) -> str:
-    """The run report as Markdown: cells, serving figures, hand measurements, predictions, verdicts, bookkeeping,
-    the self-check, and what failed or warned."""
+    """The run report as Markdown, the answer first: where the run stands (and what it has not measured yet), the
+    write-ups' predictions checked, what failed or warned; then the evidence: cells, serving figures, hand
+    measurements, predictions, bookkeeping, the self-check."""
     env = results.env
     lines = [
         f"# probe run: {results.config.model} {results.dtype} on {env.device_name}",
@@ -207,16 +208,40 @@ def report_markdown(results: BenchResults, report: Report, figures: list[Figure]
         f"torch {env.torch}, transformers {env.transformers}, CPU {env.cpu_model}, "
         f"commit {env.commit}{'-dirty' if env.dirty else ''}",
         "",
+        *_status(results, report),
     ]
     lines += _problems(report)[1:] + [""] if report.failed or report.warnings else []
     lines += _not_judged(results, report)
-    lines += _cells(results) + _figures(list(figures)) + _predictions(report) + _digest(report)
-    lines += ["", "## The write-ups' predictions, checked here", ""]
+    lines += ["## The write-ups' predictions, checked here", ""]
     word = {True: "supported", False: "not supported", None: "not measured"}
     lines += [f"- **{word[v.supported]}**: {v.claim} ({v.source}). {v.evidence}" for v in report.verdicts]
-    lines += _diagnoses(report)
+    lines += _diagnoses(report) + [""]
+    lines += _cells(results) + _figures(list(figures)) + _predictions(report) + _digest(report)
     lines += _overhead(report) + _self_check(report)
     return "\n".join(lines) + "\n"
+
+
+STATUS = {
+    "running": "**Running**: this report is rewritten after every cell and every part",
+    "interrupted": "**Interrupted**",
+    "complete": "",
+}
+
+
+def _status(results: BenchResults, report: Report) -> list[str]:
+    """Where the run stands, when it is not complete: what the answers below rest on, the command that finishes it,
+    what it has not measured yet; and the threads a CPU run chose."""
+    lines = []
+    if report.status != "complete" or report.missing:
+        head = STATUS.get(report.status, f"**Failed**: {md_escape(report.status.removeprefix('failed: '))}")
+        cells = len(results.cells) + len(results.failed)
+        lines += [f"{head + '. ' if head else ''}The answers below are what the {cells} cells measured so far allow."]
+        if report.resume:
+            lines[-1] += f" To finish: `{report.resume}`"
+        lines += ["", "Not measured yet:", "", *(f"- {md_escape(m)}" for m in report.missing), ""]
+    if report.threads is not None:
+        lines += [f"Threads: {md_escape(report.threads.reason)}.", ""]
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ and the tables of a sweep and a run. No analysis happens here; `probe analyze`'s
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import TextIO
 
@@ -62,6 +63,7 @@ def cells_table(results: BenchResults, title: str | None = None) -> Table:
         "engine",
         "prompt",
         *(("batch",) if batched else ()),
+        *(("other CPU",) if contended else ()),  # beside what it makes unreliable, before a narrow table drops any
         "TTFT ms",
         "ITL p50 ms",
         "ITL p90 ms",
@@ -70,7 +72,6 @@ def cells_table(results: BenchResults, title: str | None = None) -> Table:
         "peak MiB",
         "spread %",
         "ops/fwd",
-        *(("other CPU",) if contended else ()),
         *(("host",) if hosts else ()),
         "tokens",
     ):
@@ -80,6 +81,7 @@ def cells_table(results: BenchResults, title: str | None = None) -> Table:
             c.engine,
             str(c.prompt_tokens),
             *((str(c.batch),) if batched else ()),
+            *((contention_text(c),) if contended else ()),
             f"{c.ttft_ms:.2f}",
             f"{c.itl_p50_ms:.2f}",
             f"{c.itl_p90_ms:.2f}",
@@ -88,7 +90,6 @@ def cells_table(results: BenchResults, title: str | None = None) -> Table:
             f"{c.peak_mem_bytes / 2**20:.0f}",
             f"{c.spread_pct:.1f}",
             "-" if c.decode_ops is None else str(c.decode_ops),
-            *((contention_text(c),) if contended else ()),
             *((f"{c.host} {c.device}",) if hosts else ()),
             parity_text(c),
         )
@@ -231,34 +232,91 @@ def line_stream(json_out: bool = False) -> TextIO | None:
     return None if sys.stderr.isatty() else sys.stderr
 
 
-class Lines:
-    """Progress for a log: a flushed line a phase and a line a finished cell, each with the time since the start."""
+HEARTBEAT_S = 30.0  # the longest a log goes without a line while a run works
 
-    def __init__(self, stream: TextIO | None, prefix: str = "probe"):
+
+class Lines:
+    """Progress for a log: a flushed line a phase and a line a finished cell, each with the time since the start;
+    and, while a `with` block holds it, a line whenever HEARTBEAT_S pass without one: the cells done and left of the
+    current sweep and the time left, estimated from the cells so far."""
+
+    def __init__(self, stream: TextIO | None, prefix: str = "probe", heartbeat_s: float = HEARTBEAT_S):
         self.stream, self.prefix, self.start = stream, prefix, time.perf_counter()
         self.done = 0  # cells finished in the current sweep, printed or not
+        self.total: int | None = None  # cells in the current sweep (None: a part without cells)
+        self.what, self.since = "sweep", self.start  # the current part (bench's only), and when it began
+        self.heartbeat_s, self.last = heartbeat_s, self.start
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+        self._lock = threading.Lock()
 
-    def _print(self, text: str) -> None:
+    def __enter__(self) -> Lines:
         if self.stream is not None:
-            print(f"{self.prefix}: {text} (+{time.perf_counter() - self.start:.0f} s)", file=self.stream, flush=True)
+            self._beat = threading.Thread(target=self._beating, name="probe-progress", daemon=True)
+            self._beat.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join()
+
+    def _print(self, text: str, stream: TextIO | None = None) -> None:
+        stream = stream or self.stream
+        if stream is not None:
+            with self._lock:
+                self.last = time.perf_counter()
+                print(f"{self.prefix}: {text} (+{self.last - self.start:.0f} s)", file=stream, flush=True)
 
     def cells(self, results: BenchResults, total: int) -> None:
         """Called with the sweep's results after each cell: a line for each cell added since the last call."""
         done: list[Cell | FailedCell] = [*results.cells, *results.failed]
+        self.total = total
         for c in done[self.done :]:
             self.done += 1
             if isinstance(c, Cell):
                 what = (
                     f"ITL p50 {c.itl_p50_ms:.2f} ms, {c.decode_tok_s:.1f} tok/s, tokens {parity_text(c, markup=False)}"
                 )
+                if c.contended:
+                    what += f"; CONTENDED: other processes used {c.other_cpu_cores:.2f} cores beside it"
             else:
                 what = f"FAILED: {c.error}"
             self._print(f"cell {self.done} of {total} done: {c.label}: {what}")
 
+    def sweep(self, total: int) -> None:
+        """A sweep of `total` cells starts: from now on a quiet spell is told as its cells done and left."""
+        self.done, self.total, self.since = 0, total, time.perf_counter()
+
     def phase(self, text: str) -> None:
         """A part of the run begins (a new sweep's cells count from one)."""
-        self.done = 0
+        self.done, self.total, self.what, self.since = 0, None, text, time.perf_counter()
         self._print(text)
+
+    def note(self, text: str) -> None:
+        """What the run decided for the user: on the log, or on stderr where the output is a terminal."""
+        self._print(text, self.stream or sys.stderr)
+
+    def status(self, now: float) -> str:
+        """The current part, and for a sweep its cells done and left and the time left at the pace of its cells."""
+        part = self.what.split(":", 1)[0]
+        if self.total is None:
+            return f"{part}: still working, {now - self.since:.0f} s in"
+        left = self.total - self.done
+        if not self.done:
+            return f"{part}: 0 of {self.total} cells done, {left} left; time left: known after the first cell"
+        eta = (now - self.since) / self.done * left
+        return f"{part}: {self.done} of {self.total} cells done, {left} left, about {_duration(eta)} left"
+
+    def _beating(self) -> None:
+        while not self._stop.wait(min(1.0, self.heartbeat_s / 4)):
+            now = time.perf_counter()
+            if now - self.last >= self.heartbeat_s:
+                self._print(self.status(now))
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def count_table(counts, title: str) -> Table:

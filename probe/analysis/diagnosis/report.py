@@ -243,6 +243,17 @@ class SelfCheck:
         return dataclasses.asdict(self)
 
 
+@dataclass(frozen=True)
+class ThreadChoice:
+    """The intra-op threads a CPU run took (probe.capture.machine.choose_threads), and why, in one line."""
+
+    threads: int
+    floor_ms: tuple[tuple[int, float], ...]  # (candidate count, its median floor in ms), each count tried
+    other_cpu_cores: float | None  # what other processes used while the floors ran (None: not measured)
+    contended: bool
+    reason: str
+
+
 @dataclass
 class Report:
     machine: Machine | None  # None: measuring the machine failed (named in `failed`)
@@ -257,6 +268,12 @@ class Report:
     self_check: SelfCheck | None = None
     diagnoses: dict[str, Diagnosis] = field(default_factory=dict)  # engine label -> its profiled median step's
     what_if_checks: list[WhatIfCheck] = field(default_factory=list)  # the what-ifs held against the change made
+    # The run as it stands: "running", "complete", "interrupted" or "failed: <error>"; what it has not measured yet,
+    # one line each; the command that finishes it (None once complete); the threads a CPU run chose.
+    status: str = "complete"
+    missing: list[str] = field(default_factory=list)
+    resume: str | None = None
+    threads: ThreadChoice | None = None
 
     @property
     def lost_kernels(self) -> list[str]:
@@ -278,6 +295,10 @@ class Report:
             "self_check": self.self_check.to_json() if self.self_check else None,
             "diagnoses": {label: d.to_json() for label, d in self.diagnoses.items()},
             "what_if_checks": [dataclasses.asdict(c) for c in self.what_if_checks],
+            "status": self.status,
+            "missing": list(self.missing),
+            "resume": self.resume,
+            "threads": dataclasses.asdict(self.threads) if self.threads else None,
         }
 
     @classmethod
@@ -302,6 +323,10 @@ class Report:
                 msgspec.convert(doc.get("self_check"), SelfCheck | None),
                 {str(k): Diagnosis.from_json(d) for k, d in (doc.get("diagnoses") or {}).items()},
                 msgspec.convert(doc.get("what_if_checks") or [], list[WhatIfCheck]),
+                msgspec.convert(doc.get("status") or "complete", str),
+                msgspec.convert(doc.get("missing") or [], list[str]),
+                msgspec.convert(doc.get("resume"), str | None),
+                msgspec.convert(doc.get("threads"), ThreadChoice | None),
             )
         except (msgspec.ValidationError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(str(e)) from None

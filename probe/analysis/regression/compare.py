@@ -53,6 +53,7 @@ Verdict = Literal[
     "skipped: devices differ",  # anything across devices: shown, not gated
     "skipped: work differs",  # the steps did different work (probe.analysis.regression.comparable): shown, not gated
     "contended: not judged",  # timings measured while other processes took the CPU
+    "engines differ: not gated",  # counts of two different engines (probe ab): a difference, not a regression
 ]
 Change = Literal["new", "grown", "shrunk", "removed"]
 
@@ -496,12 +497,24 @@ def reconciled(rows: Sequence[Row]) -> list[str]:
     return out
 
 
+ENGINES_DIFFER = (
+    "launch counts of two different engines: what each launches is listed as a difference between them, not a "
+    "regression (probe ab --gate-counts gates them)"
+)
+
+
 def compare(
-    base: SampleSet, cur: SampleSet, rules: CompareRules = DEFAULTS, require_same_env: bool = False
+    base: SampleSet,
+    cur: SampleSet,
+    rules: CompareRules = DEFAULTS,
+    require_same_env: bool = False,
+    gate_counts: bool = True,
 ) -> Comparison:
     """Every key both sides share, every metric both measured. Raises ProbeError on unusable input: with
     `rules.counts_only` (the CI gate) that includes a current run missing any of the baseline's cells, and with
-    `require_same_env` torch, transformers or a device that differ (the gate would otherwise switch itself off)."""
+    `require_same_env` torch, transformers or a device that differ (the gate would otherwise switch itself off).
+    Without `gate_counts` (two different engines side by side, probe ab) the launch counts are shown and every op
+    that differs is listed, as a difference between the two, never an alert."""
     shared = comparable(base, cur)  # ProbeError when nothing can be compared
     keys = shared.keys
     warnings, differences = environment_warnings(base, cur, timings=not rules.counts_only)
@@ -517,6 +530,8 @@ def compare(
         skipped = "skipped: devices differ"
     elif differences:
         skipped = "skipped: versions differ"
+    elif not gate_counts:
+        skipped = "engines differ: not gated"
     if shared.work_differs and not devices_differ:
         skipped = "skipped: work differs"
     rows, alerts, changes = [], [], []
@@ -538,7 +553,11 @@ def compare(
         tuple(alerts),
         tuple(changes),
         tuple(warnings),
-        tuple(reconciled(rows) + _notes(base, cur, rules)),
+        tuple(
+            reconciled(rows)
+            + _notes(base, cur, rules)
+            + ([ENGINES_DIFFER] if skipped == "engines differ: not gated" else [])
+        ),
         bool(differences),
         devices_differ,
         shared,

@@ -1,7 +1,8 @@
 """Run history: every run probe records, in one embedded DuckDB file, and the trend check over it.
 
-One file (`probe-history.duckdb` in the current folder by default, `--history PATH` or $PROBE_HISTORY) holds a
-row per run and, keyed by its `run_id`, everything `probe compare` needs to judge it again later. The tables are
+One file (`--history PATH`, else $PROBE_HISTORY, else `probe-history.duckdb` in the measuring command's own --out
+folder; never the current folder unless named) holds a row per run and, keyed by its `run_id`, everything `probe
+compare` needs to judge it again later. The readers (`probe history`) default to ./probe-history.duckdb. The tables are
 plain SQL (the DuckDB CLI, `duckdb.connect(PATH, read_only=True)` from Python); README.md shows two queries.
 
     meta        key, value: schema_version

@@ -493,6 +493,9 @@ class Recorded:
     message: str
 
 
+NOT_RECORDED = "history: this run is not recorded (name a history file with --history PATH or $PROBE_HISTORY)"
+
+
 def record(
     flag: str | Path | None,
     command: str,
@@ -502,13 +505,20 @@ def record(
     source: Path | None = None,
     folder: Path | None = None,
     cwd: Path | None = None,
+    home: Path | None = None,
+    environ=os.environ,
 ) -> Recorded:
     """Append this run (bench `results`, profiled `traces`, or a run `folder` read back) to the history `flag`
-    names (else $PROBE_HISTORY, else the default file), after its own files are written, with the commit of the
-    current folder's repository. A failed write never costs the run its files: the exit code is unchanged, unless
-    the user named the history file (then 2, or the code the command already had), so that CI notices."""
+    names, else $PROBE_HISTORY, else DEFAULT_FILE in `home` (the folder the command writes its own files to);
+    with none of them nothing is written (a history appears only where the user asked for files). After the run's
+    own files are written, with the commit of the current folder's repository. A failed write never costs the run
+    its files: the exit code is unchanged, unless the user named the history file (then 2, or the code the command
+    already had), so that CI notices. The message says where the run went, or that it went nowhere."""
+    named = bool(flag or environ.get(HISTORY_ENV))
+    if not named and home is None:
+        return Recorded(code, NOT_RECORDED)
     try:
-        path, named = history_path(flag)
+        path, _ = history_path(flag if named or home is None else home / DEFAULT_FILE, environ)
     except ProbeError as e:
         return Recorded(code or 2, f"probe: history not updated: {e}")
     try:
