@@ -49,10 +49,10 @@ if IN_CI:
     hypothesis.settings.load_profile("ci")
 
 
-def shared_trace(name: str) -> Path:
-    """`../shared/traces/NAME` (e.g. "public/b200_eager.trace.json.gz"); the calling test skips when it is not
-    there, and fails in CI, which always has it."""
-    path = SHARED / name
+def shared_trace(*name: str) -> Path:
+    """`../shared/traces/NAME` (e.g. "public/b200_eager.trace.json.gz", or its parts: "engines", "x.json.gz"); the
+    calling test skips when it is not there, and fails in CI, which always has it."""
+    path = SHARED.joinpath(*name)
     if not path.is_file():
         if IN_CI:
             pytest.fail(f"{path} is not here: CI reads the shared traces beside the checkout")

@@ -604,7 +604,7 @@ def test_two_engines_decodes_are_said_to_differ_the_same_way_in_both_views(monke
     """SGLang's and vLLM's decode of 32 sequences over different cached contexts: Compare draws the figures without a
     percentage and Alerts gates nothing, each with the same warning, the rule's own line."""
     shutil.copy(SGLANG_DECODE, tmp_path / "sglang_decode.json.gz")
-    shutil.copy(DATA / VLLM.removeprefix("trace: "), tmp_path)
+    shutil.copy(shared_trace("public/" + VLLM.removeprefix("trace: ")), tmp_path)
     sides = {"baseline": "trace: sglang_decode.json.gz"}
     compare = app(monkeypatch, tmp_path, VLLM, "Compare", **sides)
     alerts = app(monkeypatch, tmp_path, VLLM, "Alerts", **sides)

@@ -510,7 +510,7 @@ def test_an_old_report_without_the_hole_reads_back():
 def test_gpt_oss_names_its_125_ms_hole(cli):
     """vLLM's gpt-oss mixed step: its first GPU op starts 124.878 ms after its 26.353 ms host window closes, with no
     work of the trace in between; the GPU's 156.086 ms is the measured step, and the hole 80% of it."""
-    proc = cli("analyze", shared_trace("engines/vllm_gptoss_mixed_x4_tiled.json.gz"), "--json")
+    proc = cli("analyze", shared_trace("engines", "vllm_gptoss_mixed_x4_tiled.json.gz"), "--json")
     median = json.loads(proc.stdout)["diagnosis"]["median"]
     assert median["evidence"]["hole_us"] == pytest.approx(124_878, abs=1)
     assert "Beside it, a hole of 124.878 ms (80% of the measured step)" in median["headline"]

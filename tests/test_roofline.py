@@ -36,7 +36,7 @@ from probe.analysis.roofline.published import PUBLISHED, check_published, rounde
 from probe.capture.machine import measure_copy_bandwidth
 from probe.cli import main
 from probe.errors import ProbeError
-from tests.conftest import DATA, ROOT
+from tests.conftest import ROOT, SHARED, needs_shared
 
 A10 = 600e9  # bytes/s, the write-ups' card
 SEEDS = ROOT / "docs" / "seeds"  # the two write-ups, copied verbatim from shared/seeds
@@ -410,13 +410,15 @@ def test_device_file_reads_the_table_fields(tmp_path):
             device_file(path)
 
 
+@needs_shared
 def test_capacity_is_binary_as_real_traces_report_it():
-    """Every committed trace whose deviceProperties name is in the table reports totalGlobalMem within 2% below the
-    table's GiB figure (the driver keeps a little): decimal GB would be 7% too small."""
+    """Every public and peer trace (../shared/traces) whose deviceProperties name is in the table reports
+    totalGlobalMem within 2% below the table's GiB figure (the driver keeps a little): decimal GB would be 7% too
+    small."""
     import gzip
 
     seen = {}
-    for path in sorted(DATA.glob("*.trace.json.gz")):
+    for path in sorted(p for d in ("public", "peer") for p in (SHARED / d).glob("*.json.gz")):
         text = gzip.open(path, "rt").read(400_000)
         for name, total in re.findall(r'"name":\s*"([^"]+)",[^}]*?"totalGlobalMem":\s*(\d+)', text):
             if (entry := hardware.match_device(name)) is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 
+from engines import engine_class
 from probe.analysis.regression.rules import CompareRules
 from probe.commands.compare import add_output_arguments, report
 from probe.flags import add_arguments as add_config_arguments
@@ -49,7 +50,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from engines import engine_class
     from probe.analysis.regression.compare import compare
     from probe.capture.ab import interleaved
 

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 from probe.commands._record import add_record_arguments, record
-from probe.commands._sweep import print_problems
 from probe.errors import ProbeError
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import from_args
@@ -56,6 +55,7 @@ def main(args: argparse.Namespace) -> int:
     from probe.analysis.records.files import atomic_write
     from probe.capture.pipeline import sweep_problems
     from probe.capture.sweep import bench, check_writable, mismatches
+    from probe.commands._sweep import print_problems
 
     cfg = from_args(BenchConfig, args, **BASELINE_DEFAULTS)
     check_writable(args.out.parent)

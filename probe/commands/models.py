@@ -5,16 +5,14 @@ config), the GPUs of the roofline's device table, and where a config for any oth
 from __future__ import annotations
 
 import argparse
-
-from rich.markup import escape
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from engines.configs import presets
-from engines.served import families, refusals
 from probe.analysis.roofline.devices import DEVICES
-from probe.analysis.roofline.formulas import arch_for
 from probe.commands import print_json
-from probe.render.console import stdout
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 ANY_CONFIG = (
     "any other model: its config.json (on the Hugging Face Hub, the model page's Files tab; no weights needed) as "
@@ -28,6 +26,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
+    from engines.served import refusals
+    from probe.render.console import stdout
+
     refused = refusals()
     if args.json:
         print_json(
@@ -48,15 +51,21 @@ def main(args: argparse.Namespace) -> int:
 
 
 def preset_json(name: str) -> dict:
+    from probe.analysis.roofline.formulas import arch_for
+
     a = arch_for(name)
     return {"family": a.model_type, "layers": a.layers, "hidden": a.hidden, "parameters": a.params.total}
 
 
 def served(why: dict[str, str]) -> list[str]:
+    from engines.served import families
+
     return [f for f in families() if f not in why]
 
 
 def presets_table() -> Table:
+    from rich.table import Table
+
     table = Table(title="presets (--model NAME): real architectures, seeded random weights", title_justify="left")
     for col in ("preset", "family", "layers", "hidden", "parameters"):
         table.add_column(col, justify="left" if col in ("preset", "family") else "right")
@@ -67,6 +76,11 @@ def presets_table() -> Table:
 
 
 def engines_table(refused: dict[str, dict[str, str]]) -> Table:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from engines.served import families
+
     table = Table(title="the decoder families each engine serves (--engines NAME)", title_justify="left")
     for col in ("engine", "serves", "refuses, and why"):
         table.add_column(col)
