@@ -367,7 +367,7 @@ def test_the_pictures_agree_with_the_answer_in_chromium(browser, capsys, tmp_pat
         "rocm_sglang_qwen3_8b_extend_step",
         "cuda_train_ns_resolution_5steps",
     ):
-        shutil.copy(DATA / f"{name}.trace.json.gz", root / "traces")
+        shutil.copy(shared_trace("public", f"{name}.trace.json.gz"), root / "traces")
     contended_run(root / "contended")
     if GPT_OSS.is_file():
         shutil.copy(GPT_OSS, root / "traces")
@@ -378,7 +378,7 @@ def test_the_pictures_agree_with_the_answer_in_chromium(browser, capsys, tmp_pat
     )
     answer = {}
     for name in ("h100_hf_qwen1.5-0.5b_prefill_b16", "rocm_vllm_decode_cudagraph"):
-        trace = load_trace(DATA / f"{name}.trace.json.gz")
+        trace = load_trace(shared_trace("public", f"{name}.trace.json.gz"))
         answer[name] = diagnose_trace(analyze(trace), Context.of(trace)).median.evidence
     with serve(root, tmp_path / "streamlit.log") as (url, _):
         page = browser.new_page(viewport={"width": 1500, "height": 1000})

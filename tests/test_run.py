@@ -141,7 +141,8 @@ def assert_what_ifs_checked(report) -> None:
     for c in checks.values():
         assert c.predicted_step_ms > 0 and c.measured_step_ms > 0, c
         assert c.error_pct == pytest.approx(100 * (c.measured_step_ms / c.predicted_step_ms - 1))
-        assert c.contended is not None and (c.wrong_term is None or c.judged)
+        # contended is None where the decode phases were too short to judge (MIN_JUDGED_NS): a fast machine's quick run
+        assert not (c.contended and c.judged) and (c.wrong_term is None or c.judged)
 
 
 SMALL = ["--prompts", "8", "--new-tokens", "3", "--runs", "1", "--warmup", "0", "--device", "cpu"]

@@ -98,6 +98,7 @@ def print_outcome(o: RunOutcome) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from engines.models import resolve_device
+    from probe.analysis.records.runfolder import claim
     from probe.capture.pipeline import RunOptions, run_job
     from probe.commands._sweep import print_problems, resume_command, sweep_interrupts, watch_for
     from probe.render import terminal
@@ -119,6 +120,7 @@ def main(args: argparse.Namespace) -> int:
         address=args.address,
         resume_command=resume_command(args.argv, "run", out),
     )
+    claim(out, resume=options.resume, force=options.force)  # a refusal is one line, before anything starts
     lines = terminal.Lines(terminal.line_stream(args.json), "probe run")
     with lines, sweep_interrupts(lambda: "interrupted" + left_behind(out, options.resume_command)):
         try:
