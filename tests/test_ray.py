@@ -38,6 +38,7 @@ from probe.capture.config import BenchConfig
 from probe.capture.raysweep import bench_on_ray
 from probe.capture.sweep import bench
 from probe.cluster import fan_out, is_loopback, listening
+from probe.commands.analyze import analyze_and_answer
 from tests.conftest import DATA, ROOT, interrupt_sweep, run_probe
 from tests.ranks import make_rank_traces
 from tests.variants import HOLD_DIR_VAR, RAISE_AT_PROMPT
@@ -169,7 +170,10 @@ def test_on_ray_a_cell_that_raises_or_kills_its_worker_is_recorded_and_the_rest_
     # Every other cell finished, the dying engine's p24 on the worker Ray restarted after it died.
     assert len(results.cells) == 7 and all(c.tokens_match_naive for c in results.cells)
     assert ("dying", 24) in {(c.engine, c.prompt_tokens) for c in results.cells}
-    assert "9/9 0 running, 2 failed" in result.stderr  # the progress bar's last state
+    # Piped, progress is a line a cell (a bar only on a terminal): the last of nine, two of them failed.
+    done = [line for line in result.stdout.splitlines() if " of 9 done: " in line]
+    assert len(done) == 9 and "cell 9 of 9 done: " in done[-1], result.stdout
+    assert sum(": FAILED: " in line for line in done) == 2, result.stdout
     assert "2 of 9 cells failed: raising p16 on " in result.stderr
 
 
@@ -254,7 +258,7 @@ def test_analyze_on_ray_a_trace_whose_node_died_is_named_and_the_others_are_anal
     cmd = ["analyze", str(tmp_path), "--json", "--executor", "ray", "--address", crashable.address]
     proc = _probe(cmd)
     try:
-        task = _wait_for(lambda: _task_processes("ray::analyze_one"), proc)[0]
+        task = _wait_for(lambda: _task_processes(f"ray::{analyze_and_answer.__name__}"), proc)[0]  # its Ray task
         raylet = task.parent()
         [node_id] = [
             n.node_id for n in crashable.cluster.worker_nodes if n.all_processes["raylet"][0].process.pid == raylet.pid

@@ -28,7 +28,7 @@ from probe.analysis.diagnosis.report import Report, SelfCheck, StepCounts, engin
 from probe.analysis.diagnosis.verdict import diagnose_trace
 from probe.analysis.ledger.build import analyze
 from probe.analysis.records.environment import Environment
-from probe.analysis.records.results import BenchResults, Cell
+from probe.analysis.records.results import BenchResults, Cell, FailedCell
 from probe.analysis.records.telemetry import TelemetrySummary, cell_telemetry
 from probe.analysis.roofline.formulas import arch_for, decode_step
 from probe.analysis.trace import load_trace
@@ -447,6 +447,25 @@ def test_progress_in_a_log_says_cells_done_left_and_the_time_left_when_nothing_e
     assert lines.status(60.0) == "sweep: 1 of 4 cells done, 3 left, about 3 min left"
     lines.done = 0
     assert lines.status(40.0) == "sweep: 0 of 4 cells done, 4 left; time left: known after the first cell"
+
+
+def test_progress_in_a_log_tells_each_cell_once_as_workers_finish_them_out_of_order():
+    """On Ray, cells finish out of order and failures are listed apart from cells: each is told once, with its own
+    label, and the last line counts all of them (it told one failure seven times before)."""
+    stream = io.StringIO()
+    lines = terminal.Lines(stream, "probe bench")
+    lines.sweep(4)
+    sweep = results(cell("naive", 16, 4.0))
+    failed = FailedCell("raising", 16, 9, 1, "RuntimeError: out of memory")
+    sweep.failed.append(failed)
+    lines.cells(sweep, 4)
+    sweep.cells.append(cell("naive", 8, 3.0))  # a cell after the failure
+    lines.cells(sweep, 4)
+    sweep.cells.insert(0, cell("cached", 8, 2.0))
+    lines.cells(sweep, 4)
+    told = [re.sub(r": [A-Z]*.*$", "", line.split(" done: ")[1]) for line in stream.getvalue().splitlines()]
+    assert told == ["naive p16", "raising p16", "naive p8", "cached p8"]
+    assert "cell 4 of 4 done: cached p8" in stream.getvalue().splitlines()[-1]
 
 
 def test_a_sweep_tells_its_cell_count_before_its_first_cell(monkeypatch):

@@ -243,6 +243,7 @@ class Lines:
     def __init__(self, stream: TextIO | None, prefix: str = "probe", heartbeat_s: float = HEARTBEAT_S):
         self.stream, self.prefix, self.start = stream, prefix, time.perf_counter()
         self.done = 0  # cells finished in the current sweep, printed or not
+        self._told: set[tuple[type, object]] = set()  # the current sweep's cells already told
         self.total: int | None = None  # cells in the current sweep (None: a part without cells)
         self.what, self.since = "sweep", self.start  # the current part (bench's only), and when it began
         self.heartbeat_s, self.last = heartbeat_s, self.start
@@ -272,7 +273,10 @@ class Lines:
         """Called with the sweep's results after each cell: a line for each cell added since the last call."""
         done: list[Cell | FailedCell] = [*results.cells, *results.failed]
         self.total = total
-        for c in done[self.done :]:
+        for c in done:  # by key, not position: cells finish out of order across workers, failures listed apart
+            if (told := (type(c), c.key)) in self._told:
+                continue
+            self._told.add(told)
             self.done += 1
             if isinstance(c, Cell):
                 what = (
@@ -287,10 +291,12 @@ class Lines:
     def sweep(self, total: int) -> None:
         """A sweep of `total` cells starts: from now on a quiet spell is told as its cells done and left."""
         self.done, self.total, self.since = 0, total, time.perf_counter()
+        self._told.clear()
 
     def phase(self, text: str) -> None:
         """A part of the run begins (a new sweep's cells count from one)."""
         self.done, self.total, self.what, self.since = 0, None, text, time.perf_counter()
+        self._told.clear()
         self._print(text)
 
     def note(self, text: str) -> None:
