@@ -16,6 +16,9 @@ import pytest
 
 from probe.analysis.records.files import MAX_JSON_BYTES, read_json
 from probe.errors import ProbeError
+from probe.explorer import loaders
+from probe.explorer.cache import nbytes
+from probe.explorer.step_clock import step_clock
 from tests.conftest import DATA, ROOT, run_probe
 
 TRACE = ROOT / "traces" / "tiny_cached_cpu_p64_n16.trace.json.gz"  # probe's own, with its sidecar beside it
@@ -132,10 +135,6 @@ def one_step_trace(path: Path, launches: int) -> Path:
 
 
 def test_the_timeline_cache_stays_under_its_bytes_after_many_windows(tmp_path, monkeypatch):
-    from probe.explorer import loaders
-    from probe.explorer.cache import nbytes
-    from probe.explorer.step_clock import step_clock
-
     trace = one_step_trace(tmp_path / "step.trace.json", 20_000)
     args = (loaders.key(tmp_path), loaders.key(trace), (1, 2), 0, loaders.Reading())
     cache = loaders.load_timeline.cache
