@@ -187,7 +187,7 @@ def test_json_is_read_to_its_bound_and_no_deeper(tmp_path):
     deep = tmp_path / "deep.json"
     deep.write_bytes(b'{"a": ' + b"[" * 200_000 + b"]" * 200_000 + b"}")
     with pytest.raises(ProbeError, match="deep.json: JSON nested 200001 deep"):
-        read_json(deep)
+        read_json(deep, "model config")
 
 
 def test_json_holds_text_any_file_can_hold(tmp_path):
@@ -198,7 +198,7 @@ def test_json_holds_text_any_file_can_hold(tmp_path):
         parse_json(b'{"model": "\xff"}', "x")
     os.mkfifo(tmp_path / "fifo.json")
     with pytest.raises(ProbeError, match="is not a regular file .*, not a JSON file"):
-        read_json(tmp_path / "fifo.json")  # at once: the FIFO is never waited on
+        read_json(tmp_path / "fifo.json", "sidecar")  # at once: the FIFO is never waited on
 
 
 JSON_VALUES = st.recursive(

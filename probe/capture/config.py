@@ -72,6 +72,6 @@ def model_name(spec: str) -> str:
     source = resolve(spec)
     if source.weights_dir is not None or source.config_path.parent == PRESET_DIR:
         return source.name
-    raw = read_json(source.config_path)
+    raw = read_json(source.config_path, "model config")
     kind = re.sub(r"[^A-Za-z0-9.-]+", "-", str(raw.get("model_type") or "model")) if isinstance(raw, dict) else "model"
     return f"{kind}-{hashlib.sha256(source.config_path.read_bytes()).hexdigest()[:8]}"

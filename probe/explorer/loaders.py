@@ -26,11 +26,17 @@ from probe.analysis.roofline.step import TokenFlags
 from probe.analysis.trace import Trace, load_trace
 from probe.errors import ProbeError
 from probe.explorer import figures, sources
+from probe.explorer.cache import sized_cache
 from probe.explorer.sources import Source
 from probe.explorer.step_clock import StepTimeline, step_clock
 
 LOAD_ERRORS = (ProbeError, OSError)  # probe's loaders turn bad input into a one-line ProbeError
 HISTORY_WAIT_S = 5.0  # how long the app waits on a history a recording job holds, before saying so
+# The caches that hold a value per event, bounded by bytes (probe.explorer.cache), not by count: a trace's table is
+# ~70 bytes an event (a few traces of millions of events), one window of a step on one clock ~150 bytes an event
+# drawn (a million-event step's windows, ~150 MB each, one after another).
+TRACE_CACHE_BYTES = 1 << 30
+TIMELINE_CACHE_BYTES = 512 << 20
 
 
 class Reading(NamedTuple):
@@ -108,9 +114,10 @@ def load_run(path: bytes, stamp: tuple) -> tuple[BenchResults, Report | None]:
     return load_results(unkey(path)), load_report(unkey(path))
 
 
-@st.cache_resource(max_entries=4, show_spinner="Parsing the trace")
+@sized_cache(TRACE_CACHE_BYTES, lambda: st.spinner("Parsing the trace"))
 def load_events(path: bytes, stamp: tuple) -> Trace:
-    """The trace's event table (probe.analysis.trace), parsed once and shared: every later read of it derives."""
+    """The trace's event table (probe.analysis.trace), parsed once and shared (sized_cache, like st.cache_resource):
+    every later read of it derives."""
     return load_trace(unkey(path))
 
 
@@ -139,7 +146,7 @@ def load_answer(root: bytes, path: bytes, stamp: tuple, reading: Reading, roofli
     return answer(trace, analysis, model=roofline.model, device_name=roofline.device, flags=flags, contended=contended)
 
 
-@st.cache_resource(max_entries=64, show_spinner="Laying the step out on one clock")
+@sized_cache(TIMELINE_CACHE_BYTES, lambda: st.spinner("Laying the step out on one clock"))
 def load_timeline(
     root: bytes, path: bytes, stamp: tuple, position: int, reading: Reading, window: tuple[int, int] | None
 ) -> StepTimeline:

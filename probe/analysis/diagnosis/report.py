@@ -338,6 +338,6 @@ def load_report(folder) -> Report | None:
     if not Path(folder).is_dir() or not path.is_file():
         return None
     try:
-        return Report.from_json(read_json(path))  # one line for a file that is not JSON, too deep or not UTF-8
+        return Report.from_json(read_json(path, "report"))  # one line for a file too large, not JSON, too deep, ...
     except ValueError as e:
         raise ProbeError(f"{path} is not a probe report ({e})") from None

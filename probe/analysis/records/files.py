@@ -8,7 +8,8 @@ is not a trace, so `open_regular` opens without blocking and checks what it open
 output), so a small gzip bomb cannot fill the disk or the memory of whatever holds the output.
 
 JSON. Every JSON file probe reads other than a trace (results.json, a baseline, a sidecar, a model's config.json,
-report.json, JSON a history holds) goes through `read_json` / `parse_json`: a regular file, UTF-8, nested at most
+report.json, JSON a history holds) goes through `read_json` / `parse_json`: a regular file no larger than its kind
+could be (`MAX_JSON_BYTES`, checked before it is read), UTF-8, nested at most
 `MAX_JSON_DEPTH` deep (Python's parser recurses, and 200k levels are a RecursionError), and holding only text that
 Unicode can encode (an escaped lone surrogate parses to a string no file, table or database can write). Each is
 one line naming the file.
@@ -221,18 +222,47 @@ def parse_stem(name: str) -> TraceStem | None:
 MAX_JSON_DEPTH = 100
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-_OPEN, _CLOSE = np.frombuffer(b"[{", np.uint8), np.frombuffer(b"]}", np.uint8)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_BRACKET_STEP = np.zeros(256, np.int8)  # a byte's change of the nesting level
+_BRACKET_STEP[list(b"[{")], _BRACKET_STEP[list(b"]}")] = 1, -1
+_DEPTH_CHUNK = 1 << 20
 
 
-def read_json(path: str | Path):
-    """A JSON file's value, read by the rules above; ProbeError, in one line naming the file, otherwise."""
+JsonKind = Literal["results file", "report", "sidecar", "model config", "device file"]
+# The most bytes each kind of JSON file could really hold, checked (stat) before a byte is read: Python's parser
+# builds objects of up to ~20x the text (an empty list is 56 bytes for its 3 characters), so the cap bounds the
+# memory a hostile file can cost. A results file (or a baseline, which is one) holds every cell's per-run and
+# per-token lists: a 400-cell sweep of batch 32 x 1024 tokens writes ~120 MB. A report holds figures per cell; a
+# sidecar a trace's config, environment and clock (~2 KB); a model's config.json a few KB (a label map at most);
+# a device file one device.
+MAX_JSON_BYTES: dict[JsonKind, int] = {
+    "results file": 256 << 20,
+    "report": 16 << 20,
+    "sidecar": 1 << 20,
+    "model config": 4 << 20,
+    "device file": 1 << 20,
+}
+
+
+def read_json(path: str | Path, kind: JsonKind):
+    """A JSON file's value, read by the rules above; ProbeError, in one line naming the file, otherwise. A file
+    larger than its kind's cap (`MAX_JSON_BYTES`) is refused by its size, before it is read."""
     path = Path(path)
+    cap = MAX_JSON_BYTES[kind]
     try:
         with open_regular(path, "a JSON file") as f:
-            data = f.read()
+            size = os.fstat(f.fileno()).st_size
+            data = f.read(cap + 1) if size <= cap else b""  # one grown since the fstat is still held to the cap
     except OSError as e:
         raise ProbeError(f"cannot read {path}: {e.strerror or e}") from None
+    if max(size, len(data)) > cap:
+        size = max(size, len(data))
+        raise ProbeError(f"{path}: {_size(size)}, larger than any {kind} (probe reads one up to {_size(cap)})")
     return parse_json(data, str(path))
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 1 << 20 else f"{n} bytes"
 
 
 def parse_json(data: bytes | str, where: str):
@@ -267,7 +297,7 @@ def model_raw(spec: str) -> dict:
     dict, read by `read_json` (a file nested too deep or not UTF-8 is one line) and its sizes checked: no
     transformers, no torch."""
     source = resolve(spec)
-    raw = read_json(source.config_path)
+    raw = read_json(source.config_path, "model config")
     if not isinstance(raw, dict):
         raise ProbeError(f"{source.config_path}: a config.json is a JSON object, not {type(raw).__name__}")
     check_sizes(raw, str(source.config_path))
@@ -280,11 +310,16 @@ def model_config(spec: str):
 
 
 def json_depth(raw: bytes) -> int:
-    """How deep JSON text nests its arrays and objects (brackets inside strings not counted), without parsing it."""
-    brackets = np.frombuffer(_JSON_STRING.sub(b'""', raw), np.uint8)
-    steps = np.isin(brackets, _OPEN).astype(np.int32) - np.isin(brackets, _CLOSE).astype(np.int32)
-    steps = steps[steps != 0]
-    return int(np.cumsum(steps).max()) if len(steps) else 0
+    """How deep JSON text nests its arrays and objects (brackets inside strings not counted), without parsing it:
+    the brackets alone, summed a chunk at a time, so the cost is a copy or two of the text, never arrays of its
+    length."""
+    brackets = _JSON_STRING.sub(b'""', raw).translate(None, _NOT_BRACKETS)
+    deepest = level = 0
+    for start in range(0, len(brackets), _DEPTH_CHUNK):
+        chunk = np.frombuffer(brackets, np.uint8, min(_DEPTH_CHUNK, len(brackets) - start), start)
+        levels = np.cumsum(_BRACKET_STEP[chunk], dtype=np.int64) + level
+        deepest, level = max(deepest, int(levels.max())), int(levels[-1])
+    return deepest
 
 
 def _umask() -> int:

@@ -449,7 +449,7 @@ def load_results(path: str | Path) -> BenchResults:
         p = p / RESULTS_FILE
     if not p.exists() and not p.is_symlink():
         raise ProbeError(f"no results file at {p}")
-    data = read_json(p)
+    data = read_json(p, "results file")
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list) or "env" not in data:
         raise ProbeError(f"{p} is not a probe results file (expected an object with cells and env)")
     for key in ("env", "config"):

@@ -133,7 +133,7 @@ def trace_meta(path: Path) -> Sidecar | None:
     for candidate in sidecar_paths(Path(path)):
         if candidate.is_file():
             try:
-                return Sidecar.from_json(read_json(candidate))
+                return Sidecar.from_json(read_json(candidate, "sidecar"))
             except ValueError as e:
                 raise ProbeError(f"{candidate}: {e}") from None
     return None

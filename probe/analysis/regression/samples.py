@@ -220,5 +220,5 @@ def load_samples(path: str | Path) -> SampleSet:
     except OSError as e:
         raise ProbeError(f"cannot read {p}: {e.strerror or e}") from None
     results = load_results(p)
-    raw = read_json(p)  # load_results has checked it is a results object
+    raw = read_json(p, "results file")  # load_results has checked it is a results object
     return from_results(results, str(p), "baseline" if raw.get("baseline") else "results")

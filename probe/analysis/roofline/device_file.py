@@ -20,7 +20,7 @@ def device_file(path: str | Path) -> Device:
     peaks in place of the datasheet's. `name` and `memory_bandwidth_bytes_s` are required; `memory_bytes`,
     `peak_flops_s` (dtype -> dense FLOP/s: float32, bfloat16, float16, float8) and `source` / `spec_source` (where
     the figures come from; the file itself by default) are optional. A one-line ProbeError names what is wrong."""
-    doc = read_json(path)
+    doc = read_json(path, "device file")
     where = f"--device-file {path}"
     if not isinstance(doc, dict):
         raise ProbeError(f"{where}: a JSON object with the fields {', '.join(_FILE_FIELDS)}")

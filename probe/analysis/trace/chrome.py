@@ -38,7 +38,9 @@ from probe.analysis.trace.table import (
     Shapes,
     Trace,
     api_base_name,
+    check_events,
     finish,
+    max_events,
     of_names,
 )
 from probe.analysis.trace.timetext import NOT_A_NUMBER, NUMBER, decimal_text_to_ns, times_ns
@@ -211,6 +213,7 @@ class _Table:
         self.shapes = _Shapes()
         self.past_int64: Counter[str] = Counter()  # ids that are integers past int64, by what they are
         self.thread_names: dict[str, int] = {}  # pid / tid text that is no number -> its index (id -2 - index)
+        self.max_events = max_events()  # checked as each piece comes, before the table grows past it
 
     def add_piece(self, array: bytes) -> bool:
         """pieces.split's test: True when `array` is a JSON array of whole events (then they are in the table)."""
@@ -348,6 +351,7 @@ class _Table:
         if not keep.all():
             self._count_dropped(ts_status, dur_status)
             part = {k: v[keep] for k, v in part.items()}
+        check_events(self.columns.n + len(part["ts_ns"]), self.source, self.max_events)
         self.columns.append(part)
 
     def _ids_past_int64(self, values: list, what: str, so: str, typed: bool = False) -> np.ndarray:

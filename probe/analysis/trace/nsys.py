@@ -33,8 +33,10 @@ from probe.analysis.trace.table import (
     PROFILER_STEP_PREFIX,
     Kind,
     Trace,
+    check_events,
     finish,
     intern,
+    max_events,
 )
 from probe.errors import ProbeError
 
@@ -168,6 +170,8 @@ def _read_tables(con: sqlite3.Connection, source: Path) -> Trace:
     if "StringIds" not in tables:
         raise ProbeError(f"{source}: Nsight Systems export without its StringIds table")
     _refuse_computed_tables(con, source)
+    rows = sum(con.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in present)
+    check_events(rows, source, max_events())  # before a column is built
     names = _Names(dict(con.execute("SELECT id, value FROM StringIds")))
     dropped: Counter[str] = Counter()
     parts = []

@@ -76,7 +76,9 @@ from __future__ import annotations
 
 import enum
 import functools
+import os
 import re
+import resource
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -275,6 +277,67 @@ def intern(strings: dict[str, int], s) -> int:
     if i is None:
         i = strings[s] = len(strings)
     return i
+
+
+# Events, not bytes, are what a trace costs once read: identical tiny events gzip ~300:1, so a few MB of file can
+# hold tens of millions. `probe analyze` holds ~180 bytes an event for the table and ~320 at its peak with the
+# ledger (1M tiny events, measured with /usr/bin/time); rounded up, so the cap errs toward refusing.
+BYTES_PER_EVENT = 400
+MAX_EVENTS_ENV = "PROBE_MAX_EVENTS"
+
+
+def max_events() -> tuple[int, str]:
+    """How many events one trace may hold, and why: `PROBE_MAX_EVENTS` when set, else as many as the memory this
+    process can still get (`memory_left`) holds at BYTES_PER_EVENT each."""
+    raw = os.environ.get(MAX_EVENTS_ENV, "")
+    if raw:
+        try:
+            return max(1, int(raw)), f"{MAX_EVENTS_ENV}={raw} allows"
+        except ValueError:
+            raise ProbeError(f"{MAX_EVENTS_ENV}={raw!r}: a whole number of events") from None
+    left = memory_left()
+    why = f"{left / 2**30:.1f} GiB of free memory holds at {BYTES_PER_EVENT} bytes each"
+    return max(1, left // BYTES_PER_EVENT), why
+
+
+def check_events(n: int, source: Path, cap: tuple[int, str]) -> None:
+    """ProbeError, in one line, when a trace holds more than `cap` (max_events) events: said before they are read."""
+    if n > cap[0]:
+        raise ProbeError(f"{source}: more than {cap[0]:,} events, the most {cap[1]}; set {MAX_EVENTS_ENV} to read more")
+
+
+def memory_left() -> int:
+    """The bytes this process can still allocate: the least of the system's available memory, what its cgroup's
+    limit leaves, and what its address-space limit (RLIMIT_AS, `prlimit --as`) leaves; unbounded where none can
+    be read (not Linux)."""
+    left = []
+    available = _proc_kib("/proc/meminfo", "MemAvailable")
+    if available is not None:
+        left.append(available * 1024)
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f_max, open("/sys/fs/cgroup/memory.current") as f_cur:
+            limit = f_max.read().strip()
+            if limit != "max":
+                left.append(int(limit) - int(f_cur.read()))
+    except (OSError, ValueError):
+        pass
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    mapped = _proc_kib("/proc/self/status", "VmSize")
+    if soft != resource.RLIM_INFINITY and mapped is not None:
+        left.append(soft - mapped * 1024)
+    return max(0, min(left)) if left else 2**62
+
+
+def _proc_kib(path: str, field: str) -> int | None:
+    """A `Name: N kB` line's N from a /proc file; None when it cannot be read."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 MAX_TIME_NS = 2**62  # |start|, |end| below this: any two times add or subtract without leaving int64

@@ -238,7 +238,7 @@ def file_record(path: Path) -> RunRecord:
         ledger = read_ledger(path)
         return _with_commit(run_record("profile", path, ledgers=[ledger]), ledger.meta.env)
     results = load_results(path)
-    doc = read_json(path)
+    doc = read_json(path, "results file")
     marker = doc.get("baseline") if isinstance(doc.get("baseline"), dict) else None
     when = None
     if marker and marker.get("created"):
@@ -297,7 +297,7 @@ def records_in(path: str | Path) -> tuple[list[RunRecord], list[str]]:
 
 def _is_baseline(path: Path) -> bool:
     try:
-        doc = read_json(path)
+        doc = read_json(path, "results file")
     except ProbeError:
         return False
     return isinstance(doc, dict) and "baseline" in doc and isinstance(doc.get("cells"), list)
