@@ -1,0 +1,79 @@
+"""Hostile input, third pass: files and folders someone else prepared. A checkout whose git configuration names
+commands, a trace of someone else's beside probe profile's output, pattern flags that are not UTF-8, a Ray address
+no resolver can take, and scripts/gpu-run.sh failing on the way. Each ends in exit 2 and one line naming the file
+and the problem, or a correct answer; nothing runs that the user did not ask for, and nothing is lost."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from probe.analysis.records.environment import git_state
+from tests.conftest import ROOT, run_probe
+
+TINY = ["--engines", "cached", "--prompts", "8", "--new-tokens", "2", "--runs", "1", "--warmup", "0"]
+TINY += ["--telemetry-ms", "0", "--threads", "1"]
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("probe: error: "), proc.stderr
+    return lines[0]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 1. a checkout's configured commands
+
+
+@pytest.fixture
+def booby_trapped_repo(tmp_path):
+    """A repository whose fsmonitor and whose filter driver (for every tracked file) each touch a marker file,
+    with its tracked file's stat changed, so that git status would run both."""
+    repo, marker = tmp_path / "repo", tmp_path / "ran"
+    repo.mkdir()
+    script = tmp_path / "hook.sh"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\ncat\n")
+    script.chmod(0o755)
+    git(repo, "init", "-q")
+    git(repo, "config", "user.email", "t@example.com")
+    git(repo, "config", "user.name", "t")
+    (repo / ".gitattributes").write_text("* filter=trap\n")
+    (repo / "model.py").write_text("# the code under test\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "one")
+    git(repo, "config", "core.fsmonitor", str(script))
+    git(repo, "config", "filter.trap.clean", str(script))
+    os.utime(repo / "model.py", (0, 0))  # stat no longer matches the index: git status compares the content
+    return repo, marker
+
+
+def test_git_state_runs_no_command_the_checkout_configures(booby_trapped_repo):
+    repo, marker = booby_trapped_repo
+    head = git(repo, "rev-parse", "HEAD")
+    assert git_state(repo) == (head, False)
+    (repo / "model.py").write_text("# edited\n")
+    assert git_state(repo) == (head, True)
+    assert not marker.exists()
+    git(repo, "status", "--porcelain")  # the trap is real: plain git status springs it
+    assert marker.exists()
+
+
+def test_a_bench_in_a_booby_trapped_checkout_records_its_commit_and_runs_nothing(booby_trapped_repo, tmp_path):
+    repo, marker = booby_trapped_repo
+    history = tmp_path / "h.duckdb"
+    env = os.environ | {"PYTHONPATH": str(ROOT), "PROBE_HISTORY": str(history)}
+    proc = run_probe("bench", *TINY, "--out", str(tmp_path / "bench"), cwd=repo, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "history: recorded run" in proc.stderr
+    assert not marker.exists()
+    with duckdb.connect(str(history), read_only=True) as con:
+        rows = con.execute("SELECT git_commit, git_dirty FROM runs").fetchall()
+    assert rows == [(git(repo, "rev-parse", "HEAD"), False)]
