@@ -13,7 +13,8 @@ import duckdb
 import pytest
 
 from probe.analysis.records.environment import git_state
-from tests.conftest import ROOT, run_probe
+from probe.analysis.records.sidecar import sidecar_paths, unpaired_traces
+from tests.conftest import DATA, ROOT, run_probe
 
 TINY = ["--engines", "cached", "--prompts", "8", "--new-tokens", "2", "--runs", "1", "--warmup", "0"]
 TINY += ["--telemetry-ms", "0", "--threads", "1"]
@@ -77,3 +78,65 @@ def test_a_bench_in_a_booby_trapped_checkout_records_its_commit_and_runs_nothing
     with duckdb.connect(str(history), read_only=True) as con:
         rows = con.execute("SELECT git_commit, git_dirty FROM runs").fetchall()
     assert rows == [(git(repo, "rev-parse", "HEAD"), False)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 13. a sidecar paired with someone else's trace
+
+STEM = "tiny_cached_cpu_p8_n2"  # what probe profile names the tiny cached run of 8 prompt tokens and 2 new ones
+
+
+@pytest.mark.parametrize(
+    "foreign, force", [(f"{STEM}.trace.json", []), (f"{STEM}.json.gz", ["--force"]), (f"{STEM}.sqlite", [])]
+)
+def test_profile_refuses_to_write_a_sidecar_someone_elses_trace_would_read(tmp_path, foreign, force):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / foreign).write_bytes(b"someone's trace")
+    proc = run_probe("profile", "--engine", "cached", "--prompt", "8", "--new-tokens", "2", "--out", str(out), *force)
+    assert one_line_error(proc) == (
+        f"probe: error: {out / foreign}: a trace this run did not write, with no sidecar of its own, would read "
+        "this run's sidecar as its own: move it, or choose another --out"
+    )
+    assert sorted(p.name for p in out.iterdir()) == [foreign]  # nothing written, the foreign trace untouched
+    assert (out / foreign).read_bytes() == b"someone's trace"
+
+
+def test_an_nsys_export_reads_its_own_sidecar_before_the_torch_traces(tmp_path):
+    """probe run writes both tools' traces of one configuration beside each other: each reads its own sidecar."""
+    torch_meta, nsys_meta = tmp_path / f"{STEM}.meta.json", tmp_path / f"{STEM}.nsys.meta.json"
+    assert sidecar_paths(tmp_path / f"{STEM}.sqlite") == (nsys_meta, torch_meta)
+    assert sidecar_paths(tmp_path / f"{STEM}.trace.json.gz") == (torch_meta, nsys_meta)
+    torch_meta.write_text("{}")
+    nsys_meta.write_text("{}")
+    assert unpaired_traces(tmp_path, STEM, [tmp_path / f"{STEM}.sqlite", nsys_meta]) == []
+    (tmp_path / f"{STEM}.trace.json.gz").write_text("probe's own, with its sidecar")
+    (tmp_path / f"{STEM}.json").write_text("someone's")
+    assert unpaired_traces(tmp_path, STEM, [tmp_path / f"{STEM}.sqlite", nsys_meta]) == []  # each has a sidecar
+    torch_meta.unlink()
+    writing = [tmp_path / f"{STEM}.sqlite", nsys_meta]
+    assert unpaired_traces(tmp_path, STEM, writing) == [tmp_path / f"{STEM}.trace.json.gz", tmp_path / f"{STEM}.json"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 14. a pattern flag that is not UTF-8: the shell's byte 0xff reaches Python as the lone surrogate \udcff
+
+HAND = DATA / "hand_decode.trace.json.gz"
+
+
+@pytest.mark.parametrize(
+    "flag, value, line",
+    [
+        ("--steps", "\udcff", "--steps '\\udcff': not UTF-8 text: '\\udcff' at character 0"),
+        ("--part", "x=a\udcff", "--part x=a\\udcff: not UTF-8 text: '\\udcff' at character 1"),
+        ("--kernel-category", "c=\udcff", "--kernel-category c=\\udcff: not UTF-8 text: '\\udcff' at character 0"),
+        (
+            "--kernel-category",
+            "\udcff=gemm",
+            "--kernel-category '\\udcff=gemm': the category is not UTF-8 text: '\\udcff' at character 0",
+        ),
+    ],
+)
+def test_a_pattern_flag_that_is_not_utf8_is_one_line(flag, value, line):
+    proc = run_probe("analyze", str(HAND), "--json", flag, value)
+    assert one_line_error(proc) == f"probe: error: {line}"
