@@ -140,3 +140,32 @@ HAND = DATA / "hand_decode.trace.json.gz"
 def test_a_pattern_flag_that_is_not_utf8_is_one_line(flag, value, line):
     proc = run_probe("analyze", str(HAND), "--json", flag, value)
     assert one_line_error(proc) == f"probe: error: {line}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 15. a Ray address no resolver can take: refused before Ray is imported
+
+LONG_LABEL = "a" * 64
+
+
+@pytest.mark.parametrize("command", [["bench", *TINY], ["analyze", str(HAND), str(HAND)]])
+@pytest.mark.parametrize(
+    "address, host, why",
+    [
+        (f"{LONG_LABEL}.example:6379", f"{LONG_LABEL}.example", "label empty or too long"),
+        (f"ray://{LONG_LABEL}:10001", LONG_LABEL, "label too long"),
+        ("\udcff.example:6379", "\udcff.example", "Invalid character '\\udcff'"),
+    ],
+)
+def test_a_ray_address_no_resolver_takes_is_one_line_before_ray_is_imported(tmp_path, command, address, host, why):
+    fake = tmp_path / "fake" / "ray"  # a `ray` that leaves a mark when imported
+    fake.mkdir(parents=True)
+    marker = tmp_path / "ray-imported"
+    (fake / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    env = os.environ | {"PYTHONPATH": f"{fake.parent}{os.pathsep}{ROOT}"}
+    proc = run_probe(*command, "--executor", "ray", "--address", address, env=env)
+    assert one_line_error(proc) == (
+        f"probe: error: --address {address!r}: host {host!r} is not a name a resolver takes: {why} "
+        "(a name is labels of 1 to 63 characters that IDNA can encode)"
+    )
+    assert not marker.exists()
