@@ -6,7 +6,9 @@ and the problem, or a correct answer; nothing runs that the user did not ask for
 from __future__ import annotations
 
 import os
+import re
 import subprocess
+import tarfile
 from pathlib import Path
 
 import duckdb
@@ -169,3 +171,88 @@ def test_a_ray_address_no_resolver_takes_is_one_line_before_ray_is_imported(tmp_
         "(a name is labels of 1 to 63 characters that IDNA can encode)"
     )
     assert not marker.exists()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 18. scripts/gpu-run.sh: its own failures, run here with stubs (an interpreter that records its calls and whose
+# `probe run` writes a small run folder; a tar that fails), from a copy of the script in tmp_path (it packs the
+# runs/ folder beside it)
+
+GPU_RUN = ROOT / "scripts" / "gpu-run.sh"
+STUB_PYTHON = """#!/usr/bin/env bash
+echo "$*" >>"$STUB_CALLS"
+if [ "$1" = - ]; then cat >/dev/null; exit 0; fi  # the self-check, read from stdin
+if [ "$1 $2" = "-m probe" ]; then
+  mkdir -p runs/gpu-quick/traces && echo '{}' >runs/gpu-quick/results.json
+  echo trace | gzip >runs/gpu-quick/traces/x.trace.json.gz
+  exit "${STUB_RUN_EXIT:-0}"
+fi
+"""  # anything else is `-m pip install`: it succeeds
+
+
+def gpu_run(tmp_path: Path, out: Path, run_exit: int = 0, failing: str | None = None):
+    root = tmp_path / "root"
+    (root / "scripts").mkdir(parents=True, exist_ok=True)
+    (root / "scripts" / "gpu-run.sh").write_text(GPU_RUN.read_text())
+    stubs = tmp_path / "bin"
+    stubs.mkdir(exist_ok=True)
+    (stubs / "python").write_text(STUB_PYTHON)
+    if failing:
+        (stubs / failing).write_text(f"#!/bin/sh\necho '{failing}: stub failure' >&2\nexit 2\n")
+    for stub in stubs.iterdir():
+        stub.chmod(0o755)
+    env = os.environ | {
+        "OUT": str(out),
+        "PYTHON": str(stubs / "python"),
+        "PATH": f"{stubs}{os.pathsep}{os.environ['PATH']}",
+        "STUB_CALLS": str(tmp_path / "calls"),
+        "STUB_RUN_EXIT": str(run_exit),
+        "GPU_RUN_SITE": str(tmp_path / "site"),
+    }
+    proc = subprocess.run(["bash", str(root / "scripts" / "gpu-run.sh")], capture_output=True, text=True, env=env)
+    return proc, tmp_path / "calls"
+
+
+def last_line(proc: subprocess.CompletedProcess) -> str:
+    """The script's last line without its clock (` (+N s)`)."""
+    return re.sub(r" \(\+\d+ s\)$", "", proc.stdout.strip().splitlines()[-1])
+
+
+def test_gpu_run_script_parses():
+    assert subprocess.run(["bash", "-n", str(GPU_RUN)]).returncode == 0
+
+
+def test_gpu_run_packs_what_a_failed_run_wrote_and_exits_with_its_status(tmp_path):
+    out = tmp_path / "out"
+    proc, _ = gpu_run(tmp_path, out, run_exit=1)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert last_line(proc) == "gpu-run: done, exit 1"
+    with tarfile.open(out / "run.tar.gz") as tar:
+        assert "runs/gpu-quick/results.json" in tar.getnames()
+    with tarfile.open(out / "traces.tar") as tar:
+        assert tar.getnames() == ["runs/gpu-quick/traces/x.trace.json.gz"]
+
+
+@pytest.mark.parametrize("run_exit", [0, 1])
+def test_gpu_run_fails_when_packing_fails(tmp_path, run_exit):
+    out = tmp_path / "out"
+    proc, _ = gpu_run(tmp_path, out, run_exit=run_exit, failing="tar")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert last_line(proc) == (
+        "gpu-run: FAILED packing: tar of run.tar.gz exited 2; tar of traces.tar exited 2; "
+        f"run.tar.gz is not in {out} (probe run exited {run_exit}): exit 3"
+    )
+    assert not (out / "run.tar.gz").exists()
+    assert (tmp_path / "root" / "runs" / "gpu-quick" / "results.json").exists()  # the run's files are kept
+
+
+def test_gpu_run_checks_out_first(tmp_path):
+    (tmp_path / "file").write_text("a regular file: nothing can be made under it, even by root")
+    out = tmp_path / "file" / "sub"
+    proc, calls = gpu_run(tmp_path, out)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"gpu-run: FAILED: $OUT={out} is not a folder this user can write to: nothing installed or run"
+    ]
+    assert proc.stdout == ""
+    assert not calls.exists()  # no pip, no self-check, no probe run
