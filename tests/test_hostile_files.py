@@ -69,6 +69,23 @@ def test_git_state_runs_no_command_the_checkout_configures(booby_trapped_repo):
     assert marker.exists()
 
 
+def test_git_state_runs_no_command_a_submodule_configures(booby_trapped_repo, tmp_path):
+    """git status asks each submodule for its own status, with the submodule's configuration: not here."""
+    sub, marker = booby_trapped_repo
+    top = tmp_path / "top"
+    top.mkdir()
+    git(top, "init", "-q")
+    git(top, "config", "user.email", "t@example.com")
+    git(top, "config", "user.name", "t")
+    git(top, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "sub")
+    git(top, "commit", "-qm", "top")
+    for key in ("core.fsmonitor", "filter.trap.clean"):
+        git(top / "sub", "config", key, git(sub, "config", key))
+    os.utime(top / "sub" / "model.py", (0, 0))
+    assert git_state(top) == (git(top, "rev-parse", "HEAD"), False)
+    assert not marker.exists()
+
+
 def test_a_bench_in_a_booby_trapped_checkout_records_its_commit_and_runs_nothing(booby_trapped_repo, tmp_path):
     repo, marker = booby_trapped_repo
     history = tmp_path / "h.duckdb"

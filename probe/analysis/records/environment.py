@@ -144,8 +144,10 @@ def _differences(ours: Environment, theirs: Environment, keys, skip_unknown: boo
 
 
 # What reading a checkout's state must not start: git status runs the repository's fsmonitor command and its
-# filters' clean commands (a checkout someone else prepared names them), may write the index (its hooks), and in
-# a partial clone fetches missing objects. Given as GIT_CONFIG_COUNT pairs, which need no quoting of a key.
+# filters' clean commands (a checkout someone else prepared names them), may write the index (its hooks), asks each
+# submodule for its own status (with the submodule's configuration: so a submodule counts as modified only when its
+# commit moved), and in a partial clone fetches missing objects. Given as GIT_CONFIG_COUNT pairs, which need no
+# quoting of a key.
 _QUIET_GIT = {"core.fsmonitor": "false", "core.hooksPath": "/dev/null", "protocol.allow": "never"}
 
 
