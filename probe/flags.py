@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import ipaddress
 import types
 import typing
 from dataclasses import field
@@ -97,8 +98,31 @@ def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="clear probe's own files from --out before the sweep")
 
 
-def check_sweep_arguments(args: argparse.Namespace) -> None:
-    if args.address and args.executor != "ray":
+def check_address(address: str | None, executor: str) -> None:
+    """--address, before Ray is imported: only with --executor ray, and its host (`host:port`, `ray://host:port`,
+    `auto`) one a resolver takes: an IP address, or labels of 1 to 63 characters that IDNA can encode."""
+    if not address:
+        return
+    if executor != "ray":
         raise ProbeError("--address names a Ray cluster: use it with --executor ray")
+    rest = address.partition("://")[2] or address
+    host = (rest.rpartition(":")[0] if ":" in rest else rest).strip("[]")
+    try:
+        ipaddress.ip_address(host.split("%")[0])
+        return
+    except ValueError:
+        pass
+    try:
+        host.encode("idna")
+    except UnicodeError as e:
+        reason = str(e).rpartition(": ")[2].rstrip(")")  # "encoding with 'idna' codec failed (UnicodeError: why)"
+        raise ProbeError(
+            f"--address {address!r}: host {host!r} is not a name a resolver takes: {reason} "
+            "(a name is labels of 1 to 63 characters that IDNA can encode)"
+        ) from None
+
+
+def check_sweep_arguments(args: argparse.Namespace) -> None:
+    check_address(args.address, args.executor)
     if (args.resume or args.force) and args.out is None:
         raise ProbeError("--resume and --force act on an --out folder")

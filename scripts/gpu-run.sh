@@ -10,9 +10,11 @@
 # GPU_RUN_SITE        the --target folder the wheels go into (default /tmp/probe-site)
 # GPU_RUN_ARGS        extra `probe run` flags (default none; e.g. --no-next)
 # PYTHON              the interpreter that holds torch (default python3)
-# Exit status: probe run's (0, or 1 when a cell, a part or a kernel count failed; report.md says which); 2 when the
-# install or the imports fail.
-set -uo pipefail # not -e: a run that fails must still pack what it wrote
+# Exit status: probe run's (0, or 1 when a cell, a part or a kernel count failed; report.md says which); 2 when $OUT
+# cannot be written (checked first: nothing is installed or run), or the install or the imports fail; 3 when packing
+# failed (a tar or gzip exited non-zero, or run.tar.gz is not in $OUT: the results did not come back), whatever probe
+# run's was. Every failure is one line `gpu-run: FAILED ...` naming the step.
+set -uo pipefail # not -e: a run that fails must still pack what it wrote; each step checks its own status
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 phase() { echo "gpu-run: $1 (+$(($(date +%s) - start)) s)"; }
@@ -22,16 +24,20 @@ PY=${PYTHON:-python3}
 RUN=runs/gpu-quick
 TRACES_MAX=$((15 * 1024 * 1024)) # the traces archive stays under the 16 MiB a returned file may hold
 export PYTHONUNBUFFERED=1
-mkdir -p "$OUT"
+# $OUT first, with a byte written (a full disk takes an empty file): a run whose results cannot come back is not run
+if ! { mkdir -p "$OUT" && echo "gpu-run: writing to $OUT" >"$OUT/gpu-run.log"; } 2>/dev/null; then
+  echo "gpu-run: FAILED: \$OUT=$OUT is not a folder this user can write to: nothing installed or run" >&2
+  exit 2
+fi
 exec > >(tee "$OUT/gpu-run.log") 2>&1 # the whole log comes back too, whatever the tail shows
 
 phase "installing $(ls .whl/*.whl 2>/dev/null | wc -l) wheels into $SITE"
 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl ||
-  { phase "the wheels did not install"; exit 2; }
+  { phase "FAILED: the wheels did not install"; exit 2; }
 export PYTHONPATH="$SITE:$PWD"
 
 phase "self-check: imports, and the profiler's kernels before and after a run's sessions"
-"$PY" - <<'EOF' || { phase "the self-check could not run"; exit 2; }
+"$PY" - <<'EOF' || { phase "FAILED: the self-check could not run"; exit 2; }
 import json, os, sys
 import msgspec, torch, transformers
 from engines.models import resolve_device
@@ -64,12 +70,19 @@ code=$?
 phase "probe run exited $code"
 
 phase "packing $RUN into $OUT"
+lost="" # the packing steps that failed, "" when none did
+packing() { # packing STEP COMMAND...: run it, and note the step when it fails
+  local step=$1
+  shift
+  "$@" || lost="${lost:+$lost; }$step exited $?"
+}
 if [ -d "$RUN" ]; then
   # 1: everything but the traces themselves (results, report, cells, telemetry, sidecars, next-*): small
-  tar -czf "$OUT/run.tar.gz" --exclude='*.trace.json.gz' --exclude='*.nsys-rep' --exclude='*.sqlite' "$RUN"
+  packing "tar of run.tar.gz" \
+    tar -czf "$OUT/run.tar.gz" --exclude='*.trace.json.gz' --exclude='*.nsys-rep' --exclude='*.sqlite' "$RUN"
   # 2: the traces, gzipped at a fast level (probe writes its chrome traces at level 1; an nsys export is gzipped
   # here), not compressed again, smallest first while they fit
-  find "$RUN" -name '*.sqlite' -exec gzip -1 {} \;
+  packing "gzip of the nsys exports" find "$RUN" -name '*.sqlite' -exec gzip -1 {} +
   : >"$OUT/traces-left-out.txt"
   list=()
   total=0
@@ -81,11 +94,16 @@ if [ -d "$RUN" ]; then
       echo "$path ($size bytes): over the archive's limit" >>"$OUT/traces-left-out.txt"
     fi
   done < <(find "$RUN" \( -name '*.trace.json.gz' -o -name '*.sqlite.gz' \) -printf '%s %p\n' | sort -n)
-  [ ${#list[@]} -gt 0 ] && tar -cf "$OUT/traces.tar" "${list[@]}"
+  [ ${#list[@]} -eq 0 ] || packing "tar of traces.tar" tar -cf "$OUT/traces.tar" "${list[@]}"
   [ -s "$OUT/traces-left-out.txt" ] || rm -f "$OUT/traces-left-out.txt"
 else
-  phase "no run folder to pack"
+  lost="no run folder $RUN to pack"
 fi
+[ -s "$OUT/run.tar.gz" ] || lost="${lost:+$lost; }run.tar.gz is not in $OUT"
 ls -l "$OUT"
+if [ -n "$lost" ]; then
+  phase "FAILED packing: $lost (probe run exited $code): exit 3"
+  exit 3
+fi
 phase "done, exit $code"
 exit "$code"

@@ -47,7 +47,7 @@ from probe.analysis.diagnosis.report import SelfCheck
 from probe.analysis.records.environment import Clock
 from probe.analysis.records.files import atomic_path, atomic_write, trace_stem
 from probe.analysis.records.runfolder import check_writable
-from probe.analysis.records.sidecar import Sidecar
+from probe.analysis.records.sidecar import Sidecar, unpaired_traces
 from probe.analysis.records.telemetry import cell_telemetry, contention, decode_windows, write_samples
 from probe.analysis.trace import Kind, load_trace
 from probe.capture import annotate as A
@@ -124,11 +124,20 @@ def stem(cfg: ProfileConfig, device: torch.device) -> str:
     )
 
 
-def refuse_existing(paths: list[Path], force: bool) -> None:
-    """A trace (or its sidecar) already at one of `paths` is replaced only with `force`: else a one-line error,
-    before any work."""
+def refuse_existing(out: Path, name: str, suffixes: tuple[str, ...], force: bool) -> list[Path]:
+    """The files a capture writes (`name` and each of `suffixes` in `out`), before any work: one already there is
+    replaced only with `force`, else a one-line error; and, even with `force`, a trace of the same stem that this
+    run does not write and that has no sidecar of its own is a one-line error, since it would take this run's
+    sidecar (its costs, clock and contention) as its own."""
+    paths = [out / f"{name}{suffix}" for suffix in suffixes]
     if not force and (there := [p for p in paths if p.exists()]):
         raise ProbeError(f"{there[0]} already exists: --force to replace it, or another --out")
+    if foreign := unpaired_traces(out, name, paths):
+        raise ProbeError(
+            f"{foreign[0]}: a trace this run did not write, with no sidecar of its own, would read this run's "
+            "sidecar as its own: move it, or choose another --out"
+        )
+    return paths
 
 
 @dataclass(frozen=True)
@@ -175,8 +184,7 @@ def profile_torch(cfg: ProfileConfig, out: Path, model=None, force: bool = False
     check_writable(out)
     cfg = settle_here(cfg)
     name = stem(cfg, resolve_device(cfg.device))
-    written = (".trace.json.gz", ".meta.json", ".telemetry.parquet")
-    refuse_existing([out / f"{name}{suffix}" for suffix in written], force)  # before the model is built
+    refuse_existing(out, name, (".trace.json.gz", ".meta.json", ".telemetry.parquet"), force)  # before the model
     cfg, engine, prompt, device = _prepare(cfg, model)
     prepare_graph_profiling(device)  # before the warmup captures anything
     annotator = A.Annotator()
@@ -284,8 +292,7 @@ def profile_nsys(cfg: ProfileConfig, out: Path, force: bool = False) -> Capture:
     device = resolve_device(cfg.device)
     base = out / stem(cfg, device)
     # Beside the stem, not in place of a suffix: a model name such as qwen2.5-1.5b holds dots.
-    rep, sqlite, meta = (out / f"{base.name}{suffix}" for suffix in (".nsys-rep", ".sqlite", ".nsys.meta.json"))
-    refuse_existing([rep, sqlite, meta], force)
+    rep, sqlite, meta = refuse_existing(out, base.name, (".nsys-rep", ".sqlite", ".nsys.meta.json"), force)
     traces = "nvtx,osrt" + (",cuda" if device.type == "cuda" else "")
     # Each kernel of a replayed graph as its own event, where this nsys can (2022.4 can): else one per graph.
     graph_nodes = ["--cuda-graph-trace=node"] if device.type == "cuda" and _nsys_has(nsys, "--cuda-graph-trace") else []

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from probe.commands import print_json
 from probe.errors import ProbeError, first_line
+from probe.flags import check_address
 from probe.pool import pool_map
 
 if TYPE_CHECKING:
@@ -161,8 +162,7 @@ def parse_event_cost(text: str) -> EventCost:
 def main(args: argparse.Namespace) -> int:
     from probe.analysis.ledger.ranks import expand
 
-    if args.address and args.executor != "ray":
-        raise ProbeError("--address names a Ray cluster: use it with --executor ray")
+    check_address(args.address, args.executor)
     paths = expand(args.trace)
     if len(paths) > 1:
         if args.step is not None:

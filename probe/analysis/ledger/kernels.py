@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from probe.analysis.intervals import grouped_medians
-from probe.analysis.ledger.patterns import Pattern, compile_user
+from probe.analysis.ledger.patterns import Pattern, compile_user, not_utf8
 from probe.errors import ProbeError
 
 GEMM, ATTENTION, NORM, ELEMENTWISE, ROTARY = "gemm", "attention", "norm", "elementwise", "rotary"
@@ -140,6 +140,8 @@ def parse_category_rule(text: str) -> tuple[str, str]:
     category, sep, pattern = text.partition("=")
     if not sep or not category.strip() or not pattern:
         raise ProbeError(f"--kernel-category {text!r}: use CATEGORY=REGEX")
+    if why := not_utf8(category):
+        raise ProbeError(f"--kernel-category {text!r}: the category is {why}")
     return category.strip(), pattern
 
 

@@ -10,7 +10,8 @@ it cannot do that way (backreferences, lookaround). Without RE2 installed, user 
 
 Before RE2 sees a pattern, probe bounds what it may cost to compile: at most MAX_PATTERN_CHARS characters, groups
 nested at most MAX_NESTING deep, and no repetition count above RE2's own 1000 (RE2 reads `a{4294967296}` as the
-literal text, which no user means). Anything refused is one line naming the flag, the pattern and why.
+literal text, which no user means), and it must be UTF-8 (a byte of the command line that is not reaches Python as
+a lone surrogate, which RE2 cannot read). Anything refused is one line naming the flag, the pattern and why.
 
 Searching: `Pattern.search(text)` is `re.search`'s meaning (the pattern may match anywhere; `^...$` anchor it).
 Names are searched as UTF-8, lone surrogates included, so no trace name can make a search raise.
@@ -60,7 +61,7 @@ class Pattern:
 def compile_user(text: str, what: str, ignore_case: bool = False) -> Pattern:
     """`text` compiled for linear-time search; `what` names it in the one-line ProbeError for anything refused
     (e.g. "--steps 'a{4294967296}'")."""
-    why = _too_costly(text)
+    why = not_utf8(text) or _too_costly(text)
     if why:
         raise ProbeError(f"{what}: {why}")
     if re2 is None:
@@ -77,6 +78,16 @@ def compile_user(text: str, what: str, ignore_case: bool = False) -> Pattern:
         reason = e.args[0].decode("utf-8", "replace") if e.args and isinstance(e.args[0], bytes) else str(e)
         raise ProbeError(f"{what}: not a regular expression probe can match in linear time ({reason})") from None
     return Pattern(text, ignore_case, compiled)
+
+
+def not_utf8(text: str) -> str:
+    """Why `text` is not UTF-8 (RE2 reads only that, and JSON takes nothing else), or "": a lone surrogate, which is
+    how Python hands over a byte of the command line that is not UTF-8 (`--steps $'\\xff'`)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"not UTF-8 text: {text[e.start]!r} at character {e.start}"
+    return ""
 
 
 def _too_costly(text: str) -> str:

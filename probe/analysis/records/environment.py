@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,18 +143,42 @@ def _differences(ours: Environment, theirs: Environment, keys, skip_unknown: boo
     return out
 
 
+# What reading a checkout's state must not start: git status runs the repository's fsmonitor command and its
+# filters' clean commands (a checkout someone else prepared names them), may write the index (its hooks), asks each
+# submodule for its own status (with the submodule's configuration: so a submodule counts as modified only when its
+# commit moved), and in a partial clone fetches missing objects. Given as GIT_CONFIG_COUNT pairs, which need no
+# quoting of a key.
+_QUIET_GIT = {"core.fsmonitor": "false", "core.hooksPath": "/dev/null", "protocol.allow": "never"}
+
+
 def git_state(folder: str | Path) -> tuple[str | None, bool | None]:
     """HEAD of the repository `folder` lies in, and whether tracked files are modified; (None, None) outside one
-    (or without git), and dirty None when the status cannot be read."""
+    (or without git), and dirty None when the status cannot be read. Runs no command the repository configures
+    (fsmonitor, hooks, filter drivers) and trusts no more directories than git does."""
 
-    def git(*args: str) -> subprocess.CompletedProcess | None:
+    def git(*args: str, config: dict[str, str] = _QUIET_GIT) -> subprocess.CompletedProcess | None:
+        overrides = list(config.items())
+        env = os.environ | {"GIT_CONFIG_COUNT": str(len(overrides)), "GIT_OPTIONAL_LOCKS": "0"}
+        env |= {"GIT_NO_LAZY_FETCH": "1", "GIT_TERMINAL_PROMPT": "0"}
+        for i, (key, value) in enumerate(overrides):
+            env |= {f"GIT_CONFIG_KEY_{i}": key, f"GIT_CONFIG_VALUE_{i}": value}
         try:
-            return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=10)
+            return subprocess.run(
+                ["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=10, env=env
+            )
         except (OSError, subprocess.SubprocessError, UnicodeDecodeError):
             return None
 
     head = git("rev-parse", "HEAD")
     if head is None or head.returncode != 0:
         return None, None
-    status = git("status", "--porcelain", "--untracked-files=no")
+    drivers = git("config", "-z", "--name-only", "--get-regexp", r"^filter\.")
+    if drivers is None or drivers.returncode not in (0, 1):  # 1: no filter configured
+        return head.stdout.strip(), None
+    quiet = dict(_QUIET_GIT)
+    for key in drivers.stdout.split("\0"):
+        driver = key[len("filter.") : key.rfind(".")]
+        if driver:
+            quiet |= {f"filter.{driver}.clean": "", f"filter.{driver}.process": ""}
+    status = git("status", "--porcelain", "--untracked-files=no", "--ignore-submodules=dirty", config=quiet)
     return head.stdout.strip(), (bool(status.stdout.strip()) if status and status.returncode == 0 else None)

@@ -182,6 +182,11 @@ def stem_of(name: str) -> str:
     return Path(name).stem
 
 
+def stem_names(stem: str) -> tuple[str, ...]:
+    """Every trace name whose sidecars are `stem`'s: the names `stem_of` reads `stem` back from."""
+    return tuple(stem + suffix for suffix in _STEM_SUFFIXES)
+
+
 @dataclass(frozen=True)
 class TraceStem:
     """What a trace's file name says: the model, engine and device it was profiled on, and its shape."""

@@ -20,7 +20,7 @@ from typing import Literal
 import msgspec
 
 from probe.analysis.records.environment import Clock, Environment
-from probe.analysis.records.files import read_json, stem_of
+from probe.analysis.records.files import read_json, stem_names, stem_of
 from probe.errors import ProbeError
 from probe.settings import ProfileConfig
 
@@ -123,9 +123,24 @@ class Sidecar:
 
 
 def sidecar_paths(trace: Path) -> tuple[Path, Path]:
-    """Where a trace's sidecar may be: <stem>.meta.json (torch.profiler), <stem>.nsys.meta.json (nsys)."""
+    """Where a trace's sidecar may be, the first one there taken: <stem>.meta.json (torch.profiler) and
+    <stem>.nsys.meta.json (nsys), the nsys one first for an nsys export (probe run writes both beside each other)."""
     stem = stem_of(trace.name)
-    return trace.with_name(f"{stem}.meta.json"), trace.with_name(f"{stem}.nsys.meta.json")
+    torch_meta, nsys_meta = trace.with_name(f"{stem}.meta.json"), trace.with_name(f"{stem}.nsys.meta.json")
+    return (nsys_meta, torch_meta) if trace.name.endswith((".sqlite", ".sqlite.gz")) else (torch_meta, nsys_meta)
+
+
+def unpaired_traces(folder: Path, stem: str, writing: list[Path]) -> list[Path]:
+    """The traces in `folder` that would take the sidecar of `stem` about to be written (`writing`: the trace, its
+    sidecar and the rest) as their own: named by that stem, not among `writing`, and with no sidecar of their own
+    beside them but the ones being written (someone else's trace, or one whose sidecar this run replaces)."""
+    return [
+        trace
+        for trace in (folder / name for name in stem_names(stem))
+        if trace not in writing
+        and trace.exists()
+        and all(meta in writing for meta in sidecar_paths(trace) if meta.exists())
+    ]
 
 
 def trace_meta(path: Path) -> Sidecar | None:
