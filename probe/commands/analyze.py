@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from probe.commands import print_json
 from probe.errors import ProbeError, first_line
+from probe.flags import count_flag
 from probe.pool import pool_map
 
 if TYPE_CHECKING:
@@ -120,12 +121,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     roof.add_argument("--dtype", help="the weights' dtype (default: the recorded GEMMs' input type, else bfloat16)")
     roof.add_argument(
         "--tokens",
-        type=int,
+        type=count_flag(1),
         help="new tokens a step, every sequence's together (16 sequences of 559: 8944), when the trace's markers and "
         "shapes do not say",
     )
-    roof.add_argument("--batch", type=int, help="sequences a step, when the trace does not say")
-    roof.add_argument("--context", type=int, help="positions cached before a step, per sequence")
+    roof.add_argument("--batch", type=count_flag(1), help="sequences a step, when the trace does not say")
+    roof.add_argument("--context", type=count_flag(0), help="positions cached before a step, per sequence")
     p.add_argument(
         "--event-cost-ns",
         metavar="OP,RANGE",
@@ -177,6 +178,7 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
     from probe.analysis.ledger.timeline import step_timeline
     from probe.analysis.records.sidecar import trace_meta
     from probe.analysis.roofline.device_file import device_file
+    from probe.analysis.roofline.formulas import dtype_bytes
     from probe.analysis.roofline.step import TokenFlags
     from probe.analysis.trace import load_trace
     from probe.render.answer import answer_lines, op_roofline_table
@@ -194,6 +196,8 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
     )
 
     options = options_from(args, path)  # bad flags fail before the trace is read
+    if args.dtype is not None:
+        dtype_bytes(args.dtype)  # an unknown dtype: one line, before the trace is read
     given = device_file(args.device_file) if args.device_file else None
     trace = load_trace(path)
     result = analyze(trace, options)

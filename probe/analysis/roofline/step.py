@@ -31,6 +31,7 @@ from probe.analysis.ledger.steps import StepTokens
 from probe.analysis.ledger.types import StepLedger, TraceAnalysis
 from probe.analysis.roofline.devices import Device
 from probe.analysis.roofline.formulas import Arch, StepCost, step_cost
+from probe.counts import MAX_COUNT
 from probe.errors import ProbeError
 
 
@@ -99,6 +100,11 @@ def resolve_tokens(step: StepLedger, shapes: StepTokens | None, flags: TokenFlag
         raise ProbeError(
             f"step {step.name!r}: the trace does not say how many tokens it processed (no engine marker counts, no "
             "recorded shapes): give --tokens (and --batch, --context)"
+        )
+    if max(sequences, new, context or 0) > MAX_COUNT:
+        raise ProbeError(
+            f"step {step.name!r}: {sequences:,} sequences, {new:,} new tokens and {context or 0:,} cached are more "
+            f"than a device could hold (over {MAX_COUNT:,}): no roofline"
         )
     return sequences, new, context or 0, ", ".join(dict.fromkeys(sources)) or "its kind (a decode step: 1 a sequence)"
 
