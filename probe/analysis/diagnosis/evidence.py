@@ -19,7 +19,7 @@ from probe.analysis.ledger.types import StepLedger, TraceAnalysis
 from probe.analysis.roofline.ops import OpRoofline
 from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
 
-Bound = Literal["host", "gpu", "external", "cpu_only", "unknown"]
+Bound = Literal["host", "gpu", "external", "cpu_only", "unknown", "none"]  # none: nothing ran in the step
 
 
 EXTERNAL_SHARE = 0.5  # of the host window blocked on unseen device work: the verdict is `external`

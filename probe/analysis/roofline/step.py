@@ -157,6 +157,8 @@ def _departure(step: StepLedger, cost: StepCost, traffic, compute, predicted, me
         terms += f", compute {cost.flops / 1e12:.3f} TFLOP / {peak / 1e12:.0f} TFLOP/s = {compute:.3f} ms"
     if measured is None:
         return f"predicted GPU {predicted:.3f} ms ({terms}); no GPU side was measured"
+    if not measured:
+        return f"predicted GPU {predicted:.3f} ms ({terms}); no GPU work ran in this step, nothing to hold against it"
     host = step.host_work_ns / 1e6
     if host > measured:
         return (
