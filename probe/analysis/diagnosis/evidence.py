@@ -193,7 +193,8 @@ def evidence(s: StepLedger, context: Context | None = None) -> Evidence:
         measured_ns=max(s.wall_ns, s.gpu_busy_ns),
         host_work_ns=s.host_work_ns,
         gpu_busy_ns=s.gpu_busy_ns,
-        busy_of_span=s.gpu_busy_ns / s.span_ns if s.span_ns else 0.0,
+        busy_of_span=min(s.gpu_busy_ns / s.span_ns, 1.0) if s.span_ns else 0.0,  # over 1: GPU ops before the host
+        # window opened, clocks that disagree (probe.analysis.ledger.gpu.clock_skew)
         busy_of_wall=s.gpu_busy_ns / s.wall_ns if s.wall_ns else 0.0,
         gpu_idle_before_ns=before,
         gpu_idle_after_ns=after,

@@ -62,6 +62,7 @@ from probe.analysis.ledger.gpu import (
     LaunchDelays,
     Windows,
     attribute,
+    clock_skew,
     launch_delays,
     windows,
 )
@@ -455,6 +456,9 @@ def _warnings(trace: Trace, steps: StepSet, la: _Launches, ho: _Host, ledgers: l
             f"{', ...' if len(blind) > 3 else ''}): the profiler did not record the replays, so their GPU "
             "side reads as idle. Initialise it for graphs before the graph is captured"
         )
+    skew = clock_skew(trace, gpu)
+    if skew is not None:
+        out.append(skew)
     totals = la.totals
     if totals.launches + totals.graph_launches and not totals.gpu_ops:
         out.append(
