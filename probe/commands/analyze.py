@@ -150,13 +150,15 @@ def options_from(args: argparse.Namespace, trace_path: Path) -> AnalyzeOptions:
 
 
 def parse_event_cost(text: str) -> EventCost:
-    from probe.analysis.records.sidecar import EventCost
+    from probe.analysis.records.sidecar import MAX_EVENT_COST_NS, EventCost
 
     try:
         op, _, rng = text.partition(",")
         return EventCost(float(op), float(rng or op))
     except ValueError:
-        raise ProbeError(f"--event-cost-ns {text!r}: use OP,RANGE in ns (e.g. 180,5000)") from None
+        raise ProbeError(
+            f"--event-cost-ns {text!r}: use OP,RANGE in ns, each from 0 to {MAX_EVENT_COST_NS:,.0f} (e.g. 180,5000)"
+        ) from None
 
 
 def main(args: argparse.Namespace) -> int:
