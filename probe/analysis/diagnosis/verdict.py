@@ -129,11 +129,12 @@ def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None) -> Dia
     caveats = (context.contended,) if context.contended else ()
     host = e.unprofiled_host_ns  # the profiler's own cost is not the step's
     missing = gpu_side_missing(e) if on_gpu else None
+    bound: Bound
+    then: Bound | None
     if not host and not e.gpu_busy_ns:
         bound, then = "none", None
     elif not on_gpu:
-        bound: Bound = "cpu_only"
-        then = None
+        bound, then = "cpu_only", None
     elif missing:
         bound, then = "unknown", None
     elif e.wall_ns and e.external_wait_ns >= EXTERNAL_SHARE * e.wall_ns:
