@@ -9,6 +9,7 @@ import types
 import typing
 from dataclasses import field
 
+from probe.counts import MAX_COUNT, count
 from probe.errors import ProbeError
 from probe.here import shown
 
@@ -31,6 +32,18 @@ def _list_of(kind: type, what: str):
 
 int_list = _list_of(int, "integer")
 str_list = _list_of(str, "name")
+
+
+def count_flag(least: int):
+    """An argparse type: a count (probe.counts: ASCII digits, at most MAX_COUNT) of at least `least`."""
+
+    def parse(text: str) -> int:
+        value = count(text.strip())
+        if value is None or value < least:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from {least} to {MAX_COUNT:,}")
+        return value
+
+    return parse
 
 
 def knob(default, help: str, parse=None, choices=None, resumable: bool = False):

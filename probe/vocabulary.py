@@ -19,6 +19,8 @@ reads them back out of traces (probe.analysis.ledger.build). Indexed ranges are 
 
 from __future__ import annotations
 
+from probe.counts import count
+
 RUN, PREFILL, DECODE, FORWARD = "run", "prefill", "decode", "forward"
 CACHE_UPDATE, CACHE_SEQ_LENGTH, CACHE_MASK_SIZES = "cache.update", "cache.seq_length", "cache.mask_sizes"
 MASK, SAMPLE, SYNC = "mask", "sample", "sync"
@@ -46,6 +48,5 @@ def label(name: str, index: int | None = None) -> str:
 def split_label(text: str) -> tuple[str, int | None]:
     """`decode#3` -> ("decode", 3); `sample` -> ("sample", None)."""
     name, sep, index = text.rpartition("#")
-    if sep and index.isdigit():
-        return name, int(index)
-    return text, None
+    value = count(index) if sep else None
+    return (name, value) if value is not None else (text, None)

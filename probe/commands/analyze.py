@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from probe.commands import print_json
 from probe.errors import ProbeError, first_line
-from probe.flags import check_address
+from probe.flags import check_address, count_flag
 from probe.pool import pool_map
 
 if TYPE_CHECKING:
@@ -121,12 +121,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     roof.add_argument("--dtype", help="the weights' dtype (default: the recorded GEMMs' input type, else bfloat16)")
     roof.add_argument(
         "--tokens",
-        type=int,
+        type=count_flag(1),
         help="new tokens a step, every sequence's together (16 sequences of 559: 8944), when the trace's markers and "
         "shapes do not say",
     )
-    roof.add_argument("--batch", type=int, help="sequences a step, when the trace does not say")
-    roof.add_argument("--context", type=int, help="positions cached before a step, per sequence")
+    roof.add_argument("--batch", type=count_flag(1), help="sequences a step, when the trace does not say")
+    roof.add_argument("--context", type=count_flag(0), help="positions cached before a step, per sequence")
     p.add_argument(
         "--event-cost-ns",
         metavar="OP,RANGE",
@@ -150,13 +150,15 @@ def options_from(args: argparse.Namespace, trace_path: Path) -> AnalyzeOptions:
 
 
 def parse_event_cost(text: str) -> EventCost:
-    from probe.analysis.records.sidecar import EventCost
+    from probe.analysis.records.sidecar import MAX_EVENT_COST_NS, EventCost
 
     try:
         op, _, rng = text.partition(",")
         return EventCost(float(op), float(rng or op))
     except ValueError:
-        raise ProbeError(f"--event-cost-ns {text!r}: use OP,RANGE in ns (e.g. 180,5000)") from None
+        raise ProbeError(
+            f"--event-cost-ns {text!r}: use OP,RANGE in ns, each from 0 to {MAX_EVENT_COST_NS:,.0f} (e.g. 180,5000)"
+        ) from None
 
 
 def main(args: argparse.Namespace) -> int:
@@ -177,6 +179,7 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
     from probe.analysis.ledger.timeline import step_timeline
     from probe.analysis.records.sidecar import trace_meta
     from probe.analysis.roofline.device_file import device_file
+    from probe.analysis.roofline.formulas import dtype_bytes
     from probe.analysis.roofline.step import TokenFlags
     from probe.analysis.trace import load_trace
     from probe.render.answer import answer_lines, op_roofline_table
@@ -194,6 +197,8 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
     )
 
     options = options_from(args, path)  # bad flags fail before the trace is read
+    if args.dtype is not None:
+        dtype_bytes(args.dtype)  # an unknown dtype: one line, before the trace is read
     given = device_file(args.device_file) if args.device_file else None
     trace = load_trace(path)
     result = analyze(trace, options)

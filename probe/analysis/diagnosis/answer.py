@@ -19,7 +19,7 @@ from probe.analysis.ledger.types import TraceAnalysis
 from probe.analysis.roofline.devices import Device, device, match_device, unpublished
 from probe.analysis.roofline.formulas import arch_for
 from probe.analysis.roofline.ops import Coverage, OpRoofline, coverage, op_calls, step_op_rooflines, trace_op_rooflines
-from probe.analysis.roofline.step import StepRoofline, TokenFlags, gpu_ms_at, step_roofline
+from probe.analysis.roofline.step import StepRoofline, TokenFlags, gpu_ms_at, shape_tokens, step_roofline
 from probe.analysis.trace import Trace
 from probe.errors import ProbeError
 
@@ -122,11 +122,12 @@ def answer(
         arch = arch_for(model)
         if dev is None:
             notes.append("a model without a device: no roofline")
+        shapes = shape_tokens(trace, analysis) if dev is not None else {}
         for s in analysis.steps:
             if dev is None:
                 break
             try:
-                r = step_roofline(s, arch, kind, dev, analysis.on_gpu, flags=flags or TokenFlags())
+                r = step_roofline(s, arch, kind, dev, analysis.on_gpu, shapes.get(s.position), flags or TokenFlags())
             except ProbeError as e:
                 notes.append(str(e))
                 continue

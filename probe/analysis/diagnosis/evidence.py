@@ -19,7 +19,7 @@ from probe.analysis.ledger.types import StepLedger, TraceAnalysis
 from probe.analysis.roofline.ops import OpRoofline
 from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
 
-Bound = Literal["host", "gpu", "external", "cpu_only", "unknown"]
+Bound = Literal["host", "gpu", "external", "cpu_only", "unknown", "none"]  # none: nothing ran in the step
 
 
 EXTERNAL_SHARE = 0.5  # of the host window blocked on unseen device work: the verdict is `external`
@@ -193,7 +193,8 @@ def evidence(s: StepLedger, context: Context | None = None) -> Evidence:
         measured_ns=max(s.wall_ns, s.gpu_busy_ns),
         host_work_ns=s.host_work_ns,
         gpu_busy_ns=s.gpu_busy_ns,
-        busy_of_span=s.gpu_busy_ns / s.span_ns if s.span_ns else 0.0,
+        busy_of_span=min(s.gpu_busy_ns / s.span_ns, 1.0) if s.span_ns else 0.0,  # over 1: GPU ops before the host
+        # window opened, clocks that disagree (probe.analysis.ledger.gpu.clock_skew)
         busy_of_wall=s.gpu_busy_ns / s.wall_ns if s.wall_ns else 0.0,
         gpu_idle_before_ns=before,
         gpu_idle_after_ns=after,

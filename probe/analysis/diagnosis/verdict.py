@@ -45,7 +45,6 @@ probe.analysis.diagnosis.what_if.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -130,9 +129,12 @@ def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None) -> Dia
     caveats = (context.contended,) if context.contended else ()
     host = e.unprofiled_host_ns  # the profiler's own cost is not the step's
     missing = gpu_side_missing(e) if on_gpu else None
-    if not on_gpu:
-        bound: Bound = "cpu_only"
-        then = None
+    bound: Bound
+    then: Bound | None
+    if not host and not e.gpu_busy_ns:
+        bound, then = "none", None
+    elif not on_gpu:
+        bound, then = "cpu_only", None
     elif missing:
         bound, then = "unknown", None
     elif e.wall_ns and e.external_wait_ns >= EXTERNAL_SHARE * e.wall_ns:
@@ -145,6 +147,8 @@ def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None) -> Dia
     balanced = on_gpu and bound != "unknown" and larger > 0 and (larger - smaller) <= CLOSE * larger
     headline, lines = _words(s, e, bound, then, host_by, balanced, missing)
     offered, withheld = what_if(s, e, on_gpu, context)  # an unknown bound: every GPU what-if needs the GPU side
+    if bound == "none":
+        offered, withheld = [], [NOTHING_RAN + ": nothing to change"]
     return Diagnosis(
         step=s.name,
         kind=s.kind,
@@ -180,7 +184,8 @@ def _host_parts_text(s: StepLedger, e: Evidence, on_gpu: bool = True) -> str:
 
 
 _BOUND_WORD = {"host": "host-bound", "gpu": "GPU-bound", "external": "external", "cpu_only": "CPU only"}
-_BOUND_WORD["unknown"] = "unknown"
+_BOUND_WORD |= {"unknown": "unknown", "none": "no bound"}
+NOTHING_RAN = "nothing ran in this step"
 _CPU_WORDS = {"dispatch": "mostly inside ops", "unattributed": "mostly between ops", "python": "mostly Python"}
 _CPU_WORDS |= {"launch": "mostly in runtime calls"}  # a CPU trace's host work: its ops compute, so not "dispatch"
 
@@ -222,6 +227,9 @@ def _words(
         f"host work {ms(e.host_work_ns)} ms = {ms(e.wall_ns)} wall - {ms(e.sync_wait_ns)} sync wait{profiler}: "
         + _host_parts_text(s, e, bound != "cpu_only")
     )
+    if bound == "none":
+        headline = f"{name}: no bound: {NOTHING_RAN} (no host work, no GPU work in its {ms(e.wall_ns)} ms)."
+        return headline, []
     if bound == "unknown" and missing:
         headline = (
             f"{name}: unknown. {missing[0].upper()}{missing[1:]}: the trace holds no GPU side to weigh the host's "
@@ -264,17 +272,15 @@ def _words(
             f"wait: {_BOUND_WORD[rest]}"
         )
     elif bound == "gpu":
-        ratio = e.gpu_busy_ns / host if host else math.inf
         headline = (
             f"{name}: GPU-bound. The GPU works {ms(e.gpu_busy_ns)} ms for {_host_ms(e)} of host work "
-            f"({ratio:.2f}x)" + (": balanced, within 10%." if balanced else ".")
+            f"({_times(e.gpu_busy_ns, host, 'no host work')})" + (": balanced, within 10%." if balanced else ".")
         )
     else:
-        ratio = host / e.gpu_busy_ns if e.gpu_busy_ns else math.inf
         headline = (
             f"{name}: host-bound, by {HOST_BY_WORDS.get(host_by, host_by)}. The host works {_host_ms(e)} "
-            f"for {ms(e.gpu_busy_ns)} ms "
-            f"of GPU work ({ratio:.2f}x)" + (": balanced, within 10%." if balanced else ".")
+            f"for {ms(e.gpu_busy_ns)} ms of GPU work ({_times(host, e.gpu_busy_ns, 'no GPU work')})"
+            + (": balanced, within 10%." if balanced else ".")
         )
     if e.hole_named:
         headline += (
@@ -289,6 +295,11 @@ def _words(
             f"work, {ms(e.external_wait_ns)} ms with no GPU op of the trace running"
         )
     return headline, lines + _extra_lines(s, e, bound)
+
+
+def _times(larger: int, smaller: int, none: str) -> str:
+    """How many times the binding side's work is the other's: "4.00x", or what the other lacks when it did none."""
+    return f"{larger / smaller:.2f}x" if smaller else none
 
 
 def _extra_lines(s: StepLedger, e: Evidence, bound: Bound) -> list[str]:

@@ -62,6 +62,7 @@ from probe.analysis.ledger.gpu import (
     LaunchDelays,
     Windows,
     attribute,
+    clock_skew,
     launch_delays,
     windows,
 )
@@ -91,6 +92,7 @@ from probe.analysis.ledger.types import (
     TraceAnalysis,
     summarize,
 )
+from probe.analysis.records.sidecar import EventCost
 from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
 from probe.errors import ProbeError
 
@@ -427,9 +429,7 @@ def _step_ledger(i: int, steps: StepSet, la: _Launches, ke: _Kernels, ho: _Host,
         data_mechanism_ns={p: int(v[i]) for p, v in ho.in_data.items() if v[i]},
         launches_unmatched=int(la.unmatched[i]),
         unattributed_other_ns=int(ho.other_in_gaps[i]),
-        unprofiled_estimate_ns=None
-        if cost is None
-        else float(wall - ho.events[i] * cost.op_ns - ho.ranges[i] * cost.range_ns),
+        unprofiled_estimate_ns=None if cost is None else max(wall - _profiler_ns(cost, ho, i), 0.0),
         op_counts=ho.op_counts[i],
         top_ops=ho.top_ops[i],
         kernel_counts=ke.counts[i],
@@ -441,8 +441,24 @@ def _step_ledger(i: int, steps: StepSet, la: _Launches, ke: _Kernels, ho: _Host,
     )
 
 
-def _warnings(trace: Trace, steps: StepSet, la: _Launches, ho: _Host, ledgers: list[StepLedger]) -> list[str]:
+def _profiler_ns(cost: EventCost, ho: _Host, i: int) -> float:
+    """What the profiler cost step i's host: its recorded events at the cost of each."""
+    return float(ho.events[i]) * cost.op_ns + float(ho.ranges[i]) * cost.range_ns
+
+
+def _warnings(
+    trace: Trace, steps: StepSet, la: _Launches, ho: _Host, ledgers: list[StepLedger], cost: EventCost | None
+) -> list[str]:
     out = list(trace.warnings) + steps.warnings
+    over = [s for s in ledgers if cost is not None and _profiler_ns(cost, ho, s.position) > s.wall_ns]
+    if over and cost is not None:
+        s = over[0]
+        out.append(
+            f"the profiler's cost per event (op {cost.op_ns:g} ns, range {cost.range_ns:g} ns) is more than the whole "
+            f"of {len(over)} step(s) (step {s.position}: {s.host_events} events, {s.host_ranges} ranges in "
+            f"{s.wall_ns / 1e6:.3f} ms): their unprofiled estimate is held at 0; the costs may be another "
+            "machine's or another trace's (the .meta.json beside the trace, or --event-cost-ns)"
+        )
     if len(steps) > 1 and np.any(steps.start[1:] < steps.end[:-1]):
         out.append("steps overlap in time: an event in the overlap is counted in the later step only")
     # a graph launch none of whose replayed kernels is in the trace: the profiler missed the replay
@@ -455,6 +471,9 @@ def _warnings(trace: Trace, steps: StepSet, la: _Launches, ho: _Host, ledgers: l
             f"{', ...' if len(blind) > 3 else ''}): the profiler did not record the replays, so their GPU "
             "side reads as idle. Initialise it for graphs before the graph is captured"
         )
+    skew = clock_skew(trace, gpu)
+    if skew is not None:
+        out.append(skew)
     totals = la.totals
     if totals.launches + totals.graph_launches and not totals.gpu_ops:
         out.append(
@@ -496,7 +515,7 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysi
     ledgers = [_step_ledger(i, steps, launches, kernel_columns, host, t0, on_gpu, options.event_cost) for i in range(n)]
     origin = None if trace.base_ns is None or not len(trace) else int(trace.base_ns + trace.start_ns)
     covers = coverage.coverage(trace, steps, launches.gpu)
-    warnings = _warnings(trace, steps, launches, host, ledgers)
+    warnings = _warnings(trace, steps, launches, host, ledgers, options.event_cost)
     if (line := coverage.warning(covers)) is not None:
         warnings.append(line)
     return TraceAnalysis(

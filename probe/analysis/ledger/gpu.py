@@ -27,7 +27,8 @@
   its kernel's start, kernels only, graph replays left out (one launch starts many kernels): the host-to-GPU
   latency a launch sees. `launch_delay_from_end` is HTA's `cuda_kernel_launch_stats` definition: from the end of
   the launch call to the start of the GPU op, clipped at 0, memcpy and memset launches included: the time the op
-  waited in the queue once issued. The tables show the first.
+  waited in the queue once issued. The tables show the first. Both are clipped at 0: a GPU op cannot start before
+  the call that issued it, so one that does is clocks that disagree (`clock_skew`, a warning), not a delay.
 """
 
 from __future__ import annotations
@@ -169,11 +170,26 @@ def launch_delays(trace: Trace, gpu: Attribution, launch_names: np.ndarray, grap
     op_start = trace.ts_ns[gpu.op_rows]
     # from the start: kernels launched by a kernel launch call
     direct = known & (trace.kind[gpu.op_rows] == Kind.KERNEL) & launch_names[call_name]
-    a50, a90 = _per_step(gpu.op_step[direct], (op_start - trace.ts_ns[call])[direct], n)
+    a50, a90 = _per_step(gpu.op_step[direct], np.maximum(op_start - trace.ts_ns[call], 0)[direct], n)
     # HTA's: from the end, clipped at 0, every op its call launched except graph replays
     queued = known & ~graph_names[call_name]
     b50, b90 = _per_step(gpu.op_step[queued], np.maximum(op_start - trace.end_ns[call], 0)[queued], n)
     return LaunchDelays(a50, a90, b50, b90)
+
+
+def clock_skew(trace: Trace, gpu: Attribution) -> str | None:
+    """A warning when GPU ops start before the launch call that issued them, which no real GPU does: the host's
+    and the GPU's clocks disagree (a skewed conversion, traces merged from several clocks). None when none does."""
+    known = gpu.op_launch >= 0
+    ahead = trace.ts_ns[gpu.op_launch[known]] - trace.ts_ns[gpu.op_rows[known]]
+    ahead = ahead[ahead > 0]
+    if not len(ahead):
+        return None
+    return (
+        f"{len(ahead)} GPU op(s) start before the launch call that issued them, by up to {int(ahead.max()) / 1e3:,.3f}"
+        " us: the trace's host and GPU clocks disagree (skewed clocks, a merged trace); launch delays are clipped "
+        "at 0 and GPU shares at 100%"
+    )
 
 
 def _per_step(step: np.ndarray, delay: np.ndarray, n: int) -> tuple[list[float | None], list[float | None]]:

@@ -31,6 +31,7 @@ import numpy as np
 
 from probe.analysis.intervals import grouped_medians
 from probe.analysis.ledger.patterns import Pattern, compile_user, not_utf8
+from probe.counts import DIGITS, count
 from probe.errors import ProbeError
 
 GEMM, ATTENTION, NORM, ELEMENTWISE, ROTARY = "gemm", "attention", "norm", "elementwise", "rotary"
@@ -234,7 +235,7 @@ def category_totals(
     return [{str(names[i]): int(totals[g, i]) for i in ranked if counts[g, i]} for g in range(groups)]
 
 
-_MANGLED_PART = re.compile(r"(\d+)")
+_MANGLED_PART = re.compile(f"({DIGITS})")
 
 
 def _demangled_base(name: str) -> str | None:
@@ -252,9 +253,9 @@ def _demangled_base(name: str) -> str | None:
         m = _MANGLED_PART.match(rest)
         if not m:
             break
-        length = int(m.group(1))
+        length = count(m.group(1))
         start = m.end()
-        if length == 0 or start + length > len(rest):
+        if not length or start + length > len(rest):
             break
         parts.append(rest[start : start + length])
         rest = rest[start + length :]

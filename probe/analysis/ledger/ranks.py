@@ -29,9 +29,10 @@ from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.types import AnalyzeOptions, TraceAnalysis
 from probe.analysis.records.files import is_trace_name
 from probe.analysis.trace import load_trace
+from probe.counts import count
 from probe.errors import ProbeError
 
-RANK_IN_NAME = re.compile(r"(?<![a-z0-9])rank[-_]?(\d+)(?![0-9])", re.IGNORECASE)
+RANK_IN_NAME = re.compile(r"(?<![a-z0-9])rank[-_]?([0-9]+)(?![0-9])", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -177,8 +178,8 @@ def lost_trace(item: tuple[str | Path, AnalyzeOptions | None], why: str) -> Trac
 
 def rank_in_name(source: str) -> int | None:
     """The N of a `rank<N>` (rank3, rank_3, rank-3) in a trace's file name; None when there is none, or several."""
-    found = {int(m) for m in RANK_IN_NAME.findall(Path(source).name)}
-    return found.pop() if len(found) == 1 else None
+    found = {count(m) for m in RANK_IN_NAME.findall(Path(source).name)}
+    return found.pop() if len(found) == 1 else None  # a rank over MAX_COUNT is None: no rank
 
 
 def check_job(traces: Sequence[TraceAnalysis]) -> JobCheck:

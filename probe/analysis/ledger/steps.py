@@ -45,6 +45,7 @@ from probe.analysis.ledger.gpu import attribute
 from probe.analysis.ledger.patterns import Pattern, compile_user
 from probe.analysis.ledger.units import Tree, Units, launch_calls, repeating_unit, threads_by_launches
 from probe.analysis.trace import GRAPH_LAUNCH_NAMES, PROFILER_STEP_PREFIX, Kind, Trace, api_base_name
+from probe.counts import DIGITS, MAX_COUNT, count
 from probe.errors import ProbeError
 
 RULE_STEPS, RULE_PROBE, RULE_PROFILER, RULE_GRAPH, RULE_WINDOW = (
@@ -73,10 +74,29 @@ def _phase(context: int, generation: int) -> str:
     return MIXED
 
 
+class _NotACount(ValueError):
+    """A marker's count that cannot be true: over MAX_COUNT, or keys attended fewer than the query tokens."""
+
+
+def _n(text: str) -> int:
+    """A count a marker's pattern matched (ASCII digits): its value, or _NotACount over MAX_COUNT."""
+    value = count(text)
+    if value is None:
+        raise _NotACount(f"a count over {MAX_COUNT:,}")
+    return value
+
+
+def _cached(sk: int, sq: int) -> int:
+    """Positions cached before the step: keys attended less the new tokens, which cannot be negative."""
+    if sk < sq:
+        raise _NotACount(f"keys attended ({sk}) fewer than the query tokens ({sq})")
+    return sk - sq
+
+
 def _vllm_kind(m: re.Match) -> str:
     if m["new"] is not None:
-        return _phase(int(m["new"]), int(m["cached"]))
-    return _phase(int(m["ctx"]), int(m["gen"]))
+        return _phase(_n(m["new"]), _n(m["cached"]))
+    return _phase(_n(m["ctx"]), _n(m["gen"]))
 
 
 _SGLANG_MODES = {
@@ -108,7 +128,8 @@ class StepTokens:
         }
 
 
-_SQSK = re.compile(r"sq(\d+)sk(\d+)sqsq\d+sqsk\d+")
+_SQSK = re.compile(rf"sq({DIGITS})sk({DIGITS})sqsq{DIGITS}sqsk{DIGITS}")
+_COUNTS = re.compile(DIGITS)
 
 
 def _vllm_tokens(m: re.Match) -> StepTokens | None:
@@ -116,34 +137,34 @@ def _vllm_tokens(m: re.Match) -> StepTokens | None:
     sk (keys attended: cached positions plus the new tokens) summed over the phase's requests, so the cached context
     is sk - sq; the native form carries the token count alone (TraceLens's annotation_utils reads them the same)."""
     if m["new"] is not None:
-        return StepTokens(int(m["new"]) + int(m["cached"]), None, None, "vLLM execute_new_N_cached_M")
-    sequences = int(m["ctx"]) + int(m["gen"])
+        return StepTokens(_n(m["new"]) + _n(m["cached"]), None, None, "vLLM execute_new_N_cached_M")
+    sequences = _n(m["ctx"]) + _n(m["gen"])
     c, g = _SQSK.fullmatch(m["cst"]), _SQSK.fullmatch(m["gst"])
     if c and g:
-        sq = int(c[1]) + int(g[1])
-        return StepTokens(sequences, sq, int(c[2]) + int(g[2]) - sq, "vLLM execute_ (detailed: sq, sk)")
-    if m["cst"].isdigit() and m["gst"].isdigit():
-        return StepTokens(sequences, int(m["cst"]) + int(m["gst"]), None, "vLLM execute_context_R(N)_generation_R(N)")
+        sq = _n(c[1]) + _n(g[1])
+        return StepTokens(sequences, sq, _cached(_n(c[2]) + _n(g[2]), sq), "vLLM execute_ (detailed: sq, sk)")
+    if _COUNTS.fullmatch(m["cst"]) and _COUNTS.fullmatch(m["gst"]):
+        return StepTokens(sequences, _n(m["cst"]) + _n(m["gst"]), None, "vLLM execute_context_R(N)_generation_R(N)")
     return StepTokens(sequences, None, None, "vLLM execute_")
 
 
 def _sglang_tokens(m: re.Match) -> StepTokens | None:
     """SGLang's step[MODE bs=.. toks=..]: bs requests; the detailed form adds c_sq/c_sk and g_sq/g_sk as vLLM's."""
-    values = {k: int(v) for k, v in re.findall(r"([a-z_]+)=(\d+)", m[0])}
+    values = {k: _n(v) for k, v in re.findall(rf"([a-z_]+)=({DIGITS})", m[0])}
     bs = values.get("bs")
     if bs is None:
         return None
     if "c_sq" in values or "g_sq" in values:
         sq = values.get("c_sq", 0) + values.get("g_sq", 0)
         sk = values.get("c_sk", 0) + values.get("g_sk", 0)
-        return StepTokens(bs, sq, sk - sq, "SGLang step[] (detailed: sq, sk)")
+        return StepTokens(bs, sq, _cached(sk, sq), "SGLang step[] (detailed: sq, sk)")
     if "toks" in values:
         return StepTokens(bs, values["toks"], None, "SGLang step[] toks")
     return StepTokens(bs, bs if m["mode"] == "DECODE" else None, None, "SGLang step[] bs")
 
 
 def _trtllm_tokens(m: re.Match) -> StepTokens | None:
-    ctx, gen = int(m["ctx"]), int(m["gen"])
+    ctx, gen = _n(m["ctx"]), _n(m["gen"])
     return StepTokens(ctx + gen, gen if not ctx else None, None, "TensorRT-LLM _forward_step")
 
 
@@ -165,8 +186,8 @@ MARKERS: tuple[Marker, ...] = (
     Marker(
         "vLLM execute_* (also TraceLens-patched SGLang)",
         re.compile(
-            r"execute_(?:new_(?P<new>\d+)_cached_(?P<cached>\d+)|(?:\d+_)?context_(?P<ctx>\d+)"
-            r"\((?P<cst>[^)]*)\)_generation_(?P<gen>\d+)\((?P<gst>[^)]*)\))"
+            r"execute_(?:new_(?P<new>[0-9]+)_cached_(?P<cached>[0-9]+)|(?:[0-9]+_)?context_(?P<ctx>[0-9]+)"
+            r"\((?P<cst>[^)]*)\)_generation_(?P<gen>[0-9]+)\((?P<gst>[^)]*)\))"
         ),
         "one Worker.execute_model call: one scheduler step on one rank (input prep, forward, postprocess; "
         "sampling runs after it)",
@@ -187,7 +208,7 @@ MARKERS: tuple[Marker, ...] = (
     ),
     Marker(
         "SGLang step[...]",
-        re.compile(r"step\[(?P<mode>[A-Z_]+)(?: [a-z_]+=\d+)*\]"),
+        re.compile(r"step\[(?P<mode>[A-Z_]+)(?: [a-z_]+=[0-9]+)*\]"),
         "one ModelRunner.forward: one model forward (speculative decoding runs several an iteration)",
         "python/sglang/srt/model_executor/model_runner.py (v0.5.11+; srt/utils/profile_utils.py from 0.5.16)",
         "TraceLens's rocm_sglang_qwen3_8b_extend_step (../shared/traces/public; inside the execute_.. range)",
@@ -196,11 +217,11 @@ MARKERS: tuple[Marker, ...] = (
     ),
     Marker(
         "TensorRT-LLM _forward_step",
-        re.compile(r"\[Executor\] _forward_step \d+: (?P<ctx>\d+) ctx reqs, (?P<gen>\d+) gen reqs"),
+        re.compile(r"\[Executor\] _forward_step [0-9]+: (?P<ctx>[0-9]+) ctx reqs, (?P<gen>[0-9]+) gen reqs"),
         "one executor iteration (an NVTX range: nsys exports only)",
         "tensorrt_llm/_torch/pyexecutor/py_executor.py",
         "none of ours",
-        lambda m: _phase(int(m["ctx"]), int(m["gen"])),
+        lambda m: _phase(_n(m["ctx"]), _n(m["gen"])),
         _trtllm_tokens,
     ),
 )
@@ -453,8 +474,35 @@ def _kinds_of(trace: Trace, rows: np.ndarray) -> list[str]:
         elif text.startswith(PROFILER_STEP_PREFIX):
             out.append("profiler_step")
         else:
-            out.append(next((m.kind(hit) for m in MARKERS if (hit := m.pattern.fullmatch(text))), STEP))
+            out.append(read_marker(text)[0])
     return out
+
+
+def read_marker(text: str) -> tuple[str, StepTokens | None, str | None]:
+    """What an engine marker's name says: (its step's kind, its tokens, why its counts were refused). A name that is
+    no marker is a plain step; a marker whose counts cannot be true (_NotACount) is a plain step without counts."""
+    for marker in MARKERS:
+        hit = marker.pattern.fullmatch(text)
+        if hit is None:
+            continue
+        try:
+            return marker.kind(hit), marker.tokens(hit), None
+        except _NotACount as e:
+            return STEP, None, str(e)
+    return STEP, None, None
+
+
+def _refused_warning(names: list[str], refused: list[str | None]) -> list[str]:
+    """One line for every marker whose counts were refused: how many, and the first with its reason."""
+    bad = [(n, why) for n, why in zip(names, refused, strict=True) if why is not None]
+    if not bad:
+        return []
+    name, why = bad[0]
+    shown = name if len(name) <= 60 else name[:60] + "..."
+    return [
+        f"{len(bad)} step marker(s) hold counts that cannot be true ({shown!r}: {why}): those steps are read without "
+        "token counts"
+    ]
 
 
 def _outermost(trace: Trace, rows: np.ndarray) -> np.ndarray:
@@ -482,7 +530,9 @@ def _from_rows(trace: Trace, rows: np.ndarray, rule: str, kinds: list[str], warn
     for position, text in enumerate(names):
         index = V.split_label(text)[1]
         indices.append(index if index is not None else (0 if text == V.PREFILL else position))
-    tokens = [next((m.tokens(hit) for m in MARKERS if (hit := m.pattern.fullmatch(text))), None) for text in names]
+    read = [read_marker(text) for text in names]
+    tokens = [r[1] for r in read]
+    warnings = warnings + _refused_warning(names, [r[2] for r in read])
     return StepSet(
         rule,
         names,

@@ -44,6 +44,7 @@ from typing import BinaryIO, Literal
 import numpy as np
 
 from engines.configs import check_sizes, config_from_dict, resolve
+from probe.counts import count
 from probe.errors import ProbeError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -208,7 +209,7 @@ def trace_stem(model: str, engine: str, device: str, prompt: int, new_tokens: in
 
 
 _STEM = re.compile(
-    r"(?P<model>.+)_(?P<engine>[^_]+)_(?P<device>[a-z]+)_p(?P<prompt>\d+)_n(?P<new>\d+)(?:_b(?P<batch>\d+))?",
+    r"(?P<model>.+)_(?P<engine>[^_]+)_(?P<device>[a-z]+)_p(?P<prompt>[0-9]+)_n(?P<new>[0-9]+)(?:_b(?P<batch>[0-9]+))?",
     re.DOTALL,  # a model folder's name may hold any character but "/"
 )
 
@@ -218,8 +219,10 @@ def parse_stem(name: str) -> TraceStem | None:
     match = _STEM.fullmatch(stem_of(name))
     if match is None:
         return None
-    batch = int(match["batch"]) if match["batch"] else 1
-    return TraceStem(match["model"], match["engine"], match["device"], int(match["prompt"]), int(match["new"]), batch)
+    prompt, new, batch = count(match["prompt"]), count(match["new"]), count(match["batch"] or "1")
+    if prompt is None or new is None or batch is None:
+        return None  # a size over MAX_COUNT: not a name probe wrote
+    return TraceStem(match["model"], match["engine"], match["device"], prompt, new, batch)
 
 
 # Every JSON probe writes nests under 10 levels (results: file, cells, a cell, its runs, a run's steps); 100 leaves

@@ -28,6 +28,11 @@ Tool = Literal["torch.profiler", "nsys"]
 _TYPED = ("config", "env", "clock", "event_cost_ns", "tool")
 
 
+# No profiler costs a millisecond an event (torch.profiler's are 0.1 to 10 us, probe.capture.calibrate): a larger
+# cost is not a measurement, and would put the unprofiled estimate far below zero (or past a float, at 1e308).
+MAX_EVENT_COST_NS = 1e6
+
+
 @dataclass(frozen=True)
 class EventCost:
     """What torch.profiler costs the host per event it records (probe.capture.calibrate measures it): an op or
@@ -36,9 +41,17 @@ class EventCost:
     op_ns: float
     range_ns: float
 
+    def __post_init__(self) -> None:
+        if not all(0 <= ns <= MAX_EVENT_COST_NS for ns in (self.op_ns, self.range_ns)):  # NaN fails too
+            raise ValueError(
+                f"event costs op {self.op_ns:g} ns, range {self.range_ns:g} ns: each must be from 0 to "
+                f"{MAX_EVENT_COST_NS:,.0f} ns"
+            )
+
     @classmethod
     def from_json(cls, doc) -> EventCost | None:
-        """From a sidecar's `event_cost_ns`: {"op": ns, "range": ns}; None when absent or malformed."""
+        """From a sidecar's `event_cost_ns`: {"op": ns, "range": ns}; None when absent or malformed, ValueError when
+        the costs are past what a profiler could cost."""
         if isinstance(doc, dict) and all(isinstance(doc.get(k), int | float) for k in ("op", "range")):
             return cls(float(doc["op"]), float(doc["range"]))
         return None

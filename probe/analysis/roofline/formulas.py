@@ -54,9 +54,11 @@ from probe.errors import ProbeError
 
 __all__ = ["Arch", "StepCost", "arch_for", "step_cost"]
 
-# The dtypes engines.models.DTYPES can build, and 8-bit KV caches (vLLM's --kv-cache-dtype fp8).
+# The dtypes engines.models.DTYPES can build; and those a step's weights and KV cache may be read in: float8 too, an
+# fp8 checkpoint's weights (its GEMMs recorded as c10::Float8_e4m3fn and kin) and 8-bit KV caches (vLLM's
+# --kv-cache-dtype fp8).
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
-KV_DTYPE_BYTES = DTYPE_BYTES | {"float8": 1}
+STEP_DTYPE_BYTES = DTYPE_BYTES | {"float8": 1}
 # The share of device memory weights plus KV cache may take: vLLM's default gpu_memory_utilization, "the fraction
 # of GPU memory to be used for the model executor" (docs.vllm.ai, engine arguments). The rest is the CUDA context,
 # activations, the allocator's slack.
@@ -73,10 +75,11 @@ def arch_for(spec: str) -> Arch:
         raise ProbeError(str(e)) from None
 
 
-def dtype_bytes(dtype: str, table: dict[str, int] = DTYPE_BYTES) -> int:
-    if dtype not in table:
-        raise ProbeError(f"unknown dtype {dtype!r}: use one of {', '.join(table)}")
-    return table[dtype]
+def dtype_bytes(dtype: str) -> int:
+    """Bytes an element of `dtype` takes; a one-line ProbeError for a dtype the roofline does not know."""
+    if dtype not in STEP_DTYPE_BYTES:
+        raise ProbeError(f"unknown dtype {dtype!r}: use one of {', '.join(STEP_DTYPE_BYTES)}")
+    return STEP_DTYPE_BYTES[dtype]
 
 
 # ---- parameters and the cache ------------------------------------------------------------------------------
@@ -124,12 +127,12 @@ def kv_bytes_per_token(arch: Arch, dtype: str) -> int:
     """Cache bytes per position per sequence over every attention layer: the write-ups' 2 x L x kv_heads x head_dim
     x dtype for a dense model (what the layers keep: MLA's latent, falcon's heads; a sliding layer too, until its
     window is full)."""
-    return arch.attention_layers * sum(arch.kv_width) * dtype_bytes(dtype, KV_DTYPE_BYTES)
+    return arch.attention_layers * sum(arch.kv_width) * dtype_bytes(dtype)
 
 
 def state_bytes(arch: Arch, dtype: str) -> int:
     """The constant state per sequence over every linear-attention / SSM layer."""
-    return arch.state_layers * (arch.state.elements if arch.state else 0) * dtype_bytes(dtype, KV_DTYPE_BYTES)
+    return arch.state_layers * (arch.state.elements if arch.state else 0) * dtype_bytes(dtype)
 
 
 def positions_read(arch: Arch, layer_type: str, positions: int, new: int) -> int:
@@ -141,7 +144,7 @@ def positions_read(arch: Arch, layer_type: str, positions: int, new: int) -> int
 
 
 def _kv_read_bytes(arch: Arch, dtype: str, positions: int, new: int) -> int:
-    width = sum(arch.kv_width) * dtype_bytes(dtype, KV_DTYPE_BYTES)
+    width = sum(arch.kv_width) * dtype_bytes(dtype)
     full = arch.attention_layers - arch.sliding_layers
     sliding = arch.sliding_layers * positions_read(arch, SLIDING, positions, new) if arch.sliding_layers else 0
     return width * (full * positions + sliding)
@@ -227,7 +230,7 @@ def step_cost(
             f"sequences={sequences}, new_tokens={new_tokens}, context_tokens={context_tokens}"
         )
     kv_dtype = kv_dtype or dtype
-    w, kvb = dtype_bytes(dtype), dtype_bytes(kv_dtype, KV_DTYPE_BYTES)
+    w, kvb = dtype_bytes(dtype), dtype_bytes(kv_dtype)
     logits = sequences if logit_positions is None else logit_positions
     e = arch.experts
     fewest, most = experts_touched(arch, new_tokens)

@@ -41,6 +41,7 @@ from probe.analysis.ledger.gpu import Attribution
 from probe.analysis.ledger.host import thread_ops
 from probe.analysis.roofline.devices import Device
 from probe.analysis.trace import Shapes, Trace
+from probe.counts import MAX_COUNT, signed_count
 
 # bytes per element by the type torch.profiler records (TraceLens's name2bpe)
 BPE = {
@@ -207,14 +208,15 @@ def _tensors(s: Shapes) -> list[tuple[int, tuple, str]]:
 
 def _dim(text: str, rank: int) -> int:
     """A recorded `dim` (Concrete Inputs' text), made non-negative; 0 when it was not recorded."""
-    return int(text) % rank if text.lstrip("-").isdigit() and rank else 0
+    value = signed_count(text)
+    return value % rank if value is not None and rank else 0
 
 
 def _dims_of(text: str, rank: int) -> tuple[int, ...]:
     """A recorded `dim` that may be one int or a list ("[-1]"), each made non-negative; () when not recorded."""
     try:
         value = json.loads(text) if text else None
-    except ValueError:
+    except (ValueError, RecursionError):
         return ()
     values = value if isinstance(value, list) else [] if value is None else [value]
     if not rank or not all(isinstance(v, int) for v in values):
@@ -240,12 +242,30 @@ def cost_of(name: str, shapes: Shapes | None) -> Cost | None:
     """The op's FLOPs and bytes per call from its recorded inputs; None when it has no model or the shapes do not fit
     the model (a TensorList, a missing type)."""
     model = MODELS.get(name)
-    if model is None or shapes is None:
+    if model is None or shapes is None or not all(_possible(d) for d in shapes.dims):
         return None
     try:
         return model(shapes)
     except (TypeError, ValueError, IndexError):
         return None
+
+
+# A tensor a device could hold: each size a count, and under 2**40 elements (a TiB of bytes, beyond any card's
+# memory). Shapes past these are not a recording of real work; their op gets no roofline rather than figures that are
+# negative or too large for a float.
+MAX_ELEMENTS = 2**40
+
+
+def _possible(dims) -> bool:
+    """Whether one recorded input's sizes (a tuple of ints, a TensorList's tuple of those, or () for none) are a
+    tensor a device could hold."""
+    if not isinstance(dims, tuple):
+        return False
+    if all(isinstance(d, tuple) for d in dims):
+        return all(_possible(d) for d in dims)
+    if not all(type(d) is int and 0 <= d <= MAX_COUNT for d in dims):
+        return False
+    return math.prod(dims) <= MAX_ELEMENTS
 
 
 OpBound = Literal["compute", "memory"] | None  # against the device's ridge; None without a device or a model
