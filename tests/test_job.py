@@ -267,6 +267,7 @@ def test_unrelated_traces_answer_a_line_each_and_show_their_ledgers_only_with_de
     (its verdict, the figure it rests on, the first fix), each the same headline `probe analyze TRACE` gives."""
     public = ["rocm_vllm_decode_cudagraph", "cpu_only_small"]
     paths = [str(DATA / "hand_decode.trace.json.gz")] + [str(shared_trace(f"public/{n}.trace.json.gz")) for n in public]
+    paths.append(str(shared_trace("wild", "a100_switch_transformer_moe_forward_cold.trace.json.gz")))  # a cold step
     result = cli("analyze", *paths)
     assert result.returncode == 0, result.stderr
 
@@ -290,4 +291,5 @@ def test_unrelated_traces_answer_a_line_each_and_show_their_ledgers_only_with_de
     assert detail.stdout.startswith(result.stdout.split("each trace's ledger")[0])  # the answers still first
     assert detail.stdout.count("host time on each step's thread by purpose") == len(paths)
     doc = json.loads(cli("analyze", *paths, "--json").stdout)
-    assert [t["diagnosis"]["bound"] for t in doc["traces"]] == ["host", "gpu", "cpu_only"]
+    assert [t["diagnosis"]["bound"] for t in doc["traces"]] == ["host", "gpu", "cpu_only", "host"]
+    assert "First fix: profile a warm iteration, saves 513.236 ms" in lines[-1]  # the line's warm rule is the page's

@@ -263,8 +263,7 @@ class Answered:
 def analyze_and_answer(item: tuple[str | Path, AnalyzeOptions | None]) -> Answered | TraceFailure:
     """What a pool worker or a Ray task runs for each of several traces: its ledger and its verdict, or why it
     could not be read (one line)."""
-    from probe.analysis.diagnosis.evidence import Context
-    from probe.analysis.diagnosis.verdict import diagnose_trace
+    from probe.analysis.diagnosis.answer import answer
     from probe.analysis.ledger.build import analyze
     from probe.analysis.ledger.ranks import lost_trace
     from probe.analysis.records.sidecar import trace_meta
@@ -277,8 +276,10 @@ def analyze_and_answer(item: tuple[str | Path, AnalyzeOptions | None]) -> Answer
         meta = trace_meta(Path(path))
     except (ProbeError, OSError) as e:
         return lost_trace(item, first_line(e))
-    context = Context.of(trace, contended=meta.contended_caveat if meta else None)
-    return Answered(analysis, diagnose_trace(analysis, context).median)
+    found = answer(  # the one answer `probe analyze TRACE` prints, so a trace's line says what its page says
+        trace, analysis, contended=meta.contended_caveat if meta else None, threads=meta.threads if meta else None
+    )
+    return Answered(analysis, found.diagnosis.median)
 
 
 def answer_line(source: str, d: Diagnosis | None) -> str:
