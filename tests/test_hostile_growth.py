@@ -1,0 +1,122 @@
+"""Hostile input, third pass (issue 37): costs that grew with what a trace nests or repeats, bounded.
+
+- Nesting: each launch's owning op is found by doubling up the op tree (`intervals.first_ending_by`), not a pass
+  a level over every launch: ops nested 8D deep cost what 8 trees D deep cost.
+
+No wall-clock time is asserted, only how cost grows, measured within one run (tests/test_scaling.py's timing).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from probe.analysis.intervals import first_ending_by, nearest_marked, nesting
+from probe.analysis.ledger.build import analyze
+from probe.analysis.ledger.gpu import attribute
+from probe.analysis.roofline.ops import op_calls
+from probe.analysis.trace import load_trace
+from tests.conftest import run_probe
+from tests.test_scaling import best_times
+
+# --- 10: cost that grows with nesting ----------------------------------------------------------------------------
+
+
+def deep_trace(chains: int, depth: int, launches: int) -> str:
+    """One decode step holding `chains` trees of cpu_ops side by side, each a chain `depth` deep, and `launches`
+    kernel launches in all, spread over the chains and over the depths: each launch sits in the tail of an op (after
+    its child has ended), so its owner is found only by walking out from the innermost op that started before it."""
+    events = []
+    width = 4 * depth + 4  # us a chain spans
+    per_chain = launches // chains
+    corr = 0
+    for c in range(chains):
+        base = 1 + c * width
+        for i in range(depth):  # op i: [base + i, base + 4 depth - 2 i]: each inside the one before
+            name = "aten::view" if i % 2 else "aten::mm"
+            events.append(cpu_op(name, base + i, 4 * depth - 3 * i))
+        for k in range(per_chain):
+            i = k * depth // per_chain  # a launch in op i's tail: past op i + 1's end, before op i's
+            t = base + 4 * depth - 2 * i - 1.5
+            corr += 1
+            events.append(
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t,
+                 "dur": 0.25, "args": {"correlation": corr}}
+            )  # fmt: skip
+            events.append(
+                {"ph": "X", "cat": "kernel", "name": "gemv_kernel", "pid": 0, "tid": 7, "ts": t + 0.5, "dur": 0.25,
+                 "args": {"correlation": corr, "stream": 7, "device": 0}}
+            )  # fmt: skip
+    wall = chains * width + 2
+    events.append({"ph": "X", "cat": "user_annotation", "name": "decode#0", "pid": 1, "tid": 1, "ts": 0, "dur": wall})
+    return json.dumps({"traceEvents": events})
+
+
+def cpu_op(name: str, ts: float, dur: float) -> dict:
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+
+DEPTH = 1000  # D; the large trace is one chain 8D deep, the small one 8 chains D deep: the same ops and launches
+LAUNCHES = 2000
+
+
+@pytest.fixture(scope="module")
+def deep(tmp_path_factory) -> dict[int, Path]:
+    folder = tmp_path_factory.mktemp("deep")
+    out = {}
+    for chains, depth in ((8, DEPTH), (1, 8 * DEPTH)):
+        out[depth] = folder / f"deep{depth}.json"
+        out[depth].write_text(deep_trace(chains, depth, LAUNCHES))
+    return out
+
+
+def test_finding_each_launchs_op_grows_with_the_ops_not_with_depth_times_launches(deep):
+    """The owners of the launches (op_calls: the per-op roofline's first stage) in one chain 8D deep against 8
+    chains D deep: the same ops and launches. A walk a level a pass costs 8x (94 s at 32,000 deep); doubling costs
+    log(8D) / log(D) more passes over the same arrays."""
+    tables = {d: load_trace(p) for d, p in deep.items()}
+    gpu = {d: attribute(t, *analyze(t).windows()) for d, t in tables.items()}
+    small, large = DEPTH, 8 * DEPTH
+    for d in (small, large):  # every launch owned, by the aten::mm it sits in or the one around its aten::view
+        calls = op_calls(tables[d], gpu[d])
+        assert calls.kernel_ns.sum() == LAUNCHES * 250
+        assert {tables[d].name(r) for r in calls.row} == {"aten::mm"}
+    a, b = best_times(lambda: op_calls(tables[small], gpu[small]), lambda: op_calls(tables[large], gpu[large]))
+    assert b / a < 3, f"{b / a:.1f}x the time for 8x the depth ({a:.4f} s, {b:.4f} s)"
+
+
+def test_probe_analyze_of_ops_nested_thousands_deep_with_launches_answers(deep):
+    done = run_probe("analyze", str(deep[8 * DEPTH]), "--json", timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["steps"][0]["kernels"] == LAUNCHES
+
+
+def walked(parent: np.ndarray, end: np.ndarray, start: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """first_ending_by a level at a time, as _owners walked before: the definition the doubling must match."""
+    out = start.copy()
+    for i, at in enumerate(t):
+        while out[i] >= 0 and end[out[i]] < at:
+            out[i] = parent[out[i]]
+    return out
+
+
+def test_the_doubling_walk_finds_what_the_level_by_level_walk_finds():
+    """On random intervals, nested properly or not (the parent array is whatever `nesting` makes of them)."""
+    rng = np.random.default_rng(37)
+    for _ in range(200):
+        n = int(rng.integers(1, 60))
+        start = rng.integers(0, 100, n)
+        end = start + rng.integers(0, 60, n)
+        order = np.lexsort((-end, start))
+        start, end = start[order], end[order]
+        _, parent = nesting(start, end)
+        t = rng.integers(0, 170, 40)
+        latest = np.searchsorted(start, t, side="right") - 1
+        assert (first_ending_by(parent, end, latest, t) == walked(parent, end, latest, t)).all()
+        marked = rng.random(n) < 0.3
+        nodes = np.arange(n)
+        every = walked(parent, np.where(marked, 1, 0), nodes, np.ones(n, np.int64))  # up to the first marked
+        assert (nearest_marked(parent, marked) == every).all()
