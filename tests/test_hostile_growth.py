@@ -2,6 +2,8 @@
 
 - Nesting: each launch's owning op is found by doubling up the op tree (`intervals.first_ending_by`), not a pass
   a level over every launch: ops nested 8D deep cost what 8 trees D deep cost.
+- Output: `probe analyze --step N` shows the longest TIMELINE_ROWS items of the step's timeline, says how many it
+  left out, and points at --json, which holds every one.
 
 No wall-clock time is asserted, only how cost grows, measured within one run (tests/test_scaling.py's timing).
 """
@@ -9,6 +11,7 @@ No wall-clock time is asserted, only how cost grows, measured within one run (te
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +22,7 @@ from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.gpu import attribute
 from probe.analysis.roofline.ops import op_calls
 from probe.analysis.trace import load_trace
+from probe.render.ledger import TIMELINE_ROWS
 from tests.conftest import run_probe
 from tests.test_scaling import best_times
 
@@ -120,3 +124,40 @@ def test_the_doubling_walk_finds_what_the_level_by_level_walk_finds():
         nodes = np.arange(n)
         every = walked(parent, np.where(marked, 1, 0), nodes, np.ones(n, np.int64))  # up to the first marked
         assert (nearest_marked(parent, marked) == every).all()
+
+
+# --- 11: uncapped output ------------------------------------------------------------------------------------------
+
+OPS_IN_STEP = 3000
+
+
+def one_big_step(ops: int) -> str:
+    """One decode step of `ops` top-level ops side by side, op i lasting 1 + (7 i mod ops) us: all different, so
+    which are the longest is known."""
+    events, t = [], 1
+    for i in range(ops):
+        dur = 1 + (7 * i) % ops
+        events.append(cpu_op(f"aten::op{i}", t, dur))
+        t += dur + 1
+    events.append({"ph": "X", "cat": "user_annotation", "name": "decode#0", "pid": 1, "tid": 1, "ts": 0, "dur": t})
+    return json.dumps({"traceEvents": events})
+
+
+def test_one_step_of_thousands_of_ops_shows_the_longest_and_says_what_it_left_out(tmp_path):
+    path = tmp_path / "big_step.json"
+    path.write_text(one_big_step(OPS_IN_STEP))
+    done = run_probe("analyze", str(path), "--step", "0", timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert len(out.splitlines()) < 200  # was a row per op: 3,000 rows
+    left = OPS_IN_STEP - TIMELINE_ROWS
+    assert f"the {TIMELINE_ROWS} longest of {OPS_IN_STEP:,}, {left:,} left out: --json --step 0 holds" in " ".join(
+        out.split()
+    )
+    shown = {int(n) for n in re.findall(r"aten::op(\d+)", out)}
+    longest = sorted(range(OPS_IN_STEP), key=lambda i: -((7 * i) % OPS_IN_STEP))[:TIMELINE_ROWS]
+    assert set(longest) <= shown  # the table's; the summary may name an op of its own
+    not_shown = sum(int(n) for n in re.findall(r"(\d+) items? not shown", out))
+    assert not_shown == left
+    full = run_probe("analyze", str(path), "--step", "0", "--json", timeout=120)
+    assert full.returncode == 0 and len(json.loads(full.stdout)["timeline"]) == OPS_IN_STEP
