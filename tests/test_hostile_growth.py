@@ -4,6 +4,8 @@
   a level over every launch: ops nested 8D deep cost what 8 trees D deep cost.
 - Output: `probe analyze --step N` shows the longest TIMELINE_ROWS items of the step's timeline, says how many it
   left out, and points at --json, which holds every one.
+- Memory per step: `--json` writes each step's verdict and figures (the sentences once, for the median steps) a
+  chunk of steps at a time (probe.commands.Rows), and a step's ledger and diagnosis are slotted dataclasses.
 
 No wall-clock time is asserted, only how cost grows, measured within one run (tests/test_scaling.py's timing).
 """
@@ -12,18 +14,21 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from benchmarks.synthetic_traces import write_tiny_steps
 from probe.analysis.intervals import first_ending_by, nearest_marked, nesting
 from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.gpu import attribute
 from probe.analysis.roofline.ops import op_calls
 from probe.analysis.trace import load_trace
 from probe.render.ledger import TIMELINE_ROWS
-from tests.conftest import run_probe
+from tests.conftest import ROOT, run_probe
 from tests.test_scaling import best_times
 
 # --- 10: cost that grows with nesting ----------------------------------------------------------------------------
@@ -161,3 +166,72 @@ def test_one_step_of_thousands_of_ops_shows_the_longest_and_says_what_it_left_ou
     assert not_shown == left
     full = run_probe("analyze", str(path), "--step", "0", "--json", timeout=120)
     assert full.returncode == 0 and len(json.loads(full.stdout)["timeline"]) == OPS_IN_STEP
+
+
+# --- 17: memory per step ------------------------------------------------------------------------------------------
+
+FEW, MANY = 10_000, 80_000  # steps of one range and one op (benchmarks.synthetic_traces.write_tiny_steps)
+CAP_BYTES = 1_250_000_000  # address space for MANY steps: 1.5 GB was a MemoryError when each step kept its text
+BYTES_A_STEP = 3_000  # --json per step: the ledger's figures and the verdict's (~2,630 here), never sentences
+RSS_A_STEP = 8_000  # peak RSS a step, past the first FEW: ~4,400 (18,600 when the whole document sat in memory)
+
+# Runs `python -m probe ARGS` under an address-space cap, stdout to a file, and prints its exit code and peak RSS
+# (KiB): this process has no other child, so RUSAGE_CHILDREN is the command's own.
+MEASURE = """
+import resource, subprocess, sys
+cap, out = int(sys.argv[1]), sys.argv[2]
+def capped():
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+with open(out, "wb") as f:
+    done = subprocess.run([sys.executable, "-m", "probe", *sys.argv[3:]], stdout=f, preexec_fn=capped)
+print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+def measured(out: Path, *args: str) -> tuple[int, int, str]:
+    """(exit code, peak RSS in bytes, stderr) of `probe ARGS` under CAP_BYTES, its stdout in `out`."""
+    done = subprocess.run(
+        [sys.executable, "-c", MEASURE, str(CAP_BYTES), str(out), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    code, rss_kib = done.stdout.split()
+    return int(code), int(rss_kib) * 1024, done.stderr
+
+
+def occurrences(path: Path, token: bytes) -> int:
+    """How often `token` occurs in a file, read a piece at a time."""
+    n, tail = 0, b""
+    with open(path, "rb") as f:
+        while piece := f.read(1 << 24):
+            text = tail + piece
+            n += text.count(token)
+            tail = text[-(len(token) - 1) :]
+    return n
+
+
+@pytest.mark.slow
+def test_json_of_many_tiny_steps_holds_each_steps_figures_in_bounded_bytes_and_memory(tmp_path):
+    """probe analyze --json at FEW and at MANY steps: the same bytes a step, no step's sentences (the median step's
+    words once), and the peak memory grows by at most RSS_A_STEP a step, under an address-space cap."""
+    rss, size, headlines = {}, {}, {}
+    for steps in (FEW, MANY):
+        trace, out = tmp_path / f"tiny{steps}.json", tmp_path / f"out{steps}.json"
+        write_tiny_steps(trace, steps)
+        code, rss[steps], err = measured(out, "analyze", str(trace), "--json")
+        assert code == 0, err[-2000:]
+        size[steps] = out.stat().st_size
+        headlines[steps] = occurrences(out, b'"headline":')
+        if steps == FEW:
+            doc = json.loads(out.read_bytes())
+            assert len(doc["steps"]) == FEW and doc["steps"][-1]["name"] == f"decode#{FEW - 1}"
+            assert doc["steps"][0]["diagnosis"]["bound"] == "cpu_only" and "headline" in doc["diagnosis"]["median"]
+            del doc
+        out.unlink()
+    assert headlines[FEW] == headlines[MANY] == 2  # the median steady step and the median decode step
+    per_step = {n: size[n] / n for n in size}
+    assert per_step[MANY] <= BYTES_A_STEP and per_step[MANY] <= 1.01 * per_step[FEW], per_step
+    grown = (rss[MANY] - rss[FEW]) / (MANY - FEW)
+    assert grown <= RSS_A_STEP, f"{grown:,.0f} B of peak RSS a step ({rss[FEW]:,} at {FEW}, {rss[MANY]:,} at {MANY})"
