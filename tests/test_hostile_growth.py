@@ -18,10 +18,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 
 from benchmarks.synthetic_traces import write_tiny_steps
+from probe import commands
 from probe.analysis.intervals import first_ending_by, nearest_marked, nesting
 from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.gpu import attribute
@@ -210,6 +212,17 @@ def occurrences(path: Path, token: bytes) -> int:
             n += text.count(token)
             tail = text[-(len(token) - 1) :]
     return n
+
+
+def test_rows_written_a_chunk_at_a_time_are_the_document_formatted_whole(capsys, monkeypatch):
+    """print_json's Rows, anywhere in a document and over several chunks, write what the whole list would."""
+    monkeypatch.setattr(commands, "ROWS_A_CHUNK", 2)
+    doc = {"a": 1, "steps": commands.Rows(5, lambda i: {"i": i, "x": [i, {"y": "z"}]}), "none": commands.Rows(0, dict)}
+    doc["deep"] = [{"t": commands.Rows(3, lambda i: {"k": i})}]
+    whole = {"a": 1, "steps": [{"i": i, "x": [i, {"y": "z"}]} for i in range(5)], "none": []}
+    whole["deep"] = [{"t": [{"k": i} for i in range(3)]}]
+    commands.print_json(doc)
+    assert capsys.readouterr().out == msgspec.json.format(msgspec.json.encode(whole), indent=1).decode() + "\n"
 
 
 @pytest.mark.slow

@@ -59,5 +59,5 @@ def _write_rows(rows: Rows, pad: str) -> None:
     for first in range(0, rows.count, ROWS_A_CHUNK):
         chunk = [rows.row(i) for i in range(first, min(first + ROWS_A_CHUNK, rows.count))]
         inner = msgspec.json.format(msgspec.json.encode(chunk), indent=1).decode()[2:-2]  # less the chunk's [ ]
-        sys.stdout.write(("," + "\n" if first else "") + pad + inner.replace("\n", "\n" + pad))
+        sys.stdout.write((",\n" if first else "") + pad + inner.replace("\n", "\n" + pad))
     sys.stdout.write("\n" + pad + "]")
