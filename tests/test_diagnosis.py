@@ -432,9 +432,18 @@ def test_analyze_json_has_a_diagnosis_for_every_step_and_the_summary(cli):
         "step", "kind", "bound", "then", "host_bound_by", "balanced", "headline", "lines", "caveats", "evidence",
         "what_if", "withheld",
     }  # fmt: skip
-    assert all(set(w) == {"change", "predicted_step_ms", "saving_ms", "saving_pct", "arithmetic", "assumption",
-                          "requires", "holds", "terms", "ceiling", "step_ms"}
-               for s in doc["steps"] for w in s["diagnosis"]["what_if"])  # fmt: skip
+    figures = {"change", "predicted_step_ms", "saving_ms", "saving_pct", "terms", "ceiling", "step_ms"}
+    words = {"arithmetic", "assumption", "requires", "holds"}
+    assert doc["diagnosis"]["median"]["what_if"]
+    assert all(set(w) == figures | words for w in doc["diagnosis"]["median"]["what_if"])
+    # each step: the verdict and its figures; the words once, for the median step and each kind's
+    assert all(set(s["diagnosis"]) == {"bound", "then", "host_bound_by", "balanced", "evidence", "what_if"}
+               for s in doc["steps"])  # fmt: skip
+    assert all(set(w) == figures for s in doc["steps"] for w in s["diagnosis"]["what_if"])
+    median = next(s for s in doc["steps"] if s["name"] == "decode#1")
+    assert [w["change"] for w in median["diagnosis"]["what_if"]] == [
+        w["change"] for w in doc["diagnosis"]["median"]["what_if"]
+    ]
     assert doc["steps"][0]["roofline"] is None  # no model
     # no recorded shapes: each op's kernel time, and no figure guessed
     assert doc["op_roofline"] and all(o["model"] is None and o["flops"] is None for o in doc["op_roofline"])

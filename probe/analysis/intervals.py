@@ -146,6 +146,38 @@ def nesting(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return depth, parent
 
 
+def first_ending_by(parent: np.ndarray, end: np.ndarray, start: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per query i: the first of start[i], its parent, its parent's parent, ... whose end is at or after t[i]; -1
+    when none is (or start[i] is -1). The walk up the parent array, done by doubling: level k holds each node's
+    2**k-th ancestor and the latest end among it and the 2**k - 1 above it, so a query skips any run of nodes
+    that all end before its time in log(depth) steps, whatever the nesting: the cost is (nodes + queries) x
+    log(depth), not queries x depth (cpu_ops nested 32,000 deep took 94 s a step by step walk)."""
+    up, latest = [parent], [end]  # up[k][j]: the 2**k-th ancestor of j, -1 past the top
+    while (up[-1] >= 0).any():
+        u, m = up[-1], latest[-1]
+        j = np.maximum(u, 0)
+        up.append(np.where(u >= 0, u[j], -1))
+        latest.append(np.where(u >= 0, np.maximum(m, m[j]), m))
+    cur = start.copy()
+    for u, m in zip(reversed(up), reversed(latest), strict=True):
+        j = np.maximum(cur, 0)
+        skip = (cur >= 0) & (m[j] < t)  # this node and the 2**k - 1 above it all end before t
+        cur = np.where(skip, u[j], cur)
+    return cur
+
+
+def nearest_marked(parent: np.ndarray, marked: np.ndarray) -> np.ndarray:
+    """Per node: itself when marked, else its nearest marked ancestor, -1 when none is. Pointer jumping: each pass
+    points every unresolved node at its pointee's pointer, so log(depth) passes over the nodes resolve them all."""
+    near = np.where(marked, np.arange(len(parent)), parent)
+    while True:
+        j = np.maximum(near, 0)
+        open_ = (near >= 0) & ~marked[j]
+        if not open_.any():
+            return near
+        near = np.where(open_, near[j], near)
+
+
 def distinct_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """The distinct (a, b) pairs as a 2 x k array, ordered by a then b: np.unique(np.stack([a, b]), axis=1), from
     one-dimensional uniques (unique along an axis sorts the pairs as opaque records, 8x slower on a trace's

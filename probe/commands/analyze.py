@@ -17,7 +17,8 @@ The definitions are in probe/analysis/ledger/build.py.
 First, before any table: the answer (probe/analysis/diagnosis/verdict.py, docs/diagnosis.md): what bounds the median
 steady step (host, GPU, external, CPU only), the figures it rests on with their arithmetic, and what fixing it
 would buy; with --model (and --device when the trace does not name its own), the roofline beside each step; with
-recorded shapes, the roofline of every op. --json carries all of it, step by step.
+recorded shapes, the roofline of every op. --json carries all of it, step by step: each step's verdict and
+figures, the words once (the median steps', and the step --step names: docs/diagnosis.md).
 
 Several traces (files, folders of traces, globs) are analyzed in parallel, a local process each or, with
 --executor ray, as Ray tasks over a cluster (each reads its trace by path: shared storage). First one line a trace:
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from probe.commands import print_json
+from probe.commands import Rows, print_json
 from probe.errors import ProbeError, first_line
 from probe.flags import check_address, count_flag
 from probe.pool import pool_map
@@ -217,11 +218,14 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
         device_given=given,
     )
     if args.json:
-        out = result.to_json() | found.to_json()
-        for doc, s in zip(out["steps"], result.steps, strict=True):
-            doc |= found.step_json(s.position)
+        steps = result.steps if step is None else (step,)  # one step named: its diagnosis in words too
+
+        def record(i: int) -> dict:
+            return steps[i].to_json() | found.step_json(steps[i].position, words=step is not None)
+
+        out = result.to_json(steps=False) | found.to_json()
+        out["steps"] = Rows(len(steps), record)  # made and written a chunk at a time
         if step is not None:
-            out["steps"] = [out["steps"][step.position]]
             out["timeline"] = [vars(it) for it in step_timeline(trace, step)]
         print_json(out)
         return 0

@@ -23,6 +23,7 @@ KERNEL_NAME_WIDTH = 70  # the table cuts kernel names here; --json keeps them wh
 STEP_NAME_WIDTH = 40
 STEP_ROWS = 30  # a table of steps shows every step up to this many; past it, the first FIRST_ROWS and the longest
 FIRST_ROWS = 10  # (a terminal row costs rich ~1 ms: 1000 steps' three tables took 10 s, and no one reads them)
+TIMELINE_ROWS = 50  # --step's timeline: every item up to this many; past it the longest, in order (--json: all)
 T = TypeVar("T")
 
 
@@ -39,22 +40,31 @@ def _table(title: str, columns, left=("step", "name", "frame", "category", "kind
     return table
 
 
+def shown_rows(items: Sequence[T], length: Callable[[T], float], keep: int, first: int = 0) -> list[T | int]:
+    """The rows of a table that shows at most `keep` items: every item up to `keep`; past it the first `first` and
+    the longest of the rest (by `length`), in order, with the count of each run left out between them (an int)."""
+    if len(items) <= keep:
+        return list(items)
+    rest = sorted(range(first, len(items)), key=lambda i: (-length(items[i]), i))[: keep - first]
+    rows: list[T | int] = []
+    last = -1
+    for i in sorted([*range(first), *rest]):
+        if i > last + 1:
+            rows.append(i - last - 1)
+        rows.append(items[i])
+        last = i
+    if last < len(items) - 1:
+        rows.append(len(items) - 1 - last)
+    return rows
+
+
 def shown_steps(steps: Sequence[T], length: Callable[[T], int]) -> tuple[list[T | int], str]:
     """The rows of a table of steps (positions 0..n-1): every step up to STEP_ROWS; past it the first FIRST_ROWS and
     the longest of the rest (by `length`), in order, with the count of each run left out between them (an int);
     and what the title says of the cut."""
+    rows = shown_rows(steps, length, STEP_ROWS, FIRST_ROWS)
     if len(steps) <= STEP_ROWS:
-        return list(steps), ""
-    rest = sorted(range(FIRST_ROWS, len(steps)), key=lambda i: (-length(steps[i]), i))[: STEP_ROWS - FIRST_ROWS]
-    rows: list[T | int] = []
-    last = -1
-    for i in sorted([*range(FIRST_ROWS), *rest]):
-        if i > last + 1:
-            rows.append(i - last - 1)
-        rows.append(steps[i])
-        last = i
-    if last < len(steps) - 1:
-        rows.append(len(steps) - 1 - last)
+        return rows, ""
     longest = STEP_ROWS - FIRST_ROWS
     note = (
         f"; {STEP_ROWS} of {len(steps)} steps: the first {FIRST_ROWS} and the {longest} longest of the rest "
@@ -63,8 +73,11 @@ def shown_steps(steps: Sequence[T], length: Callable[[T], int]) -> tuple[list[T 
     return rows, note
 
 
-def _left_out(table: Table, count: int) -> None:
-    table.add_row("…", f"{count} step{'s' * (count != 1)} not shown", *[""] * (len(table.columns) - 2))
+def _left_out(table: Table, count: int, noun: str = "step", column: int = 1) -> None:
+    """A row in place of `count` rows not shown: an ellipsis first, and what it stands for in `column`."""
+    cells = ["…", *[""] * (len(table.columns) - 1)]
+    cells[column] = f"{count} {noun}{'s' * (count != 1)} not shown"
+    table.add_row(*cells)
 
 
 def kernel_label(name: str) -> str:
@@ -272,13 +285,24 @@ def step_table(s: StepLedger, result: TraceAnalysis) -> Table:
 
 
 def timeline_table(items: list[TimelineItem], s: StepLedger) -> Table:
+    """One step's top-level ops, calls outside ops and ranges in order: every one up to TIMELINE_ROWS, past it the
+    longest TIMELINE_ROWS, with a row for each run left out (a step of 200,000 ops printed 200,000 rows)."""
+    cut = (
+        f"; the {TIMELINE_ROWS} longest of {len(items):,}, {len(items) - TIMELINE_ROWS:,} left out: "
+        f"--json --step {s.position} holds every one"
+        if len(items) > TIMELINE_ROWS
+        else ""
+    )
     table = Table(
-        title=f"{s.name}: top-level ops, calls outside ops and ranges, in order (us from step start)",
+        title=f"{s.name}: top-level ops, calls outside ops and ranges, in order (us from step start{cut})",
         title_justify="left",
     )
     for c in ("start us", "dur us", "kind", "part", "name"):
         table.add_column(c, justify="left" if c in ("kind", "part", "name") else "right")
-    for it in items:
+    for it in shown_rows(items, lambda it: it.dur_us, TIMELINE_ROWS):
+        if isinstance(it, int):
+            _left_out(table, it, "item", column=4)
+            continue
         style = "bold cyan" if it.part.startswith("cache") else None
         table.add_row(f"{it.start_us:.3f}", f"{it.dur_us:.3f}", it.kind, it.part, it.name, style=style)
     return table

@@ -38,11 +38,13 @@ class Answer:
     notes: tuple[str, ...] = ()  # what could not be done, and why
     op_coverage: Coverage | None = None  # how much of the trace's GPU work op_roofline holds (None: no GPU work)
 
-    def step_json(self, position: int) -> dict:
-        """What each step of `--json` gains: its diagnosis, its roofline, its top ops' rooflines."""
+    def step_json(self, position: int, words: bool = False) -> dict:
+        """What each step of `--json` gains: its diagnosis (its figures; with `words`, its sentences too), its
+        roofline, its top ops' rooflines."""
         r = self.rooflines.get(position)
+        d = self.diagnosis.steps[position]
         return {
-            "diagnosis": self.diagnosis.steps[position].to_json(),
+            "diagnosis": d.to_json() if words else d.figures(),
             "roofline": r.to_json() if r else None,
             "op_roofline": [o.to_json() for o in self.step_ops.get(position, ())],
         }

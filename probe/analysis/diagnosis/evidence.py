@@ -37,7 +37,7 @@ HOST_BOUND_BY = ("data", "python", "dispatch", "launch", "other_threads", "unatt
 HOST_BY_WORDS = {"data": "data loading", "other_threads": "other threads' work"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one a step, a million in a long trace
 class Evidence:
     """The figures a verdict rests on, all in ns (fractions as fractions)."""
 
@@ -83,7 +83,7 @@ class Evidence:
 
     def to_json(self) -> dict:
         out = {}
-        for name, value in vars(self).items():
+        for name, value in ((f.name, getattr(self, f.name)) for f in dataclasses.fields(self)):
             if name.endswith("_ns"):
                 out[name[:-3] + "_us"] = None if value is None else value / 1e3
             else:

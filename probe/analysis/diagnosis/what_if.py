@@ -97,19 +97,24 @@ class WhatIf:
     ceiling: bool = False  # the saving is an upper bound (no roof to price against), ranked after the priced ones
     step_ms: float = 0.0  # the step it was priced on (Basis.step_ns): what a check's measured baseline is held to
 
-    def to_json(self) -> dict:
+    def figures(self) -> dict:
+        """The change and its numbers, without the words that explain them: what each step of `--json` holds."""
         return {
             "change": self.change,
             "predicted_step_ms": self.predicted_step_ms,
             "saving_ms": self.saving_ms,
             "saving_pct": self.saving_pct,
+            "terms": dict(self.terms),
+            "ceiling": self.ceiling,
+            "step_ms": self.step_ms,
+        }
+
+    def to_json(self) -> dict:
+        return self.figures() | {
             "arithmetic": self.arithmetic,
             "assumption": self.assumption,
             "requires": list(self.requires),
             "holds": [c.to_json() for c in self.holds],
-            "terms": dict(self.terms),
-            "ceiling": self.ceiling,
-            "step_ms": self.step_ms,
         }
 
     @classmethod

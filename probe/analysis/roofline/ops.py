@@ -36,7 +36,7 @@ from typing import Literal
 
 import numpy as np
 
-from probe.analysis.intervals import distinct_pairs
+from probe.analysis.intervals import distinct_pairs, first_ending_by, nearest_marked
 from probe.analysis.ledger.gpu import Attribution
 from probe.analysis.ledger.host import thread_ops
 from probe.analysis.roofline.devices import Device
@@ -310,22 +310,13 @@ def _owners(trace: Trace, gpu: Attribution) -> np.ndarray:
         ops = thread_ops(trace, pid, tid)
         if not len(ops.rows):
             continue
-        parent = ops.parent
         sel = known[(trace.pid[launch[known]] == pid) & (trace.tid[launch[known]] == tid)]
         t = trace.ts_ns[launch[sel]]
-        cur = np.searchsorted(ops.start, t, side="right") - 1  # the latest op starting at or before the call
-        inside = np.zeros(len(sel), bool)
-        for _ in range(int(ops.depth.max(initial=0)) + 1):  # walk out until an op holds the call
-            ok = (cur >= 0) & ~inside
-            holds = ok & (ops.end[np.maximum(cur, 0)] >= t)
-            inside |= holds
-            cur = np.where(ok & ~holds, parent[np.maximum(cur, 0)], cur)
-        cur = np.where(inside, cur, -1)
-        found = cur.copy()
-        for _ in range(int(ops.depth.max(initial=0)) + 1):  # then up to the nearest modelled op
-            climb = (cur >= 0) & ~modelled[trace.name_id[ops.rows[np.maximum(cur, 0)]]]
-            cur = np.where(climb, parent[np.maximum(cur, 0)], cur)
-        best = np.where(cur >= 0, cur, found)
+        latest = np.searchsorted(ops.start, t, side="right") - 1  # the latest op starting at or before the call
+        found = first_ending_by(ops.parent, ops.end, latest, t)  # walked out until an op holds the call
+        near = nearest_marked(ops.parent, modelled[trace.name_id[ops.rows]])  # then up to the nearest modelled op
+        best = np.where(found >= 0, near[np.maximum(found, 0)], -1)
+        best = np.where(best >= 0, best, found)
         owner[sel] = np.where(best >= 0, ops.rows[np.maximum(best, 0)], -1)
     return owner
 
