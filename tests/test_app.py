@@ -241,8 +241,8 @@ def test_a_trace_recorded_contended_opens_on_that_caveat(monkeypatch, tmp_path):
 
 
 def test_a_model_in_the_sidebar_puts_the_roofline_beside_the_step(monkeypatch, public_root):
-    """H100 Qwen1.5-0.5B by its preset name and 16 x 559 tokens: 2.686 GB to move and 5.768 TFLOP to do, 5.829 ms
-    at the H100's peaks (tests/test_step_roofline.py works them out)."""
+    """H100 Qwen1.5-0.5B by its preset name and 16 x 559 tokens (the trace's shapes; the flags agree): 2.686 GB to
+    move and 5.768 TFLOP to do, 5.829 ms at the H100's peaks (tests/test_step_roofline.py works them out)."""
     at = app(monkeypatch, public_root, H100)
     at.text_input(key="model").set_value("qwen1.5-0.5b").run()
     at.number_input(key="tokens").set_value(8944).run()
@@ -250,7 +250,9 @@ def test_a_model_in_the_sidebar_puts_the_roofline_beside_the_step(monkeypatch, p
     assert not at.exception and not at.error
     table = at.dataframe[0].value.set_index("figure")["value"]
     assert (table["bytes to move"], table["FLOPs to do"]) == ("2.686 GB", "5.768 TFLOP")
-    assert table["predicted GPU"] == "5.829 ms (compute binds)" and table["tokens from"] == "--batch, --tokens"
+    # the trace's recorded shapes say 16 x 559 themselves (its embedding's indices): a flag fills only what it does not
+    assert table["predicted GPU"] == "5.829 ms (compute binds)"
+    assert table["tokens from"] == "recorded shapes (aten::embedding [16, 559])"
     assert any("the host term is what departs" in m.value for m in at.markdown)
     rows = {t["name"]: t["y"] for t in chart(at, "diagnosis_chart")}
     assert rows["traffic time"] == ["roofline traffic"] and rows["compute time"] == ["roofline compute"]

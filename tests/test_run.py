@@ -137,8 +137,12 @@ def assert_what_ifs_checked(report) -> None:
     checks = {c.change: c for c in report.what_if_checks}
     assert {"cached -> static", "batched B=1 -> B=2", "batched B=1 -> B=4", "batched B=1 -> B=8"} <= set(checks)
     assert checks["cached -> static"].what_if == "compile the forward (torch.compile)"
-    assert checks["batched B=1 -> B=2"].what_if.startswith("batch ")
     for c in checks.values():
+        if c.predicted_step_ms is None:  # batching buys nothing where per-sequence compute holds over a quarter of the
+            assert c.note == "not checked: the diagnosis offers no such change (it buys nothing on this step)", c
+            assert c.change.startswith("batched")  # step, as the profiled step's own timings (a loaded machine) may say
+            continue
+        assert c.what_if.startswith(("compile ", "batch ", "run the ops on ")), c
         assert c.predicted_step_ms > 0 and c.measured_step_ms > 0, c
         assert c.error_pct == pytest.approx(100 * (c.measured_step_ms / c.predicted_step_ms - 1))
         # contended is None where the decode phases were too short to judge (MIN_JUDGED_NS): a fast machine's quick run
