@@ -14,7 +14,7 @@ import stat
 import pandas as pd
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from probe.analysis.records import files
@@ -283,6 +283,7 @@ PRESET = json.loads((ROOT / "engines" / "presets" / "tiny.json").read_text())
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(where=("num_hidden_layers",), value=None)  # null layers: a TypeError in the layer cap's comparison once
 @given(where=st.sampled_from(list(_paths(PRESET))), value=JSON_VALUES)
 def test_any_model_config_is_a_config_or_one_line(tmp_path, where, value):
     """A model's config.json with any one value replaced: the transformers config, or a one-line error (probe's
