@@ -464,10 +464,10 @@ def _resolves(dotted: str) -> bool:
 
 def test_the_pointer_check_tells_a_stale_name_from_a_live_one():
     assert _resolves("probe.analysis.records.sidecar.trace_meta") and _resolves("probe.capture.loop.Generation")
-    assert _resolves("probe.analysis.ledger.ranks.JobCheck.one_job") and _resolves("probe.analysis")
+    assert _resolves("probe.analysis.ledger.ranks.RanksCheck.one_job") and _resolves("probe.analysis")
     ranks = ".".join(("probe", "analysis", "ledger", "ranks"))  # joined, so the scan below does not read them
     assert not _resolves(".".join(("probe", "compare", "trace_meta"))) and not _resolves(f"{ranks}.no_such_name")
-    assert not _resolves(f"{ranks}.JobCheck.no_such_member")
+    assert not _resolves(f"{ranks}.RanksCheck.no_such_member")
 
 
 def test_every_module_path_the_docs_name_exists():

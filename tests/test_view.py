@@ -1020,11 +1020,11 @@ def test_a_commit_tick_is_a_short_hash_or_the_whole_word():
 def test_coinciding_ranks_are_said_and_drawn_inside_each_other(hand):
     """Four ranks of which three have the same wall at every step: the chart drew two lines for four ranks. Each rank
     has its own dash, marker and width now (the first the widest), and the three are named as one."""
-    from probe.analysis.ledger.ranks import job
+    from probe.analysis.ledger.ranks import ranks
 
     slower = tuple(dataclasses.replace(s, wall_ns=s.wall_ns + 1_000) for s in hand.steps)
-    ranks = [dataclasses.replace(hand, rank=r, steps=slower if r == 2 else hand.steps) for r in range(4)]
-    result = job(ranks)
+    rank_traces = [dataclasses.replace(hand, rank=r, steps=slower if r == 2 else hand.steps) for r in range(4)]
+    result = ranks(rank_traces)
     assert result.one_job and figures.ranks.coinciding(result) == [(0, [1, 3])]
     fig = figures.ranks.ranks_figure(result)
     walls = [t for t in fig.data if t.name.startswith("rank ") and t.showlegend is not False]

@@ -303,7 +303,7 @@ def answer_line(source: str, d: Diagnosis | None) -> str:
 
 def main_job(args: argparse.Namespace, paths: list[Path]) -> int:
     """Several traces: each analyzed in parallel, a line a trace first, then lined up as the ranks of one job."""
-    from probe.analysis.ledger.ranks import TraceFailure, job, lost_trace
+    from probe.analysis.ledger.ranks import TraceFailure, lost_trace, ranks
     from probe.analysis.ledger.types import AnalyzeOptions
 
     # bad flags fail the command, first
@@ -325,7 +325,7 @@ def main_job(args: argparse.Namespace, paths: list[Path]) -> int:
     else:
         done = pool_map(analyze_and_answer, items, lost=lost_trace)
     answers = {d.analysis.source: d.median for d in done if isinstance(d, Answered)}
-    result = job([d.analysis if isinstance(d, Answered) else d for d in done] + list(early.values()))
+    result = ranks([d.analysis if isinstance(d, Answered) else d for d in done] + list(early.values()))
     if not result.traces:
         raise ProbeError(
             f"none of the {len(paths)} traces could be read: {result.failed[0].source}: {result.failed[0].error}"

@@ -1,6 +1,6 @@
 """What the explorer's views read, loaded and cached: Streamlit caches each on the path (as bytes: a file name
 need not be UTF-8), its stamp (size and mtime) and the sidebar's inputs. Also the typed sources the views take
-(Run, TraceSource, History, Job) and the ViewContext every view is handed.
+(Run, TraceSource, History, RanksSource) and the ViewContext every view is handed.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import streamlit as st
 from probe.analysis.diagnosis.answer import Answer, answer
 from probe.analysis.diagnosis.report import Report, load_report
 from probe.analysis.ledger.build import analyze
-from probe.analysis.ledger.ranks import JobAnalysis, TraceFailure, job
+from probe.analysis.ledger.ranks import Ranks, TraceFailure, ranks
 from probe.analysis.ledger.types import AnalyzeOptions, TraceAnalysis
 from probe.analysis.records.results import BenchResults, load_results
 from probe.analysis.regression import history
@@ -80,12 +80,12 @@ class History:
 
 
 @dataclass(frozen=True)
-class Job:
-    job: JobAnalysis
+class RanksSource:
+    ranks: Ranks
     path: Path
 
 
-Loaded = Run | TraceSource | History | Job
+Loaded = Run | TraceSource | History | RanksSource
 
 
 @dataclass(frozen=True)
@@ -199,7 +199,7 @@ def load_telemetry(path: bytes, stamp: tuple, offset_ns: int | None = None) -> f
     return figures.telemetry.read_telemetry(unkey(path), offset_ns)
 
 
-def load_job(root: Path, folder: Path, reading: Reading) -> JobAnalysis:
+def load_ranks(root: Path, folder: Path, reading: Reading) -> Ranks:
     """The traces of a job folder, each analyzed (and cached) on its own, lined up as ranks
     (probe.analysis.ledger.ranks);
     a trace that cannot be read is named with its error."""
@@ -209,7 +209,7 @@ def load_job(root: Path, folder: Path, reading: Reading) -> JobAnalysis:
             analyses.append(load_analysis(key(root), key(trace), sources.stamp(trace), reading))
         except LOAD_ERRORS as e:
             analyses.append(TraceFailure(trace.relative_to(root).as_posix(), str(e)))
-    return job(analyses)
+    return ranks(analyses)
 
 
 def load_source(root: Path, source: Source, reading: Reading) -> Loaded:
@@ -221,5 +221,5 @@ def load_source(root: Path, source: Source, reading: Reading) -> Loaded:
     if source.kind == "history":
         return History(load_history(key(path), stamp), path)
     if source.kind == "job":
-        return Job(load_job(root, path, reading), path)
+        return RanksSource(load_ranks(root, path, reading), path)
     return TraceSource(load_analysis(key(root), key(path), stamp, reading), path)

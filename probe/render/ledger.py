@@ -14,7 +14,7 @@ from rich.table import Table
 
 from probe.analysis.ledger.host import MECHANISM_PARTS, PURPOSE_PARTS
 from probe.analysis.ledger.kernels import KernelStat, short_name
-from probe.analysis.ledger.ranks import JobAnalysis
+from probe.analysis.ledger.ranks import Ranks
 from probe.analysis.ledger.timeline import TimelineItem
 from probe.analysis.ledger.types import StepLedger, TraceAnalysis
 from probe.render.text import DASH, ms, pct, short, us
@@ -335,20 +335,20 @@ def summary_table(result: TraceAnalysis) -> Table:
     return table
 
 
-def job_tables(result: JobAnalysis) -> list[Table]:
+def job_tables(result: Ranks) -> list[Table]:
     if not result.one_job:  # a list of traces, not one job: only what could not be read
         return [_failed_table(result)] if result.failed else []
     return _rank_tables(result)
 
 
-def _failed_table(result: JobAnalysis) -> Table:
+def _failed_table(result: Ranks) -> Table:
     failed = _table("traces that could not be read", ["trace", "error"], left=("trace", "error"))
     for f in result.failed:
         failed.add_row(escape(f.source), escape(f.error))
     return failed
 
 
-def _rank_tables(result: JobAnalysis) -> list[Table]:
+def _rank_tables(result: Ranks) -> list[Table]:
     """The job step by step: each rank's wall (with the slowest rank and its trail), GPU busy and launches; the
     straggler; the traces that could not be read."""
     ranks = [f"rank {r}" for r in result.ranks]
