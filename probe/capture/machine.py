@@ -42,7 +42,7 @@ from probe import vocabulary as V
 from probe.analysis.diagnosis.predictions import Machine, OverheadReport, Piece
 from probe.analysis.diagnosis.report import ThreadChoice
 from probe.analysis.ledger.build import analyze
-from probe.analysis.ledger.digest import StepDigest, digest
+from probe.analysis.ledger.median import MedianStep, median_step
 from probe.analysis.records.telemetry import CONTENDED_CORES, cell_telemetry, contention
 from probe.analysis.roofline.devices import match_device
 from probe.analysis.trace import load_trace
@@ -264,7 +264,7 @@ def floor_launches(model, naive, token: torch.Tensor) -> tuple[int, str]:
     return sum(1 for e in prof.events() if e.name in LAUNCH_NAMES), "kernel launches"
 
 
-def profiled_step(engine, prompt: torch.Tensor, steps: int = 8) -> StepDigest:
+def profiled_step(engine, prompt: torch.Tensor, steps: int = 8) -> MedianStep:
     """Profile a few decode steps under torch.profiler and reduce them to the median step's ledger."""
     annotator = A.Annotator()
     activities = [torch.profiler.ProfilerActivity.CPU]
@@ -277,7 +277,7 @@ def profiled_step(engine, prompt: torch.Tensor, steps: int = 8) -> StepDigest:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "step.trace.json"
         prof.export_chrome_trace(str(path))
-        return digest(analyze(load_trace(path)))
+        return median_step(analyze(load_trace(path)))
 
 
 THREAD_CHOICE_S = 0.5  # how long the floors of every candidate count are timed in all: /proc/stat counts 10 ms ticks

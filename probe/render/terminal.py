@@ -14,8 +14,8 @@ from rich.table import Table
 
 from probe.analysis.diagnosis.predictions import Machine, OverheadReport, Prediction, Verdict
 from probe.analysis.diagnosis.report import Figure, Report
-from probe.analysis.ledger.digest import StepDigest
 from probe.analysis.ledger.host import MECHANISM_PARTS, PURPOSE_PARTS
+from probe.analysis.ledger.median import MedianStep
 from probe.analysis.records.results import BenchResults, Cell, FailedCell
 from probe.render.console import stderr
 
@@ -375,7 +375,7 @@ def overhead_output(r: OverheadReport) -> list[str | Table]:
     return out
 
 
-def digest_table(ledgers: dict[str, StepDigest]) -> Table:
+def digest_table(ledgers: dict[str, MedianStep]) -> Table:
     """Where one (median) decode step goes, per engine, from its profiled trace: by purpose, then by mechanism."""
     table = Table(title="where a decode step goes (median decode step of a profiled run, us)", title_justify="left")
     columns = [(p.label, "purpose", p.name) for p in PURPOSE_PARTS]

@@ -61,7 +61,7 @@ class RunRecord:
 
     @property
     def config_id(self) -> str:
-        return _digest(self.config)
+        return _config_hash(self.config)
 
     @property
     def env_id(self) -> str:
@@ -84,7 +84,7 @@ class RunRecord:
         return SampleSet(self.source, self.kind, self.env, {}, units)
 
 
-def _digest(obj) -> str:
+def _config_hash(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
