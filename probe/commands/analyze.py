@@ -177,7 +177,7 @@ def main(args: argparse.Namespace) -> int:
 def main_one(args: argparse.Namespace, path: Path) -> int:
     from probe.analysis.diagnosis.answer import answer
     from probe.analysis.ledger.build import analyze
-    from probe.analysis.ledger.timeline import step_timeline
+    from probe.analysis.ledger.timeline import step_events
     from probe.analysis.records.sidecar import trace_meta
     from probe.analysis.roofline.device_file import device_file
     from probe.analysis.roofline.formulas import dtype_bytes
@@ -226,7 +226,7 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
         out = result.to_json(steps=False) | found.to_json()
         out["steps"] = Rows(len(steps), record)  # made and written a chunk at a time
         if step is not None:
-            out["timeline"] = [vars(it) for it in step_timeline(trace, step)]
+            out["timeline"] = [vars(it) for it in step_events(trace, step)]
         print_json(out)
         return 0
     for w in result.warnings:  # before the tables, where a person reads first
@@ -248,7 +248,7 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
         console.print(step_table(step, result))
         if step.top_kernels:
             console.print(kernels_table(step.top_kernels, f"{step.name}: top GPU ops by total time"))
-        console.print(timeline_table(step_timeline(trace, step), step))
+        console.print(timeline_table(step_events(trace, step), step))
     frames = step.top_frames if step is not None else result.python_frames[:15]
     if frames:
         console.print(frames_table(frames, "Python frames by self time (the python part)"))

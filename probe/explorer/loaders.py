@@ -28,7 +28,7 @@ from probe.errors import ProbeError
 from probe.explorer import figures, sources
 from probe.explorer.cache import sized_cache
 from probe.explorer.sources import Source
-from probe.explorer.step_clock import StepTimeline, step_clock
+from probe.explorer.step_clock import StepClock, step_clock
 
 LOAD_ERRORS = (ProbeError, OSError)  # probe's loaders turn bad input into a one-line ProbeError
 HISTORY_WAIT_S = 5.0  # how long the app waits on a history a recording job holds, before saying so
@@ -149,7 +149,7 @@ def load_answer(root: bytes, path: bytes, stamp: tuple, reading: Reading, roofli
 @sized_cache(TIMELINE_CACHE_BYTES, lambda: st.spinner("Laying the step out on one clock"))
 def load_timeline(
     root: bytes, path: bytes, stamp: tuple, position: int, reading: Reading, window: tuple[int, int] | None
-) -> StepTimeline:
+) -> StepClock:
     analysis = load_analysis(root, path, stamp, reading)
     options = analyze_options(root, path, reading)
     return step_clock(load_events(path, stamp), analysis, position, options, window)

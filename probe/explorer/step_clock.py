@@ -1,6 +1,6 @@
 """One step on one clock, the way Perfetto draws it, for the explorer's One step view (torch-free).
 
-`step_clock(trace, analysis, position) -> StepTimeline` lays out, over the step read whole (host start to the
+`step_clock(trace, analysis, position) -> StepClock` lays out, over the step read whole (host start to the
 later of the host end and its GPU work's end, `StepLedger.span_ns`) or a window of it:
 
 - **the step's thread**: its ranges, Python frames, cpu_ops and runtime calls, each kind by its nesting depth (a lane
@@ -18,7 +18,7 @@ later of the host end and its GPU work's end, `StepLedger.span_ns`) or a window 
 - **links**: for every GPU op, the runtime call that launched it (joined on correlation, as the ledger does).
 
 Every figure comes from the ledger's own rules, so the view and the tables cannot disagree. (The flat list
-`probe analyze --step` prints, probe.analysis.ledger.timeline.step_timeline, colours by the same rule, `purpose_of`.)
+`probe analyze --step` prints, probe.analysis.ledger.timeline.step_events, colours by the same rule, `purpose_of`.)
 
 **Aggregation.** A step can hold 50,000 Python frames; a browser draws a few thousand bars well. Each lane is cut
 at the window's resolution (its width over `COLUMNS`): an event at least that long is drawn as itself; a run of
@@ -140,7 +140,7 @@ class Merged:
 
 
 @dataclass(frozen=True)
-class StepTimeline:
+class StepClock:
     step: str
     position: int
     wall_ns: int  # the host window
@@ -198,7 +198,7 @@ def step_clock(
     position: int,
     options: AnalyzeOptions | None = None,
     window: tuple[int, int] | None = None,
-) -> StepTimeline:
+) -> StepClock:
     """The step at `position` on one clock; `window` (ns from the step's start) narrows what is drawn. `options`
     are the ones the analysis was made with (its kernel categories and kernel-wait threshold)."""
     options = options or AnalyzeOptions()
@@ -225,7 +225,7 @@ def step_clock(
     bars = [_described(trace, bar, ops_detail) for bar in bars]
     gpu_start = None if step.gpu_start_ns is None else step.gpu_start_ns - step.start_ns
     gpu_end = None if step.gpu_end_ns is None else step.gpu_end_ns - step.start_ns
-    return StepTimeline(
+    return StepClock(
         step=step.name,
         position=step.position,
         wall_ns=step.wall_ns,

@@ -15,7 +15,7 @@ from rich.table import Table
 from probe.analysis.ledger.host import MECHANISM_PARTS, PURPOSE_PARTS
 from probe.analysis.ledger.kernels import KernelStat, short_name
 from probe.analysis.ledger.ranks import Ranks
-from probe.analysis.ledger.timeline import TimelineItem
+from probe.analysis.ledger.timeline import StepEvent
 from probe.analysis.ledger.types import StepLedger, TraceAnalysis
 from probe.render.text import DASH, ms, pct, short, us
 
@@ -284,7 +284,7 @@ def step_table(s: StepLedger, result: TraceAnalysis) -> Table:
     return table
 
 
-def timeline_table(items: list[TimelineItem], s: StepLedger) -> Table:
+def timeline_table(items: list[StepEvent], s: StepLedger) -> Table:
     """One step's top-level ops, calls outside ops and ranges in order: every one up to TIMELINE_ROWS, past it the
     longest TIMELINE_ROWS, with a row for each run left out (a step of 200,000 ops printed 200,000 rows)."""
     cut = (
