@@ -98,7 +98,7 @@ def plan(cfg: BenchConfig, classes: dict[str, type[Engine]]) -> list[CellSpec]:
 
 
 @dataclass
-class Outcome:
+class CellOutcome:
     """What running one cell gave: the cell (or its failure), its raw telemetry rows, and the naive reference rows
     it computed (so other workers need not compute them again)."""
 
@@ -150,12 +150,12 @@ class CellRunner:
                 progress=progress,
             )
             cell = dataclasses.replace(cell, host=self.host, device=self.device_label, attn=self.attn)
-            outcome = Outcome(spec, cell, samples)
+            outcome = CellOutcome(spec, cell, samples)
         except Exception as e:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()  # after an OOM, the next cell starts from a clean allocator
             failed = FailedCell.of(spec.key, one_line(e), host=self.host, device=self.device_label, attn=self.attn)
-            outcome = Outcome(spec, failed)
+            outcome = CellOutcome(spec, failed)
         outcome.references = {k: v for k, v in self.references.known.items() if k not in before}
         return outcome
 
@@ -188,7 +188,7 @@ class Sweep:
             if rows is not None and "cell" in rows.columns:
                 self.samples[position[cell.key]] = rows[rows["cell"] == i].drop(columns="cell").to_dict("records")
 
-    def add(self, outcome: Outcome) -> BenchResults:
+    def add(self, outcome: CellOutcome) -> BenchResults:
         self.done[outcome.spec.position] = outcome.cell
         self.samples[outcome.spec.position] = outcome.samples
         return self._save()
@@ -297,9 +297,9 @@ def mismatches(results: BenchResults) -> list[Cell]:
 
 
 __all__ = [
+    "CellOutcome",
     "CellRunner",
     "CellSpec",
-    "Outcome",
     "RefRows",
     "Sweep",
     "bench",

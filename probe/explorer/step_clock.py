@@ -435,7 +435,7 @@ def _gpu(trace, analysis: TraceAnalysis, step: StepLedger, options, t0, a, b, la
         [lane_of[(d, s)] for d, s in zip(trace.device[rows].tolist(), trace.stream[rows].tolist(), strict=True)],
         np.int64,
     )
-    rules = kernels.Rules.build(options.kernel_rules)
+    rules = kernels.KernelRules.build(options.kernel_rules)
     category = _categories(trace, rows, rules)
     kind = np.array(["kernel", "memcpy", "memset"], object)[
         np.searchsorted([Kind.KERNEL, Kind.GPU_MEMCPY, Kind.GPU_MEMSET], trace.kind[rows])
@@ -488,7 +488,7 @@ def _ops_around(trace: Trace, step: StepLedger, calls: np.ndarray) -> list[str]:
     return out
 
 
-def _categories(trace: Trace, rows: np.ndarray, rules: kernels.Rules) -> np.ndarray:
+def _categories(trace: Trace, rows: np.ndarray, rules: kernels.KernelRules) -> np.ndarray:
     """Each GPU op's category: memcpy and memset their own, a kernel by the rule table (once a distinct name)."""
     ids, inverse = np.unique(trace.name_id[rows], return_inverse=True)
     by_id = np.array([rules.category(trace.names[i]) for i in ids.tolist()], object)

@@ -235,7 +235,7 @@ def line_stream(json_out: bool = False) -> TextIO | None:
 HEARTBEAT_S = 30.0  # the longest a log goes without a line while a run works
 
 
-class Lines:
+class LogProgress:
     """Progress for a log: a flushed line a phase and a line a finished cell, each with the time since the start;
     and, while a `with` block holds it, a line whenever HEARTBEAT_S pass without one: the cells done and left of the
     current sweep and the time left, estimated from the cells so far."""
@@ -251,7 +251,7 @@ class Lines:
         self._beat: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def __enter__(self) -> Lines:
+    def __enter__(self) -> LogProgress:
         if self.stream is not None:
             self._beat = threading.Thread(target=self._beating, name="probe-progress", daemon=True)
             self._beat.start()
