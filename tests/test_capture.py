@@ -16,7 +16,7 @@ from transformers.cache_utils import Cache
 from engines import engine_class
 from engines.models import prompt_ids
 from probe import vocabulary as V
-from probe.analysis.records.sidecar import trace_meta
+from probe.analysis.records.sidecar import read_sidecar
 from probe.capture import annotate as A
 from probe.capture.config import ProfileConfig
 from probe.capture.count import count_forward_ops
@@ -273,6 +273,6 @@ def test_profile_threads_sets_the_intra_op_threads_as_bench_does(tmp_path):
     result = run_probe(*argv, "--threads", "1", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     (trace,) = tmp_path.glob("*.trace.json.gz")
-    assert trace_meta(trace).threads == (1, os.cpu_count())
+    assert read_sidecar(trace).threads == (1, os.cpu_count())
     bad = run_probe(*argv, "--threads", "-1", "--out", str(tmp_path / "b"))
     assert bad.returncode == 2 and "--threads must be 0" in bad.stderr

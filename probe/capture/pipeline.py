@@ -48,7 +48,7 @@ from probe.analysis.ledger.median import median_step
 from probe.analysis.records.files import atomic_write
 from probe.analysis.records.results import RESULTS_FILE, BenchResults, load_results
 from probe.analysis.records.runfolder import REPORT_FILE, REPORT_MD, claim
-from probe.analysis.records.sidecar import trace_meta
+from probe.analysis.records.sidecar import read_sidecar
 from probe.analysis.roofline.formulas import arch_for
 from probe.analysis.trace import load_trace
 from probe.capture.ab import interleaved_steps
@@ -236,7 +236,7 @@ def _profile_one(cfg: BenchConfig, folder: Path, model, engine: str, new_tokens:
     events = load_trace(trace)
     analysis = analyze(events)
     report.ledgers[label] = median_step(analysis)
-    meta = trace_meta(trace)
+    meta = read_sidecar(trace)
     contended = meta.contended_caveat if meta else None
     context = dataclasses.replace(
         Context.of(events, contended=contended, analysis=analysis), threads=meta.threads if meta else None

@@ -139,13 +139,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def options_from(args: argparse.Namespace, trace_path: Path) -> AnalyzeOptions:
     """AnalyzeOptions from the flags; the event cost from the trace's sidecar when the flag does not give it."""
     from probe.analysis.ledger.types import AnalyzeOptions
-    from probe.analysis.records.sidecar import trace_meta
+    from probe.analysis.records.sidecar import read_sidecar
 
     cost: EventCost | None
     if args.event_cost_ns is not None:
         cost = parse_event_cost(args.event_cost_ns)
     else:
-        meta = trace_meta(trace_path)
+        meta = read_sidecar(trace_path)
         cost = meta.event_cost if meta else None
     return AnalyzeOptions.parse(args.steps, args.part, args.kernel_category, cost, args.kernel_wait_us, args.steps_kind)
 
@@ -178,7 +178,7 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
     from probe.analysis.diagnosis.answer import answer
     from probe.analysis.ledger.build import analyze
     from probe.analysis.ledger.timeline import step_events
-    from probe.analysis.records.sidecar import trace_meta
+    from probe.analysis.records.sidecar import read_sidecar
     from probe.analysis.roofline.device_file import device_file
     from probe.analysis.roofline.formulas import dtype_bytes
     from probe.analysis.roofline.step import TokenFlags
@@ -205,7 +205,7 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
     result = analyze(trace, options)
     step = _pick(result, args.step) if args.step is not None else None
     flags = TokenFlags(args.tokens, args.batch, args.context)
-    meta = trace_meta(path)
+    meta = read_sidecar(path)
     found = answer(
         trace,
         result,
@@ -270,14 +270,14 @@ def analyze_and_answer(item: tuple[str | Path, AnalyzeOptions | None]) -> Answer
     from probe.analysis.diagnosis.answer import answer
     from probe.analysis.ledger.build import analyze
     from probe.analysis.ledger.ranks import lost_trace
-    from probe.analysis.records.sidecar import trace_meta
+    from probe.analysis.records.sidecar import read_sidecar
     from probe.analysis.trace import load_trace
 
     path, options = item
     try:
         trace = load_trace(path)
         analysis = analyze(trace, options)
-        meta = trace_meta(Path(path))
+        meta = read_sidecar(Path(path))
     except (ProbeError, OSError) as e:
         return lost_trace(item, first_line(e))
     found = answer(  # the one answer `probe analyze TRACE` prints, so a trace's line says what its page says

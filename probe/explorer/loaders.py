@@ -123,7 +123,7 @@ def load_events(path: bytes, stamp: tuple) -> Trace:
 
 def analyze_options(root: bytes, path: bytes, reading: Reading) -> AnalyzeOptions:
     """`probe analyze`'s options as the sidebar gives them, with the profiler's cost per event from the sidecar."""
-    meta = sources.trace_meta(unkey(root), unkey(path))
+    meta = sources.sidecar(unkey(root), unkey(path))
     cost = meta.event_cost if meta is not None else None
     return AnalyzeOptions.parse(reading.steps, reading.parts, reading.kernel_categories, cost)
 
@@ -141,7 +141,7 @@ def load_answer(root: bytes, path: bytes, stamp: tuple, reading: Reading, roofli
     trace = load_events(path, stamp)
     analysis = load_analysis(root, path, stamp, reading)
     flags = TokenFlags(roofline.tokens, roofline.batch, roofline.context)
-    meta = sources.trace_meta(unkey(root), unkey(path))
+    meta = sources.sidecar(unkey(root), unkey(path))
     contended = meta.contended_caveat if meta else None  # said first, as probe analyze says it
     return answer(trace, analysis, model=roofline.model, device_name=roofline.device, flags=flags, contended=contended)
 
