@@ -41,7 +41,7 @@ from probe.analysis.records.results import (
 from probe.analysis.records.runfolder import check_writable
 from probe.analysis.records.telemetry import TELEMETRY_FILE, write_samples
 from probe.capture import annotate
-from probe.capture.cell import PeakMemory, ProgressFn, References, RefRows, Telemetry, one_line, run_cell
+from probe.capture.cell import CellSampler, PeakMemory, ProgressFn, References, RefRows, one_line, run_cell
 from probe.capture.config import Config, settle, validate
 from probe.capture.env import environment
 from probe.errors import ProbeError
@@ -122,7 +122,7 @@ class CellRunner:
         if model is None:
             model = load_model(self.cfg.model, self.cfg.dtype, str(self.device), self.cfg.seed, self.cfg.attn)
         self.model = model
-        self.mem, self.telemetry = PeakMemory(self.device), Telemetry(self.cfg, self.device)
+        self.mem, self.telemetry = PeakMemory(self.device), CellSampler(self.cfg, self.device)
         self.references = References(model, self.cfg, self.device)
         self.host, self.device_label = socket.gethostname(), device_label or str(self.device)
         self.attn = self.model.config._attn_implementation

@@ -195,7 +195,7 @@ def load_run_judgement(path: bytes, stamp: tuple, run_id: str):
 
 
 @st.cache_data(max_entries=16, show_spinner="Reading the telemetry")
-def load_telemetry(path: bytes, stamp: tuple, offset_ns: int | None = None) -> figures.telemetry.Telemetry:
+def load_telemetry(path: bytes, stamp: tuple, offset_ns: int | None = None) -> figures.telemetry.TelemetryFrames:
     return figures.telemetry.read_telemetry(unkey(path), offset_ns)
 
 

@@ -222,7 +222,7 @@ def step_clock(
     notes += _unseen_gaps(items, hi - lo)
     bars, merged, q = _aggregate(trace, items, lanes, hi - lo)
     ops_detail = {o.row: o for o in ops}
-    bars = [_described(trace, bar, ops_detail) for bar in bars]
+    bars = [_with_hover(trace, bar, ops_detail) for bar in bars]
     gpu_start = None if step.gpu_start_ns is None else step.gpu_start_ns - step.start_ns
     gpu_end = None if step.gpu_end_ns is None else step.gpu_end_ns - step.start_ns
     return StepClock(
@@ -642,7 +642,7 @@ def _merged_bar(trace, lane, start, reach, cover, kind, key, rows, durs, own, q)
     )
 
 
-def _described(trace: Trace, bar: Bar, ops: dict[int, GpuOp]) -> Bar:
+def _with_hover(trace: Trace, bar: Bar, ops: dict[int, GpuOp]) -> Bar:
     """A bar with its full name and what its hover adds."""
     if bar.count > 1:
         return bar
