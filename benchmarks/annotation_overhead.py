@@ -15,7 +15,7 @@ import argparse
 from benchmarks.paired import report, run_pairs
 from engines import engine_class
 from engines.models import load_model, prompt_ids
-from probe.capture import annotate as A
+from probe.capture import annotate
 from probe.capture.loop import generate
 
 
@@ -23,11 +23,11 @@ def ranges_per_step(engine, prompt) -> int:
     """Count the ranges one decode step emits, by running one step with a counting annotator."""
     counted = []
 
-    class Counting(A.NullAnnotator):
+    class Counting(annotate.NullAnnotator):
         enabled = True
 
         def __call__(self, name, index=None):
-            counted.append(A.label(name, index))
+            counted.append(annotate.label(name, index))
             return self._null
 
     generate(engine, prompt, 2, Counting())
@@ -45,12 +45,12 @@ def main() -> None:
     model = load_model("tiny", "float32", "cpu")
     engine = engine_class(args.engine)(model)
     prompt = prompt_ids(args.prompt, 1, model.config.vocab_size)
-    annotator = A.Annotator()
-    for a in (A.NULL, annotator, A.NULL):  # warm both paths
+    annotator = annotate.Annotator()
+    for a in (annotate.NULL, annotator, annotate.NULL):  # warm both paths
         generate(engine, prompt, args.new_tokens, a)
     pairs = run_pairs(
         lambda: generate(engine, prompt, args.new_tokens, annotator),
-        lambda: generate(engine, prompt, args.new_tokens, A.NULL),
+        lambda: generate(engine, prompt, args.new_tokens, annotate.NULL),
         args.pairs,
     )
     nvtx = "NVTX on (a tool is attached)" if annotator.push else "NVTX skipped (no tool attached)"

@@ -6,7 +6,7 @@ as Ray tasks on a local instance.
 
 The traces are synthetic torch-2.13-style CUDA decode traces (benchmarks/synthetic_traces.py), one per rank
 (distributedInfo.rank set), written to a temp folder and deleted after. Each figure is the wall time of
-`analyze_one` over every trace, lined up by `job`, in this process:
+`analyze_one` over every trace, lined up by `ranks`, in this process:
 
 - one process: one trace after another, here;
 - pool: probe.pool.pool_map, a process per core (what `probe analyze PATH...` does by default);
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from benchmarks.synthetic_traces import make_trace
-from probe.analysis.ledger.ranks import analyze_one, job
+from probe.analysis.ledger.ranks import analyze_one, ranks
 from probe.cluster import fan_out, ray, session  # Ray imported after probe: in its local-only mode
 from probe.pool import pool_map
 
@@ -76,8 +76,8 @@ def main(argv: list[str] | None = None) -> None:
             f"{len(paths)} traces, {first.totals.events} events and {len(first.steps)} steps each, {size:.0f} MiB "
             f"in all; {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start"
         )
-        serial = [timed(lambda: job([analyze_one(i) for i in items])) for _ in range(args.repeats)]
-        pooled = [timed(lambda: job(pool_map(analyze_one, items))) for _ in range(args.repeats)]
+        serial = [timed(lambda: ranks([analyze_one(i) for i in items])) for _ in range(args.repeats)]
+        pooled = [timed(lambda: ranks(pool_map(analyze_one, items))) for _ in range(args.repeats)]
         base = min(serial)
         print(line("one process", serial))
         print(line(f"local process pool ({min(len(items), os.cpu_count() or 1)} processes)", pooled, base))
@@ -85,8 +85,8 @@ def main(argv: list[str] | None = None) -> None:
         start = time.perf_counter()
         with session(None):
             started = time.perf_counter() - start
-            cold = timed(lambda: job(fan_out(analyze_one, items)))
-            warm = [timed(lambda: job(fan_out(analyze_one, items))) for _ in range(args.repeats)]
+            cold = timed(lambda: ranks(fan_out(analyze_one, items)))
+            warm = [timed(lambda: ranks(fan_out(analyze_one, items))) for _ in range(args.repeats)]
             print(f"{'Ray local instance: start (ray.init)':<44} {started:6.2f} s")
             print(f"{'Ray: first fan-out (workers start)':<44} {cold:6.2f} s")
             print(line("Ray: fan-out, workers warm", warm, base))

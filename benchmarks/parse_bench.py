@@ -151,7 +151,7 @@ def measure(
 
 def measure_ours(path: str, timeline: bool = False) -> dict:
     from probe.analysis.ledger.build import analyze as ledger
-    from probe.analysis.ledger.timeline import step_timeline
+    from probe.analysis.ledger.timeline import step_events
     from probe.analysis.trace import load_trace
 
     t0, c0 = time.perf_counter(), time.process_time()
@@ -161,9 +161,9 @@ def measure_ours(path: str, timeline: bool = False) -> dict:
     t2 = time.perf_counter()
     out = {"parse_s": t1 - t0, "parse_cpu_s": c1 - c0, "ledger_s": t2 - t1}
     out |= {"events": len(trace), "steps": len(result.steps)}
-    if timeline:  # what `probe analyze --step 0` adds; not by default: the ledger's step_timeline is quadratic in
+    if timeline:  # what `probe analyze --step 0` adds; not by default: the ledger's step_events is quadratic in
         # (runtime calls x enclosing ranges), hours for a 1M-event nsys export read as one window
-        step_timeline(trace, result.steps[0])
+        step_events(trace, result.steps[0])
         out["timeline_s"] = time.perf_counter() - t2
     return out
 

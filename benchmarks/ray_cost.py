@@ -10,7 +10,7 @@ Measured, each the median of its repeats (wall time in this process):
 - the workers' start: one probe worker a node (raysweep.Worker: placed, torch imported, the model built), all three
   at once, against building the same model here;
 - a cell here (CellRunner.run of the cached engine), the term the cluster divides by G;
-- the actor call a cell costs beyond its own work: a call carrying a CellSpec and returning a real cell's Outcome,
+- the actor call a cell costs beyond its own work: a call carrying a CellSpec and returning a real cell's CellOutcome,
   to an actor on another node that does nothing else;
 - naive's reference rows: the same call with a batch of 8 reference rows, and ray.put of a large set of rows
   fetched on another node (the object store's path, which rows take past Ray's 100 KiB inline limit).

@@ -20,7 +20,7 @@ import torch
 
 from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.types import AnalyzeOptions, steady
-from probe.analysis.records.sidecar import trace_meta
+from probe.analysis.records.sidecar import read_sidecar
 from probe.analysis.trace import load_trace
 from probe.capture.profile import profile_torch
 from probe.capture.sweep import bench
@@ -36,7 +36,7 @@ def one_round(engine: str, prompt: int, new_tokens: int, out: Path) -> dict:
     itl = next(c for c in cells.cells if c.engine == engine).itl_p50_ms
     cfg = ProfileConfig(engine=engine, prompt=prompt, new_tokens=new_tokens, device="cpu")
     capture = profile_torch(cfg, out, force=True)  # every round into the same folder
-    cost = trace_meta(capture.trace).event_cost
+    cost = read_sidecar(capture.trace).event_cost
     steps = steady(analyze(load_trace(capture.trace), AnalyzeOptions(event_cost=cost)).steps)
     return {
         "itl": itl,

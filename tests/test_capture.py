@@ -15,9 +15,9 @@ from transformers.cache_utils import Cache
 
 from engines import engine_class
 from engines.models import prompt_ids
-from probe import vocabulary as V
-from probe.analysis.records.sidecar import trace_meta
-from probe.capture import annotate as A
+from probe import vocabulary
+from probe.analysis.records.sidecar import read_sidecar
+from probe.capture import annotate
 from probe.capture.config import ProfileConfig
 from probe.capture.count import count_forward_ops
 from probe.capture.profile import NSYS_HINT, find_nsys, profile_torch
@@ -45,7 +45,11 @@ def test_trace_name_sidecar_and_step_sequence(cpu_trace):
     assert capture.trace.name == "tiny_cached_cpu_p32_n6.trace.json.gz"
     meta = json.loads(capture.meta.read_text())
     assert meta["config"]["engine"] == "cached" and meta["env"]["torch"] and len(meta["itl_ms"]) == NEW_TOKENS - 1
-    steps = [e["name"] for e in sorted(events, key=lambda e: e["ts"]) if V.split_label(e["name"])[0] in V.STEP_RANGES]
+    steps = [
+        e["name"]
+        for e in sorted(events, key=lambda e: e["ts"])
+        if vocabulary.split_label(e["name"])[0] in vocabulary.STEP_RANGES
+    ]
     assert steps == ["prefill"] + [f"decode#{i}" for i in range(NEW_TOKENS - 1)]  # warmup not recorded
 
 
@@ -75,7 +79,14 @@ def test_every_decode_step_has_every_range(cpu_trace):
         names = Counter(e["name"] for e in inside(step, ranges))
         assert {f"cache.update#{layer}" for layer in range(LAYERS)} <= set(names)
         assert all(names[f"cache.update#{layer}"] == 1 for layer in range(LAYERS))
-        for name in (V.FORWARD, V.SAMPLE, V.SYNC, V.CACHE_SEQ_LENGTH, V.CACHE_MASK_SIZES, V.MASK):
+        for name in (
+            vocabulary.FORWARD,
+            vocabulary.SAMPLE,
+            vocabulary.SYNC,
+            vocabulary.CACHE_SEQ_LENGTH,
+            vocabulary.CACHE_MASK_SIZES,
+            vocabulary.MASK,
+        ):
             assert names[name] >= 1, (step["name"], name)
 
 
@@ -92,7 +103,7 @@ def top_level_ops(window, events):
 def test_dispatch_count_equals_profiler_top_level_count(cpu_trace, tiny):
     _, events = cpu_trace
     counts = count_forward_ops(engine_class("cached")(tiny), prompt_ids(32, 1, tiny.config.vocab_size))
-    forwards = [e for e in events if e["name"] == V.FORWARD]
+    forwards = [e for e in events if e["name"] == vocabulary.FORWARD]
     decode_forwards = [
         f for f in forwards if any(f in inside(s, events) for s in events if s["name"].startswith("decode#"))
     ]
@@ -116,9 +127,9 @@ def test_counts_are_deterministic_across_runs_and_processes(tiny):
 
 def test_annotations_off_patch_nothing(tiny):
     original = Cache.__dict__["update"]
-    with A.instrument(tiny, A.NULL):
+    with annotate.instrument(tiny, annotate.NULL):
         assert Cache.__dict__["update"] is original
-    with A.instrument(tiny, A.Annotator()):
+    with annotate.instrument(tiny, annotate.Annotator()):
         assert Cache.__dict__["update"] is not original
     assert Cache.__dict__["update"] is original
 
@@ -162,7 +173,7 @@ def test_nsys_capture_has_our_ranges(tmp_path):
     assert names["prefill"] == 1 and names["run"] == 1
     assert [names[f"decode#{i}"] for i in range(3)] == [1, 1, 1]
     assert all(names[f"cache.update#{layer}"] == 4 for layer in range(LAYERS))
-    for name in (V.FORWARD, V.SAMPLE, V.SYNC, V.MASK, V.CACHE_MASK_SIZES):
+    for name in (vocabulary.FORWARD, vocabulary.SAMPLE, vocabulary.SYNC, vocabulary.MASK, vocabulary.CACHE_MASK_SIZES):
         assert names[name] == 4
 
 
@@ -177,14 +188,14 @@ def test_missing_nsys_is_one_line(tmp_path, cli, monkeypatch):
 def test_ranges_cost_one_check_when_no_tool_listens(monkeypatch):
     for var in ("NVTX_INJECTION64_PATH", "NVTX_INJECTION32_PATH", "PROBE_NVTX"):
         monkeypatch.delenv(var, raising=False)
-    quiet = A.Annotator()
+    quiet = annotate.Annotator()
     assert quiet.push is None and quiet("decode", 1) is quiet._null  # neither nsys nor the profiler: no range
     import torch
 
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
         assert quiet("decode", 1) is not quiet._null  # the profiler runs: a real record_function range
     monkeypatch.setenv("NVTX_INJECTION64_PATH", "/nsys/libToolsInjection64.so")  # what nsys sets for its child
-    assert A.Annotator().push is not None
+    assert annotate.Annotator().push is not None
 
 
 def test_profiler_is_initialised_for_cuda_graphs_once_and_only_on_cuda(monkeypatch):
@@ -273,6 +284,6 @@ def test_profile_threads_sets_the_intra_op_threads_as_bench_does(tmp_path):
     result = run_probe(*argv, "--threads", "1", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     (trace,) = tmp_path.glob("*.trace.json.gz")
-    assert trace_meta(trace).threads == (1, os.cpu_count())
+    assert read_sidecar(trace).threads == (1, os.cpu_count())
     bad = run_probe(*argv, "--threads", "-1", "--out", str(tmp_path / "b"))
     assert bad.returncode == 2 and "--threads must be 0" in bad.stderr

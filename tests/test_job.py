@@ -22,9 +22,9 @@ from probe.analysis.ledger.ranks import (
     analyze_one,
     check_job,
     expand,
-    job,
     lost_trace,
     rank_in_name,
+    ranks,
 )
 from probe.pool import pool_map
 from tests.conftest import DATA, ROOT, run_probe, shared_trace
@@ -32,24 +32,24 @@ from tests.ranks import make_rank_traces
 
 
 @pytest.fixture(scope="module")
-def ranks(tmp_path_factory):
+def rank_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("job")
     make_rank_traces(folder, ranks=4, slow_rank=2, stretch=1.25)
     return folder
 
 
 @pytest.fixture(scope="module")
-def analyses(ranks):
-    return [analyze_one((p, None)) for p in sorted(ranks.iterdir())]
+def analyses(rank_folder):
+    return [analyze_one((p, None)) for p in sorted(rank_folder.iterdir())]
 
 
-def test_a_folder_of_rank_traces_names_the_straggler(ranks):
-    result = run_probe("analyze", str(ranks), "--json")
+def test_a_folder_of_rank_traces_names_the_straggler(rank_folder):
+    result = run_probe("analyze", str(rank_folder), "--json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["one_job"] is True and doc["not_a_job"] is None
     assert [t["rank"] for t in doc["traces"]] == [0, 1, 2, 3]
-    assert [t["source"] for t in doc["traces"]] == [str(ranks / f"rank{r}.trace.json.gz") for r in range(4)]
+    assert [t["source"] for t in doc["traces"]] == [str(rank_folder / f"rank{r}.trace.json.gz") for r in range(4)]
     assert all(len(t["steps"]) == 5 for t in doc["traces"])  # each trace's own ledger, as `probe analyze` gives it
     assert len(doc["by_step"]) == 5
     for step in doc["by_step"]:
@@ -63,9 +63,9 @@ def test_a_folder_of_rank_traces_names_the_straggler(ranks):
     assert doc["failed"] == []
 
 
-def test_the_job_table_and_a_trace_that_cannot_be_read(ranks, tmp_path):
+def test_the_job_table_and_a_trace_that_cannot_be_read(rank_folder, tmp_path):
     folder = tmp_path / "job"
-    shutil.copytree(ranks, folder)
+    shutil.copytree(rank_folder, folder)
     (folder / "rank4.trace.json").write_text('{"traceEvents": [ {"ph": "X", "ts": ')  # cut off mid-event
     result = run_probe("analyze", str(folder))
     assert result.returncode == 1
@@ -74,7 +74,7 @@ def test_the_job_table_and_a_trace_that_cannot_be_read(ranks, tmp_path):
     assert f"probe: error: {folder / 'rank4.trace.json'}: " in result.stderr
 
 
-def test_one_trace_keeps_todays_output(ranks, tmp_path):
+def test_one_trace_keeps_todays_output(rank_folder, tmp_path):
     single = tmp_path / "one"
     single.mkdir()
     shutil.copy(shared_trace("public/rocm_vllm_decode_cudagraph.trace.json.gz"), single)
@@ -132,7 +132,7 @@ def test_a_rank_comes_from_distributed_info_or_from_the_file_names(analyses):
     assert check_job(undeclared).ranks == (0, 1, 2, 3)  # rank<N> in every file name
     renamed = vary(rank=[None] * 4, source=[f"/x/worker_rank-{r}.pt.trace.json" for r in (3, 1, 0, 2)])
     assert check_job(renamed).ranks == (3, 1, 0, 2)
-    assert [t.source for t in job(renamed).traces] == [f"/x/worker_rank-{r}.pt.trace.json" for r in range(4)]
+    assert [t.source for t in ranks(renamed).traces] == [f"/x/worker_rank-{r}.pt.trace.json" for r in range(4)]
     repeated = vary(rank=[0] * 4)  # distributedInfo repeats a rank: the names decide
     assert check_job(repeated).ranks == (0, 1, 2, 3)
     nameless = vary(rank=[0] * 4, source=[f"/x/host{r}.trace.json" for r in range(4)])
@@ -154,8 +154,8 @@ def test_the_same_steps_in_every_trace(analyses):
     other = [analyses[0], dataclasses.replace(analyses[1], steps=tuple(steps)), *analyses[2:]]
     why = check_job(other).why_not
     assert why == f"step 2 is 'ProfilerStep#103' in {analyses[0].source}, 'x' in {analyses[1].source}"
-    assert not check_job(analyses[:1]).one_job and job(analyses[:1]).straggler is None
-    listed = job([*fewer, TraceFailure("x", "bad")])
+    assert not check_job(analyses[:1]).one_job and ranks(analyses[:1]).straggler is None
+    listed = ranks([*fewer, TraceFailure("x", "bad")])
     assert (listed.ranks, listed.by_step, listed.straggler, listed.failed) == (
         (),
         (),
@@ -165,12 +165,12 @@ def test_the_same_steps_in_every_trace(analyses):
     assert [t.source for t in listed.traces] == [a.source for a in fewer]
 
 
-def test_paths_expand_from_folders_and_globs(ranks):
-    assert expand([str(ranks / "rank[02].trace.json.gz"), ranks]) == [
-        ranks / f"rank{r}.trace.json.gz" for r in (0, 2, 1, 3)
+def test_paths_expand_from_folders_and_globs(rank_folder):
+    assert expand([str(rank_folder / "rank[02].trace.json.gz"), rank_folder]) == [
+        rank_folder / f"rank{r}.trace.json.gz" for r in (0, 2, 1, 3)
     ]
     with pytest.raises(Exception, match="no file matches"):
-        expand([str(ranks / "nothing*.json")])
+        expand([str(rank_folder / "nothing*.json")])
 
 
 def _square_or_fail(n: int) -> int:

@@ -395,8 +395,8 @@ def test_roofline_reads_presets_config_files_and_model_folders_without_torch(tmp
 
 # ---- every module path the docs name exists ----------------------------------------------------------------------
 
-# A dotted name (`probe.analysis.records.sidecar.trace_meta`) or a path (`probe/analysis/ledger/steps.py`) in the docs,
-# a docstring or a comment. Paths under tests/ are left out: the docs also name the anchors' own tests (HTA's
+# A dotted name (`probe.analysis.records.sidecar.read_sidecar`) or a path (`probe/analysis/ledger/steps.py`) in the
+# docs, a docstring or a comment. Paths under tests/ are left out: the docs also name the anchors' own tests (HTA's
 # tests/test_trace_diff.py, TraceLens's tests/traces/). CHANGELOG.md is history: it names what was.
 DOTTED = re.compile(r"(?<![\w./-])((?:probe|engines)(?:\.[A-Za-z_]\w*)+)")
 SLASHED = re.compile(r"(?<![\w./-])((?:probe|engines|scripts|benchmarks|docs)/[\w./*-]*[\w/*])")
@@ -463,11 +463,11 @@ def _resolves(dotted: str) -> bool:
 
 
 def test_the_pointer_check_tells_a_stale_name_from_a_live_one():
-    assert _resolves("probe.analysis.records.sidecar.trace_meta") and _resolves("probe.capture.loop.Generation")
-    assert _resolves("probe.analysis.ledger.ranks.JobCheck.one_job") and _resolves("probe.analysis")
+    assert _resolves("probe.analysis.records.sidecar.read_sidecar") and _resolves("probe.capture.loop.Generation")
+    assert _resolves("probe.analysis.ledger.ranks.RanksCheck.one_job") and _resolves("probe.analysis")
     ranks = ".".join(("probe", "analysis", "ledger", "ranks"))  # joined, so the scan below does not read them
-    assert not _resolves(".".join(("probe", "compare", "trace_meta"))) and not _resolves(f"{ranks}.no_such_name")
-    assert not _resolves(f"{ranks}.JobCheck.no_such_member")
+    assert not _resolves(".".join(("probe", "compare", "read_sidecar"))) and not _resolves(f"{ranks}.no_such_name")
+    assert not _resolves(f"{ranks}.RanksCheck.no_such_member")
 
 
 def test_every_module_path_the_docs_name_exists():

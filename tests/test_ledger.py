@@ -16,7 +16,7 @@ from probe.analysis.intervals import assign, covered, merge, nesting, union_by_g
 from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.host import MECHANISM, PURPOSE
 from probe.analysis.ledger.steps import find_steps
-from probe.analysis.ledger.timeline import step_timeline
+from probe.analysis.ledger.timeline import step_events
 from probe.analysis.ledger.types import AnalyzeOptions
 from probe.analysis.trace import Kind, load_trace
 from probe.errors import ProbeError
@@ -243,7 +243,7 @@ def test_hand_totals_and_summary(hand):
 
 
 def test_hand_timeline_marks_cache_time(hand):
-    items = step_timeline(load_trace(HAND), hand.steps[1])
+    items = step_events(load_trace(HAND), hand.steps[1])
     got = [(it.kind, it.part, it.name, it.start_us, it.dur_us) for it in items]
     assert got == [
         ("range", "range", "forward", 1.0, 59.0),

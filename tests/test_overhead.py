@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from probe import vocabulary as V
+from probe import vocabulary
 from probe.analysis.diagnosis.predictions import OverheadReport
 from probe.capture import machine
 from probe.capture.machine import PIECES, TimingAnnotator, choose_threads, measure, thread_candidates
@@ -18,20 +18,25 @@ from tests.conftest import floor_ops_by_profiler
 def test_timing_annotator_charges_self_time_per_step():
     ticks = iter([0, 10, 15, 40, 45, 100, 100, 130, 200, 260])
     timing = TimingAnnotator(clock=lambda: next(ticks))
-    with timing(V.DECODE, 0):  # enter at 0
-        with timing(V.FORWARD):  # 10
-            with timing(V.CACHE_UPDATE, 3):  # 15
+    with timing(vocabulary.DECODE, 0):  # enter at 0
+        with timing(vocabulary.FORWARD):  # 10
+            with timing(vocabulary.CACHE_UPDATE, 3):  # 15
                 pass  # exit 40
         # forward exit 45; back in decode
-        with timing(V.SAMPLE):  # 100
+        with timing(vocabulary.SAMPLE):  # 100
             pass  # 100
     # decode exit 130
-    with timing(V.DECODE, 1):  # 200
+    with timing(vocabulary.DECODE, 1):  # 200
         pass  # 260
     first, second = timing.steps
-    assert dict(first) == {V.DECODE: 10 + 55 + 30, V.FORWARD: 5 + 5, V.CACHE_UPDATE: 25, V.SAMPLE: 0}
+    assert dict(first) == {
+        vocabulary.DECODE: 10 + 55 + 30,
+        vocabulary.FORWARD: 5 + 5,
+        vocabulary.CACHE_UPDATE: 25,
+        vocabulary.SAMPLE: 0,
+    }
     assert sum(first.values()) == 130  # self times partition the step
-    assert dict(second) == {V.DECODE: 60}
+    assert dict(second) == {vocabulary.DECODE: 60}
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +51,10 @@ def test_floor_report_is_complete(report):
     assert report.cached_launches_per_forward > report.launches_per_forward  # bookkeeping adds ops
     assert [p.range for p in report.pieces] == [r for _, r in PIECES]
     by_range = {p.range: p.median_us for p in report.pieces}
-    assert by_range[V.CACHE_UPDATE] > 0 and by_range[V.MASK] > 0 and by_range[V.FORWARD] > 0
-    assert report.bookkeeping_ms == pytest.approx(sum(by_range[r] for r in (*V.CACHE_RANGES, V.MASK)) / 1e3)
+    assert by_range[vocabulary.CACHE_UPDATE] > 0 and by_range[vocabulary.MASK] > 0 and by_range[vocabulary.FORWARD] > 0
+    assert report.bookkeeping_ms == pytest.approx(
+        sum(by_range[r] for r in (*vocabulary.CACHE_RANGES, vocabulary.MASK)) / 1e3
+    )
 
 
 def test_profiled_step_split(report):

@@ -14,7 +14,7 @@ import pytest
 
 from probe.analysis.ledger import patterns
 from probe.analysis.ledger.build import analyze
-from probe.analysis.ledger.kernels import Rules
+from probe.analysis.ledger.kernels import KernelRules
 from probe.analysis.ledger.patterns import compile_user
 from probe.analysis.ledger.steps import compile_steps_regex, find_steps
 from probe.analysis.ledger.types import AnalyzeOptions
@@ -73,7 +73,7 @@ def test_every_user_pattern_is_compiled_by_re2():
     options = AnalyzeOptions.parse(steps="^decode#", parts=["inputs=_prepare"], kernel_categories=["moe2=ogs"])
     user_rule = options.kernel_rules[0]
     assert user_rule == ("moe2", "ogs")
-    compiled = [options.steps, options.parts[0].pattern, Rules.build(options.kernel_rules).rules[0][1]]
+    compiled = [options.steps, options.parts[0].pattern, KernelRules.build(options.kernel_rules).rules[0][1]]
     assert all(type(p) is patterns.Pattern and type(p.compiled).__module__.startswith("re2") for p in compiled)
 
 

@@ -424,7 +424,7 @@ def test_progress_in_a_log_says_cells_done_left_and_the_time_left_when_nothing_e
     """Issue 36 §1: piped, `probe run` printed nothing for 5-15 minutes at a time. From the sweep's start (its first
     cell can take minutes on a busy machine) a quiet spell is told as the cells done and left."""
     stream = io.StringIO()
-    lines = terminal.Lines(stream, "probe run", heartbeat_s=0.05)
+    lines = terminal.LogProgress(stream, "probe run", heartbeat_s=0.05)
 
     def beat(said: str) -> str:
         deadline = time.monotonic() + 30
@@ -453,7 +453,7 @@ def test_progress_in_a_log_tells_each_cell_once_as_workers_finish_them_out_of_or
     """On Ray, cells finish out of order and failures are listed apart from cells: each is told once, with its own
     label, and the last line counts all of them (it told one failure seven times before)."""
     stream = io.StringIO()
-    lines = terminal.Lines(stream, "probe bench")
+    lines = terminal.LogProgress(stream, "probe bench")
     lines.sweep(4)
     sweep = results(cell("naive", 16, 4.0))
     failed = FailedCell("raising", 16, 9, 1, "RuntimeError: out of memory")

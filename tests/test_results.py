@@ -21,7 +21,7 @@ from probe.analysis.records import files
 from probe.analysis.records.environment import EnvDifference, Environment
 from probe.analysis.records.files import MAX_JSON_DEPTH, TraceStem, parse_json, parse_stem, read_json, trace_stem
 from probe.analysis.records.results import CELLS_CSV, CELLS_FILE, RESULTS_FILE, BenchResults, CellKey, load_results
-from probe.analysis.records.sidecar import Sidecar, trace_meta
+from probe.analysis.records.sidecar import Sidecar, read_sidecar
 from probe.capture.cell import PeakMemory
 from probe.counts import MAX_COUNT
 from probe.errors import ProbeError
@@ -132,7 +132,7 @@ def test_a_sidecar_reads_back_typed_and_keeps_what_probe_does_not_read():
     assert meta.details["itl_ms"] == doc["itl_ms"]
     again = Sidecar.from_json(json.loads(json.dumps(meta.to_json())))
     assert again == meta
-    assert trace_meta(SIDECAR.with_name("tiny_cached_cpu_p16_n6.trace.json.gz")) == meta
+    assert read_sidecar(SIDECAR.with_name("tiny_cached_cpu_p16_n6.trace.json.gz")) == meta
 
 
 @pytest.mark.parametrize(
@@ -152,7 +152,7 @@ def test_a_malformed_sidecar_is_one_line_naming_the_field(tmp_path, edit, why):
     edit(doc)
     (tmp_path / "t.meta.json").write_text(json.dumps(doc))
     with pytest.raises(ProbeError, match=why) as info:
-        trace_meta(tmp_path / "t.trace.json.gz")
+        read_sidecar(tmp_path / "t.trace.json.gz")
     assert "\n" not in str(info.value) and str(info.value).startswith(str(tmp_path / "t.meta.json"))
 
 

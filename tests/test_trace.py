@@ -513,7 +513,7 @@ def test_a_byte_that_is_not_utf8_in_an_nsys_name_is_replaced(hand_nsys, tmp_path
 
 
 def test_end_ns_is_added_once_and_read_only():
-    """step_timeline reads trace.end_ns[row] a row at a time: a property adding two whole columns on every read
+    """step_events reads trace.end_ns[row] a row at a time: a property adding two whole columns on every read
     made 60k runtime calls take seconds (quadratic), where 15k took 0.05 s."""
     trace = load_trace(HAND)
     assert trace.end_ns is trace.end_ns

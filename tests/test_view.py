@@ -608,10 +608,10 @@ def test_a_sidecar_linking_out_of_the_root_is_not_read(tmp_path):
     shutil.copy(CACHED, root / CACHED.name)
     _touch(outside / "x.meta.json", json.dumps({"env": {"torch": "from outside"}}))
     (root / CACHED.name.replace(".trace.json.gz", ".meta.json")).symlink_to(outside / "x.meta.json")
-    assert sources.trace_meta(root, root / CACHED.name) is None
+    assert sources.sidecar(root, root / CACHED.name) is None
     (root / CACHED.name.replace(".trace.json.gz", ".meta.json")).unlink()
     shutil.copy(CACHED.with_name(CACHED.name.replace(".trace.json.gz", ".meta.json")), root)
-    assert sources.trace_meta(root, root / CACHED.name).config.engine == "cached"
+    assert sources.sidecar(root, root / CACHED.name).config.engine == "cached"
 
 
 def test_md_escape_keeps_op_names_literal():
@@ -679,7 +679,7 @@ def test_trace_telemetry_lines_up_with_the_trace_steps(tmp_path):
     samples = sources.trace_telemetry(tmp_path, capture.trace)
     assert samples == tmp_path / "tiny_cached_cpu_p16_n12.telemetry.parquet"
     analysis = analyze(load_trace(capture.trace))
-    offset = figures.telemetry.telemetry_offset_ns(sources.trace_meta(tmp_path, capture.trace), analysis)
+    offset = figures.telemetry.telemetry_offset_ns(sources.sidecar(tmp_path, capture.trace), analysis)
     telemetry = figures.telemetry.read_telemetry(samples, offset)
     first, last = analysis.steps[0], analysis.steps[-1]
     # the sampler starts before the recorded run and stops after it: its first and last rows bracket the steps
@@ -1020,11 +1020,11 @@ def test_a_commit_tick_is_a_short_hash_or_the_whole_word():
 def test_coinciding_ranks_are_said_and_drawn_inside_each_other(hand):
     """Four ranks of which three have the same wall at every step: the chart drew two lines for four ranks. Each rank
     has its own dash, marker and width now (the first the widest), and the three are named as one."""
-    from probe.analysis.ledger.ranks import job
+    from probe.analysis.ledger.ranks import ranks
 
     slower = tuple(dataclasses.replace(s, wall_ns=s.wall_ns + 1_000) for s in hand.steps)
-    ranks = [dataclasses.replace(hand, rank=r, steps=slower if r == 2 else hand.steps) for r in range(4)]
-    result = job(ranks)
+    rank_traces = [dataclasses.replace(hand, rank=r, steps=slower if r == 2 else hand.steps) for r in range(4)]
+    result = ranks(rank_traces)
     assert result.one_job and figures.ranks.coinciding(result) == [(0, [1, 3])]
     fig = figures.ranks.ranks_figure(result)
     walls = [t for t in fig.data if t.name.startswith("rank ") and t.showlegend is not False]

@@ -23,7 +23,7 @@ from engines.models import load_model, prompt_ids, resolve_device
 from probe.analysis.diagnosis.predictions import Measured, Side
 from probe.analysis.records.results import BenchResults, Cell
 from probe.analysis.regression.samples import SampleSet, from_results
-from probe.capture.cell import Telemetry, measured_cell
+from probe.capture.cell import CellSampler, measured_cell
 from probe.capture.config import validate
 from probe.capture.env import environment
 from probe.capture.loop import Generation, lockstep, lockstep_each
@@ -40,7 +40,7 @@ def interleaved(cfg: BenchConfig, base: str, current: str, flip: bool = False) -
         torch.set_num_threads(cfg.threads)
     model = load_model(cfg.model, cfg.dtype, str(device), cfg.seed)
     order = ("current", "base") if flip else ("base", "current")
-    telemetry = Telemetry(cfg, device)
+    telemetry = CellSampler(cfg, device)
     cells: dict[str, list[Cell]] = {"base": [], "current": []}
     for length in sorted(cfg.prompts):
         for batch in sorted(cfg.batch):
@@ -71,7 +71,7 @@ def interleaved_steps(cfg: BenchConfig, model, sides: list[Side], prompt_len: in
     side at its own batch and threads), `cfg.warmup + cfg.runs` runs with the order reversed every run; and whether
     other processes took the CPU during its decode phases (the contention rule of every cell)."""
     device = next(model.parameters()).device
-    telemetry = Telemetry(cfg, device)
+    telemetry = CellSampler(cfg, device)
     engines = [engine_class(s.engine)(model) for s in sides]
     prompts = [prompt_ids(prompt_len, s.batch, model.config.vocab_size, cfg.seed).to(device) for s in sides]
     threads, before = cfg.threads or torch.get_num_threads(), torch.get_num_threads()

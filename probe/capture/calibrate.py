@@ -21,7 +21,7 @@ import time
 import torch
 
 from probe.analysis.records.sidecar import EventCost
-from probe.capture import annotate as A
+from probe.capture import annotate
 
 CALIBRATION_REPS = 15  # alternating pairs: the median of the pairs' differences shrugs off a preempted run
 WORKLOAD_ITERS = 200  # each iteration records 10 ops, 5 of them nested: linear (t, addmm), relu, add, sum
@@ -66,7 +66,7 @@ def event_costs(device: torch.device, reps: int = CALIBRATION_REPS) -> EventCost
     x = torch.randn(4, 64, device=device)
     w = torch.randn(64, 64, device=device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    annotator = A.Annotator(nvtx=False)
+    annotator = annotate.Annotator(nvtx=False)
 
     def ops() -> None:
         _workload(x, w, WORKLOAD_ITERS)

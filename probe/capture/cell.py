@@ -107,7 +107,7 @@ class CellTelemetry:
         )
 
 
-class Telemetry:
+class CellSampler:
     """A runner's device and process telemetry: one sampler per cell, its raw rows handed back with the cell."""
 
     def __init__(self, cfg: BenchConfig, device: torch.device):
@@ -183,7 +183,7 @@ def run_cell(
     mem: PeakMemory,
     annotator: Annotator,
     references: References,
-    telemetry: Telemetry,
+    telemetry: CellSampler,
     progress: ProgressFn = lambda d, n: None,
 ) -> tuple[Cell, list[dict]]:
     """One cell: its parity pass, warmups and recorded runs. Returns the cell and its raw telemetry rows."""

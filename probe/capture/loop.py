@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from engines.base import Engine
-from probe import vocabulary as V
-from probe.capture import annotate as A
+from probe import vocabulary
+from probe.capture import annotate
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def generate(
     engine: Engine,
     prompt: torch.Tensor,
     new_tokens: int,
-    annotator=A.NULL,
+    annotator=annotate.NULL,
     sync_each_step: bool = True,
 ) -> Generation:
     """Greedy-decode `new_tokens` tokens after `prompt` (B, P). Step i's input is step i-1's argmax."""
@@ -85,7 +85,12 @@ class decode_steps:
     Generation once it is exhausted. Wrap it in `torch.inference_mode()`."""
 
     def __init__(
-        self, engine: Engine, prompt: torch.Tensor, new_tokens: int, annotator=A.NULL, sync_each_step: bool = True
+        self,
+        engine: Engine,
+        prompt: torch.Tensor,
+        new_tokens: int,
+        annotator=annotate.NULL,
+        sync_each_step: bool = True,
     ):
         self.result: Generation | None = None
         self._gen = self._loop(engine, prompt, new_tokens, annotator, sync_each_step)
@@ -102,25 +107,25 @@ class decode_steps:
         step_sync = sync if sync_each_step else (lambda: None)
 
         def step(call, *args):
-            with ann(V.FORWARD):
+            with ann(vocabulary.FORWARD):
                 logits = call(*args)  # (B, V)
-            with ann(V.SAMPLE):
+            with ann(vocabulary.SAMPLE):
                 token = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
-            with ann(V.SYNC):
+            with ann(vocabulary.SYNC):
                 step_sync()
             return token
 
         tokens, steps = [], []
-        with A.instrument(engine.model, ann, engine.captures_decode), ann(V.RUN):
+        with annotate.instrument(engine.model, ann, engine.captures_decode), ann(vocabulary.RUN):
             start = clock()
-            with ann(V.PREFILL):
+            with ann(vocabulary.PREFILL):
                 token = step(engine.prefill, prompt, prompt.shape[1] + new_tokens)
             ttft = clock() - start
             tokens.append(token)
             yield
             for i in range(new_tokens - 1):
                 t0 = clock()
-                with ann(V.DECODE, i):
+                with ann(vocabulary.DECODE, i):
                     token = step(engine.decode, token)
                 steps.append(clock() - t0)
                 tokens.append(token)

@@ -38,16 +38,16 @@ import torch
 from engines import engine_class
 from engines.models import load_model, prompt_ids, resolve_device
 from engines.naive import no_cache_forward, prepared_masks
-from probe import vocabulary as V
+from probe import vocabulary
 from probe.analysis.diagnosis.predictions import Machine, OverheadReport, Piece
 from probe.analysis.diagnosis.report import ThreadChoice
 from probe.analysis.ledger.build import analyze
-from probe.analysis.ledger.digest import StepDigest, digest
+from probe.analysis.ledger.median import MedianStep, median_step
 from probe.analysis.records.telemetry import CONTENDED_CORES, cell_telemetry, contention
 from probe.analysis.roofline.devices import match_device
 from probe.analysis.trace import load_trace
 from probe.analysis.trace.table import LAUNCH_NAMES
-from probe.capture import annotate as A
+from probe.capture import annotate
 from probe.capture.config import BenchConfig, settle, validate
 from probe.capture.count import count_forward_ops
 from probe.capture.loop import decode_steps, device_sync, finish, generate
@@ -101,7 +101,7 @@ class TimingAnnotator:
         if self._stack:
             top = self._stack[-1]
             self._charge(top.name, now - top.resume)
-        if name == V.DECODE:
+        if name == vocabulary.DECODE:
             self._current = defaultdict(int)
             self.steps.append(self._current)
         self._stack.append(_Frame(name, now))
@@ -110,7 +110,7 @@ class TimingAnnotator:
         now = self.clock()
         frame = self._stack.pop()
         self._charge(frame.name, now - frame.resume)
-        if frame.name == V.DECODE:
+        if frame.name == vocabulary.DECODE:
             self._current = None
         if self._stack:
             self._stack[-1].resume = now
@@ -121,14 +121,14 @@ class TimingAnnotator:
 
 
 PIECES = (  # (label, range whose self time it is)
-    ("forward ops", V.FORWARD),
-    ("cache writes (all layers)", V.CACHE_UPDATE),
-    ("sequence-length read-back", V.CACHE_SEQ_LENGTH),
-    ("mask-size query", V.CACHE_MASK_SIZES),
-    ("mask construction", V.MASK),
-    ("sampling", V.SAMPLE),
-    ("sync", V.SYNC),
-    ("loop (step range itself)", V.DECODE),
+    ("forward ops", vocabulary.FORWARD),
+    ("cache writes (all layers)", vocabulary.CACHE_UPDATE),
+    ("sequence-length read-back", vocabulary.CACHE_SEQ_LENGTH),
+    ("mask-size query", vocabulary.CACHE_MASK_SIZES),
+    ("mask construction", vocabulary.MASK),
+    ("sampling", vocabulary.SAMPLE),
+    ("sync", vocabulary.SYNC),
+    ("loop (step range itself)", vocabulary.DECODE),
 )
 
 
@@ -216,7 +216,7 @@ def measure(
     for name, rng in PIECES:
         median_us = statistics.median(s.get(rng, 0) for s in timing.steps) / 1e3
         pieces.append(Piece(name, rng, median_us, 100 * median_us / 1e3 / step_ms))
-    bookkeeping = sum(p.median_us for p in pieces if p.range in (*V.CACHE_RANGES, V.MASK)) / 1e3
+    bookkeeping = sum(p.median_us for p in pieces if p.range in (*vocabulary.CACHE_RANGES, vocabulary.MASK)) / 1e3
     gap = step_ms - floor_ms
     step = profiled_step(cached, prompt)
     wall = step.wall_us
@@ -264,9 +264,9 @@ def floor_launches(model, naive, token: torch.Tensor) -> tuple[int, str]:
     return sum(1 for e in prof.events() if e.name in LAUNCH_NAMES), "kernel launches"
 
 
-def profiled_step(engine, prompt: torch.Tensor, steps: int = 8) -> StepDigest:
+def profiled_step(engine, prompt: torch.Tensor, steps: int = 8) -> MedianStep:
     """Profile a few decode steps under torch.profiler and reduce them to the median step's ledger."""
-    annotator = A.Annotator()
+    annotator = annotate.Annotator()
     activities = [torch.profiler.ProfilerActivity.CPU]
     if prompt.device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -277,7 +277,7 @@ def profiled_step(engine, prompt: torch.Tensor, steps: int = 8) -> StepDigest:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "step.trace.json"
         prof.export_chrome_trace(str(path))
-        return digest(analyze(load_trace(path)))
+        return median_step(analyze(load_trace(path)))
 
 
 THREAD_CHOICE_S = 0.5  # how long the floors of every candidate count are timed in all: /proc/stat counts 10 ms ticks

@@ -44,11 +44,11 @@ from probe.analysis.diagnosis.predictions import (
 from probe.analysis.diagnosis.report import Figure, Report, engine_label, hand_figures, step_counts
 from probe.analysis.diagnosis.verdict import diagnose_trace
 from probe.analysis.ledger.build import analyze
-from probe.analysis.ledger.digest import digest
+from probe.analysis.ledger.median import median_step
 from probe.analysis.records.files import atomic_write
 from probe.analysis.records.results import RESULTS_FILE, BenchResults, load_results
 from probe.analysis.records.runfolder import REPORT_FILE, REPORT_MD, claim
-from probe.analysis.records.sidecar import trace_meta
+from probe.analysis.records.sidecar import read_sidecar
 from probe.analysis.roofline.formulas import arch_for
 from probe.analysis.trace import load_trace
 from probe.capture.ab import interleaved_steps
@@ -235,8 +235,8 @@ def _profile_one(cfg: BenchConfig, folder: Path, model, engine: str, new_tokens:
         raise ProbeError(f"torch.profiler wrote no trace of {label}")
     events = load_trace(trace)
     analysis = analyze(events)
-    report.ledgers[label] = digest(analysis)
-    meta = trace_meta(trace)
+    report.ledgers[label] = median_step(analysis)
+    meta = read_sidecar(trace)
     contended = meta.contended_caveat if meta else None
     context = dataclasses.replace(
         Context.of(events, contended=contended, analysis=analysis), threads=meta.threads if meta else None

@@ -50,7 +50,7 @@ from probe.analysis.records.runfolder import check_writable
 from probe.analysis.records.sidecar import Sidecar, unpaired_traces
 from probe.analysis.records.telemetry import cell_telemetry, contention, decode_windows, write_samples
 from probe.analysis.trace import Kind, load_trace
-from probe.capture import annotate as A
+from probe.capture import annotate
 from probe.capture.calibrate import event_costs
 from probe.capture.config import BenchConfig, ProfileConfig, model_name, validate
 from probe.capture.env import environment
@@ -187,7 +187,7 @@ def profile_torch(cfg: ProfileConfig, out: Path, model=None, force: bool = False
     refuse_existing(out, name, (".trace.json.gz", ".meta.json", ".telemetry.parquet"), force)  # before the model
     cfg, engine, prompt, device = _prepare(cfg, model)
     prepare_graph_profiling(device)  # before the warmup captures anything
-    annotator = A.Annotator()
+    annotator = annotate.Annotator()
     for _ in range(max(cfg.warmup, 1 if engine.captures_decode else 0)):
         generate(engine, prompt, cfg.new_tokens, annotator)
     activities = [torch.profiler.ProfilerActivity.CPU]
@@ -235,11 +235,11 @@ def profile_torch(cfg: ProfileConfig, out: Path, model=None, force: bool = False
 def run_annotated(cfg: ProfileConfig) -> None:
     """The process nsys watches: warmup, then one annotated generation (no torch.profiler attached)."""
     cfg, engine, prompt, _ = _prepare(cfg)
-    annotator = A.Annotator(nvtx=True)  # nsys is attached: this process is the one it launched
+    annotator = annotate.Annotator(nvtx=True)  # nsys is attached: this process is the one it launched
     if annotator.push is None:
         raise ProbeError("no NVTX emitter: pip install 'nvtx<0.2.12'")
     for _ in range(max(cfg.warmup, 1 if engine.captures_decode else 0)):
-        generate(engine, prompt, cfg.new_tokens, A.NULL)
+        generate(engine, prompt, cfg.new_tokens, annotate.NULL)
     generate(engine, prompt, cfg.new_tokens, annotator)
 
 

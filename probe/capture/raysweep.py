@@ -33,7 +33,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from probe.analysis.records.environment import Environment
 from probe.analysis.records.results import BenchResults, FailedCell
 from probe.capture.config import BenchConfig, settle, validate
-from probe.capture.sweep import CellRunner, CellSpec, Outcome, RefRows, Sweep, plan, precheck_resume
+from probe.capture.sweep import CellOutcome, CellRunner, CellSpec, RefRows, Sweep, plan, precheck_resume
 from probe.cluster import POLL_S, alive_nodes, lost_reason, session
 from probe.errors import ProbeError
 
@@ -53,7 +53,7 @@ class _Worker:
     def where(self) -> tuple[str, str, str, Environment]:
         return self.runner.host, self.runner.device_label, self.node, self.runner.environment()
 
-    def run(self, spec: CellSpec, references: RefRows) -> Outcome:
+    def run(self, spec: CellSpec, references: RefRows) -> CellOutcome:
         outcome = self.runner.run(spec, references=references)
         outcome.cell = dataclasses.replace(outcome.cell, node=self.node)
         return outcome
@@ -185,8 +185,8 @@ class _Dispatch:
         self.report()
         return self.sweep.finish()
 
-    def add(self, spec: CellSpec, cell, outcome: Outcome | None = None) -> None:
-        outcome = outcome or Outcome(spec, cell)
+    def add(self, spec: CellSpec, cell, outcome: CellOutcome | None = None) -> None:
+        outcome = outcome or CellOutcome(spec, cell)
         self.references.update(outcome.references)
         self.finished.add(spec.position)
         self.on_cell(self.sweep.add(outcome))

@@ -41,7 +41,7 @@ from probe.analysis.records.results import (
 from probe.analysis.records.runfolder import check_writable
 from probe.analysis.records.telemetry import TELEMETRY_FILE, write_samples
 from probe.capture import annotate
-from probe.capture.cell import PeakMemory, ProgressFn, References, RefRows, Telemetry, one_line, run_cell
+from probe.capture.cell import CellSampler, PeakMemory, ProgressFn, References, RefRows, one_line, run_cell
 from probe.capture.config import Config, settle, validate
 from probe.capture.env import environment
 from probe.errors import ProbeError
@@ -98,7 +98,7 @@ def plan(cfg: BenchConfig, classes: dict[str, type[Engine]]) -> list[CellSpec]:
 
 
 @dataclass
-class Outcome:
+class CellOutcome:
     """What running one cell gave: the cell (or its failure), its raw telemetry rows, and the naive reference rows
     it computed (so other workers need not compute them again)."""
 
@@ -122,7 +122,7 @@ class CellRunner:
         if model is None:
             model = load_model(self.cfg.model, self.cfg.dtype, str(self.device), self.cfg.seed, self.cfg.attn)
         self.model = model
-        self.mem, self.telemetry = PeakMemory(self.device), Telemetry(self.cfg, self.device)
+        self.mem, self.telemetry = PeakMemory(self.device), CellSampler(self.cfg, self.device)
         self.references = References(model, self.cfg, self.device)
         self.host, self.device_label = socket.gethostname(), device_label or str(self.device)
         self.attn = self.model.config._attn_implementation
@@ -150,12 +150,12 @@ class CellRunner:
                 progress=progress,
             )
             cell = dataclasses.replace(cell, host=self.host, device=self.device_label, attn=self.attn)
-            outcome = Outcome(spec, cell, samples)
+            outcome = CellOutcome(spec, cell, samples)
         except Exception as e:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()  # after an OOM, the next cell starts from a clean allocator
             failed = FailedCell.of(spec.key, one_line(e), host=self.host, device=self.device_label, attn=self.attn)
-            outcome = Outcome(spec, failed)
+            outcome = CellOutcome(spec, failed)
         outcome.references = {k: v for k, v in self.references.known.items() if k not in before}
         return outcome
 
@@ -188,7 +188,7 @@ class Sweep:
             if rows is not None and "cell" in rows.columns:
                 self.samples[position[cell.key]] = rows[rows["cell"] == i].drop(columns="cell").to_dict("records")
 
-    def add(self, outcome: Outcome) -> BenchResults:
+    def add(self, outcome: CellOutcome) -> BenchResults:
         self.done[outcome.spec.position] = outcome.cell
         self.samples[outcome.spec.position] = outcome.samples
         return self._save()
@@ -297,9 +297,9 @@ def mismatches(results: BenchResults) -> list[Cell]:
 
 
 __all__ = [
+    "CellOutcome",
     "CellRunner",
     "CellSpec",
-    "Outcome",
     "RefRows",
     "Sweep",
     "bench",

@@ -18,7 +18,7 @@ from probe.render import terminal
 from probe.render.console import stdout
 
 
-def watch_for(json_out: bool, lines: terminal.Lines) -> Watch:
+def watch_for(json_out: bool, lines: terminal.LogProgress) -> Watch:
     """Progress as the output allows: a bar where stderr is a terminal (not under --json), a flushed line a cell and
     a phase when the output is a file or a pipe. Never a bar into a file: rich prints its last frame there."""
 

@@ -18,7 +18,7 @@ import argparse
 
 from engines import engine_class
 from probe.analysis.regression.rules import CompareRules
-from probe.commands.compare import add_output_arguments, report
+from probe.commands.compare import add_output_arguments, write_outputs
 from probe.flags import add_arguments as add_config_arguments
 from probe.flags import from_args
 from probe.settings import BenchConfig
@@ -62,4 +62,4 @@ def main(args: argparse.Namespace) -> int:
     shape = f"prompts {','.join(map(str, sorted(cfg.prompts)))}, {cfg.new_tokens} tokens x {cfg.runs} runs a side"
     header = f"probe ab: {args.base} (base) vs {args.current} (current), {where}, {shape}"
     gate = args.gate_counts or engine_class(args.base).name == engine_class(args.current).name
-    return report(compare(base, current, rules, gate_counts=gate), args.markdown, args.json, header=header)
+    return write_outputs(compare(base, current, rules, gate_counts=gate), args.markdown, args.json, header=header)

@@ -139,13 +139,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def options_from(args: argparse.Namespace, trace_path: Path) -> AnalyzeOptions:
     """AnalyzeOptions from the flags; the event cost from the trace's sidecar when the flag does not give it."""
     from probe.analysis.ledger.types import AnalyzeOptions
-    from probe.analysis.records.sidecar import trace_meta
+    from probe.analysis.records.sidecar import read_sidecar
 
     cost: EventCost | None
     if args.event_cost_ns is not None:
         cost = parse_event_cost(args.event_cost_ns)
     else:
-        meta = trace_meta(trace_path)
+        meta = read_sidecar(trace_path)
         cost = meta.event_cost if meta else None
     return AnalyzeOptions.parse(args.steps, args.part, args.kernel_category, cost, args.kernel_wait_us, args.steps_kind)
 
@@ -177,8 +177,8 @@ def main(args: argparse.Namespace) -> int:
 def main_one(args: argparse.Namespace, path: Path) -> int:
     from probe.analysis.diagnosis.answer import answer
     from probe.analysis.ledger.build import analyze
-    from probe.analysis.ledger.timeline import step_timeline
-    from probe.analysis.records.sidecar import trace_meta
+    from probe.analysis.ledger.timeline import step_events
+    from probe.analysis.records.sidecar import read_sidecar
     from probe.analysis.roofline.device_file import device_file
     from probe.analysis.roofline.formulas import dtype_bytes
     from probe.analysis.roofline.step import TokenFlags
@@ -205,7 +205,7 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
     result = analyze(trace, options)
     step = _pick(result, args.step) if args.step is not None else None
     flags = TokenFlags(args.tokens, args.batch, args.context)
-    meta = trace_meta(path)
+    meta = read_sidecar(path)
     found = answer(
         trace,
         result,
@@ -226,7 +226,7 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
         out = result.to_json(steps=False) | found.to_json()
         out["steps"] = Rows(len(steps), record)  # made and written a chunk at a time
         if step is not None:
-            out["timeline"] = [vars(it) for it in step_timeline(trace, step)]
+            out["timeline"] = [vars(it) for it in step_events(trace, step)]
         print_json(out)
         return 0
     for w in result.warnings:  # before the tables, where a person reads first
@@ -248,7 +248,7 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
         console.print(step_table(step, result))
         if step.top_kernels:
             console.print(kernels_table(step.top_kernels, f"{step.name}: top GPU ops by total time"))
-        console.print(timeline_table(step_timeline(trace, step), step))
+        console.print(timeline_table(step_events(trace, step), step))
     frames = step.top_frames if step is not None else result.python_frames[:15]
     if frames:
         console.print(frames_table(frames, "Python frames by self time (the python part)"))
@@ -270,14 +270,14 @@ def analyze_and_answer(item: tuple[str | Path, AnalyzeOptions | None]) -> Answer
     from probe.analysis.diagnosis.answer import answer
     from probe.analysis.ledger.build import analyze
     from probe.analysis.ledger.ranks import lost_trace
-    from probe.analysis.records.sidecar import trace_meta
+    from probe.analysis.records.sidecar import read_sidecar
     from probe.analysis.trace import load_trace
 
     path, options = item
     try:
         trace = load_trace(path)
         analysis = analyze(trace, options)
-        meta = trace_meta(Path(path))
+        meta = read_sidecar(Path(path))
     except (ProbeError, OSError) as e:
         return lost_trace(item, first_line(e))
     found = answer(  # the one answer `probe analyze TRACE` prints, so a trace's line says what its page says
@@ -303,7 +303,7 @@ def answer_line(source: str, d: Diagnosis | None) -> str:
 
 def main_job(args: argparse.Namespace, paths: list[Path]) -> int:
     """Several traces: each analyzed in parallel, a line a trace first, then lined up as the ranks of one job."""
-    from probe.analysis.ledger.ranks import TraceFailure, job, lost_trace
+    from probe.analysis.ledger.ranks import TraceFailure, lost_trace, ranks
     from probe.analysis.ledger.types import AnalyzeOptions
 
     # bad flags fail the command, first
@@ -325,7 +325,7 @@ def main_job(args: argparse.Namespace, paths: list[Path]) -> int:
     else:
         done = pool_map(analyze_and_answer, items, lost=lost_trace)
     answers = {d.analysis.source: d.median for d in done if isinstance(d, Answered)}
-    result = job([d.analysis if isinstance(d, Answered) else d for d in done] + list(early.values()))
+    result = ranks([d.analysis if isinstance(d, Answered) else d for d in done] + list(early.values()))
     if not result.traces:
         raise ProbeError(
             f"none of the {len(paths)} traces could be read: {result.failed[0].source}: {result.failed[0].error}"

@@ -45,7 +45,7 @@ def main(args: argparse.Namespace) -> int:
     cfg = from_args(BenchConfig, args)
     if args.out is not None:
         claim(args.out, resume=args.resume, force=args.force)
-    lines = terminal.Lines(terminal.line_stream(args.json), "probe bench")
+    lines = terminal.LogProgress(terminal.line_stream(args.json), "probe bench")
     finish = resume_command(args.argv, "bench", args.out)
     with lines, sweep_interrupts(lambda: interrupted_message(args.out, cell_count(cfg), finish)):
         results = sweep(cfg, args.out, watch_for(args.json, lines), None, args.resume, args.executor, args.address)

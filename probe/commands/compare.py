@@ -52,7 +52,7 @@ def main(args: argparse.Namespace) -> int:
 
     rules = from_args(CompareRules, args)
     result = compare(load_samples(args.baseline), load_samples(args.current), rules, args.require_same_env)
-    return report(result, args.markdown, args.json)
+    return write_outputs(result, args.markdown, args.json)
 
 
 def write_markdown(path: Path | None, text: str) -> None:
@@ -66,7 +66,7 @@ def write_markdown(path: Path | None, text: str) -> None:
         raise ProbeError(f"cannot write {path}: {e.strerror or e}") from None
 
 
-def report(result: Comparison, markdown: Path | None, as_json: bool, header: str | None = None) -> int:
+def write_outputs(result: Comparison, markdown: Path | None, as_json: bool, header: str | None = None) -> int:
     """Print a comparison (warnings on stderr, the table or JSON on stdout, Markdown to a file), after `header`
     (what was compared, where: probe ab's model and device); the exit code."""
     from probe.render.compare import print_comparison, warnings_to_stderr

@@ -121,7 +121,7 @@ def main(args: argparse.Namespace) -> int:
         resume_command=resume_command(args.argv, "run", out),
     )
     claim(out, resume=options.resume, force=options.force)  # a refusal is one line, before anything starts
-    lines = terminal.Lines(terminal.line_stream(args.json), "probe run")
+    lines = terminal.LogProgress(terminal.line_stream(args.json), "probe run")
     with lines, sweep_interrupts(lambda: "interrupted" + left_behind(out, options.resume_command)):
         try:
             outcome = run_job(cfg, out, options, watch_for(args.json, lines))

@@ -1,6 +1,6 @@
 """What the explorer's views read, loaded and cached: Streamlit caches each on the path (as bytes: a file name
 need not be UTF-8), its stamp (size and mtime) and the sidebar's inputs. Also the typed sources the views take
-(Run, TraceSource, History, Job) and the ViewContext every view is handed.
+(Run, TraceSource, History, RanksSource) and the ViewContext every view is handed.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import streamlit as st
 from probe.analysis.diagnosis.answer import Answer, answer
 from probe.analysis.diagnosis.report import Report, load_report
 from probe.analysis.ledger.build import analyze
-from probe.analysis.ledger.ranks import JobAnalysis, TraceFailure, job
+from probe.analysis.ledger.ranks import Ranks, TraceFailure, ranks
 from probe.analysis.ledger.types import AnalyzeOptions, TraceAnalysis
 from probe.analysis.records.results import BenchResults, load_results
 from probe.analysis.regression import history
@@ -28,7 +28,7 @@ from probe.errors import ProbeError
 from probe.explorer import figures, sources
 from probe.explorer.cache import sized_cache
 from probe.explorer.sources import Source
-from probe.explorer.step_clock import StepTimeline, step_clock
+from probe.explorer.step_clock import StepClock, step_clock
 
 LOAD_ERRORS = (ProbeError, OSError)  # probe's loaders turn bad input into a one-line ProbeError
 HISTORY_WAIT_S = 5.0  # how long the app waits on a history a recording job holds, before saying so
@@ -80,12 +80,12 @@ class History:
 
 
 @dataclass(frozen=True)
-class Job:
-    job: JobAnalysis
+class RanksSource:
+    ranks: Ranks
     path: Path
 
 
-Loaded = Run | TraceSource | History | Job
+Loaded = Run | TraceSource | History | RanksSource
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ def load_events(path: bytes, stamp: tuple) -> Trace:
 
 def analyze_options(root: bytes, path: bytes, reading: Reading) -> AnalyzeOptions:
     """`probe analyze`'s options as the sidebar gives them, with the profiler's cost per event from the sidecar."""
-    meta = sources.trace_meta(unkey(root), unkey(path))
+    meta = sources.sidecar(unkey(root), unkey(path))
     cost = meta.event_cost if meta is not None else None
     return AnalyzeOptions.parse(reading.steps, reading.parts, reading.kernel_categories, cost)
 
@@ -141,7 +141,7 @@ def load_answer(root: bytes, path: bytes, stamp: tuple, reading: Reading, roofli
     trace = load_events(path, stamp)
     analysis = load_analysis(root, path, stamp, reading)
     flags = TokenFlags(roofline.tokens, roofline.batch, roofline.context)
-    meta = sources.trace_meta(unkey(root), unkey(path))
+    meta = sources.sidecar(unkey(root), unkey(path))
     contended = meta.contended_caveat if meta else None  # said first, as probe analyze says it
     return answer(trace, analysis, model=roofline.model, device_name=roofline.device, flags=flags, contended=contended)
 
@@ -149,7 +149,7 @@ def load_answer(root: bytes, path: bytes, stamp: tuple, reading: Reading, roofli
 @sized_cache(TIMELINE_CACHE_BYTES, lambda: st.spinner("Laying the step out on one clock"))
 def load_timeline(
     root: bytes, path: bytes, stamp: tuple, position: int, reading: Reading, window: tuple[int, int] | None
-) -> StepTimeline:
+) -> StepClock:
     analysis = load_analysis(root, path, stamp, reading)
     options = analyze_options(root, path, reading)
     return step_clock(load_events(path, stamp), analysis, position, options, window)
@@ -195,11 +195,11 @@ def load_run_judgement(path: bytes, stamp: tuple, run_id: str):
 
 
 @st.cache_data(max_entries=16, show_spinner="Reading the telemetry")
-def load_telemetry(path: bytes, stamp: tuple, offset_ns: int | None = None) -> figures.telemetry.Telemetry:
+def load_telemetry(path: bytes, stamp: tuple, offset_ns: int | None = None) -> figures.telemetry.TelemetryFrames:
     return figures.telemetry.read_telemetry(unkey(path), offset_ns)
 
 
-def load_job(root: Path, folder: Path, reading: Reading) -> JobAnalysis:
+def load_ranks(root: Path, folder: Path, reading: Reading) -> Ranks:
     """The traces of a job folder, each analyzed (and cached) on its own, lined up as ranks
     (probe.analysis.ledger.ranks);
     a trace that cannot be read is named with its error."""
@@ -209,7 +209,7 @@ def load_job(root: Path, folder: Path, reading: Reading) -> JobAnalysis:
             analyses.append(load_analysis(key(root), key(trace), sources.stamp(trace), reading))
         except LOAD_ERRORS as e:
             analyses.append(TraceFailure(trace.relative_to(root).as_posix(), str(e)))
-    return job(analyses)
+    return ranks(analyses)
 
 
 def load_source(root: Path, source: Source, reading: Reading) -> Loaded:
@@ -221,5 +221,5 @@ def load_source(root: Path, source: Source, reading: Reading) -> Loaded:
     if source.kind == "history":
         return History(load_history(key(path), stamp), path)
     if source.kind == "job":
-        return Job(load_job(root, path, reading), path)
+        return RanksSource(load_ranks(root, path, reading), path)
     return TraceSource(load_analysis(key(root), key(path), stamp, reading), path)

@@ -28,8 +28,7 @@ from probe.analysis.ledger.ranks import rank_in_name
 from probe.analysis.records.files import is_trace_name, stem_of
 from probe.analysis.records.results import RESULTS_FILE
 from probe.analysis.records.runfolder import REPORT_FILE
-from probe.analysis.records.sidecar import Sidecar
-from probe.analysis.records.sidecar import trace_meta as read_trace_meta
+from probe.analysis.records.sidecar import Sidecar, read_sidecar
 from probe.analysis.regression.samples import SampleSet, from_analysis, from_results
 from probe.errors import ProbeError
 from probe.explorer.figures.style import printable
@@ -238,12 +237,12 @@ def stamp(path: Path) -> tuple:
     return tuple(out)
 
 
-def trace_meta(root: Path, path: Path) -> Sidecar | None:
-    """`probe profile`'s sidecar for a trace (probe.analysis.records.sidecar.trace_meta), read only when every sidecar
+def sidecar(root: Path, path: Path) -> Sidecar | None:
+    """`probe profile`'s sidecar for a trace (probe.analysis.records.sidecar.read_sidecar), read only when every sidecar
     in the trace's folder lies inside root."""
     if not all(_inside(root, m) for m in path.parent.glob("*.meta.json")):
         return None
-    return read_trace_meta(path)
+    return read_sidecar(path)
 
 
 def telemetry_files(root: Path, folder: Path) -> list[Path]:
@@ -265,7 +264,7 @@ def samples_for(root: Path, source: Source, loaded, devices: Sequence = ()) -> S
     path = source_path(root, source)
     if source.kind == "run":
         return from_results(loaded, printable(source.rel))
-    return from_analysis(loaded, printable(source.rel), trace_meta(root, path), devices)
+    return from_analysis(loaded, printable(source.rel), sidecar(root, path), devices)
 
 
 def model_spec(root: Path, text: str) -> str | None:

@@ -1,6 +1,6 @@
 """One step on one clock, the way Perfetto draws it, for the explorer's One step view (torch-free).
 
-`step_clock(trace, analysis, position) -> StepTimeline` lays out, over the step read whole (host start to the
+`step_clock(trace, analysis, position) -> StepClock` lays out, over the step read whole (host start to the
 later of the host end and its GPU work's end, `StepLedger.span_ns`) or a window of it:
 
 - **the step's thread**: its ranges, Python frames, cpu_ops and runtime calls, each kind by its nesting depth (a lane
@@ -18,7 +18,7 @@ later of the host end and its GPU work's end, `StepLedger.span_ns`) or a window 
 - **links**: for every GPU op, the runtime call that launched it (joined on correlation, as the ledger does).
 
 Every figure comes from the ledger's own rules, so the view and the tables cannot disagree. (The flat list
-`probe analyze --step` prints, probe.analysis.ledger.timeline.step_timeline, colours by the same rule, `purpose_of`.)
+`probe analyze --step` prints, probe.analysis.ledger.timeline.step_events, colours by the same rule, `purpose_of`.)
 
 **Aggregation.** A step can hold 50,000 Python frames; a browser draws a few thousand bars well. Each lane is cut
 at the window's resolution (its width over `COLUMNS`): an event at least that long is drawn as itself; a run of
@@ -140,7 +140,7 @@ class Merged:
 
 
 @dataclass(frozen=True)
-class StepTimeline:
+class StepClock:
     step: str
     position: int
     wall_ns: int  # the host window
@@ -198,7 +198,7 @@ def step_clock(
     position: int,
     options: AnalyzeOptions | None = None,
     window: tuple[int, int] | None = None,
-) -> StepTimeline:
+) -> StepClock:
     """The step at `position` on one clock; `window` (ns from the step's start) narrows what is drawn. `options`
     are the ones the analysis was made with (its kernel categories and kernel-wait threshold)."""
     options = options or AnalyzeOptions()
@@ -222,10 +222,10 @@ def step_clock(
     notes += _unseen_gaps(items, hi - lo)
     bars, merged, q = _aggregate(trace, items, lanes, hi - lo)
     ops_detail = {o.row: o for o in ops}
-    bars = [_described(trace, bar, ops_detail) for bar in bars]
+    bars = [_with_hover(trace, bar, ops_detail) for bar in bars]
     gpu_start = None if step.gpu_start_ns is None else step.gpu_start_ns - step.start_ns
     gpu_end = None if step.gpu_end_ns is None else step.gpu_end_ns - step.start_ns
-    return StepTimeline(
+    return StepClock(
         step=step.name,
         position=step.position,
         wall_ns=step.wall_ns,
@@ -435,7 +435,7 @@ def _gpu(trace, analysis: TraceAnalysis, step: StepLedger, options, t0, a, b, la
         [lane_of[(d, s)] for d, s in zip(trace.device[rows].tolist(), trace.stream[rows].tolist(), strict=True)],
         np.int64,
     )
-    rules = kernels.Rules.build(options.kernel_rules)
+    rules = kernels.KernelRules.build(options.kernel_rules)
     category = _categories(trace, rows, rules)
     kind = np.array(["kernel", "memcpy", "memset"], object)[
         np.searchsorted([Kind.KERNEL, Kind.GPU_MEMCPY, Kind.GPU_MEMSET], trace.kind[rows])
@@ -488,7 +488,7 @@ def _ops_around(trace: Trace, step: StepLedger, calls: np.ndarray) -> list[str]:
     return out
 
 
-def _categories(trace: Trace, rows: np.ndarray, rules: kernels.Rules) -> np.ndarray:
+def _categories(trace: Trace, rows: np.ndarray, rules: kernels.KernelRules) -> np.ndarray:
     """Each GPU op's category: memcpy and memset their own, a kernel by the rule table (once a distinct name)."""
     ids, inverse = np.unique(trace.name_id[rows], return_inverse=True)
     by_id = np.array([rules.category(trace.names[i]) for i in ids.tolist()], object)
@@ -642,7 +642,7 @@ def _merged_bar(trace, lane, start, reach, cover, kind, key, rows, durs, own, q)
     )
 
 
-def _described(trace: Trace, bar: Bar, ops: dict[int, GpuOp]) -> Bar:
+def _with_hover(trace: Trace, bar: Bar, ops: dict[int, GpuOp]) -> Bar:
     """A bar with its full name and what its hover adds."""
     if bar.count > 1:
         return bar

@@ -98,7 +98,7 @@ def show_trace_telemetry(trace: TraceSource, root: Path) -> None:
         return
     st.subheader("Telemetry during this trace")
     try:
-        offset = figures.telemetry.telemetry_offset_ns(sources.trace_meta(root, trace.path), trace.analysis)
+        offset = figures.telemetry.telemetry_offset_ns(sources.sidecar(root, trace.path), trace.analysis)
         telemetry = load_telemetry(key(samples), sources.stamp(samples), offset)
         chart = figures.telemetry.telemetry_figure(telemetry, trace.analysis.steps)
         st.plotly_chart(chart, key="trace_telemetry_chart")

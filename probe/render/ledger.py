@@ -14,8 +14,8 @@ from rich.table import Table
 
 from probe.analysis.ledger.host import MECHANISM_PARTS, PURPOSE_PARTS
 from probe.analysis.ledger.kernels import KernelStat, short_name
-from probe.analysis.ledger.ranks import JobAnalysis
-from probe.analysis.ledger.timeline import TimelineItem
+from probe.analysis.ledger.ranks import Ranks
+from probe.analysis.ledger.timeline import StepEvent
 from probe.analysis.ledger.types import StepLedger, TraceAnalysis
 from probe.render.text import DASH, ms, pct, short, us
 
@@ -284,7 +284,7 @@ def step_table(s: StepLedger, result: TraceAnalysis) -> Table:
     return table
 
 
-def timeline_table(items: list[TimelineItem], s: StepLedger) -> Table:
+def timeline_table(items: list[StepEvent], s: StepLedger) -> Table:
     """One step's top-level ops, calls outside ops and ranges in order: every one up to TIMELINE_ROWS, past it the
     longest TIMELINE_ROWS, with a row for each run left out (a step of 200,000 ops printed 200,000 rows)."""
     cut = (
@@ -335,20 +335,20 @@ def summary_table(result: TraceAnalysis) -> Table:
     return table
 
 
-def job_tables(result: JobAnalysis) -> list[Table]:
+def job_tables(result: Ranks) -> list[Table]:
     if not result.one_job:  # a list of traces, not one job: only what could not be read
         return [_failed_table(result)] if result.failed else []
     return _rank_tables(result)
 
 
-def _failed_table(result: JobAnalysis) -> Table:
+def _failed_table(result: Ranks) -> Table:
     failed = _table("traces that could not be read", ["trace", "error"], left=("trace", "error"))
     for f in result.failed:
         failed.add_row(escape(f.source), escape(f.error))
     return failed
 
 
-def _rank_tables(result: JobAnalysis) -> list[Table]:
+def _rank_tables(result: Ranks) -> list[Table]:
     """The job step by step: each rank's wall (with the slowest rank and its trail), GPU busy and launches; the
     straggler; the traces that could not be read."""
     ranks = [f"rank {r}" for r in result.ranks]

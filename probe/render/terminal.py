@@ -14,8 +14,8 @@ from rich.table import Table
 
 from probe.analysis.diagnosis.predictions import Machine, OverheadReport, Prediction, Verdict
 from probe.analysis.diagnosis.report import Figure, Report
-from probe.analysis.ledger.digest import StepDigest
 from probe.analysis.ledger.host import MECHANISM_PARTS, PURPOSE_PARTS
+from probe.analysis.ledger.median import MedianStep
 from probe.analysis.records.results import BenchResults, Cell, FailedCell
 from probe.render.console import stderr
 
@@ -235,7 +235,7 @@ def line_stream(json_out: bool = False) -> TextIO | None:
 HEARTBEAT_S = 30.0  # the longest a log goes without a line while a run works
 
 
-class Lines:
+class LogProgress:
     """Progress for a log: a flushed line a phase and a line a finished cell, each with the time since the start;
     and, while a `with` block holds it, a line whenever HEARTBEAT_S pass without one: the cells done and left of the
     current sweep and the time left, estimated from the cells so far."""
@@ -251,7 +251,7 @@ class Lines:
         self._beat: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def __enter__(self) -> Lines:
+    def __enter__(self) -> LogProgress:
         if self.stream is not None:
             self._beat = threading.Thread(target=self._beating, name="probe-progress", daemon=True)
             self._beat.start()
@@ -375,7 +375,7 @@ def overhead_output(r: OverheadReport) -> list[str | Table]:
     return out
 
 
-def digest_table(ledgers: dict[str, StepDigest]) -> Table:
+def digest_table(ledgers: dict[str, MedianStep]) -> Table:
     """Where one (median) decode step goes, per engine, from its profiled trace: by purpose, then by mechanism."""
     table = Table(title="where a decode step goes (median decode step of a profiled run, us)", title_justify="left")
     columns = [(p.label, "purpose", p.name) for p in PURPOSE_PARTS]

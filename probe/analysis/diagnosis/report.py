@@ -14,7 +14,7 @@ import numpy as np
 
 from probe.analysis.diagnosis.predictions import Machine, OverheadReport, Prediction, Verdict, WhatIfCheck, cell_at
 from probe.analysis.diagnosis.verdict import Diagnosis
-from probe.analysis.ledger.digest import StepDigest
+from probe.analysis.ledger.median import MedianStep
 from probe.analysis.ledger.types import TraceAnalysis, steady
 from probe.analysis.records.files import read_json
 from probe.analysis.records.results import BenchResults, Cell
@@ -260,7 +260,7 @@ class Report:
     predictions: list[Prediction]
     verdicts: list[Verdict]
     overhead: OverheadReport | None = None
-    ledgers: dict[str, StepDigest] = field(default_factory=dict)  # engine label -> its profiled median decode step
+    ledgers: dict[str, MedianStep] = field(default_factory=dict)  # engine label -> its profiled median decode step
     steps: dict[str, StepCounts] = field(default_factory=dict)  # "label" or "label (nsys)" -> its step's counts
     notes: list[str] = field(default_factory=list)  # what could not be measured, one line each
     warnings: list[str] = field(default_factory=list)  # what the traces' ledgers and the self-check warned
@@ -315,7 +315,7 @@ class Report:
                 msgspec.convert(doc.get("predictions"), list[Prediction]),
                 msgspec.convert(doc.get("verdicts") or [], list[Verdict]),
                 OverheadReport.from_json(overhead) if overhead else None,
-                {str(engine): StepDigest.from_json(d) for engine, d in ledgers.items()},
+                {str(engine): MedianStep.from_json(d) for engine, d in ledgers.items()},
                 msgspec.convert(doc.get("steps") or {}, dict[str, StepCounts]),
                 msgspec.convert(doc.get("notes") or [], list[str]),
                 msgspec.convert(doc.get("warnings") or [], list[str]),

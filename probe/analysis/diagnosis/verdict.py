@@ -155,7 +155,7 @@ def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None) -> Dia
     host_by = largest_host_part(e) if side in ("host", "cpu_only") else None
     larger, smaller = max(host, e.gpu_busy_ns), min(host, e.gpu_busy_ns)
     balanced = on_gpu and bound != "unknown" and larger > 0 and (larger - smaller) <= CLOSE * larger
-    headline, lines = _words(s, e, bound, then, host_by, balanced, missing)
+    headline, lines = _verdict_lines(s, e, bound, then, host_by, balanced, missing)
     offered, withheld = what_if(s, e, on_gpu, context)  # an unknown bound: every GPU what-if needs the GPU side
     if bound == "none":
         offered, withheld = [], [NOTHING_RAN + ": nothing to change"]
@@ -226,7 +226,7 @@ def _host_ms(e: Evidence) -> str:
     return f"{ms(e.unprofiled_host_ns)} ms unprofiled ({ms(e.host_work_ns)} profiled)"
 
 
-def _words(
+def _verdict_lines(
     s: StepLedger, e: Evidence, bound: Bound, then: Bound | None, host_by, balanced, missing: str | None = None
 ) -> tuple[str, list]:
     name = _step_name(s)

@@ -169,7 +169,7 @@ class _Kernels:
 
 def _kernel_columns(trace: Trace, launches: _Launches, options: AnalyzeOptions, n: int) -> _Kernels:
     gpu = launches.gpu
-    rules = kernels.Rules.build(options.kernel_rules)
+    rules = kernels.KernelRules.build(options.kernel_rules)
     names = trace.names
     category_of_name = np.array(
         [rules.category(s) if k else "" for s, k in zip(names, _gpu_names(trace), strict=True)], dtype=object

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from probe import vocabulary as V
+from probe import vocabulary
 from probe.analysis.intervals import covered, merge, nesting
 from probe.analysis.ledger.gpu import correlation_keys
 from probe.analysis.ledger.patterns import Pattern, compile_user
@@ -75,12 +75,12 @@ PURPOSE = tuple(p.name for p in PURPOSE_PARTS)
 MECHANISM = tuple(p.name for p in MECHANISM_PARTS)
 REST, UNATTRIBUTED = "model", "unattributed"
 _PROBE_RANGES = {
-    "sync": V.SYNC,
-    "sample": V.SAMPLE,
-    "cache_update": V.CACHE_UPDATE,
-    "cache_seq_length": V.CACHE_SEQ_LENGTH,
-    "cache_mask_sizes": V.CACHE_MASK_SIZES,
-    "mask": V.MASK,
+    "sync": vocabulary.SYNC,
+    "sample": vocabulary.SAMPLE,
+    "cache_update": vocabulary.CACHE_UPDATE,
+    "cache_seq_length": vocabulary.CACHE_SEQ_LENGTH,
+    "cache_mask_sizes": vocabulary.CACHE_MASK_SIZES,
+    "mask": vocabulary.MASK,
 }
 # cpu_ops whose time is attention: SDPA and its backends, and the attention ops of serving engines
 ATTENTION_OP = re.compile(
@@ -281,7 +281,7 @@ class PartTable:
 
     @classmethod
     def build(cls, trace: Trace, user_parts: tuple[UserPart, ...] = ()) -> PartTable:
-        split = [V.split_label(n)[0] for n in trace.names]
+        split = [vocabulary.split_label(n)[0] for n in trace.names]
         by_name = {part: np.array([n == label for n in split], bool) for part, label in _PROBE_RANGES.items()}
         by_name["attention"] = trace.name_ids(lambda s: ATTENTION_OP.search(s) is not None)
         by_name["sync_call"] = trace.name_ids(lambda s: SYNC_CALL.search(s) is not None)
@@ -752,7 +752,9 @@ def capture_region(trace: Trace, pid: int, tid: int) -> tuple[np.ndarray, np.nda
     `forward` ranges (the engine call); else the model's outermost `nn.Module: ...` frames (torch's with_stack
     names a module call so); else every cpu_op and runtime call, which is all a graph can hold."""
     ranges = thread_rows(trace, trace.rows(Kind.USER_RANGE), pid, tid)
-    forward = ranges[[V.split_label(trace.names[n])[0] == V.FORWARD for n in trace.name_id[ranges].tolist()]]
+    forward = ranges[
+        [vocabulary.split_label(trace.names[n])[0] == vocabulary.FORWARD for n in trace.name_id[ranges].tolist()]
+    ]
     if len(forward):
         return (*merge(trace.ts_ns[forward], trace.end_ns[forward]), "probe's forward ranges")
     frames = thread_rows(trace, trace.rows(Kind.PYTHON), pid, tid)

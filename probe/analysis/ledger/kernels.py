@@ -115,13 +115,13 @@ SHORT_KERNEL_NS = 5_000  # a kernel under 5 us does less work than its launch co
 
 
 @dataclass(frozen=True)
-class Rules:
+class KernelRules:
     """A compiled rule table: user rules first (RE2, through patterns.compile_user), then KERNEL_RULES."""
 
     rules: tuple[tuple[str, re.Pattern | Pattern], ...]
 
     @classmethod
-    def build(cls, extra: tuple[tuple[str, str], ...] = ()) -> Rules:
+    def build(cls, extra: tuple[tuple[str, str], ...] = ()) -> KernelRules:
         user = tuple((c, compile_user(p, f"--kernel-category {c}={p}", ignore_case=True)) for c, p in extra)
         return cls((*user, *_BUILTIN))
 
@@ -133,7 +133,7 @@ class Rules:
 
 
 _BUILTIN = tuple((category, re.compile(pattern, re.IGNORECASE)) for category, pattern in KERNEL_RULES)
-DEFAULT_RULES = Rules.build()
+DEFAULT_RULES = KernelRules.build()
 
 
 def parse_category_rule(text: str) -> tuple[str, str]:

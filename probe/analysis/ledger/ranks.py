@@ -5,7 +5,7 @@ or as a Ray task, probe.cluster). A trace that cannot be read, whose analysis ra
 process dies (killed by the OOM killer) is kept as a `TraceFailure`, named with its error, and the others are
 analyzed all the same.
 
-Then `job` lines them up step by step, but only when they are the ranks of one job (`check_job`, the one
+Then `ranks` lines them up step by step, but only when they are the ranks of one job (`check_job`, the one
 definition): two traces or more, the same step names in the same order (so the same step count), and a rank for
 each, distinct: every trace's `distributedInfo.rank`, else a `rank<N>` in every file name (rank3, rank_3,
 rank-3). Anything else (a run's `traces/` folder, one trace per engine; a fleet's traces) is a list of traces,
@@ -50,7 +50,7 @@ class RankStep:
 
 
 @dataclass(frozen=True)
-class JobStep:
+class StepAcrossRanks:
     """One step position across the ranks."""
 
     step: int  # the step's position in every trace
@@ -98,7 +98,7 @@ class Straggler:
 
 
 @dataclass(frozen=True)
-class JobCheck:
+class RanksCheck:
     """Whether some traces are the ranks of one job (the module docstring's rule), and why not when they are not."""
 
     ranks: tuple[int, ...] | None  # each trace's rank, in the order given; None: not one job
@@ -110,10 +110,10 @@ class JobCheck:
 
 
 @dataclass(frozen=True)
-class JobAnalysis:
+class Ranks:
     traces: tuple[TraceAnalysis, ...]  # by rank in a job; in the order given in a list
     ranks: tuple[int, ...]  # each trace's rank, in the same order (a list: none)
-    by_step: tuple[JobStep, ...]
+    by_step: tuple[StepAcrossRanks, ...]
     straggler: Straggler | None  # None: not a job, or no step to compare
     failed: tuple[TraceFailure, ...] = ()
     warnings: tuple[str, ...] = ()
@@ -182,52 +182,52 @@ def rank_in_name(source: str) -> int | None:
     return found.pop() if len(found) == 1 else None  # a rank over MAX_COUNT is None: no rank
 
 
-def check_job(traces: Sequence[TraceAnalysis]) -> JobCheck:
+def check_job(traces: Sequence[TraceAnalysis]) -> RanksCheck:
     """Whether `traces` are the ranks of one job (the module docstring's rule): their ranks, or why not."""
     if len(traces) < 2:
-        return JobCheck(None, "a job has two traces or more")
+        return RanksCheck(None, "a job has two traces or more")
     first = traces[0]
     names = [s.name for s in first.steps]
     for t in traces[1:]:
         other = [s.name for s in t.steps]
         if len(other) != len(names):
-            return JobCheck(None, f"{t.source} has {len(other)} steps, {first.source} {len(names)}")
+            return RanksCheck(None, f"{t.source} has {len(other)} steps, {first.source} {len(names)}")
         if other != names:
             i = next(i for i, (a, b) in enumerate(zip(names, other, strict=True)) if a != b)
-            return JobCheck(None, f"step {i} is {names[i]!r} in {first.source}, {other[i]!r} in {t.source}")
+            return RanksCheck(None, f"step {i} is {names[i]!r} in {first.source}, {other[i]!r} in {t.source}")
     for ranks in ([t.rank for t in traces], [rank_in_name(t.source) for t in traces]):
         known = [r for r in ranks if r is not None]
         if len(known) == len(ranks) and len(set(known)) == len(known):
-            return JobCheck(tuple(known))
-    return JobCheck(None, "no distinct rank for every trace, in its distributedInfo or as rank<N> in its file name")
+            return RanksCheck(tuple(known))
+    return RanksCheck(None, "no distinct rank for every trace, in its distributedInfo or as rank<N> in its file name")
 
 
-def job(results: Sequence[TraceAnalysis | TraceFailure]) -> JobAnalysis:
+def ranks(results: Sequence[TraceAnalysis | TraceFailure]) -> Ranks:
     """The analyses as one job's ranks, step by step, when they are (`check_job`); else as a list of traces."""
     traces = [r for r in results if isinstance(r, TraceAnalysis)]
     failed = tuple(r for r in results if isinstance(r, TraceFailure))
     check = check_job(traces)
     given = check.ranks
     if given is None:
-        return JobAnalysis(tuple(traces), (), (), None, failed, not_a_job=check.why_not)
+        return Ranks(tuple(traces), (), (), None, failed, not_a_job=check.why_not)
     order = sorted(range(len(traces)), key=given.__getitem__)
-    traces, ranks = [traces[i] for i in order], [given[i] for i in order]
-    by_step = tuple(_step(i, traces, ranks) for i in range(len(traces[0].steps)))
-    return JobAnalysis(tuple(traces), tuple(ranks), by_step, _straggler(by_step), failed)
+    traces, sorted_ranks = [traces[i] for i in order], [given[i] for i in order]
+    by_step = tuple(_step(i, traces, sorted_ranks) for i in range(len(traces[0].steps)))
+    return Ranks(tuple(traces), tuple(sorted_ranks), by_step, _straggler(by_step), failed)
 
 
-def _step(i: int, traces: list[TraceAnalysis], ranks: list[int]) -> JobStep:
+def _step(i: int, traces: list[TraceAnalysis], ranks: list[int]) -> StepAcrossRanks:
     rows = tuple(
         RankStep(r, t.steps[i].wall_ns, t.steps[i].gpu_busy_ns, t.steps[i].dispatched)
         for t, r in zip(traces, ranks, strict=True)
     )
     slowest = max(rows, key=lambda row: (row.wall_ns, -row.rank))  # a tie goes to the lower rank
-    return JobStep(
+    return StepAcrossRanks(
         i, traces[0].steps[i].name, rows, slowest.rank, slowest.wall_ns, statistics.median(r.wall_ns for r in rows)
     )
 
 
-def _straggler(steps: Sequence[JobStep]) -> Straggler | None:
+def _straggler(steps: Sequence[StepAcrossRanks]) -> Straggler | None:
     if not steps:
         return None
     counts = Counter(s.slowest_rank for s in steps)

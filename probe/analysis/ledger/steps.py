@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from probe import vocabulary as V
+from probe import vocabulary
 from probe.analysis.ledger.gpu import attribute
 from probe.analysis.ledger.patterns import Pattern, compile_user
 from probe.analysis.ledger.units import Tree, Units, launch_calls, repeating_unit, threads_by_launches
@@ -68,9 +68,9 @@ MIXED, STEP = "mixed", "step"
 def _phase(context: int, generation: int) -> str:
     """An iteration's kind from its request counts: prompts only, decodes only, or both."""
     if context and not generation:
-        return V.PREFILL
+        return vocabulary.PREFILL
     if generation and not context:
-        return V.DECODE
+        return vocabulary.DECODE
     return MIXED
 
 
@@ -100,11 +100,11 @@ def _vllm_kind(m: re.Match) -> str:
 
 
 _SGLANG_MODES = {
-    "EXTEND": V.PREFILL,
-    "PREFILL": V.PREFILL,
-    "SPLIT_PREFILL": V.PREFILL,
-    "DLLM_EXTEND": V.PREFILL,
-    "DECODE": V.DECODE,
+    "EXTEND": vocabulary.PREFILL,
+    "PREFILL": vocabulary.PREFILL,
+    "SPLIT_PREFILL": vocabulary.PREFILL,
+    "DLLM_EXTEND": vocabulary.PREFILL,
+    "DECODE": vocabulary.DECODE,
     "MIXED": MIXED,
 }
 
@@ -339,7 +339,7 @@ def find_steps(trace: Trace, steps: Pattern | None = None, kinds: tuple[Kind, ..
         if len(rows):
             return _from_rows(trace, rows, RULE_STEPS, _kinds_of(trace, rows), warnings)
         warnings.append(f"--steps {steps.pattern!r} matched no range; steps found by the rules below it instead")
-    ours = trace.name_ids(lambda s: s == V.PREFILL or _decode_index(s) is not None)
+    ours = trace.name_ids(lambda s: s == vocabulary.PREFILL or _decode_index(s) is not None)
     rows = ranges[ours[trace.name_id[ranges]] & (trace.kind[ranges] == Kind.USER_RANGE)]
     if len(rows):
         return _from_rows(trace, rows, RULE_PROBE, _kinds_of(trace, rows), warnings)
@@ -458,8 +458,8 @@ def _whole_trace(trace: Trace, calls: np.ndarray, warnings: list[str]) -> StepSe
 
 
 def _decode_index(text: str) -> int | None:
-    base, index = V.split_label(text)
-    return index if base == V.DECODE else None
+    base, index = vocabulary.split_label(text)
+    return index if base == vocabulary.DECODE else None
 
 
 def _kinds_of(trace: Trace, rows: np.ndarray) -> list[str]:
@@ -467,10 +467,10 @@ def _kinds_of(trace: Trace, rows: np.ndarray) -> list[str]:
     out = []
     for i in trace.name_id[rows].tolist():
         text = trace.names[i]
-        if text == V.PREFILL:
-            out.append(V.PREFILL)
+        if text == vocabulary.PREFILL:
+            out.append(vocabulary.PREFILL)
         elif _decode_index(text) is not None:
-            out.append(V.DECODE)
+            out.append(vocabulary.DECODE)
         elif text.startswith(PROFILER_STEP_PREFIX):
             out.append("profiler_step")
         else:
@@ -528,8 +528,8 @@ def _from_rows(trace: Trace, rows: np.ndarray, rule: str, kinds: list[str], warn
     names = [trace.names[i] for i in trace.name_id[rows].tolist()]
     indices = []
     for position, text in enumerate(names):
-        index = V.split_label(text)[1]
-        indices.append(index if index is not None else (0 if text == V.PREFILL else position))
+        index = vocabulary.split_label(text)[1]
+        indices.append(index if index is not None else (0 if text == vocabulary.PREFILL else position))
     read = [read_marker(text) for text in names]
     tokens = [r[1] for r in read]
     warnings = warnings + _refused_warning(names, [r[2] for r in read])

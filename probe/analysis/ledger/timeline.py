@@ -18,7 +18,7 @@ _RANGE_PARTS = PURPOSE[:-2]  # the parts a range of probe's vocabulary feeds: sy
 
 
 @dataclass(frozen=True)
-class TimelineItem:
+class StepEvent:
     name: str
     kind: str  # "op" (a top-level cpu_op) | "range" (a user range) | "runtime" (an API call outside any op)
     part: str  # the purpose part it feeds: "cache_update", "mask", "sample", "attention", "model", ... or "range"
@@ -26,7 +26,7 @@ class TimelineItem:
     dur_us: float
 
 
-def step_timeline(trace: Trace, step: StepLedger) -> list[TimelineItem]:
+def step_events(trace: Trace, step: StepLedger) -> list[StepEvent]:
     """Top-level ops, runtime calls made outside any op, and the ranges inside one step (but its own), in start
     order, for `probe analyze --step`.
 
@@ -60,7 +60,7 @@ def step_timeline(trace: Trace, step: StepLedger) -> list[TimelineItem]:
     for r, part in zip(ranges.tolist(), range_part, strict=True):
         items.append((int(trace.ts_ns[r]), int(trace.dur_ns[r]), trace.name(r), "range", part))
     items.sort(key=lambda it: (it[0], -it[1]))
-    return [TimelineItem(name, kind, part, (start - lo) / 1000, dur / 1000) for start, dur, name, kind, part in items]
+    return [StepEvent(name, kind, part, (start - lo) / 1000, dur / 1000) for start, dur, name, kind, part in items]
 
 
 def purpose_of(tiers: dict, order: tuple[str, ...], starts: np.ndarray, ends: np.ndarray, fallback: np.ndarray):

@@ -81,7 +81,7 @@ class AnalyzeOptions:
         if kernel_wait_us is not None and not (math.isfinite(kernel_wait_us) and 0 <= kernel_wait_us <= 1e9):
             raise ProbeError(f"--kernel-wait-us: a gap in microseconds from 0 to 1e9, got {kernel_wait_us}")
         rules = tuple(kernels.parse_category_rule(text) for text in kernel_categories)
-        kernels.Rules.build(rules)  # checks the patterns now, before any trace is read
+        kernels.KernelRules.build(rules)  # checks the patterns now, before any trace is read
         wait = KERNEL_WAIT_NS if kernel_wait_us is None else round(kernel_wait_us * 1000)
         kinds = parse_steps_kinds(steps_kind) if steps_kind else None
         if kinds and steps is None:

@@ -6,7 +6,7 @@ at one instant (so telemetry samples line up with the trace), the profiler's cos
 traces: probe.capture.calibrate), and the tool. Whatever else the tool wrote (the recorded run's tokens, per-step
 times, the nsys command) is kept in `details` as written, for a person to read; probe reads none of it.
 
-`trace_meta(path)` finds and reads a trace's sidecar: None when there is none, a one-line ProbeError when there
+`read_sidecar(path)` finds and reads a trace's sidecar: None when there is none, a one-line ProbeError when there
 is one that is not a probe sidecar (not JSON, nested too deep, a field of the wrong type).
 """
 
@@ -156,7 +156,7 @@ def unpaired_traces(folder: Path, stem: str, writing: list[Path]) -> list[Path]:
     ]
 
 
-def trace_meta(path: Path) -> Sidecar | None:
+def read_sidecar(path: Path) -> Sidecar | None:
     """The sidecar `probe profile` wrote beside the trace at `path`, when one is there."""
     for candidate in sidecar_paths(Path(path)):
         if candidate.is_file():

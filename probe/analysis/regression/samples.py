@@ -22,7 +22,7 @@ from probe.analysis.ledger.build import analyze
 from probe.analysis.records.environment import Environment
 from probe.analysis.records.files import CHROME, NSYS_SQLITE, read_json, sniff
 from probe.analysis.records.results import RESULTS_FILE, BenchResults, Cell, decode_tok_s, load_results
-from probe.analysis.records.sidecar import Sidecar, trace_meta
+from probe.analysis.records.sidecar import Sidecar, read_sidecar
 from probe.analysis.trace import DeviceInfo, load_trace
 from probe.errors import ProbeError
 
@@ -200,7 +200,7 @@ def _tokens_text(t) -> str:
 
 def load_trace_samples(path: Path) -> SampleSet:
     trace = load_trace(path)
-    return from_analysis(analyze(trace), str(path), trace_meta(path), trace.devices)
+    return from_analysis(analyze(trace), str(path), read_sidecar(path), trace.devices)
 
 
 def load_samples(path: str | Path) -> SampleSet:

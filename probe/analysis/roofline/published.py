@@ -140,7 +140,7 @@ Status = Literal["ok", "known", "drift", "stale"]  # known: a recorded discrepan
 
 
 @dataclass(frozen=True)
-class Check:
+class PublishedCheck:
     id: str
     quantity: str
     published: float
@@ -175,7 +175,7 @@ def load_published(path: Path | None = None) -> dict:
     return table
 
 
-def check_published(path: Path | None = None) -> list[Check]:
+def check_published(path: Path | None = None) -> list[PublishedCheck]:
     """Recompute every published value; see the comment above QUANTITIES."""
     table = load_published(path)
     setup = table["setup"]
@@ -208,7 +208,7 @@ def _entry_inputs(entry: dict, setup: dict, measured: dict) -> dict:
     return inputs
 
 
-def _check_one(entry: dict, inputs: dict) -> Check:
+def _check_one(entry: dict, inputs: dict) -> PublishedCheck:
     name, quantity = entry["id"], entry["quantity"]
     if quantity not in QUANTITIES or entry["unit"] not in UNITS:
         raise ProbeError(f"published value {name!r}: unknown quantity {quantity!r} or unit {entry['unit']!r}")
@@ -237,7 +237,7 @@ def _check_one(entry: dict, inputs: dict) -> Check:
             status = "stale"  # the formulas now give the published value: the recorded discrepancy is wrong
         else:
             status = "known" if shown == known["reproduces_as"] else "drift"
-    return Check(
+    return PublishedCheck(
         id=name,
         quantity=quantity,
         published=entry["published"],

@@ -246,7 +246,7 @@ class Trace:
 
     @functools.cached_property
     def end_ns(self) -> np.ndarray:
-        """ts_ns + dur_ns, added once and kept read-only: code reading one row's end at a time (step_timeline does,
+        """ts_ns + dur_ns, added once and kept read-only: code reading one row's end at a time (step_events does,
         a row per runtime call) paid a whole-table addition for each, quadratic in the rows."""
         end = self.ts_ns + self.dur_ns
         end.flags.writeable = False

@@ -15,8 +15,8 @@ view, so that each view's drawing is found by its name.
 | `ranks` | Ranks: a job's traces step by step, and its straggler |
 | `style` | every view: the colour table, the host categories, names made safe to show, units, round ticks |
 
-Every number comes from a typed result (`BenchResults`, `Report`, `TraceAnalysis`, `Answer`, `StepTimeline`,
-`Comparison`, `JobAnalysis`, telemetry samples): these functions only reshape and draw them, so they are tested
+Every number comes from a typed result (`BenchResults`, `Report`, `TraceAnalysis`, `Answer`, `StepClock`,
+`Comparison`, `Ranks`, telemetry samples): these functions only reshape and draw them, so they are tested
 without Streamlit, which this package never imports. Every name that reaches a plotly label, hover or title goes
 through `style.label` (plotly reads HTML in them). Which files the app may read: probe.explorer.sources.
 """

@@ -6,14 +6,14 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from probe.analysis.ledger.ranks import JobAnalysis
+from probe.analysis.ledger.ranks import Ranks
 from probe.explorer.figures.style import COLORS, ms
 
 RANK_DASH = ("solid", "dash", "dot", "dashdot", "longdash")
 RANK_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x")
 
 
-def coinciding(result: JobAnalysis) -> list[tuple[int, list[int]]]:
+def coinciding(result: Ranks) -> list[tuple[int, list[int]]]:
     """(rank, the later ranks whose wall equals its own at every step): lines the chart draws one over another."""
     walls = {r: [s.ranks[i].wall_ns for s in result.by_step] for i, r in enumerate(result.ranks)}
     out, taken = [], set()
@@ -25,7 +25,7 @@ def coinciding(result: JobAnalysis) -> list[tuple[int, list[int]]]:
     return out
 
 
-def ranks_frame(result: JobAnalysis) -> pd.DataFrame:
+def ranks_frame(result: Ranks) -> pd.DataFrame:
     """One row a step: each rank's wall (ms), the slowest rank, the median rank's wall and how far it trails."""
     rows = []
     for s in result.by_step:
@@ -41,7 +41,7 @@ def ranks_frame(result: JobAnalysis) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def ranks_figure(result: JobAnalysis) -> go.Figure:
+def ranks_figure(result: Ranks) -> go.Figure:
     """Wall per step, one line a rank; each step's slowest rank circled; GPU busy per step below on a GPU job."""
     gpu = result.on_gpu
     fig = make_subplots(

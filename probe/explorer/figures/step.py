@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from probe.analysis.ledger.host import MECHANISM_PARTS, PURPOSE_PARTS
 from probe.analysis.ledger.types import StepLedger
 from probe.explorer.figures.style import COLORS, clicked_data, color, label, ms
-from probe.explorer.step_clock import Bar, StepTimeline
+from probe.explorer.step_clock import Bar, StepClock
 
 LANE_PX = 17  # a lane's height
 MAX_SHADED = 200  # gaps shaded across their lanes, the longest first; every gap is also a bar on its lane
@@ -47,7 +47,7 @@ def _wrap(text: str, width: int = HOVER_WIDTH) -> str:
     return "<br>".join(label(p) for p in pieces)
 
 
-def timeline_frame(tl: StepTimeline) -> pd.DataFrame:
+def timeline_frame(tl: StepClock) -> pd.DataFrame:
     """The drawn bars in time order: lane, start and duration (ms from the step's start), what each is, its name,
     how many events it stands for, and whether it is this step's."""
     rows = [
@@ -68,7 +68,7 @@ def timeline_frame(tl: StepTimeline) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def merged_text(tl: StepTimeline) -> str:
+def merged_text(tl: StepClock) -> str:
     """What was merged, in words: nothing is dropped, so the caption says how many events went into how few bars."""
     if not tl.merged:
         return f"Every one of the {tl.events:,} events and gaps in the window is drawn as itself."
@@ -84,7 +84,7 @@ def merged_text(tl: StepTimeline) -> str:
     )
 
 
-def timeline_figure(tl: StepTimeline, selected: Sequence[int] = (), title: str = "") -> go.Figure:
+def timeline_figure(tl: StepClock, selected: Sequence[int] = (), title: str = "") -> go.Figure:
     """A lane per row, top to bottom as the timeline lists them; each bar from its start for as long as the time it
     holds (a merged bar: the time its events cover, never their span; plotly widens a bar under a pixel to one so
     that none vanishes), hatched when it merges short events, faded when it is another step's GPU work. The step's
@@ -195,7 +195,7 @@ def _ms(pair: tuple[int, int]) -> list[float]:
     return [pair[0] / 1e6, pair[1] / 1e6]
 
 
-def _shading(tl: StepTimeline) -> list[go.Bar]:
+def _shading(tl: StepClock) -> list[go.Bar]:
     """Idle gaps across the GPU lanes and external wait across the host lanes (the longest MAX_SHADED of each: every
     one is also a bar on its own lane), as one wide translucent bar trace each under the lanes' bars (a browser
     draws a trace of bars at once, where each shape is laid out on its own)."""
@@ -224,7 +224,7 @@ def _shading(tl: StepTimeline) -> list[go.Bar]:
     return out
 
 
-def _edges(tl: StepTimeline) -> list[dict]:
+def _edges(tl: StepClock) -> list[dict]:
     """The host window's edges, dotted across the whole chart."""
     return [
         {
@@ -241,7 +241,7 @@ def _edges(tl: StepTimeline) -> list[dict]:
     ]
 
 
-def _links(tl: StepTimeline, selected: Sequence[int]) -> list[dict]:
+def _links(tl: StepClock, selected: Sequence[int]) -> list[dict]:
     """An arrow from each launch call (its start, on its lane) to the start of the GPU op it launched."""
     out = []
     for o in tl.links(selected)[:MAX_LINKS]:

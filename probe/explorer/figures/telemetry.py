@@ -42,7 +42,7 @@ class Series:
 
 
 @dataclass(frozen=True)
-class Telemetry:
+class TelemetryFrames:
     """A telemetry file as drawn: the points' times, and each figure's envelope at those times."""
 
     aligned: bool  # x is ms on a trace's clock (its steps can be shaded behind); else s from the first sample
@@ -70,7 +70,7 @@ def _numeric(kind: pa.DataType) -> bool:
     return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
 
 
-def read_telemetry(path: Path, offset_ns: int | None = None, points: int = POINTS) -> Telemetry:
+def read_telemetry(path: Path, offset_ns: int | None = None, points: int = POINTS) -> TelemetryFrames:
     """The samples of a telemetry file (t_ns plus one column a figure), each figure as its envelope over at most
     `points` buckets, the all-missing figures dropped; x in ms on the trace's clock when `offset_ns` lines the
     samples up with a trace, else in s from the first sample. ProbeError, one line, for a file that is not
@@ -107,7 +107,7 @@ def read_telemetry(path: Path, offset_ns: int | None = None, points: int = POINT
     else:
         x = (first + offset_ns) / 1e6
     per_point = -(-rows // len(starts)) if len(starts) else 1
-    return Telemetry(offset_ns is not None, x, rows, per_point, tuple(series))
+    return TelemetryFrames(offset_ns is not None, x, rows, per_point, tuple(series))
 
 
 def _column(parquet: pq.ParquetFile, name: str, rows: int, path: Path) -> np.ndarray:
@@ -142,7 +142,7 @@ def _step_shading(steps: Sequence[StepLedger], panels: int) -> list[dict]:
     ]
 
 
-def telemetry_figure(telemetry: Telemetry, steps: Sequence[StepLedger] = ()) -> go.Figure:
+def telemetry_figure(telemetry: TelemetryFrames, steps: Sequence[StepLedger] = ()) -> go.Figure:
     """One small panel a figure (GPU memory, utilization, power, RSS, CPU %, ...) against time: a line through
     the samples, or the band between each bucket's min and max. On a trace's clock the trace's steps are shaded
     behind the samples, so each sample sits over its step."""

@@ -6,15 +6,15 @@ import streamlit as st
 
 from probe.explorer import figures, sources
 from probe.explorer.figures.style import md
-from probe.explorer.loaders import Job, ViewContext
+from probe.explorer.loaders import RanksSource, ViewContext
 from probe.explorer.widgets import show_table
 
 
-def show_ranks(loaded: Job, ctx: ViewContext) -> None:
+def show_ranks(loaded: RanksSource, ctx: ViewContext) -> None:
     """Each rank's wall per step and the straggler, when probe.analysis.ledger.ranks says the folder's traces are the
     ranks
     of one job (same steps, a distinct rank for each); otherwise the folder's traces, each linked, and why."""
-    result = loaded.job
+    result = loaded.ranks
     for f in result.failed:
         st.error(
             f"Cannot read {md(sources.under_root(ctx.root, f.source))}: {md(sources.under_root(ctx.root, f.error))}"

@@ -11,7 +11,7 @@ from probe.analysis.ledger.types import StepLedger
 from probe.explorer import figures, sources
 from probe.explorer.figures.style import md, printable, short
 from probe.explorer.loaders import TraceSource, ViewContext, key, load_timeline
-from probe.explorer.step_clock import StepTimeline
+from probe.explorer.step_clock import StepClock
 from probe.explorer.widgets import pick_step, quiet_answer, show_metrics, show_table, show_trace_telemetry
 
 
@@ -104,7 +104,7 @@ def pick_window(step: StepLedger) -> tuple[int, int] | None:
     return round(lo * 1e6), round(hi * 1e6)
 
 
-def pick_link(tl: StepTimeline) -> int | None:
+def pick_link(tl: StepClock) -> int | None:
     """The GPU op, or the launch call (all it launched), whose launch-to-kernel arrows are drawn: picked here, or by
     a click on the timeline."""
     text: dict[int, tuple[int, str]] = {}
@@ -132,7 +132,7 @@ def pick_link(tl: StepTimeline) -> int | None:
     )
 
 
-def clicked(event, tl: StepTimeline) -> None:
+def clicked(event, tl: StepClock) -> None:
     """A drag across the timeline draws that stretch again at its own resolution (merged bars split as they fit);
     a click on a hatched (merged) bar zooms into it, on a GPU op or a launch call links; each is acted on once
     (the selection stays in the event until the next)."""

@@ -19,7 +19,7 @@ from probe.analysis.ledger.types import TraceAnalysis
 from probe.analysis.records.environment import Environment
 from probe.analysis.records.files import is_trace_name, open_regular, parse_stem, read_json
 from probe.analysis.records.results import RESULTS_FILE, BenchResults, CellKey, load_results
-from probe.analysis.records.sidecar import Sidecar, trace_meta
+from probe.analysis.records.sidecar import Sidecar, read_sidecar
 from probe.analysis.regression.samples import SampleSet, Unit, from_analysis, from_results
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
@@ -61,7 +61,7 @@ class RunRecord:
 
     @property
     def config_id(self) -> str:
-        return _digest(self.config)
+        return _config_hash(self.config)
 
     @property
     def env_id(self) -> str:
@@ -84,14 +84,14 @@ class RunRecord:
         return SampleSet(self.source, self.kind, self.env, {}, units)
 
 
-def _digest(obj) -> str:
+def _config_hash(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
 def read_ledger(path: str | Path) -> Ledger:
     """A trace `probe profile` wrote, with its .meta.json: ProbeError when the sidecar is missing or malformed."""
     path = Path(path)
-    meta = trace_meta(path)
+    meta = read_sidecar(path)
     if meta is None:
         raise ProbeError(f"{path}: no .meta.json beside it, so not a trace probe profile recorded")
     cfg = meta.config
@@ -218,7 +218,7 @@ def folder_record(folder: Path, command: str | None = None, **overrides) -> RunR
     ledgers = []
     if (folder / "report.json").is_file() and (folder / "traces").is_dir():
         traces = sorted(p for p in (folder / "traces").iterdir() if is_trace_name(p.name))
-        ledgers = [read_ledger(p) for p in traces if trace_meta(p) is not None]
+        ledgers = [read_ledger(p) for p in traces if read_sidecar(p) is not None]
     combined = main.combined(nxt)
     kind = command or ("run" if (folder / "report.json").is_file() else "bench")
     record = run_record(kind, folder, combined, ledgers, parts=[main, *nxt], **overrides)

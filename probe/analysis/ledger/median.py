@@ -13,7 +13,7 @@ from probe.analysis.ledger.types import TraceAnalysis, steady
 
 
 @dataclass(frozen=True)
-class StepDigest:
+class MedianStep:
     """The median steady-state step (its decode steps, else every step): wall, each host part of both partitions,
     what it dispatched and GPU busy. Medians taken part by part, so the parts need not sum to the wall."""
 
@@ -38,7 +38,7 @@ class StepDigest:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, doc: dict) -> StepDigest:
+    def from_json(cls, doc: dict) -> MedianStep:
         doc = dict(doc)
         if "dispatched" not in doc:  # report.json files before the digest was typed
             gpu = doc.get("dispatch") == "launches"
@@ -54,14 +54,14 @@ class StepDigest:
         return cls(**{f.name: doc[f.name] for f in dataclasses.fields(cls)})
 
 
-def digest(analysis: TraceAnalysis) -> StepDigest:
+def median_step(analysis: TraceAnalysis) -> MedianStep:
     """The median steady-state step of `analysis`."""
     steps = steady(analysis.steps)
 
     def median(values) -> float:
         return float(np.median(values)) / 1e3
 
-    return StepDigest(
+    return MedianStep(
         source=analysis.source,
         steps=len(steps),
         on_gpu=analysis.on_gpu,
