@@ -23,6 +23,7 @@ from probe.analysis.records.environment import Environment
 from probe.analysis.records.files import CHROME, NSYS_SQLITE, read_json, sniff
 from probe.analysis.records.results import RESULTS_FILE, BenchResults, Cell, decode_tok_s, load_results
 from probe.analysis.records.sidecar import Sidecar, trace_meta
+from probe.analysis.regression.identity import ConfigIdentity
 from probe.analysis.trace import DeviceInfo, load_trace
 from probe.errors import ProbeError
 
@@ -74,7 +75,7 @@ class SampleSet:
     source: str
     kind: str  # "results" | "baseline" | "trace"
     env: Environment | None  # None when a trace has no sidecar
-    config: dict  # what must agree for a comparison to mean anything: model, dtype (traces: engine, prompt, ...)
+    config: ConfigIdentity  # what must agree for a comparison to mean anything: model, dtype (traces: prompt, batch)
     units: dict[str, Unit]
     notes: tuple[str, ...] = ()
     complete: bool = True  # False for an interrupted sweep: cells it never reached are missing
@@ -115,7 +116,7 @@ def from_results(results: BenchResults, source: str, kind: str = "results", with
         if unit.key in units:
             raise ProbeError(f"{source}: two cells for {unit.key}")
         units[unit.key] = unit
-    config = {"model": results.config.model, "dtype": results.dtype}
+    config = ConfigIdentity(model=results.config.model, dtype=results.dtype)
     notes: tuple[str, ...] = (
         f"{CACHE_US.label}: not in bench results (only a trace's ledger measures cache bookkeeping; "
         "record one with probe profile)",
@@ -175,7 +176,13 @@ def from_analysis(analysis, source: str, meta: Sidecar | None, devices: Sequence
         units[kind] = Unit(kind, counts, ops, samples, contended, each, work_text(mine))
     notes = () if timed_cache else (f"{source}: no cache ranges in the trace, so {CACHE_US.label} is absent",)
     # The engine is left out: a changed engine (a module:Class spec) against the stock one is the point.
-    config = {k: getattr(meta.config, k) for k in ("model", "dtype", "prompt", "batch")} if meta else {}
+    config = (
+        ConfigIdentity(
+            model=meta.config.model, dtype=meta.config.dtype, prompt=meta.config.prompt, batch=meta.config.batch
+        )
+        if meta
+        else ConfigIdentity()
+    )
     return SampleSet(source, "trace", trace_environment(meta, devices), config, units, notes)
 
 
