@@ -62,6 +62,7 @@ HOST_KINDS = (  # the step's thread, top to bottom: (trace kinds, lane name, wha
     ((Kind.RUNTIME,), "runtime calls", "runtime call"),
 )
 
+LaneGroup = Literal["host", "thread", "gpu"]  # the step's own thread, another thread, a GPU stream (or its idle lane)
 BarKind = Literal[
     "range",
     "python",
@@ -85,7 +86,7 @@ class Lane:
     label: (
         str  # "ranges 0", "Python 3", "ops 1", "runtime calls", "host window", "thread 7", "GPU idle", "GPU 0 stream 7"
     )
-    group: str  # "host" (the step's thread) | "thread" (another one) | "gpu"
+    group: LaneGroup
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from probe.analysis.trace import DeviceInfo, load_trace
 from probe.errors import ProbeError
 
 MetricKind = Literal["count", "timing"]
+SampleKind = Literal["results", "baseline", "trace"]  # a results file or folder, a `probe baseline` file, a trace
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ class Unit:
 @dataclass(frozen=True)
 class SampleSet:
     source: str
-    kind: str  # "results" | "baseline" | "trace"
+    kind: SampleKind
     env: Environment | None  # None when a trace has no sidecar
     config: ConfigIdentity  # what must agree for a comparison to mean anything: model, dtype (traces: prompt, batch)
     units: dict[str, Unit]
@@ -105,7 +106,9 @@ def cell_unit(c: Cell, with_engine: bool = True) -> Unit:
     return Unit(str(c.key) if with_engine else c.key.shape, counts, ops, samples, c.contended)
 
 
-def from_results(results: BenchResults, source: str, kind: str = "results", with_engine: bool = True) -> SampleSet:
+def from_results(
+    results: BenchResults, source: str, kind: SampleKind = "results", with_engine: bool = True
+) -> SampleSet:
     """A results file's cells as units; `with_engine=False` keys them by prompt, tokens and batch alone, so two
     different engines' cells meet (probe ab)."""
     if not results.cells:

@@ -13,6 +13,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.types import TraceAnalysis
@@ -20,10 +21,14 @@ from probe.analysis.records.environment import Environment
 from probe.analysis.records.files import is_trace_name, open_regular, parse_stem, read_json
 from probe.analysis.records.results import RESULTS_FILE, BenchResults, CellKey, load_results
 from probe.analysis.records.sidecar import Sidecar, trace_meta
-from probe.analysis.regression.identity import ConfigIdentity
+from probe.analysis.regression.identity import ConfigIdentity, IdentityKind
 from probe.analysis.regression.samples import SampleSet, Unit, from_analysis, from_results
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
+
+RunCommand = Literal[
+    "run", "bench", "baseline", "profile"
+]  # the command that measured a run (or that an import read it as)
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,7 @@ class Ledger:
 class RunRecord:
     """One run as the history stores it: where it came from, what it measured, and under what."""
 
-    command: str  # run | bench | baseline | profile
+    command: RunCommand
     source: str  # the results folder or file, or the trace, as a path ("" when the results were never written)
     recorded_at: dt.datetime  # UTC, without tzinfo
     commit: str | None  # the code under test's commit (the current folder's repository), None outside one
@@ -57,7 +62,7 @@ class RunRecord:
     fingerprint: str  # of the measurements themselves: importing the same files twice adds nothing
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> IdentityKind:
         return "results" if self.results is not None else "trace"
 
     @property
@@ -158,7 +163,7 @@ def now_utc() -> dt.datetime:
 
 
 def run_record(
-    command: str,
+    command: RunCommand,
     source: str | Path | None,
     results: BenchResults | None = None,
     ledgers: Sequence[Ledger] = (),
@@ -204,7 +209,7 @@ def run_record(
 SKIP_DIRS = frozenset({"node_modules", "__pycache__", "site-packages", "venv"})  # and every .hidden folder
 
 
-def folder_record(folder: Path, command: str | None = None, **overrides) -> RunRecord:
+def folder_record(folder: Path, command: RunCommand | None = None, **overrides) -> RunRecord:
     """A results folder as one run: its results.json, and for a `probe run` folder (one with report.json) the
     next-* sweeps' cells and the profiled traces in traces/. `overrides` go to run_record (commit, time...)."""
     main = load_results(folder)

@@ -30,7 +30,14 @@ import pandas as pd
 from probe.analysis.records.environment import Environment, git_state
 from probe.analysis.records.files import open_regular, parse_json
 from probe.analysis.records.results import BenchResults
-from probe.analysis.regression.history.records import RunRecord, folder_record, now_utc, read_ledger, run_record
+from probe.analysis.regression.history.records import (
+    RunCommand,
+    RunRecord,
+    folder_record,
+    now_utc,
+    read_ledger,
+    run_record,
+)
 from probe.analysis.regression.identity import ConfigIdentity
 from probe.analysis.regression.samples import METRICS, SampleSet, Unit
 from probe.errors import ProbeError, first_line
@@ -499,7 +506,7 @@ NOT_RECORDED = "history: this run is not recorded (name a history file with --hi
 
 def record(
     flag: str | Path | None,
-    command: str,
+    command: RunCommand,
     code: int = 0,
     results: BenchResults | None = None,
     traces: Sequence[Path] = (),
