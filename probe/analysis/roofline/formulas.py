@@ -431,7 +431,7 @@ def batch_limit(
         below = _largest(lambda b: b == 0 or flops_ms(b) < traffic_ms(b))
         if below < MAX_BATCH_SEARCHED:
             compute_bound = bounds["compute"] = below + 1
-    binding = min(bounds, key=bounds.__getitem__) if bounds else None
+    binding = min(bounds, key=bounds.__getitem__, default=None)
     return BatchLimit(
         step_ms=step_ms,
         sequence_tokens=sequence_tokens,

@@ -38,7 +38,7 @@ from probe.analysis.regression.history.records import (
     read_ledger,
     run_record,
 )
-from probe.analysis.regression.identity import ConfigIdentity
+from probe.analysis.regression.identity import ConfigIdentity, IdentityKind
 from probe.analysis.regression.samples import METRICS, SampleSet, Unit
 from probe.errors import ProbeError, first_line
 
@@ -374,9 +374,9 @@ class RunInfo:
 
     run_id: str
     recorded_at: dt.datetime  # UTC
-    command: str
+    command: RunCommand
     source: str
-    kind: str
+    kind: IdentityKind
     config_id: str
     config: str
     env_id: str
