@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from probe.analysis.records.results import RESULTS_FILE, load_results
 from probe.analysis.regression import history
-from probe.render.text import md_escape
+from probe.text import md_escape
 from tests.conftest import DATA, ROOT, run_probe
 
 SMALL = ["--prompts", "8", "--new-tokens", "4", "--runs", "2", "--warmup", "0", "--telemetry-ms", "0"]
