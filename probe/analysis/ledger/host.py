@@ -28,6 +28,7 @@ self time by frame, `python` and `sync_wait` frames alike) lists the frames insi
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -607,45 +608,98 @@ def _sync_sites(trace: Trace, table: PartTable, inner: _Innermost, seg, step, ns
     n = len(lo)
     owner = inner.seg_owner[seg]
     sel = inner.mechanism[owner] == _SYNC_WAIT
-    out: list[dict[tuple, list]] = [{} for _ in range(n)]  # (call, frame, source) -> [ns, rows, first start, site]
     if not sel.any():
         return [() for _ in range(n)]
-    # a synchronizing frame inside another blocking event is part of that event's wait: report the outermost
-    blocking = np.unique(owner[sel])
+    kind = trace.kind[inner.rows]
+    names = trace.name_id[inner.rows]
+    by_step = _sites_by_step(trace, table, inner, kind, names, (owner[sel], step[sel], ns[sel]), n)
+    waited = _stream_wait_gap(table, inner, kind, names, lo)
+    copied = _copy_finder(trace, table, inner, kind)
+    return [
+        tuple(
+            sorted(
+                (
+                    SyncSite(
+                        c,
+                        f,
+                        src,
+                        v[0],
+                        len(v[1]),
+                        waited(int(v[2]), s),
+                        *copied(v[3]),
+                        _outer_op(trace, inner, kind, names, v[3]),
+                    )
+                    for (c, f, src), v in d.items()
+                ),
+                key=lambda x: (-x.wait_ns, x.call),
+            )
+        )
+        for s, d in enumerate(by_step)
+    ]
+
+
+def _outermost_blocking(inner: _Innermost, blocking: np.ndarray) -> dict[int, int]:
+    """Each blocking event -> the outermost blocking event around it: a synchronizing frame inside another blocking
+    event is part of that event's wait, so the site reported is the outermost."""
     outer = blocking.copy()
     cur = inner.parent[blocking]
     while (cur >= 0).any():
         up = (cur >= 0) & (inner.mechanism[np.maximum(cur, 0)] == _SYNC_WAIT)
         outer = np.where(up, cur, outer)
         cur = np.where(cur >= 0, inner.parent[np.maximum(cur, 0)], -1)
-    site_of = dict(zip(blocking.tolist(), outer.tolist(), strict=True))
-    kind = trace.kind[inner.rows]
-    names = trace.name_id[inner.rows]
-    frame_cache: dict[int, tuple[str | None, str | None]] = {}
+    return dict(zip(blocking.tolist(), outer.tolist(), strict=True))
 
-    def around(event: int) -> tuple[str | None, str | None]:
-        if event not in frame_cache:
-            frame = source = None
-            cur = int(inner.parent[event])
-            while cur >= 0 and source is None:
-                if kind[cur] == Kind.PYTHON:
-                    name = table.frames[table.frame_id[names[cur]]]
-                    frame = frame or name
-                    if table.by_name["source_frame"][names[cur]]:
-                        source = name
-                cur = int(inner.parent[cur])
-            frame_cache[event] = (frame, source)
-        return frame_cache[event]
 
-    for o, s, v in zip(owner[sel].tolist(), step[sel].tolist(), ns[sel].tolist(), strict=True):
+def _frames_around(
+    table: PartTable, inner: _Innermost, kind: np.ndarray, names: np.ndarray, event: int
+) -> tuple[str | None, str | None]:
+    """The innermost Python frame around `event`, and the innermost source frame (one of the user's files)."""
+    frame = source = None
+    cur = int(inner.parent[event])
+    while cur >= 0 and source is None:
+        if kind[cur] == Kind.PYTHON:
+            name = table.frames[table.frame_id[names[cur]]]
+            frame = frame or name
+            if table.by_name["source_frame"][names[cur]]:
+                source = name
+        cur = int(inner.parent[cur])
+    return frame, source
+
+
+def _sites_by_step(
+    trace: Trace,
+    table: PartTable,
+    inner: _Innermost,
+    kind: np.ndarray,
+    names: np.ndarray,
+    waits: tuple[np.ndarray, np.ndarray, np.ndarray],
+    n: int,
+) -> list[dict[tuple, list]]:
+    """Per step, (call, frame, source) -> [wait ns, the blocking rows, the first one's start, that site], from the
+    sync-wait segments (`waits`: each one's blocking event, step and ns)."""
+    out: list[dict[tuple, list]] = [{} for _ in range(n)]
+    owner, step, ns = waits
+    site_of = _outermost_blocking(inner, np.unique(owner))
+    frames: dict[int, tuple[str | None, str | None]] = {}  # by site: a site's segments are many
+    for o, s, v in zip(owner.tolist(), step.tolist(), ns.tolist(), strict=True):
         site = site_of[o]
-        frame, source = around(site)
+        if site not in frames:
+            frames[site] = _frames_around(table, inner, kind, names, site)
+        frame, source = frames[site]
         call = table.frames[table.frame_id[names[site]]] if kind[site] == Kind.PYTHON else trace.names[names[site]]
         acc = out[s].setdefault((call, frame, source), [0, set(), inner.start[site], site])
         acc[0] += v
         acc[1].add(int(inner.rows[site]))
         if inner.start[site] < acc[2]:
             acc[2], acc[3] = inner.start[site], site
+    return out
+
+
+def _stream_wait_gap(
+    table: PartTable, inner: _Innermost, kind: np.ndarray, names: np.ndarray, lo: np.ndarray
+) -> Callable[[int, int], int | None]:
+    """`waited(first, s)`: how long before `first` the latest stream-wait-event call of step `s` came; None when
+    none came in the step before it."""
     is_wait = (kind == Kind.RUNTIME) & table.by_name["stream_wait"][names] & inner.original
     waits = np.sort(inner.start[is_wait])
 
@@ -653,6 +707,13 @@ def _sync_sites(trace: Trace, table: PartTable, inner: _Innermost, seg, step, ns
         k = int(np.searchsorted(waits, first, side="right")) - 1
         return int(first - waits[k]) if k >= 0 and waits[k] >= lo[s] else None
 
+    return waited
+
+
+def _copy_finder(
+    trace: Trace, table: PartTable, inner: _Innermost, kind: np.ndarray
+) -> Callable[[int], tuple[int | None, str | None, str | None]]:
+    """`copied(site)`: the copy a blocking call waits on, as (bytes, direction, host memory), each None unknown."""
     copies = _copies(trace)
     calls = inner.rows
     keys = correlation_keys(trace, calls)
@@ -692,27 +753,17 @@ def _sync_sites(trace: Trace, table: PartTable, inner: _Innermost, seg, step, ns
             memory[1].lower() if memory else None,
         )
 
-    def outer_op(site: int) -> str | None:
-        """The outermost cpu_op around the blocking call: what the program called (aten::item, aten::to)."""
-        found, cur = None, int(inner.parent[site])
-        while cur >= 0:
-            if kind[cur] == Kind.CPU_OP:
-                found = trace.names[names[cur]]
-            cur = int(inner.parent[cur])
-        return found
+    return copied
 
-    return [
-        tuple(
-            sorted(
-                (
-                    SyncSite(c, f, src, v[0], len(v[1]), waited(int(v[2]), s), *copied(v[3]), outer_op(v[3]))
-                    for (c, f, src), v in d.items()
-                ),
-                key=lambda x: (-x.wait_ns, x.call),
-            )
-        )
-        for s, d in enumerate(out)
-    ]
+
+def _outer_op(trace: Trace, inner: _Innermost, kind: np.ndarray, names: np.ndarray, site: int) -> str | None:
+    """The outermost cpu_op around the blocking call: what the program called (aten::item, aten::to)."""
+    found, cur = None, int(inner.parent[site])
+    while cur >= 0:
+        if kind[cur] == Kind.CPU_OP:
+            found = trace.names[names[cur]]
+        cur = int(inner.parent[cur])
+    return found
 
 
 def _copies(trace: Trace) -> dict[int, tuple[int, int]]:
