@@ -524,68 +524,95 @@ def mechanism_split(
     ns = piece_end - piece_start
     owner = inner.seg_owner[seg]
     mech = inner.mechanism[owner]
-    mechanism = {}
-    for code, part in enumerate(MECHANISM[:-1]):
-        sel = mech == code
-        mechanism[part] = np.bincount(step[sel], weights=ns[sel], minlength=n).astype(np.int64)
+    mechanism = _by_mechanism(mech, step, ns, n)
     mechanism[UNATTRIBUTED] = (hi - lo) - sum(mechanism.values())
     tiers = purpose_tiers(trace, table, pid, tid)
     data_s, data_e = tiers["data"]
     in_data_ns = covered(data_s, data_e, piece_start, piece_end)  # of each piece, the part inside data loading
-    in_data: dict[str, np.ndarray] = {}
-    for code, part in enumerate(MECHANISM[:-1]):
-        sel = mech == code
-        in_data[part] = np.bincount(step[sel], weights=in_data_ns[sel], minlength=n).astype(np.int64)
+    in_data = _by_mechanism(mech, step, in_data_ns, n)
     in_data[UNATTRIBUTED] = covered(data_s, data_e, lo, hi) - sum(in_data.values())
-    # which step each event starts in: calls are counted there
-    order = np.argsort(lo, kind="stable")
-    s_of = np.searchsorted(lo[order], inner.start, side="right") - 1
-    starts_in = np.where((s_of >= 0) & (inner.start <= hi[order][np.maximum(s_of, 0)]), order[np.maximum(s_of, 0)], -1)
-    starts_in[~inner.original] = -1  # a continuation is no new call
+    starts_in = _call_steps(inner, lo, hi)
     kind = trace.kind[inner.rows]
     names = trace.name_id[inner.rows]
     is_frame, is_op = kind == Kind.PYTHON, kind == Kind.CPU_OP
+    calls = np.ones(len(names), np.int64)
     f_self = _grouped(step, table.frame_id[names[owner]], ns, is_frame[owner], n)
-    f_calls = _grouped(starts_in, table.frame_id[names], np.ones(len(names), np.int64), is_frame & (starts_in >= 0), n)
+    f_calls = _grouped(starts_in, table.frame_id[names], calls, is_frame & (starts_in >= 0), n)
     o_self = _grouped(step, names[owner].astype(np.int64), ns, is_op[owner], n)
-    o_calls = _grouped(starts_in, names.astype(np.int64), np.ones(len(names), np.int64), is_op & (starts_in >= 0), n)
-    frames = [
-        tuple(
-            sorted(
-                (FrameTime(table.frames[f], f_self[i].get(f, 0), f_calls[i].get(f, 0)) for f in f_self[i] | f_calls[i]),
-                key=lambda x: (-x.self_ns, x.frame),
-            )[:top_frames]
-        )
-        for i in range(n)
-    ]
-    ops = [
-        tuple(
-            sorted(
-                (OpTime(trace.names[o], o_self[i].get(o, 0), o_calls[i].get(o, 0)) for o in o_self[i] | o_calls[i]),
-                key=lambda x: (-x.self_ns, x.name),
-            )[:top_ops]
-        )
-        for i in range(n)
-    ]
-    totals: dict[int, list[int]] = {}
-    for i in range(n):
-        for f, v in f_self[i].items():
-            totals.setdefault(f, [0, 0])[0] += v
-        for f, v in f_calls[i].items():
-            totals.setdefault(f, [0, 0])[1] += v
+    o_calls = _grouped(starts_in, names.astype(np.int64), calls, is_op & (starts_in >= 0), n)
     sites = _sync_sites(trace, table, inner, seg, step, ns, lo)
     is_sync = mech == _SYNC_WAIT
     sync_segments = (step[is_sync], piece_start[is_sync], piece_end[is_sync])
     return HostSplit(
         purpose_split(trace, table, pid, tid, lo, hi, tiers),
         mechanism,
-        frames,
-        ops,
+        _ranked_frames(table, f_self, f_calls, top_frames),
+        _ranked_ops(trace, o_self, o_calls, top_ops),
         sites,
         sync_segments,
-        {f: (a, b) for f, (a, b) in totals.items()},
+        _frame_totals(f_self, f_calls),
         in_data,
     )
+
+
+def _by_mechanism(mech: np.ndarray, step: np.ndarray, values: np.ndarray, n: int) -> dict[str, np.ndarray]:
+    """Per mechanism part but the unattributed rest, the pieces' `values` summed per step."""
+    out = {}
+    for code, part in enumerate(MECHANISM[:-1]):
+        sel = mech == code
+        out[part] = np.bincount(step[sel], weights=values[sel], minlength=n).astype(np.int64)
+    return out
+
+
+def _call_steps(inner: _Innermost, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The step each event starts in, where its call is counted (-1: none, or a continuation, which is no new
+    call)."""
+    order = np.argsort(lo, kind="stable")
+    s_of = np.searchsorted(lo[order], inner.start, side="right") - 1
+    starts_in = np.where((s_of >= 0) & (inner.start <= hi[order][np.maximum(s_of, 0)]), order[np.maximum(s_of, 0)], -1)
+    starts_in[~inner.original] = -1  # a continuation is no new call
+    return starts_in
+
+
+def _ranked_frames(
+    table: PartTable, self_ns: list[dict[int, int]], calls: list[dict[int, int]], top: int | None
+) -> list[tuple[FrameTime, ...]]:
+    """Per step, its Python frames by self time, largest first (the first `top`)."""
+    return [
+        tuple(
+            sorted(
+                (FrameTime(table.frames[f], mine.get(f, 0), called.get(f, 0)) for f in mine | called),
+                key=lambda x: (-x.self_ns, x.frame),
+            )[:top]
+        )
+        for mine, called in zip(self_ns, calls, strict=True)
+    ]
+
+
+def _ranked_ops(
+    trace: Trace, self_ns: list[dict[int, int]], calls: list[dict[int, int]], top: int | None
+) -> list[tuple[OpTime, ...]]:
+    """Per step, its cpu_ops by self time (their dispatch), largest first (the first `top`)."""
+    return [
+        tuple(
+            sorted(
+                (OpTime(trace.names[o], mine.get(o, 0), called.get(o, 0)) for o in mine | called),
+                key=lambda x: (-x.self_ns, x.name),
+            )[:top]
+        )
+        for mine, called in zip(self_ns, calls, strict=True)
+    ]
+
+
+def _frame_totals(self_ns: list[dict[int, int]], calls: list[dict[int, int]]) -> dict[int, tuple[int, int]]:
+    """Frame id -> (self ns, calls) over all the steps."""
+    totals: dict[int, list[int]] = {}
+    for mine, called in zip(self_ns, calls, strict=True):
+        for f, v in mine.items():
+            totals.setdefault(f, [0, 0])[0] += v
+        for f, v in called.items():
+            totals.setdefault(f, [0, 0])[1] += v
+    return {f: (a, b) for f, (a, b) in totals.items()}
 
 
 def _grouped(step: np.ndarray, key: np.ndarray, value: np.ndarray, sel: np.ndarray, n: int) -> list[dict[int, int]]:
