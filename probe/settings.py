@@ -69,6 +69,14 @@ class BenchConfig:
     sync_pairs: int = knob(3, "CUDA: pairs of runs (synced every step, synced once) for the sync cost; 0: skip")
 
     def __post_init__(self):
+        self._check_counts()
+        self._check_sweep()
+        _check_common(self)
+        for engine in self.engines:
+            check_text(engine, "--engines")
+
+    def _check_counts(self) -> None:
+        """Each cell's counts: tokens, runs, batch sizes, warmup, threads and the telemetry interval in range."""
         for name in ("new_tokens", "runs"):
             if getattr(self, name) < 1:
                 raise ProbeError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
@@ -82,6 +90,9 @@ class BenchConfig:
             raise ProbeError(f"--threads must be 0 (torch's default) or more, got {self.threads}")
         if not math.isfinite(self.telemetry_ms) or self.telemetry_ms < 0:
             raise ProbeError(f"--telemetry-ms must be 0 (off) or more, got {self.telemetry_ms}")
+
+    def _check_sweep(self) -> None:
+        """What the sweep covers: its prompts and engines, naive's prompts among them, the sync-cost pairs."""
         if not self.prompts or min(self.prompts) < 1:
             raise ProbeError(f"--prompts must be positive token counts, got {self.prompts}")
         if not self.engines:
@@ -90,9 +101,6 @@ class BenchConfig:
             raise ProbeError(f"--naive-prompts {self.naive_prompts} must be among --prompts {self.prompts}")
         if self.sync_pairs < 0:
             raise ProbeError(f"--sync-pairs must be 0 (skip) or more, got {self.sync_pairs}")
-        _check_common(self)
-        for engine in self.engines:
-            check_text(engine, "--engines")
 
     def times(self, engine: str, prompt: int) -> bool:
         """Whether the sweep times `engine` at `prompt` (naive only at --naive-prompts, when given)."""

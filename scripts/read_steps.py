@@ -72,7 +72,22 @@ def main() -> None:
     p.add_argument("--thread", help="the host thread (tid), when the rule needs one")
     args = p.parse_args()
     events = load(args.trace)
-    cat = lambda e: str(e.get("cat", "")).lower()  # noqa: E731
+    launcher = launchers(events)
+    thread = step_thread(args, events, launcher)
+    host = [e for e in events if cat(e) in HOST_CATS and (thread is None or str(e.get("tid")) == thread)]
+    windows = steps(args, host, thread)
+    code = [e for e in host if cat(e) != "user_annotation"]  # ranges are labels, never the code that ran
+    blocked = innermost(code, blocking_events(code, launcher))
+    data = [t(e) for e in host if DATA.search(e["name"])]
+    print_steps(events, thread, windows, launcher, blocked, data)
+
+
+def cat(e: dict) -> str:
+    return str(e.get("cat", "")).lower()
+
+
+def launchers(events: list[dict]) -> list[tuple[dict, dict | None]]:
+    """Each GPU op with the runtime call that launched it (joined on args.correlation; None: no such call)."""
     runtime = [e for e in events if cat(e) in RUNTIME_CATS]
     gpu = [e for e in events if cat(e) in GPU_CATS]
     by_corr = {}
@@ -80,7 +95,12 @@ def main() -> None:
         c = e.get("args", {}).get("correlation")
         if c is not None:
             by_corr.setdefault(c, e)
-    launcher = [(g, by_corr.get(g.get("args", {}).get("correlation"))) for g in gpu]
+    return [(g, by_corr.get(g.get("args", {}).get("correlation"))) for g in gpu]
+
+
+def step_thread(args: argparse.Namespace, events: list[dict], launcher: list[tuple[dict, dict | None]]) -> str | None:
+    """--thread, else the thread the step events are on (--frame, --range), else the one that launched most GPU
+    work."""
     work: dict[str, float] = {}
     for g, r in launcher:
         if r is not None:
@@ -93,13 +113,16 @@ def main() -> None:
             if cat(e) in HOST_CATS and pattern.search(e["name"]):
                 counts[str(e.get("tid"))] = counts.get(str(e.get("tid")), 0) + 1
         thread = max(counts, key=counts.get) if counts else thread
-    host = [e for e in events if cat(e) in HOST_CATS and (thread is None or str(e.get("tid")) == thread)]
-    windows = steps(args, host, thread)
+    return thread
+
+
+def blocking_events(code: list[dict], launcher: list[tuple[dict, dict | None]]) -> set[int]:
+    """The ids of the events that block on the device: *Synchronize calls, `synchronize` frames, and copy calls
+    that waited (returned at or after their GPU copy's end, or saw it start QUEUED_US late while they still ran)."""
     copy_end = {}
     for g, r in launcher:
         if r is not None and "Memcpy" in r["name"]:
             copy_end[id(r)] = t(g)
-    code = [e for e in host if cat(e) != "user_annotation"]  # ranges are labels, never the code that ran
     blocking = set()
     for e in code:
         name = e["name"]
@@ -111,8 +134,11 @@ def main() -> None:
             (cs, ce), (gs, ge) = t(e), copy_end[id(e)]
             if ce >= ge or (gs - cs >= QUEUED_US and ce >= gs):
                 blocking.add(id(e))
-    blocked = innermost(code, blocking)
-    data = [t(e) for e in host if DATA.search(e["name"])]
+    return blocking
+
+
+def print_steps(events, thread, windows, launcher, blocked, data) -> None:
+    """One row a step (its window, sync, host work, data loading, GPU work and the larger side), then the median."""
     rows = []
     print(f"thread {thread}; {len(windows)} steps; times in ms")
     print(f"{'#':>3} {'start':>10} {'wall':>9} {'sync':>9} {'host work':>10} {'data':>8} {'GPU work':>9}  side")

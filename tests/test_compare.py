@@ -13,6 +13,7 @@ from probe.analysis.ledger import kernels as kernels_module
 from probe.analysis.records.environment import Environment
 from probe.analysis.records.results import RESULTS_FILE, BenchResults, Cell, load_results
 from probe.analysis.regression.compare import compare, timing_row
+from probe.analysis.regression.identity import ConfigIdentity
 from probe.analysis.regression.rules import ALPHA, THRESHOLD, CompareRules
 from probe.analysis.regression.samples import Metric, SampleSet, Unit, from_results, load_samples
 from probe.analysis.regression.stats import can_reach
@@ -500,7 +501,9 @@ def contended_pair(contended: tuple[bool | None, bool | None], scale: float) -> 
         Unit("k", {"decode_launches": 10.0}, {}, {"host_us_per_step": tuple(series(40, s))}, flag)
         for flag, s in zip(contended, (1.0, scale), strict=True)
     ]
-    return tuple(SampleSet(name, "results", env, {}, {"k": u}) for name, u in zip("ab", units, strict=True))
+    return tuple(
+        SampleSet(name, "results", env, ConfigIdentity(), {"k": u}) for name, u in zip("ab", units, strict=True)
+    )
 
 
 @pytest.mark.parametrize("scale", [1.3, 0.7])
@@ -538,7 +541,9 @@ def test_a_count_alert_beside_a_speed_up_is_reconciled():
         Unit("k", {"decode_launches": n}, {}, {"host_us_per_step": tuple(series(40, s))})
         for n, s in ((10.0, 1.0), (12.0, 0.5))
     ]
-    base, cur = (SampleSet(name, "results", env, {}, {"k": u}) for name, u in zip("ab", sides, strict=True))
+    base, cur = (
+        SampleSet(name, "results", env, ConfigIdentity(), {"k": u}) for name, u in zip("ab", sides, strict=True)
+    )
     result = compare(base, cur)
     assert result.regressed and [a.metric for a in result.alerts] == ["decode_launches"]
     line = next(n for n in result.notes if n.startswith("k: "))
@@ -580,7 +585,9 @@ def work_pair(base_work: str | None, cur_work: str | None) -> tuple[SampleSet, S
         Unit("decode", {"launches": n}, {"launches": {"aten::mm": n}}, {}, False, (), work)
         for n, work in ((10.0, base_work), (12.0, cur_work))
     ]
-    return tuple(SampleSet(name, "trace", env, {}, {"decode": u}) for name, u in zip("ab", units, strict=True))
+    return tuple(
+        SampleSet(name, "trace", env, ConfigIdentity(), {"decode": u}) for name, u in zip("ab", units, strict=True)
+    )
 
 
 def test_the_same_work_is_judged_and_different_work_is_said_not_judged():

@@ -15,7 +15,7 @@ from probe.analysis.ledger.host import MECHANISM_PARTS, PURPOSE_PARTS
 from probe.analysis.trace import load_trace
 from probe.render.console import NOT_A_TERMINAL_WIDTH, FittingConsole, width_for
 from probe.render.ledger import host_tables
-from probe.render.text import ms
+from probe.text import ms
 from tests.conftest import ROOT, run_probe, shared_trace
 
 # The H100 prefill of the README (../shared/traces/public; skipped where absent): its host parts read 4.404, 2.304,

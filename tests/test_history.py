@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from probe.analysis.records.results import RESULTS_FILE, load_results
 from probe.analysis.regression import history
-from probe.render.text import md_escape
+from probe.text import md_escape
 from tests.conftest import DATA, ROOT, run_probe
 
 SMALL = ["--prompts", "8", "--new-tokens", "4", "--runs", "2", "--warmup", "0", "--telemetry-ms", "0"]
@@ -329,6 +329,33 @@ def test_import_of_the_committed_runs_and_traces(tmp_path, cli):
     assert {r["commit"] for r in runs} == {env.commit}
     single = ok(cli("history", "import", str(DATA / "hand_decode.trace.json.gz"), "--history", str(path)))
     assert "0 run(s) added" in single.stdout and "no .meta.json" in single.stderr
+
+
+def test_a_configuration_keeps_the_id_and_label_histories_already_hold():
+    """ConfigIdentity is stored and hashed as the dict the history always used: these ids were written by the code
+    before it (a dict per run), so a history file's runs still meet new runs of their configuration."""
+    run = history.folder_record(RUN_A)
+    assert (run.config_id, run.label) == ("61482b0c83", "tiny float32 cached,naive p16,64,256 n8")
+    assert (
+        run.config.to_json()["cells"][:2] == ["cached p16 n8", "cached p256 n8"]
+        and "traces" not in run.config.to_json()
+    )
+    with_traces = history.ConfigIdentity(kind="results", model="tiny", dtype="float32", traces=("cached p16 n6",))
+    assert with_traces.label.endswith(" +traces") and with_traces.to_json()["traces"] == ["cached p16 n6"]
+    trace = history.file_record(DATA / "app" / "traces" / "tiny_cached_cpu_p16_n6.trace.json.gz")
+    assert (trace.config_id, trace.label) == ("c75ead3d5a", "profile tiny float32 cached p16 n6")
+    assert trace.config.to_json() == {
+        "model": "tiny",
+        "dtype": "float32",
+        "seed": 0,
+        "warmup": 1,
+        "prompt": 16,
+        "new_tokens": 6,
+        "batch": 1,
+        "kind": "trace",
+        "tool": "torch.profiler",
+        "engine": "cached",
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -37,8 +37,9 @@ LATE_IMPORTS = {
 # loads one of these; a project module counts when its own top-level imports reach one of them.
 HEAVY = ("torch", "transformers", "pandas", "pyarrow", "scipy", "duckdb", "ray", "streamlit", "plotly", "numpy", "rich")
 COMMANDS_DIR = "probe/commands/"
-# Who may import whom inside probe: a layer never imports one above it. probe.render.text is a leaf (it imports nothing
-# from probe), so every layer may use it.
+# Who may import whom inside probe: a layer never imports one above it. probe.text (units, names, escaping) is a leaf
+# (it imports nothing from probe), so every layer may use it: the terminal, the explorer and the analysis's sentences
+# say a figure through the one definition.
 FORBIDDEN = {
     "probe.analysis": ("probe.capture", "probe.commands", "probe.cli", "probe.render"),
     "probe.explorer": ("probe.capture", "probe.commands", "probe.cli", "probe.render"),
@@ -64,7 +65,7 @@ FORBIDDEN = {
     "probe.analysis.roofline": ("probe.analysis.regression", "probe.analysis.diagnosis"),
     "probe.analysis.regression": ("probe.analysis.roofline", "probe.analysis.diagnosis"),
 }
-LEAVES = {"probe.render.text": "probe"}
+LEAVES = {"probe.text": "probe"}
 # The torch-free side: every module here must import, and the analysis commands must run, without torch.
 TORCH_FREE = (
     "probe.analysis",

@@ -12,6 +12,8 @@ import pytest
 
 from probe.analysis.diagnosis.evidence import Context
 from probe.analysis.diagnosis.predictions import (
+    BatchScaling,
+    HostOverheadGains,
     Machine,
     Measured,
     OverheadReport,
@@ -36,6 +38,7 @@ from probe.capture import pipeline
 from probe.render import terminal
 from probe.render.markdown import report_markdown
 from probe.settings import BenchConfig
+from tests.conftest import DATA
 from tests.test_diagnosis import python_bound_trace
 from tests.test_overhead import FAKE_FLOOR
 
@@ -83,7 +86,8 @@ def test_points_at_names_the_wrong_term():
 def test_host_overhead_verdict():
     supported = results(cell("naive", 16, 10.0), cell("cached", 16, 9.0), cell("static", 16, 3.0))
     verdict = host_overhead_verdict(supported)
-    assert verdict.supported is True and verdict.numbers["static_speedup"] == pytest.approx(3.0)
+    assert isinstance(verdict.numbers, HostOverheadGains)
+    assert verdict.supported is True and verdict.numbers.static_speedup == pytest.approx(3.0)
     refuted = results(cell("naive", 16, 30.0), cell("cached", 16, 9.0), cell("static", 16, 8.0))
     assert host_overhead_verdict(refuted).supported is False
     assert host_overhead_verdict(results(cell("naive", 16, 1.0))).supported is None
@@ -93,14 +97,32 @@ def test_batching_verdict():
     machine = Machine(1.0, "test", 10e9, "test")
     flat = results(*(cell("batched", 16, 2.0 * (1 + 0.02 * b), batch=b) for b in (1, 2, 4, 8)))
     verdict = batching_verdict(flat, TINY, machine)
-    assert verdict.supported is True and verdict.numbers["by_batch"][8]["step_ratio"] == pytest.approx(1.16 / 1.02)
+    assert isinstance(verdict.numbers, BatchScaling)
+    assert verdict.supported is True and verdict.numbers.by_batch[8].step_ratio == pytest.approx(1.16 / 1.02)
     growing = results(*(cell("batched", 16, 2.0 * b, batch=b) for b in (1, 2, 4)))
-    assert batching_verdict(growing, TINY, machine).supported is False
-    assert batching_verdict(growing, TINY, machine).numbers["holds_up_to_batch"] == 1
+    grown = batching_verdict(growing, TINY, machine)
+    assert grown.supported is False and isinstance(grown.numbers, BatchScaling) and grown.numbers.holds_up_to_batch == 1
     partly = results(*(cell("batched", 16, x, batch=b) for b, x in ((1, 2.0), (2, 2.1), (4, 2.2), (8, 3.0))))
     verdict = batching_verdict(partly, TINY, machine)
-    assert verdict.supported is False and verdict.numbers["holds_up_to_batch"] == 4 and "up to B=4" in verdict.evidence
+    assert isinstance(verdict.numbers, BatchScaling)
+    assert verdict.supported is False and verdict.numbers.holds_up_to_batch == 4 and "up to B=4" in verdict.evidence
     assert batching_verdict(results(cell("cached", 16, 1.0)), TINY, machine).supported is None
+
+
+def test_verdict_figures_are_typed_and_report_json_keeps_their_shape():
+    """A report.json written before the figures were typed reads back into them (by_batch keyed by B), and writes
+    back as the same JSON; a verdict with no figures is an empty object, as it always was."""
+    doc = json.loads((DATA / "quick-run" / "report.json").read_text())
+    report = Report.from_json(doc)
+    gains, scaling = (v.numbers for v in report.verdicts)
+    assert isinstance(gains, HostOverheadGains) and gains.cache_speedup == pytest.approx(3.631364998094173)
+    assert isinstance(scaling, BatchScaling) and sorted(scaling.by_batch) == [1, 2, 4, 8]
+    assert scaling.by_batch[8].scaling == pytest.approx(0.7519393875129907) and scaling.holds_up_to_batch == 4
+    assert json.loads(json.dumps(report.to_json()))["verdicts"] == doc["verdicts"]
+    unmeasured = host_overhead_verdict(results(cell("naive", 16, 1.0)))
+    assert unmeasured.numbers is None and unmeasured.to_json()["numbers"] == {}
+    with pytest.raises(ValueError, match="claim"):
+        Report.from_json(doc | {"verdicts": [doc["verdicts"][0] | {"claim": None}]})
 
 
 def fake_cuda_trace(path, graph: bool, steps: int = 2):

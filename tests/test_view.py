@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from probe import text
 from probe.analysis.diagnosis.report import load_report
 from probe.analysis.diagnosis.verdict import bound_words, diagnose_trace
 from probe.analysis.ledger.build import analyze
@@ -616,6 +617,16 @@ def test_a_sidecar_linking_out_of_the_root_is_not_read(tmp_path):
 
 def test_md_escape_keeps_op_names_literal():
     assert figures.style.md("aten::_foo_bar *x*") == "aten::\\_foo\\_bar \\*x\\*"
+
+
+def test_the_explorer_says_units_names_and_escapes_as_the_terminal_does():
+    """One vocabulary (probe.text): the explorer's Markdown is the terminal's escape of the printable text, on one line
+    (a newline in a name cannot start a heading or end a list item); a figure not measured stays None on a chart."""
+    name = "aten::_foo\n=== <b>"
+    assert figures.style.md(name) == text.md_escape(name) == "aten::\\_foo === \\<b\\>"
+    assert figures.style.md("bad \udcff byte") == text.md_escape("bad \\xff byte")
+    assert (text.ns_to_ms(1_234_567), text.ns_to_us(1_500), text.ns_to_ms(None)) == (1.234567, 1.5, None)
+    assert (text.ms(1_234_567), text.us(1_500), text.pct(0.25, 0), text.ms(None)) == ("1.235", "1.5", "25", text.DASH)
 
 
 # ---- probe app and the localhost default ---------------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pandas: a command's flags come from here, and `--help` loads nothing heavy
     from probe.analysis.records.results import BenchResults
+    from probe.analysis.regression.history.records import RunCommand
 
 HISTORY_HELP = "the history file (default: $PROBE_HISTORY, else ./probe-history.duckdb)"
 
@@ -33,7 +34,7 @@ def add_record_arguments(p: argparse.ArgumentParser, home: str | None) -> None:
 
 def record(
     args: argparse.Namespace,
-    command: str,
+    command: RunCommand,
     code: int = 0,
     results: BenchResults | None = None,
     traces: Sequence[Path] = (),

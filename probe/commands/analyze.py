@@ -43,10 +43,12 @@ from probe.flags import check_address, count_flag
 from probe.pool import pool_map
 
 if TYPE_CHECKING:
+    from probe.analysis.diagnosis.answer import Answer
     from probe.analysis.diagnosis.verdict import Diagnosis
     from probe.analysis.ledger.ranks import TraceFailure
     from probe.analysis.ledger.types import AnalyzeOptions, StepLedger, TraceAnalysis
     from probe.analysis.records.sidecar import EventCost
+    from probe.analysis.trace import Trace
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -177,25 +179,11 @@ def main(args: argparse.Namespace) -> int:
 def main_one(args: argparse.Namespace, path: Path) -> int:
     from probe.analysis.diagnosis.answer import answer
     from probe.analysis.ledger.build import analyze
-    from probe.analysis.ledger.timeline import step_events
     from probe.analysis.records.sidecar import read_sidecar
     from probe.analysis.roofline.device_file import device_file
     from probe.analysis.roofline.formulas import dtype_bytes
     from probe.analysis.roofline.step import TokenFlags
     from probe.analysis.trace import load_trace
-    from probe.render.answer import answer_lines, op_roofline_table
-    from probe.render.console import stdout
-    from probe.render.ledger import (
-        categories_table,
-        frames_table,
-        host_tables,
-        idle_table,
-        kernels_table,
-        step_table,
-        steps_table,
-        summary_table,
-        timeline_table,
-    )
 
     options = options_from(args, path)  # bad flags fail before the trace is read
     if args.dtype is not None:
@@ -218,19 +206,49 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
         device_given=given,
     )
     if args.json:
-        steps = result.steps if step is None else (step,)  # one step named: its diagnosis in words too
-
-        def record(i: int) -> dict:
-            return steps[i].to_json() | found.step_json(steps[i].position, words=step is not None)
-
-        out = result.to_json(steps=False) | found.to_json()
-        out["steps"] = Rows(len(steps), record)  # made and written a chunk at a time
-        if step is not None:
-            out["timeline"] = [vars(it) for it in step_events(trace, step)]
-        print_json(out)
+        _print_json(trace, result, step, found)
         return 0
     for w in result.warnings:  # before the tables, where a person reads first
         print(f"probe: warning: {w}", file=sys.stderr)
+    _print_tables(trace, result, step, found)
+    return 0
+
+
+def _print_json(trace: Trace, result: TraceAnalysis, step: StepLedger | None, found: Answer) -> None:
+    """--json: the ledger and the answer, every step's figures (a step named: its diagnosis in words too, and its
+    timeline)."""
+    from probe.analysis.ledger.timeline import step_events
+
+    steps = result.steps if step is None else (step,)
+
+    def record(i: int) -> dict:
+        return steps[i].to_json() | found.step_json(steps[i].position, words=step is not None)
+
+    out = result.to_json(steps=False) | found.to_json()
+    out["steps"] = Rows(len(steps), record)  # made and written a chunk at a time
+    if step is not None:
+        out["timeline"] = [vars(it) for it in step_events(trace, step)]
+    print_json(out)
+
+
+def _print_tables(trace: Trace, result: TraceAnalysis, step: StepLedger | None, found: Answer) -> None:
+    """The answer first, then the trace's tables (its steps, idle, host, kernels, op rooflines) or, with --step, the
+    step's own (its ledger, kernels, timeline); the Python frames and the summary last."""
+    from probe.analysis.ledger.timeline import step_events
+    from probe.render.answer import answer_lines, op_roofline_table
+    from probe.render.console import stdout
+    from probe.render.ledger import (
+        categories_table,
+        frames_table,
+        host_tables,
+        idle_table,
+        kernels_table,
+        step_table,
+        steps_table,
+        summary_table,
+        timeline_table,
+    )
+
     console = stdout()
     for line in answer_lines(found):
         console.print(line)
@@ -253,7 +271,6 @@ def main_one(args: argparse.Namespace, path: Path) -> int:
     if frames:
         console.print(frames_table(frames, "Python frames by self time (the python part)"))
     console.print(summary_table(result))
-    return 0
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,7 @@ HOST_KINDS = (  # the step's thread, top to bottom: (trace kinds, lane name, wha
     ((Kind.RUNTIME,), "runtime calls", "runtime call"),
 )
 
+LaneGroup = Literal["host", "thread", "gpu"]  # the step's own thread, another thread, a GPU stream (or its idle lane)
 BarKind = Literal[
     "range",
     "python",
@@ -85,7 +86,7 @@ class Lane:
     label: (
         str  # "ranges 0", "Python 3", "ops 1", "runtime calls", "host window", "thread 7", "GPU idle", "GPU 0 stream 7"
     )
-    group: str  # "host" (the step's thread) | "thread" (another one) | "gpu"
+    group: LaneGroup
 
 
 @dataclass(frozen=True)
@@ -647,39 +648,10 @@ def _with_hover(trace: Trace, bar: Bar, ops: dict[int, GpuOp]) -> Bar:
     if bar.count > 1:
         return bar
     if bar.row < 0:
-        name = {
-            "host_work": "host work: the host window less its sync wait",
-            "gpu_wait": "sync wait while the trace's GPU work ran",
-            "external": "waiting on device work the trace does not hold",
-        }.get(bar.kind)
-        if bar.kind == "idle":
-            name = f"GPU idle: {bar.key.replace('_', ' ')}"
-        if bar.kind == "lead":
-            name = "before this step's first GPU op"
-        return Bar(bar.lane, bar.start_ns, bar.dur_ns, bar.kind, bar.key, name or bar.kind, "", -1, 1, bar.own)
+        return _named_piece(bar)
     r = bar.row
-    said = []
-    if bar.kind in ("kernel", "memcpy", "memset"):
-        o = ops.get(r)
-        said.append(f"category {o.category}" if o else "")
-        if bar.kind == "memcpy":
-            said.append(_copy_text(trace, r))
-        elif trace.bytes[r] >= 0:
-            said.append(f"{int(trace.bytes[r]):,} B")
-        if o is not None and o.call_start_ns is not None:
-            said.append(f"launched by {o.call_name} at {o.call_start_ns / 1e6:+.3f} ms")
-        if o is not None and o.op:
-            said.append(f"for {o.op}")
-        if not bar.own:
-            said.append("not this step's: launched in another step, or in none")
-    else:
-        shape = int(trace.shape_id[r])
-        if shape >= 0:
-            s = trace.shapes[shape]
-            said.append(f"shapes {list(s.dims)}; types {', '.join(t for t in s.types if t) or '-'}")
-        if bar.kind == "runtime" and (trace.bytes[r] >= 0 or trace.copy_kind[r] >= 0):
-            said.append(_copy_text(trace, r))
-        said.append(f"part: {bar.key.replace('_', ' ')}")
+    gpu_op = bar.kind in ("kernel", "memcpy", "memset")
+    said = _gpu_op_words(trace, bar, ops) if gpu_op else _host_event_words(trace, bar)
     return Bar(
         bar.lane,
         bar.start_ns,
@@ -692,3 +664,54 @@ def _with_hover(trace: Trace, bar: Bar, ops: dict[int, GpuOp]) -> Bar:
         1,
         bar.own,
     )
+
+
+_PIECE_NAMES = {
+    "host_work": "host work: the host window less its sync wait",
+    "gpu_wait": "sync wait while the trace's GPU work ran",
+    "external": "waiting on device work the trace does not hold",
+}
+
+
+def _named_piece(bar: Bar) -> Bar:
+    """A bar that is no event of the trace (a piece of the host window, a GPU idle gap, the lead before the step's
+    first GPU op), named for what it is."""
+    name = _PIECE_NAMES.get(bar.kind)
+    if bar.kind == "idle":
+        name = f"GPU idle: {bar.key.replace('_', ' ')}"
+    if bar.kind == "lead":
+        name = "before this step's first GPU op"
+    return Bar(bar.lane, bar.start_ns, bar.dur_ns, bar.kind, bar.key, name or bar.kind, "", -1, 1, bar.own)
+
+
+def _gpu_op_words(trace: Trace, bar: Bar, ops: dict[int, GpuOp]) -> list[str]:
+    """What a GPU op's hover adds: its category, its copy or its bytes, the call that launched it and the op it ran
+    for, and whether it is another step's."""
+    r = bar.row
+    o = ops.get(r)
+    said = [f"category {o.category}" if o else ""]
+    if bar.kind == "memcpy":
+        said.append(_copy_text(trace, r))
+    elif trace.bytes[r] >= 0:
+        said.append(f"{int(trace.bytes[r]):,} B")
+    if o is not None and o.call_start_ns is not None:
+        said.append(f"launched by {o.call_name} at {o.call_start_ns / 1e6:+.3f} ms")
+    if o is not None and o.op:
+        said.append(f"for {o.op}")
+    if not bar.own:
+        said.append("not this step's: launched in another step, or in none")
+    return said
+
+
+def _host_event_words(trace: Trace, bar: Bar) -> list[str]:
+    """What a host event's hover adds: its recorded shapes and types, a runtime call's copy, the part it feeds."""
+    r = bar.row
+    said = []
+    shape = int(trace.shape_id[r])
+    if shape >= 0:
+        s = trace.shapes[shape]
+        said.append(f"shapes {list(s.dims)}; types {', '.join(t for t in s.types if t) or '-'}")
+    if bar.kind == "runtime" and (trace.bytes[r] >= 0 or trace.copy_kind[r] >= 0):
+        said.append(_copy_text(trace, r))
+    said.append(f"part: {bar.key.replace('_', ' ')}")
+    return said

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from probe.analysis.diagnosis.answer import Answer
 from probe.analysis.diagnosis.verdict import Diagnosis
-from probe.render.text import short
+from probe.text import short
 
 WHAT_IF_SHOWN = 3
 OP_ROWS = 10

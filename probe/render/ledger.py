@@ -17,7 +17,7 @@ from probe.analysis.ledger.kernels import KernelStat, short_name
 from probe.analysis.ledger.ranks import Ranks
 from probe.analysis.ledger.timeline import StepEvent
 from probe.analysis.ledger.types import StepLedger, TraceAnalysis
-from probe.render.text import DASH, ms, pct, short, us
+from probe.text import DASH, ms, pct, short, us
 
 KERNEL_NAME_WIDTH = 70  # the table cuts kernel names here; --json keeps them whole
 STEP_NAME_WIDTH = 40
@@ -329,7 +329,7 @@ def summary_table(result: TraceAnalysis) -> Table:
         ("trace: GPU ops launched outside every step", str(t.unattributed_gpu_ops)),
     ]
     for o in s.top_ops:
-        rows.append((f"top host op: {o.name} (x{o.calls})", f"{o.self_ns / 1e6:.3f} ms"))
+        rows.append((f"top host op: {o.name} (x{o.calls})", f"{ms(o.self_ns)} ms"))
     for name, value in rows:
         table.add_row(name, value)
     return table

@@ -13,7 +13,7 @@ from probe.analysis.diagnosis.report import Figure, Report
 from probe.analysis.records.results import BenchResults
 from probe.analysis.regression.compare import COLUMNS, Comparison, row_cells
 from probe.render.terminal import SERVING_COLUMNS, contention_text, floor_lines, parity_text, value_text
-from probe.render.text import md_escape
+from probe.text import md_escape
 
 if TYPE_CHECKING:  # a type only: rendering compare's report must not load DuckDB
     from probe.analysis.regression.history import HistoryCheck

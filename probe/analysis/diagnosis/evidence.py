@@ -18,6 +18,7 @@ from probe.analysis.intervals import covered, merge
 from probe.analysis.ledger.types import StepLedger, TraceAnalysis
 from probe.analysis.roofline.ops import OpRoofline
 from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
+from probe.text import ms, pct
 
 Bound = Literal["host", "gpu", "external", "cpu_only", "unknown", "none"]  # none: nothing ran in the step
 
@@ -158,14 +159,6 @@ class Context:
         return cls(graph, launch, gpu_ms_at, contended, facts=facts, work=work)
 
 
-def ms(ns: float) -> str:
-    return f"{ns / 1e6:.3f}"
-
-
-def pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
-
-
 def hole_ns(s: StepLedger, context: Context) -> int:
     """The step's hole: from its host window's close to its first GPU op, the time no work of the trace ran."""
     if s.gpu_start_ns is None:
@@ -246,8 +239,8 @@ def gpu_side_missing(e: Evidence) -> str | None:
     if e.gpu_busy_ns >= e.host_work_ns or estimate < e.host_work_ns:
         return None
     return (
-        f"{e.launches_unmatched:,} of its {calls:,} launch calls ({pct(e.launches_unmatched / calls)}) have no GPU op "
-        f"in the trace: at the recorded ones' {ms(per)} ms each the GPU work would be {ms(estimate)} ms, past the "
+        f"{e.launches_unmatched:,} of its {calls:,} launch calls ({pct(e.launches_unmatched / calls, 0)}%) have no GPU "
+        f"op in the trace: at the recorded ones' {ms(per)} ms each the GPU work would be {ms(estimate)} ms, past the "
         f"host's {ms(e.host_work_ns)} ms"
     )
 

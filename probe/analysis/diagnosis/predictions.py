@@ -17,6 +17,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+import msgspec
+
 from probe.analysis.diagnosis.verdict import Diagnosis
 from probe.analysis.diagnosis.what_if import WhatIf, predict_batch
 from probe.analysis.records.results import BenchResults, Cell
@@ -62,12 +64,73 @@ class Prediction:
 
 
 @dataclass(frozen=True)
+class HostOverheadGains:
+    """Part 1's figures: at one short prompt, each engine's ITL p50 and what the cache and a static step bought."""
+
+    prompt: int
+    naive_itl_ms: float
+    cached_itl_ms: float
+    static_itl_ms: float
+    cache_speedup: float  # naive / cached
+    static_speedup: float  # cached / static
+
+
+@dataclass(frozen=True)
+class BatchPoint:
+    """One batch size of Part 2's scaling, against the batch-1 cell at the same prompt."""
+
+    itl_ms: float  # its ITL p50
+    step_ratio: float  # its step / the batch-1 step (near flat: at most FLAT)
+    tok_s: float  # its aggregate decode tokens/s
+    scaling: float  # tok_s / (B x the batch-1 tok/s) (roughly linear: at least LINEAR)
+
+
+@dataclass(frozen=True)
+class BatchScaling:
+    """Part 2's figures: the step and throughput at each batch size of one prompt, and how far the claim holds."""
+
+    prompt: int
+    by_batch: dict[int, BatchPoint]
+    # None when not judged (a batch read faster than B runs of one: a measurement error)
+    holds_up_to_batch: int | None = None
+    bandwidth_max_batch: int | None = None  # the roofline's batch limit at the batch-1 step time
+
+
+VerdictFigures = HostOverheadGains | BatchScaling
+
+
+@dataclass(frozen=True)
 class Verdict:
     claim: str
     source: str
     supported: bool | None  # None: this run has not measured what the claim needs
     evidence: str
-    numbers: dict = field(default_factory=dict)
+    numbers: VerdictFigures | None = None  # None: nothing measured to judge by
+
+    def to_json(self) -> dict:
+        """As report.json holds it: `numbers` an object (empty when None; a figure not reached left out)."""
+        numbers = {} if self.numbers is None else dataclasses.asdict(self.numbers)
+        numbers = {k: v for k, v in numbers.items() if v is not None}
+        return dataclasses.asdict(dataclasses.replace(self, numbers=None)) | {"numbers": numbers}
+
+    @classmethod
+    def from_json(cls, doc) -> Verdict:
+        """report.json's verdict, each field's type checked (msgspec); the figures' kind is told by their keys."""
+        if not isinstance(doc, dict):
+            raise ValueError("a verdict is a JSON object")
+        text = {name: (doc.get(name), kind) for name, kind in _VERDICT_TEXT.items()}
+        try:
+            claim, source, supported, evidence = (msgspec.convert(value, kind) for value, kind in text.values())
+        except msgspec.ValidationError as e:
+            raise ValueError(f"a verdict's {', '.join(_VERDICT_TEXT)}: {e}") from None
+        numbers = doc.get("numbers") or {}
+        figures: type[VerdictFigures] = BatchScaling if "by_batch" in numbers else HostOverheadGains
+        return cls(
+            claim, source, supported, evidence, msgspec.convert(numbers, figures, str_keys=True) if numbers else None
+        )
+
+
+_VERDICT_TEXT: dict[str, object] = {"claim": str, "source": str, "supported": bool | None, "evidence": str}
 
 
 def contended_text(what: str, other_cpu_cores: float | None) -> str:
@@ -331,14 +394,14 @@ def host_overhead_verdict(results: BenchResults) -> Verdict:
     short = naive.prompt_tokens
     cache_gain = naive.itl_p50_ms / cached.itl_p50_ms
     static_gain = cached.itl_p50_ms / static.itl_p50_ms
-    numbers = {
-        "prompt": short,
-        "naive_itl_ms": naive.itl_p50_ms,
-        "cached_itl_ms": cached.itl_p50_ms,
-        "static_itl_ms": static.itl_p50_ms,
-        "cache_speedup": cache_gain,
-        "static_speedup": static_gain,
-    }
+    numbers = HostOverheadGains(
+        short,
+        naive.itl_p50_ms,
+        cached.itl_p50_ms,
+        static.itl_p50_ms,
+        cache_speedup=cache_gain,
+        static_speedup=static_gain,
+    )
     evidence = (
         f"at p{short}: the cache took the step from {naive.itl_p50_ms:.2f} to {cached.itl_p50_ms:.2f} ms "
         f"({cache_gain:.2f}x); a static step took it from {cached.itl_p50_ms:.2f} to "
@@ -365,33 +428,32 @@ def batching_verdict(results: BenchResults, arch, machine: Machine | None, engin
     if why := not_judged(list(by_batch.values())):  # every B: a contended batch misreads the scaling as much
         return Verdict(claim, source, None, f"{why} (at p{prompt})")
     rows = {
-        b: {
-            "itl_ms": c.itl_p50_ms,
-            "step_ratio": c.itl_p50_ms / one.itl_p50_ms,
-            "tok_s": c.decode_tok_s,
-            "scaling": c.decode_tok_s / (b * one.decode_tok_s),
-        }
+        b: BatchPoint(
+            c.itl_p50_ms,
+            step_ratio=c.itl_p50_ms / one.itl_p50_ms,
+            tok_s=c.decode_tok_s,
+            scaling=c.decode_tok_s / (b * one.decode_tok_s),
+        )
         for b, c in sorted(by_batch.items())
     }
     dtype = results.dtype
     limit = batch_limit(arch, dtype, one.itl_p50_ms, prompt + one.new_tokens, machine.bandwidth_bytes_s)
-    holds = {b: r["step_ratio"] <= FLAT and r["scaling"] >= LINEAR for b, r in rows.items()}
+    holds = {b: r.step_ratio <= FLAT and r.scaling >= LINEAR for b, r in rows.items()}
     parts = ", ".join(
-        f"B={b}: {r['itl_ms']:.2f} ms ({r['step_ratio']:.2f}x), {r['tok_s']:.0f} tok/s "
-        f"({r['scaling']:.0%} of B x single)"
+        f"B={b}: {r.itl_ms:.2f} ms ({r.step_ratio:.2f}x), {r.tok_s:.0f} tok/s ({r.scaling:.0%} of B x single)"
         for b, r in rows.items()
     )
-    impossible = [b for b, r in rows.items() if r["scaling"] > 1 + HOLDS]
+    impossible = [b for b, r in rows.items() if r.scaling > 1 + HOLDS]
     if impossible:
-        worst = max(impossible, key=lambda b: rows[b]["scaling"])
+        worst = max(impossible, key=lambda b: rows[b].scaling)
         return Verdict(
             claim,
             source,
             None,
-            f"not judged: at p{prompt}, B={worst} reads {rows[worst]['scaling']:.0%} of B x single, and a batch cannot "
+            f"not judged: at p{prompt}, B={worst} reads {rows[worst].scaling:.0%} of B x single, and a batch cannot "
             "beat B sequences run one at a time: a measurement error (a contended or noisy cell), not a finding. "
             + parts,
-            {"prompt": prompt, "by_batch": rows},
+            BatchScaling(prompt, rows),
         )
     upto = max((b for b in rows if all(holds[c] for c in rows if c <= b)), default=1)
     reach = (
@@ -403,7 +465,7 @@ def batching_verdict(results: BenchResults, arch, machine: Machine | None, engin
         f"at p{prompt}: {parts}; {reach}. Bandwidth allows B up to {limit.max_batch} within a "
         f"{one.itl_p50_ms:.2f} ms step at {machine.bandwidth_bytes_s / 1e9:.1f} GB/s"
     )
-    numbers = {"prompt": prompt, "by_batch": rows, "holds_up_to_batch": upto, "bandwidth_max_batch": limit.max_batch}
+    numbers = BatchScaling(prompt, rows, holds_up_to_batch=upto, bandwidth_max_batch=limit.max_batch)
     return Verdict(claim, source, all(holds.values()), evidence, numbers)
 
 

@@ -285,7 +285,7 @@ class Report:
         return {
             "machine": dataclasses.asdict(self.machine) if self.machine else None,
             "predictions": [dataclasses.asdict(p) for p in self.predictions],
-            "verdicts": [dataclasses.asdict(v) for v in self.verdicts],
+            "verdicts": [v.to_json() for v in self.verdicts],
             "overhead": self.overhead.to_json() if self.overhead else None,
             "ledgers": {engine: d.to_json() for engine, d in self.ledgers.items()},
             "steps": {key: c.to_json() for key, c in self.steps.items()},
@@ -313,7 +313,7 @@ class Report:
             return cls(
                 msgspec.convert(doc.get("machine"), Machine | None),
                 msgspec.convert(doc.get("predictions"), list[Prediction]),
-                msgspec.convert(doc.get("verdicts") or [], list[Verdict]),
+                [Verdict.from_json(v) for v in msgspec.convert(doc.get("verdicts") or [], list[dict])],
                 OverheadReport.from_json(overhead) if overhead else None,
                 {str(engine): MedianStep.from_json(d) for engine, d in ledgers.items()},
                 msgspec.convert(doc.get("steps") or {}, dict[str, StepCounts]),

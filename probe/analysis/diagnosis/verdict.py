@@ -60,14 +60,13 @@ from probe.analysis.diagnosis.evidence import (
     evidence,
     gpu_side_missing,
     largest_host_part,
-    ms,
-    pct,
     side_of,
     site_text,
 )
 from probe.analysis.diagnosis.what_if import WhatIf, what_if
 from probe.analysis.intervals import merge
 from probe.analysis.ledger.types import StepLedger, TraceAnalysis, steady
+from probe.text import ms, pct
 
 
 @dataclass(frozen=True, slots=True)  # slots: one a step
@@ -257,7 +256,7 @@ def _verdict_lines(
         return headline, lines
     gpu_line = (
         f"GPU work {ms(e.gpu_busy_ns)} ms ({e.kernels} kernels from {e.launches} launches and {e.graph_launches} "
-        f"graph launches): {pct(e.busy_of_span)} of the step read whole ({ms(e.span_ns)} ms, host start to GPU end)"
+        f"graph launches): {pct(e.busy_of_span, 0)}% of the step read whole ({ms(e.span_ns)} ms, host start to GPU end)"
     )
     if e.gpu_idle_before_ns:
         gpu_line += f"; its first GPU op started {ms(e.gpu_idle_before_ns)} ms after the host window opened"
@@ -268,7 +267,7 @@ def _verdict_lines(
         share = e.external_wait_ns / e.wall_ns
         headline = (
             f"{name}: external, then {_BOUND_WORD[then or rest]}. The host waited {ms(e.external_wait_ns)} ms of its "
-            f"{ms(e.wall_ns)} ms window ({pct(share)}){site_text(s)} while no GPU op of this trace ran: it "
+            f"{ms(e.wall_ns)} ms window ({pct(share, 0)}%){site_text(s)} while no GPU op of this trace ran: it "
             "waited on device work the trace does not hold."
         )
         wait = s.sync_sites[0].stream_wait_before_ns if s.sync_sites else None
@@ -294,7 +293,7 @@ def _verdict_lines(
         )
     if e.hole_named:
         headline += (
-            f" Beside it, a hole of {ms(e.hole_ns)} ms ({pct(e.hole_ns / e.measured_ns)} of the measured step): "
+            f" Beside it, a hole of {ms(e.hole_ns)} ms ({pct(e.hole_ns / e.measured_ns, 0)}% of the measured step): "
             "from the host window's close to its first GPU op no work of the trace ran, so nothing the trace holds "
             f"explains it (the step read whole is {ms(e.span_ns)} ms)."
         )
@@ -322,8 +321,8 @@ def _extra_lines(s: StepLedger, e: Evidence, bound: Bound) -> list[str]:
         )
     if e.communication_ns or e.gpu_communication_ns:
         gpu = f"; {ms(e.gpu_communication_ns)} ms of communication kernels" if e.gpu_communication_ns else ""
-        share = f" ({pct(e.gpu_communication_ns / e.gpu_busy_ns)} of GPU work)" if gpu and e.gpu_busy_ns else ""
-        of_wall = pct(e.communication_ns / e.wall_ns) if e.wall_ns else "0%"
+        share = f" ({pct(e.gpu_communication_ns / e.gpu_busy_ns, 0)}% of GPU work)" if gpu and e.gpu_busy_ns else ""
+        of_wall = f"{pct(e.communication_ns / e.wall_ns, 0)}%" if e.wall_ns else "0%"
         out.append(
             f"communication: {ms(e.communication_ns)} ms of the host window in collectives ({of_wall} of the wall)"
             f"{gpu}{share}"

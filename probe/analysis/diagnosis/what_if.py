@@ -48,8 +48,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from probe.analysis.diagnosis.conditions import CpuOps, StepFacts
-from probe.analysis.diagnosis.evidence import EXTERNAL_SHARE, Context, Evidence, gpu_side_missing, ms, pct, site_text
+from probe.analysis.diagnosis.evidence import EXTERNAL_SHARE, Context, Evidence, gpu_side_missing, site_text
 from probe.analysis.ledger.types import StepLedger
+from probe.text import ms, pct, us
 
 MAX_BATCH = 64  # the largest batch a what-if proposes (a serving batch; nothing past it is claimed)
 BATCH_GROWTH = 1.25  # the batch proposed is the largest whose step stays within this of B = 1's (Part 2's "near flat")
@@ -529,8 +530,8 @@ def _gpu_binds(offer: _Offer, s: StepLedger, context: Context) -> None:
         return
     requires = (WARM, GPU_SIDE)
     ranked = sorted(s.kernels_by_category.items(), key=lambda kv: (-kv[1], kv[0]))
-    shares = ", ".join(f"{c} {pct(ns / s.gpu_busy_ns)}" for c, ns in ranked[:4])
-    top_op = f"; its top kernel {s.top_kernels[0].short_name[:60]} {pct(s.top_kernels[0].share_of_busy)}"
+    shares = ", ".join(f"{c} {pct(ns / s.gpu_busy_ns, 0)}%" for c, ns in ranked[:4])
+    top_op = f"; its top kernel {s.top_kernels[0].short_name[:60]} {pct(s.top_kernels[0].share_of_busy, 0)}%"
     shares += top_op if s.top_kernels else ""
     ops = [o for o in context.step_ops.get(s.position, ()) if o.roof_pct]
     ceiling = not ops
@@ -542,7 +543,7 @@ def _gpu_binds(offer: _Offer, s: StepLedger, context: Context) -> None:
         assumption = f"each of the step's top ops with recorded shapes runs at its roofline; the GPU work: {shares}"
     else:
         category, top = ranked[0]
-        change = f"speed up the {category} kernels ({pct(top / s.gpu_busy_ns)} of the GPU work): at most"
+        change = f"speed up the {category} kernels ({pct(top / s.gpu_busy_ns, 0)}% of the GPU work): at most"
         after = b.gpu_ns - top
         terms = f"max(host {ms(b.host_ns)}, GPU {ms(b.gpu_ns)} - {ms(top)} {category})"
         assumption = (
@@ -585,8 +586,8 @@ def _compile(offer: _Offer, s: StepLedger, cpu: CpuOps) -> None:
         change,
         after,
         f"GEMM and attention {ms(kept)} + the other ops' compute {ms(cpu.rest_ns)} + {calls} calls x "
-        f"{per_op / 1e3:.2f} us",
-        f"on a CPU an op's self time is its compute; the host's cost per dispatched op ({per_op / 1e3:.2f} us: the "
+        f"{us(per_op, 2)} us",
+        f"on a CPU an op's self time is its compute; the host's cost per dispatched op ({us(per_op, 2)} us: the "
         f"step's {ms(overhead)} ms of Python, dispatch and time between ops over its {s.top_level_ops} top-level ops) "
         f"stays only for the {cpu.kept} ops a compiled graph still calls (GEMM, attention) and the compiled call; "
         "the rest is fused",

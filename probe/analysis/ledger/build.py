@@ -69,6 +69,7 @@ from probe.analysis.ledger.gpu import (
 from probe.analysis.ledger.host import (
     MECHANISM,
     FrameTime,
+    HostSplit,
     OpTime,
     PartTable,
     SyncSite,
@@ -248,17 +249,11 @@ def _host_columns(trace: Trace, steps: StepSet, table: PartTable, gpu_start: np.
             mechanism[p][sel] = split.mechanism[p]
             in_data[p][sel] = split.in_data[p]
         other_in_gaps[sel] = _others_while_idle(trace, table, pid, tid, lo, hi)
-        seg_step, seg_s, seg_e = split.sync_segments
-        unseen = _unseen_wait(gpu_s, gpu_e, seg_s, seg_e)
-        external[sel] = np.bincount(seg_step, weights=unseen, minlength=len(sel))
-        own_wait[sel] = _own_wait(gpu_start[sel], seg_step, seg_s, seg_e, gpu_s, gpu_e)
-        cap_s, cap_e, what = capture_region(trace, pid, tid)
-        sync_in = np.bincount(seg_step, weights=covered(cap_s, cap_e, seg_s, seg_e), minlength=len(sel))
-        capturable[sel] = covered(cap_s, cap_e, lo, hi) - sync_in.astype(np.int64)
+        external[sel], own_wait[sel] = _wait_columns(split, gpu_start[sel], gpu_s, gpu_e)
+        capturable[sel], what = _capturable_ns(trace, pid, tid, lo, hi, split)
         for s in sel.tolist():
             region_of[s] = what
-        ops = thread_ops(trace, pid, tid)
-        tc, ac, oc = _op_counts(trace, lo, hi, ops)
+        tc, ac, oc = _op_counts(trace, lo, hi, thread_ops(trace, pid, tid))
         top_counts[sel], all_counts[sel] = tc, ac
         events[sel] = _host_events(trace, pid, tid, lo, hi, Kind.CPU_OP, Kind.RUNTIME, Kind.PYTHON)
         ranges[sel] = _host_events(trace, pid, tid, lo, hi, Kind.USER_RANGE, Kind.PROFILER_STEP)
@@ -268,12 +263,6 @@ def _host_columns(trace: Trace, steps: StepSet, table: PartTable, gpu_start: np.
             acc = totals.setdefault(f, [0, 0])
             acc[0] += ns
             acc[1] += calls
-    python_frames = tuple(
-        sorted(
-            (FrameTime(table.frames[f], ns, calls) for f, (ns, calls) in totals.items() if ns or calls),
-            key=lambda x: (-x.self_ns, x.frame),
-        )
-    )
     return _Host(
         _by_step(purpose),
         _by_step(mechanism),
@@ -292,7 +281,39 @@ def _host_columns(trace: Trace, steps: StepSet, table: PartTable, gpu_start: np.
         frames,
         sites,
         _other_threads(trace, table, steps),
-        python_frames,
+        _python_frames(table, totals),
+    )
+
+
+def _wait_columns(
+    split: HostSplit, gpu_start: np.ndarray, gpu_s: np.ndarray, gpu_e: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per step of one thread, from its blocking pieces: the external wait (while no GPU op of the trace ran) and its
+    own wait (from its first GPU op on: _own_wait)."""
+    seg_step, seg_s, seg_e = split.sync_segments
+    unseen = _unseen_wait(gpu_s, gpu_e, seg_s, seg_e)
+    external = np.bincount(seg_step, weights=unseen, minlength=len(gpu_start))
+    return external, _own_wait(gpu_start, seg_step, seg_s, seg_e, gpu_s, gpu_e)
+
+
+def _capturable_ns(
+    trace: Trace, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray, split: HostSplit
+) -> tuple[np.ndarray, str]:
+    """Per step of one thread, its time inside the thread's capture region less the blocking waits there, and what
+    the region is."""
+    seg_step, seg_s, seg_e = split.sync_segments
+    cap_s, cap_e, what = capture_region(trace, pid, tid)
+    sync_in = np.bincount(seg_step, weights=covered(cap_s, cap_e, seg_s, seg_e), minlength=len(lo))
+    return covered(cap_s, cap_e, lo, hi) - sync_in.astype(np.int64), what
+
+
+def _python_frames(table: PartTable, totals: dict[int, list[int]]) -> tuple[FrameTime, ...]:
+    """The trace's Python frames over every step, by self time, largest first (frames with neither left out)."""
+    return tuple(
+        sorted(
+            (FrameTime(table.frames[f], ns, calls) for f, (ns, calls) in totals.items() if ns or calls),
+            key=lambda x: (-x.self_ns, x.frame),
+        )
     )
 
 

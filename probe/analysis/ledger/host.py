@@ -28,6 +28,7 @@ self time by frame, `python` and `sync_wait` frames alike) lists the frames insi
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -523,68 +524,95 @@ def mechanism_split(
     ns = piece_end - piece_start
     owner = inner.seg_owner[seg]
     mech = inner.mechanism[owner]
-    mechanism = {}
-    for code, part in enumerate(MECHANISM[:-1]):
-        sel = mech == code
-        mechanism[part] = np.bincount(step[sel], weights=ns[sel], minlength=n).astype(np.int64)
+    mechanism = _by_mechanism(mech, step, ns, n)
     mechanism[UNATTRIBUTED] = (hi - lo) - sum(mechanism.values())
     tiers = purpose_tiers(trace, table, pid, tid)
     data_s, data_e = tiers["data"]
     in_data_ns = covered(data_s, data_e, piece_start, piece_end)  # of each piece, the part inside data loading
-    in_data: dict[str, np.ndarray] = {}
-    for code, part in enumerate(MECHANISM[:-1]):
-        sel = mech == code
-        in_data[part] = np.bincount(step[sel], weights=in_data_ns[sel], minlength=n).astype(np.int64)
+    in_data = _by_mechanism(mech, step, in_data_ns, n)
     in_data[UNATTRIBUTED] = covered(data_s, data_e, lo, hi) - sum(in_data.values())
-    # which step each event starts in: calls are counted there
-    order = np.argsort(lo, kind="stable")
-    s_of = np.searchsorted(lo[order], inner.start, side="right") - 1
-    starts_in = np.where((s_of >= 0) & (inner.start <= hi[order][np.maximum(s_of, 0)]), order[np.maximum(s_of, 0)], -1)
-    starts_in[~inner.original] = -1  # a continuation is no new call
+    starts_in = _call_steps(inner, lo, hi)
     kind = trace.kind[inner.rows]
     names = trace.name_id[inner.rows]
     is_frame, is_op = kind == Kind.PYTHON, kind == Kind.CPU_OP
+    calls = np.ones(len(names), np.int64)
     f_self = _grouped(step, table.frame_id[names[owner]], ns, is_frame[owner], n)
-    f_calls = _grouped(starts_in, table.frame_id[names], np.ones(len(names), np.int64), is_frame & (starts_in >= 0), n)
+    f_calls = _grouped(starts_in, table.frame_id[names], calls, is_frame & (starts_in >= 0), n)
     o_self = _grouped(step, names[owner].astype(np.int64), ns, is_op[owner], n)
-    o_calls = _grouped(starts_in, names.astype(np.int64), np.ones(len(names), np.int64), is_op & (starts_in >= 0), n)
-    frames = [
-        tuple(
-            sorted(
-                (FrameTime(table.frames[f], f_self[i].get(f, 0), f_calls[i].get(f, 0)) for f in f_self[i] | f_calls[i]),
-                key=lambda x: (-x.self_ns, x.frame),
-            )[:top_frames]
-        )
-        for i in range(n)
-    ]
-    ops = [
-        tuple(
-            sorted(
-                (OpTime(trace.names[o], o_self[i].get(o, 0), o_calls[i].get(o, 0)) for o in o_self[i] | o_calls[i]),
-                key=lambda x: (-x.self_ns, x.name),
-            )[:top_ops]
-        )
-        for i in range(n)
-    ]
-    totals: dict[int, list[int]] = {}
-    for i in range(n):
-        for f, v in f_self[i].items():
-            totals.setdefault(f, [0, 0])[0] += v
-        for f, v in f_calls[i].items():
-            totals.setdefault(f, [0, 0])[1] += v
+    o_calls = _grouped(starts_in, names.astype(np.int64), calls, is_op & (starts_in >= 0), n)
     sites = _sync_sites(trace, table, inner, seg, step, ns, lo)
     is_sync = mech == _SYNC_WAIT
     sync_segments = (step[is_sync], piece_start[is_sync], piece_end[is_sync])
     return HostSplit(
         purpose_split(trace, table, pid, tid, lo, hi, tiers),
         mechanism,
-        frames,
-        ops,
+        _ranked_frames(table, f_self, f_calls, top_frames),
+        _ranked_ops(trace, o_self, o_calls, top_ops),
         sites,
         sync_segments,
-        {f: (a, b) for f, (a, b) in totals.items()},
+        _frame_totals(f_self, f_calls),
         in_data,
     )
+
+
+def _by_mechanism(mech: np.ndarray, step: np.ndarray, values: np.ndarray, n: int) -> dict[str, np.ndarray]:
+    """Per mechanism part but the unattributed rest, the pieces' `values` summed per step."""
+    out = {}
+    for code, part in enumerate(MECHANISM[:-1]):
+        sel = mech == code
+        out[part] = np.bincount(step[sel], weights=values[sel], minlength=n).astype(np.int64)
+    return out
+
+
+def _call_steps(inner: _Innermost, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The step each event starts in, where its call is counted (-1: none, or a continuation, which is no new
+    call)."""
+    order = np.argsort(lo, kind="stable")
+    s_of = np.searchsorted(lo[order], inner.start, side="right") - 1
+    starts_in = np.where((s_of >= 0) & (inner.start <= hi[order][np.maximum(s_of, 0)]), order[np.maximum(s_of, 0)], -1)
+    starts_in[~inner.original] = -1  # a continuation is no new call
+    return starts_in
+
+
+def _ranked_frames(
+    table: PartTable, self_ns: list[dict[int, int]], calls: list[dict[int, int]], top: int | None
+) -> list[tuple[FrameTime, ...]]:
+    """Per step, its Python frames by self time, largest first (the first `top`)."""
+    return [
+        tuple(
+            sorted(
+                (FrameTime(table.frames[f], mine.get(f, 0), called.get(f, 0)) for f in mine | called),
+                key=lambda x: (-x.self_ns, x.frame),
+            )[:top]
+        )
+        for mine, called in zip(self_ns, calls, strict=True)
+    ]
+
+
+def _ranked_ops(
+    trace: Trace, self_ns: list[dict[int, int]], calls: list[dict[int, int]], top: int | None
+) -> list[tuple[OpTime, ...]]:
+    """Per step, its cpu_ops by self time (their dispatch), largest first (the first `top`)."""
+    return [
+        tuple(
+            sorted(
+                (OpTime(trace.names[o], mine.get(o, 0), called.get(o, 0)) for o in mine | called),
+                key=lambda x: (-x.self_ns, x.name),
+            )[:top]
+        )
+        for mine, called in zip(self_ns, calls, strict=True)
+    ]
+
+
+def _frame_totals(self_ns: list[dict[int, int]], calls: list[dict[int, int]]) -> dict[int, tuple[int, int]]:
+    """Frame id -> (self ns, calls) over all the steps."""
+    totals: dict[int, list[int]] = {}
+    for mine, called in zip(self_ns, calls, strict=True):
+        for f, v in mine.items():
+            totals.setdefault(f, [0, 0])[0] += v
+        for f, v in called.items():
+            totals.setdefault(f, [0, 0])[1] += v
+    return {f: (a, b) for f, (a, b) in totals.items()}
 
 
 def _grouped(step: np.ndarray, key: np.ndarray, value: np.ndarray, sel: np.ndarray, n: int) -> list[dict[int, int]]:
@@ -607,45 +635,98 @@ def _sync_sites(trace: Trace, table: PartTable, inner: _Innermost, seg, step, ns
     n = len(lo)
     owner = inner.seg_owner[seg]
     sel = inner.mechanism[owner] == _SYNC_WAIT
-    out: list[dict[tuple, list]] = [{} for _ in range(n)]  # (call, frame, source) -> [ns, rows, first start, site]
     if not sel.any():
         return [() for _ in range(n)]
-    # a synchronizing frame inside another blocking event is part of that event's wait: report the outermost
-    blocking = np.unique(owner[sel])
+    kind = trace.kind[inner.rows]
+    names = trace.name_id[inner.rows]
+    by_step = _sites_by_step(trace, table, inner, kind, names, (owner[sel], step[sel], ns[sel]), n)
+    waited = _stream_wait_gap(table, inner, kind, names, lo)
+    copied = _copy_finder(trace, table, inner, kind)
+    return [
+        tuple(
+            sorted(
+                (
+                    SyncSite(
+                        c,
+                        f,
+                        src,
+                        v[0],
+                        len(v[1]),
+                        waited(int(v[2]), s),
+                        *copied(v[3]),
+                        _outer_op(trace, inner, kind, names, v[3]),
+                    )
+                    for (c, f, src), v in d.items()
+                ),
+                key=lambda x: (-x.wait_ns, x.call),
+            )
+        )
+        for s, d in enumerate(by_step)
+    ]
+
+
+def _outermost_blocking(inner: _Innermost, blocking: np.ndarray) -> dict[int, int]:
+    """Each blocking event -> the outermost blocking event around it: a synchronizing frame inside another blocking
+    event is part of that event's wait, so the site reported is the outermost."""
     outer = blocking.copy()
     cur = inner.parent[blocking]
     while (cur >= 0).any():
         up = (cur >= 0) & (inner.mechanism[np.maximum(cur, 0)] == _SYNC_WAIT)
         outer = np.where(up, cur, outer)
         cur = np.where(cur >= 0, inner.parent[np.maximum(cur, 0)], -1)
-    site_of = dict(zip(blocking.tolist(), outer.tolist(), strict=True))
-    kind = trace.kind[inner.rows]
-    names = trace.name_id[inner.rows]
-    frame_cache: dict[int, tuple[str | None, str | None]] = {}
+    return dict(zip(blocking.tolist(), outer.tolist(), strict=True))
 
-    def around(event: int) -> tuple[str | None, str | None]:
-        if event not in frame_cache:
-            frame = source = None
-            cur = int(inner.parent[event])
-            while cur >= 0 and source is None:
-                if kind[cur] == Kind.PYTHON:
-                    name = table.frames[table.frame_id[names[cur]]]
-                    frame = frame or name
-                    if table.by_name["source_frame"][names[cur]]:
-                        source = name
-                cur = int(inner.parent[cur])
-            frame_cache[event] = (frame, source)
-        return frame_cache[event]
 
-    for o, s, v in zip(owner[sel].tolist(), step[sel].tolist(), ns[sel].tolist(), strict=True):
+def _frames_around(
+    table: PartTable, inner: _Innermost, kind: np.ndarray, names: np.ndarray, event: int
+) -> tuple[str | None, str | None]:
+    """The innermost Python frame around `event`, and the innermost source frame (one of the user's files)."""
+    frame = source = None
+    cur = int(inner.parent[event])
+    while cur >= 0 and source is None:
+        if kind[cur] == Kind.PYTHON:
+            name = table.frames[table.frame_id[names[cur]]]
+            frame = frame or name
+            if table.by_name["source_frame"][names[cur]]:
+                source = name
+        cur = int(inner.parent[cur])
+    return frame, source
+
+
+def _sites_by_step(
+    trace: Trace,
+    table: PartTable,
+    inner: _Innermost,
+    kind: np.ndarray,
+    names: np.ndarray,
+    waits: tuple[np.ndarray, np.ndarray, np.ndarray],
+    n: int,
+) -> list[dict[tuple, list]]:
+    """Per step, (call, frame, source) -> [wait ns, the blocking rows, the first one's start, that site], from the
+    sync-wait segments (`waits`: each one's blocking event, step and ns)."""
+    out: list[dict[tuple, list]] = [{} for _ in range(n)]
+    owner, step, ns = waits
+    site_of = _outermost_blocking(inner, np.unique(owner))
+    frames: dict[int, tuple[str | None, str | None]] = {}  # by site: a site's segments are many
+    for o, s, v in zip(owner.tolist(), step.tolist(), ns.tolist(), strict=True):
         site = site_of[o]
-        frame, source = around(site)
+        if site not in frames:
+            frames[site] = _frames_around(table, inner, kind, names, site)
+        frame, source = frames[site]
         call = table.frames[table.frame_id[names[site]]] if kind[site] == Kind.PYTHON else trace.names[names[site]]
         acc = out[s].setdefault((call, frame, source), [0, set(), inner.start[site], site])
         acc[0] += v
         acc[1].add(int(inner.rows[site]))
         if inner.start[site] < acc[2]:
             acc[2], acc[3] = inner.start[site], site
+    return out
+
+
+def _stream_wait_gap(
+    table: PartTable, inner: _Innermost, kind: np.ndarray, names: np.ndarray, lo: np.ndarray
+) -> Callable[[int, int], int | None]:
+    """`waited(first, s)`: how long before `first` the latest stream-wait-event call of step `s` came; None when
+    none came in the step before it."""
     is_wait = (kind == Kind.RUNTIME) & table.by_name["stream_wait"][names] & inner.original
     waits = np.sort(inner.start[is_wait])
 
@@ -653,6 +734,13 @@ def _sync_sites(trace: Trace, table: PartTable, inner: _Innermost, seg, step, ns
         k = int(np.searchsorted(waits, first, side="right")) - 1
         return int(first - waits[k]) if k >= 0 and waits[k] >= lo[s] else None
 
+    return waited
+
+
+def _copy_finder(
+    trace: Trace, table: PartTable, inner: _Innermost, kind: np.ndarray
+) -> Callable[[int], tuple[int | None, str | None, str | None]]:
+    """`copied(site)`: the copy a blocking call waits on, as (bytes, direction, host memory), each None unknown."""
     copies = _copies(trace)
     calls = inner.rows
     keys = correlation_keys(trace, calls)
@@ -692,27 +780,17 @@ def _sync_sites(trace: Trace, table: PartTable, inner: _Innermost, seg, step, ns
             memory[1].lower() if memory else None,
         )
 
-    def outer_op(site: int) -> str | None:
-        """The outermost cpu_op around the blocking call: what the program called (aten::item, aten::to)."""
-        found, cur = None, int(inner.parent[site])
-        while cur >= 0:
-            if kind[cur] == Kind.CPU_OP:
-                found = trace.names[names[cur]]
-            cur = int(inner.parent[cur])
-        return found
+    return copied
 
-    return [
-        tuple(
-            sorted(
-                (
-                    SyncSite(c, f, src, v[0], len(v[1]), waited(int(v[2]), s), *copied(v[3]), outer_op(v[3]))
-                    for (c, f, src), v in d.items()
-                ),
-                key=lambda x: (-x.wait_ns, x.call),
-            )
-        )
-        for s, d in enumerate(out)
-    ]
+
+def _outer_op(trace: Trace, inner: _Innermost, kind: np.ndarray, names: np.ndarray, site: int) -> str | None:
+    """The outermost cpu_op around the blocking call: what the program called (aten::item, aten::to)."""
+    found, cur = None, int(inner.parent[site])
+    while cur >= 0:
+        if kind[cur] == Kind.CPU_OP:
+            found = trace.names[names[cur]]
+        cur = int(inner.parent[cur])
+    return found
 
 
 def _copies(trace: Trace) -> dict[int, tuple[int, int]]:

@@ -29,6 +29,7 @@ never a unit by itself: the replay launches are pieces when the host repeats a l
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -43,6 +44,9 @@ PERIODIC = 0.9  # a cycle's names (counts that are multiples of K) hold at least
 UNIT_KINDS = (Kind.PYTHON, Kind.CPU_OP, Kind.USER_RANGE)
 
 
+UnitKind = Literal["step", "iteration"]  # "step": each occurrence of one event; "iteration": a cycle of sibling events
+
+
 @dataclass(frozen=True)
 class Units:
     """Steps found on one thread: their windows (sorted), names, their kind and the rule in words."""
@@ -50,7 +54,7 @@ class Units:
     start: np.ndarray
     end: np.ndarray
     names: list[str]
-    kind: str  # "step": each occurrence of one event; "iteration": a cycle of sibling events
+    kind: UnitKind
     rule: str
 
 

@@ -450,6 +450,19 @@ def load_results(path: str | Path) -> BenchResults:
     if not p.exists() and not p.is_symlink():
         raise ProbeError(f"no results file at {p}")
     data = read_json(p, "results file")
+    _check_outline(p, data)
+    try:
+        env = Environment.from_json(data["env"])
+        config = BenchConfig.from_json(data.get("config", {}))
+    except ValueError as e:
+        raise ProbeError(f"{p}: malformed results file: {e}") from None
+    cells, failed = _read_cells(p, data["cells"])
+    return BenchResults(cells, env, config, data.get("complete") is True, _read_clock(p, data), failed)
+
+
+def _check_outline(p: Path, data: object) -> None:
+    """A results file's outline: an object with cells and env, a schema version this probe reads, `complete` a
+    boolean; ProbeError naming what is wrong otherwise."""
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list) or "env" not in data:
         raise ProbeError(f"{p} is not a probe results file (expected an object with cells and env)")
     for key in ("env", "config"):
@@ -462,13 +475,12 @@ def load_results(path: str | Path) -> BenchResults:
         raise ProbeError(f"{p}: written by a newer probe (schema {version}; this probe reads up to {SCHEMA_VERSION})")
     if not isinstance(data.get("complete", False), bool):
         raise ProbeError(f"{p}: malformed results file: complete is {data['complete']!r}, not true or false")
-    try:
-        env = Environment.from_json(data["env"])
-        config = BenchConfig.from_json(data.get("config", {}))
-    except ValueError as e:
-        raise ProbeError(f"{p}: malformed results file: {e}") from None
+
+
+def _read_cells(p: Path, docs: list) -> tuple[list[Cell], list[FailedCell]]:
+    """The measured cells and the failed ones, in file order; ProbeError naming the first malformed one."""
     cells, failed = [], []
-    for i, c in enumerate(data["cells"]):
+    for i, c in enumerate(docs):
         try:
             if isinstance(c, dict) and c.get("status") == FAILED:
                 failed.append(FailedCell.from_json(c))
@@ -476,10 +488,14 @@ def load_results(path: str | Path) -> BenchResults:
                 cells.append(Cell.from_json(c))
         except ValueError as e:
             raise ProbeError(f"{p}: malformed cell {i}: {e}") from None
+    return cells, failed
+
+
+def _read_clock(p: Path, data: dict) -> Clock | None:
+    """The run's clock (older files kept it under `extra`); None when it recorded none."""
     extra = data.get("extra")
     clock = data.get("clock") or (extra.get("clock") if isinstance(extra, dict) else None)
     try:
-        clock = msgspec.convert(clock, Clock) if clock is not None else None
+        return msgspec.convert(clock, Clock) if clock is not None else None
     except msgspec.ValidationError as e:
         raise ProbeError(f"{p}: malformed clock: {e}") from None
-    return BenchResults(cells, env, config, data.get("complete") is True, clock, failed)

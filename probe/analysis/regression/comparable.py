@@ -48,10 +48,9 @@ def check_configs(base: SampleSet, cur: SampleSet) -> None:
             f"cannot compare a {base.family} input ({base.source}) with a {cur.family} input "
             f"({cur.source}): compare results with results, traces with traces"
         )
-    for name in sorted(set(base.config) & set(cur.config)):
-        b, c = base.config[name], cur.config[name]
-        if b is not None and c is not None and b != c:
-            raise ProbeError(f"mismatched configs: {name} is {b} in {base.source} but {c} in {cur.source}")
+    if (mismatch := base.config.mismatch(cur.config)) is not None:
+        name, b, c = mismatch
+        raise ProbeError(f"mismatched configs: {name} is {b} in {base.source} but {c} in {cur.source}")
 
 
 def comparable(base: SampleSet, cur: SampleSet) -> Comparable:

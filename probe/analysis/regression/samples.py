@@ -23,10 +23,12 @@ from probe.analysis.records.environment import Environment
 from probe.analysis.records.files import CHROME, NSYS_SQLITE, read_json, sniff
 from probe.analysis.records.results import RESULTS_FILE, BenchResults, Cell, decode_tok_s, load_results
 from probe.analysis.records.sidecar import Sidecar, read_sidecar
+from probe.analysis.regression.identity import ConfigIdentity
 from probe.analysis.trace import DeviceInfo, load_trace
 from probe.errors import ProbeError
 
 MetricKind = Literal["count", "timing"]
+SampleKind = Literal["results", "baseline", "trace"]  # a results file or folder, a `probe baseline` file, a trace
 
 
 @dataclass(frozen=True)
@@ -72,9 +74,9 @@ class Unit:
 @dataclass(frozen=True)
 class SampleSet:
     source: str
-    kind: str  # "results" | "baseline" | "trace"
+    kind: SampleKind
     env: Environment | None  # None when a trace has no sidecar
-    config: dict  # what must agree for a comparison to mean anything: model, dtype (traces: engine, prompt, ...)
+    config: ConfigIdentity  # what must agree for a comparison to mean anything: model, dtype (traces: prompt, batch)
     units: dict[str, Unit]
     notes: tuple[str, ...] = ()
     complete: bool = True  # False for an interrupted sweep: cells it never reached are missing
@@ -104,7 +106,9 @@ def cell_unit(c: Cell, with_engine: bool = True) -> Unit:
     return Unit(str(c.key) if with_engine else c.key.shape, counts, ops, samples, c.contended)
 
 
-def from_results(results: BenchResults, source: str, kind: str = "results", with_engine: bool = True) -> SampleSet:
+def from_results(
+    results: BenchResults, source: str, kind: SampleKind = "results", with_engine: bool = True
+) -> SampleSet:
     """A results file's cells as units; `with_engine=False` keys them by prompt, tokens and batch alone, so two
     different engines' cells meet (probe ab)."""
     if not results.cells:
@@ -115,7 +119,7 @@ def from_results(results: BenchResults, source: str, kind: str = "results", with
         if unit.key in units:
             raise ProbeError(f"{source}: two cells for {unit.key}")
         units[unit.key] = unit
-    config = {"model": results.config.model, "dtype": results.dtype}
+    config = ConfigIdentity(model=results.config.model, dtype=results.dtype)
     notes: tuple[str, ...] = (
         f"{CACHE_US.label}: not in bench results (only a trace's ledger measures cache bookkeeping; "
         "record one with probe profile)",
@@ -175,7 +179,13 @@ def from_analysis(analysis, source: str, meta: Sidecar | None, devices: Sequence
         units[kind] = Unit(kind, counts, ops, samples, contended, each, work_text(mine))
     notes = () if timed_cache else (f"{source}: no cache ranges in the trace, so {CACHE_US.label} is absent",)
     # The engine is left out: a changed engine (a module:Class spec) against the stock one is the point.
-    config = {k: getattr(meta.config, k) for k in ("model", "dtype", "prompt", "batch")} if meta else {}
+    config = (
+        ConfigIdentity(
+            model=meta.config.model, dtype=meta.config.dtype, prompt=meta.config.prompt, batch=meta.config.batch
+        )
+        if meta
+        else ConfigIdentity()
+    )
     return SampleSet(source, "trace", trace_environment(meta, devices), config, units, notes)
 
 

@@ -366,6 +366,11 @@ def fits(arch: Arch, dtype: str, positions: int, batch: int, memory_bytes: float
     return need <= usable, need, usable
 
 
+# What caps the batch: the step-time budget (its traffic fits the measured step), the memory, or compute (past the
+# ridge the step stops being bandwidth-bound).
+BatchBound = Literal["step budget", "memory", "compute"]
+
+
 @dataclass(frozen=True)
 class BatchLimit:
     """The largest batch of decode steps at `sequence_tokens` positions a sequence, and what binds it.
@@ -385,7 +390,7 @@ class BatchLimit:
     memory_max_batch: int | None
     compute_bound_batch: int | None  # the smallest batch whose step is compute-bound; None: none up to 2**31
     max_batch: int | None  # the least of the bounds known
-    binding: str | None  # "memory", "compute" or "step budget"
+    binding: BatchBound | None  # the bound that sets max_batch; None: none known
 
 
 def _largest(ok, hi: int = MAX_BATCH_SEARCHED) -> int:
@@ -410,7 +415,7 @@ def batch_limit(
     def traffic_ms(b: int) -> float:
         return decode_step(arch, dtype, sequence_tokens, b, bandwidth_bytes_s).traffic_ms if b else 0.0
 
-    bounds: dict[str, int] = {}
+    bounds: dict[BatchBound, int] = {}
     step_bytes = budget = positions = None
     if step_ms is not None:
         step_bytes = bandwidth_bytes_s * step_ms / 1e3
@@ -426,7 +431,7 @@ def batch_limit(
         below = _largest(lambda b: b == 0 or flops_ms(b) < traffic_ms(b))
         if below < MAX_BATCH_SEARCHED:
             compute_bound = bounds["compute"] = below + 1
-    binding = min(bounds, key=bounds.__getitem__) if bounds else None
+    binding = min(bounds, key=bounds.__getitem__, default=None)
     return BatchLimit(
         step_ms=step_ms,
         sequence_tokens=sequence_tokens,

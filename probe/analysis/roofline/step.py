@@ -72,28 +72,9 @@ class StepRoofline:
 def resolve_tokens(step: StepLedger, shapes: StepTokens | None, flags: TokenFlags) -> tuple[int, int, int, str]:
     """(sequences, new tokens, cached context, where they came from) for one step; a one-line ProbeError when
     nothing says how many tokens the step processed."""
-    marker = step.tokens
-    sources = []
-    sequences = new = context = None
-    for source in (marker, shapes):
-        if source is None:
-            continue
-        if sequences is None:
-            sequences = source.sequences
-        if new is None and source.new_tokens is not None:
-            new = source.new_tokens
-        if context is None and source.context_tokens is not None:
-            context = source.context_tokens
-        sources.append(source.source)
-    if sequences is None and flags.batch is not None:
-        sequences = flags.batch
-        sources.append("--batch")
-    if new is None and flags.tokens is not None:
-        new = flags.tokens
-        sources.append("--tokens")
-    if context is None and flags.context is not None:
-        context = flags.context * (sequences or 1)
-        sources.append("--context")
+    sources: list[str] = []
+    sequences, new, context = _tokens_said(step.tokens, shapes, sources)
+    sequences, new, context = _tokens_flagged(flags, sequences, new, context, sources)
     if sequences is None:
         sequences = 1
     if new is None:
@@ -109,6 +90,43 @@ def resolve_tokens(step: StepLedger, shapes: StepTokens | None, flags: TokenFlag
             f"than a device could hold (over {MAX_COUNT:,}): no roofline"
         )
     return sequences, new, context or 0, ", ".join(dict.fromkeys(sources)) or "its kind (a decode step: 1 a sequence)"
+
+
+_Counts = tuple[int | None, int | None, int | None]  # sequences, new tokens, cached context; None: not said yet
+
+
+def _tokens_said(marker: StepTokens | None, shapes: StepTokens | None, sources: list[str]) -> _Counts:
+    """What the trace says: the engine marker first, then the recorded shapes, each filling what the one before
+    left unsaid; each one used is added to `sources`."""
+    sequences = new = context = None
+    for source in (marker, shapes):
+        if source is None:
+            continue
+        if sequences is None:
+            sequences = source.sequences
+        if new is None and source.new_tokens is not None:
+            new = source.new_tokens
+        if context is None and source.context_tokens is not None:
+            context = source.context_tokens
+        sources.append(source.source)
+    return sequences, new, context
+
+
+def _tokens_flagged(
+    flags: TokenFlags, sequences: int | None, new: int | None, context: int | None, sources: list[str]
+) -> _Counts:
+    """What the trace left unsaid, from --batch, --tokens and --context (a context a sequence: times the
+    sequences); each flag used is added to `sources`."""
+    if sequences is None and flags.batch is not None:
+        sequences = flags.batch
+        sources.append("--batch")
+    if new is None and flags.tokens is not None:
+        new = flags.tokens
+        sources.append("--tokens")
+    if context is None and flags.context is not None:
+        context = flags.context * (sequences or 1)
+        sources.append("--context")
+    return sequences, new, context
 
 
 EMBEDDING = "aten::embedding"  # embedding(weight, indices): its indices are [batch, tokens]

@@ -18,7 +18,8 @@ from probe.analysis.records.results import BenchResults
 from probe.analysis.roofline.devices import Device
 from probe.analysis.roofline.ops import OpRoofline
 from probe.analysis.roofline.step import StepRoofline
-from probe.explorer.figures.style import COLORS, SERIES, color, label, labels, log_axis, short
+from probe.explorer.figures.style import COLORS, SERIES, color, label, labels, log_axis
+from probe.text import ms, ns_to_ms, short
 
 # The measured step, piece by piece: the host window by mechanism (Evidence's figures), then the GPU's work.
 HOST_PIECES = (
@@ -60,7 +61,7 @@ def evidence_metrics(d: Diagnosis) -> list[tuple[str, str]]:
     out += [("sync wait, GPU working", e.sync_wait_ns - e.external_wait_ns), ("external wait", e.external_wait_ns)]
     if e.hole_ns:
         out.append(("hole", e.hole_ns))
-    return [(name, f"{ns / 1e6:.3f} ms") for name, ns in out]
+    return [(name, f"{ms(ns)} ms") for name, ns in out]
 
 
 def step_frame(d: Diagnosis, roofline: StepRoofline | None = None) -> pd.DataFrame:
@@ -69,7 +70,7 @@ def step_frame(d: Diagnosis, roofline: StepRoofline | None = None) -> pd.DataFra
     the trace ran); the GPU's work; the hole, when the step has one; with a model, the roofline's two terms; in ms."""
     e = d.evidence
     rows = [
-        {"row": "host window", "piece": name, "key": key, "ms": getattr(e, field) / 1e6}
+        {"row": "host window", "piece": name, "key": key, "ms": ns_to_ms(getattr(e, field))}
         for key, name, field in HOST_PIECES
     ]
     rows.append(
@@ -77,14 +78,14 @@ def step_frame(d: Diagnosis, roofline: StepRoofline | None = None) -> pd.DataFra
             "row": "host window",
             "piece": "sync wait, the trace's GPU working",
             "key": "sync_wait",
-            "ms": (e.sync_wait_ns - e.external_wait_ns) / 1e6,
+            "ms": ns_to_ms(e.sync_wait_ns - e.external_wait_ns),
         }
     )
-    rows.append({"row": "host window", "piece": "external wait", "key": "external", "ms": e.external_wait_ns / 1e6})
+    rows.append({"row": "host window", "piece": "external wait", "key": "external", "ms": ns_to_ms(e.external_wait_ns)})
     if d.bound != "cpu_only":
-        rows.append({"row": "GPU work", "piece": "GPU busy", "key": "gpu_busy", "ms": e.gpu_busy_ns / 1e6})
+        rows.append({"row": "GPU work", "piece": "GPU busy", "key": "gpu_busy", "ms": ns_to_ms(e.gpu_busy_ns)})
     if e.hole_ns:
-        rows.append({"row": "hole", "piece": "hole: no work of the trace", "key": "hole", "ms": e.hole_ns / 1e6})
+        rows.append({"row": "hole", "piece": "hole: no work of the trace", "key": "hole", "ms": ns_to_ms(e.hole_ns)})
     if roofline is not None:
         rows.append(
             {"row": "roofline traffic", "piece": "traffic time", "key": "roofline_traffic", "ms": roofline.traffic_ms}

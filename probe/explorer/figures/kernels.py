@@ -10,7 +10,8 @@ import plotly.graph_objects as go
 
 from probe.analysis.ledger.kernels import KernelStat, short_name
 from probe.analysis.ledger.types import TraceAnalysis
-from probe.explorer.figures.style import COLORS, color, label, labels, ms, ranked_bars, short, step_ticks, us
+from probe.explorer.figures.style import COLORS, NAME_WIDTH, color, label, labels, ranked_bars, step_ticks
+from probe.text import ns_to_ms, ns_to_us, short
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CXX = frozenset(  # C++'s own words: never what tells two kernels apart
@@ -27,10 +28,10 @@ def kernels_frame(stats: Sequence[KernelStat]) -> pd.DataFrame:
             "kernel": k.name,
             "category": k.category,
             "count": k.count,
-            "total_ms": ms(k.total_ns),
-            "mean_us": us(k.mean_ns),
-            "p50_us": us(k.p50_ns),
-            "max_us": us(k.max_ns),
+            "total_ms": ns_to_ms(k.total_ns),
+            "mean_us": ns_to_us(k.mean_ns),
+            "p50_us": ns_to_us(k.p50_ns),
+            "max_us": ns_to_us(k.max_ns),
             "share_of_busy": k.share_of_busy,
         }
         for k in stats
@@ -70,7 +71,7 @@ def kernels_figure(stats: Sequence[KernelStat], title: str = "") -> go.Figure:
     where two would read the same), the hover has the whole name."""
     frame = kernels_frame(stats)
     return ranked_bars(
-        [short(n) for n in kernel_labels(frame["kernel"])],
+        [short(n, NAME_WIDTH) for n in kernel_labels(frame["kernel"])],
         frame["total_ms"],
         list(zip(labels(frame["kernel"]), labels(frame["category"]), frame["count"], strict=True)),
         "%{customdata[0]}<br>%{customdata[1]}: %{x:.3f} ms in %{customdata[2]} launch(es)<extra></extra>",
@@ -84,7 +85,7 @@ def kernels_figure(stats: Sequence[KernelStat], title: str = "") -> go.Figure:
 def kernel_category_frame(analysis: TraceAnalysis) -> pd.DataFrame:
     """One row a step and category: the step's GPU time in kernels of that category (ms)."""
     rows = [
-        {"position": s.position, "step": s.name, "category": c, "ms": ms(ns)}
+        {"position": s.position, "step": s.name, "category": c, "ms": ns_to_ms(ns)}
         for s in analysis.steps
         for c, ns in s.kernels_by_category.items()
     ]
@@ -112,7 +113,7 @@ def kernel_category_figure(analysis: TraceAnalysis) -> go.Figure:
     fig.add_trace(
         go.Scatter(
             x=steps,
-            y=[ms(s.gpu_busy_ns) for s in analysis.steps],
+            y=[ns_to_ms(s.gpu_busy_ns) for s in analysis.steps],
             mode="lines+markers",
             name="GPU busy",
             line={"color": COLORS["line"], "width": 1.5},

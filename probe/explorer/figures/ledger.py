@@ -15,10 +15,10 @@ from probe.explorer.figures.style import (
     MECHANISM_CATEGORIES,
     color,
     label,
-    ms,
     round_axis,
     step_ticks,
 )
+from probe.text import ns_to_ms
 
 GPU_COLUMNS = ("gpu_window_ms", "gpu_busy_ms", "gpu_idle_ms")  # NaN on a CPU-only trace: not measured, not 0
 NAN = float("nan")
@@ -58,10 +58,10 @@ def ledger_frame(analysis: TraceAnalysis) -> pd.DataFrame:
     rows = []
     for s in analysis.steps:
         gpu = (s.gpu_window_ns, s.gpu_busy_ns, s.gpu_idle_ns) if analysis.on_gpu else (NAN, NAN, NAN)
-        row = {"position": s.position, "step": s.name, "kind": s.kind, "wall_ms": ms(s.wall_ns)}
-        row |= {column: ms(ns) for column, ns in zip(GPU_COLUMNS, gpu, strict=True)}
-        row |= {f"{key}_ms": ms(ns) for key, ns in host_ns(s, analysis.user_parts).items()}
-        row |= {mechanism_column(key): ms(s.mechanism_ns[key]) for key, _ in MECHANISM_CATEGORIES}
+        row = {"position": s.position, "step": s.name, "kind": s.kind, "wall_ms": ns_to_ms(s.wall_ns)}
+        row |= {column: ns_to_ms(ns) for column, ns in zip(GPU_COLUMNS, gpu, strict=True)}
+        row |= {f"{key}_ms": ns_to_ms(ns) for key, ns in host_ns(s, analysis.user_parts).items()}
+        row |= {mechanism_column(key): ns_to_ms(s.mechanism_ns[key]) for key, _ in MECHANISM_CATEGORIES}
         row["dispatch"] = s.dispatched
         rows.append(row)
     return pd.DataFrame(rows)

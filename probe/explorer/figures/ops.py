@@ -8,7 +8,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from probe.analysis.ledger.host import FrameTime, OpTime
-from probe.explorer.figures.style import COLORS, labels, ms, ranked_bars, short
+from probe.explorer.figures.style import COLORS, NAME_WIDTH, labels, ranked_bars
+from probe.text import ns_to_ms, short
 
 
 def top_ops_frame(ops: Sequence[OpTime]) -> pd.DataFrame:
@@ -16,7 +17,7 @@ def top_ops_frame(ops: Sequence[OpTime]) -> pd.DataFrame:
     rows = [
         {
             "op": o.name,
-            "self_ms": ms(o.self_ns),
+            "self_ms": ns_to_ms(o.self_ns),
             "calls": o.calls,
             "us_per_call": o.self_us / o.calls if o.calls else 0.0,
         }
@@ -41,14 +42,14 @@ def top_ops_figure(ops: Sequence[OpTime], title: str = "") -> go.Figure:
 
 def frames_frame(frames: Sequence[FrameTime]) -> pd.DataFrame:
     """Python frames by self time: the python part of the ledger, by frame."""
-    rows = [{"frame": f.frame, "self_ms": ms(f.self_ns), "count": f.count} for f in frames]
+    rows = [{"frame": f.frame, "self_ms": ns_to_ms(f.self_ns), "count": f.count} for f in frames]
     return pd.DataFrame(rows, columns=["frame", "self_ms", "count"])
 
 
 def frames_figure(frames: Sequence[FrameTime], title: str = "") -> go.Figure:
     frame = frames_frame(frames)
     return ranked_bars(
-        [short(f) for f in frame["frame"]],
+        [short(f, NAME_WIDTH) for f in frame["frame"]],
         frame["self_ms"],
         list(zip(labels(frame["frame"]), frame["count"], strict=True)),
         "%{customdata[0]}: %{x:.3f} ms self, %{customdata[1]} call(s)<extra></extra>",

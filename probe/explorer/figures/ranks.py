@@ -7,7 +7,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from probe.analysis.ledger.ranks import Ranks
-from probe.explorer.figures.style import COLORS, ms
+from probe.explorer.figures.style import COLORS
+from probe.text import ns_to_ms
 
 RANK_DASH = ("solid", "dash", "dot", "dashdot", "longdash")
 RANK_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x")
@@ -30,11 +31,11 @@ def ranks_frame(result: Ranks) -> pd.DataFrame:
     rows = []
     for s in result.by_step:
         row = {"step": s.step, "name": s.name}
-        row |= {f"rank {r.rank} ms": ms(r.wall_ns) for r in s.ranks}
+        row |= {f"rank {r.rank} ms": ns_to_ms(r.wall_ns) for r in s.ranks}
         row |= {
             "slowest rank": s.slowest_rank,
-            "median ms": ms(s.median_wall_ns),
-            "trails by ms": ms(s.trails_median_ns),
+            "median ms": ns_to_ms(s.median_wall_ns),
+            "trails by ms": ns_to_ms(s.trails_median_ns),
             "trails %": s.trails_median_pct,
         }
         rows.append(row)
@@ -61,12 +62,12 @@ def ranks_figure(result: Ranks) -> go.Figure:
             "line": {"dash": RANK_DASH[i % len(RANK_DASH)], "width": 1.5 + 2 * (n - 1 - i) / max(n - 1, 1)},
             "marker": {"symbol": RANK_SYMBOLS[i % len(RANK_SYMBOLS)], "size": 6 + 6 * (n - 1 - i) / max(n - 1, 1)},
         }
-        walls = [ms(s.ranks[i].wall_ns) for s in result.by_step]
+        walls = [ns_to_ms(s.ranks[i].wall_ns) for s in result.by_step]
         fig.add_trace(
             go.Scatter(x=steps, y=walls, mode="lines+markers", name=name, legendgroup=name, **style), row=1, col=1
         )
         if gpu:
-            busy = [ms(s.ranks[i].gpu_busy_ns) for s in result.by_step]
+            busy = [ns_to_ms(s.ranks[i].gpu_busy_ns) for s in result.by_step]
             fig.add_trace(
                 go.Scatter(
                     x=steps, y=busy, mode="lines+markers", name=name, legendgroup=name, showlegend=False, **style
@@ -77,7 +78,7 @@ def ranks_figure(result: Ranks) -> go.Figure:
     fig.add_trace(
         go.Scatter(
             x=steps,
-            y=[ms(s.slowest_wall_ns) for s in result.by_step],
+            y=[ns_to_ms(s.slowest_wall_ns) for s in result.by_step],
             mode="markers",
             name="slowest rank",
             text=[f"rank {s.slowest_rank}: +{s.trails_median_pct:.1f}% on the median" for s in result.by_step],

@@ -11,8 +11,9 @@ import plotly.graph_objects as go
 
 from probe.analysis.ledger.host import MECHANISM_PARTS, PURPOSE_PARTS
 from probe.analysis.ledger.types import StepLedger
-from probe.explorer.figures.style import COLORS, clicked_data, color, label, ms
+from probe.explorer.figures.style import COLORS, clicked_data, color, label
 from probe.explorer.step_clock import Bar, StepClock
+from probe.text import ms, ns_to_ms, ns_to_us
 
 LANE_PX = 17  # a lane's height
 MAX_SHADED = 200  # gaps shaded across their lanes, the longest first; every gap is also a bar on its lane
@@ -52,8 +53,8 @@ def timeline_frame(tl: StepClock) -> pd.DataFrame:
     how many events it stands for, and whether it is this step's."""
     rows = [
         {
-            "start_ms": b.start_ns / 1e6,
-            "dur_us": b.dur_ns / 1e3,
+            "start_ms": ns_to_ms(b.start_ns),
+            "dur_us": ns_to_us(b.dur_ns),
             "lane": tl.lanes[b.lane].label,
             "kind": b.kind,
             "part or category": b.key,
@@ -270,14 +271,15 @@ def partitions_frame(step: StepLedger, user_parts: tuple[str, ...] = ()) -> pd.D
     """The step's wall two ways, each adding up to it (probe.analysis.ledger.host): by purpose and by mechanism, in
     ms."""
     rows = [
-        {"partition": "by purpose", "part": f"part: {p}", "key": p, "ms": ms(step.purpose_ns[p])} for p in user_parts
+        {"partition": "by purpose", "part": f"part: {p}", "key": p, "ms": ns_to_ms(step.purpose_ns[p])}
+        for p in user_parts
     ]
     rows += [
-        {"partition": "by purpose", "part": p.label, "key": p.name, "ms": ms(step.purpose_ns[p.name])}
+        {"partition": "by purpose", "part": p.label, "key": p.name, "ms": ns_to_ms(step.purpose_ns[p.name])}
         for p in PURPOSE_PARTS
     ]
     rows += [
-        {"partition": "by mechanism", "part": p.label, "key": p.name, "ms": ms(step.mechanism_ns[p.name])}
+        {"partition": "by mechanism", "part": p.label, "key": p.name, "ms": ns_to_ms(step.mechanism_ns[p.name])}
         for p in MECHANISM_PARTS
     ]
     return pd.DataFrame(rows)
@@ -304,7 +306,7 @@ def partitions_figure(step: StepLedger, user_parts: tuple[str, ...] = ()) -> go.
         height=230,
         margin={"t": 10, "b": 10, "l": 10},
         legend={"orientation": "h", "yanchor": "top", "y": -0.45},
-        xaxis_title=f"ms of the step's {step.wall_ns / 1e6:.3f} ms wall",
+        xaxis_title=f"ms of the step's {ms(step.wall_ns)} ms wall",
         yaxis={"categoryorder": "array", "categoryarray": ["by mechanism", "by purpose"]},
     )
     return fig

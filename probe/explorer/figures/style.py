@@ -1,5 +1,6 @@
-"""How the explorer draws, for every view: the one colour table, the host categories, names made safe to show,
-the units, round axis ticks, and the ranked bar chart that top ops, Python frames and kernels share."""
+"""How the explorer draws, for every view: the one colour table, the host categories, names made safe to show, round
+axis ticks, and the ranked bar chart that top ops, Python frames and kernels share. Units, cut names and the Markdown
+escape are probe.text's, the terminal's own."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 
 from probe.analysis.ledger.host import MECHANISM_PARTS, PURPOSE_PARTS
+from probe.text import md_escape, short
 
 # The ledger's two host partitions (probe.analysis.ledger.host) as the app groups them: by purpose, the three cache
 # parts as
@@ -127,16 +129,10 @@ def labels(values) -> list[str]:
     return [label(v) for v in values]
 
 
-_MARKDOWN = frozenset("\\`*_{}[]<>()#+-.!|~$")
-
-
 def md(value: object) -> str:
-    """Text the app did not write, shown through Markdown as written: aten::_foo_bar must not turn italic."""
-    return "".join("\\" + ch if ch in _MARKDOWN else ch for ch in printable(value))
-
-
-def short(name: str, width: int = NAME_WIDTH) -> str:
-    return name if len(name) <= width else name[: width - 1] + "…"
+    """Text the app did not write, shown through Markdown as written (aten::_foo_bar must not turn italic), on one
+    line: made printable, then probe.text's escape."""
+    return md_escape(printable(value))
 
 
 def step_ticks(positions: Sequence[int], names: Sequence[str]) -> list[str]:
@@ -145,20 +141,7 @@ def step_ticks(positions: Sequence[int], names: Sequence[str]) -> list[str]:
     return [f"{p}: {label(short(n, STEP_TICK_WIDTH))}" for p, n in zip(positions, names, strict=True)]
 
 
-# ---- units and ticks -------------------------------------------------------------------------------------
-
-
-def ms(ns: float | None) -> float | None:
-    """ns as ms (None, a figure that was not measured, stays None)."""
-    return None if ns is None else ns / 1e6
-
-
-def us(ns: float | None) -> float | None:
-    return None if ns is None else ns / 1e3
-
-
-def ms_text(ns: float) -> str:
-    return f"{ns / 1e6:.3f} ms"
+# ---- axis ticks -----------------------------------------------------------------------------------------
 
 
 def round_step(span: float, intervals: int = 5, integer: bool = False) -> float:

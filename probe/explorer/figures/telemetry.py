@@ -23,7 +23,8 @@ from probe.analysis.ledger.types import StepLedger, TraceAnalysis
 from probe.analysis.records.files import open_regular
 from probe.analysis.records.sidecar import Sidecar
 from probe.errors import ProbeError, first_line
-from probe.explorer.figures.style import COLORS, label, ms
+from probe.explorer.figures.style import COLORS, label
+from probe.text import ns_to_ms
 
 POINTS = 1000  # buckets a panel draws; past this, each point is the min and max of its bucket's samples
 MAX_ROWS = 5_000_000  # 14 hours of samples at probe's 10 ms: past this the file is not probe's, or not for a browser
@@ -128,8 +129,8 @@ def _step_shading(steps: Sequence[StepLedger], panels: int) -> list[dict]:
             "type": "rect",
             "xref": f"x{i if i > 1 else ''}",
             "yref": f"y{i if i > 1 else ''} domain",
-            "x0": ms(step.start_ns),
-            "x1": ms(step.start_ns + step.wall_ns),
+            "x0": ns_to_ms(step.start_ns),
+            "x1": ns_to_ms(step.start_ns + step.wall_ns),
             "y0": 0,
             "y1": 1,
             "line": {"width": 0},

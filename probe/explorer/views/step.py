@@ -9,10 +9,11 @@ import streamlit as st
 from probe.analysis.diagnosis.verdict import bound_words
 from probe.analysis.ledger.types import StepLedger
 from probe.explorer import figures, sources
-from probe.explorer.figures.style import md, printable, short
+from probe.explorer.figures.style import md, printable
 from probe.explorer.loaders import TraceSource, ViewContext, key, load_timeline
 from probe.explorer.step_clock import StepClock
 from probe.explorer.widgets import pick_step, quiet_answer, show_metrics, show_table, show_trace_telemetry
+from probe.text import short
 
 
 def show_one_step(trace: TraceSource, ctx: ViewContext) -> None:

@@ -65,7 +65,6 @@ from probe.analysis.regression.history.records import (
     SKIP_DIRS,
     Ledger,
     RunRecord,
-    config_label,
     file_record,
     folder_record,
     now_utc,
@@ -100,10 +99,12 @@ from probe.analysis.regression.history.store import (
     schema_version,
     wait_s,
 )
+from probe.analysis.regression.identity import ConfigIdentity
 from probe.analysis.regression.rules import WINDOW, CompareRules
 
 __all__ = [
     "CELL_COLUMNS",
+    "ConfigIdentity",
     "DEFAULT_FILE",
     "HISTORY_ENV",
     "MIGRATIONS",
@@ -126,7 +127,6 @@ __all__ = [
     "append",
     "cached_sample_set",
     "check",
-    "config_label",
     "configs",
     "connect",
     "file_record",

@@ -13,6 +13,7 @@ import pandas as pd
 
 from probe.analysis.regression.compare import Comparison, compare
 from probe.analysis.regression.history.store import RunInfo, find_run, has_table, list_runs, runs_of, sample_set
+from probe.analysis.regression.identity import ConfigIdentity
 from probe.analysis.regression.rules import DEFAULTS, ONE_RUN, CompareRules
 from probe.analysis.regression.samples import METRICS, SampleSet, Unit
 from probe.errors import ProbeError
@@ -65,7 +66,7 @@ def pooled(previous: SampleSet, window: Sequence[SampleSet], source: str) -> Sam
         flags = [u.contended for u in mine]
         contended = True if True in flags else (False if False in flags else None)
         units[key] = Unit(key, unit.counts, unit.ops, samples, contended)
-    return SampleSet(source, previous.kind, previous.env, {}, units)
+    return SampleSet(source, previous.kind, previous.env, ConfigIdentity(), units)
 
 
 def cached_sample_set(con: duckdb.DuckDBPyConnection, run: RunInfo, unit: str | None, cache: dict) -> SampleSet:

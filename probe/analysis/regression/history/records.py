@@ -13,6 +13,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.types import TraceAnalysis
@@ -20,9 +21,13 @@ from probe.analysis.records.environment import Environment
 from probe.analysis.records.files import is_trace_name, open_regular, parse_stem, read_json
 from probe.analysis.records.results import RESULTS_FILE, BenchResults, CellKey, load_results
 from probe.analysis.records.sidecar import Sidecar, read_sidecar
+from probe.analysis.regression.identity import ConfigIdentity, IdentityKind
 from probe.analysis.regression.samples import SampleSet, Unit, from_analysis, from_results
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
+
+# the command that measured a run (or that an import read it as)
+RunCommand = Literal["run", "bench", "baseline", "profile"]
 
 
 @dataclass(frozen=True)
@@ -44,24 +49,24 @@ class Ledger:
 class RunRecord:
     """One run as the history stores it: where it came from, what it measured, and under what."""
 
-    command: str  # run | bench | baseline | profile
+    command: RunCommand
     source: str  # the results folder or file, or the trace, as a path ("" when the results were never written)
     recorded_at: dt.datetime  # UTC, without tzinfo
     commit: str | None  # the code under test's commit (the current folder's repository), None outside one
     dirty: bool | None  # tracked files modified at the time
     env: Environment
-    config: dict  # what must be equal for two runs to be compared (config_id is its hash)
+    config: ConfigIdentity  # what must be equal for two runs to be compared (config_id is its hash)
     results: BenchResults | None
     ledgers: tuple[Ledger, ...]
     fingerprint: str  # of the measurements themselves: importing the same files twice adds nothing
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> IdentityKind:
         return "results" if self.results is not None else "trace"
 
     @property
     def config_id(self) -> str:
-        return _config_hash(self.config)
+        return self.config.id
 
     @property
     def env_id(self) -> str:
@@ -69,7 +74,7 @@ class RunRecord:
 
     @property
     def label(self) -> str:
-        return config_label(self.config, [c.key for c in self.results.cells] if self.results is not None else [])
+        return self.config.label
 
     def sample_set(self) -> SampleSet:
         """Every unit of the run in probe compare's shape: the bench cells, then each trace's step kinds."""
@@ -81,11 +86,7 @@ class RunRecord:
             units |= {
                 f"{ledger.prefix} {k}": dataclasses.replace(u, key=f"{ledger.prefix} {k}") for k, u in found.items()
             }
-        return SampleSet(self.source, self.kind, self.env, {}, units)
-
-
-def _config_hash(obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
+        return SampleSet(self.source, self.kind, self.env, ConfigIdentity(), units)
 
 
 def read_ledger(path: str | Path) -> Ledger:
@@ -101,42 +102,39 @@ def read_ledger(path: str | Path) -> Ledger:
     return Ledger(path, CellKey(engine, cfg.prompt, cfg.new_tokens, cfg.batch), analyze(load_trace(path)), meta)
 
 
-def results_config(results: BenchResults, ledgers: Sequence[Ledger] = ()) -> dict:
+def results_config(results: BenchResults, ledgers: Sequence[Ledger] = ()) -> ConfigIdentity:
     """A bench-like run's configuration: its settings and its cells (so a sweep of other prompts, engines or
     token counts is another configuration), not its number of runs; the profiled traces of a `probe run`."""
-    out = {k: getattr(results.config, k) for k in ("model", "seed", "warmup", "threads", "annotate", "telemetry_ms")}
-    out["dtype"] = results.dtype
-    return out | {"kind": "results", "cells": sorted(str(c.key) for c in results.cells)} | _traces(ledgers)
+    cfg = results.config
+    return ConfigIdentity(
+        kind="results",
+        model=cfg.model,
+        dtype=results.dtype,
+        seed=cfg.seed,
+        warmup=cfg.warmup,
+        threads=cfg.threads,
+        annotate=cfg.annotate,
+        telemetry_ms=cfg.telemetry_ms,
+        cells=tuple(c.key for c in results.cells),
+        traces=tuple(sorted(ledger.prefix for ledger in ledgers)),
+    )
 
 
-def _traces(ledgers: Sequence[Ledger]) -> dict:
-    return {"traces": sorted(ledger.prefix for ledger in ledgers)} if ledgers else {}
-
-
-def trace_config(ledger: Ledger) -> dict:
+def trace_config(ledger: Ledger) -> ConfigIdentity:
+    """A profiled trace's configuration: its settings and shape, the tool that recorded it and its engine."""
     cfg = ledger.meta.config
-    out = {k: getattr(cfg, k) for k in ("model", "dtype", "seed", "warmup", "prompt", "new_tokens", "batch")}
-    return out | {"kind": "trace", "tool": ledger.meta.tool, "engine": ledger.key.engine}
-
-
-def config_label(config: dict, cells: Sequence[CellKey] = ()) -> str:
-    """What a person reads for a configuration: `tiny float32 cached,naive p16,64 n32`, from its settings and
-    the keys of its cells (a bench-like run's)."""
-    head = f"{config.get('model')} {config.get('dtype')}"
-    if config.get("kind") == "trace":
-        batch = f" b{config['batch']}" if (config.get("batch") or 1) > 1 else ""
-        return f"profile {head} {config.get('engine')} p{config.get('prompt')} n{config.get('new_tokens')}{batch}"
-    keys = sorted(cells, key=str)  # the order config["cells"] holds them in
-    engines = list(dict.fromkeys(k.engine for k in keys))
-    prompts = sorted({k.prompt_tokens for k in keys})
-    news = sorted({k.new_tokens for k in keys})
-    batches = sorted({k.batch for k in keys if k.batch > 1})
-    text = f"{head} {','.join(engines)} p{','.join(map(str, prompts))} n{','.join(map(str, news))}"
-    if batches:
-        text += f" b{','.join(map(str, batches))}"
-    if config.get("threads"):
-        text += f" threads={config['threads']}"
-    return text + (" +traces" if config.get("traces") else "")
+    return ConfigIdentity(
+        kind="trace",
+        model=cfg.model,
+        dtype=cfg.dtype,
+        seed=cfg.seed,
+        warmup=cfg.warmup,
+        prompt=cfg.prompt,
+        new_tokens=cfg.new_tokens,
+        batch=cfg.batch,
+        tool=ledger.meta.tool,
+        engine=ledger.key.engine,
+    )
 
 
 def _fingerprint(results: Sequence[BenchResults], traces: Sequence[Path]) -> str:
@@ -164,7 +162,7 @@ def now_utc() -> dt.datetime:
 
 
 def run_record(
-    command: str,
+    command: RunCommand,
     source: str | Path | None,
     results: BenchResults | None = None,
     ledgers: Sequence[Ledger] = (),
@@ -210,7 +208,7 @@ def run_record(
 SKIP_DIRS = frozenset({"node_modules", "__pycache__", "site-packages", "venv"})  # and every .hidden folder
 
 
-def folder_record(folder: Path, command: str | None = None, **overrides) -> RunRecord:
+def folder_record(folder: Path, command: RunCommand | None = None, **overrides) -> RunRecord:
     """A results folder as one run: its results.json, and for a `probe run` folder (one with report.json) the
     next-* sweeps' cells and the profiled traces in traces/. `overrides` go to run_record (commit, time...)."""
     main = load_results(folder)

@@ -30,7 +30,15 @@ import pandas as pd
 from probe.analysis.records.environment import Environment, git_state
 from probe.analysis.records.files import open_regular, parse_json
 from probe.analysis.records.results import BenchResults
-from probe.analysis.regression.history.records import RunRecord, folder_record, now_utc, read_ledger, run_record
+from probe.analysis.regression.history.records import (
+    RunCommand,
+    RunRecord,
+    folder_record,
+    now_utc,
+    read_ledger,
+    run_record,
+)
+from probe.analysis.regression.identity import ConfigIdentity, IdentityKind
 from probe.analysis.regression.samples import METRICS, SampleSet, Unit
 from probe.errors import ProbeError, first_line
 
@@ -256,7 +264,7 @@ def _frames(record: RunRecord, run_id: str) -> dict[str, pd.DataFrame]:
         "kind": record.kind,
         "config_id": record.config_id,
         "config": record.label,
-        "config_json": json.dumps(record.config, sort_keys=True),
+        "config_json": json.dumps(record.config.to_json(), sort_keys=True),
         "env_id": record.env_id,
         "git_commit": record.commit,
         "git_dirty": record.dirty,
@@ -366,9 +374,9 @@ class RunInfo:
 
     run_id: str
     recorded_at: dt.datetime  # UTC
-    command: str
+    command: RunCommand
     source: str
-    kind: str
+    kind: IdentityKind
     config_id: str
     config: str
     env_id: str
@@ -478,7 +486,7 @@ def sample_set(con: duckdb.DuckDBPyConnection, run: RunInfo, unit: str | None = 
         raise ProbeError(f"run {run.run_id}: {e}") from None
     source = f"{run.run_id} @ {run.short_commit}"
     found = {k: Unit(k, u["counts"], u["ops"], u["samples"], u["contended"]) for k, u in units.items()}
-    return SampleSet(source, run.kind, env, {}, found)
+    return SampleSet(source, run.kind, env, ConfigIdentity(), found)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -498,7 +506,7 @@ NOT_RECORDED = "history: this run is not recorded (name a history file with --hi
 
 def record(
     flag: str | Path | None,
-    command: str,
+    command: RunCommand,
     code: int = 0,
     results: BenchResults | None = None,
     traces: Sequence[Path] = (),

@@ -1,11 +1,27 @@
-"""The text every output shares: units, shortened names and escaping (an error's first line is probe.errors').
+"""The units and text every output shares: the terminal (probe.render), the explorer (probe.explorer) and the
+analysis's own sentences (a diagnosis's verdict, --json's words) say a figure the same way through these.
 
-A leaf: it imports nothing from probe, so every layer may use it.
+- ns as a number of ms or µs (`ns_to_ms`, `ns_to_us`: a chart's axis), or as text (`ms`, `us`: "1.234");
+- a fraction as a percentage (`pct`: "25.0");
+- a name cut to a width (`short`), and text escaped for Markdown (`md_escape`).
+
+A figure that was not measured (None) stays None as a number and is a dash as text, never 0. An error's first line is
+probe.errors'. A leaf: it imports nothing from probe, so every layer may use it.
 """
 
 from __future__ import annotations
 
 DASH = "-"  # a figure that was not measured (a GPU figure on a CPU trace, a count nobody took): never 0
+
+
+def ns_to_ms(ns: int | float | None) -> float | None:
+    """Nanoseconds as a number of milliseconds (None, a figure that was not measured, stays None)."""
+    return None if ns is None else ns / 1e6
+
+
+def ns_to_us(ns: int | float | None) -> float | None:
+    """Nanoseconds as a number of microseconds (None stays None)."""
+    return None if ns is None else ns / 1e3
 
 
 def ms(ns: int | float | None, digits: int = 3) -> str:
