@@ -212,6 +212,7 @@ def test_with_the_default_file_a_failed_write_only_warns(monkeypatch, tmp_path):
     assert list(tmp_path.glob("*.duckdb")) == []  # nothing in the current folder
 
 
+@pytest.mark.slow  # five commands in processes of their own
 def test_the_history_goes_only_where_asked(tmp_path):
     """Issue 36 §3: bench without --out, and baseline, record nothing and say so; bench and run with --out record in
     their own folder and say where; nothing is written into the current folder unless it is named."""
@@ -459,6 +460,7 @@ READER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # two recording processes and a reader
 def test_two_processes_recording_at_once_both_land_and_a_reader_sees_whole_runs(tmp_path):
     """Two writers start appending while a third process holds the file's write lock, so each must find it locked
     and wait (a collision made certain, not left to the scheduler); both land, and a reader meanwhile sees whole

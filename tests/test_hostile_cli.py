@@ -304,6 +304,7 @@ def test_files_follow_the_umask_and_a_replaced_file_keeps_its_mode(tmp_path):
     assert stat.S_IMODE((out / "cells.csv").stat().st_mode) == 0o664  # kept too: the file it replaced had it
 
 
+@pytest.mark.slow  # four profiles in processes of their own
 def test_two_configs_never_share_a_trace_name_and_no_trace_is_replaced_without_force(tmp_path):
     """configs/llama.json and configs/mistral.json were both `configs`: the second trace overwrote the first."""
     configs, out = tmp_path / "configs", tmp_path / "traces"

@@ -409,6 +409,7 @@ def _join(address: str, tmp_path: Path, **env: str) -> subprocess.Popen:
     return _probe(["analyze", str(tmp_path), "--executor", "ray", "--address", address], local_env(**env))
 
 
+@pytest.mark.slow  # Ray joins a cluster (a fake GCS) in processes
 def test_joining_sends_the_token_only_when_asked_and_gives_up_in_one_line(fake_gcs, tmp_path):
     """This machine holds a token (RAY_AUTH_TOKEN); an address answers that is no Ray cluster of ours. Asked for
     nothing, the command sends it no token, and says in one line that no cluster answered, after the timeout."""
