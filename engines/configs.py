@@ -98,11 +98,8 @@ def check_sizes(raw: dict, where: str = "config") -> None:
         value = raw.get(key)
         if value is not None and (type(value) is not int or value < 1):
             raise ModelError(f"{where}: {key} must be a positive integer, got {value!r}")
-    for key in LAYER_KEYS:  # null (the family's default) or a size checked above; anything else is not a count
-        value = raw.get(key)
-        if value is not None and (type(value) is not int or value < 1):
-            raise ModelError(f"{where}: {key} must be a positive integer, got {value!r}")
-        if value is not None and value > MAX_LAYERS:
+    for key in LAYER_KEYS:  # each a SHAPE_KEYS entry, so null (the family's default) or a count checked above
+        if (value := raw.get(key)) is not None and value > MAX_LAYERS:
             raise ModelError(f"{where}: {key} is {value:,}; probe reads at most {MAX_LAYERS:,} layers")
 
 

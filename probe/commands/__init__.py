@@ -39,15 +39,13 @@ def print_json(doc) -> None:
     def hook(value: object) -> str:
         if not isinstance(value, Rows):
             raise TypeError(f"{type(value).__name__} is not JSON")
-        lists.append(value)
-        return f"{mark}{len(lists) - 1}"
+        i = next((i for i, seen in enumerate(lists) if seen is value), None)  # an encoding's retry: the same mark
+        if i is None:
+            lists.append(value)
+            i = len(lists) - 1
+        return f"{mark}{i}"
 
-    try:
-        raw = msgspec.json.encode(doc, enc_hook=hook)
-    except UnicodeEncodeError:
-        lists.clear()  # the hook's marks start again
-        raw = msgspec.json.encode(_writable(doc), enc_hook=hook)
-    text = msgspec.json.format(raw, indent=1).decode()
+    text = msgspec.json.format(_encode(doc, hook), indent=1).decode()
     for i, rows in enumerate(lists):
         before, _, text = text.partition(f'"{mark}{i}"')
         sys.stdout.write(before)
@@ -56,12 +54,12 @@ def print_json(doc) -> None:
     sys.stdout.write(text + "\n")
 
 
-def _encode(value) -> bytes:
+def _encode(value, hook: Callable[[object], str] | None = None) -> bytes:
     """`value` as JSON bytes; its strings made writable (`_writable`) only when one cannot be encoded as it is."""
     try:
-        return msgspec.json.encode(value)
+        return msgspec.json.encode(value, enc_hook=hook)
     except UnicodeEncodeError:
-        return msgspec.json.encode(_writable(value))
+        return msgspec.json.encode(_writable(value), enc_hook=hook)
 
 
 def _write_rows(rows: Rows, pad: str) -> None:
