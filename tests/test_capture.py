@@ -287,3 +287,39 @@ def test_profile_threads_sets_the_intra_op_threads_as_bench_does(tmp_path):
     assert read_sidecar(trace).threads == (1, os.cpu_count())
     bad = run_probe(*argv, "--threads", "-1", "--out", str(tmp_path / "b"))
     assert bad.returncode == 2 and "--threads must be 0" in bad.stderr
+
+
+def test_the_op_cost_is_measured_on_the_workload_its_ranges_at_the_loops_cost(monkeypatch):
+    """workload_op_cost: (profiled - plain - ranges x range cost) / ops, the ops every recorded host event but the
+    Python-opened ranges. The clock is replaced by one where profiling adds exactly 500 ns an op and 3000 a range."""
+    from probe.capture import calibrate
+
+    x = torch.ones(4, 4)
+
+    def run():  # 2 ranges; ops: add, mul (and whatever they nest, counted by the profiler below)
+        with torch.profiler.record_function("a"):
+            y = x + 1
+        with torch.profiler.record_function("b"):
+            y * 2
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        run()
+    ops = sum(1 for e in prof.events() if not e.is_user_annotation)
+    assert ops >= 2
+    profiling = []
+    real = torch.profiler.profile
+
+    class Profile(real):  # the clock below knows whether it runs under the profiler
+        def __enter__(self):
+            profiling.append(True)
+            return super().__enter__()
+
+        def __exit__(self, *exc):
+            profiling.pop()
+            return super().__exit__(*exc)
+
+    monkeypatch.setattr(torch.profiler, "profile", Profile)
+    monkeypatch.setattr(calibrate, "_timed", lambda fn: (fn(), 10_000 + (ops * 500 + 2 * 3000 if profiling else 0))[1])
+    assert calibrate.workload_op_cost(run, [torch.profiler.ProfilerActivity.CPU], range_ns=3000.0) == 500.0
+    # a range cost past what the runs show: the op cost holds at 0, never below
+    assert calibrate.workload_op_cost(run, [torch.profiler.ProfilerActivity.CPU], range_ns=1e9) == 0.0

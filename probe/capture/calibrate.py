@@ -6,10 +6,16 @@ between events the profiler widens). Two kinds of event cost very different amou
 its own figure: an op the dispatcher records (aten ops, runtime calls) costs a fraction of a microsecond, while a
 range opened from Python (`record_function`, what probe's annotations become under the profiler) costs several.
 `event_costs` measures both: a small workload of nested aten ops, and a loop of probe's own ranges, each run
-with and without the profiler, alternating, the extra time divided by the events recorded. `probe profile`
-writes them into the trace's sidecar; `probe analyze` then shows, beside each step, wall - ops x op cost -
-ranges x range cost: the step as it would have run unprofiled (benchmarks/reconcile.py checks that against the
-bench's own ITL).
+with and without the profiler, alternating, the extra time divided by the events recorded.
+
+The loop's op cost is a floor, not the cost in a model's step: the loop's code and the profiler's buffers stay in
+cache, a model's step evicts them. On the tiny preset's cached step (a 2-core CPU VM) the profiler cost 2.2x the
+loop's figure per op, so the unprofiled estimate missed a third of the profiler's overhead. `workload_op_cost`
+therefore measures the op cost on the recorded workload itself: the same generation, alternately plain and
+profiled, the extra time less its ranges at the loop's range cost, over the ops recorded. `probe profile` writes
+that cost, and the loop's range cost, into the trace's sidecar; `probe analyze` then shows, beside each step,
+wall - ops x op cost - ranges x range cost: the step as it would have run unprofiled (benchmarks/reconcile.py
+checks that against the bench's own ITL).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import functools
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -26,6 +33,7 @@ from probe.capture import annotate
 CALIBRATION_REPS = 15  # alternating pairs: the median of the pairs' differences shrugs off a preempted run
 WORKLOAD_ITERS = 200  # each iteration records 10 ops, 5 of them nested: linear (t, addmm), relu, add, sum
 RANGE_ITERS = 1000  # probe ranges a calibration run opens
+WORKLOAD_PAIRS = 3  # plain and profiled runs of the recorded workload, alternating, for its own op cost
 
 
 def _workload(x: torch.Tensor, w: torch.Tensor, iters: int) -> None:
@@ -81,3 +89,20 @@ def event_costs(device: torch.device, reps: int = CALIBRATION_REPS) -> EventCost
         op_ns = _per_event(ops, activities, reps, lambda e: e.device_type == torch.autograd.DeviceType.CPU)
         range_ns = _per_event(ranges, activities, reps, lambda e: e.name.startswith("calibrate"))
     return EventCost(op_ns=op_ns, range_ns=range_ns)
+
+
+def workload_op_cost(run: Callable[[], None], activities: list, range_ns: float, pairs: int = WORKLOAD_PAIRS) -> float:
+    """The profiler's host cost per recorded op on the workload `run` itself (one generation, synchronized): the
+    median over alternating plain and profiled runs of (profiled - plain - ranges recorded x `range_ns`) / ops
+    recorded, ns; ops are every host event that is not a Python-opened range."""
+    run()  # warm
+    extra, ops = [], []
+    for _ in range(pairs):
+        plain = _timed(run)
+        with torch.profiler.profile(activities=activities) as prof:
+            profiled = _timed(run)
+        host = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CPU]
+        ranges = sum(1 for e in host if e.is_user_annotation)
+        extra.append(profiled - plain - ranges * range_ns)
+        ops.append(len(host) - ranges)
+    return max(statistics.median(extra), 0) / max(statistics.median(ops), 1)

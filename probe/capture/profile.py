@@ -47,14 +47,14 @@ from probe.analysis.diagnosis.report import SelfCheck
 from probe.analysis.records.environment import Clock
 from probe.analysis.records.files import atomic_path, atomic_write, trace_stem
 from probe.analysis.records.runfolder import check_writable
-from probe.analysis.records.sidecar import Sidecar, unpaired_traces
+from probe.analysis.records.sidecar import EventCost, Sidecar, unpaired_traces
 from probe.analysis.records.telemetry import cell_telemetry, contention, decode_windows, write_samples
 from probe.analysis.trace import Kind, load_trace
 from probe.capture import annotate
-from probe.capture.calibrate import event_costs
+from probe.capture.calibrate import event_costs, workload_op_cost
 from probe.capture.config import BenchConfig, ProfileConfig, model_name, validate
 from probe.capture.env import environment
-from probe.capture.loop import generate
+from probe.capture.loop import device_sync, generate
 from probe.capture.sweep import settle_here
 from probe.capture.telemetry.samplers import make_sampler
 from probe.errors import ProbeError
@@ -228,8 +228,26 @@ def profile_torch(cfg: ProfileConfig, out: Path, model=None, force: bool = False
     env = dataclasses.replace(
         environment(device, cfg.dtype), attn_implementation=engine.model.config._attn_implementation
     )
-    _write_meta(meta, Sidecar(cfg, env, clock, event_costs(device), "torch.profiler", details))
+    _write_meta(
+        meta,
+        Sidecar(cfg, env, clock, _event_cost(engine, prompt, cfg, annotator, activities), "torch.profiler", details),
+    )
     return Capture(trace, meta)
+
+
+def _event_cost(engine, prompt, cfg: ProfileConfig, annotator, activities: list) -> EventCost:
+    """The profiler's cost per range (probe.capture.calibrate's loop) and per op, the latter measured on this
+    engine's own generation (`workload_op_cost`), at least the loop's: the loop's op cost misses a model step's
+    cache misses."""
+    loop = event_costs(prompt.device)
+    sync = device_sync(prompt.device)
+
+    def once() -> None:
+        generate(engine, prompt, cfg.new_tokens, annotator)
+        sync()
+
+    # at least the loop's: a run preempted while plain reads as a profiler that cost less than in a warm loop
+    return EventCost(max(workload_op_cost(once, activities, loop.range_ns), loop.op_ns), loop.range_ns)
 
 
 def run_annotated(cfg: ProfileConfig) -> None:
