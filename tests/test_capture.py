@@ -289,27 +289,34 @@ def test_profile_threads_sets_the_intra_op_threads_as_bench_does(tmp_path):
     assert bad.returncode == 2 and "--threads must be 0" in bad.stderr
 
 
-def test_the_op_cost_is_measured_on_the_workload_its_ranges_at_the_loops_cost(monkeypatch):
-    """workload_op_cost: (profiled - plain - ranges x range cost) / ops, the ops every recorded host event but the
-    Python-opened ranges. The clock is replaced by one where profiling adds exactly 500 ns an op and 3000 a range."""
+def test_the_op_cost_is_measured_on_the_decode_steps_its_ranges_at_the_loops_cost(monkeypatch):
+    """workload_op_cost: (median profiled step - median plain step - ranges a step x range cost) / ops a step, the
+    ops every host event inside a decode#i range that is not a range. The run below plays a generation whose
+    profiled steps take exactly 500 ns an op and 3000 a range longer."""
     from probe.capture import calibrate
 
     x = torch.ones(4, 4)
+    profiling, per_step = [], {"ops": 0}
 
-    def run():  # 2 ranges; ops: add, mul (and whatever they nest, counted by the profiler below)
-        with torch.profiler.record_function("a"):
-            y = x + 1
-        with torch.profiler.record_function("b"):
-            y * 2
+    def run():  # two decode steps, each: a range and two ops (add, mul) inside it, plus a range outside
+        with torch.profiler.record_function("prefill"):
+            x + 0
+        for i in range(2):
+            with torch.profiler.record_function(f"decode#{i}"):
+                with torch.profiler.record_function("sample"):
+                    y = x + 1
+                y * 2
+        return (10_000 + (per_step["ops"] * 500 + 1 * 3000 if profiling else 0),) * 2
 
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         run()
-    ops = sum(1 for e in prof.events() if not e.is_user_annotation)
-    assert ops >= 2
-    profiling = []
+    ops, ranges = calibrate._per_decode_step(prof.events())
+    names = {e.name for e in prof.events() if not e.is_user_annotation}
+    assert ranges == 1 and ops >= 2 and {"aten::add", "aten::mul"} <= names  # (the range's own enter/exit ops too)
+    per_step["ops"] = ops
     real = torch.profiler.profile
 
-    class Profile(real):  # the clock below knows whether it runs under the profiler
+    class Profile(real):  # what `run` reads to know whether it is profiled
         def __enter__(self):
             profiling.append(True)
             return super().__enter__()
@@ -319,7 +326,7 @@ def test_the_op_cost_is_measured_on_the_workload_its_ranges_at_the_loops_cost(mo
             return super().__exit__(*exc)
 
     monkeypatch.setattr(torch.profiler, "profile", Profile)
-    monkeypatch.setattr(calibrate, "_timed", lambda fn: (fn(), 10_000 + (ops * 500 + 2 * 3000 if profiling else 0))[1])
-    assert calibrate.workload_op_cost(run, [torch.profiler.ProfilerActivity.CPU], range_ns=3000.0) == 500.0
-    # a range cost past what the runs show: the op cost holds at 0, never below
-    assert calibrate.workload_op_cost(run, [torch.profiler.ProfilerActivity.CPU], range_ns=1e9) == 0.0
+    cpu = [torch.profiler.ProfilerActivity.CPU]
+    assert calibrate.workload_op_cost(run, cpu, range_ns=3000.0) == 500.0
+    # a range cost past what the steps show: the op cost holds at 0, never below
+    assert calibrate.workload_op_cost(run, cpu, range_ns=1e9) == 0.0

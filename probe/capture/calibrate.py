@@ -23,10 +23,12 @@ from __future__ import annotations
 import functools
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 
+from probe import vocabulary
 from probe.analysis.records.sidecar import EventCost
 from probe.capture import annotate
 
@@ -91,18 +93,38 @@ def event_costs(device: torch.device, reps: int = CALIBRATION_REPS) -> EventCost
     return EventCost(op_ns=op_ns, range_ns=range_ns)
 
 
-def workload_op_cost(run: Callable[[], None], activities: list, range_ns: float, pairs: int = WORKLOAD_PAIRS) -> float:
-    """The profiler's host cost per recorded op on the workload `run` itself (one generation, synchronized): the
-    median over alternating plain and profiled runs of (profiled - plain - ranges recorded x `range_ns`) / ops
-    recorded, ns; ops are every host event that is not a Python-opened range."""
+def workload_op_cost(
+    run: Callable[[], Sequence[int]], activities: list, range_ns: float, pairs: int = WORKLOAD_PAIRS
+) -> float:
+    """The profiler's host cost per recorded op in the decode steps of the workload `run` (one annotated
+    generation, synchronized, returning its decode steps' ns): over alternating plain and profiled runs, the
+    median profiled step less the median plain step less its ranges at `range_ns`, over the ops recorded in a
+    step (every host event in its `decode#i` range that is not a range), the median over the pairs. The decode
+    steps only: the first events of a session (the prefill's) cost the profiler its buffers, not per event."""
     run()  # warm
-    extra, ops = [], []
+    costs = []
     for _ in range(pairs):
-        plain = _timed(run)
+        plain = statistics.median(run())
         with torch.profiler.profile(activities=activities) as prof:
-            profiled = _timed(run)
-        host = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CPU]
-        ranges = sum(1 for e in host if e.is_user_annotation)
-        extra.append(profiled - plain - ranges * range_ns)
-        ops.append(len(host) - ranges)
-    return max(statistics.median(extra), 0) / max(statistics.median(ops), 1)
+            profiled = statistics.median(run())
+        ops, ranges = _per_decode_step(prof.events())
+        if ops:
+            costs.append((profiled - plain - ranges * range_ns) / ops)
+    return max(statistics.median(costs), 0.0) if costs else 0.0
+
+
+def _per_decode_step(events) -> tuple[float, float]:
+    """The median count of ops and of ranges recorded inside each decode step's range, on its thread."""
+    host = [e for e in events if e.device_type == torch.autograd.DeviceType.CPU]
+    start = np.array([e.time_range.start for e in host], float)
+    end = np.array([e.time_range.end for e in host], float)
+    thread = np.array([e.thread for e in host], np.int64)
+    is_range = np.array([e.is_user_annotation for e in host], bool)
+    ops, ranges = [], []
+    for i, e in enumerate(host):
+        if is_range[i] and e.name.startswith(f"{vocabulary.DECODE}#"):
+            inside = (thread == e.thread) & (start >= start[i]) & (end <= end[i])
+            inside[i] = False
+            ops.append(int((inside & ~is_range).sum()))
+            ranges.append(int((inside & is_range).sum()))
+    return (statistics.median(ops), statistics.median(ranges)) if ops else (0.0, 0.0)

@@ -242,9 +242,10 @@ def _event_cost(engine, prompt, cfg: ProfileConfig, annotator, activities: list)
     loop = event_costs(prompt.device)
     sync = device_sync(prompt.device)
 
-    def once() -> None:
-        generate(engine, prompt, cfg.new_tokens, annotator)
+    def once() -> tuple[int, ...]:
+        steps = generate(engine, prompt, cfg.new_tokens, annotator).step_ns
         sync()
+        return steps
 
     # at least the loop's: a run preempted while plain reads as a profiler that cost less than in a warm loop
     return EventCost(max(workload_op_cost(once, activities, loop.range_ns), loop.op_ns), loop.range_ns)
