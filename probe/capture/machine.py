@@ -31,6 +31,7 @@ import statistics
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -194,14 +195,9 @@ def measure(
     """The floor and a cached step piece by piece. `model` (already built from `model_spec`, `dtype` on `device`)
     saves a load; "auto" model and dtype take the device's defaults."""
     dev = resolve_device(device)
-    cfg = BenchConfig(
-        engines=("cached",), prompts=(context,), new_tokens=steps + 1, model=model_spec, dtype=dtype, device=device
-    )
-    cfg = settle(cfg, dev.type)
-    validate(cfg)
-    model_spec, dtype = cfg.model, cfg.dtype
+    cfg = _settled_config(model_spec, dtype, device, context, steps, dev.type)
     if model is None:
-        model = load_model(model_spec, dtype, str(dev), seed)
+        model = load_model(cfg.model, cfg.dtype, str(dev), seed)
     naive, cached = engine_class("naive")(model), engine_class("cached")(model)
     one_token = prompt_ids(1, 1, model.config.vocab_size, seed).to(dev)
     launches, launch_kind = floor_launches(model, naive, one_token)
@@ -210,31 +206,79 @@ def measure(
     generate(cached, prompt, steps + 1)  # warm
     timing = TimingAnnotator()
     issue, total, unsynced = interleaved_floor_and_steps(model, cached, prompt, steps, reps, timing)
-    floor_ms, issue_ms = statistics.median(total) / 1e6, statistics.median(issue) / 1e6
+    floor = _Floor(issue, total, unsynced, launches, launch_kind)
+    step_ms, pieces = _step_pieces(timing)
+    step = profiled_step(cached, prompt)
+    return _overhead_report(cfg, str(dev), context, floor, _CachedStep(step_ms, cached_ops, pieces, step))
+
+
+def _settled_config(
+    model_spec: str, dtype: str, device: str, context: int, steps: int, device_type: str
+) -> BenchConfig:
+    """The measurement as a one-cell bench config, "auto" model and dtype settled for the device, and checked."""
+    cfg = BenchConfig(
+        engines=("cached",), prompts=(context,), new_tokens=steps + 1, model=model_spec, dtype=dtype, device=device
+    )
+    cfg = settle(cfg, device_type)
+    validate(cfg)
+    return cfg
+
+
+@dataclass(frozen=True)
+class _Floor:
+    """The floor's samples in ns (issue, total, unsynced per forward) and what it dispatches (`floor_launches`)."""
+
+    issue: list[int]
+    total: list[int]
+    unsynced: list[int]
+    launches: int
+    launch_kind: str
+
+
+@dataclass(frozen=True)
+class _CachedStep:
+    """The cached decode step: its median ms by pieces, its ops per forward, the pieces, the profiled median step."""
+
+    step_ms: float
+    ops: int
+    pieces: list[Piece]
+    ledger: MedianStep
+
+
+def _step_pieces(timing: TimingAnnotator) -> tuple[float, list[Piece]]:
+    """The cached step's median ms, and each piece's median self time with its share of that step."""
     step_ms = statistics.median(sum(s.values()) for s in timing.steps) / 1e6
     pieces = []
     for name, rng in PIECES:
         median_us = statistics.median(s.get(rng, 0) for s in timing.steps) / 1e3
         pieces.append(Piece(name, rng, median_us, 100 * median_us / 1e3 / step_ms))
-    bookkeeping = sum(p.median_us for p in pieces if p.range in (*vocabulary.CACHE_RANGES, vocabulary.MASK)) / 1e3
-    gap = step_ms - floor_ms
-    step = profiled_step(cached, prompt)
+    return step_ms, pieces
+
+
+def _overhead_report(cfg: BenchConfig, device: str, context: int, floor: _Floor, cached: _CachedStep) -> OverheadReport:
+    """The floor beside the cached step: the gap, what bookkeeping explains of it, where the step's wall went."""
+    floor_ms, issue_ms = statistics.median(floor.total) / 1e6, statistics.median(floor.issue) / 1e6
+    bookkeeping = (
+        sum(p.median_us for p in cached.pieces if p.range in (*vocabulary.CACHE_RANGES, vocabulary.MASK)) / 1e3
+    )
+    gap = cached.step_ms - floor_ms
+    step, launches = cached.ledger, floor.launches
     wall = step.wall_us
     return OverheadReport(
-        model=model_spec,
-        dtype=dtype,
-        device=str(dev),
+        model=cfg.model,
+        dtype=cfg.dtype,
+        device=device,
         context_tokens=context,
         floor_ms=floor_ms,
         floor_issue_ms=issue_ms,
         floor_wait_ms=floor_ms - issue_ms,
-        floor_unsynced_ms=statistics.median(unsynced) / 1e6,
+        floor_unsynced_ms=statistics.median(floor.unsynced) / 1e6,
         launches_per_forward=launches,
-        launch_kind=launch_kind,
+        launch_kind=floor.launch_kind,
         host_us_per_launch=issue_ms * 1e3 / launches if launches else float("nan"),  # none recorded: unknown
-        cached_step_ms=step_ms,
-        cached_launches_per_forward=cached_ops,
-        pieces=pieces,
+        cached_step_ms=cached.step_ms,
+        cached_launches_per_forward=cached.ops,
+        pieces=cached.pieces,
         bookkeeping_ms=bookkeeping,
         gap_ms=gap,
         explained_pct=100 * bookkeeping / gap if gap > 0 else float("nan"),

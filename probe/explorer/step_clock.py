@@ -416,6 +416,22 @@ def _gpu(trace, analysis: TraceAnalysis, step: StepLedger, options, t0, a, b, la
     in_window = (trace.ts_ns[gpu.op_rows] <= b) & (trace.end_ns[gpu.op_rows] >= a)
     if not (sel.any() or lead is not None or in_window.any()):
         return []
+    _idle_lane(analysis, gaps, sel, lead, t0, a, lanes, items)
+    rows = gpu.op_rows[in_window]
+    own = mine[in_window]
+    launch = gpu.op_launch[in_window]
+    lane = _stream_lanes(trace, rows, lanes)
+    rules = kernels.KernelRules.build(options.kernel_rules)
+    category = _categories(trace, rows, rules)
+    kind = np.array(["kernel", "memcpy", "memset"], object)[
+        np.searchsorted([Kind.KERNEL, Kind.GPU_MEMCPY, Kind.GPU_MEMSET], trace.kind[rows])
+    ]
+    items.add(lane, trace.ts_ns[rows] - t0, trace.end_ns[rows] - t0, kind, category, rows, own)
+    return _gpu_ops(trace, step, t0, rows, lane, category, own, launch, call_lane)
+
+
+def _idle_lane(analysis: TraceAnalysis, gaps, sel: np.ndarray, lead: int | None, t0, a, lanes, items) -> None:
+    """A lane of the step's idle gaps in the window by cause, and its GPU lead-in (`lead`: from the origin)."""
     idle = len(lanes)
     lanes.append(Lane("GPU idle (this step's gaps)", "gpu"))
     causes = np.array(IDLE_CAUSES, object)[gaps.cause[sel]]
@@ -424,24 +440,23 @@ def _gpu(trace, analysis: TraceAnalysis, step: StepLedger, options, t0, a, b, la
         first = analysis.origin_ns + lead
         if first >= a:
             items.add(idle, [max(t0, a) - t0], [first - t0], "lead", LEAD, -1)
-    rows = gpu.op_rows[in_window]
-    own = mine[in_window]
-    launch = gpu.op_launch[in_window]
+
+
+def _stream_lanes(trace: Trace, rows: np.ndarray, lanes) -> np.ndarray:
+    """A lane for each (device, stream) the GPU ops `rows` ran on, in order; returns each op's lane."""
     streams = distinct_pairs(trace.device[rows], trace.stream[rows]) if len(rows) else np.zeros((2, 0))
     lane_of = {}
     for device, stream in streams.T.tolist():
         lane_of[(device, stream)] = len(lanes)
         lanes.append(Lane(f"GPU {device} stream {stream}", "gpu"))
-    lane = np.array(
+    return np.array(
         [lane_of[(d, s)] for d, s in zip(trace.device[rows].tolist(), trace.stream[rows].tolist(), strict=True)],
         np.int64,
     )
-    rules = kernels.KernelRules.build(options.kernel_rules)
-    category = _categories(trace, rows, rules)
-    kind = np.array(["kernel", "memcpy", "memset"], object)[
-        np.searchsorted([Kind.KERNEL, Kind.GPU_MEMCPY, Kind.GPU_MEMSET], trace.kind[rows])
-    ]
-    items.add(lane, trace.ts_ns[rows] - t0, trace.end_ns[rows] - t0, kind, category, rows, own)
+
+
+def _gpu_ops(trace: Trace, step: StepLedger, t0, rows, lane, category, own, launch, call_lane) -> list[GpuOp]:
+    """Each GPU op drawn, with its launch call (its row, name, lane and start) and the op that launched it."""
     around = _ops_around(trace, step, launch)
     out = []
     for r, ln, cat, is_own, call, op in zip(

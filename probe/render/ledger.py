@@ -217,16 +217,29 @@ def frames_table(frames, title: str) -> Table:
     return table
 
 
+_Row = tuple[str, str, str]  # a row of step_table: what, value, % of wall
+
+
 def step_table(s: StepLedger, result: TraceAnalysis) -> Table:
     """One step in detail. On a trace with no GPU activity the GPU rows are dashes."""
     table = _table(f"step {s.position}: {s.name} ({s.kind}), thread {s.pid}/{s.tid}", ["", "value", "% of wall"])
     wall = s.wall_ns or 1
-    gpu = result.on_gpu
+    rows = _step_counts_rows(s, result.on_gpu) + _step_estimate_rows(s, result, wall)
+    rows += _step_partition_rows(s, wall) + _step_wait_rows(s, wall)
+    for name, value, share in rows:
+        table.add_row(name, value, share)
+    for o in s.top_ops[:10]:
+        table.add_row(f"self: {o.name} (x{o.calls})", ms(o.self_ns), pct(o.self_ns / wall))
+    return table
+
+
+def _step_counts_rows(s: StepLedger, gpu: bool) -> list[_Row]:
+    """The step's window, dispatch, GPU window, busy, idle and launches, and host events (GPU ones dashed off a GPU)."""
 
     def on_gpu(text: str) -> str:
         return text if gpu else DASH
 
-    rows = [
+    return [
         ("start ms", ms(s.start_ns), ""),
         ("wall ms", ms(s.wall_ns), "100.0"),
         ("launches", on_gpu(str(s.launches)), ""),
@@ -254,22 +267,34 @@ def step_table(s: StepLedger, result: TraceAnalysis) -> Table:
         ("cpu ops (all depths)", str(s.cpu_ops), ""),
         ("host events recorded (ops, calls, frames / ranges)", f"{s.host_events} / {s.host_ranges}", ""),
     ]
-    if s.unprofiled_estimate_ns is not None and result.event_cost is not None:
-        rows.append(
-            (
-                f"unprofiled estimate ms ({s.host_events} events x {result.event_cost.op_ns:.0f} ns, "
-                f"{s.host_ranges} ranges x {result.event_cost.range_ns:.0f} ns)",
-                ms(s.unprofiled_estimate_ns),
-                pct(s.unprofiled_estimate_ns / wall),
-            )
+
+
+def _step_estimate_rows(s: StepLedger, result: TraceAnalysis, wall: int) -> list[_Row]:
+    """The step as it would have run without the profiler, and its arithmetic; none without the cost per event."""
+    if s.unprofiled_estimate_ns is None or result.event_cost is None:
+        return []
+    return [
+        (
+            f"unprofiled estimate ms ({s.host_events} events x {result.event_cost.op_ns:.0f} ns, "
+            f"{s.host_ranges} ranges x {result.event_cost.range_ns:.0f} ns)",
+            ms(s.unprofiled_estimate_ns),
+            pct(s.unprofiled_estimate_ns / wall),
         )
-    for part, ns in s.purpose_ns.items():
-        rows.append((f"host by purpose: {part} ms", ms(ns), pct(ns / wall)))
-    for part, ns in s.mechanism_ns.items():
-        rows.append((f"host by mechanism: {part} ms", ms(ns), pct(ns / wall)))
+    ]
+
+
+def _step_partition_rows(s: StepLedger, wall: int) -> list[_Row]:
+    """The host time by purpose and by mechanism, the cache's total, and the GPU time by kernel category."""
+    rows = [(f"host by purpose: {part} ms", ms(ns), pct(ns / wall)) for part, ns in s.purpose_ns.items()]
+    rows += [(f"host by mechanism: {part} ms", ms(ns), pct(ns / wall)) for part, ns in s.mechanism_ns.items()]
     rows.append(("host: cache total ms", ms(s.cache_ns), pct(s.cache_ns / wall)))
-    for category, ns in s.kernels_by_category.items():
-        rows.append((f"GPU: {category} ms", ms(ns), ""))
+    rows += [(f"GPU: {category} ms", ms(ns), "") for category, ns in s.kernels_by_category.items()]
+    return rows
+
+
+def _step_wait_rows(s: StepLedger, wall: int) -> list[_Row]:
+    """The top five sync sites (the call, its count and copy, where it was) and the five busiest other threads."""
+    rows: list[_Row] = []
     for site in s.sync_sites[:5]:
         copy = f", {site.copy_bytes} B {site.copy_kind}" if site.copy_bytes is not None else ""
         where = " at " + " in ".join(x for x in dict.fromkeys((site.frame, site.source)) if x) if site.frame else ""
@@ -277,11 +302,7 @@ def step_table(s: StepLedger, result: TraceAnalysis) -> Table:
         rows.append((label, ms(site.wait_ns), pct(site.wait_ns / wall)))
     for t in s.other_threads[:5]:
         rows.append((f"other thread {t.pid}/{t.tid} busy ms", ms(t.busy_ns), pct(t.busy_ns / wall)))
-    for name, value, share in rows:
-        table.add_row(name, value, share)
-    for o in s.top_ops[:10]:
-        table.add_row(f"self: {o.name} (x{o.calls})", ms(o.self_ns), pct(o.self_ns / wall))
-    return table
+    return rows
 
 
 def timeline_table(items: list[StepEvent], s: StepLedger) -> Table:

@@ -249,6 +249,16 @@ def _what_if(change, predicted, per, b: Basis, arithmetic, assumption, requires,
 
 def conditions(s: StepLedger, e: Evidence, on_gpu: bool, facts: StepFacts | None) -> dict[str, Condition]:
     """Each condition a what-if can require, checked on this step (None: the trace cannot say)."""
+    out = _ledger_conditions(s, e, on_gpu)
+    if facts is None:  # what only the trace's events can say is not known
+        unknown = "not checked: the trace was not read for it"
+        names = (WARM, FORWARD, NO_BLOCKING, NO_DATA_SHAPES, SAME_SHAPES, NOT_COMPILED)
+        return out | {name: Condition(name, None, unknown) for name in names}
+    return out | _capture_conditions(s, facts) | _shape_conditions(facts)
+
+
+def _ledger_conditions(s: StepLedger, e: Evidence, on_gpu: bool) -> dict[str, Condition]:
+    """What the step's ledger says: a decode step, a wait on its own GPU work, and (on a GPU) its GPU side recorded."""
     out = {
         DECODE: Condition(DECODE, s.kind == "decode", f"a {s.kind} step"),
         OWN_WAIT: Condition(
@@ -265,49 +275,57 @@ def conditions(s: StepLedger, e: Evidence, on_gpu: bool, facts: StepFacts | None
             missing is None,
             missing or f"{calls - e.launches_unmatched:,} of its {calls:,} launch calls have a GPU op in the trace",
         )
-    if facts is None:  # what only the trace's events can say is not known
-        unknown = "not checked: the trace was not read for it"
-        names = (WARM, FORWARD, NO_BLOCKING, NO_DATA_SHAPES, SAME_SHAPES, NOT_COMPILED)
-        return out | {name: Condition(name, None, unknown) for name in names}
-    c = facts.cold
-    out[WARM] = Condition(
-        WARM,
-        c is None,
-        "no first call takes many times its later ones"
-        if c is None
-        else f"{ms(c.ns)} ms of its {ms(s.wall_ns)} ms host window is first-call set-up: {c.text}",
-    )
-    out[FORWARD] = Condition(
-        FORWARD,
-        not facts.training,
-        "; ".join(facts.training) if facts.training else "no backward op and no optimizer step in it",
-    )
-    out[NO_BLOCKING] = Condition(
-        NO_BLOCKING,
-        not facts.blocking,
-        f"the capture region ({s.capture_region}) holds {', '.join(facts.blocking)}"
-        if facts.blocking
-        else f"none in the capture region ({s.capture_region})",
-    )
-    out[NO_DATA_SHAPES] = Condition(
-        NO_DATA_SHAPES,
-        not facts.dynamic,
-        f"the capture region holds {', '.join(facts.dynamic)}" if facts.dynamic else "no data-dependent-shape op",
-    )
-    vary = facts.shapes_vary
-    out[SAME_SHAPES] = Condition(
-        SAME_SHAPES,
-        None if vary is None else not vary,
-        "no shapes recorded, or no other step of its kind"
-        if vary is None
-        else f"{facts.shape_sets} distinct sets of input shapes over its kind's {facts.kind_steps} steps",
-    )
-    out[NOT_COMPILED] = Condition(
-        NOT_COMPILED,
-        not facts.compiled,
-        f"the step calls {', '.join(facts.compiled)}" if facts.compiled else "no compiled region in it",
-    )
     return out
+
+
+def _capture_conditions(s: StepLedger, facts: StepFacts) -> dict[str, Condition]:
+    """What the trace's events say of capturing it: warm, a forward, nothing blocking, no data-dependent shapes."""
+    c = facts.cold
+    return {
+        WARM: Condition(
+            WARM,
+            c is None,
+            "no first call takes many times its later ones"
+            if c is None
+            else f"{ms(c.ns)} ms of its {ms(s.wall_ns)} ms host window is first-call set-up: {c.text}",
+        ),
+        FORWARD: Condition(
+            FORWARD,
+            not facts.training,
+            "; ".join(facts.training) if facts.training else "no backward op and no optimizer step in it",
+        ),
+        NO_BLOCKING: Condition(
+            NO_BLOCKING,
+            not facts.blocking,
+            f"the capture region ({s.capture_region}) holds {', '.join(facts.blocking)}"
+            if facts.blocking
+            else f"none in the capture region ({s.capture_region})",
+        ),
+        NO_DATA_SHAPES: Condition(
+            NO_DATA_SHAPES,
+            not facts.dynamic,
+            f"the capture region holds {', '.join(facts.dynamic)}" if facts.dynamic else "no data-dependent-shape op",
+        ),
+    }
+
+
+def _shape_conditions(facts: StepFacts) -> dict[str, Condition]:
+    """What the trace's events say of its shapes and compiling: the same shapes each step of its kind, none compiled."""
+    vary = facts.shapes_vary
+    return {
+        SAME_SHAPES: Condition(
+            SAME_SHAPES,
+            None if vary is None else not vary,
+            "no shapes recorded, or no other step of its kind"
+            if vary is None
+            else f"{facts.shape_sets} distinct sets of input shapes over its kind's {facts.kind_steps} steps",
+        ),
+        NOT_COMPILED: Condition(
+            NOT_COMPILED,
+            not facts.compiled,
+            f"the step calls {', '.join(facts.compiled)}" if facts.compiled else "no compiled region in it",
+        ),
+    }
 
 
 def what_if(s: StepLedger, e: Evidence, on_gpu: bool, context: Context) -> tuple[list[WhatIf], list[str]]:

@@ -223,65 +223,145 @@ class _Host:
 
 def _host_columns(trace: Trace, steps: StepSet, table: PartTable, gpu_start: np.ndarray) -> _Host:
     """One pass per step thread (usually one), never per step. `gpu_start`: each step's first GPU op (-1: none)."""
-    n = len(steps)
-    zeros = lambda: np.zeros(n, np.int64)  # noqa: E731
-    purpose = {p: zeros() for p in table.order}
-    mechanism = {p: zeros() for p in MECHANISM}
-    in_data = {p: zeros() for p in MECHANISM}
-    other_in_gaps = zeros()
-    external, own_wait, capturable, top_counts, all_counts, events, ranges = (zeros() for _ in range(7))
-    region_of = ["" for _ in range(n)]
-    op_counts: list[dict[str, int]] = [{} for _ in range(n)]
-    top_ops: list[tuple[OpTime, ...]] = [() for _ in range(n)]
-    frames: list[tuple[FrameTime, ...]] = [() for _ in range(n)]
-    sites: list[tuple[SyncSite, ...]] = [() for _ in range(n)]
-    totals: dict[int, list[int]] = {}
+    draft = _HostDraft.empty(len(steps), table)
     gpu_rows = trace.rows(*GPU_OP_KINDS)
     gpu_s, gpu_e = merge(trace.ts_ns[gpu_rows], trace.end_ns[gpu_rows])  # the trace's GPU busy, every device
     threads = distinct_pairs(steps.pid, steps.tid)
     for pid, tid in threads.T.tolist():
         sel = np.flatnonzero((steps.pid == pid) & (steps.tid == tid))
-        lo, hi = steps.start[sel], steps.end[sel]
-        split = mechanism_split(trace, table, pid, tid, lo, hi, TOP_FRAMES_KEPT, TOP_OPS_KEPT)
-        for p in table.order:
-            purpose[p][sel] = split.purpose[p]
-        for p in MECHANISM:
-            mechanism[p][sel] = split.mechanism[p]
-            in_data[p][sel] = split.in_data[p]
-        other_in_gaps[sel] = _others_while_idle(trace, table, pid, tid, lo, hi)
-        external[sel], own_wait[sel] = _wait_columns(split, gpu_start[sel], gpu_s, gpu_e)
-        capturable[sel], what = _capturable_ns(trace, pid, tid, lo, hi, split)
-        for s in sel.tolist():
-            region_of[s] = what
-        tc, ac, oc = _op_counts(trace, lo, hi, thread_ops(trace, pid, tid))
-        top_counts[sel], all_counts[sel] = tc, ac
-        events[sel] = _host_events(trace, pid, tid, lo, hi, Kind.CPU_OP, Kind.RUNTIME, Kind.PYTHON)
-        ranges[sel] = _host_events(trace, pid, tid, lo, hi, Kind.USER_RANGE, Kind.PROFILER_STEP)
-        for j, s in enumerate(sel.tolist()):
-            op_counts[s], top_ops[s], frames[s], sites[s] = oc[j], split.ops[j], split.frames[j], split.sync_sites[j]
-        for f, (ns, calls) in split.frame_totals.items():
-            acc = totals.setdefault(f, [0, 0])
-            acc[0] += ns
-            acc[1] += calls
+        _fill_thread(draft, trace, table, steps, sel, pid, tid, gpu_start[sel], gpu_s, gpu_e)
+    return _host_of_draft(draft, trace, table, steps)
+
+
+@dataclass
+class _HostDraft:
+    """`_Host`'s per-step columns as they fill, a step thread at a time, and the trace's Python frame totals."""
+
+    purpose: dict[str, np.ndarray]  # part -> per step ns
+    mechanism: dict[str, np.ndarray]
+    in_data: dict[str, np.ndarray]
+    other_in_gaps: np.ndarray
+    external: np.ndarray
+    own_wait: np.ndarray
+    capturable: np.ndarray
+    top_counts: np.ndarray
+    all_counts: np.ndarray
+    events: np.ndarray
+    ranges: np.ndarray
+    region_of: list[str]
+    op_counts: list[dict[str, int]]
+    top_ops: list[tuple[OpTime, ...]]
+    frames: list[tuple[FrameTime, ...]]
+    sites: list[tuple[SyncSite, ...]]
+    totals: dict[int, list[int]]  # frame id -> [self ns, calls], over the threads so far
+
+    @staticmethod
+    def empty(n: int, table: PartTable) -> _HostDraft:
+        """Every column of `n` steps zero or empty."""
+        zeros = lambda: np.zeros(n, np.int64)  # noqa: E731
+        return _HostDraft(
+            purpose={p: zeros() for p in table.order},
+            mechanism={p: zeros() for p in MECHANISM},
+            in_data={p: zeros() for p in MECHANISM},
+            other_in_gaps=zeros(),
+            external=zeros(),
+            own_wait=zeros(),
+            capturable=zeros(),
+            top_counts=zeros(),
+            all_counts=zeros(),
+            events=zeros(),
+            ranges=zeros(),
+            region_of=["" for _ in range(n)],
+            op_counts=[{} for _ in range(n)],
+            top_ops=[() for _ in range(n)],
+            frames=[() for _ in range(n)],
+            sites=[() for _ in range(n)],
+            totals={},
+        )
+
+
+def _fill_thread(
+    draft: _HostDraft,
+    trace: Trace,
+    table: PartTable,
+    steps: StepSet,
+    sel: np.ndarray,
+    pid: int,
+    tid: int,
+    gpu_start: np.ndarray,
+    gpu_s: np.ndarray,
+    gpu_e: np.ndarray,
+) -> None:
+    """The columns of one thread's steps (`sel`: their positions, `gpu_start` their first GPU ops), in one pass."""
+    lo, hi = steps.start[sel], steps.end[sel]
+    split = mechanism_split(trace, table, pid, tid, lo, hi, TOP_FRAMES_KEPT, TOP_OPS_KEPT)
+    _fill_partitions(draft, sel, split, table)
+    draft.other_in_gaps[sel] = _others_while_idle(trace, table, pid, tid, lo, hi)
+    draft.external[sel], draft.own_wait[sel] = _wait_columns(split, gpu_start, gpu_s, gpu_e)
+    draft.capturable[sel], what = _capturable_ns(trace, pid, tid, lo, hi, split)
+    tc, ac, oc = _op_counts(trace, lo, hi, thread_ops(trace, pid, tid))
+    draft.top_counts[sel], draft.all_counts[sel] = tc, ac
+    draft.events[sel] = _host_events(trace, pid, tid, lo, hi, Kind.CPU_OP, Kind.RUNTIME, Kind.PYTHON)
+    draft.ranges[sel] = _host_events(trace, pid, tid, lo, hi, Kind.USER_RANGE, Kind.PROFILER_STEP)
+    _fill_step_lists(draft, sel, what, oc, split)
+    _add_frame_totals(draft.totals, split.frame_totals)
+
+
+def _fill_partitions(draft: _HostDraft, sel: np.ndarray, split: HostSplit, table: PartTable) -> None:
+    """One thread's steps' purpose and mechanism partitions, and the mechanism split inside data loading."""
+    for p in table.order:
+        draft.purpose[p][sel] = split.purpose[p]
+    for p in MECHANISM:
+        draft.mechanism[p][sel] = split.mechanism[p]
+        draft.in_data[p][sel] = split.in_data[p]
+
+
+def _fill_step_lists(
+    draft: _HostDraft, sel: np.ndarray, region: str, oc: list[dict[str, int]], split: HostSplit
+) -> None:
+    """Each of one thread's steps' capture region, op counts, top ops, top frames and sync sites, into the draft."""
+    region_of, op_counts, top_ops, frames, sites = (
+        draft.region_of,
+        draft.op_counts,
+        draft.top_ops,
+        draft.frames,
+        draft.sites,
+    )
+    for s in sel.tolist():
+        region_of[s] = region
+    for j, s in enumerate(sel.tolist()):
+        op_counts[s], top_ops[s], frames[s], sites[s] = oc[j], split.ops[j], split.frames[j], split.sync_sites[j]
+
+
+def _add_frame_totals(totals: dict[int, list[int]], thread: dict[int, tuple[int, int]]) -> None:
+    """One thread's Python frame totals (frame id -> (self ns, calls)) added to the trace's."""
+    for f, (ns, calls) in thread.items():
+        acc = totals.setdefault(f, [0, 0])
+        acc[0] += ns
+        acc[1] += calls
+
+
+def _host_of_draft(draft: _HostDraft, trace: Trace, table: PartTable, steps: StepSet) -> _Host:
+    """The filled draft as the `_Host` record, with the other threads and the trace's Python frames."""
     return _Host(
-        _by_step(purpose),
-        _by_step(mechanism),
-        in_data,
-        other_in_gaps,
-        external,
-        own_wait,
-        capturable,
-        region_of,
-        top_counts,
-        all_counts,
-        events,
-        ranges,
-        op_counts,
-        top_ops,
-        frames,
-        sites,
+        _by_step(draft.purpose),
+        _by_step(draft.mechanism),
+        draft.in_data,
+        draft.other_in_gaps,
+        draft.external,
+        draft.own_wait,
+        draft.capturable,
+        draft.region_of,
+        draft.top_counts,
+        draft.all_counts,
+        draft.events,
+        draft.ranges,
+        draft.op_counts,
+        draft.top_ops,
+        draft.frames,
+        draft.sites,
         _other_threads(trace, table, steps),
-        _python_frames(table, totals),
+        _python_frames(table, draft.totals),
     )
 
 

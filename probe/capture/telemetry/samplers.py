@@ -305,64 +305,83 @@ def _child_rows(cpu: CpuBackend, snapshots: list[tuple], own_cpu_ns: list[int], 
 def _child_main(argv: list[str] | None = None) -> None:
     """`python -m probe.capture.telemetry.samplers --pid P ...`: sample process P until a line arrives on stdin,
     then print {"rows", "notes", "missed", "thread_cpu_ns"} as one JSON line."""
+    args = _child_args(argv)
+    backends, notes = _child_gpu(args)
+    reads = _ChildReads(CpuBackend(pid=args.pid), backends, notes)
+    _sample_until_told(reads, round(args.interval_ms * 1e6))
+    rows = _child_rows(reads.cpu, reads.snapshots, reads.own_cpu_ns, reads.gpu_rows)
+    for backend in (*backends, reads.cpu):
+        backend.close()
+    doc = {"rows": rows, "notes": notes, "missed": reads.missed, "thread_cpu_ns": reads.loop_cpu_ns}
+    print(json.dumps(doc), flush=True)
+
+
+def _child_args(argv: list[str] | None) -> argparse.Namespace:
+    """The child's command line: the process to watch, the interval, the device and its NVML index and UUID."""
     p = argparse.ArgumentParser()
     p.add_argument("--pid", type=int, required=True)
     p.add_argument("--interval-ms", type=float, default=DEFAULT_INTERVAL_MS)
     p.add_argument("--device", default="cpu")
     p.add_argument("--gpu-index", type=int, default=0)
     p.add_argument("--gpu-uuid", default=None)
-    args = p.parse_args(argv)
-    backends, notes = _child_gpu(args)
-    cpu = CpuBackend(pid=args.pid)
+    return p.parse_args(argv)
+
+
+class _ChildReads:
+    """The child's reads, raw as taken, and what its sampling loop counted (ticks missed, its CPU time)."""
+
     # The loop keeps raw reads only (two preads and a clock, ~20 us) and parses them after the block: every
     # microsecond it spends awake is taken from a core the decode loop may want.
-    snapshots: list[tuple] = []
-    gpu_rows: list[Row] = []
-    own_cpu_ns: list[int] = []  # this child's own CPU time: /proc/stat counts it, the contention rule takes it off
-    period, stop = round(args.interval_ms * 1e6), threading.Event()
-    missed = 0
 
-    def take() -> None:
+    def __init__(self, cpu: CpuBackend, backends: list[Backend], notes: list[str]):
+        self.cpu, self.backends, self.notes = cpu, backends, notes
+        self.snapshots: list[tuple] = []
+        self.gpu_rows: list[Row] = []
+        # this child's own CPU time: /proc/stat counts it, the contention rule takes it off
+        self.own_cpu_ns: list[int] = []
+        self.missed = 0  # ticks skipped because the loop was late
+        self.loop_cpu_ns = 0  # CPU time the sampling thread used, set when it ends
+
+    def take(self) -> None:
+        """One read: each live GPU backend (one that raises is dropped with a note), the CPU snapshot, own CPU."""
         gpu: Row = {}
-        for backend in list(backends):
+        for backend in list(self.backends):
             try:
                 gpu.update(backend.read())
             except Exception as e:
-                backends.remove(backend)
-                notes.append(
+                self.backends.remove(backend)
+                self.notes.append(
                     f"telemetry: {backend.name} figures stop here after "
                     f"{first_line(e, with_type=True)}; others continue"
                 )
-        snapshots.append(cpu.snapshot())
-        own_cpu_ns.append(time.process_time_ns())
-        gpu_rows.append(gpu)
+        self.snapshots.append(self.cpu.snapshot())
+        self.own_cpu_ns.append(time.process_time_ns())
+        self.gpu_rows.append(gpu)
 
-    loop_cpu_ns = 0
-
-    def loop(t0: int) -> None:
-        nonlocal missed, loop_cpu_ns
+    def loop(self, t0: int, period: int, stop: threading.Event) -> None:
+        """Read on the schedule t0 + k * period until `stop` is set, skipping ticks already past."""
         k = 0
         while not stop.is_set():
             k, wait_ns, skipped = next_tick(t0, period, k, time.perf_counter_ns())
-            missed += skipped
+            self.missed += skipped
             time.sleep(wait_ns / 1e9)
             if not stop.is_set():
-                take()
-        loop_cpu_ns = time.thread_time_ns()
+                self.take()
+        self.loop_cpu_ns = time.thread_time_ns()
 
+
+def _sample_until_told(reads: _ChildReads, period: int) -> None:
+    """Read now, then every `period` ns in a thread from "ready" until a line arrives on stdin, then once more."""
+    stop = threading.Event()
     t0 = time.perf_counter_ns()
-    take()
-    thread = threading.Thread(target=loop, args=(t0,), daemon=True)
+    reads.take()
+    thread = threading.Thread(target=reads.loop, args=(t0, period, stop), daemon=True)
     thread.start()
     print("ready", flush=True)
     sys.stdin.readline()
     stop.set()
     thread.join(JOIN_TIMEOUT_S)
-    take()
-    rows = _child_rows(cpu, snapshots, own_cpu_ns, gpu_rows)
-    for backend in (*backends, cpu):
-        backend.close()
-    print(json.dumps({"rows": rows, "notes": notes, "missed": missed, "thread_cpu_ns": loop_cpu_ns}), flush=True)
+    reads.take()
 
 
 if __name__ == "__main__":

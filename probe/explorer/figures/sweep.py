@@ -44,6 +44,17 @@ def sweep_figure(results: BenchResults, report: Report | None = None) -> go.Figu
     processes took the CPU crossed in orange."""
     frame, pred = sweep_frame(results), prediction_frame(report)
     fig = make_subplots(rows=1, cols=3, subplot_titles=[name for _, name in SWEEP_METRICS], horizontal_spacing=0.07)
+    _add_engine_lines(fig, frame)
+    _add_predictions(fig, pred)
+    _add_flagged_cells(fig, frame)
+    prompts = sorted(set(frame["prompt_tokens"]))
+    fig.update_xaxes(type="log", title_text="prompt tokens", tickvals=prompts, ticktext=[str(p) for p in prompts])
+    fig.update_layout(height=440, margin={"t": 40, "b": 10}, legend={"orientation": "h", "y": -0.25})
+    return fig
+
+
+def _add_engine_lines(fig: go.Figure, frame: pd.DataFrame) -> None:
+    """One line per engine and batch in each panel, against prompt length, the legend once."""
     for i, (line, cells) in enumerate(frame.groupby("line", sort=False)):
         shown = label(line)
         for col, (metric, _) in enumerate(SWEEP_METRICS, start=1):
@@ -62,47 +73,48 @@ def sweep_figure(results: BenchResults, report: Report | None = None) -> go.Figu
                 row=1,
                 col=col,
             )
-    _add_predictions(fig, pred)
+
+
+def _add_flagged_cells(fig: go.Figure, frame: pd.DataFrame) -> None:
+    """In each panel, the cells whose tokens differ from naive's circled, then the contended cells crossed."""
     bad = frame[frame["mismatch"]]
     contended = frame[frame["contended"] == True]  # noqa: E712 (None: not judged)
     for col, (metric, _) in enumerate(SWEEP_METRICS, start=1):
-        fig.add_trace(
-            go.Scatter(
-                x=bad["prompt_tokens"],
-                y=bad[metric],
-                mode="markers",
-                name="tokens differ from naive",
-                legendgroup="mismatch",
-                showlegend=col == 1 and not bad.empty,
-                text=[label(line) for line in bad["line"]],
-                marker={"symbol": "circle-open", "size": 16, "color": COLORS["flagged"], "line": {"width": 3}},
-                hovertemplate="%{text}: tokens differ from naive<extra></extra>",
-            ),
-            row=1,
-            col=col,
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=contended["prompt_tokens"],
-                y=contended[metric],
-                mode="markers",
-                name="contended: other processes took the CPU",
-                legendgroup="contended",
-                showlegend=col == 1 and not contended.empty,
-                text=[
-                    f"{label(line)}: {cores:.2f} other cores"
-                    for line, cores in zip(contended["line"], contended["other_cpu_cores"].fillna(0), strict=True)
-                ],
-                marker={"symbol": "x-thin-open", "size": 13, "color": COLORS["timing_alert"], "line": {"width": 2}},
-                hovertemplate="%{text}: contended, its timings unreliable<extra></extra>",
-            ),
-            row=1,
-            col=col,
-        )
-    prompts = sorted(set(frame["prompt_tokens"]))
-    fig.update_xaxes(type="log", title_text="prompt tokens", tickvals=prompts, ticktext=[str(p) for p in prompts])
-    fig.update_layout(height=440, margin={"t": 40, "b": 10}, legend={"orientation": "h", "y": -0.25})
-    return fig
+        fig.add_trace(_mismatch_markers(bad, metric, first=col == 1), row=1, col=col)
+        fig.add_trace(_contended_markers(contended, metric, first=col == 1), row=1, col=col)
+
+
+def _mismatch_markers(bad: pd.DataFrame, metric: str, first: bool) -> go.Scatter:
+    """A red circle on each cell whose tokens differ from naive's (in the legend from the `first` panel)."""
+    return go.Scatter(
+        x=bad["prompt_tokens"],
+        y=bad[metric],
+        mode="markers",
+        name="tokens differ from naive",
+        legendgroup="mismatch",
+        showlegend=first and not bad.empty,
+        text=[label(line) for line in bad["line"]],
+        marker={"symbol": "circle-open", "size": 16, "color": COLORS["flagged"], "line": {"width": 3}},
+        hovertemplate="%{text}: tokens differ from naive<extra></extra>",
+    )
+
+
+def _contended_markers(contended: pd.DataFrame, metric: str, first: bool) -> go.Scatter:
+    """An orange cross on each cell run while other processes took the CPU, and how many cores they took."""
+    return go.Scatter(
+        x=contended["prompt_tokens"],
+        y=contended[metric],
+        mode="markers",
+        name="contended: other processes took the CPU",
+        legendgroup="contended",
+        showlegend=first and not contended.empty,
+        text=[
+            f"{label(line)}: {cores:.2f} other cores"
+            for line, cores in zip(contended["line"], contended["other_cpu_cores"].fillna(0), strict=True)
+        ],
+        marker={"symbol": "x-thin-open", "size": 13, "color": COLORS["timing_alert"], "line": {"width": 2}},
+        hovertemplate="%{text}: contended, its timings unreliable<extra></extra>",
+    )
 
 
 def _add_predictions(fig: go.Figure, pred: pd.DataFrame) -> None:

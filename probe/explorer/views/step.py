@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from probe.analysis.diagnosis.verdict import bound_words
-from probe.analysis.ledger.types import StepLedger
+from probe.analysis.diagnosis.verdict import Diagnosis, TraceDiagnosis, bound_words
+from probe.analysis.ledger.types import StepLedger, TraceAnalysis
 from probe.explorer import figures, sources
 from probe.explorer.figures.style import md, printable
 from probe.explorer.loaders import TraceSource, ViewContext, key, load_timeline
@@ -22,20 +22,35 @@ def show_one_step(trace: TraceSource, ctx: ViewContext) -> None:
     if result is None or result.diagnosis.median is None:
         st.info("No step in this trace: name the steps with --steps in the sidebar.")
         return
-    judged = analysis.steps[result.diagnosis.position_of(result.diagnosis.median)]  # open where the Diagnosis did
-    step = pick_step(analysis, "step", "Step", first=judged)
-    assert step is not None  # a trace with a median step has steps to pick
-    d = result.diagnosis.steps[step.position]
-    which = (
-        "the median step, the one the Diagnosis judged" if step.position == judged.position else "not the median step"
-    )
-    st.markdown(f"**{md(bound_words(d))}** ({which}). {md(d.headline)}")
-    show_metrics(figures.diagnosis.evidence_metrics(d) + [(analysis.dispatch, f"{step.dispatched:,}")])
+    step = _show_verdict(analysis, result.diagnosis, result.diagnosis.median)
     st.plotly_chart(figures.step.partitions_figure(step, analysis.user_parts), key="partitions_chart")
     st.caption(
         "The step's wall two ways, each adding up to it: by purpose (what it was doing) and by mechanism (what "
         "code ran: the innermost event of each nanosecond decides)."
     )
+    tl = _show_timeline(trace, ctx, step)
+    _show_top_frames_and_ops(step)
+    with st.expander("The drawn bars, as a table"):
+        show_table(figures.step.timeline_frame(tl), "timeline_table")
+    show_trace_telemetry(trace, ctx.root)
+
+
+def _show_verdict(analysis: TraceAnalysis, diagnosis: TraceDiagnosis, median: Diagnosis) -> StepLedger:
+    """Pick the step (first the `median` one, the Diagnosis's), show its bound, headline and evidence; return it."""
+    judged = analysis.steps[diagnosis.position_of(median)]  # open where the Diagnosis did
+    step = pick_step(analysis, "step", "Step", first=judged)
+    assert step is not None  # a trace with a median step has steps to pick
+    d = diagnosis.steps[step.position]
+    which = (
+        "the median step, the one the Diagnosis judged" if step.position == judged.position else "not the median step"
+    )
+    st.markdown(f"**{md(bound_words(d))}** ({which}). {md(d.headline)}")
+    show_metrics(figures.diagnosis.evidence_metrics(d) + [(analysis.dispatch, f"{step.dispatched:,}")])
+    return step
+
+
+def _show_timeline(trace: TraceSource, ctx: ViewContext, step: StepLedger) -> StepClock:
+    """The step on one clock, in the window and with the link picked or clicked, and what it says; returns it."""
     apply_clicks()
     window = pick_window(step)
     stamp = sources.stamp(trace.path)
@@ -64,6 +79,11 @@ def show_one_step(trace: TraceSource, ctx: ViewContext) -> None:
         st.caption(f"Arrows drawn to the first {figures.step.MAX_LINKS} of the {linked} GPU ops this call launched.")
     for note in tl.notes:
         st.caption(md(note))
+    return tl
+
+
+def _show_top_frames_and_ops(step: StepLedger) -> None:
+    """The step's top Python frames and top ops by self time, side by side (nothing when it has neither)."""
     frames, ops = step.top_frames, step.top_ops
     if frames or ops:
         left, right = st.columns(2)
@@ -75,9 +95,6 @@ def show_one_step(trace: TraceSource, ctx: ViewContext) -> None:
             right.markdown("**Ops by dispatch (innermost self) time**")
             with right:
                 show_table(figures.ops.top_ops_frame(ops), "step_ops_table")
-    with st.expander("The drawn bars, as a table"):
-        show_table(figures.step.timeline_frame(tl), "timeline_table")
-    show_trace_telemetry(trace, ctx.root)
 
 
 WINDOW_KEY, LINK_KEY, CLICK_KEY, PENDING_KEY = "window", "link", "timeline_clicked", "timeline_pending"
