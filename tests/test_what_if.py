@@ -272,14 +272,20 @@ def test_with_shapes_a_gpu_bound_step_is_priced_at_its_roof(tmp_path):
 
 
 def _cpu_decode(tmp_path, compiled: bool = False):
-    """A CPU decode step of 100 us: a GEMM of 30 us, attention 10, a view of 1 (the dispatch floor), an add of 2
-    (within 20 floors: dispatch, not compute), and 57 us of Python and time between ops; three top-level ops."""
+    """A CPU decode step of 100 us: probe's forward range over 85 of it (the other 15 the loop's: sampling), a GEMM
+    of 30 us, attention 10, views of 1 (the dispatch floor) and five elementwise ops of 2 (within 20 floors:
+    dispatch, not compute); nine top-level ops, the rest Python and time between ops."""
     host = [
         ("user_annotation", "decode#0", 0, 100, {}),
+        ("user_annotation", "forward", 5, 90, {}),
         ("cpu_op", "aten::mm", 10, 40, {}),
+        ("cpu_op", "aten::transpose", 41, 42, {}),  # a run of views only between two kept ops: no kernel
         ("cpu_op", "aten::_scaled_dot_product_flash_attention_for_cpu", 50, 60, {}),
         ("cpu_op", "aten::view", 60, 61, {}),
-        ("cpu_op", "aten::add", 70, 72, {}),
+        *(
+            ("cpu_op", f"aten::{op}", 62 + 3 * i, 64 + 3 * i, {})
+            for i, op in enumerate(("add", "mul", "neg", "relu", "sub"))
+        ),
     ]
     if compiled:
         host.append(("cpu_op", "Torch-Compiled Region: 0/0", 5, 95, {}))
@@ -287,15 +293,18 @@ def _cpu_decode(tmp_path, compiled: bool = False):
 
 
 def test_a_cpu_step_offers_compile_and_batch_and_no_dispatch_to_zero(tmp_path):
-    """Compute 40 us (mm 30 + attention 10; the add is dispatch); overhead 60 over 4 top-level ops = 15 us an op:
-    compiled, the two ops it still calls and the call itself cost 3 x 15 = 45, so 40 + 45 = 85 us. Batched, the
-    GEMM reads the weights once and attention grows: 60 + 30 + 10 B <= 125 -> B = 3 at 120 us."""
+    """Compute 40 us (mm 30 + attention 10; the elementwise ops are dispatch). Compiled: the 15 us outside the
+    forward stay; the forward's overhead, 100 - 15 - 40 = 45 over 9 top-level ops = 5 us an op, stays for the
+    two ops the graph still calls, the one run of other ops it fuses (the transpose between the GEMM and attention
+    is a view: no kernel) and the call itself, 4 x 5 = 20: 15 + 40 + 20 = 75 us. Batched, the GEMM reads the
+    weights once and attention grows: 60 + 30 + 10 B <= 125 -> B = 3 at 120 us."""
     d = _median(_cpu_decode(tmp_path))
     assert d.bound == "cpu_only"
     assert _changes(d) == ["batch 3 sequences", "compile the forward (torch.compile)"]
     compile_ = d.what_if[1]
-    assert compile_.predicted_step_ms == pytest.approx(0.085)
-    assert compile_.terms == pytest.approx({"compute": 0.04, "overhead": 0.06, "calls": 0.045})
+    assert compile_.predicted_step_ms == pytest.approx(0.075)
+    assert compile_.terms == pytest.approx({"compute": 0.04, "outside": 0.015, "overhead": 0.045, "calls": 0.02})
+    assert "the 2 ops it calls as they are (GEMM, attention), the 1 run(s) of other ops" in compile_.assumption
     batch = d.what_if[0]
     assert batch.predicted_step_ms == pytest.approx(0.12) and batch.terms == pytest.approx(
         {"overhead": 0.06, "once": 0.03, "per_sequence": 0.01}

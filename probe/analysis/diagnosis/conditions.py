@@ -133,6 +133,7 @@ class CpuOps:
     attention_ns: int  # ...attention (the KV cache's)...
     other_kept_ns: int  # ...and the rest (convolutions)
     rest_ns: int  # every other op's self time above the floor, where it exceeds REST_FLOORS floors: compute
+    fused: int = 0  # runs of top-level ops between the kept ones holding an op that is not a view: fused kernels
 
     @property
     def compute_ns(self) -> int:
@@ -388,6 +389,7 @@ def _cpu_ops(trace: Trace, analysis: TraceAnalysis, lo: np.ndarray, hi: np.ndarr
         gemm_ns, attention_ns = _total(step, gemm, ops.self_ns, m), _total(step, attention, ops.self_ns, m)
         other_ns = _total(step, kept & ~gemm & ~attention, ops.self_ns, m)
         rest_ns = _total(step, rest, above, m)
+        fused = _fused_runs(ops, step, inside, kept, view_names[names], m)
         for j, i in enumerate(sel.tolist()):
             if counts[j]:
                 out[i] = CpuOps(
@@ -398,5 +400,24 @@ def _cpu_ops(trace: Trace, analysis: TraceAnalysis, lo: np.ndarray, hi: np.ndarr
                     int(attention_ns[j]),
                     int(other_ns[j]),
                     int(rest_ns[j]),
+                    int(fused[j]),
                 )
     return out
+
+
+def _fused_runs(ops, step: np.ndarray, inside: np.ndarray, kept: np.ndarray, view: np.ndarray, m: int) -> np.ndarray:
+    """Per step: the runs of top-level ops between two that hold a kept op (a GEMM, attention), each run holding
+    an op that is not a view: inductor fuses each such run into its kernels, which the compiled graph calls in
+    turn between its extern calls. (A run of views only is a reinterpretation, no kernel.)"""
+    root = np.arange(len(ops.rows))  # each op's top-level ancestor, climbing the nesting a level at a time
+    up = ops.parent.copy()
+    while (more := up >= 0).any():
+        root[more] = up[more]
+        up[more] = ops.parent[up[more]]
+    holds_kept = np.zeros(len(root), bool)
+    holds_kept[root[kept]] = True
+    top = np.flatnonzero(inside & (ops.depth == 0))  # in start order
+    run = np.cumsum(holds_kept[top])  # a new run after each op that holds a kept one
+    computes = ~holds_kept[top] & ~view[top]
+    key = step[top][computes].astype(np.int64) * (len(top) + 1) + run[computes]
+    return np.bincount(np.unique(key) // (len(top) + 1), minlength=m)

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field, replace
 
 from probe.analysis.diagnosis.conditions import CpuOps, StepFacts
 from probe.analysis.diagnosis.evidence import EXTERNAL_SHARE, Context, Evidence, gpu_side_missing, site_text
+from probe.analysis.ledger.host import EVERY_OP
 from probe.analysis.ledger.types import StepLedger
 from probe.text import ms, pct, us
 
@@ -587,8 +588,9 @@ def _gpu_binds(offer: _Offer, s: StepLedger, context: Context) -> None:
 
 
 def _compile(offer: _Offer, s: StepLedger, cpu: CpuOps) -> None:
-    """A CPU step compiled: the compute stays; the host's cost per op stays only for the ops a compiled graph still
-    calls (GEMM, attention: its wrapper calls each as eager code would) and for the compiled call itself."""
+    """A CPU step compiled: the compute stays, and so does the host work outside the compiled region (sampling,
+    the loop); inside it, the host's cost per op stays only for the calls a compiled graph still makes: each op it
+    calls as eager code would (GEMM, attention), each run of fused ops between them, and the compiled call."""
     b = offer.b
     change = "compile the forward (torch.compile)"
     requires = (WARM, NOT_COMPILED)
@@ -596,23 +598,35 @@ def _compile(offer: _Offer, s: StepLedger, cpu: CpuOps) -> None:
     if holds is None or not s.top_level_ops:
         return
     kept = cpu.gemm_ns + cpu.attention_ns + cpu.other_kept_ns
-    overhead = max(b.host_ns - cpu.compute_ns, 0)
+    outside = _outside_region(b, s)
+    overhead = max(b.host_ns - outside - cpu.compute_ns, 0)
     per_op = overhead / s.top_level_ops
-    calls = cpu.kept + 1
-    after = min(cpu.compute_ns + calls * per_op, b.host_ns)
+    calls = cpu.kept + cpu.fused + 1
+    after = min(outside + cpu.compute_ns + calls * per_op, b.host_ns)
     offer.price(
         change,
         after,
-        f"GEMM and attention {ms(kept)} + the other ops' compute {ms(cpu.rest_ns)} + {calls} calls x "
-        f"{us(per_op, 2)} us",
-        f"on a CPU an op's self time is its compute; the host's cost per dispatched op ({us(per_op, 2)} us: the "
-        f"step's {ms(overhead)} ms of Python, dispatch and time between ops over its {s.top_level_ops} top-level ops) "
-        f"stays only for the {cpu.kept} ops a compiled graph still calls (GEMM, attention) and the compiled call; "
-        "the rest is fused",
+        f"outside the forward {ms(outside)} + GEMM and attention {ms(kept)} + the other ops' compute "
+        f"{ms(cpu.rest_ns)} + {calls} calls x {us(per_op, 2)} us",
+        f"on a CPU an op's self time is its compute; the host's work outside the forward ({s.capture_region}) "
+        f"stays; inside it, the host's cost per dispatched op ({us(per_op, 2)} us: the forward's {ms(overhead)} ms "
+        f"of Python, dispatch and time between ops over the step's {s.top_level_ops} top-level ops) stays only for "
+        f"the calls a compiled graph still makes: the {cpu.kept} ops it calls as they are (GEMM, attention), the "
+        f"{cpu.fused} run(s) of other ops between them (each fused into its kernels) and the compiled call",
         requires,
         holds,
-        parts={"compute": cpu.compute_ns, "overhead": overhead, "calls": calls * per_op},
+        parts={"compute": cpu.compute_ns, "outside": outside, "overhead": overhead, "calls": calls * per_op},
     )
+
+
+def _outside_region(b: Basis, s: StepLedger) -> float:
+    """The step's host work outside what a compile or a capture takes over (its capture region: probe's forward
+    ranges or the model's module frames), unprofiled in the basis' proportion; 0 where the region is every op
+    (the time between ops is then the model's own Python, not outside it)."""
+    profiled = b.host_ns + b.profiler_ns
+    if s.capture_region == EVERY_OP or not profiled:
+        return 0.0
+    return max(profiled - s.capturable_ns, 0) * b.host_ns / profiled
 
 
 def cpu_split(cpu: CpuOps, context: Context) -> tuple[float, float, str]:

@@ -825,6 +825,9 @@ def thread_busy(
     return busy, by
 
 
+EVERY_OP = "every op and runtime call"  # the capture region where the trace marks no forward
+
+
 def capture_region(trace: Trace, pid: int, tid: int) -> tuple[np.ndarray, np.ndarray, str]:
     """What a CUDA graph of the step would capture, on one thread, as merged intervals, and what it is: probe's
     `forward` ranges (the engine call); else the model's outermost `nn.Module: ...` frames (torch's with_stack
@@ -840,4 +843,4 @@ def capture_region(trace: Trace, pid: int, tid: int) -> tuple[np.ndarray, np.nda
     if len(modules):
         return (*merge(trace.ts_ns[modules], trace.end_ns[modules]), "the model's nn.Module frames")
     code = thread_rows(trace, trace.rows(Kind.CPU_OP, Kind.RUNTIME), pid, tid)
-    return (*merge(trace.ts_ns[code], trace.end_ns[code]), "every op and runtime call")
+    return (*merge(trace.ts_ns[code], trace.end_ns[code]), EVERY_OP)
