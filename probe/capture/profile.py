@@ -298,6 +298,21 @@ def profile_nsys(cfg: ProfileConfig, out: Path, force: bool = False) -> Capture:
     check_nvtx_for(nsys)
     check_writable(out)
     cfg = settle_here(cfg)
+    _validate_one_cell(cfg)
+    device = resolve_device(cfg.device)
+    base = out / stem(cfg, device)
+    # Beside the stem, not in place of a suffix: a model name such as qwen2.5-1.5b holds dots.
+    rep, sqlite, meta = refuse_existing(out, base.name, (".nsys-rep", ".sqlite", ".nsys.meta.json"), force)
+    cmd = _nsys_command(nsys, cfg, device, base)
+    _record_under_nsys(cmd, rep)
+    _export_sqlite(nsys, rep, sqlite)
+    details = dict(nsys=nsys, nsys_rep=rep.name, sqlite=sqlite.name, command=cmd)
+    _write_meta(meta, Sidecar(cfg, environment(device, cfg.dtype), tool="nsys", details=details))
+    return Capture(None, meta, rep, sqlite)
+
+
+def _validate_one_cell(cfg: ProfileConfig) -> None:
+    """The configuration checked as the one cell of a bench (its engine, model, dtype and device), before nsys runs."""
     validate(
         BenchConfig(
             engines=(cfg.engine,),
@@ -308,14 +323,31 @@ def profile_nsys(cfg: ProfileConfig, out: Path, force: bool = False) -> Capture:
             device=cfg.device,
         )
     )
-    device = resolve_device(cfg.device)
-    base = out / stem(cfg, device)
-    # Beside the stem, not in place of a suffix: a model name such as qwen2.5-1.5b holds dots.
-    rep, sqlite, meta = refuse_existing(out, base.name, (".nsys-rep", ".sqlite", ".nsys.meta.json"), force)
+
+
+def _nsys_command(nsys: str, cfg: ProfileConfig, device: torch.device, base: Path) -> list[str]:
+    """`nsys profile` of this configuration's annotated run, its report written to `base`: NVTX and OS runtime
+    calls, and CUDA on a CUDA device."""
     traces = "nvtx,osrt" + (",cuda" if device.type == "cuda" else "")
     # Each kernel of a replayed graph as its own event, where this nsys can (2022.4 can): else one per graph.
     graph_nodes = ["--cuda-graph-trace=node"] if device.type == "cuda" and _nsys_has(nsys, "--cuda-graph-trace") else []
-    inner = [
+    return [
+        nsys,
+        "profile",
+        f"--trace={traces}",
+        "--sample=none",
+        "--cpuctxsw=none",
+        "--force-overwrite=true",
+        *graph_nodes,
+        "-o",
+        str(base),
+        *_annotated_run(cfg, device),
+    ]
+
+
+def _annotated_run(cfg: ProfileConfig, device: torch.device) -> list[str]:
+    """The command nsys launches: `probe profile --annotated-run` (run_annotated) with this configuration's flags."""
+    return [
         sys.executable,
         "-m",
         "probe",
@@ -340,22 +372,18 @@ def profile_nsys(cfg: ProfileConfig, out: Path, force: bool = False) -> Capture:
         "--warmup",
         str(cfg.warmup),
     ]
-    cmd = [
-        nsys,
-        "profile",
-        f"--trace={traces}",
-        "--sample=none",
-        "--cpuctxsw=none",
-        "--force-overwrite=true",
-        *graph_nodes,
-        "-o",
-        str(base),
-        *inner,
-    ]
+
+
+def _record_under_nsys(cmd: list[str], rep: Path) -> None:
+    """Run `nsys profile`; a one-line error, with the last line it printed, when it fails or leaves no report."""
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0 or not rep.exists():
         tail = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
         raise ProbeError(f"nsys profile failed (exit {run.returncode}): {tail[0]}")
+
+
+def _export_sqlite(nsys: str, rep: Path, sqlite: Path) -> None:
+    """Export the report to SQLite (what probe analyze reads); a one-line error when the export fails."""
     export = subprocess.run(
         [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(sqlite), str(rep)],
         capture_output=True,
@@ -363,9 +391,6 @@ def profile_nsys(cfg: ProfileConfig, out: Path, force: bool = False) -> Capture:
     )
     if export.returncode != 0 or not sqlite.exists():
         raise ProbeError(f"nsys export failed (exit {export.returncode}): {export.stderr.strip()[:200]}")
-    details = dict(nsys=nsys, nsys_rep=rep.name, sqlite=sqlite.name, command=cmd)
-    _write_meta(meta, Sidecar(cfg, environment(device, cfg.dtype), tool="nsys", details=details))
-    return Capture(None, meta, rep, sqlite)
 
 
 SELF_CHECK_DIM = 512  # two matrix products and a relu: three kernels an eager forward, a few milliseconds in all

@@ -52,12 +52,27 @@ if TYPE_CHECKING:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`probe analyze`'s flags, in the order --help lists them."""
+    _add_trace_arguments(p)
+    _add_job_arguments(p)
+    _add_step_arguments(p)
+    _add_ledger_arguments(p)
+    _add_roofline_arguments(p)
+    _add_event_cost_argument(p)
+
+
+def _add_trace_arguments(p: argparse.ArgumentParser) -> None:
+    """The traces to read, and JSON instead of tables."""
     p.add_argument(
         "trace",
         nargs="+",
         help="a .json / .json.gz chrome trace or an nsys .sqlite export; several (files, folders, globs): a job",
     )
     p.add_argument("--json", action="store_true", help="print the analysis as JSON instead of tables")
+
+
+def _add_job_arguments(p: argparse.ArgumentParser) -> None:
+    """Several traces: each one's ledger or not, and where they are analyzed (local processes or a Ray cluster)."""
     p.add_argument(
         "--detail",
         action="store_true",
@@ -70,6 +85,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="several traces: local, a process per core; ray, a task per trace on a Ray cluster (shared storage)",
     )
     p.add_argument("--address", help="--executor ray: the cluster to join (default: start a local Ray instance)")
+
+
+def _add_step_arguments(p: argparse.ArgumentParser) -> None:
+    """Which ranges are the steps, and the one step shown in detail."""
     p.add_argument(
         "--step",
         metavar="N",
@@ -88,6 +107,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the kinds --steps searches, comma-separated: range (annotations, NVTX, ProfilerStep), cpu_op, python "
         "(default: all)",
     )
+
+
+def _add_ledger_arguments(p: argparse.ArgumentParser) -> None:
+    """How the ledger splits a step's time: host parts of the user's own, kernel categories, the kernel-wait gap."""
     p.add_argument(
         "--part",
         metavar="NAME=REGEX",
@@ -109,6 +132,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="US",
         help="a GPU gap under this, not the host's lateness, is kernel wait (default: 30: HTA's rule as it applies it)",
     )
+
+
+def _add_roofline_arguments(p: argparse.ArgumentParser) -> None:
+    """The roofline beside each step: the model, the device, the dtype and the tokens a step, when the trace does
+    not say."""
     roof = p.add_argument_group("the roofline beside each step")
     roof.add_argument("--model", metavar="SPEC", help="a preset, a config.json or a model folder")
     roof.add_argument(
@@ -130,6 +158,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     roof.add_argument("--batch", type=count_flag(1), help="sequences a step, when the trace does not say")
     roof.add_argument("--context", type=count_flag(0), help="positions cached before a step, per sequence")
+
+
+def _add_event_cost_argument(p: argparse.ArgumentParser) -> None:
+    """The profiler's cost per event, for the unprofiled-step estimate."""
     p.add_argument(
         "--event-cost-ns",
         metavar="OP,RANGE",

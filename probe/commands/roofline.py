@@ -198,9 +198,22 @@ def _flops(n: float) -> str:
 
 def table(r):
     """The report as a rich table: quantity, value, and how it is counted."""
+    t = _empty_table(r)
+    rows = _model_rows(r) + _step_rows(r)
+    if r.fit is not None:
+        rows.append(("memory", "fits" if r.fit["fits"] else "DOES NOT FIT", fit_line(r)))
+    rows.append(_batch_limit_row(r.batch_limit))
+    for row in rows:
+        t.add_row(*row)
+    for note in r.step_cost.notes:
+        t.add_row("note", "", note)
+    return t
+
+
+def _empty_table(r):
+    """The table's frame: the configuration in its title, the bandwidth and its source in its caption."""
     from rich.table import Table
 
-    a, step, cost, limit = r.arch, r.decode_step, r.step_cost, r.batch_limit
     t = Table(
         title=f"roofline: {r.model} {r.dtype}, P={r.prompt} L={r.new_tokens} B={r.batch} C={r.context}",
         title_justify="left",
@@ -209,9 +222,15 @@ def table(r):
     )
     for col in ("quantity", "value", "how"):
         t.add_column(col, justify="right" if col == "value" else "left")
+    return t
+
+
+def _model_rows(r) -> list[tuple[str, str, str]]:
+    """The model's rows: its parameters, the weights and KV cache it holds, and the token forwards a cache saves."""
+    a = r.arch
     kinds = ", ".join(f"{k} {v:,}" for k, v in r.params_by_kind.items() if v)
     window = f", window {a.window} on {a.sliding_layers} layers" if a.sliding_layers else ""
-    rows = [
+    return [
         (
             "parameters",
             f"{r.params:,}",
@@ -230,6 +249,14 @@ def table(r):
         ("token forwards, no cache", f"{r.naive_token_forwards:,}", "per sequence: sum over i < L of (P + i)"),
         ("token forwards, cached", f"{r.cached_token_forwards:,}", "per sequence: P + L"),
         ("recompute ratio", f"{r.recompute_ratio:,.1f}x", f"{100 * (1 - 1 / r.recompute_ratio):.1f}% recomputed"),
+    ]
+
+
+def _step_rows(r) -> list[tuple[str, str, str]]:
+    """The decode step's rows: the bytes it moves and how long they take, its FLOPs and compute time at the
+    device's peak, its ceiling in tokens a second, and a MoE model's weight bytes at either end of the batch."""
+    step, cost = r.decode_step, r.step_cost
+    rows = [
         (f"decode step at C={step.context}: weights", _bytes(step.weight_bytes), ""),
         ("  KV cache read", _bytes(step.kv_read_bytes), "B x C positions (at most the window on sliding layers)"),
         ("  traffic", _bytes(step.traffic_bytes), "reads (writes add " + _bytes(cost.kv_write_bytes) + ")"),
@@ -251,8 +278,11 @@ def table(r):
             ("  MoE weights at B=1", _bytes(b["batch_1_weight_bytes"]), "dense + top_k experts a layer"),
             ("  MoE weights, every expert", _bytes(b["all_experts_weight_bytes"]), "a batch that touches them all"),
         ]
-    if r.fit is not None:
-        rows.append(("memory", "fits" if r.fit["fits"] else "DOES NOT FIT", fit_line(r)))
+    return rows
+
+
+def _batch_limit_row(limit) -> tuple[str, str, str]:
+    """The batch limit's row: the largest batch, each bound known beside it and the one that binds."""
     bounds = [
         (name, value)
         for name, value in (
@@ -262,19 +292,12 @@ def table(r):
         )
         if value is not None
     ]
-    rows.append(
-        (
-            f"batch limit at C={limit.sequence_tokens:,}",
-            f"{limit.max_batch:,}" if limit.max_batch is not None else "-",
-            "; ".join(f"{n} {v:,}" for n, v in bounds) + (f"; binds: {limit.binding}" if limit.binding else "")
-            or "no device memory, peak or step budget known",
-        )
+    return (
+        f"batch limit at C={limit.sequence_tokens:,}",
+        f"{limit.max_batch:,}" if limit.max_batch is not None else "-",
+        "; ".join(f"{n} {v:,}" for n, v in bounds) + (f"; binds: {limit.binding}" if limit.binding else "")
+        or "no device memory, peak or step budget known",
     )
-    for row in rows:
-        t.add_row(*row)
-    for note in cost.notes:
-        t.add_row("note", "", note)
-    return t
 
 
 def check(path: Path | None, as_json: bool) -> int:

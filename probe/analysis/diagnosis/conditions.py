@@ -201,48 +201,87 @@ def _per_step(step: np.ndarray, values: list[str], n: int) -> list[list[str]]:
 def _cold(trace: Trace, gpu: Attribution, lo: np.ndarray, hi: np.ndarray) -> list[Cold | None]:
     """Per step: its cold calls (the module docstring), or None when they cover less than COLD_SHARE of it."""
     n = len(lo)
+    kernel_of = _launched_names(trace, gpu)
+    candidates = _cold_candidates(trace, kernel_of)
+    if candidates is None:
+        return [None] * n
+    c_rows, c_base, c_label = _first_and_cold(trace, *candidates)
+    if not len(c_rows):
+        return [None] * n
+    return _cold_steps(trace, kernel_of, c_rows, c_base, c_label, lo, hi)
+
+
+def _launched_names(trace: Trace, gpu: Attribution) -> np.ndarray:
+    """Per row of the trace: for a launch call, the name id of the GPU op it launched; -1 for every other row."""
+    kernel_of = np.full(len(trace), -1, np.int64)
+    launched = gpu.op_launch >= 0
+    kernel_of[gpu.op_launch[launched]] = trace.name_id[gpu.op_rows[launched]]
+    return kernel_of
+
+
+_Candidates = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # rows, kind keys, baselines, label codes
+
+
+def _cold_candidates(trace: Trace, kernel_of: np.ndarray) -> _Candidates | None:
+    """The calls and ops that may be cold, each with the key of its kind, its baseline and its label code (0 a
+    launch, 1 another runtime call, 2 an op); None when there are none. Calls and ops that may wait are left out."""
     rt = trace.rows(Kind.RUNTIME)
     launch_names = trace.name_ids(lambda s: api_base_name(s) in LAUNCH_NAMES | GRAPH_LAUNCH_NAMES)
     wait_names = trace.name_ids(lambda s: bool(MAY_WAIT.search(s) or SYNC_CALL.search(api_base_name(s))))
     is_launch, waits = launch_names[trace.name_id[rt]], wait_names[trace.name_id[rt]]
     ops = trace.rows(Kind.CPU_OP)
-    blocking = np.sort(trace.ts_ns[rt[waits]])
-    # an op holding a call that may wait: its time may be that wait
+    holds_wait = _holds_wait(trace, ops, rt[waits])
+    parts: list[_Candidates] = []
+    if is_launch.any():
+        parts.append(_launch_candidates(trace, rt[is_launch], kernel_of))
+    for rows, kind_code in ((rt[~is_launch & ~waits], 1), (ops[~holds_wait], 2)):
+        if len(rows):
+            parts.append(_named_candidates(trace, rows, kind_code))
+    if not parts:
+        return None
+    rows, keys = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    return rows, keys, np.concatenate([p[2] for p in parts]), np.concatenate([p[3] for p in parts])
+
+
+def _holds_wait(trace: Trace, ops: np.ndarray, wait_calls: np.ndarray) -> np.ndarray:
+    """Per op: whether it holds a call that may wait (its time may be that wait)."""
+    blocking = np.sort(trace.ts_ns[wait_calls])
     o_start, o_end = trace.ts_ns[ops], trace.end_ns[ops]
-    holds_wait = np.searchsorted(blocking, o_end, side="right") > np.searchsorted(blocking, o_start, side="left")
-    kernel_of = np.full(len(trace), -1, np.int64)  # launch row -> the name id of what it launched
-    launched = gpu.op_launch >= 0
-    kernel_of[gpu.op_launch[launched]] = trace.name_id[gpu.op_rows[launched]]
-    rows_parts, keys_parts, base_parts, label_parts = [], [], [], []
-    # one int64 a (kind, key) pair, kind * span + key + offset, so a 1-D unique finds each pair's first call (a 2-D
-    # unique with axis=0 sorts the pairs as records, 10x slower); a key runs from -1 - len(trace) to the last name id
+    return np.searchsorted(blocking, o_end, side="right") > np.searchsorted(blocking, o_start, side="left")
+
+
+def _launch_candidates(trace: Trace, lr: np.ndarray, kernel_of: np.ndarray) -> _Candidates:
+    """Launch calls, a kind per launched kernel (a launch without its kernel: its own), against the trace's median
+    launch call."""
+    key = np.where(kernel_of[lr] >= 0, kernel_of[lr], -1 - lr)
+    median = float(np.median(trace.dur_ns[lr]))
+    return lr, _kind_key(trace, 0, key), np.full(len(lr), median), np.full(len(lr), 0)
+
+
+def _named_candidates(trace: Trace, rows: np.ndarray, kind_code: int) -> _Candidates:
+    """Calls or ops, a kind per name, each against the median of its name (called once: no baseline, never cold)."""
+    names = trace.name_id[rows].astype(np.int64)
+    uniq, medians = grouped_medians(names, trace.dur_ns[rows])
+    counts = np.bincount(np.searchsorted(uniq, names), minlength=len(uniq))
+    med = medians[np.searchsorted(uniq, names)]
+    med = np.where(counts[np.searchsorted(uniq, names)] > 1, med, np.inf)
+    return rows, _kind_key(trace, kind_code, names), med, np.full(len(rows), kind_code)
+
+
+def _kind_key(trace: Trace, kind_code: int, key: np.ndarray) -> np.ndarray:
+    """A (kind, key) pair as one int64, kind x span + key + offset, so a 1-D unique finds each pair's first call (a
+    2-D unique with axis=0 sorts the pairs as records, 10x slower); a key runs from -1 - len(trace) to the last
+    name id."""
     offset = len(trace) + 1
     span = offset + max(len(trace.names), len(trace)) + 1
-    if is_launch.any():
-        lr = rt[is_launch]
-        key = np.where(kernel_of[lr] >= 0, kernel_of[lr], -1 - lr)  # a launch without its kernel: its own key
-        median = float(np.median(trace.dur_ns[lr]))
-        rows_parts.append(lr)
-        keys_parts.append(key + offset)
-        base_parts.append(np.full(len(lr), median))
-        label_parts.append(np.full(len(lr), 0))
-    other = rt[~is_launch & ~waits]
-    for rows, kind_code in ((other, 1), (ops[~holds_wait], 2)):
-        if not len(rows):
-            continue
-        names = trace.name_id[rows].astype(np.int64)
-        uniq, medians = grouped_medians(names, trace.dur_ns[rows])
-        counts = np.bincount(np.searchsorted(uniq, names), minlength=len(uniq))
-        med = medians[np.searchsorted(uniq, names)]
-        med = np.where(counts[np.searchsorted(uniq, names)] > 1, med, np.inf)  # called once: no baseline
-        rows_parts.append(rows)
-        keys_parts.append(kind_code * span + names + offset)
-        base_parts.append(med)
-        label_parts.append(np.full(len(rows), kind_code))
-    if not rows_parts:
-        return [None] * n
-    rows, keys = np.concatenate(rows_parts), np.concatenate(keys_parts)
-    baseline, label = np.concatenate(base_parts), np.concatenate(label_parts)
+    return kind_code * span + key.astype(np.int64) + offset
+
+
+def _first_and_cold(
+    trace: Trace, rows: np.ndarray, keys: np.ndarray, baseline: np.ndarray, label: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The cold candidates, in time order: the first of their kind, over COLD_FACTOR times their baseline and at
+    least COLD_MIN_NS over it; (rows, baselines, label codes)."""
     order = np.argsort(trace.ts_ns[rows], kind="stable")
     rows, keys, baseline, label = rows[order], keys[order], baseline[order], label[order]
     _, first_at = np.unique(keys, return_index=True)
@@ -250,9 +289,20 @@ def _cold(trace: Trace, gpu: Attribution, lo: np.ndarray, hi: np.ndarray) -> lis
     first[first_at] = True
     dur = trace.dur_ns[rows].astype(np.float64)
     is_cold = first & (dur > COLD_FACTOR * baseline) & (dur - baseline >= COLD_MIN_NS)
-    if not is_cold.any():
-        return [None] * n
-    c_rows, c_base, c_label = rows[is_cold], baseline[is_cold], label[is_cold]
+    return rows[is_cold], baseline[is_cold], label[is_cold]
+
+
+def _cold_steps(
+    trace: Trace,
+    kernel_of: np.ndarray,
+    c_rows: np.ndarray,
+    c_base: np.ndarray,
+    c_label: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+) -> list[Cold | None]:
+    """Per step whose cold calls cover COLD_SHARE of its host window: its time in them and its longest one."""
+    n = len(lo)
     ms_, me_ = merge(trace.ts_ns[c_rows], trace.end_ns[c_rows])
     cold_ns = covered(ms_, me_, lo, hi)
     step = assign(trace.ts_ns[c_rows], lo, hi)

@@ -228,32 +228,57 @@ def _host_ms(e: Evidence) -> str:
 def _verdict_lines(
     s: StepLedger, e: Evidence, bound: Bound, then: Bound | None, host_by, balanced, missing: str | None = None
 ) -> tuple[str, list]:
+    """The verdict's headline and its evidence lines: a step with no two sides to weigh says why and stops; the
+    others weigh host work against GPU work, then name a hole and the sync wait."""
     name = _step_name(s)
-    lines = []
-    host = e.unprofiled_host_ns
-    profiler = f" - {ms(e.profiler_ns)} the profiler's own cost = {ms(host)} unprofiled" if e.profiler_ns else ""
-    host_line = (
-        f"host work {ms(e.host_work_ns)} ms = {ms(e.wall_ns)} wall - {ms(e.sync_wait_ns)} sync wait{profiler}: "
-        + _host_parts_text(s, e, bound != "cpu_only")
-    )
+    host_line = _host_line(s, e, bound)
     if bound == "none":
         headline = f"{name}: no bound: {NOTHING_RAN} (no host work, no GPU work in its {ms(e.wall_ns)} ms)."
         return headline, []
     if bound == "unknown" and missing:
-        headline = (
-            f"{name}: unknown. {missing[0].upper()}{missing[1:]}: the trace holds no GPU side to weigh the host's "
-            f"{ms(e.host_work_ns)} ms of work against, so no bound and no what-if."
-        )
-        return headline, [host_line, *_extra_lines(s, e, bound)]
+        return _unknown_headline(name, e, missing), [host_line, *_extra_lines(s, e, bound)]
     if bound == "cpu_only":
-        where = {"dispatch": "inside ops", "unattributed": "between ops (no event covers it)"}.get(host_by, host_by)
-        unprofiled = f" ({ms(host)} ms unprofiled)" if e.profiler_ns else ""
-        headline = (
-            f"{name}: CPU only (no GPU side in the trace): the host's {ms(e.wall_ns)} ms{unprofiled} is the step, "
-            f"most of it {where}."
-        )
-        lines.append(host_line)
-        return headline, lines
+        return _cpu_only_headline(name, e, host_by), [host_line]
+    gpu_line = _gpu_line(e)
+    headline, lines = _two_sided_headline(name, s, e, bound, then, host_by, balanced)
+    if e.hole_named:
+        headline += _hole_text(e)
+    lines += [host_line, gpu_line]
+    if e.sync_wait_ns and bound != "external":  # the external headline names the wait and its call site
+        lines.append(_sync_wait_line(s, e))
+    return headline, lines + _extra_lines(s, e, bound)
+
+
+def _host_line(s: StepLedger, e: Evidence, bound: Bound) -> str:
+    """Host work's line: the window less its sync wait (and less the profiler's own cost, when known), by part."""
+    host = e.unprofiled_host_ns
+    profiler = f" - {ms(e.profiler_ns)} the profiler's own cost = {ms(host)} unprofiled" if e.profiler_ns else ""
+    return (
+        f"host work {ms(e.host_work_ns)} ms = {ms(e.wall_ns)} wall - {ms(e.sync_wait_ns)} sync wait{profiler}: "
+        + _host_parts_text(s, e, bound != "cpu_only")
+    )
+
+
+def _unknown_headline(name: str, e: Evidence, missing: str) -> str:
+    """The headline of a step whose GPU side the trace lacks: what is missing, and that nothing is weighed."""
+    return (
+        f"{name}: unknown. {missing[0].upper()}{missing[1:]}: the trace holds no GPU side to weigh the host's "
+        f"{ms(e.host_work_ns)} ms of work against, so no bound and no what-if."
+    )
+
+
+def _cpu_only_headline(name: str, e: Evidence, host_by) -> str:
+    """The headline of a step on a trace with no GPU side: the host's window is the step, and where most of it went."""
+    where = {"dispatch": "inside ops", "unattributed": "between ops (no event covers it)"}.get(host_by, host_by)
+    unprofiled = f" ({ms(e.unprofiled_host_ns)} ms unprofiled)" if e.profiler_ns else ""
+    return (
+        f"{name}: CPU only (no GPU side in the trace): the host's {ms(e.wall_ns)} ms{unprofiled} is the step, "
+        f"most of it {where}."
+    )
+
+
+def _gpu_line(e: Evidence) -> str:
+    """GPU work's line: its busy time, what ran, its share of the step read whole, and how late its first op came."""
     gpu_line = (
         f"GPU work {ms(e.gpu_busy_ns)} ms ({e.kernels} kernels from {e.launches} launches and {e.graph_launches} "
         f"graph launches): {pct(e.busy_of_span, 0)}% of the step read whole ({ms(e.span_ns)} ms, host start to GPU end)"
@@ -262,48 +287,70 @@ def _verdict_lines(
         gpu_line += f"; its first GPU op started {ms(e.gpu_idle_before_ns)} ms after the host window opened"
         if e.gpu_idle_before_ns > e.wall_ns:
             gpu_line += f" ({ms(e.gpu_idle_before_ns - e.wall_ns)} ms after it closed)"
-    rest = side_of(host, e.gpu_busy_ns)
+    return gpu_line
+
+
+def _two_sided_headline(
+    name: str, s: StepLedger, e: Evidence, bound: Bound, then: Bound | None, host_by, balanced
+) -> tuple[str, list[str]]:
+    """The headline of a step with both sides recorded (external, GPU- or host-bound), and the lines only an
+    external wait adds."""
+    host = e.unprofiled_host_ns
     if bound == "external":
-        share = e.external_wait_ns / e.wall_ns
-        headline = (
-            f"{name}: external, then {_BOUND_WORD[then or rest]}. The host waited {ms(e.external_wait_ns)} ms of its "
-            f"{ms(e.wall_ns)} ms window ({pct(share, 0)}%){site_text(s)} while no GPU op of this trace ran: it "
-            "waited on device work the trace does not hold."
-        )
-        wait = s.sync_sites[0].stream_wait_before_ns if s.sync_sites else None
-        if wait is not None:
-            lines.append(
-                f"the blocking call came {ms(wait)} ms after a stream-wait-event call in this step: the stream it "
-                "waited on was itself waiting on an event recorded by earlier work"
-            )
-        lines.append(
-            f"then: host work {_host_ms(e)} against GPU work {ms(e.gpu_busy_ns)} ms, which ran after the "
-            f"wait: {_BOUND_WORD[rest]}"
-        )
-    elif bound == "gpu":
+        return _external_headline(name, s, e, then)
+    close = ": balanced, within 10%." if balanced else "."
+    if bound == "gpu":
         headline = (
             f"{name}: GPU-bound. The GPU works {ms(e.gpu_busy_ns)} ms for {_host_ms(e)} of host work "
-            f"({_times(e.gpu_busy_ns, host, 'no host work')})" + (": balanced, within 10%." if balanced else ".")
+            f"({_times(e.gpu_busy_ns, host, 'no host work')})" + close
         )
-    else:
-        headline = (
-            f"{name}: host-bound, by {HOST_BY_WORDS.get(host_by, host_by)}. The host works {_host_ms(e)} "
-            f"for {ms(e.gpu_busy_ns)} ms of GPU work ({_times(host, e.gpu_busy_ns, 'no GPU work')})"
-            + (": balanced, within 10%." if balanced else ".")
-        )
-    if e.hole_named:
-        headline += (
-            f" Beside it, a hole of {ms(e.hole_ns)} ms ({pct(e.hole_ns / e.measured_ns, 0)}% of the measured step): "
-            "from the host window's close to its first GPU op no work of the trace ran, so nothing the trace holds "
-            f"explains it (the step read whole is {ms(e.span_ns)} ms)."
-        )
-    lines += [host_line, gpu_line]
-    if e.sync_wait_ns and bound != "external":  # the external headline names the wait and its call site
+        return headline, []
+    headline = (
+        f"{name}: host-bound, by {HOST_BY_WORDS.get(host_by, host_by)}. The host works {_host_ms(e)} "
+        f"for {ms(e.gpu_busy_ns)} ms of GPU work ({_times(host, e.gpu_busy_ns, 'no GPU work')})" + close
+    )
+    return headline, []
+
+
+def _external_headline(name: str, s: StepLedger, e: Evidence, then: Bound | None) -> tuple[str, list[str]]:
+    """The headline of a step that waited on device work the trace does not hold, and its lines: the stream wait
+    behind the blocking call, and the bound of the rest of the step."""
+    rest = side_of(e.unprofiled_host_ns, e.gpu_busy_ns)
+    share = e.external_wait_ns / e.wall_ns
+    headline = (
+        f"{name}: external, then {_BOUND_WORD[then or rest]}. The host waited {ms(e.external_wait_ns)} ms of its "
+        f"{ms(e.wall_ns)} ms window ({pct(share, 0)}%){site_text(s)} while no GPU op of this trace ran: it "
+        "waited on device work the trace does not hold."
+    )
+    lines = []
+    wait = s.sync_sites[0].stream_wait_before_ns if s.sync_sites else None
+    if wait is not None:
         lines.append(
-            f"sync wait {ms(e.sync_wait_ns)} ms{site_text(s)}; of it {ms(e.own_wait_ns)} ms on the step's own GPU "
-            f"work, {ms(e.external_wait_ns)} ms with no GPU op of the trace running"
+            f"the blocking call came {ms(wait)} ms after a stream-wait-event call in this step: the stream it "
+            "waited on was itself waiting on an event recorded by earlier work"
         )
-    return headline, lines + _extra_lines(s, e, bound)
+    lines.append(
+        f"then: host work {_host_ms(e)} against GPU work {ms(e.gpu_busy_ns)} ms, which ran after the "
+        f"wait: {_BOUND_WORD[rest]}"
+    )
+    return headline, lines
+
+
+def _hole_text(e: Evidence) -> str:
+    """What the headline adds for a hole it names: its size and share, and that nothing in the trace explains it."""
+    return (
+        f" Beside it, a hole of {ms(e.hole_ns)} ms ({pct(e.hole_ns / e.measured_ns, 0)}% of the measured step): "
+        "from the host window's close to its first GPU op no work of the trace ran, so nothing the trace holds "
+        f"explains it (the step read whole is {ms(e.span_ns)} ms)."
+    )
+
+
+def _sync_wait_line(s: StepLedger, e: Evidence) -> str:
+    """The sync wait's line: its call site, and how much of it was on the step's own GPU work."""
+    return (
+        f"sync wait {ms(e.sync_wait_ns)} ms{site_text(s)}; of it {ms(e.own_wait_ns)} ms on the step's own GPU "
+        f"work, {ms(e.external_wait_ns)} ms with no GPU op of the trace running"
+    )
 
 
 def _times(larger: int, smaller: int, none: str) -> str:

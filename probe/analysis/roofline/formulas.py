@@ -524,19 +524,9 @@ def roofline(
     step = decode_step(arch, dtype, context, batch, bandwidth_bytes_s)
     cost = step_cost(arch, dtype, batch, batch, batch * max(context - 1, 0))
     compute_ms = cost.compute_ms(peak_flops_s) if peak_flops_s else None
-    bounds = None
-    if cost.experts_touched is not None:  # a MoE model
-        one = step_cost(arch, dtype, 1, 1, max(context - 1, 0))
-        bounds = {
-            "batch_1_weight_bytes": one.weight_bytes,
-            "all_experts_weight_bytes": weights_bytes(arch, dtype),
-            "experts_per_layer_at_batch": list(cost.experts_touched),
-        }
+    bounds = _expert_bounds(arch, dtype, cost, context)
     held = max(context, prompt + new_tokens)
-    fit = None
-    if memory_bytes is not None:
-        ok, need, usable = fits(arch, dtype, held, batch, memory_bytes)
-        fit = {"fits": ok, "need_bytes": need, "usable_bytes": usable, "positions": held}
+    fit = _memory_fit(arch, dtype, held, batch, memory_bytes)
     return Roofline(
         model=model,
         dtype=dtype,
@@ -570,3 +560,25 @@ def roofline(
             arch, dtype, step_ms, context, bandwidth_bytes_s, memory_bytes=memory_bytes, peak_flops_s=peak_flops_s
         ),
     )
+
+
+def _expert_bounds(arch: Arch, dtype: str, cost: StepCost, context: int) -> dict | None:
+    """A MoE model's weight bytes a decode step reads at B = 1 and with every expert touched, and the experts a
+    layer touches at the batch; None for a dense model."""
+    if cost.experts_touched is None:
+        return None
+    one = step_cost(arch, dtype, 1, 1, max(context - 1, 0))
+    return {
+        "batch_1_weight_bytes": one.weight_bytes,
+        "all_experts_weight_bytes": weights_bytes(arch, dtype),
+        "experts_per_layer_at_batch": list(cost.experts_touched),
+    }
+
+
+def _memory_fit(arch: Arch, dtype: str, held: int, batch: int, memory_bytes: float | None) -> dict | None:
+    """Whether the weights and `batch` caches of `held` positions fit the device's usable memory, and the bytes on
+    each side; None when the device's memory is not known."""
+    if memory_bytes is None:
+        return None
+    ok, need, usable = fits(arch, dtype, held, batch, memory_bytes)
+    return {"fits": ok, "need_bytes": need, "usable_bytes": usable, "positions": held}

@@ -248,56 +248,14 @@ def op_roofline_figure(ops: Sequence[OpRoofline], device: Device | None) -> go.F
     groups: dict[str, list[OpRoofline]] = {}
     for o in points:
         groups.setdefault(point_group(o, device), []).append(o)
-    fill = {"compute-bound": COLORS["gemm"], "memory-bound": COLORS["moe"]}
     for group, rows in groups.items():
-        fig.add_trace(
-            go.Scatter(
-                x=[o.intensity for o in rows],
-                y=[o.tflops_s_median for o in rows],
-                mode="markers",
-                name=label(group),
-                marker={
-                    "size": [_size(o.kernel_us_total, biggest) for o in rows],
-                    "color": fill.get(group, COLORS["unknown"]),
-                    "opacity": 0.7,
-                    "line": {
-                        "width": [3 if o.over_roof else 1 for o in rows],
-                        "color": [COLORS["flagged"] if o.over_roof else "white" for o in rows],
-                    },
-                },
-                customdata=[
-                    [
-                        label(o.op),
-                        label(short(o.shapes, 80)),
-                        o.dtype or "no dtype",
-                        "-" if o.roof_pct is None else f"{o.roof_pct:.1f}%",
-                        o.kernel_us_total / 1e3,
-                        o.count,
-                        o.tb_s_median,
-                        _wrap_words(f"over its roof: {o.over_roof_why}") if o.over_roof_why else "",
-                    ]
-                    for o in rows
-                ],
-                hovertemplate="%{customdata[0]} %{customdata[1]} %{customdata[2]}<br>%{x:.3g} FLOP/B, "
-                "%{y:.3g} TFLOP/s, %{customdata[6]:.3g} TB/s: %{customdata[3]} of the roof<br>"
-                "%{customdata[4]:.3f} ms of kernels in %{customdata[5]} call(s)<br>%{customdata[7]}<extra></extra>",
-            )
-        )
+        fig.add_trace(_op_points(group, rows, biggest))
     intensities = [o.intensity for o in points if o.intensity]
     achieved = [o.tflops_s_median for o in points if o.tflops_s_median]
     if device is not None:
         found = roofs(device, [o.dtype for o in points if o.dtype], intensities)
         for dash, roof in zip(ROOF_DASH * len(found), found, strict=False):
-            fig.add_trace(
-                go.Scatter(
-                    x=roof["x"],
-                    y=roof["y"],
-                    mode="lines",
-                    name=label(f"{device.name} {roof['dtype']} roof (ridge {roof['ridge']:.0f} FLOP/B)"),
-                    line={"color": COLORS["roofline"], "width": 1.5, "dash": dash},
-                    hoverinfo="skip",
-                )
-            )
+            fig.add_trace(_roof_line(device, roof, dash))
             achieved += [y for y in roof["y"] if y > 0]
     fig.update_layout(
         height=520,
@@ -308,6 +266,55 @@ def op_roofline_figure(ops: Sequence[OpRoofline], device: Device | None) -> go.F
         hoverlabel={"align": "left"},
     )
     return fig
+
+
+def _op_points(group: str, rows: Sequence[OpRoofline], biggest: float) -> go.Scatter:
+    """One legend group's points: sized by kernel time against the `biggest`, coloured by the bound, ringed in red
+    when over their roof, with the op, its shapes and figures in the hover."""
+    fill = {"compute-bound": COLORS["gemm"], "memory-bound": COLORS["moe"]}
+    return go.Scatter(
+        x=[o.intensity for o in rows],
+        y=[o.tflops_s_median for o in rows],
+        mode="markers",
+        name=label(group),
+        marker={
+            "size": [_size(o.kernel_us_total, biggest) for o in rows],
+            "color": fill.get(group, COLORS["unknown"]),
+            "opacity": 0.7,
+            "line": {
+                "width": [3 if o.over_roof else 1 for o in rows],
+                "color": [COLORS["flagged"] if o.over_roof else "white" for o in rows],
+            },
+        },
+        customdata=[
+            [
+                label(o.op),
+                label(short(o.shapes, 80)),
+                o.dtype or "no dtype",
+                "-" if o.roof_pct is None else f"{o.roof_pct:.1f}%",
+                o.kernel_us_total / 1e3,
+                o.count,
+                o.tb_s_median,
+                _wrap_words(f"over its roof: {o.over_roof_why}") if o.over_roof_why else "",
+            ]
+            for o in rows
+        ],
+        hovertemplate="%{customdata[0]} %{customdata[1]} %{customdata[2]}<br>%{x:.3g} FLOP/B, "
+        "%{y:.3g} TFLOP/s, %{customdata[6]:.3g} TB/s: %{customdata[3]} of the roof<br>"
+        "%{customdata[4]:.3f} ms of kernels in %{customdata[5]} call(s)<br>%{customdata[7]}<extra></extra>",
+    )
+
+
+def _roof_line(device: Device, roof: dict, dash: str) -> go.Scatter:
+    """One dtype's roof (`roofs`) as a line, named by the device, the dtype and its ridge point."""
+    return go.Scatter(
+        x=roof["x"],
+        y=roof["y"],
+        mode="lines",
+        name=label(f"{device.name} {roof['dtype']} roof (ridge {roof['ridge']:.0f} FLOP/B)"),
+        line={"color": COLORS["roofline"], "width": 1.5, "dash": dash},
+        hoverinfo="skip",
+    )
 
 
 def _wrap_words(text: str, width: int = 100) -> str:

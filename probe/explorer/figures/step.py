@@ -95,58 +95,78 @@ def timeline_figure(tl: StepClock, selected: Sequence[int] = (), title: str = ""
     fig = go.Figure()
     for trace in _shading(tl):
         fig.add_trace(trace)
-    groups: dict[tuple[str, str, bool, bool], list[Bar]] = {}
-    for bar in tl.bars:  # a trace a (legend entry, merged, own): a browser draws a constant pattern and opacity
-        groups.setdefault((*legend_key(bar), bar.count > 1, bar.own), []).append(bar)  # several times faster
     on_top = ("external",)  # drawn last, over the sync wait it lies in
     named: set[str] = set()
-    for (key, name, merged, own), bars in sorted(groups.items(), key=lambda g: g[0][0] in on_top):
-        fig.add_trace(
-            go.Bar(
-                y=[b.lane for b in bars],
-                x=[b.dur_ns / 1e6 for b in bars],  # as long as the time it holds: never a column more
-                base=[b.start_ns / 1e6 for b in bars],
-                orientation="h",
-                width=0.8,
-                name=label(name),
-                legendgroup=label(name),
-                showlegend=name not in named,
-                opacity=1.0 if own else 0.35,
-                marker={
-                    "color": color(key),
-                    "pattern": {"shape": "/" if merged else "", "solidity": 0.5},
-                    "line": {"width": 0},
-                },
-                customdata=[
-                    [
-                        _wrap(b.name),
-                        b.start_ns / 1e6,
-                        b.dur_ns / 1e3,
-                        _wrap(b.detail),
-                        b.row,
-                        b.start_ns,
-                        max(b.dur_ns, b.extent_ns),
-                        b.count,
-                    ]
-                    for b in bars
-                ],
-                hovertemplate="%{customdata[0]}<br>at %{customdata[1]:.3f} ms, for %{customdata[2]:,.1f} µs"
-                "<br>%{customdata[3]}<extra>%{fullData.name}</extra>",
-            )
-        )
+    for (key, name, merged, own), bars in sorted(_bar_groups(tl).items(), key=lambda g: g[0][0] in on_top):
+        fig.add_trace(_bar_trace(bars, key, name, merged, own, showlegend=name not in named))
         named.add(name)
     if tl.marks:
-        fig.add_trace(
-            go.Scatter(
-                x=[m.start_ns / 1e6 for m in tl.marks],
-                y=[m.lane - 0.45 for m in tl.marks],
-                mode="markers",
-                name="sync call sites",
-                marker={"symbol": "triangle-down", "size": 11, "color": COLORS["sync"]},
-                customdata=[[_wrap(m.call), _wrap(m.detail)] for m in tl.marks],
-                hovertemplate="sync: %{customdata[0]}<br>%{customdata[1]}<extra></extra>",
-            )
-        )
+        fig.add_trace(_sync_marks_trace(tl))
+    _lay_out_timeline(fig, tl, selected, title)
+    return fig
+
+
+def _bar_groups(tl: StepClock) -> dict[tuple[str, str, bool, bool], list[Bar]]:
+    """The bars by (colour key, legend name, merged, own): a trace a group, since a browser draws a constant
+    pattern and opacity several times faster."""
+    groups: dict[tuple[str, str, bool, bool], list[Bar]] = {}
+    for bar in tl.bars:
+        groups.setdefault((*legend_key(bar), bar.count > 1, bar.own), []).append(bar)
+    return groups
+
+
+def _bar_trace(bars: list[Bar], key: str, name: str, merged: bool, own: bool, showlegend: bool) -> go.Bar:
+    """One group's bars on their lanes, each as long as the time it holds; hatched when merged, faded when not the
+    step's own; the hover names each and says when and for how long it ran."""
+    return go.Bar(
+        y=[b.lane for b in bars],
+        x=[b.dur_ns / 1e6 for b in bars],  # as long as the time it holds: never a column more
+        base=[b.start_ns / 1e6 for b in bars],
+        orientation="h",
+        width=0.8,
+        name=label(name),
+        legendgroup=label(name),
+        showlegend=showlegend,
+        opacity=1.0 if own else 0.35,
+        marker={
+            "color": color(key),
+            "pattern": {"shape": "/" if merged else "", "solidity": 0.5},
+            "line": {"width": 0},
+        },
+        customdata=[
+            [
+                _wrap(b.name),
+                b.start_ns / 1e6,
+                b.dur_ns / 1e3,
+                _wrap(b.detail),
+                b.row,
+                b.start_ns,
+                max(b.dur_ns, b.extent_ns),
+                b.count,
+            ]
+            for b in bars
+        ],
+        hovertemplate="%{customdata[0]}<br>at %{customdata[1]:.3f} ms, for %{customdata[2]:,.1f} µs"
+        "<br>%{customdata[3]}<extra>%{fullData.name}</extra>",
+    )
+
+
+def _sync_marks_trace(tl: StepClock) -> go.Scatter:
+    """The sync call sites: a marker above each one's lane, the call and its detail in the hover."""
+    return go.Scatter(
+        x=[m.start_ns / 1e6 for m in tl.marks],
+        y=[m.lane - 0.45 for m in tl.marks],
+        mode="markers",
+        name="sync call sites",
+        marker={"symbol": "triangle-down", "size": 11, "color": COLORS["sync"]},
+        customdata=[[_wrap(m.call), _wrap(m.detail)] for m in tl.marks],
+        hovertemplate="sync: %{customdata[0]}<br>%{customdata[1]}<extra></extra>",
+    )
+
+
+def _lay_out_timeline(fig: go.Figure, tl: StepClock, selected: Sequence[int], title: str) -> None:
+    """The figure's layout: the step's edges and the launch arrows of the `selected` rows, a lane a row from the
+    top, a height that grows with the lanes, the legend under the axis, and a drag that selects a stretch."""
     height = max(360, LANE_PX * len(tl.lanes) + 200)
     plot = height - 140  # about the plot area's height: what the margins, the axis and the legend leave
     fig.update_layout(
@@ -169,7 +189,6 @@ def timeline_figure(tl: StepClock, selected: Sequence[int] = (), title: str = ""
         dragmode="select",
         selectdirection="h",
     )
-    return fig
 
 
 def dragged_window(event) -> tuple[float, float] | None:
