@@ -221,7 +221,10 @@ def test_profile_prepares_for_graphs_before_any_warmup(monkeypatch, tmp_path):
     monkeypatch.setattr(profile, "prepare_graph_profiling", lambda device: order.append("prepare"))
     monkeypatch.setattr(profile, "generate", lambda *a, **k: order.append("run") or real_generate(*a, **k))
     profile.profile_torch(ProfileConfig(engine="cached", prompt=8, new_tokens=3, warmup=2, device="cpu"), tmp_path)
-    assert order == ["prepare", "run", "run", "run"]  # two warmups, then the recorded run
+    from probe.capture.calibrate import WORKLOAD_PAIRS
+
+    # two warmups, then the recorded run; after it, the op cost's own runs (a warm one, then plain and profiled pairs)
+    assert order == ["prepare", "run", "run", "run"] + ["run"] * (1 + 2 * WORKLOAD_PAIRS)
 
 
 def test_kinetos_per_session_lines_are_quiet_unless_asked_for(tmp_path):
