@@ -135,6 +135,10 @@ def assert_what_ifs_checked(report) -> None:
     """The cached CPU step's compile and batch what-ifs, each predicted and measured beside cached (issue 32): the
     arithmetic of the error, never its size (a timing)."""
     checks = {c.change: c for c in report.what_if_checks}
+    # priced on the unprofiled step: the profile's sidecar carries the profiler's cost per event (issue 32 section 2)
+    cached = report.diagnoses["cached"]
+    assert 0 < cached.evidence.unprofiled_host_ns < cached.evidence.host_work_ns
+    assert all("unprofiled (" in w.arithmetic for w in cached.what_if), cached.what_if
     assert {"cached -> static", "batched B=1 -> B=2", "batched B=1 -> B=4", "batched B=1 -> B=8"} <= set(checks)
     assert checks["cached -> static"].what_if == "compile the forward (torch.compile)"
     for c in checks.values():

@@ -45,6 +45,7 @@ from probe.analysis.diagnosis.report import Figure, Report, engine_label, hand_f
 from probe.analysis.diagnosis.verdict import diagnose_trace
 from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.median import median_step
+from probe.analysis.ledger.types import AnalyzeOptions
 from probe.analysis.records.files import atomic_write
 from probe.analysis.records.results import RESULTS_FILE, BenchResults, load_results
 from probe.analysis.records.runfolder import REPORT_FILE, REPORT_MD, claim
@@ -233,10 +234,10 @@ def _profile_one(cfg: BenchConfig, folder: Path, model, engine: str, new_tokens:
     trace = profile_torch(pcfg, folder, model, force=True).trace  # the run's folder, claimed: its own traces
     if trace is None:
         raise ProbeError(f"torch.profiler wrote no trace of {label}")
-    events = load_trace(trace)
-    analysis = analyze(events)
+    events, meta = load_trace(trace), read_sidecar(trace)
+    # with the profiler's cost per event, so the diagnosis and its what-ifs price the unprofiled step (issue 32)
+    analysis = analyze(events, AnalyzeOptions(event_cost=meta.event_cost if meta else None))
     report.ledgers[label] = median_step(analysis)
-    meta = read_sidecar(trace)
     contended = meta.contended_caveat if meta else None
     context = dataclasses.replace(
         Context.of(events, contended=contended, analysis=analysis), threads=meta.threads if meta else None
