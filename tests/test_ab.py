@@ -120,3 +120,23 @@ def test_a_contended_side_is_not_judged(cli, monkeypatch):
     verdicts = {r["metric"]: r["verdict"] for r in json.loads(slow.stdout)["rows"]}
     assert verdicts["host_us_per_step"] == "contended: not judged" and verdicts["decode_launches"] == "ok"
     assert {verdicts[m] for m in ("ttft_ms", "decode_tok_s")} == {"contended: not judged"}
+
+
+def test_what_if_checks_alternate_whole_generations_each_at_its_threads(tiny, monkeypatch):
+    """interleaved_steps: each side's whole generation in turn (ABBA across rounds), never one step of each in turn:
+    a step run after another engine's runs on that one's caches. Each side's thread count is set before its run."""
+    from probe.analysis.diagnosis.predictions import Side
+    from probe.capture import ab
+    from probe.settings import BenchConfig
+
+    calls = []
+    real = ab.generate
+    monkeypatch.setattr(
+        ab, "generate", lambda e, *a, **k: calls.append((e.name, torch.get_num_threads())) or real(e, *a, **k)
+    )
+    cfg = BenchConfig(new_tokens=3, runs=2, warmup=0, device="cpu", telemetry_ms=0)
+    measured = ab.interleaved_steps(cfg, tiny, [Side("cached"), Side("naive", threads=1)], prompt_len=8)
+    assert [name for name, _ in calls] == ["cached", "naive", "naive", "cached"]
+    assert {name: n for name, n in calls}["naive"] == 1
+    assert set(measured) == {Side("cached"), Side("naive", threads=1)}
+    assert all(m.step_ms > 0 for m in measured.values())

@@ -9,6 +9,9 @@ alerted). Alternating whole runs still left drift within a run. So the two engin
 machine at the scale of one step, and what is left is the difference between them. The counts are measured
 as the bench does (probe.capture.count), so the launch gate is the same, and so is the contention rule: each side's
 cells carry the telemetry of their decode phases, and a contended one is not judged.
+
+`interleaved_steps`, which measures `probe run`'s what-if checks, alternates whole generations instead: a what-if
+predicts a step among its own, and a step run right after another engine's runs on what that one left in the caches.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from probe.analysis.regression.samples import SampleSet, from_results
 from probe.capture.cell import CellSampler, measured_cell
 from probe.capture.config import validate
 from probe.capture.env import environment
-from probe.capture.loop import Generation, lockstep, lockstep_each
+from probe.capture.loop import Generation, generate, lockstep
 from probe.capture.sweep import settle_here
 from probe.settings import BenchConfig
 
@@ -67,9 +70,12 @@ def interleaved(cfg: BenchConfig, base: str, current: str, flip: bool = False) -
 
 
 def interleaved_steps(cfg: BenchConfig, model, sides: list[Side], prompt_len: int) -> dict[Side, Measured]:
-    """Each side's median decode step, all measured in one process, one step of each in turn (lockstep_each: each
-    side at its own batch and threads), `cfg.warmup + cfg.runs` runs with the order reversed every run; and whether
-    other processes took the CPU during its decode phases (the contention rule of every cell)."""
+    """Each side's median decode step, all measured in one process: `cfg.warmup + cfg.runs` rounds, each side's
+    whole generation in turn (at its own batch and threads), the order reversed every round; and whether other
+    processes took the CPU during its decode phases (the contention rule of every cell). Whole generations, not
+    one step of each in turn: a what-if is priced on a step that ran among its own (the profiled baseline, the
+    bench), and a step run right after another engine's runs on what that one left in the caches. On the tiny
+    preset (a 2-core CPU) stepping cached and static in turn measured them at 1.17x and 1.33x their own ITL."""
     device = next(model.parameters()).device
     telemetry = CellSampler(cfg, device)
     engines = [engine_class(s.engine)(model) for s in sides]
@@ -79,11 +85,9 @@ def interleaved_steps(cfg: BenchConfig, model, sides: list[Side], prompt_len: in
     try:
         with telemetry.sampler() as sampler:
             for i in range(cfg.warmup + cfg.runs):
-                order = list(range(len(sides)))[:: 1 if i % 2 == 0 else -1]
-                runs = lockstep_each(
-                    [(engines[j], prompts[j], sides[j].threads or threads) for j in order], cfg.new_tokens
-                )
-                for j, gen in zip(order, runs, strict=True):
+                for j in list(range(len(sides)))[:: 1 if i % 2 == 0 else -1]:
+                    torch.set_num_threads(sides[j].threads or threads)
+                    gen = generate(engines[j], prompts[j], cfg.new_tokens)
                     if i >= cfg.warmup:
                         gens[j].append(gen)
     finally:

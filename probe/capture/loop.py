@@ -55,20 +55,12 @@ def lockstep(engines: list[Engine], prompt: torch.Tensor, new_tokens: int) -> li
     """Generate with several engines at once, one step of each in turn (the order reversed every step, ABBA),
     so every engine's step n runs under the same machine state: drift cancels at the scale of one step.
     Each step is timed on its own, as in `generate`; the runs' `total_ns` span the whole interleaving."""
-    return lockstep_each([(e, prompt, 0) for e in engines], new_tokens)
-
-
-def lockstep_each(sides: list[tuple[Engine, torch.Tensor, int]], new_tokens: int) -> list[Generation]:
-    """`lockstep` where each side has its own prompt (its own batch) and intra-op thread count (0: as it is),
-    set before each of its steps, outside the step's timing: a change of batch or of threads measured in turn."""
     with torch.inference_mode():  # held outside, so the runs' own guards nest in any order
-        runs = [(decode_steps(e, prompt, new_tokens), threads) for e, prompt, threads in sides]
+        runs = [decode_steps(e, prompt, new_tokens) for e in engines]
         for i in range(new_tokens):  # the prefill, then every decode step
-            for run, threads in runs if i % 2 == 0 else runs[::-1]:
-                if threads:
-                    torch.set_num_threads(threads)
+            for run in runs if i % 2 == 0 else runs[::-1]:
                 next(run)
-        return [finish(run) for run, _ in runs]
+        return [finish(run) for run in runs]
 
 
 def finish(run: decode_steps) -> Generation:

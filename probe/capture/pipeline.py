@@ -482,7 +482,7 @@ def _measure(job: _Job, watch: Watch) -> tuple[list[str], list[str]]:
 
 def _what_if_checks(cfg: BenchConfig, model, report: Report, prompt: int):
     """The cached engine's profiled what-ifs, each held against the change made (probe.capture.ab.interleaved_steps:
-    the baseline and every changed engine in one process, step by step in turn)."""
+    the baseline and every changed engine in one process, a whole generation of each in turn)."""
     d = report.diagnoses.get(engine_label("cached", 1))
     measured = interleaved_steps(cfg, model, check_sides(d), prompt) if d is not None else {}
     return what_if_checks(d, measured)
