@@ -86,34 +86,36 @@ def _add_flagged_cells(fig: go.Figure, frame: pd.DataFrame) -> None:
 
 def _mismatch_markers(bad: pd.DataFrame, metric: str, first: bool) -> go.Scatter:
     """A red circle on each cell whose tokens differ from naive's (in the legend from the `first` panel)."""
-    return go.Scatter(
-        x=bad["prompt_tokens"],
-        y=bad[metric],
-        mode="markers",
-        name="tokens differ from naive",
-        legendgroup="mismatch",
-        showlegend=first and not bad.empty,
-        text=[label(line) for line in bad["line"]],
-        marker={"symbol": "circle-open", "size": 16, "color": COLORS["flagged"], "line": {"width": 3}},
-        hovertemplate="%{text}: tokens differ from naive<extra></extra>",
+    marker = {"symbol": "circle-open", "size": 16, "color": COLORS["flagged"], "line": {"width": 3}}
+    text = [label(line) for line in bad["line"]]
+    return _cell_markers(
+        bad, metric, first, "tokens differ from naive", "mismatch", text, marker, "tokens differ from naive"
     )
 
 
 def _contended_markers(contended: pd.DataFrame, metric: str, first: bool) -> go.Scatter:
     """An orange cross on each cell run while other processes took the CPU, and how many cores they took."""
+    marker = {"symbol": "x-thin-open", "size": 13, "color": COLORS["timing_alert"], "line": {"width": 2}}
+    cores = contended["other_cpu_cores"].fillna(0)
+    text = [f"{label(line)}: {n:.2f} other cores" for line, n in zip(contended["line"], cores, strict=True)]
+    name = "contended: other processes took the CPU"
+    return _cell_markers(contended, metric, first, name, "contended", text, marker, "contended, its timings unreliable")
+
+
+def _cell_markers(
+    cells: pd.DataFrame, metric: str, first: bool, name: str, group: str, text: list[str], marker: dict, says: str
+) -> go.Scatter:
+    """A marker on each of `cells` at its `metric`, in the legend (as `name`) from the `first` panel only."""
     return go.Scatter(
-        x=contended["prompt_tokens"],
-        y=contended[metric],
+        x=cells["prompt_tokens"],
+        y=cells[metric],
         mode="markers",
-        name="contended: other processes took the CPU",
-        legendgroup="contended",
-        showlegend=first and not contended.empty,
-        text=[
-            f"{label(line)}: {cores:.2f} other cores"
-            for line, cores in zip(contended["line"], contended["other_cpu_cores"].fillna(0), strict=True)
-        ],
-        marker={"symbol": "x-thin-open", "size": 13, "color": COLORS["timing_alert"], "line": {"width": 2}},
-        hovertemplate="%{text}: contended, its timings unreliable<extra></extra>",
+        name=name,
+        legendgroup=group,
+        showlegend=first and not cells.empty,
+        text=text,
+        marker=marker,
+        hovertemplate=f"%{{text}}: {says}<extra></extra>",
     )
 
 
