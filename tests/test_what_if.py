@@ -483,3 +483,24 @@ def test_probe_analyze_on_a_cached_cpu_trace_offers_compile_and_batch(cli):
     assert done.returncode == 0
     changes = [w["change"] for w in json.loads(done.stdout)["diagnosis"]["median"]["what_if"]]
     assert "compile the forward (torch.compile)" in changes and any(c.startswith("batch ") for c in changes)
+
+
+def test_a_cpu_steps_op_split_is_its_kinds_median_so_one_preempted_op_is_not_compute(tmp_path):
+    """Three decode steps of the same ops; in the second, the OS held its mul (2 us in the others, within 20 of the
+    view's 1 us floor: dispatch) for 60 us. Read alone, that step's rest would hold 59 us of "compute" that compiling
+    keeps and batching repeats; each figure is the median over the steps of its kind, so every step's split is the
+    steady one: GEMM 30, attention 10, no rest."""
+    host = []
+    for k in range(3):
+        t, held = 200 * k, 60 if k == 1 else 2
+        host += [
+            ("user_annotation", f"decode#{k}", t, t + 190, {}),
+            ("cpu_op", "aten::mm", t + 10, t + 40, {}),
+            ("cpu_op", "aten::view", t + 41, t + 42, {}),
+            ("cpu_op", "aten::mul", t + 43, t + 43 + held, {}),
+            ("cpu_op", "aten::_scaled_dot_product_flash_attention_for_cpu", t + 110, t + 120, {}),
+        ]
+    trace = load_trace(_trace(tmp_path, host))
+    facts = step_facts(trace, analyze(trace))
+    splits = {(f.cpu.gemm_ns, f.cpu.attention_ns, f.cpu.rest_ns, f.cpu.ops) for f in facts.values()}
+    assert splits == {(30_000, 10_000, 0, 4)}
