@@ -333,3 +333,23 @@ def test_the_op_cost_is_measured_on_the_decode_steps_its_ranges_at_the_loops_cos
     assert calibrate.workload_op_cost(run, cpu, range_ns=3000.0) == 500.0
     # a range cost past what the steps show: the op cost holds at 0, never below
     assert calibrate.workload_op_cost(run, cpu, range_ns=1e9) == 0.0
+
+
+@pytest.mark.slow
+def test_the_guard_check_is_measured_apart_from_the_static_engines_compiled_step(tiny):
+    """compiled_entry_ms traces the static step with dynamo's eager backend; the static engine compiled after it
+    still runs its own inductor graph (the entry's lambda holds its own cache entries), and the check is a positive
+    figure of the model's guards."""
+    from probe.capture.loop import generate
+    from probe.capture.machine import DYNAMO_LOOKUP, compiled_entry_ms
+
+    entry = compiled_entry_ms(tiny, 8, 4)
+    assert entry is not None and entry > 0
+    engine = engine_class("static")(tiny)
+    prompt = prompt_ids(8, 1, tiny.config.vocab_size)
+    for _ in range(2):
+        generate(engine, prompt, 4)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        generate(engine, prompt, 4)
+    names = {e.name for e in prof.events()}
+    assert DYNAMO_LOOKUP in names and any(n.startswith("## Call CompiledFxGraph") for n in names)

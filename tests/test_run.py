@@ -139,6 +139,10 @@ def assert_what_ifs_checked(report) -> None:
     cached = report.diagnoses["cached"]
     assert 0 < cached.evidence.unprofiled_host_ns < cached.evidence.host_work_ns
     assert all("unprofiled (" in w.arithmetic for w in cached.what_if), cached.what_if
+    # the compiled forward's guard check, measured on the model, priced into the compile what-if
+    assert report.overhead.compiled_entry_ms > 0
+    compile_ = [w for w in cached.what_if if w.change.startswith("compile")]
+    assert all(w.terms["entry"] == pytest.approx(report.overhead.compiled_entry_ms) for w in compile_)
     assert {"cached -> static", "batched B=1 -> B=2", "batched B=1 -> B=4", "batched B=1 -> B=8"} <= set(checks)
     assert checks["cached -> static"].what_if == "compile the forward (torch.compile)"
     for c in checks.values():

@@ -312,6 +312,21 @@ def test_a_cpu_step_offers_compile_and_batch_and_no_dispatch_to_zero(tmp_path):
     assert not any(c.startswith("fix the top op") for c in _changes(d))
 
 
+def test_the_compiled_calls_guard_check_is_added_where_measured_and_said_unpriced_where_not(tmp_path):
+    """probe run measures a compiled forward's guard check on the model (10 us here): the compiled step above, 75
+    us, becomes 85. Where nothing measured it (any other trace), the what-if says the check is not priced."""
+    path = _cpu_decode(tmp_path)
+    measured = next(
+        w for w in _median(path, Context(compiled_entry_ns=10_000)).what_if if w.change.startswith("compile")
+    )
+    assert measured.predicted_step_ms == pytest.approx(0.085) and measured.terms["entry"] == pytest.approx(0.01)
+    assert "guard check (0.010 ms, measured on the model) is added" in measured.assumption
+    unmeasured = next(w for w in _median(path).what_if if w.change.startswith("compile"))
+    assert "entry" not in unmeasured.terms and "guard check, which an eager trace does not show, is not priced" in (
+        unmeasured.assumption
+    )
+
+
 def test_a_compiled_cpu_step_is_not_offered_compile(tmp_path):
     d = _median(_cpu_decode(tmp_path, compiled=True))
     assert "compile the forward (torch.compile)" not in _changes(d)

@@ -39,6 +39,7 @@ import torch
 from engines import engine_class
 from engines.models import load_model, prompt_ids, resolve_device
 from engines.naive import no_cache_forward, prepared_masks
+from engines.static import StaticEagerEngine
 from probe import vocabulary
 from probe.analysis.diagnosis.predictions import Machine, OverheadReport, Piece
 from probe.analysis.diagnosis.report import ThreadChoice
@@ -56,6 +57,8 @@ from probe.capture.profile import prepare_graph_profiling
 from probe.capture.telemetry.backends import CpuBackend
 from probe.capture.telemetry.samplers import make_sampler
 from probe.errors import ProbeError
+
+DYNAMO_LOOKUP = "TorchDynamo Cache Lookup"  # torch.compile's range around the guard check of each call
 
 
 class _Frame:
@@ -438,3 +441,33 @@ def measure_machine(
         ),
         overhead,
     )
+
+
+class _GuardedOnly(StaticEagerEngine):
+    """The static engine's forward traced by dynamo with the eager backend: the guards a compiled step checks
+    before every call, and no generated code. (A lambda of its own, so its cache entries never serve the static
+    engine's compiled `_forward`.)"""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self._step = torch.compile(lambda ids: self._forward(ids), backend="eager", dynamic=False, fullgraph=True)
+
+
+def compiled_entry_ms(model, prompt_len: int, new_tokens: int, seed: int = 0) -> float | None:
+    """What entering a compiled forward costs on this model and machine, before any of its code runs: the guard
+    check dynamo makes at every call (torch.compile's `TorchDynamo Cache Lookup`), over every module's parameters
+    and attributes, so it grows with the model, and an eager trace holds no sign of it. The static engine's decode
+    step traced with the eager backend (no code generated: 1.6 s for the tiny preset on a 2-core VM), warmed, then
+    one generation profiled: the median lookup, ms (guards record no events inside it, so the profiler adds one
+    range's cost). None where the static engine refuses the model."""
+    if StaticEagerEngine.refusal(model.config) is not None or new_tokens < 2:
+        return None
+    engine = _GuardedOnly(model)
+    device = next(model.parameters()).device
+    prompt = prompt_ids(prompt_len, 1, model.config.vocab_size, seed).to(device)
+    for _ in range(2):  # trace, then run warm
+        generate(engine, prompt, new_tokens)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        generate(engine, prompt, new_tokens)
+    lookups = [e.cpu_time_total for e in prof.events() if e.name == DYNAMO_LOOKUP]
+    return statistics.median(lookups) / 1e3 if lookups else None

@@ -55,7 +55,7 @@ from probe.analysis.trace import load_trace
 from probe.capture.ab import interleaved_steps
 from probe.capture.calibrate import CALIBRATION_REPS
 from probe.capture.config import BenchConfig, ProfileConfig, settle, validate
-from probe.capture.machine import choose_threads, measure_machine
+from probe.capture.machine import choose_threads, compiled_entry_ms, measure_machine
 from probe.capture.profile import find_nsys, prepare_graph_profiling, profile_nsys, profile_torch, self_check
 from probe.capture.sweep import (
     bench,
@@ -239,8 +239,11 @@ def _profile_one(cfg: BenchConfig, folder: Path, model, engine: str, new_tokens:
     analysis = analyze(events, AnalyzeOptions(event_cost=meta.event_cost if meta else None))
     report.ledgers[label] = median_step(analysis)
     contended = meta.contended_caveat if meta else None
+    entry = report.overhead.compiled_entry_ms if report.overhead else None
     context = dataclasses.replace(
-        Context.of(events, contended=contended, analysis=analysis), threads=meta.threads if meta else None
+        Context.of(events, contended=contended, analysis=analysis),
+        threads=meta.threads if meta else None,
+        compiled_entry_ns=entry * 1e6 if entry is not None else None,
     )
     if (median := diagnose_trace(analysis, context).median) is not None:
         report.diagnoses[label] = median
@@ -462,6 +465,11 @@ def _measure(job: _Job, watch: Watch) -> tuple[list[str], list[str]]:
     watch.phase("machine: the floor, a cached step piece by piece, the copy bandwidth")
     with _part(report, "machine"):
         report.machine, report.overhead = measure_machine(cfg.model, cfg.dtype, cfg.device, device_name, model)
+    if device.type == "cpu" and report.overhead is not None:  # the compile what-if's guard check (a CPU's)
+        watch.phase("machine: a compiled forward's guard check (the static engine's step, traced once)")
+        with _part(report, "compiled entry"):
+            entry = compiled_entry_ms(model, min(cfg.prompts), cfg.new_tokens, cfg.seed)
+            report.overhead = dataclasses.replace(report.overhead, compiled_entry_ms=entry)
     job.machine_done = True
     job.write()
     for engine in job.engines:

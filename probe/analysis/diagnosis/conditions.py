@@ -441,12 +441,21 @@ def _cpu_ops(trace: Trace, analysis: TraceAnalysis, lo: np.ndarray, hi: np.ndarr
         other_ns = _total(step, kept & ~gemm & ~attention, ops.self_ns, m)
         rest_ns = _total(step, rest, above, m)
         fused = _fused_runs(ops, step, inside, kept, view_names[names], m)
-        columns = _kind_medians(
+        counts, floor, kept_counts, gemm_ns, attention_ns, other_ns, rest_ns, fused = _kind_medians(
             [counts, floor, kept_counts, gemm_ns, attention_ns, other_ns, rest_ns, fused], [steps[i].kind for i in sel]
         )
         for j, i in enumerate(sel.tolist()):
             if counts[j]:
-                out[i] = CpuOps(*(float(c[j]) if c is columns[1] else int(c[j]) for c in columns))
+                out[i] = CpuOps(
+                    int(counts[j]),
+                    float(floor[j]),
+                    int(kept_counts[j]),
+                    int(gemm_ns[j]),
+                    int(attention_ns[j]),
+                    int(other_ns[j]),
+                    int(rest_ns[j]),
+                    int(fused[j]),
+                )
     return out
 
 

@@ -119,6 +119,7 @@ class Context:
     step_ops: Mapping[int, tuple[OpRoofline, ...]] = field(default_factory=dict)  # by step position
     weights_ns: float | None = None  # a CPU step's weight bytes over the measured bandwidth
     threads: tuple[int, int] | None = None  # (intra-op threads the trace ran on, the machine's cores)
+    compiled_entry_ns: float | None = None  # a compiled forward's guard check a call, measured on the model (probe run)
     # The trace's work, merged, in ns from its first event: every GPU op (Context.of) and, once diagnose_trace adds
     # them, every step's host window. A step's hole is what of its wait for its first GPU op this does not cover.
     work: tuple[np.ndarray, np.ndarray] | None = None

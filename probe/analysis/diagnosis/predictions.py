@@ -298,7 +298,8 @@ def wrong_term(w: WhatIf, base_ms: float, after_ms: float, batch: int = 1) -> st
         kept = after_ms - t["compute"] - t.get("outside", 0.0)
         if kept < 0:
             return f"compute: the compiled step ({after_ms:.3f} ms) beat the ops' compute ({t['compute']:.3f} ms)"
-        return f"the overhead a compiled graph keeps: predicted {t['calls']:.3f} ms, measured {kept:.3f} ms"
+        predicted = t["calls"] + t.get("entry", 0.0)
+        return f"the overhead a compiled graph keeps: predicted {predicted:.3f} ms, measured {kept:.3f} ms"
     if "per_sequence" in t:  # batch: the per-sequence work, measured from B = 1 to B
         slope = (after_ms - base_ms) / (batch - 1)
         return f"the per-sequence work: predicted {t['per_sequence']:.3f} ms a sequence, measured {slope:.3f} ms"
@@ -506,6 +507,8 @@ class OverheadReport:
     device_pct: float | None = None
     compute_in_ops_pct: float = 0.0
     floor_unsynced_ms: float | None = None  # per forward, back to back with one sync at the end (None: old files)
+    # a compiled forward's guard check at each call, on this model (CPU; probe.capture.machine.compiled_entry_ms)
+    compiled_entry_ms: float | None = None
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)

@@ -346,7 +346,7 @@ def what_if(s: StepLedger, e: Evidence, on_gpu: bool, context: Context) -> tuple
     else:
         cpu = facts.cpu if facts is not None else None
         if cpu is not None:
-            _compile(offer, s, cpu)
+            _compile(offer, s, cpu, context.compiled_entry_ns)
             _cpu_batch(offer, s, cpu, context)
             _threads(offer, cpu, context)
         _host_fixes(offer, s, gpu_side=False)
@@ -587,10 +587,11 @@ def _gpu_binds(offer: _Offer, s: StepLedger, context: Context) -> None:
             )
 
 
-def _compile(offer: _Offer, s: StepLedger, cpu: CpuOps) -> None:
+def _compile(offer: _Offer, s: StepLedger, cpu: CpuOps, entry_ns: float | None) -> None:
     """A CPU step compiled: the compute stays, and so does the host work outside the compiled region (sampling,
     the loop); inside it, the host's cost per op stays only for the calls a compiled graph still makes: each op it
-    calls as eager code would (GEMM, attention), each run of fused ops between them, and the compiled call."""
+    calls as eager code would (GEMM, attention), each run of fused ops between them, and the compiled call; and
+    the compiled call's guard check (`entry_ns`, measured on the model; where it was not, unpriced and said)."""
     b = offer.b
     change = "compile the forward (torch.compile)"
     requires = (WARM, NOT_COMPILED)
@@ -602,20 +603,28 @@ def _compile(offer: _Offer, s: StepLedger, cpu: CpuOps) -> None:
     overhead = max(b.host_ns - outside - cpu.compute_ns, 0)
     per_op = overhead / s.top_level_ops
     calls = cpu.kept + cpu.fused + 1
-    after = min(outside + cpu.compute_ns + calls * per_op, b.host_ns)
+    entry = entry_ns or 0.0
+    after = min(outside + cpu.compute_ns + calls * per_op + entry, b.host_ns)
+    guards = (
+        f"the compiled call's guard check ({ms(entry)} ms, measured on the model) is added"
+        if entry_ns is not None
+        else "the compiled call's guard check, which an eager trace does not show, is not priced (probe run "
+        "measures it on the model)"
+    )
     offer.price(
         change,
         after,
         f"outside the forward {ms(outside)} + GEMM and attention {ms(kept)} + the other ops' compute "
-        f"{ms(cpu.rest_ns)} + {calls} calls x {us(per_op, 2)} us",
+        f"{ms(cpu.rest_ns)} + {calls} calls x {us(per_op, 2)} us" + (f" + guards {ms(entry)}" if entry_ns else ""),
         f"on a CPU an op's self time is its compute; the host's work outside the forward ({s.capture_region}) "
         f"stays; inside it, the host's cost per dispatched op ({us(per_op, 2)} us: the forward's {ms(overhead)} ms "
         f"of Python, dispatch and time between ops over the step's {s.top_level_ops} top-level ops) stays only for "
         f"the calls a compiled graph still makes: the {cpu.kept} ops it calls as they are (GEMM, attention), the "
-        f"{cpu.fused} run(s) of other ops between them (each fused into its kernels) and the compiled call",
+        f"{cpu.fused} run(s) of other ops between them (each fused into its kernels) and the compiled call; {guards}",
         requires,
         holds,
-        parts={"compute": cpu.compute_ns, "outside": outside, "overhead": overhead, "calls": calls * per_op},
+        parts={"compute": cpu.compute_ns, "outside": outside, "overhead": overhead, "calls": calls * per_op}
+        | ({"entry": entry} if entry_ns is not None else {}),
     )
 
 
