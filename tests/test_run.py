@@ -196,6 +196,7 @@ def test_a_part_that_fails_is_named_and_the_rest_goes_on(tmp_path, cli, monkeypa
         "probe run: cell 1 of 2 done: naive p8: ITL p50 " + phases[4].split("ITL p50 ")[1].split(" (+")[0],
         "probe run: cell 2 of 2 done: cached p8: ITL p50 " + phases[5].split("ITL p50 ")[1].split(" (+")[0],
         "probe run: machine: the floor, a cached step piece by piece, the copy bandwidth",
+        "probe run: machine: a compiled forward's guard check (the static engine's step, traced once)",
         "probe run: profile naive",
         "probe run: profile cached",
         "probe run: what-if checks: each change made, measured in turn with its baseline",
