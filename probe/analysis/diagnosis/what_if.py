@@ -24,8 +24,11 @@ to [0, the step], so a what-if never promises more than the step nor less than n
   (no backward, no optimizer), nothing in the region that waits on the device, no data-dependent shapes; shapes
   that change from step to step make it "make the shapes static, then capture";
 - compile the forward (a CPU): the compute stays (the GEMMs and attention, and the rest's, fused:
-  probe.analysis.diagnosis.conditions.CpuOps); the host's overhead (Python, dispatch, the time between ops) stays
-  only for the calls a compiled graph still makes, each at the step's own host cost per top-level op;
+  probe.analysis.diagnosis.conditions.CpuOps), and so does the host work outside the forward; the host's overhead
+  inside it (Python, dispatch, the time between ops) stays only for the calls a compiled graph still makes (each op
+  it calls as it is, each run of fused ops between them, the compiled call), each at the forward's own host cost per
+  top-level op; and the compiled call's guard check is added where `probe run` measured it on the model
+  (`Context.compiled_entry_ns`), else said to be unpriced;
 - remove the sync (GPU): the host stops waiting and runs ahead: the step becomes max(host work, GPU work);
 - batch B sequences (decode steps): host work per forward stays; the work that reads the weights stays and the work
   that reads each sequence's KV cache grows B times ("as the write-ups do"): with a model, in the roofline's bytes;
@@ -615,7 +618,8 @@ def _compile(offer: _Offer, s: StepLedger, cpu: CpuOps, entry_ns: float | None) 
         change,
         after,
         f"outside the forward {ms(outside)} + GEMM and attention {ms(kept)} + the other ops' compute "
-        f"{ms(cpu.rest_ns)} + {calls} calls x {us(per_op, 2)} us" + (f" + guards {ms(entry)}" if entry_ns else ""),
+        f"{ms(cpu.rest_ns)} + {calls} calls x {us(per_op, 2)} us"
+        + (f" + guards {ms(entry)}" if entry_ns is not None else ""),
         f"on a CPU an op's self time is its compute; the host's work outside the forward ({s.capture_region}) "
         f"stays; inside it, the host's cost per dispatched op ({us(per_op, 2)} us: the forward's {ms(overhead)} ms "
         f"of Python, dispatch and time between ops over the step's {s.top_level_ops} top-level ops) stays only for "
