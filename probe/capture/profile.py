@@ -54,7 +54,7 @@ from probe.capture import annotate
 from probe.capture.calibrate import event_costs, workload_op_cost
 from probe.capture.config import BenchConfig, ProfileConfig, model_name, validate
 from probe.capture.env import environment
-from probe.capture.loop import device_sync, generate
+from probe.capture.loop import generate
 from probe.capture.sweep import settle_here
 from probe.capture.telemetry.samplers import make_sampler
 from probe.errors import ProbeError
@@ -240,12 +240,9 @@ def _event_cost(engine, prompt, cfg: ProfileConfig, annotator, activities: list)
     engine's own generation (`workload_op_cost`), at least the loop's: the loop's op cost misses a model step's
     cache misses."""
     loop = event_costs(prompt.device)
-    sync = device_sync(prompt.device)
 
-    def once() -> tuple[int, ...]:
-        steps = generate(engine, prompt, cfg.new_tokens, annotator).step_ns
-        sync()
-        return steps
+    def once() -> tuple[int, ...]:  # generate synchronizes every step and at its end
+        return generate(engine, prompt, cfg.new_tokens, annotator).step_ns
 
     # at least the loop's: a run preempted while plain reads as a profiler that cost less than in a warm loop
     return EventCost(max(workload_op_cost(once, activities, loop.range_ns), loop.op_ns), loop.range_ns)
