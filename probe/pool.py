@@ -68,6 +68,28 @@ def pool_map(fn: Callable, items: Sequence, workers: int | None = None, lost: Ca
     return out
 
 
+def forked(fn: Callable, *args) -> tuple[multiprocessing.process.BaseProcess, multiprocessing.connection.Connection]:
+    """One process forked from this one that runs fn(conn, *args) and sends on `conn` as many messages as it likes;
+    the caller receives them on the connection returned, and kills and joins the process when done. Like a pool
+    process, it dies with this one and leaves Ctrl-C to it."""
+    context = multiprocessing.get_context("fork")
+    here, there = context.Pipe(duplex=False)
+    for stream in (sys.stdout, sys.stderr):  # the copy flushes what it inherited as it exits: nothing is printed twice
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            stream.flush()
+    process = context.Process(target=_streamer, args=(fn, args, there, os.getpid()), daemon=True)
+    process.start()
+    there.close()
+    return process, here
+
+
+def _streamer(fn: Callable, args: tuple, conn, parent: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent)
+    fn(conn, *args)
+    conn.close()
+
+
 def _child(fn: Callable, item, conn, parent: int) -> None:
     """A pool process: dies with its parent (Linux), runs fn(item), sends (True, result) or (False, why). Ctrl-C
     reaches the whole process group: the parent stops the pool, so this process ignores it (no traceback a child)."""

@@ -470,6 +470,139 @@ def test_odd_types_in_one_piece_leave_the_others_typed(tmp_path, tiny_pieces):
     assert trace.name(20) == "" and trace.pid[21] == -2 and trace.name(21) == "op21"  # pid "main": its own id
 
 
+# --- two processes read what one reads ------------------------------------------------------------------
+
+
+def _exact(trace) -> tuple:
+    """Everything a trace holds, its name table's order included (two processes must give the same ids)."""
+    cols = tuple(getattr(trace, c).tolist() for c in COLUMNS)
+    top = (trace.base_ns, trace.rank, trace.devices, trace.skipped, trace.dropped, trace.warnings)
+    return trace.names, trace.shapes, cols, top
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """How each two-process read ended: "two" (its table stood) or "one" (it diverged and one process read it)."""
+    seen: list[str] = []
+    real = pieces.split_in_two
+
+    def counted(*args):
+        try:
+            out = real(*args)
+        except pieces.Diverged:
+            seen.append("one")
+            raise
+        seen.append("two")
+        return out
+
+    monkeypatch.setattr(pieces, "split_in_two", counted)
+    return seen
+
+
+def _one_and_two(path: Path, monkeypatch) -> tuple[tuple, tuple]:
+    monkeypatch.setenv(pieces.READ_PROCESSES_ENV, "1")
+    one = _exact(load_trace(path))
+    monkeypatch.setenv(pieces.READ_PROCESSES_ENV, "2")
+    return one, _exact(load_trace(path))
+
+
+def _busy_trace(path: Path) -> Path:
+    """Pieces of every kind the fast path keeps: shapes recorded (repeated and new), flows and instants skipped,
+    dropped events (no ts, a ts past int64), a correlation past int64, names first seen in late pieces."""
+    events = []
+    for i in range(400):
+        shapes = {"Input Dims": [[i % 3, 4], []], "Input type": ["float", ""]} if i % 5 == 0 else {}
+        events.append(x(f"op{i % 37}" if i < 300 else f"late{i % 11}", 10.0 * i + 0.125, 2.5, **shapes))
+        events.append(x(f"k{i % 13}", 10.0 * i + 3.0, 1.0, cat="kernel", pid=0, tid=7, correlation=i))
+        events.append({"ph": "s" if i % 2 else "i", "name": "flow", "id": i, "pid": 1, "tid": 1, "ts": 10.0 * i})
+    events[50]["ts"], events[51]["ts"] = None, 1e30
+    events[52]["args"]["correlation"] = 2**70
+    return write_trace(path, events, baseTimeNanoseconds=17)
+
+
+def test_two_processes_read_what_one_reads(tmp_path, tiny_pieces, reads, monkeypatch):
+    paths = [_busy_trace(tmp_path / "busy.json"), *sorted(DATA.glob("*.trace.json.gz"))]
+    for path in paths:
+        one, two = _one_and_two(path, monkeypatch)
+        assert two == one, path.name
+    assert reads == ["two"] * len(paths)  # each read by two processes, none diverged
+
+
+@pytest.mark.parametrize("odd", ["false cut", "odd types", "thread named in words", "not UTF-8"])
+def test_what_two_processes_cannot_share_is_read_by_one_alike(tmp_path, tiny_pieces, reads, monkeypatch, odd):
+    """A cut inside a string, a piece of odd types, a thread named in words (its id is the order of such names
+    across the whole file) or a byte that is not UTF-8: the two-process read stops and one process reads the
+    file, as it always has."""
+    events = [x(f"op{i}", float(i), 0.5) for i in range(200)]
+    if odd == "false cut":
+        events[120]["name"] = 'a}, {"ph": "X", "ts": 1, "dur": 1}, {b' * 40
+    elif odd == "odd types":
+        events[120]["name"], events[121] = ["list"], 7
+    elif odd == "thread named in words":
+        events[120]["tid"] = "main"
+    path = write_trace(tmp_path / "t.json", events)
+    if odd == "not UTF-8":
+        path.write_bytes(path.read_bytes().replace(b"op120", b"op\xff\xfe"))
+    one, two = _one_and_two(path, monkeypatch)
+    assert two == one and reads == ["one"]
+
+
+def test_a_reading_process_lost_leaves_the_read_to_this_one(tmp_path, tiny_pieces, reads, monkeypatch):
+    """The forked process dies mid-read (the OOM killer, a signal): this one reads the file alone, with the same
+    table, and leaves no process behind."""
+    import multiprocessing
+    import os
+
+    from probe.analysis.trace import chrome
+
+    here, real = os.getpid(), chrome._Table.piece_part
+
+    def dies_there(self, array):
+        if os.getpid() != here:
+            os._exit(9)
+        return real(self, array)
+
+    path = _busy_trace(tmp_path / "busy.json")
+    monkeypatch.setenv(pieces.READ_PROCESSES_ENV, "1")
+    one = _exact(load_trace(path))
+    monkeypatch.setattr(chrome._Table, "piece_part", dies_there)
+    monkeypatch.setenv(pieces.READ_PROCESSES_ENV, "2")
+    assert _exact(load_trace(path)) == one and reads == ["one"]
+    assert multiprocessing.active_children() == []
+
+
+def test_when_a_second_process_reads(monkeypatch):
+    big = pieces.TWO_PROCESS_PIECES * pieces.PIECE_BYTES
+    monkeypatch.delenv(pieces.READ_PROCESSES_ENV, raising=False)
+    monkeypatch.setattr(pieces, "_cores", lambda: 2)
+    assert pieces.two_processes(big) and not pieces.two_processes(big - 1)
+    monkeypatch.setattr(pieces, "_cores", lambda: 1)
+    assert not pieces.two_processes(big)  # no second core to run it
+    monkeypatch.setenv(pieces.READ_PROCESSES_ENV, "2")
+    assert pieces.two_processes(1)
+    monkeypatch.setenv(pieces.READ_PROCESSES_ENV, "1")
+    assert not pieces.two_processes(10 * big)
+    monkeypatch.setenv(pieces.READ_PROCESSES_ENV, "3")
+    with pytest.raises(ProbeError, match="PROBE_READ_PROCESSES='3'"):
+        pieces.two_processes(big)
+
+
+def test_no_second_process_beside_another_thread(monkeypatch):
+    """A fork copies only the thread that forks: a lock another thread held would stay held in the copy."""
+    import threading
+
+    monkeypatch.setenv(pieces.READ_PROCESSES_ENV, "2")
+    assert pieces.two_processes(1)
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert not pieces.two_processes(1)
+    finally:
+        stop.set()
+        thread.join()
+
+
 # --- top-level facts --------------------------------------------------------------------------------------
 
 

@@ -142,6 +142,17 @@ def open_content(path: Path) -> io.BufferedReader:
     return io.BufferedReader(_Gunzipped(f, path, gunzip_limit_bytes()), buffer_size=1 << 20)
 
 
+def content_size(path: Path) -> int:
+    """About how many bytes `open_content` gives: the file's size, or past it what a gzip records of its content (its
+    last member's size, mod 2**32). An estimate, for choosing how to read a file, never a limit."""
+    with open_regular(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < 18 or f.peek(2)[:2] != GZIP_MAGIC:
+            return size
+        f.seek(-4, os.SEEK_END)
+        return max(size, int.from_bytes(f.read(4), "little"))
+
+
 def is_gzipped(path: Path) -> bool:
     with open_regular(path) as f:
         return f.read(2) == GZIP_MAGIC

@@ -170,6 +170,14 @@ _ANY_DOC = msgspec.json.Decoder(_AnyDoc)
 
 def read_chrome(source: Path) -> Trace:
     table = _Table(source)
+    if pieces.two_processes(files.content_size(source)):
+        try:
+            rest = pieces.split_in_two(
+                lambda: files.open_content(source), table.piece_part, table.merge, str(source), _frame_ok
+            )
+            return table.finish(table.add_document(rest))
+        except pieces.Diverged:  # a false cut or odd types: read again by this process alone, as below
+            table = _Table(source)
     with files.open_content(source) as stream:
         rest = pieces.split(stream, table.add_piece, str(source), _frame_ok)
     return table.finish(table.add_document(rest))
@@ -184,7 +192,7 @@ def _frame_ok(frame: bytes) -> bool:
     return not error and isinstance(doc, dict) and doc.get("traceEvents") == []
 
 
-def _decode(decoder: msgspec.json.Decoder, text: bytes) -> tuple[Any, str]:
+def _decode(decoder: msgspec.json.Decoder, text: bytes | memoryview) -> tuple[Any, str]:
     """(value, "") or (None, why the text is not whole JSON); a ValidationError (valid JSON of other types)
     propagates. msgspec raises RecursionError, not DecodeError, for JSON nested past its depth limit."""
     try:
@@ -197,10 +205,22 @@ def _decode(decoder: msgspec.json.Decoder, text: bytes) -> tuple[Any, str]:
         return None, "nested deeper than the decoder allows"
 
 
+@dataclass
+class _Part:
+    """One piece's events as a table of their own made them: columns whose name, category and shape ids index this
+    piece's `names` and `shape_keys`, with what was left out of it."""
+
+    columns: dict[str, np.ndarray]
+    names: list[str]
+    shape_keys: list[bytes]
+    counters: tuple[Counter[str], Counter[str], Counter[str]]  # skipped, dropped, past int64, as _Table counts them
+    items: int
+
+
 class _Table:
     """The columns built so far, the name table, and what was left out along the way."""
 
-    def __init__(self, source: Path):
+    def __init__(self, source: Path, cap: tuple[int, str] | None = None):
         self.source = source
         self.strings = _NameTable()
         self.columns = _Growing()
@@ -213,11 +233,43 @@ class _Table:
         self.shapes = _Shapes()
         self.past_int64: Counter[str] = Counter()  # ids that are integers past int64, by what they are
         self.thread_names: dict[str, int] = {}  # pid / tid text that is no number -> its index (id -2 - index)
-        self.max_events = max_events()  # checked as each piece comes, before the table grows past it
+        self.max_events = cap or max_events()  # checked as each piece comes, before the table grows past it
 
-    def add_piece(self, array: bytes) -> bool:
+    def add_piece(self, array: memoryview) -> bool:
         """pieces.split's test: True when `array` is a JSON array of whole events (then they are in the table)."""
         return self._add_events(array)
+
+    def piece_part(self, array: memoryview) -> _Part | None:
+        """A piece read by a table of its own, for `merge` (in this process or a forked one); None when the fast
+        typed decode does not take it whole, or it names a thread in words (those ids are the sequential read's)."""
+        table = _Table(self.source, self.max_events)
+        try:
+            table._add_typed(_EVENTS.decode(array))
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            return None
+        if table.thread_names:
+            return None
+        cols = table.columns.take()
+        return _Part(cols, list(table.strings), table.shapes.ids.keys_in_order, table.counters(), table.items)
+
+    def merge(self, part: _Part) -> None:
+        """A piece's part, in the file's order: its names and shapes take this table's ids (a name new here takes
+        the next, so the ids come out as one table reading every piece in turn gives them)."""
+        cols = part.columns
+        ids = np.fromiter(map(self.strings.__getitem__, part.names), np.int32, len(part.names))
+        cols["name_id"], cols["cat_id"] = ids[cols["name_id"]], ids[cols["cat_id"]]
+        if part.shape_keys:
+            shape_ids = np.fromiter(map(self.shapes.ids.__getitem__, part.shape_keys), np.int32, len(part.shape_keys))
+            has = cols["shape_id"] >= 0
+            cols["shape_id"][has] = shape_ids[cols["shape_id"][has]]
+        for mine, theirs in zip(self.counters(), part.counters, strict=True):
+            mine.update(theirs)
+        self.items += part.items
+        check_events(self.columns.n + len(cols["ts_ns"]), self.source, self.max_events)
+        self.columns.append(cols)
+
+    def counters(self) -> tuple[Counter[str], Counter[str], Counter[str]]:
+        return self.skipped, self.dropped, self.past_int64
 
     def add_document(self, doc: bytes) -> _Top:
         """The trace's last events and its top-level keys."""
@@ -259,7 +311,7 @@ class _Table:
                 top.traceEvents = None
         return top
 
-    def _add_events(self, text: bytes) -> bool:
+    def _add_events(self, text: bytes | memoryview) -> bool:
         """Decode a JSON list of events into the table; False when the text is not whole JSON."""
         try:
             events = self._decode(_EVENTS, text)
@@ -273,12 +325,13 @@ class _Table:
             return True
         return events is not None
 
-    def _decode(self, decoder: msgspec.json.Decoder, text: bytes):
+    def _decode(self, decoder: msgspec.json.Decoder, text: bytes | memoryview):
         """decoder.decode(text), with bytes that are not UTF-8 replaced when that is what stops it; None (and
         `self.error`) when the text is not whole JSON. A ValidationError (valid JSON, other types) propagates."""
         out, self.error = _decode(decoder, text)
         if "UTF-8" not in self.error:
             return out
+        text = bytes(text)  # a piece is a view into the reader's buffer
         fixed = text.decode("utf-8", "replace").encode()
         out, self.error = _decode(decoder, fixed)
         if not self.error:
