@@ -827,3 +827,19 @@ def test_more_steps_than_one_analysis_holds_is_one_line(tmp_path):
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert "30 steps found by probe ranges, more than the 29 one analysis holds" in result.stderr
     assert run_probe("analyze", str(path), env={**os.environ, "PROBE_MAX_STEPS": "30"}).returncode == 0
+
+
+def test_a_step_kind_reads_as_words():
+    """"not offered: it needs a decode step, and an iteration", never "a iteration step" or "a profiler_step step"."""
+    from probe.analysis.ledger.types import kind_words
+
+    said = {k: kind_words(k, article=True) for k in ("decode", "iteration", "profiler_step", "step", "window", "mixed")}
+    assert said == {
+        "decode": "a decode step",
+        "iteration": "an iteration",
+        "profiler_step": "a ProfilerStep range",
+        "step": "a step",
+        "window": "a whole-trace window",
+        "mixed": "a mixed (prefill and decode) step",
+    }
+    assert kind_words("eagle_verify") == "eagle_verify step"  # an engine's own mode

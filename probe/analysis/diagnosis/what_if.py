@@ -53,7 +53,7 @@ from dataclasses import dataclass, field, replace
 from probe.analysis.diagnosis.conditions import CpuOps, StepFacts
 from probe.analysis.diagnosis.evidence import EXTERNAL_SHARE, Context, Evidence, gpu_side_missing, site_text
 from probe.analysis.ledger.host import EVERY_OP
-from probe.analysis.ledger.types import StepLedger
+from probe.analysis.ledger.types import StepLedger, kind_words
 from probe.text import ms, pct, us
 
 MAX_BATCH = 64  # the largest batch a what-if proposes (a serving batch; nothing past it is claimed)
@@ -264,7 +264,7 @@ def conditions(s: StepLedger, e: Evidence, on_gpu: bool, facts: StepFacts | None
 def _ledger_conditions(s: StepLedger, e: Evidence, on_gpu: bool) -> dict[str, Condition]:
     """What the step's ledger says: a decode step, a wait on its own GPU work, and (on a GPU) its GPU side recorded."""
     out = {
-        DECODE: Condition(DECODE, s.kind == "decode", f"a {s.kind} step"),
+        DECODE: Condition(DECODE, s.kind == "decode", kind_words(s.kind, article=True)),
         OWN_WAIT: Condition(
             OWN_WAIT,
             s.own_wait_ns > 0 or s.sync_wait_ns == 0,

@@ -46,6 +46,20 @@ TOP_FRAMES_KEPT = 10  # per step; the trace's list keeps every name
 
 
 StepKind = Literal["prefill", "decode", "mixed", "profiler_step", "step", "graph", "window"] | str  # | an engine's mode
+_KIND_WORDS = {
+    "mixed": "mixed (prefill and decode) step",
+    "profiler_step": "ProfilerStep range",
+    "step": "step",
+    "graph": "graph replay",
+    "window": "whole-trace window",
+    "iteration": "iteration",
+}
+
+
+def kind_words(kind: StepKind, article: bool = False) -> str:
+    """A step kind as words: "decode step", "iteration", "ProfilerStep range"; with `article`, "an iteration"."""
+    words = _KIND_WORDS.get(kind, f"{kind} step")
+    return f"{'an' if words[:1].lower() in 'aeiou' else 'a'} {words}" if article else words
 
 
 @dataclass(frozen=True)

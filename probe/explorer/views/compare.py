@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from probe.analysis.ledger.types import kind_words
 from probe.analysis.regression.compare import Comparison
 from probe.explorer import figures, sources
 from probe.explorer.figures.style import md
@@ -39,7 +40,7 @@ def show_compare(loaded: Run | TraceSource, ctx: ViewContext) -> None:
         st.plotly_chart(figures.compare.trace_compare_figure(frame, *names), key="compare_chart")
         others = [k for k in shared.keys if k != kind]
         st.caption(
-            md(f"Means per {kind} step, the kind both traces hold")
+            md(f"Means per {kind_words(kind)}, the kind both traces hold")
             + (md(f" (also in both: {', '.join(others)}; Alerts holds every one)") if others else "")
             + "; the host categories add up to the wall time."
         )

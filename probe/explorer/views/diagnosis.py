@@ -11,6 +11,7 @@ import streamlit as st
 
 from probe.analysis.diagnosis.answer import Answer
 from probe.analysis.diagnosis.verdict import bound_words
+from probe.analysis.ledger.types import kind_words
 from probe.analysis.roofline.devices import device
 from probe.explorer import figures, sources
 from probe.explorer.figures.style import md, printable
@@ -52,7 +53,7 @@ def show_diagnosis(loaded: Run | TraceSource, ctx: ViewContext) -> None:
     )
     others = [(kind, k) for kind, k in result.diagnosis.by_kind.items() if k is not d]
     for kind, k in others:
-        with st.expander(md(f"The median {kind} step: {bound_words(k)}")):
+        with st.expander(md(f"The median {kind_words(kind)}: {bound_words(k)}")):
             st.markdown(md(k.headline))
             st.markdown("\n".join(f"- {md(line)}" for line in k.lines))
     st.subheader("The roofline beside the step")
