@@ -648,3 +648,25 @@ def test_nsys_correlation_ids_that_are_not_integers_warn(hand_nsys, tmp_path):
     assert (
         "1 row(s) with a correlation id that is not an integer (past int64, or text): left unjoined" in trace.warnings
     )
+
+
+# --- another profiler's JSON is named, not only refused ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "doc, said",
+    [
+        ({"rocprofiler-sdk-tool": [{"metadata": {}, "buffer_records": {}}]}, "a rocprofiler-sdk (rocprofv3) results"),
+        ({"schema": "1.0.1", "pid": 7, "time": "t", "start_ts": 1, "nodes": [], "finish_ts": 2}, "execution trace"),
+        ({"a": 1, "b": [{"c": 2}]}, "its keys are 'a', 'b'"),
+        ({}, "its keys are none"),
+    ],
+    ids=["rocprofv3", "execution trace", "other keys", "empty object"],
+)
+def test_json_that_is_no_trace_says_what_it_holds(tmp_path, doc, said):
+    """One line naming what the file is (by a key only that format writes, else its keys) and what probe reads."""
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps(doc))
+    message = one_line_error(path)
+    assert "JSON but not a trace (no traceEvents list)" in message and said in message
+    assert "probe reads torch.profiler's chrome trace" in message

@@ -183,6 +183,29 @@ def read_chrome(source: Path) -> Trace:
     return table.finish(table.add_document(rest))
 
 
+_KEYS = msgspec.json.Decoder(dict[str, msgspec.Raw])  # an object's keys, its values left as text
+# Other profilers' JSON, each by a top-level key only it writes, and what it is.
+_OTHER_FORMATS = {
+    "rocprofiler-sdk-tool": "a rocprofiler-sdk (rocprofv3) results file",
+    "nodes": "a PyTorch execution trace (ExecutionTraceObserver: ops and tensors, no times)",
+}
+_READS = "probe reads torch.profiler's chrome trace (export_chrome_trace, tensorboard_trace_handler) or an nsys SQLite export"
+
+
+def _what_else(doc: bytes) -> str:
+    """What a JSON object without traceEvents holds instead: another profiler's format named by a key only it
+    writes, else its top-level keys; then what probe reads."""
+    try:
+        keys = list(_KEYS.decode(doc))
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return _READS
+    known = [what for key, what in _OTHER_FORMATS.items() if key in keys]
+    if known:
+        return f"{known[0]}; {_READS}"
+    shown = ", ".join(repr(k)[:40] for k in keys[:8]) + (f" and {len(keys) - 8} more" if len(keys) > 8 else "")
+    return f"its keys are {shown or 'none'}; {_READS}"
+
+
 def _frame_ok(frame: bytes) -> bool:
     """Whether `frame` really opens the events array: `{... "traceEvents": [` closed is `{... "traceEvents": []}`.
     (`"traceEvents": [` can also sit inside a string or be the tail of a longer key.)"""
@@ -289,7 +312,7 @@ class _Table:
         if top is None:
             raise ProbeError(f"{self.source}: not JSON ({self.error})")
         if top.traceEvents is None:
-            raise ProbeError(f"{self.source}: JSON but not a trace (no traceEvents list)")
+            raise ProbeError(f"{self.source}: JSON but not a trace (no traceEvents list): {_what_else(doc)}")
         return _Top(_int64_or_none(top.baseTimeNanoseconds), _rank(top.distributedInfo), _devices(top.deviceProperties))
 
     def _not_a_trace(self) -> str:
