@@ -830,7 +830,7 @@ def test_more_steps_than_one_analysis_holds_is_one_line(tmp_path):
 
 
 def test_a_step_kind_reads_as_words():
-    """"not offered: it needs a decode step, and an iteration", never "a iteration step" or "a profiler_step step"."""
+    """ "not offered: it needs a decode step, and an iteration", never "a iteration step" or "a profiler_step step"."""
     from probe.analysis.ledger.types import kind_words
 
     said = {k: kind_words(k, article=True) for k in ("decode", "iteration", "profiler_step", "step", "window", "mixed")}

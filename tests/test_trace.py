@@ -936,3 +936,35 @@ def test_a_device_side_this_reader_does_not_know_is_said_in_one_line(tmp_path):
     assert set(trace.kind.tolist()) == {Kind.CPU_OP, Kind.OTHER}
     (said,) = trace.warnings
     assert said.endswith("gcu_runtime (1), gcu_kernel (1)") and "does not know" in said and "\n" not in said
+
+
+# --- torch.autograd.profiler's legacy export (before kineto): no categories ---------------------------------
+
+
+def test_the_legacy_exports_sides_are_read_by_their_process(tmp_path):
+    """torch < 1.8 wrote no `cat`: CPU events in process "CPU functions", kernels in "CUDA functions" with the
+    device as tid, joined to their op by a cpu_to_cuda flow only. They are ops and kernels, said in a warning, not
+    events of no kind."""
+    cpu, gpu = "CPU functions", "CUDA functions"
+    events = [
+        {"name": "aten::conv2d", "ph": "X", "ts": 10.0, "dur": 50.0, "tid": 1, "pid": cpu, "args": {}},
+        {"name": "aten::relu", "ph": "X", "ts": 70.0, "dur": 5.0, "tid": 1, "pid": cpu, "args": {}},
+        {"name": "aten::conv2d", "ph": "s", "ts": 10.0, "tid": 1, "pid": cpu, "id": 1, "cat": "cpu_to_cuda"},
+        {"name": "implicit_gemm", "ph": "f", "ts": 20.0, "tid": 0, "pid": gpu, "id": 1, "cat": "cpu_to_cuda"},
+        {"name": "implicit_gemm", "ph": "X", "ts": 20.0, "dur": 40.0, "tid": 0, "pid": gpu, "args": {}},
+        {"name": "unrelated", "ph": "X", "ts": 80.0, "dur": 1.0, "tid": 1, "pid": "Other process", "args": {}},
+    ]
+    path = tmp_path / "legacy.json"
+    path.write_text(json.dumps(events))
+    trace = load_trace(path)
+    read = {trace.name(i): (trace.kind[i], trace.device[i], trace.stream[i]) for i in range(len(trace))}
+    assert read == {
+        "aten::conv2d": (Kind.CPU_OP, -1, -1),
+        "aten::relu": (Kind.CPU_OP, -1, -1),
+        "implicit_gemm": (Kind.KERNEL, 0, 0),
+        "unrelated": (Kind.OTHER, -1, -1),
+    }
+    (said,) = [w for w in trace.warnings if "legacy export" in w]
+    assert "2 in 'CPU functions' as CPU ops, 1 in 'CUDA functions' as kernels" in said
+    kineto = write_trace(tmp_path / "kineto.json", [x("aten::mm", 1.0, 1.0, pid=cpu)])
+    assert not any("legacy" in w for w in load_trace(kineto).warnings)  # a category says the side: no guess

@@ -189,7 +189,7 @@ _OTHER_FORMATS = {
     "rocprofiler-sdk-tool": "a rocprofiler-sdk (rocprofv3) results file",
     "nodes": "a PyTorch execution trace (ExecutionTraceObserver: ops and tensors, no times)",
 }
-_READS = "probe reads torch.profiler's chrome trace (export_chrome_trace, tensorboard_trace_handler) or an nsys SQLite export"
+_READS = "probe reads torch.profiler's chrome trace (export_chrome_trace, tensorboard_trace_handler) or nsys SQLite"
 
 
 def _what_else(doc: bytes) -> str:
@@ -485,10 +485,12 @@ class _Table:
         cols = self.columns.take()
         cats = np.flatnonzero(np.bincount(cols["cat_id"], minlength=len(names))).tolist()  # no sort of the rows
         kind, notes = _kinds(names, cats, cols["cat_id"], cols["name_id"])
+        legacy, legacy_notes = _legacy_sides(kind, names, cols, self.thread_names)
         on_stream = np.isin(kind, np.asarray(ON_STREAM, dtype=np.int8))
         cols["kind"] = kind
         cols["stream"] = np.where(on_stream, cols["tid"], -1)
-        cols["device"] = np.where(on_stream, cols["pid"], -1)
+        cols["device"] = np.where(on_stream & ~legacy, cols["pid"], np.where(on_stream, cols["tid"], -1))
+        notes += legacy_notes
         notes += _pair_profiler_ranges(names, cats, cols)
         if self.replaced:
             notes += (f"replaced {self.replaced} character(s) that were not UTF-8 with U+FFFD",)
@@ -540,6 +542,37 @@ def _kinds(
     return kind, (
         f"events of categories this reader does not know, kept as 'other' (a device side probe does not support "
         f"is left out of every GPU figure): {counts}{more}",
+    )
+
+
+# torch.autograd.profiler's own export (before kineto, torch < 1.8) writes no category: the process an event sits in
+# names its side, and a kernel's tid is its device.
+_LEGACY_SIDES = {"cpu functions": Kind.CPU_OP, "cuda functions": Kind.KERNEL}
+
+
+def _legacy_sides(
+    kind: np.ndarray, names: tuple[str, ...], cols: dict[str, np.ndarray], thread_names: dict[str, int]
+) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Rows with no category in a process named as the legacy export names its sides take that side's Kind (in
+    place); returns which rows are legacy kernels (their device is their tid) and a line saying what was read so."""
+    legacy_kernels = np.zeros(len(kind), bool)
+    blank = [i for i, name in enumerate(names) if name == ""]
+    said = []
+    for text, j in thread_names.items():
+        side = _LEGACY_SIDES.get(text.lower())
+        if side is None or not blank:
+            continue
+        rows = (cols["pid"] == -2 - j) & (cols["cat_id"] == blank[0]) & (kind == Kind.OTHER)
+        if rows.any():
+            kind[rows] = side
+            legacy_kernels |= rows & (side == Kind.KERNEL)
+            said.append(f"{np.count_nonzero(rows)} in {text!r} as {'kernels' if side == Kind.KERNEL else 'CPU ops'}")
+    if not said:
+        return legacy_kernels, ()
+    return legacy_kernels, (
+        "events with no category read as torch.autograd.profiler's legacy export (before kineto): "
+        + ", ".join(said)
+        + "; it records no launch calls, so no kernel joins one",
     )
 
 
