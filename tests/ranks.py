@@ -56,3 +56,51 @@ def make_rank_traces(
         path.write_bytes(gzip.compress(json.dumps(mine).encode(), compresslevel=1))
         paths.append(path)
     return paths
+
+
+COLLECTIVE = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
+PERIOD_US = 1000  # one step's period, the same on every rank (a synchronous job)
+STEP_END_US = 900  # every rank's step range ends here, from the period's start
+COMPUTE_US = 200  # the compute kernel before the collective, the same on every rank
+COLLECTIVE_END_US = 700  # every rank's collective kernel ends here: when the last rank joined it
+
+
+def make_collective_job(
+    folder: Path, entries_us: tuple[int, ...] = (0, 100, 200, 300), steps: int = 2, sync_at_us: int = 30
+) -> list[Path]:
+    """A synchronous job's ranks, hand-built so every figure can be checked by hand (no recorded trace holds the
+    case): rank r enters each step `entries_us[r]` after the period's start, launches a 200 us compute kernel (from
+    entry + 20) and a collective (from entry + 220), then waits in cudaStreamSynchronize from entry + `sync_at_us`
+    until the collective ends. The collective ends at 700 on every rank, when the last rank joined it, so rank r
+    spends 480 - entries_us[r] us in it; every step range ends at 900. Returns rank<r>.trace.json paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for rank, entry in enumerate(entries_us):
+        events: list[dict] = []
+        for k in range(steps):
+            t0, start = k * PERIOD_US, k * PERIOD_US + entry
+            corr = 10 * k
+            host = [
+                ("user_annotation", f"ProfilerStep#{k}", start, t0 + STEP_END_US, {}),
+                ("cuda_runtime", "cudaLaunchKernel", start + 10, start + 15, {"correlation": corr + 1}),
+                ("cuda_runtime", "cudaLaunchKernel", start + 20, start + 25, {"correlation": corr + 2}),
+                ("cuda_runtime", "cudaStreamSynchronize", start + sync_at_us, t0 + COLLECTIVE_END_US, {}),
+            ]
+            gpu = [
+                ("kernel", "volta_sgemm_128x64_nn", start + 20, start + 20 + COMPUTE_US, {"correlation": corr + 1}),
+                ("kernel", COLLECTIVE, start + 20 + COMPUTE_US, t0 + COLLECTIVE_END_US, {"correlation": corr + 2}),
+            ]
+            events += [_event(c, n, a, b, 1, 1, args) for c, n, a, b, args in host]
+            events += [_event(c, n, a, b, 0, 7, {"stream": 7, **args}) for c, n, a, b, args in gpu]
+        doc = {
+            "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": len(entries_us)},
+            "traceEvents": events,
+        }
+        path = folder / f"rank{rank}.trace.json"
+        path.write_text(json.dumps(doc))
+        paths.append(path)
+    return paths
+
+
+def _event(cat: str, name: str, a: int, b: int, pid: int, tid: int, args: dict) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": a, "dur": b - a, "args": args}

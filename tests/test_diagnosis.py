@@ -14,6 +14,7 @@ from probe.analysis.diagnosis.verdict import bound_words, diagnose_trace
 from probe.analysis.ledger.build import analyze
 from probe.analysis.trace import load_trace
 from tests.conftest import DATA, shared_trace
+from tests.ranks import make_collective_job
 
 
 def _trace(tmp_path: Path, host: list, gpu: list = ()) -> Path:
@@ -130,6 +131,36 @@ def drain_then_own_work_trace(tmp_path: Path) -> Path:
             ("kernel", "add", 60, 80, {"correlation": 3}),
         ],
     )
+
+
+def test_a_syncs_wait_behind_a_collective_is_on_the_other_ranks_not_the_steps_saving(tmp_path):
+    """Rank 0 of tests/ranks.make_collective_job: it enters at 0, its 200 us GEMM runs 20-220, its collective 220-700
+    (it waits there for rank 3, which joins at 520), and it waits in cudaStreamSynchronize 30-700. Own wait 670 us,
+    of it 480 behind the collective: on the other ranks. Host work 900 - 670 = 230, GPU 200 + 480 = 680; the step
+    max(230 + 670, 680) = 900. Removing the sync keeps the wait on the peers: max(230 + 480, 680) = 710, saves 190
+    us, not the 220 that max(230, 680) = 680 would claim."""
+    rank0, *_ = make_collective_job(tmp_path / "job")
+    d = _diagnose(rank0)
+    (sync,) = [w for w in d.what_if if w.change.startswith("remove the sync")]
+    assert (round(sync.predicted_step_ms, 6), round(sync.saving_ms, 6)) == (0.71, 0.19)
+    s = analyze(load_trace(rank0)).steps[0]
+    assert (s.sync_wait_ns, s.own_wait_ns, s.peer_wait_ns, s.gpu_busy_ns) == (670_000, 670_000, 480_000, 680_000)
+    assert "max(host 0.230 + on peers 0.480, GPU 0.680) = 0.710 ms" in sync.arithmetic
+    assert "0.480 ms of its 0.670 ms wait was behind communication kernels" in sync.arithmetic
+    assert "a wait on the other ranks, not this step's own work" in sync.arithmetic
+
+
+def test_a_sync_that_waits_only_behind_a_collective_is_not_offered(tmp_path):
+    """The same job with the sync from the end of the GEMM (220) to the collective's end (700): all 480 us of its
+    own wait is behind the collective, on the other ranks: nothing of the step's own to save."""
+    rank0, *_ = make_collective_job(tmp_path / "job", sync_at_us=220)
+    d = _diagnose(rank0)
+    assert not [w for w in d.what_if if w.change.startswith("remove the sync")]
+    s = analyze(load_trace(rank0)).steps[0]
+    assert (s.sync_wait_ns, s.own_wait_ns, s.peer_wait_ns) == (480_000, 480_000, 480_000)
+    (line,) = [w for w in d.withheld if w.startswith("remove the sync")]
+    assert "not offered: 0.480 ms of its 0.480 ms wait was behind communication kernels" in line
+    assert "a wait on the other ranks" in line
 
 
 def test_own_wait_is_the_wait_on_the_steps_own_gpu_work(tmp_path):

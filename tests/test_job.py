@@ -18,17 +18,19 @@ import psutil
 import pytest
 
 from probe.analysis.ledger.ranks import (
+    RankStep,
     TraceFailure,
     analyze_one,
     check_job,
     expand,
+    held_by_rank,
     lost_trace,
     rank_in_name,
     ranks,
 )
 from probe.pool import pool_map
 from tests.conftest import DATA, ROOT, run_probe, shared_trace
-from tests.ranks import make_rank_traces
+from tests.ranks import make_collective_job, make_rank_traces
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +62,48 @@ def test_a_folder_of_rank_traces_names_the_straggler(rank_folder):
         assert step["trails_median_pct"] == pytest.approx(25.0, abs=1e-4)
         assert [r["launches"] for r in step["ranks"]] == [870] * 4  # the V100 trace's 870 launches a step
     assert doc["straggler"]["rank"] == 2 and doc["straggler"]["slowest_steps"] == doc["straggler"]["steps"] == 5
+    # the V100 trace records NCCL's host ranges but no communication kernel: the wall decides
+    assert doc["straggler"]["rule"] == "wall" and {s["rule"] for s in doc["by_step"]} == {"wall"}
     assert doc["failed"] == []
+
+
+def test_the_straggler_is_the_rank_the_collectives_wait_for(tmp_path):
+    """tests/ranks.make_collective_job: ranks 0-3 enter each step 0, 100, 200, 300 us after the period's start and
+    their collectives all end at 700, when rank 3 joins. Walls 900 - entry: 900, 800, 700, 600 us, rank 0 the
+    slowest (the wall rule named it); time in collectives 480 - entry: 480, 380, 280, 180 us. Rank 3 waits least: it
+    is the one the others wait for, in both steps, against a median of (380 + 280) / 2 = 330 us."""
+    make_collective_job(tmp_path / "job")
+    result = run_probe("analyze", str(tmp_path / "job"), "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["straggler"]["rank"] == 3  # the wall rule named rank 0, the first to enter
+    for step in doc["by_step"]:
+        assert [r["wall_us"] for r in step["ranks"]] == [900.0, 800.0, 700.0, 600.0] and step["slowest_rank"] == 0
+        assert [r["collectives_us"] for r in step["ranks"]] == [480.0, 380.0, 280.0, 180.0]
+        assert (step["rule"], step["held_by"], step["median_collectives_us"]) == ("collectives", 3, 330.0)
+    assert doc["straggler"] == {
+        "rank": 3,
+        "slowest_steps": 2,
+        "steps": 2,
+        "rule": "collectives",
+        "median_trail_pct": None,
+        "collectives_us": 180.0,
+        "median_collectives_us": 330.0,
+    }
+    table = run_probe("analyze", str(tmp_path / "job"), env={**os.environ, "COLUMNS": "200"})
+    line = " ".join(table.stdout.split())
+    assert (
+        "straggler: rank 3, the last to reach the collectives in 2 of 2 steps: 0.180 ms in collectives against a "
+        "median of 0.330 ms: the others wait for it (rule: the least wait in collectives" in line
+    )
+
+
+def test_a_step_some_rank_holds_no_collective_in_is_decided_by_the_wall():
+    """The one definition (ranks.held_by_rank): collectives only where every rank's step holds them."""
+    rows = [RankStep(0, 900, 0, 2, 480), RankStep(1, 800, 0, 2, 0), RankStep(2, 950, 0, 2, 280)]
+    assert held_by_rank(rows) == ("wall", 2)
+    rows[1] = RankStep(1, 800, 0, 2, 280)
+    assert held_by_rank(rows) == ("collectives", 1)  # a tie goes to the lower rank
 
 
 def test_the_job_table_and_a_trace_that_cannot_be_read(rank_folder, tmp_path):

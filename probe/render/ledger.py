@@ -369,9 +369,26 @@ def _failed_table(result: Ranks) -> Table:
     return failed
 
 
+def _collectives_table(result: Ranks, ranks: list[str]) -> Table:
+    """Each rank's time in collectives per step, the step's straggler by them (the least: it waited least) marked."""
+    table = _table(
+        "time in collectives per step and rank (ms): the least waited least, the last to arrive",
+        ["#", "step", *ranks, "median", "last to arrive"],
+    )
+    for s in result.by_step:
+        held = s.rule == "collectives"
+        cells = [
+            f"[bold red]{ms(r.collectives_ns)}[/]" if held and r.rank == s.held_by else ms(r.collectives_ns)
+            for r in s.ranks
+        ]
+        last = f"rank {s.held_by}" if held else "- (a rank without)"
+        table.add_row(str(s.step), short(s.name, 30), *cells, ms(s.median_collectives_ns), last)
+    return table
+
+
 def _rank_tables(result: Ranks) -> list[Table]:
-    """The job step by step: each rank's wall (with the slowest rank and its trail), GPU busy and launches; the
-    straggler; the traces that could not be read."""
+    """The job step by step: each rank's wall (with the slowest rank and its trail), its time in collectives where
+    the steps hold them, GPU busy and launches; the straggler and its rule; the traces that could not be read."""
     ranks = [f"rank {r}" for r in result.ranks]
     wall = _table(
         "wall per step and rank (ms): the slowest rank, and how far it trails the median rank",
@@ -381,12 +398,11 @@ def _rank_tables(result: Ranks) -> list[Table]:
         walls = [f"[bold red]{ms(r.wall_ns)}[/]" if r.rank == s.slowest_rank else ms(r.wall_ns) for r in s.ranks]
         row = [str(s.step), short(s.name, 30), *walls, f"rank {s.slowest_rank}", ms(s.median_wall_ns)]
         wall.add_row(*row, ms(s.trails_median_ns), f"{s.trails_median_pct:.1f}")
-    if (g := result.straggler) is not None:
-        wall.caption = (
-            f"straggler: rank {g.rank}, the slowest in {g.slowest_steps} of {g.steps} steps "
-            f"(trailing the median rank by {g.median_trail_pct:.1f}% in the median of those steps)"
-        )
     tables = [wall]
+    if any(s.rule == "collectives" for s in result.by_step):
+        tables.append(_collectives_table(result, ranks))
+    if (g := result.straggler) is not None:
+        tables[-1].caption = g.words
     if result.on_gpu:
         busy = _table("GPU busy per step and rank (ms)", ["#", "step", *ranks])
         for s in result.by_step:

@@ -29,7 +29,10 @@ to [0, the step], so a what-if never promises more than the step nor less than n
   it calls as it is, each run of fused ops between them, the compiled call), each at the forward's own host cost per
   top-level op; and the compiled call's guard check is added where `probe run` measured it on the model
   (`Context.compiled_entry_ns`), else said to be unpriced;
-- remove the sync (GPU): the host stops waiting and runs ahead: the step becomes max(host work, GPU work);
+- remove the sync (GPU): the host stops waiting and runs ahead: the step becomes max(host work, GPU work); the part
+  of its own wait spent behind communication kernels (`StepLedger.peer_wait_ns`) is a wait on the other ranks (a
+  collective runs until the last rank joins it), not this step's to save: it stays, and a wait that is all of it is
+  not offered (the job's straggler, `probe analyze` on the ranks' folder, is what to look at);
 - batch B sequences (decode steps): host work per forward stays; the work that reads the weights stays and the work
   that reads each sequence's KV cache grows B times ("as the write-ups do"): with a model, in the roofline's bytes;
   without, by kernel category on a GPU (attention and KV-cache kernels per sequence, the rest once) and by op on a
@@ -418,6 +421,10 @@ def _sync(offer: _Offer, s: StepLedger, e: Evidence) -> None:
             "of its own to save"
         )
         return
+    peers = min(s.peer_wait_ns, b.own_wait_ns)
+    if peers == b.own_wait_ns and not b.carried_ns:
+        offer.withheld.append(f"{change}: not offered: {_on_peers(s, peers)}")
+        return
     requires = (WARM, GPU_SIDE)
     holds = offer.check(change, requires)
     if holds is None:
@@ -432,7 +439,10 @@ def _sync(offer: _Offer, s: StepLedger, e: Evidence) -> None:
         said += (
             f"; its own GPU work ran {ms(b.carried_ns)} ms past its host window, which the next step's sync waits on"
         )
-    predicted = _clamp(b.model_ns, b.step_ns)
+    kept = f" + on peers {ms(peers)}" if peers else ""
+    if peers:
+        said += f"; {_on_peers(s, peers)}: it stays"
+    predicted = _clamp(max(b.host_ns + peers, b.gpu_ns), b.step_ns)
     offer.add(
         _what_if(
             change,
@@ -440,7 +450,7 @@ def _sync(offer: _Offer, s: StepLedger, e: Evidence) -> None:
             1,
             b,
             f"{b.label} = max(host {ms(b.host_ns)} + own wait {ms(b.own_wait_ns)} + carried {ms(b.carried_ns)}, GPU "
-            f"{ms(b.gpu_ns)}) -> max(host {ms(b.host_ns)}, GPU {ms(b.gpu_ns)}) = {ms(predicted)} ms; {said}",
+            f"{ms(b.gpu_ns)}) -> max(host {ms(b.host_ns)}{kept}, GPU {ms(b.gpu_ns)}) = {ms(predicted)} ms; {said}",
             "the work waited for overlaps this step's own"
             if unseen
             else "the host issues the next step while the GPU runs this one: nothing it fetched is needed first",
@@ -448,6 +458,15 @@ def _sync(offer: _Offer, s: StepLedger, e: Evidence) -> None:
             holds,
             {"host": b.host_ns, "gpu": b.gpu_ns},
         )
+    )
+
+
+def _on_peers(s: StepLedger, peers: int) -> str:
+    """The words for a sync's wait behind communication kernels: a wait on the other ranks, not the step's own."""
+    return (
+        f"{ms(peers)} ms of its {ms(s.sync_wait_ns)} ms wait was behind communication kernels, which run until the "
+        "last rank joins the collective: a wait on the other ranks, not this step's own work (the rank they wait "
+        "for: probe analyze on the job's folder names it)"
     )
 
 

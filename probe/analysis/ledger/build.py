@@ -39,7 +39,10 @@ What a step's ledger says (times are integer ns inside, `_us` in the JSON, ns / 
   `external_wait`: the part of `sync_wait` during which no GPU op of the trace ran: the host waited on device work
   the trace does not hold. `own_wait`: the part from the step's first GPU op on, less its external part: the host
   waiting on its own GPU work; the rest of `sync_wait` waited on earlier work (the previous step's GPU time showing)
-  or on work the trace lacks. `other_threads`: each other thread's busy time inside the window, by mechanism.
+  or on work the trace lacks. `peer_wait`: of `own_wait`, the part during which a communication kernel
+  (`kernels_by_category`'s "communication": NCCL, RCCL) ran: the host behind a collective, and a collective runs
+  until the last rank joins it, so that wait is on the other ranks, not on the step's own work. `other_threads`:
+  each other thread's busy time inside the window, by mechanism.
 - `top_level_ops`: cpu_ops on the step's thread, starting in the window, not nested in another cpu_op (on a CPU
   trace this is the dispatched aten op count). `op_counts`: the same by name.
 - `host_events`, `host_ranges`: the ops, runtime calls and Python frames, and the ranges, recorded on the step's
@@ -166,6 +169,7 @@ class _Kernels:
     counts: list[dict[str, int]]
     all_kernels: tuple
     all_categories: dict[str, int]
+    communication: tuple[np.ndarray, np.ndarray]  # the trace's communication kernels, merged (start, end)
 
 
 def _kernel_columns(trace: Trace, launches: _Launches, options: AnalyzeOptions, n: int) -> _Kernels:
@@ -188,12 +192,14 @@ def _kernel_columns(trace: Trace, launches: _Launches, options: AnalyzeOptions, 
     )
     (all_categories,) = kernels.category_totals(everything, op_category, op_dur, 1)
     is_kernel = (trace.kind[gpu.op_rows] == Kind.KERNEL) & (gpu.op_step >= 0)
+    comm = gpu.op_rows[op_category == kernels.COMMUNICATION]
     return _Kernels(
         top=top,
         by_category=kernels.category_totals(gpu.op_step, op_category, op_dur, n),
         counts=_counts_by_name(trace, gpu.op_step[is_kernel], op_name[is_kernel], n),
         all_kernels=tuple(all_kernels),
         all_categories=all_categories,
+        communication=merge(trace.ts_ns[comm], trace.end_ns[comm]),
     )
 
 
@@ -207,6 +213,7 @@ class _Host:
     other_in_gaps: np.ndarray  # of the unattributed time outside data loading: another thread of the process ran
     external: np.ndarray
     own_wait: np.ndarray
+    peer_wait: np.ndarray  # of own_wait: while a communication kernel ran
     capturable: np.ndarray
     capture_region: list[str]
     top_counts: np.ndarray
@@ -221,15 +228,18 @@ class _Host:
     python_frames: tuple[FrameTime, ...]
 
 
-def _host_columns(trace: Trace, steps: StepSet, table: PartTable, gpu_start: np.ndarray) -> _Host:
-    """One pass per step thread (usually one), never per step. `gpu_start`: each step's first GPU op (-1: none)."""
+def _host_columns(
+    trace: Trace, steps: StepSet, table: PartTable, gpu_start: np.ndarray, comm: tuple[np.ndarray, np.ndarray]
+) -> _Host:
+    """One pass per step thread (usually one), never per step. `gpu_start`: each step's first GPU op (-1: none);
+    `comm`: the trace's communication kernels, merged."""
     draft = _HostDraft.empty(len(steps), table)
     gpu_rows = trace.rows(*GPU_OP_KINDS)
     gpu_s, gpu_e = merge(trace.ts_ns[gpu_rows], trace.end_ns[gpu_rows])  # the trace's GPU busy, every device
     threads = distinct_pairs(steps.pid, steps.tid)
     for pid, tid in threads.T.tolist():
         sel = np.flatnonzero((steps.pid == pid) & (steps.tid == tid))
-        _fill_thread(draft, trace, table, steps, sel, pid, tid, gpu_start[sel], gpu_s, gpu_e)
+        _fill_thread(draft, trace, table, steps, sel, pid, tid, gpu_start[sel], (gpu_s, gpu_e), comm)
     return _host_of_draft(draft, trace, table, steps)
 
 
@@ -243,6 +253,7 @@ class _HostDraft:
     other_in_gaps: np.ndarray
     external: np.ndarray
     own_wait: np.ndarray
+    peer_wait: np.ndarray
     capturable: np.ndarray
     top_counts: np.ndarray
     all_counts: np.ndarray
@@ -266,6 +277,7 @@ class _HostDraft:
             other_in_gaps=zeros(),
             external=zeros(),
             own_wait=zeros(),
+            peer_wait=zeros(),
             capturable=zeros(),
             top_counts=zeros(),
             all_counts=zeros(),
@@ -289,15 +301,16 @@ def _fill_thread(
     pid: int,
     tid: int,
     gpu_start: np.ndarray,
-    gpu_s: np.ndarray,
-    gpu_e: np.ndarray,
+    gpu: tuple[np.ndarray, np.ndarray],
+    comm: tuple[np.ndarray, np.ndarray],
 ) -> None:
-    """The columns of one thread's steps (`sel`: their positions, `gpu_start` their first GPU ops), in one pass."""
+    """The columns of one thread's steps (`sel`: their positions, `gpu_start` their first GPU ops), in one pass;
+    `gpu`: the trace's GPU busy, `comm`: its communication kernels, both merged."""
     lo, hi = steps.start[sel], steps.end[sel]
     split = mechanism_split(trace, table, pid, tid, lo, hi, TOP_FRAMES_KEPT, TOP_OPS_KEPT)
     _fill_partitions(draft, sel, split, table)
     draft.other_in_gaps[sel] = _others_while_idle(trace, table, pid, tid, lo, hi)
-    draft.external[sel], draft.own_wait[sel] = _wait_columns(split, gpu_start, gpu_s, gpu_e)
+    draft.external[sel], draft.own_wait[sel], draft.peer_wait[sel] = _wait_columns(split, gpu_start, gpu, comm)
     draft.capturable[sel], what = _capturable_ns(trace, pid, tid, lo, hi, split)
     tc, ac, oc = _op_counts(trace, lo, hi, thread_ops(trace, pid, tid))
     draft.top_counts[sel], draft.all_counts[sel] = tc, ac
@@ -350,6 +363,7 @@ def _host_of_draft(draft: _HostDraft, trace: Trace, table: PartTable, steps: Ste
         draft.other_in_gaps,
         draft.external,
         draft.own_wait,
+        draft.peer_wait,
         draft.capturable,
         draft.region_of,
         draft.top_counts,
@@ -366,14 +380,22 @@ def _host_of_draft(draft: _HostDraft, trace: Trace, table: PartTable, steps: Ste
 
 
 def _wait_columns(
-    split: HostSplit, gpu_start: np.ndarray, gpu_s: np.ndarray, gpu_e: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per step of one thread, from its blocking pieces: the external wait (while no GPU op of the trace ran) and its
-    own wait (from its first GPU op on: _own_wait)."""
+    split: HostSplit, gpu_start: np.ndarray, gpu: tuple[np.ndarray, np.ndarray], comm: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per step of one thread, from its blocking pieces: the external wait (while no GPU op of the trace ran), its
+    own wait (from its first GPU op on: _own_pieces) and, of that, the peer wait (while a communication kernel ran)."""
     seg_step, seg_s, seg_e = split.sync_segments
+    gpu_s, gpu_e = gpu
     unseen = _unseen_wait(gpu_s, gpu_e, seg_s, seg_e)
-    external = np.bincount(seg_step, weights=unseen, minlength=len(gpu_start))
-    return external, _own_wait(gpu_start, seg_step, seg_s, seg_e, gpu_s, gpu_e)
+    n = len(gpu_start)
+    external = np.bincount(seg_step, weights=unseen, minlength=n)
+    if not len(seg_step):
+        return external, np.zeros(n, np.int64), np.zeros(n, np.int64)
+    a, b = _own_pieces(gpu_start, seg_step, seg_s, seg_e)
+    late = _unseen_wait(gpu_s, gpu_e, a, b)
+    own = np.bincount(seg_step, weights=(b - a) - np.minimum(late, b - a), minlength=n).astype(np.int64)
+    peer = np.bincount(seg_step, weights=covered(*comm, a, b), minlength=n).astype(np.int64)
+    return external, own, np.minimum(peer, own)
 
 
 def _capturable_ns(
@@ -397,17 +419,12 @@ def _python_frames(table: PartTable, totals: dict[int, list[int]]) -> tuple[Fram
     )
 
 
-def _own_wait(first, seg_step, seg_s, seg_e, gpu_s, gpu_e) -> np.ndarray:
-    """Per step (`first`: its first GPU op's start, -1 for none), the blocking pieces' time from that start on, less
-    their unseen part there: what the host waited on its own GPU work."""
-    n = len(first)
-    if not len(seg_step):
-        return np.zeros(n, np.int64)
+def _own_pieces(first, seg_step, seg_s, seg_e) -> tuple[np.ndarray, np.ndarray]:
+    """Of each blocking piece, the part [a, b] from its step's first GPU op on (`first`: its start, -1 for none):
+    less its unseen part there, what the host waited on its own GPU work (the own wait)."""
     start = first[seg_step]
     a = np.where(start >= 0, np.maximum(seg_s, start), seg_e)  # no GPU op of its own: nothing waited on
-    b = np.maximum(a, seg_e)
-    late = _unseen_wait(gpu_s, gpu_e, a, b)
-    return np.bincount(seg_step, weights=(b - a) - np.minimum(late, b - a), minlength=n).astype(np.int64)
+    return a, np.maximum(a, seg_e)
 
 
 def _by_step(columns: dict[str, np.ndarray]) -> list[dict[str, int]]:
@@ -522,6 +539,7 @@ def _step_ledger(i: int, steps: StepSet, la: _Launches, ke: _Kernels, ho: _Host,
         host_ranges=int(ho.ranges[i]),
         external_wait_ns=int(ho.external[i]) if on_gpu else 0,
         own_wait_ns=int(ho.own_wait[i]) if on_gpu else 0,
+        peer_wait_ns=int(ho.peer_wait[i]) if on_gpu else 0,
         capturable_ns=int(ho.capturable[i]),
         capture_region=ho.capture_region[i],
         tokens=steps.tokens_of(i),
@@ -609,7 +627,7 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysi
     launches = _launch_columns(trace, steps, options)
     kernel_columns = _kernel_columns(trace, launches, options, n)
     table = PartTable.build(trace, options.parts)
-    host = _host_columns(trace, steps, table, launches.windows.start)
+    host = _host_columns(trace, steps, table, launches.windows.start, kernel_columns.communication)
     totals = launches.totals
     on_gpu = totals.gpu_ops + totals.launches + totals.graph_launches > 0
     t0 = trace.start_ns

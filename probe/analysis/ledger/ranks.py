@@ -10,9 +10,18 @@ definition): two traces or more, the same step names in the same order (so the s
 each, distinct: every trace's `distributedInfo.rank`, else a `rank<N>` in every file name (rank3, rank_3,
 rank-3). Anything else (a run's `traces/` folder, one trace per engine; a fleet's traces) is a list of traces,
 each shown on its own, with no step-by-step table and no straggler. In a job, steps are matched by position (step
-0 of every rank, step 1, ...). Per step: every rank's wall, GPU busy and launches (`StepLedger.dispatched`: kernel
-and graph launches, or top-level ops on a CPU trace); the slowest rank by wall, and how far it trails the median
-wall of the ranks (the straggler). Over the job: the rank that was slowest most often (ties: the lower rank).
+0 of every rank, step 1, ...). Per step: every rank's wall, GPU busy, launches (`StepLedger.dispatched`: kernel
+and graph launches, or top-level ops on a CPU trace) and time in collectives (its communication kernels' time,
+`StepLedger.kernels_by_category`); the slowest rank by wall, and how far it trails the median wall of the ranks.
+
+**The straggler** (`held_by`, the one definition): the rank the others wait for. A synchronous job's ranks run at
+one period, so a step's wall, read from each rank's own step marker, says when that rank entered the step, not who
+holds the job back. Where every rank's step holds collectives, the step says it by their structure, with no clock
+shared between the traces: a collective kernel runs until the last rank joins it, so its time holds each rank's
+wait for the last one, and the rank that arrives last waits least: the step's straggler is the rank with the least
+time in collectives (rule "collectives"; ties: the lower rank). Only where some rank's step holds no collective is
+it the rank with the slowest wall (rule "wall"). Over the job: the rank named in most steps, counting the steps the
+collectives decided if any did (ties: the lower rank); `Straggler.words` states the rule and its evidence.
 """
 
 from __future__ import annotations
@@ -24,15 +33,20 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from probe.analysis.ledger.build import analyze
+from probe.analysis.ledger.kernels import COMMUNICATION
 from probe.analysis.ledger.types import AnalyzeOptions, TraceAnalysis
 from probe.analysis.records.files import is_trace_name
 from probe.analysis.trace import load_trace
 from probe.counts import count
 from probe.errors import ProbeError
+from probe.text import ms
 
 RANK_IN_NAME = re.compile(r"(?<![a-z0-9])rank[-_]?([0-9]+)(?![0-9])", re.IGNORECASE)
+
+StragglerRule = Literal["collectives", "wall"]  # which rule named a straggler (the module docstring)
 
 
 @dataclass(frozen=True)
@@ -47,6 +61,7 @@ class RankStep:
     wall_ns: int
     gpu_busy_ns: int
     launches: int  # StepLedger.dispatched
+    collectives_ns: int = 0  # its communication kernels' time (summed durations): the collectives plus its wait in them
 
 
 @dataclass(frozen=True)
@@ -56,9 +71,12 @@ class StepAcrossRanks:
     step: int  # the step's position in every trace
     name: str  # the lowest rank's name for it
     ranks: tuple[RankStep, ...]  # by rank
-    slowest_rank: int
+    slowest_rank: int  # by wall
     slowest_wall_ns: int
     median_wall_ns: float
+    rule: StragglerRule = "wall"  # "collectives" where every rank's step holds communication kernels
+    held_by: int = 0  # the step's straggler under `rule` (the module docstring): the rank the others wait for
+    median_collectives_ns: float = 0.0  # the median rank's time in collectives
 
     @property
     def trails_median_ns(self) -> float:
@@ -77,12 +95,16 @@ class StepAcrossRanks:
             "median_wall_us": self.median_wall_ns / 1000,
             "trails_median_us": self.trails_median_ns / 1000,
             "trails_median_pct": self.trails_median_pct,
+            "rule": self.rule,
+            "held_by": self.held_by,
+            "median_collectives_us": self.median_collectives_ns / 1000,
             "ranks": [
                 {
                     "rank": r.rank,
                     "wall_us": r.wall_ns / 1000,
                     "gpu_busy_us": r.gpu_busy_ns / 1000,
                     "launches": r.launches,
+                    "collectives_us": r.collectives_ns / 1000,
                 }
                 for r in self.ranks
             ],
@@ -91,10 +113,35 @@ class StepAcrossRanks:
 
 @dataclass(frozen=True)
 class Straggler:
-    rank: int  # slowest in the most steps
-    slowest_steps: int  # how many
-    steps: int  # of how many steps compared
-    median_trail_pct: float  # the median, over those steps, of how far it trailed the median rank
+    """The rank the job waits on, the rule that named it, and the evidence (the module docstring)."""
+
+    rank: int  # named in the most steps
+    slowest_steps: int  # how many (the slowest wall, or the least time in collectives)
+    steps: int  # of how many steps its rule decided
+    rule: StragglerRule
+    median_trail_pct: float | None  # wall: the median, over those steps, of how far it trailed the median rank
+    collectives_ns: float | None = None  # collectives: its time in collectives, the median over those steps
+    median_collectives_ns: float | None = None  # and the median rank's, the median over the same steps
+
+    def to_json(self) -> dict:
+        ns = {"collectives_ns": "collectives_us", "median_collectives_ns": "median_collectives_us"}
+        return {ns.get(k, k): (v / 1000 if k in ns and v is not None else v) for k, v in vars(self).items()}
+
+    @property
+    def words(self) -> str:
+        """One line: the straggler, the rule that named it, and its evidence."""
+        if self.rule == "collectives":
+            return (
+                f"straggler: rank {self.rank}, the last to reach the collectives in {self.slowest_steps} of "
+                f"{self.steps} steps: {ms(self.collectives_ns or 0)} ms in collectives against a median of "
+                f"{ms(self.median_collectives_ns or 0)} ms: the others wait for it (rule: the least wait in "
+                "collectives; a step's wall says when a rank entered it, not who holds the job)"
+            )
+        return (
+            f"straggler: rank {self.rank}, the slowest in {self.slowest_steps} of {self.steps} steps (trailing the "
+            f"median rank by {self.median_trail_pct or 0:.1f}% in the median of those steps; rule: the slowest wall, "
+            "as no step holds collectives on every rank)"
+        )
 
 
 @dataclass(frozen=True)
@@ -134,7 +181,7 @@ class Ranks:
             "one_job": self.one_job,
             "not_a_job": self.not_a_job,
             "by_step": [s.to_json() for s in self.by_step],
-            "straggler": None if self.straggler is None else vars(self.straggler),
+            "straggler": None if self.straggler is None else self.straggler.to_json(),
             "failed": [vars(f) for f in self.failed],
             "warnings": list(self.warnings),
         }
@@ -218,19 +265,50 @@ def ranks(results: Sequence[TraceAnalysis | TraceFailure]) -> Ranks:
 
 def _step(i: int, traces: list[TraceAnalysis], ranks: list[int]) -> StepAcrossRanks:
     rows = tuple(
-        RankStep(r, t.steps[i].wall_ns, t.steps[i].gpu_busy_ns, t.steps[i].dispatched)
+        RankStep(
+            r,
+            t.steps[i].wall_ns,
+            t.steps[i].gpu_busy_ns,
+            t.steps[i].dispatched,
+            t.steps[i].kernels_by_category.get(COMMUNICATION, 0),
+        )
         for t, r in zip(traces, ranks, strict=True)
     )
     slowest = max(rows, key=lambda row: (row.wall_ns, -row.rank))  # a tie goes to the lower rank
+    rule, held_by = held_by_rank(rows)
     return StepAcrossRanks(
-        i, traces[0].steps[i].name, rows, slowest.rank, slowest.wall_ns, statistics.median(r.wall_ns for r in rows)
+        i,
+        traces[0].steps[i].name,
+        rows,
+        slowest.rank,
+        slowest.wall_ns,
+        statistics.median(r.wall_ns for r in rows),
+        rule,
+        held_by,
+        statistics.median(r.collectives_ns for r in rows),
     )
 
 
+def held_by_rank(rows: Sequence[RankStep]) -> tuple[StragglerRule, int]:
+    """A step's straggler and the rule that named it (the module docstring): where every rank's step holds
+    collectives, the rank with the least time in them (it arrived last, so it waited least); else the slowest wall.
+    Ties go to the lower rank."""
+    if all(r.collectives_ns > 0 for r in rows):
+        return "collectives", min(rows, key=lambda row: (row.collectives_ns, row.rank)).rank
+    return "wall", max(rows, key=lambda row: (row.wall_ns, -row.rank)).rank
+
+
 def _straggler(steps: Sequence[StepAcrossRanks]) -> Straggler | None:
-    if not steps:
+    """The rank named in the most steps, counting the steps the collectives decided if any did (ties: the lower
+    rank), with the evidence of those steps."""
+    decided = [s for s in steps if s.rule == "collectives"] or list(steps)
+    if not decided:
         return None
-    counts = Counter(s.slowest_rank for s in steps)
+    counts = Counter(s.held_by for s in decided)
     rank = min(counts, key=lambda r: (-counts[r], r))
-    trails = [s.trails_median_pct for s in steps if s.slowest_rank == rank]
-    return Straggler(rank, counts[rank], len(steps), statistics.median(trails))
+    mine = [s for s in decided if s.held_by == rank]
+    if decided[0].rule == "wall":
+        return Straggler(rank, counts[rank], len(decided), "wall", statistics.median(s.trails_median_pct for s in mine))
+    own = statistics.median(next(r.collectives_ns for r in s.ranks if r.rank == rank) for s in mine)
+    median = statistics.median(s.median_collectives_ns for s in mine)
+    return Straggler(rank, counts[rank], len(decided), "collectives", None, own, median)

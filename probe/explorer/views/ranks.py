@@ -33,12 +33,11 @@ def show_ranks(loaded: RanksSource, ctx: ViewContext) -> None:
     cols = st.columns(3)
     cols[0].metric("ranks", len(result.ranks))
     cols[1].metric("straggler", f"rank {g.rank}")
-    cols[2].metric("slowest in", f"{g.slowest_steps} of {g.steps} steps")
+    cols[2].metric(f"named by {g.rule} in", f"{g.slowest_steps} of {g.steps} steps")
     st.plotly_chart(figures.ranks.ranks_figure(result), key="ranks_chart")
     st.caption(
         f"Each rank's wall time per step (steps matched by position; probe analyze {md(ctx.source.rel)}/ gives the "
-        f"same). Circled: the slowest rank of each step. Rank {g.rank} was the slowest in {g.slowest_steps} of "
-        f"{g.steps} steps, by {g.median_trail_pct:.1f}% on the median rank in the median of those steps."
+        f"same). Circled: the slowest rank of each step by wall. {md(g.words[0].upper() + g.words[1:])}."
     )
     for rank, same in figures.ranks.coinciding(result):
         others = ", ".join(f"rank {o}" for o in same)
