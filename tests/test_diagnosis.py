@@ -275,6 +275,48 @@ def test_a_step_whose_gpu_side_is_partly_missing_says_how_much(tmp_path):
         "work would be 0.120 ms, past the host's 0.100 ms" in d.headline  # fmt: skip
 
 
+def graph_capture_trace(tmp_path: Path) -> Path:
+    """vLLM capturing its forward at start-up, as a ROCm trace records it (no step marker: the trace is one step):
+    a warm-up launch whose kernel ran, then hipStreamBeginCapture, four launches recorded into the graph (no GPU
+    op: they run when the graph is replayed), hipStreamEndCapture and the graph's instantiation."""
+    host = [
+        ("python_function", "vllm/v1/worker/gpu_model_runner.py(5467): _capture_cudagraphs", 0, 200, {}),
+        ("cpu_op", "aten::fill_", 2, 8, {}),
+        ("cuda_runtime", "hipLaunchKernel", 3, 6, {"correlation": 1}),
+        ("python_function", "torch/cuda/graphs.py(98): capture_begin", 10, 14, {}),
+        ("cuda_runtime", "hipStreamBeginCapture", 11, 13, {"correlation": 2}),
+        ("python_function", "model.py(5): forward", 20, 150, {}),
+    ]
+    for i, op in enumerate(("aten::mm", "aten::add", "aten::gelu", "aten::softmax")):
+        at = 20 + 30 * i
+        host.append(("cpu_op", op, at + 2, at + 10, {}))
+        host.append(("cuda_runtime", "hipModuleLaunchKernel", at + 4, at + 8, {"correlation": 3 + i}))
+    host += [
+        ("python_function", "torch/cuda/graphs.py(119): capture_end", 160, 185, {}),
+        ("cuda_runtime", "hipStreamEndCapture", 161, 165, {"correlation": 7}),
+        ("cuda_runtime", "hipGraphInstantiateWithFlags", 170, 180, {"correlation": 8}),
+    ]
+    return _trace(tmp_path, host, [("kernel", "fill", 7, 9, {"correlation": 1})])
+
+
+def test_graph_capture_set_up_is_said_and_prices_no_change(tmp_path):
+    """Of the five launch calls, the four between hipStreamBeginCapture and hipStreamEndCapture on the thread are
+    captured: not launches whose kernels are missing, and the step is capture set-up (one-off work, its forward
+    captured already): no what-if is priced on it, the capture what-if least of all."""
+    trace = load_trace(graph_capture_trace(tmp_path))
+    (s,) = analyze(trace).steps
+    assert (s.launches, s.captured_launches, s.graph_instantiations, s.launches_unmatched) == (5, 4, 1, 0)
+    d = diagnose_trace(analyze(trace), Context.of(trace)).steps[0]
+    assert d.bound == "host" and d.what_if == ()
+    assert (
+        "It is graph capture set-up, one-off work: 4 of its 5 launch calls were recorded into a graph, not run, each "
+        "made on its thread between a stream-capture begin and end call; and it instantiates 1 graph(s)."
+    ) in d.headline
+    assert not any("have no GPU op" in line for line in d.lines)
+    assert d.withheld[0].startswith("capture the forward in a CUDA graph: not offered: the step captures it already")
+    assert d.withheld[1].startswith("every other change: not offered: each prices a step that runs its work")
+
+
 def test_data_loading_in_the_2021_schema_bounds_the_host(tmp_path):
     """The 2021 event schema: ops are `Operator`s, the DataLoader's range too, thread ids text. Its 60 us are data
     loading (the ops inside it included), the largest part of 100 us of host work against 10 us of GPU work."""

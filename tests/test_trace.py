@@ -13,7 +13,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from probe.analysis.trace import COLUMNS, COPY_KINDS, DeviceInfo, Kind, Shapes, api_base_name, load_trace, pieces
+from probe.analysis.trace import (
+    COLUMNS,
+    COPY_KINDS,
+    GRAPH_LAUNCH,
+    LAUNCH,
+    DeviceInfo,
+    Kind,
+    Shapes,
+    api_base_name,
+    capture_side,
+    is_graph_instantiate,
+    load_trace,
+    pieces,
+)
 from probe.analysis.trace.chrome import decimal_text_to_ns
 from probe.errors import ProbeError
 from tests.conftest import DATA, shared_trace
@@ -177,6 +190,62 @@ def test_api_base_name():
     assert api_base_name("cudaLaunchKernel_ptsz_v7000") == "cudaLaunchKernel"
     assert api_base_name("cuLaunchKernelEx") == "cuLaunchKernelEx"
     assert api_base_name("hipExtModuleLaunchKernel") == "hipExtModuleLaunchKernel"
+
+
+def test_capture_call_names():
+    """Stream capture's begin and end calls by base name (runtime, driver, HIP; nsys's suffixes), and graph
+    instantiation; the capture queries (GetCaptureInfo, IsCapturing) are neither."""
+    begins = ("cudaStreamBeginCapture", "cudaStreamBeginCapture_ptsz_v10000", "cuStreamBeginCapture_v2")
+    begins += ("cudaStreamBeginCaptureToGraph", "hipStreamBeginCapture", "hipStreamBeginCaptureToGraph")
+    assert [capture_side(n) for n in begins] == [1] * len(begins)
+    ends = ("cudaStreamEndCapture", "cudaStreamEndCapture_v10000", "cuStreamEndCapture", "hipStreamEndCapture")
+    assert [capture_side(n) for n in ends] == [-1] * len(ends)
+    others = ("hipStreamGetCaptureInfo", "cudaStreamIsCapturing", "cudaLaunchKernel", "cudaGraphLaunch")
+    assert [capture_side(n) for n in others] == [0] * len(others)
+    instantiate = ("cudaGraphInstantiate", "cudaGraphInstantiateWithFlags", "hipGraphInstantiateWithFlags")
+    assert all(is_graph_instantiate(n) for n in (*instantiate, "cuGraphInstantiate_v2"))
+    assert not any(is_graph_instantiate(n) for n in ("cudaGraphLaunch", "hipGraphDestroy"))
+
+
+def test_launches_made_between_a_threads_capture_begin_and_end_are_captured(tmp_path):
+    """Thread 1 launches once before its capture, twice inside it, once after; thread 2 launches inside thread 1's
+    capture (another thread: not captured) and ends a capture begun before the trace (its first launch is
+    captured, its second, after the end, is not)."""
+    events = [
+        x("cudaLaunchKernel", 1.0, 1.0, cat="cuda_runtime", correlation=1),
+        x("cudaStreamBeginCapture", 3.0, 1.0, cat="cuda_runtime", correlation=2),
+        x("cudaLaunchKernel", 5.0, 1.0, cat="cuda_runtime", correlation=3),
+        x("cudaGraphLaunch", 7.0, 1.0, cat="cuda_runtime", correlation=4),
+        x("cudaStreamEndCapture", 9.0, 1.0, cat="cuda_runtime", correlation=5),
+        x("cudaLaunchKernel", 11.0, 1.0, cat="cuda_runtime", correlation=6),
+        x("cudaLaunchKernel", 4.0, 1.0, cat="cuda_runtime", tid=2, correlation=7),
+        x("cudaStreamEndCapture", 6.0, 1.0, cat="cuda_runtime", tid=2, correlation=8),
+        x("cudaLaunchKernel", 8.0, 1.0, cat="cuda_runtime", tid=2, correlation=9),
+    ]
+    trace = load_trace(write_trace(tmp_path / "t.json", events))
+    captured = sorted(int(c) for c in trace.correlation[trace.captured])
+    assert captured == [3, 4, 7]
+
+
+def test_a_runtime_call_a_kernel_joins_is_a_launch_whatever_its_name(tmp_path):
+    """MTIA's launch call is "runFunction - job_prep_and_submit_for_execution": a kernel joins it by correlation,
+    so it is a kernel launch; the same name joined by nothing is not, a cudaLaunchKernel joined by nothing still is
+    (its kernel lost), a copy call joined by a copy is not a kernel launch, and a graph launch stays one."""
+    run = "runFunction - job_prep_and_submit_for_execution"
+    events = [
+        x(run, 1.0, 1.0, cat="mtia_runtime", correlation=1),
+        x("fc-dtype_Float", 3.0, 2.0, cat="mtia_ccp_events", pid=9, tid=5, correlation=1),
+        x(run, 6.0, 1.0, cat="mtia_runtime", correlation=2),
+        x("cudaLaunchKernel", 8.0, 1.0, cat="cuda_runtime", correlation=3),
+        x("cudaMemcpyAsync", 10.0, 1.0, cat="cuda_runtime", correlation=4),
+        x("Memcpy HtoD (Pageable -> Device)", 12.0, 1.0, cat="gpu_memcpy", pid=0, tid=7, correlation=4),
+        x("cudaGraphLaunch", 14.0, 1.0, cat="cuda_runtime", correlation=5),
+        x("graph_kernel", 16.0, 1.0, cat="kernel", pid=0, tid=7, correlation=5),
+    ]
+    trace = load_trace(write_trace(tmp_path / "t.json", events))
+    runtime = trace.kind == Kind.RUNTIME
+    got = dict(zip(trace.correlation[runtime].tolist(), trace.launch_kind[runtime].tolist(), strict=True))
+    assert got == {1: LAUNCH, 2: 0, 3: LAUNCH, 4: 0, 5: GRAPH_LAUNCH}
 
 
 def test_text_thread_ids_stay_apart(tmp_path):

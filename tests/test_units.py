@@ -220,6 +220,36 @@ def test_steps_that_leave_gpu_work_out_are_warned_of(tmp_path):
         "aten::randperm" in line  # fmt: skip
 
 
+def test_the_largest_piece_left_out_is_measured_as_the_share_is(tmp_path):
+    """A ProfilerStep [0, 100] launches a 50 us kernel [10, 60] with MTIA's launch call (a kernel joins it: a
+    launch, whatever its name); four copies carry no correlation id (MTIA's dma_request): [20, 40] and [50, 70]
+    under the kernel for 20 + 10 us, [80, 90] and [120, 140] alone. The steps leave out the union of every op less
+    theirs: (60 + 10 + 20) - 50 = 40 us; the piece, the same copies, is those 40 us too (their union, 70 us,
+    counts the 30 the kernel already covers), and it is said to have no launch call to lose."""
+    t = Trace()
+    t.host("user_annotation", "ProfilerStep#1", 0, 100)
+    t.launch(2, 8, [(10, 60)], name="runFunction - job_prep_and_submit_for_execution")
+    for a, b in ((20, 40), (50, 70), (80, 90), (120, 140)):
+        t.events.append(
+            {"ph": "X", "cat": "mtia_ccp_events", "name": "dma_request", "pid": 9, "tid": 8, "ts": a, "dur": b - a}
+        )
+    for e in t.events:
+        if e["name"] == "k1":
+            e["cat"], e["pid"] = "mtia_ccp_events", 9
+    t.events[1]["cat"] = "mtia_runtime"
+    a = analyze(load_trace(t.write(tmp_path)))
+    (s,) = a.steps
+    assert (s.launches, s.kernels, a.totals.launches) == (1, 1, 1)
+    c = a.coverage
+    assert (c.gpu_in_steps_ns, c.gpu_busy_ns, c.left_out_ns) == (50_000, 90_000, 40_000)
+    (line,) = [w for w in a.warnings if "outside every step" in w]
+    assert line.startswith("the steps leave 44% of the GPU work outside every step (0.040 of 0.090 ms)")
+    assert (
+        "the largest piece: 0.040 ms of GPU work (4 ops, most of them dma_request copies) that carry no correlation "
+        "id: the trace links them to no host call, so no launch of theirs was lost"
+    ) in line
+
+
 def test_a_graph_launch_is_a_step_when_each_holds_a_whole_forward(tmp_path):
     """Three cudaGraphLaunch calls and no host event around them (a whole forward captured in each graph): nothing
     repeats above the launches, so each launch starts a step that lasts to the next (the last to the thread's last

@@ -268,7 +268,7 @@ def _by_depth(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _host_lanes(trace, table, step: StepLedger, a, b, t0, lanes, items) -> dict[int, int]:
     """The step's thread, a lane per kind and depth; returns the lane of each runtime call drawn (for links)."""
     tiers = purpose_tiers(trace, table, step.pid, step.tid)
-    launch, sync_call, sync_frame = (table.by_name[k] for k in ("launch_call", "sync_call", "sync_frame"))
+    sync_call, sync_frame = table.by_name["sync_call"], table.by_name["sync_frame"]
     call_lane: dict[int, int] = {}
     for kinds, lane_name, _ in HOST_KINDS:
         rows = _overlapping(trace, thread_rows(trace, trace.rows(*kinds), step.pid, step.tid), a, b)
@@ -284,7 +284,8 @@ def _host_lanes(trace, table, step: StepLedger, a, b, t0, lanes, items) -> dict[
         elif kind == "op":
             fallback = np.full(len(rows), "dispatch", object)
         else:
-            fallback = np.where(sync_call[names], "sync_wait", np.where(launch[names], "launch", "runtime"))
+            launch = trace.launch_kind[rows] > 0
+            fallback = np.where(sync_call[names], "sync_wait", np.where(launch, "launch", "runtime"))
         start, end = trace.ts_ns[rows], trace.end_ns[rows]
         key = purpose_of(tiers, table.order, start, end, fallback)
         first = len(lanes)

@@ -41,7 +41,7 @@ from probe.analysis.intervals import assign, covered, grouped_medians, inside_an
 from probe.analysis.ledger.gpu import Attribution, attribute
 from probe.analysis.ledger.host import SYNC_CALL, SYNC_FRAME, capture_region, thread_ops, thread_rows
 from probe.analysis.ledger.types import TraceAnalysis
-from probe.analysis.trace import GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
+from probe.analysis.trace import Kind, Trace, api_base_name
 
 COLD_FACTOR = 10  # a first call this many times its baseline...
 COLD_MIN_NS = 1_000_000  # ...and at least 1 ms over it is one-time set-up
@@ -226,9 +226,8 @@ def _cold_candidates(trace: Trace, kernel_of: np.ndarray) -> _Candidates | None:
     """The calls and ops that may be cold, each with the key of its kind, its baseline and its label code (0 a
     launch, 1 another runtime call, 2 an op); None when there are none. Calls and ops that may wait are left out."""
     rt = trace.rows(Kind.RUNTIME)
-    launch_names = trace.name_ids(lambda s: api_base_name(s) in LAUNCH_NAMES | GRAPH_LAUNCH_NAMES)
     wait_names = trace.name_ids(lambda s: bool(MAY_WAIT.search(s) or SYNC_CALL.search(api_base_name(s))))
-    is_launch, waits = launch_names[trace.name_id[rt]], wait_names[trace.name_id[rt]]
+    is_launch, waits = trace.launch_kind[rt] > 0, wait_names[trace.name_id[rt]]
     ops = trace.rows(Kind.CPU_OP)
     holds_wait = _holds_wait(trace, ops, rt[waits])
     parts: list[_Candidates] = []

@@ -17,7 +17,7 @@ from probe.analysis.diagnosis.conditions import StepFacts, step_facts
 from probe.analysis.intervals import covered, merge
 from probe.analysis.ledger.types import StepLedger, TraceAnalysis
 from probe.analysis.roofline.ops import OpRoofline
-from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
+from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH, LAUNCH, Kind, Trace
 from probe.text import ms, pct
 
 Bound = Literal["host", "gpu", "external", "cpu_only", "unknown", "none"]  # none: nothing ran in the step
@@ -64,9 +64,31 @@ class Evidence:
     communication_ns: int = 0  # of the host window, inside collectives' ranges, ops and frames
     gpu_communication_ns: int = 0  # the step's communication kernels (their summed durations)
     launches_unmatched: int = 0  # launch calls of the step none of whose GPU ops is in the trace
+    captured_launches: int = 0  # launch calls recorded into a graph, not run (StepLedger.captured_launches)
+    graph_instantiations: int = 0  # graph instantiation calls in the step
     other_threads_ns: int = 0  # time no event of the step's thread covers while another thread ran: out of unattributed
     own_wait_ns: int = 0  # of the sync wait, the part on the step's own GPU work (StepLedger.own_wait_ns)
     profiler_ns: int = 0  # the profiler's own cost in the host window, when the sidecar gives it (0: not known)
+
+    @property
+    def capture_setup(self) -> bool:
+        """The step is graph capture set-up, the one rule: it records launches into a graph or instantiates one.
+        One-off work: what a serving step costs is not priced on it."""
+        return bool(self.captured_launches or self.graph_instantiations)
+
+    @property
+    def capture_setup_text(self) -> str:
+        """What makes the step graph capture set-up, in words ("" when it is not)."""
+        parts = []
+        if self.captured_launches:
+            calls = self.launches + self.graph_launches
+            parts.append(
+                f"{self.captured_launches:,} of its {calls:,} launch calls were recorded into a graph, not run, "
+                "each made on its thread between a stream-capture begin and end call"
+            )
+        if self.graph_instantiations:
+            parts.append(f"it instantiates {self.graph_instantiations:,} graph(s)")
+        return "; and ".join(parts)
 
     @property
     def unprofiled_host_ns(self) -> int:
@@ -150,9 +172,8 @@ class Context:
             gpu = trace.rows(*GPU_OP_KINDS)
             work = merge(trace.ts_ns[gpu] - trace.start_ns, trace.end_ns[gpu] - trace.start_ns)
             rt = trace.rows(Kind.RUNTIME)
-            names = trace.name_id[rt]  # each name read once, not once a call
-            graph_rows = rt[trace.name_ids(lambda s: api_base_name(s) in GRAPH_LAUNCH_NAMES)[names]]
-            launch_rows = rt[trace.name_ids(lambda s: api_base_name(s) in LAUNCH_NAMES)[names]]
+            graph_rows = rt[trace.launch_kind[rt] == GRAPH_LAUNCH]
+            launch_rows = rt[trace.launch_kind[rt] == LAUNCH]
             graph = float(np.median(trace.dur_ns[graph_rows])) if len(graph_rows) else None
             launch = float(np.median(trace.dur_ns[launch_rows])) if len(launch_rows) else None
             if analysis is not None:
@@ -206,6 +227,8 @@ def evidence(s: StepLedger, context: Context | None = None) -> Evidence:
         communication_ns=s.purpose_ns.get("communication", 0),
         gpu_communication_ns=s.kernels_by_category.get("communication", 0),
         launches_unmatched=s.launches_unmatched,
+        captured_launches=s.captured_launches,
+        graph_instantiations=s.graph_instantiations,
         other_threads_ns=s.unattributed_other_ns,
         own_wait_ns=s.own_wait_ns,
         profiler_ns=profiler,

@@ -241,6 +241,8 @@ def _verdict_lines(
         return _cpu_only_headline(name, e, host_by), [host_line]
     gpu_line = _gpu_line(e)
     headline, lines = _two_sided_headline(name, s, e, bound, then, host_by, balanced)
+    if e.capture_setup:
+        headline += f" It is graph capture set-up, one-off work: {e.capture_setup_text}."
     if e.hole_named:
         headline += _hole_text(e)
     lines += [host_line, gpu_line]

@@ -18,6 +18,8 @@ Every prediction is that model after the change: max(host work, GPU work) moves,
 the model does not explain, the waits, stays); removing the sync removes the waits instead. A prediction is clamped
 to [0, the step], so a what-if never promises more than the step nor less than nothing. The changes:
 
+- graph capture set-up (`Evidence.capture_setup`: the step records launches into a graph or instantiates one):
+  nothing; the capture what-if is said to be done already, every other change waits for a step that replays it;
 - a cold step (conditions: first-call set-up covers a tenth of it): profile a warm iteration, and nothing else;
 - capture the forward in a CUDA graph (GPU): the capture region's host time (`StepLedger.capturable_ns`) vanishes,
   one graph launch remains; kernels keep their durations. Requires a warm step, the GPU side recorded, a forward
@@ -340,6 +342,9 @@ def what_if(s: StepLedger, e: Evidence, on_gpu: bool, context: Context) -> tuple
     each with the condition that failed."""
     facts = context.facts.get(s.position)
     offer = _Offer(basis(s, e), conditions(s, e, on_gpu, facts), on_gpu)
+    if e.capture_setup:
+        _capture_setup(offer, e)
+        return offer.offered, offer.withheld
     if facts is not None and facts.cold is not None:
         _warm(offer, s, facts)
         return offer.offered, offer.withheld
@@ -379,6 +384,17 @@ def _warm(offer: _Offer, s: StepLedger, facts: StepFacts) -> None:
         )
     )
     offer.withheld.append(f"every other change: not offered: each needs {WARM}, and {offer.conditions[WARM].evidence}")
+
+
+def _capture_setup(offer: _Offer, e: Evidence) -> None:
+    """Graph capture set-up: the forward is captured already, and no change is priced on one-off work."""
+    offer.withheld.append(
+        f"capture the forward in a CUDA graph: not offered: the step captures it already: {e.capture_setup_text}"
+    )
+    offer.withheld.append(
+        "every other change: not offered: each prices a step that runs its work, and this one is graph capture "
+        "set-up, one-off work: profile the steps that replay the graph"
+    )
 
 
 def _capture(offer: _Offer, s: StepLedger, context: Context) -> None:

@@ -14,10 +14,13 @@ which rule did; `TraceAnalysis.coverage` what they hold of the trace's GPU work 
 What a step's ledger says (times are integer ns inside, `_us` in the JSON, ns / 1000, never rounded):
 
 - `wall`: the step range's own duration: the host window.
-- `launches`: kernel launch calls (`probe.analysis.trace.LAUNCH_NAMES`, nsys's `_v7000` / `_ptsz` suffixes
-  stripped first) that start inside the window, on any thread. `graph_launches`: `GRAPH_LAUNCH_NAMES` the same
-  way. `runtime_calls`: all runtime calls. `dispatched`: launches + graph launches on a GPU trace; on a CPU-only
-  trace the top-level ops, the dispatched aten ops that stand in for launches.
+- `launches`: kernel launch calls (`Trace.launch_kind`: a runtime call a kernel joins by correlation, whatever its
+  name, or one named in `probe.analysis.trace.LAUNCH_NAMES`, nsys's `_v7000` / `_ptsz` suffixes stripped first) that
+  start inside the window, on any thread. `graph_launches`: `GRAPH_LAUNCH_NAMES` the same way.
+  `captured_launches`: of both, the calls recorded into a graph, not run (`Trace.captured`: made on a thread
+  between its stream-capture begin and end); `graph_instantiations`: graph instantiation calls. Either makes the
+  step graph capture set-up. `runtime_calls`: all runtime calls. `dispatched`: launches + graph launches on a
+  GPU trace; on a CPU-only trace the top-level ops, the dispatched aten ops that stand in for launches.
 - `kernels`, `gpu_ops`, the GPU window (`gpu_start`, `gpu_window`), `gpu_busy`, `gpu_idle` and its causes
   (`idle_host_wait`, `idle_kernel_wait`, `idle_other`), and the two launch delays: probe.analysis.ledger.gpu defines
   each, and says where and why they differ from HTA's. `busy_fraction` = busy / GPU window is in [0, 1].
@@ -35,7 +38,8 @@ What a step's ledger says (times are integer ns inside, `_us` in the JSON, ns / 
   `data_mechanism_ns`: the mechanism split of the time inside data loading (the `data` purpose's ranges, ops and
   frames). `unattributed_other_ns`: of the unattributed time outside data loading, the part during which another
   thread of the step's process ran events (autograd's backward, while the loop's thread waits on it).
-  `launches_unmatched`: the step's launch and graph-launch calls none of whose GPU ops is in the trace.
+  `launches_unmatched`: the step's launch and graph-launch calls none of whose GPU ops is in the trace, captured
+  ones left out (they run no GPU op when called).
   `external_wait`: the part of `sync_wait` during which no GPU op of the trace ran: the host waited on device work
   the trace does not hold. `own_wait`: the part from the step's first GPU op on, less its external part: the host
   waiting on its own GPU work; the rest of `sync_wait` waited on earlier work (the previous step's GPU time showing)
@@ -97,7 +101,7 @@ from probe.analysis.ledger.types import (
     summarize,
 )
 from probe.analysis.records.sidecar import EventCost
-from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
+from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH, LAUNCH, Kind, Trace, is_graph_instantiate
 from probe.errors import ProbeError
 
 MAX_STEPS = 200_000  # steps one analysis holds by default (max_steps)
@@ -123,22 +127,24 @@ class _Launches:
     delays: LaunchDelays
     in_step_graph: np.ndarray  # per runtime call: a graph launch inside a step
     unmatched: np.ndarray  # per step: its launch and graph-launch calls none of whose GPU ops is in the trace
+    captured: np.ndarray  # per step: its launch calls recorded into a graph (Trace.captured), not run
+    instantiations: np.ndarray  # per step: its graph instantiation calls
     totals: Totals
 
 
 def _launch_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions) -> _Launches:
     n = len(steps)
-    launch_names = trace.name_ids(lambda s: api_base_name(s) in LAUNCH_NAMES)
-    graph_names = trace.name_ids(lambda s: api_base_name(s) in GRAPH_LAUNCH_NAMES)
     gpu = attribute(trace, steps.start, steps.end)
-    rt_names = trace.name_id[gpu.rt_rows]
     in_step = gpu.rt_step >= 0
 
     def per_step(mask: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
         sel = in_step & mask
         return np.bincount(gpu.rt_step[sel], weights=None if weights is None else weights[sel], minlength=n)
 
-    is_launch, is_graph = launch_names[rt_names], graph_names[rt_names]
+    kind = trace.launch_kind[gpu.rt_rows]
+    is_launch, is_graph = kind == LAUNCH, kind == GRAPH_LAUNCH
+    captured = trace.captured[gpu.rt_rows]
+    instantiate = trace.name_ids(is_graph_instantiate)[trace.name_id[gpu.rt_rows]]
     replayed = np.isin(gpu.rt_rows, gpu.op_launch[gpu.op_launch >= 0])
     attributed = gpu.op_step >= 0
     is_kernel = trace.kind[gpu.op_rows] == Kind.KERNEL
@@ -153,10 +159,12 @@ def _launch_columns(trace: Trace, steps: StepSet, options: AnalyzeOptions) -> _L
         gpu_ops=np.bincount(gpu.op_step[attributed], minlength=n),
         short=np.bincount(gpu.op_step[attributed & is_kernel & (op_dur < kernels.SHORT_KERNEL_NS)], minlength=n),
         windows=windows(trace, gpu, n, options.kernel_wait_ns),
-        delays=launch_delays(trace, gpu, launch_names, graph_names, n),
+        delays=launch_delays(trace, gpu, n),
         in_step_graph=in_step & is_graph,
-        unmatched=per_step((is_launch | is_graph) & ~replayed),
-        totals=_totals(trace, gpu, launch_names, graph_names),
+        unmatched=per_step((is_launch | is_graph) & ~replayed & ~captured),
+        captured=per_step(captured),
+        instantiations=per_step(instantiate),
+        totals=_totals(trace, gpu),
     )
 
 
@@ -547,6 +555,8 @@ def _step_ledger(i: int, steps: StepSet, la: _Launches, ke: _Kernels, ho: _Host,
         mechanism_ns=ho.mechanism[i],
         data_mechanism_ns={p: int(v[i]) for p, v in ho.in_data.items() if v[i]},
         launches_unmatched=int(la.unmatched[i]),
+        captured_launches=int(la.captured[i]),
+        graph_instantiations=int(la.instantiations[i]),
         unattributed_other_ns=int(ho.other_in_gaps[i]),
         unprofiled_estimate_ns=None if cost is None else max(wall - _profiler_ns(cost, ho, i), 0.0),
         op_counts=ho.op_counts[i],
@@ -699,14 +709,14 @@ def _host_events(trace: Trace, pid: int, tid: int, lo: np.ndarray, hi: np.ndarra
     return np.bincount(step[step >= 0], minlength=len(lo))
 
 
-def _totals(trace: Trace, gpu: Attribution, launch_names: np.ndarray, graph_names: np.ndarray) -> Totals:
-    names = trace.name_id[gpu.rt_rows]
+def _totals(trace: Trace, gpu: Attribution) -> Totals:
+    kind = trace.launch_kind[gpu.rt_rows]
     ms, me = merge(trace.ts_ns[gpu.op_rows], trace.end_ns[gpu.op_rows])
     return Totals(
         events=len(trace),
         kernels=int(np.sum(trace.kind == Kind.KERNEL)),
-        launches=int(launch_names[names].sum()),
-        graph_launches=int(graph_names[names].sum()),
+        launches=int(np.sum(kind == LAUNCH)),
+        graph_launches=int(np.sum(kind == GRAPH_LAUNCH)),
         gpu_ops=len(gpu.op_rows),
         gpu_busy_ns=int((me - ms).sum()),
         runtime_calls=len(gpu.rt_rows),

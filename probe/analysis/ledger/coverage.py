@@ -5,8 +5,10 @@
 - **Host time in steps**: on the threads the steps run on, the union of their frames, ops and runtime calls inside
   some step's window, over that union across the whole trace.
 - **The largest piece left out**: the GPU ops in no step, grouped by where their launch call lies (before the
-  first step, between two steps, after the last, or not in the trace at all); the group with the most GPU time,
-  named by the outermost cpu_op around most of its launches.
+  first step, between two steps, after the last, not in the trace at all, or none linked: an op with no
+  correlation id); the group with the most GPU time, named by the outermost cpu_op around most of its launches.
+  A piece's time is what the share left out counts: the union of its ops less the time the steps' own ops run,
+  so the piece never exceeds the whole it is a piece of.
 
 `LEFT_OUT_WARN`: when more than 5% of the GPU work lies outside every step, the verdict on the steps may miss what
 bounds the run (vLLM's prefill outside its graph-launch slices was 1,391 ops on an H100), so a warning names the
@@ -26,6 +28,9 @@ from probe.analysis.trace import Kind, Trace
 
 LEFT_OUT_WARN = 0.05  # of the GPU work outside every step: the steps may not be the run's
 NO_LAUNCH = "whose launch call is not in the trace"
+# GPU ops that carry no correlation id at all: the trace links them to no host call, so no launch of theirs was lost
+# (MTIA's dma_request copies carry none)
+NO_LINK = "that carry no correlation id"
 
 
 def coverage(trace: Trace, steps: StepSet, gpu: Attribution) -> Coverage:
@@ -40,7 +45,7 @@ def coverage(trace: Trace, steps: StepSet, gpu: Attribution) -> Coverage:
         ms, me = merge(trace.ts_ns[rows], trace.end_ns[rows])
         host_all += int((me - ms).sum())
         host_in += int(covered(ms, me, win_s, win_e).sum())
-    left, left_ns = _left_out(trace, gpu, win_s, win_e)
+    left, left_ns = _left_out(trace, gpu, win_s, merge(op_s[inside], op_e[inside]))
     return Coverage(in_steps, busy, host_in, host_all, left, left_ns)
 
 
@@ -52,6 +57,8 @@ def warning(c: Coverage) -> str | None:
     advice = (
         ": the profiler recorded them without the calls that launched them (issued before it started, or lost)"
         if c.left_out and c.left_out.endswith(NO_LAUNCH)
+        else ": the trace links them to no host call, so no launch of theirs was lost, and no step can hold them"
+        if c.left_out and c.left_out.endswith(NO_LINK)
         else ". If these are not the run's steps, name them with --steps REGEX"
     )
     return (
@@ -65,23 +72,45 @@ def _union(s: np.ndarray, e: np.ndarray) -> int:
     return int((me - ms).sum())
 
 
-def _left_out(trace: Trace, gpu: Attribution, win_s: np.ndarray, win_e: np.ndarray) -> tuple[str | None, int]:
+def _outside(s: np.ndarray, e: np.ndarray, held: tuple[np.ndarray, np.ndarray]) -> int:
+    """The union of [s, e) less the time `held` (merged intervals) covers."""
+    ms, me = merge(s, e)
+    return int((me - ms).sum() - covered(*held, ms, me).sum())
+
+
+def _mostly(trace: Trace, rows: np.ndarray) -> str:
+    """ ", most of them NAME" for the op name that holds most of `rows`, copies named as copies; "" for one name
+    among several that holds no majority."""
+    names, counts = np.unique(trace.name_id[rows], return_counts=True)
+    top = int(np.argmax(counts))
+    if 2 * counts[top] <= len(rows):
+        return ""
+    copy = " copies" if np.all(trace.kind[rows[trace.name_id[rows] == names[top]]] == Kind.GPU_MEMCPY) else ""
+    return f", most of them {trace.names[names[top]]}{copy}"
+
+
+def _left_out(trace: Trace, gpu: Attribution, win_s: np.ndarray, held: tuple[np.ndarray, np.ndarray]):
+    """The largest piece of GPU work in no step, in words, and its ns: the time its ops run while no op of a step
+    does (`held`, the steps' ops merged), so a piece is measured as the share it is part of is, never past it."""
     out = np.flatnonzero(gpu.op_step < 0)
     if not len(out):
         return None, 0
     launch = gpu.op_launch[out]
-    known = launch >= 0
-    # where each launch lies: 0 before the first window, i between windows i-1 and i, n after the last; -1 unknown
-    gap = np.where(known, np.searchsorted(win_s, trace.ts_ns[np.maximum(launch, 0)], side="right"), -1)
     rows = gpu.op_rows[out]
+    # where each launch lies: 0 before the first window, i between windows i-1 and i, n after the last; -1 a call
+    # the trace lacks; -2 no call at all (the op carries no correlation id)
+    unlinked = np.where(trace.correlation[rows] < 0, -2, -1)
+    gap = np.where(launch >= 0, np.searchsorted(win_s, trace.ts_ns[np.maximum(launch, 0)], side="right"), unlinked)
     groups = np.unique(gap)
-    sizes = [_union(trace.ts_ns[rows[gap == g]], trace.end_ns[rows[gap == g]]) for g in groups.tolist()]
+    sizes = [_outside(trace.ts_ns[rows[gap == g]], trace.end_ns[rows[gap == g]], held) for g in groups.tolist()]
     g = int(groups[int(np.argmax(sizes))])
     mine = gap == g
     ns = max(sizes)
-    what = f"{ns / 1e6:.3f} ms of GPU work ({int(mine.sum())} ops) "
-    if g < 0:
+    what = f"{ns / 1e6:.3f} ms of GPU work ({int(mine.sum())} ops{_mostly(trace, rows[mine]) if g < 0 else ''}) "
+    if g == -1:
         return what + NO_LAUNCH, ns
+    if g == -2:
+        return what + NO_LINK, ns
     n = len(win_s)
     where = "before the first step" if g == 0 else "after the last step" if g == n else f"between steps {g - 1} and {g}"
     under = _outermost_op(trace, launch[mine], trace.dur_ns[rows[mine]])

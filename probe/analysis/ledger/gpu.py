@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from probe.analysis.intervals import assign, grouped_quantiles, merged_by_group, union_by_group
-from probe.analysis.trace import GPU_OP_KINDS, Kind, Trace
+from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH, LAUNCH, Kind, Trace
 from probe.analysis.trace.table import correlation_keys as table_correlation_keys
 
 KERNEL_WAIT_NS = 30_000  # HTA's consecutive_kernel_delay as HTA applies it (30, compared with gaps in us): see above
@@ -163,16 +163,16 @@ class LaunchDelays:
     from_end_p90: list[float | None]
 
 
-def launch_delays(trace: Trace, gpu: Attribution, launch_names: np.ndarray, graph_names: np.ndarray, n: int):
+def launch_delays(trace: Trace, gpu: Attribution, n: int):
     known = (gpu.op_launch >= 0) & (gpu.op_step >= 0)
     call = np.maximum(gpu.op_launch, 0)
-    call_name = trace.name_id[call]
+    call_kind = trace.launch_kind[call]
     op_start = trace.ts_ns[gpu.op_rows]
     # from the start: kernels launched by a kernel launch call
-    direct = known & (trace.kind[gpu.op_rows] == Kind.KERNEL) & launch_names[call_name]
+    direct = known & (trace.kind[gpu.op_rows] == Kind.KERNEL) & (call_kind == LAUNCH)
     a50, a90 = _per_step(gpu.op_step[direct], np.maximum(op_start - trace.ts_ns[call], 0)[direct], n)
     # HTA's: from the end, clipped at 0, every op its call launched except graph replays
-    queued = known & ~graph_names[call_name]
+    queued = known & (call_kind != GRAPH_LAUNCH)
     b50, b90 = _per_step(gpu.op_step[queued], np.maximum(op_start - trace.end_ns[call], 0)[queued], n)
     return LaunchDelays(a50, a90, b50, b90)
 

@@ -37,7 +37,7 @@ from probe import vocabulary
 from probe.analysis.intervals import covered, merge, nesting
 from probe.analysis.ledger.gpu import correlation_keys
 from probe.analysis.ledger.patterns import Pattern, compile_user
-from probe.analysis.trace import COPY_KINDS, GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name, is_copy_call
+from probe.analysis.trace import COPY_KINDS, Kind, Trace, is_copy_call
 from probe.errors import ProbeError
 
 
@@ -287,7 +287,6 @@ class PartTable:
         by_name["attention"] = trace.name_ids(lambda s: ATTENTION_OP.search(s) is not None)
         by_name["sync_call"] = trace.name_ids(lambda s: SYNC_CALL.search(s) is not None)
         by_name["sync_frame"] = trace.name_ids(lambda s: SYNC_FRAME.search(s) is not None)
-        by_name["launch_call"] = trace.name_ids(lambda s: api_base_name(s) in LAUNCH_NAMES | GRAPH_LAUNCH_NAMES)
         by_name["source_frame"] = trace.name_ids(lambda s: _SOURCE_FRAME.search(s) is not None)
         by_name["stream_wait"] = trace.name_ids(lambda s: "StreamWaitEvent" in s)
         by_name["data"] = trace.name_ids(lambda s: DATA.search(s) is not None)
@@ -444,7 +443,7 @@ def _innermost(trace: Trace, table: PartTable, rows: np.ndarray) -> _Innermost:
     is_frame = kind == Kind.PYTHON
     mech[is_frame] = np.where(table.by_name["sync_frame"][names[is_frame]], _SYNC_WAIT, _PYTHON)
     is_call = kind == Kind.RUNTIME
-    mech[is_call & table.by_name["launch_call"][names]] = _LAUNCH
+    mech[is_call & (trace.launch_kind[rows] > 0)] = _LAUNCH
     mech[is_call & (table.by_name["sync_call"][names] | table.waited[rows])] = _SYNC_WAIT
     owner, a, b = _self_segments(start, end, parent)
     return _Innermost(rows, start, end, original, parent, mech, owner, a, b, split)

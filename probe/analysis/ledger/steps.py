@@ -44,7 +44,7 @@ from probe import vocabulary
 from probe.analysis.ledger.gpu import attribute
 from probe.analysis.ledger.patterns import Pattern, compile_user
 from probe.analysis.ledger.units import Tree, Units, launch_calls, repeating_unit, threads_by_launches
-from probe.analysis.trace import GRAPH_LAUNCH_NAMES, PROFILER_STEP_PREFIX, Kind, Trace, api_base_name
+from probe.analysis.trace import GRAPH_LAUNCH, PROFILER_STEP_PREFIX, Kind, Trace
 from probe.counts import DIGITS, MAX_COUNT, count
 from probe.errors import ProbeError
 
@@ -549,8 +549,7 @@ def _from_rows(trace: Trace, rows: np.ndarray, rule: str, kinds: list[str], warn
 
 def _graph_steps(trace: Trace, warnings: list[str]) -> StepSet | None:
     runtime = trace.rows(Kind.RUNTIME)
-    graph = trace.name_ids(lambda s: api_base_name(s) in GRAPH_LAUNCH_NAMES)
-    rows = runtime[graph[trace.name_id[runtime]]]
+    rows = runtime[trace.launch_kind[runtime] == GRAPH_LAUNCH]
     if not len(rows):
         return None
     host = trace.stream < 0

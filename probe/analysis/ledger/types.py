@@ -145,7 +145,9 @@ class StepLedger:
     purpose_ns: dict[str, int] = field(default_factory=dict)  # user parts, then PURPOSE; sums to wall_ns
     mechanism_ns: dict[str, int] = field(default_factory=dict)  # MECHANISM; sums to wall_ns
     data_mechanism_ns: dict[str, int] = field(default_factory=dict)  # MECHANISM of the time inside data loading
-    launches_unmatched: int = 0  # launch and graph-launch calls whose GPU ops are not in the trace
+    launches_unmatched: int = 0  # launch and graph-launch calls whose GPU ops are not in the trace (captured: not)
+    captured_launches: int = 0  # launch calls recorded into a graph, not run (Trace.captured): capture set-up
+    graph_instantiations: int = 0  # graph instantiation calls (cudaGraphInstantiate, ...): set-up too
     unattributed_other_ns: int = 0  # of unattributed time outside data loading: another thread of the process ran
     unprofiled_estimate_ns: float | None = None
     own_wait_ns: int = 0  # sync wait from the step's first GPU op on, less what no GPU op of the trace ran in

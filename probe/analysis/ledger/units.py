@@ -36,7 +36,7 @@ import numpy as np
 from probe.analysis.intervals import nesting
 from probe.analysis.ledger.gpu import correlation_keys
 from probe.analysis.ledger.host import frame_name, thread_rows
-from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, Kind, Trace, api_base_name
+from probe.analysis.trace import GPU_OP_KINDS, Kind, Trace
 
 MAJORITY = 0.5  # a container holds at least half the scope's launches; so does a cycle, from first to last
 WHOLE = 0.95  # a unit holds all but 5% of the launches between its first and last occurrence
@@ -59,13 +59,13 @@ class Units:
 
 
 def launch_calls(trace: Trace) -> np.ndarray:
-    """Rows of the runtime calls that launch GPU work: kernel and graph launches by name (so a trace whose GPU side
-    was not recorded still has them), and every call a GPU op is joined to (copies, memsets, other launchers)."""
+    """Rows of the runtime calls that launch GPU work: kernel and graph launches (`Trace.launch_kind`, by name too,
+    so a trace whose GPU side was not recorded still has them), and every call a GPU op is joined to (copies,
+    memsets)."""
     runtime = trace.rows(Kind.RUNTIME)
-    named = trace.name_ids(lambda s: api_base_name(s) in LAUNCH_NAMES | GRAPH_LAUNCH_NAMES)
     ops = trace.rows(*GPU_OP_KINDS)
     joined = np.isin(correlation_keys(trace, runtime), correlation_keys(trace, ops)[trace.correlation[ops] >= 0])
-    return runtime[named[trace.name_id[runtime]] | (joined & (trace.correlation[runtime] >= 0))]
+    return runtime[(trace.launch_kind[runtime] > 0) | (joined & (trace.correlation[runtime] >= 0))]
 
 
 def threads_by_launches(trace: Trace, calls: np.ndarray) -> list[tuple[int, int]]:

@@ -62,6 +62,10 @@ Kinds (`Kind`, stored in `kind`), from chrome's `cat` (case-insensitive) or the 
   category the reader does not know at all is one line in `Trace.warnings` with its count, so a device side
   probe does not read is never taken silently for a CPU-only trace.
 
+Derived per row, once, on first use: `Trace.launch_kind` (the one definition of a launch call: a graph launch by
+name; a kernel launch by a kernel joined to it on correlation, whatever its name, or by name when none is) and
+`Trace.captured` (a launch call recorded into a graph between its thread's stream-capture begin and end calls).
+
 Joins that would go silently wrong are said in `Trace.warnings` with counts: GPU ops whose correlation id several
 runtime calls share, GPU ops sharing a kernel launch's id, ids past int64 (`correlation_keys` is the join key).
 
@@ -126,6 +130,11 @@ LAUNCH_NAMES = frozenset(
     }
 )
 GRAPH_LAUNCH_NAMES = frozenset({"cudaGraphLaunch", "hipGraphLaunch"})
+# Stream capture (CUDA runtime and driver, HIP): a launch a thread makes between its BeginCapture and EndCapture is
+# recorded into a graph, not run; instantiating a graph is its other set-up call. Matched on the base name.
+_CAPTURE_CALL = re.compile(r"^(?:cuda|cu|hip)Stream(Begin|End)Capture(?:ToGraph)?$")
+_INSTANTIATE_CALL = re.compile(r"^(?:cuda|cu|hip)GraphInstantiate\w*$")
+LAUNCH, GRAPH_LAUNCH = 1, 2  # Trace.launch_kind's codes (0: not a launch call)
 # nsys names API calls with a version and sometimes a per-thread-stream suffix: cudaLaunchKernel_ptsz_v7000.
 _API_SUFFIX = re.compile(r"(?:_v\d+)?$")
 _STREAM_SUFFIX = re.compile(r"_(?:ptsz|ptds)$")
@@ -136,6 +145,18 @@ PROFILER_STEP_PREFIX = "ProfilerStep#"
 def api_base_name(name: str) -> str:
     """`cudaLaunchKernel_ptsz_v7000` -> `cudaLaunchKernel`; chrome names come back unchanged."""
     return _STREAM_SUFFIX.sub("", _API_SUFFIX.sub("", name, count=1), count=1)
+
+
+def capture_side(name: str) -> int:
+    """+1 for a call that begins a stream capture (cudaStreamBeginCapture, cuStreamBeginCapture_v2,
+    hipStreamBeginCapture, ...ToGraph), -1 for one that ends it (cudaStreamEndCapture, hipStreamEndCapture), else 0."""
+    m = _CAPTURE_CALL.match(api_base_name(name))
+    return 0 if m is None else 1 if m.group(1) == "Begin" else -1
+
+
+def is_graph_instantiate(name: str) -> bool:
+    """cudaGraphInstantiate, cuGraphInstantiateWithFlags, hipGraphInstantiateWithFlags, ...: graph set-up."""
+    return _INSTANTIATE_CALL.match(api_base_name(name)) is not None
 
 
 COLUMNS = (
@@ -252,6 +273,25 @@ class Trace:
         end.flags.writeable = False
         return end
 
+    @functools.cached_property
+    def launch_kind(self) -> np.ndarray:
+        """Per row, the one definition of a launch call: GRAPH_LAUNCH for a graph launch (GRAPH_LAUNCH_NAMES), LAUNCH
+        for a kernel launch, 0 for any other row. A runtime call that a kernel joins by correlation is a kernel
+        launch whatever its name (MTIA's `runFunction - job_prep_and_submit_for_execution`); the names
+        (LAUNCH_NAMES) speak only for calls no kernel joins, a launch whose kernel was not recorded."""
+        out = _launch_kinds(self)
+        out.flags.writeable = False
+        return out
+
+    @functools.cached_property
+    def captured(self) -> np.ndarray:
+        """Per row: a launch call recorded into a graph, not run: made on a thread between its stream-capture begin
+        and end calls (`capture_side`). A capture begun before the trace (an end first) or left open at its end
+        holds the launches up to that end, or from that begin on."""
+        out = _captured(self)
+        out.flags.writeable = False
+        return out
+
     @property
     def start_ns(self) -> int:
         """The trace's first instant: the earliest event start (0 for an empty table)."""
@@ -267,6 +307,46 @@ class Trace:
     def rows(self, *kinds: Kind) -> np.ndarray:
         """Row indices of the given kinds, in ts order."""
         return np.flatnonzero(np.isin(self.kind, np.asarray(kinds, dtype=np.int8)))
+
+
+def _launch_kinds(trace: Trace) -> np.ndarray:
+    """Trace.launch_kind: by name for graph launches, by name or by a kernel joined to it for kernel launches."""
+    out = np.zeros(len(trace), np.int8)
+    runtime = trace.kind == Kind.RUNTIME
+    if not runtime.any():
+        return out
+    key = correlation_keys(trace.format, trace.pid, trace.correlation)
+    kernel_keys = key[(trace.kind == Kind.KERNEL) & (key >= 0)]
+    joined = runtime & (key >= 0) & np.isin(key, kernel_keys)
+    names, name_id = trace.names, trace.name_id
+    graph = runtime & of_names(names, name_id, runtime, lambda s: api_base_name(s) in GRAPH_LAUNCH_NAMES)
+    named = runtime & of_names(names, name_id, runtime, lambda s: api_base_name(s) in LAUNCH_NAMES)
+    out[(named | joined) & ~graph] = LAUNCH
+    out[graph] = GRAPH_LAUNCH
+    return out
+
+
+def _captured(trace: Trace) -> np.ndarray:
+    """Trace.captured: per thread that calls a capture begin or end, its capture depth at each of its launch calls
+    (the begins less the ends before it, offset by the ends that come before any begin)."""
+    out = np.zeros(len(trace), bool)
+    runtime = trace.kind == Kind.RUNTIME
+    side = of_names(trace.names, trace.name_id, runtime, capture_side, np.int8, 0)
+    marks = np.flatnonzero(runtime & (side != 0))
+    if not len(marks):
+        return out
+    launches = np.flatnonzero(trace.launch_kind > 0)
+    threads = np.unique(np.stack([trace.pid[marks], trace.tid[marks]], axis=1), axis=0)
+    for pid, tid in threads.tolist():
+        mine = marks[(trace.pid[marks] == pid) & (trace.tid[marks] == tid)]  # in time order, as the rows are
+        depth = np.cumsum(side[mine].astype(np.int64))
+        before = max(0, -int(depth.min()))  # ends with no begin in the trace: a capture open when it started
+        depth += before
+        on = launches[(trace.pid[launches] == pid) & (trace.tid[launches] == tid)]
+        k = np.searchsorted(trace.ts_ns[mine], trace.ts_ns[on], side="right")
+        at = np.where(k > 0, depth[np.maximum(k - 1, 0)], before)
+        out[on[at > 0]] = True
+    return out
 
 
 def intern(strings: dict[str, int], s) -> int:
