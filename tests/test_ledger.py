@@ -844,3 +844,7 @@ def test_a_step_kind_reads_as_words():
         "mixed": "a mixed (prefill and decode) step",
     }
     assert kind_words("eagle_verify") == "eagle_verify step"  # an engine's own mode
+    from probe.analysis.diagnosis.what_if import _phase_words
+
+    assert _phase_words("step") == "a step, which no marker says is decode"  # not "..., and a step"
+    assert _phase_words("prefill") == "a prefill step"

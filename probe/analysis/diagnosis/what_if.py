@@ -266,10 +266,17 @@ def conditions(s: StepLedger, e: Evidence, on_gpu: bool, facts: StepFacts | None
     return out | _capture_conditions(s, facts) | _shape_conditions(facts)
 
 
+def _phase_words(kind: str) -> str:
+    """What a step's kind says of its phase: "a prefill step"; for a kind no marker gave a phase, "an iteration, which
+    no marker says is decode"."""
+    said = kind_words(kind, article=True)
+    return said if kind in ("prefill", "decode", "mixed") else f"{said}, which no marker says is decode"
+
+
 def _ledger_conditions(s: StepLedger, e: Evidence, on_gpu: bool) -> dict[str, Condition]:
     """What the step's ledger says: a decode step, a wait on its own GPU work, and (on a GPU) its GPU side recorded."""
     out = {
-        DECODE: Condition(DECODE, s.kind == "decode", kind_words(s.kind, article=True)),
+        DECODE: Condition(DECODE, s.kind == "decode", _phase_words(s.kind)),
         OWN_WAIT: Condition(
             OWN_WAIT,
             s.own_wait_ns > 0 or s.sync_wait_ns == 0,
