@@ -289,3 +289,55 @@ def test_hf_generates_loop_holds_the_steps_its_repeating_unit(tmp_path):
         (430, 150),
         (630, 150),
     ]
+
+
+def test_the_layers_of_one_forward_are_not_steps(tmp_path):
+    """A pipeline's one call holds an encoder whose 24 blocks launch a third of the thread's work and the rest runs
+    after it (a transformer, a decoder): followed inward, each container holds half of its own scope, and the blocks
+    repeat, but they hold under half of what the search began with: pieces of one step, not steps."""
+    from probe.analysis.ledger.units import Tree, launch_calls, repeating_unit
+    from probe.analysis.trace import load_trace
+
+    events: list[dict] = []
+
+    def frame(name, start, end):
+        events.append(
+            {
+                "ph": "X",
+                "cat": "python_function",
+                "name": name,
+                "pid": 1,
+                "tid": 1,
+                "ts": start,
+                "dur": end - start,
+                "args": {},
+            }
+        )
+
+    def launch(at):
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": at,
+                "dur": 1.0,
+                "args": {"correlation": len(events)},
+            }
+        )
+
+    frame("pipeline.py(10): __call__", 0.0, 10_000.0)
+    frame("encoder.py(5): forward", 10.0, 4_000.0)
+    for i in range(24):  # 24 blocks, 2 launches each: 48 of the 100 launches
+        frame("modeling_layers.py(59): __call__", 20.0 + 160 * i, 150.0 + 160 * i)
+        launch(30.0 + 160 * i)
+        launch(60.0 + 160 * i)
+    for i in range(52):  # the rest of the pipeline, flat under its call
+        launch(4_100.0 + 100 * i)
+    path = tmp_path / "pipeline.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = load_trace(path)
+    tree = Tree.of(trace, 1, 1, launch_calls(trace))
+    assert repeating_unit(tree, "thread 1/1") is None

@@ -133,6 +133,7 @@ def repeating_unit(tree: Tree, where: str, scope: np.ndarray | None = None) -> U
     """The steps of one thread by the rules of the module docstring, from `scope` (the outermost events when None)
     inward; `where` names the thread in the rule's words."""
     scope = np.flatnonzero(tree.parent < 0) if scope is None else scope
+    root = int(tree.held[scope].sum())
     while len(scope):
         total = int(tree.held[scope].sum())
         if not total:
@@ -146,11 +147,20 @@ def repeating_unit(tree: Tree, where: str, scope: np.ndarray | None = None) -> U
             if sums[g] >= MAJORITY * total:
                 scope = tree.children(int(members[0]))
                 continue
-            return _cycle(tree, scope, where)
+            return _most(tree, _cycle(tree, scope, where), root)
         if _whole(tree, scope, members, int(sums[g])):
-            return _each(tree, members, where)
-        return _cycle(tree, scope, where)
+            return _most(tree, _each(tree, members, where), root)
+        return _most(tree, _cycle(tree, scope, where), root)
     return None
+
+
+def _most(tree: Tree, units: Units | None, root: int) -> Units | None:
+    """The units, when they hold at least MAJORITY of the launches of the scope the search began in: containers
+    followed inward, each holding half of its own scope, can reach the layers of one forward (a pipeline's text
+    encoder's 24 blocks, 39% of its thread's launches), which are pieces of a step, not steps."""
+    if units is None or int(tree.count(units.start, units.end + 1).sum()) < MAJORITY * root:
+        return None
+    return units
 
 
 def _whole(tree: Tree, scope: np.ndarray, members: np.ndarray, held: int) -> bool:
