@@ -392,6 +392,49 @@ def test_other_threads_work_while_the_steps_thread_records_nothing(tmp_path):
     assert (d.bound, d.host_bound_by) == ("host", "other_threads") and "by other threads' work" in d.headline
 
 
+def test_a_python_frame_waiting_on_another_thread_is_other_threads_work(tmp_path):
+    """With stacks, loss.backward()'s run_backward frame covers the loop thread's wait: it has no child from 100 to
+    900 us while autograd's thread 2 runs the backward 150-850 (a cudaFree of 150-750 inside an op of 100-850 less
+    the free: 600 us of cudaFree self, 100 of the op's, one 5 us launch). Of run_backward's 800 us of self time,
+    700 are the wait on thread 2 (other threads' work), 100 its own; with main's 100 + 100 around it, Python is
+    300. The verdict names what thread 2 did (cudaFree first, a device free that synchronizes), no "fix the frame"
+    prices the wait, and speeding up cudaFree saves its 600 us (thread 2's 700 us all ran in the wait)."""
+    events = [
+        {"ph": "X", "cat": c, "name": n, "pid": 1, "tid": tid, "ts": a, "dur": b - a, "args": args}
+        for c, n, tid, a, b, args in (
+            ("user_annotation", "ProfilerStep#0", 1, 0, 1000, {}),
+            ("python_function", "train.py(10): main", 1, 0, 1000, {}),
+            ("python_function", "<built-in method run_backward of torch._C._EngineBase object at 0x7f>", 1, 100, 900,
+             {}),
+            ("cpu_op", "autograd::engine::evaluate_function: AddmmBackward0", 2, 150, 850, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 2, 155, 160, {"correlation": 1}),
+            ("cuda_runtime", "cudaFree", 2, 200, 800, {}),
+        )
+    ]  # fmt: skip
+    events.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 170, "dur": 5,
+                   "args": {"correlation": 1}})  # fmt: skip
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    s = analyze(load_trace(path)).steps[0]
+    assert (s.mechanism_ns["python"], s.python_other_ns, s.unattributed_other_ns) == (1_000_000, 700_000, 0)
+    frame = s.top_frames[0]
+    assert (frame.self_ns, frame.waited_ns, frame.own_ns) == (800_000, 700_000, 100_000)
+    (other,) = s.other_threads
+    assert [(o.name, o.self_ns, o.calls) for o in other.top][:2] == [("cudaFree", 600_000, 1),
+        ("autograd::engine::evaluate_function: AddmmBackward0", 95_000, 1)]  # fmt: skip
+    d = _diagnose(path)
+    e = d.evidence
+    assert (e.other_threads_ns, e.python_ns) == (700_000, 300_000)
+    assert (d.bound, d.host_bound_by) == ("host", "other_threads")
+    line = next(x for x in d.lines if x.startswith("other threads' work"))
+    assert "thread 1/2 was busy 0.700 ms, most in cudaFree 0.600 ms (x1; a device-memory free, which synchronizes" \
+        " the device)" in line and "waited in <built-in method run_backward" in line  # fmt: skip
+    fixes = {w.change: w.saving_ms for w in d.what_if}
+    assert fixes["speed up cudaFree (x1) in thread 1/2, which the step waits on"] == pytest.approx(0.6)
+    frame_fix = [v for k, v in fixes.items() if k.startswith("fix the top Python frame")]
+    assert frame_fix == [pytest.approx(0.2)]  # train.py's own 200 us, not run_backward's wait
+
+
 def python_bound_trace(tmp_path: Path) -> Path:
     """A decode step of 100 us whose host is mostly Python, for 7 us of GPU work (test_report.py uses it too)."""
     return _trace(

@@ -60,6 +60,8 @@ from probe.analysis.diagnosis.evidence import (
     evidence,
     gpu_side_missing,
     largest_host_part,
+    others_text,
+    own_top_frame,
     side_of,
     site_text,
 )
@@ -185,8 +187,9 @@ def _host_parts_text(s: StepLedger, e: Evidence, on_gpu: bool = True) -> str:
     ]
     text = ", ".join(f"{name} {ms(ns)}" for name, ns in sorted(parts, key=lambda p: -p[1]) if ns)
     top = []
-    if s.top_frames and e.python_ns:
-        top.append(f"top frame {s.top_frames[0].frame} {ms(s.top_frames[0].self_ns)}")
+    frame = own_top_frame(s)
+    if frame is not None and e.python_ns:
+        top.append(f"top frame {frame.frame} {ms(frame.own_ns)}")
     if s.top_ops and e.dispatch_ns:
         top.append(f"top op {s.top_ops[0].name} {ms(s.top_ops[0].self_ns)}")
     return text + (f" ({'; '.join(top)})" if top else "")
@@ -365,8 +368,9 @@ def _extra_lines(s: StepLedger, e: Evidence, bound: Bound) -> list[str]:
     out = []
     if e.other_threads_ns:
         out.append(
-            f"other threads' work {ms(e.other_threads_ns)} ms: the step's thread recorded nothing while another thread "
-            "of its process ran events (autograd's backward while the loop waits in loss.backward(), a helper thread)"
+            f"other threads' work {ms(e.other_threads_ns)} ms: the step's thread ran no code of its own (nothing "
+            "recorded, or a Python frame's self time) while another thread of its process ran events (autograd's "
+            f"backward while the loop waits in loss.backward(), a helper thread): {others_text(s)}"
         )
     if e.communication_ns or e.gpu_communication_ns:
         gpu = f"; {ms(e.gpu_communication_ns)} ms of communication kernels" if e.gpu_communication_ns else ""

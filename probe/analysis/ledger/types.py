@@ -149,6 +149,7 @@ class StepLedger:
     captured_launches: int = 0  # launch calls recorded into a graph, not run (Trace.captured): capture set-up
     graph_instantiations: int = 0  # graph instantiation calls (cudaGraphInstantiate, ...): set-up too
     unattributed_other_ns: int = 0  # of unattributed time outside data loading: another thread of the process ran
+    python_other_ns: int = 0  # of Python frames' self time outside data loading: another thread of the process ran
     unprofiled_estimate_ns: float | None = None
     own_wait_ns: int = 0  # sync wait from the step's first GPU op on, less what no GPU op of the trace ran in
     peer_wait_ns: int = 0  # of own_wait, while a communication kernel ran: a wait on the other ranks (build.py)
