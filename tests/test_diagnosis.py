@@ -367,6 +367,37 @@ def test_communication_is_its_own_purpose_and_kernel_category(tmp_path):
         "kernels (80% of GPU work)" in d.lines  # fmt: skip
 
 
+def test_collectives_issued_from_another_thread_count_and_say_which(tmp_path):
+    """DDP's allreduce runs from autograd's hooks on thread 2: its nccl:all_reduce range (50-90 us) around c10d's
+    op and record_param_comms (52-88) launches an NCCL kernel of 40 us. The loop's thread 1 holds no collective, so
+    its own communication is 0; thread 2's is 40 us of the 200 us wall (20%), and the line says which thread."""
+    events = [
+        {"ph": "X", "cat": c, "name": n, "pid": 1, "tid": tid, "ts": a, "dur": b - a, "args": args}
+        for c, n, tid, a, b, args in (
+            ("user_annotation", "ProfilerStep#0", 1, 0, 200, {}),
+            ("cpu_op", "aten::linear", 1, 0, 20, {}),
+            ("cpu_op", "autograd::engine::evaluate_function: AddmmBackward0", 2, 30, 190, {}),
+            ("user_annotation", "nccl:all_reduce", 2, 50, 90, {}),
+            ("cpu_op", "c10d::allreduce_", 2, 52, 88, {}),
+            ("cpu_op", "record_param_comms", 2, 53, 87, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 2, 54, 56, {"correlation": 1}),
+        )
+    ]
+    events.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": 7,
+                   "ts": 60, "dur": 40, "args": {"correlation": 1}})  # fmt: skip
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    s = analyze(load_trace(path)).steps[0]
+    assert (s.purpose_ns["communication"], s.other_threads[0].communication_ns) == (0, 40_000)
+    d = _diagnose(path)
+    assert (d.evidence.communication_ns, d.evidence.communication_other_ns) == (0, 40_000)
+    line = next(x for x in d.lines if x.startswith("communication"))
+    assert line == (
+        "communication: 0.040 ms of the host window in collectives on thread 1/2 (20% of the wall), 0.000 ms on "
+        "the step's own thread (0% of the wall); 0.040 ms of communication kernels (100% of GPU work)"
+    )
+
+
 def test_other_threads_work_while_the_steps_thread_records_nothing(tmp_path):
     """The loop's thread runs ops 0-20 and 80-100 us and records nothing between; autograd's thread 2 runs the
     backward 25-75 (an op, one launch of a 5 us kernel). Of the 60 us the loop's thread leaves uncovered, 50 are

@@ -63,6 +63,7 @@ class Evidence:
     kernels: int
     data_ns: int = 0  # host work inside data loading (its sync wait left out); the four parts above exclude it
     communication_ns: int = 0  # of the host window, inside collectives' ranges, ops and frames
+    communication_other_ns: int = 0  # the same on the busiest such other thread of the step's process (`comm_thread`)
     gpu_communication_ns: int = 0  # the step's communication kernels (their summed durations)
     launches_unmatched: int = 0  # launch calls of the step none of whose GPU ops is in the trace
     captured_launches: int = 0  # launch calls recorded into a graph, not run (StepLedger.captured_launches)
@@ -228,6 +229,7 @@ def evidence(s: StepLedger, context: Context | None = None) -> Evidence:
         hole_ns=hole_ns(s, context or Context()),
         data_ns=sum(d.values()) - d.get("sync_wait", 0),
         communication_ns=s.purpose_ns.get("communication", 0),
+        communication_other_ns=t.communication_ns if (t := comm_thread(s)) is not None else 0,
         gpu_communication_ns=s.kernels_by_category.get("communication", 0),
         launches_unmatched=s.launches_unmatched,
         captured_launches=s.captured_launches,
@@ -320,3 +322,10 @@ def own_top_frame(s: StepLedger) -> FrameTime | None:
     has any: the frame a fix of Python would change."""
     frame = max(s.top_frames, key=lambda f: f.own_ns, default=None)  # the first of equals: the larger self time
     return frame if frame is not None and frame.own_ns > 0 else None
+
+
+def comm_thread(s: StepLedger) -> ThreadTime | None:
+    """The other thread of the step's process with the most time in collectives in the step (autograd's thread,
+    where DDP issues its allreduce from gradient hooks), None when none has any."""
+    threads = [t for t in s.other_threads if t.pid == s.pid and t.communication_ns]
+    return max(threads, key=lambda t: t.communication_ns, default=None)

@@ -57,6 +57,7 @@ from probe.analysis.diagnosis.evidence import (
     Bound,
     Context,
     Evidence,
+    comm_thread,
     evidence,
     gpu_side_missing,
     largest_host_part,
@@ -363,6 +364,24 @@ def _times(larger: int, smaller: int, none: str) -> str:
     return f"{larger / smaller:.2f}x" if smaller else none
 
 
+def _communication_line(s: StepLedger, e: Evidence) -> str:
+    """Communication's line: the host's time in collectives on the step's thread and on the other thread of its
+    process that spent the most there, each against the wall, and the communication kernels against GPU work."""
+    gpu = f"; {ms(e.gpu_communication_ns)} ms of communication kernels" if e.gpu_communication_ns else ""
+    share = f" ({pct(e.gpu_communication_ns / e.gpu_busy_ns, 0)}% of GPU work)" if gpu and e.gpu_busy_ns else ""
+
+    def of_wall(ns: int) -> str:
+        return f"{pct(ns / e.wall_ns, 0)}%" if e.wall_ns else "0%"
+
+    own = f"{ms(e.communication_ns)} ms of the host window in collectives"
+    if (t := comm_thread(s)) is not None:
+        own = (
+            f"{ms(t.communication_ns)} ms of the host window in collectives on thread {t.pid}/{t.tid} "
+            f"({of_wall(t.communication_ns)} of the wall), {ms(e.communication_ns)} ms on the step's own thread"
+        )
+    return f"communication: {own} ({of_wall(e.communication_ns)} of the wall){gpu}{share}"
+
+
 def _extra_lines(s: StepLedger, e: Evidence, bound: Bound) -> list[str]:
     """What a verdict adds whatever its bound: communication's share, and GPU work the trace lacks in part."""
     out = []
@@ -372,14 +391,8 @@ def _extra_lines(s: StepLedger, e: Evidence, bound: Bound) -> list[str]:
             "recorded, or a Python frame's self time) while another thread of its process ran events (autograd's "
             f"backward while the loop waits in loss.backward(), a helper thread): {others_text(s)}"
         )
-    if e.communication_ns or e.gpu_communication_ns:
-        gpu = f"; {ms(e.gpu_communication_ns)} ms of communication kernels" if e.gpu_communication_ns else ""
-        share = f" ({pct(e.gpu_communication_ns / e.gpu_busy_ns, 0)}% of GPU work)" if gpu and e.gpu_busy_ns else ""
-        of_wall = f"{pct(e.communication_ns / e.wall_ns, 0)}%" if e.wall_ns else "0%"
-        out.append(
-            f"communication: {ms(e.communication_ns)} ms of the host window in collectives ({of_wall} of the wall)"
-            f"{gpu}{share}"
-        )
+    if e.communication_ns or e.communication_other_ns or e.gpu_communication_ns:
+        out.append(_communication_line(s, e))
     if e.launches_unmatched and bound != "unknown":
         out.append(
             f"{e.launches_unmatched:,} of the step's {e.launches + e.graph_launches:,} launch calls have no GPU op in "

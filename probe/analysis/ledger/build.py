@@ -87,6 +87,7 @@ from probe.analysis.ledger.host import (
     capture_region,
     host_events,
     mechanism_split,
+    named_spans,
     others_busy,
     purpose_tiers,
     thread_busy,
@@ -511,9 +512,10 @@ def _other_threads(trace: Trace, table: PartTable, steps: StepSet) -> list[tuple
         if mine.all():  # every step is this thread's own: nothing of it to report (and its pass is the costliest)
             continue
         busy, by, top = thread_busy(trace, table, pid, tid, steps.start, steps.end)
+        comm = covered(*named_spans(trace, table, pid, tid, "communication"), steps.start, steps.end)
         for i in np.flatnonzero((busy > 0) & ~mine).tolist():
             mech = {p: int(v[i]) for p, v in by.items() if v[i]}
-            out[i].append(ThreadTime(pid, tid, int(busy[i]), mech, top[i]))
+            out[i].append(ThreadTime(pid, tid, int(busy[i]), mech, top[i], int(comm[i])))
     return [tuple(sorted(lst, key=lambda t: (-t.busy_ns, t.pid, t.tid))) for lst in out]
 
 

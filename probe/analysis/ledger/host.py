@@ -239,6 +239,7 @@ class ThreadTime:
     busy_ns: int
     mechanism_ns: dict[str, int]
     top: tuple[OpTime, ...] = ()  # its frames, ops and runtime calls by innermost self time there, largest first
+    communication_ns: int = 0  # its time inside collectives' ranges, ops and frames (`COMMUNICATION`) there
 
     def to_json(self) -> dict:
         return {
@@ -247,6 +248,7 @@ class ThreadTime:
             "busy_us": self.busy_ns / 1e3,
             "mechanism_us": {k: v / 1e3 for k, v in self.mechanism_ns.items()},
             "top": [o.to_json() for o in self.top],
+            "communication_us": self.communication_ns / 1e3,
         }
 
 
@@ -391,11 +393,19 @@ def purpose_tiers(trace: Trace, table: PartTable, pid: int, tid: int) -> dict[st
     )
     tiers["sync"] = merge(np.concatenate((sync_s, trace.ts_ns[waited])), np.concatenate((sync_e, trace.end_ns[waited])))
     for part in ("data", "communication"):
-        tiers[part] = spans((ranges, table.by_name[part]), (ops, table.by_name[part]), (frames, table.by_name[part]))
+        tiers[part] = named_spans(trace, table, pid, tid, part)
     for part in ("sample", "cache_update", "cache_seq_length", "cache_mask_sizes", "mask"):
         tiers[part] = spans((ranges, table.by_name[part]))
     tiers["attention"] = spans((ops, table.by_name["attention"]))
     return tiers
+
+
+def named_spans(trace: Trace, table: PartTable, pid: int, tid: int, part: str) -> tuple[np.ndarray, np.ndarray]:
+    """The ranges, ops and frames of thread pid/tid whose names `table` gives to `part` ("data": `DATA`,
+    "communication": `COMMUNICATION`), as merged intervals."""
+    rows = thread_rows(trace, trace.rows(Kind.USER_RANGE, Kind.PROFILER_STEP, Kind.CPU_OP, Kind.PYTHON), pid, tid)
+    rows = rows[table.by_name[part][trace.name_id[rows]]]
+    return merge(trace.ts_ns[rows], trace.end_ns[rows])
 
 
 def purpose_split(
