@@ -398,6 +398,35 @@ def test_collectives_issued_from_another_thread_count_and_say_which(tmp_path):
     )
 
 
+def test_a_gpu_job_without_its_gpu_side_is_unknown_not_cpu_only(tmp_path):
+    """A trace whose deviceProperties name two A100s and whose step holds an nccl:all_to_all range, with no GPU op
+    and no launch call: the profiler did not record the GPU side. Not "CPU only", and no CPU-priced change (an op's
+    self time here is dispatch, not compute); the same trace without the devices and the collective is CPU only."""
+    host = [
+        ("user_annotation", "ProfilerStep#1", 0, 100, {}),
+        ("cpu_op", "aten::mm", 5, 45, {}),
+        ("user_annotation", "nccl:all_to_all", 50, 60, {}),
+        ("cpu_op", "aten::add", 60, 90, {}),
+    ]
+    events = [
+        {"ph": "X", "cat": c, "name": n, "pid": 1, "tid": 1, "ts": a, "dur": b - a, "args": args}
+        for c, n, a, b, args in host
+    ]
+    gpus = [{"id": i, "name": "NVIDIA A100-SXM4-80GB", "totalGlobalMem": 85e9} for i in range(2)]
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps({"traceEvents": events, "deviceProperties": gpus}))
+    analysis = analyze(load_trace(path))
+    assert not analysis.on_gpu and "deviceProperties name 2 GPU(s)" in (analysis.gpu_unrecorded or "")
+    d = _diagnose(path)
+    assert (d.bound, d.what_if) == ("unknown", ())
+    assert "unknown. GPU side not recorded: its deviceProperties name 2 GPU(s) (NVIDIA A100-SXM4-80GB); it holds 1 " \
+        "NCCL collectives (e.g. nccl:all_to_all)" in d.headline  # fmt: skip
+    assert "CPU only" not in d.headline and d.withheld[0].startswith("every change: not offered")
+    plain = tmp_path / "cpu.json"
+    plain.write_text(json.dumps({"traceEvents": [e for e in events if e["name"] != "nccl:all_to_all"]}))
+    assert _diagnose(plain).bound == "cpu_only" and analyze(load_trace(plain)).gpu_unrecorded is None
+
+
 def test_other_threads_work_while_the_steps_thread_records_nothing(tmp_path):
     """The loop's thread runs ops 0-20 and 80-100 us and records nothing between; autograd's thread 2 runs the
     backward 25-75 (an op, one launch of a 5 us kernel). Of the 60 us the loop's thread leaves uncovered, 50 are

@@ -12,7 +12,10 @@ a loop of such steps can be no faster than the host window that issues each one,
 
 **`bound`**, one of four, decided in this order:
 
-- `cpu_only`: the trace has no GPU side (no GPU op and no launch call: `TraceAnalysis.on_gpu`).
+- `cpu_only`: the trace has no GPU side (no GPU op and no launch call: `TraceAnalysis.on_gpu`), and nothing in it
+  says the job ran on GPUs; where something does (the GPUs its deviceProperties name, GPU runtime calls,
+  collectives: `TraceAnalysis.gpu_unrecorded`) the bound is `unknown`: the GPU side was not recorded, and no
+  change is priced.
 - `external`: at least `EXTERNAL_SHARE` of the host window was blocked while no GPU op of the trace ran
   (`StepLedger.external_wait_ns`): the host waited on device work the trace does not hold, such as a stream
   waiting on an event recorded by earlier work. Nothing inside the trace explains that time, so it is named first;
@@ -134,19 +137,21 @@ class Diagnosis:
         )
 
 
-def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None) -> Diagnosis:
-    """The verdict on one step, its evidence in words, and what to fix first."""
+def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None, unrecorded: str | None = None) -> Diagnosis:
+    """The verdict on one step, its evidence in words, and what to fix first. `unrecorded`: on a trace without GPU
+    side, what says the job ran on GPUs all the same (`TraceAnalysis.gpu_unrecorded`): the bound is unknown, not
+    CPU only, and no change is priced (a CPU's what-ifs read op time as compute)."""
     context = context or Context()
     e = evidence(s, context)
     caveats = (context.contended,) if context.contended else ()
     host = e.unprofiled_host_ns  # the profiler's own cost is not the step's
-    missing = gpu_side_missing(e) if on_gpu else None
+    missing = gpu_side_missing(e) if on_gpu else unrecorded and f"GPU side not recorded: {unrecorded}"
     bound: Bound
     then: Bound | None
     if not host and not e.gpu_busy_ns:
         bound, then = "none", None
     elif not on_gpu:
-        bound, then = "cpu_only", None
+        bound, then = ("unknown" if missing else "cpu_only"), None
     elif missing:
         bound, then = "unknown", None
     elif e.wall_ns and e.external_wait_ns >= EXTERNAL_SHARE * e.wall_ns:
@@ -161,6 +166,8 @@ def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None) -> Dia
     offered, withheld = what_if(s, e, on_gpu, context)  # an unknown bound: every GPU what-if needs the GPU side
     if bound == "none":
         offered, withheld = [], [NOTHING_RAN + ": nothing to change"]
+    elif not on_gpu and missing:
+        offered, withheld = [], [f"every change: not offered: each needs the GPU side recorded, and {unrecorded}"]
     return Diagnosis(
         step=s.name,
         kind=s.kind,
@@ -470,7 +477,10 @@ def diagnose_trace(
     gpu_ms_at = gpu_ms_at or {}
     diagnoses = {
         s.position: diagnose(
-            s, analysis.on_gpu, replace(context, gpu_ms_at=gpu_ms_at.get(s.position, context.gpu_ms_at))
+            s,
+            analysis.on_gpu,
+            replace(context, gpu_ms_at=gpu_ms_at.get(s.position, context.gpu_ms_at)),
+            analysis.gpu_unrecorded,
         )
         for s in analysis.steps
     }

@@ -77,6 +77,7 @@ from probe.analysis.ledger.gpu import (
     windows,
 )
 from probe.analysis.ledger.host import (
+    GPU_COLLECTIVE,
     MECHANISM,
     FrameTime,
     HostSplit,
@@ -623,6 +624,30 @@ def _warnings(
     return out
 
 
+def gpu_unrecorded(trace: Trace) -> str | None:
+    """Why a trace without GPU ops or launches is a GPU job's all the same, in words, or None when nothing says so:
+    the GPUs its deviceProperties name (kineto writes them for CUDA and ROCm devices), runtime calls of a GPU
+    runtime, NCCL's collectives (`GPU_COLLECTIVE`). Its GPU side was not recorded, so its ops' self time is
+    dispatch, not a CPU's compute."""
+    said = []
+    if trace.devices:
+        names = sorted({d.name for d in trace.devices})
+        said.append(f"its deviceProperties name {len(trace.devices)} GPU(s) ({', '.join(names[:2])})")
+    if calls := len(trace.rows(Kind.RUNTIME)):
+        said.append(f"its host made {calls:,} GPU runtime calls")
+    named = trace.rows(Kind.USER_RANGE, Kind.CPU_OP, Kind.PYTHON)
+    collectives = named[trace.name_ids(lambda n: GPU_COLLECTIVE.search(n) is not None)[trace.name_id[named]]]
+    if len(collectives):
+        first = trace.names[trace.name_id[collectives[0]]]
+        said.append(f"it holds {len(collectives):,} NCCL collectives (e.g. {first})")
+    if not said:
+        return None
+    return (
+        f"{'; '.join(said)}, but no GPU op and no launch call (torch.profiler without ProfilerActivity.CUDA, or "
+        "CUPTI unavailable)"
+    )
+
+
 def max_steps() -> int:
     """How many steps one analysis may hold: each costs a few KiB of figures (its parts, ops and kernels by name),
     so a trace of a million steps would cost gigabytes whatever its size on disk. `PROBE_MAX_STEPS` (200,000 by
@@ -675,6 +700,7 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysi
         origin_epoch_ns=origin,
         origin_ns=int(trace.start_ns) if len(trace) else 0,
         coverage=covers,
+        gpu_unrecorded=None if on_gpu else gpu_unrecorded(trace),
     )
 
 

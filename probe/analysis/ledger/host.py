@@ -102,6 +102,9 @@ DATA = re.compile(
 COMMUNICATION = re.compile(
     r"^nccl:|^gloo:|^c10d::|^record_param_comms$|all_?to_?all|all_?gather|all_?reduce|reduce_?scatter", re.IGNORECASE
 )
+# A collective on the GPU: torch names a ProcessGroupNCCL collective's range `nccl:<op>` (RCCL's on ROCm too);
+# Gloo's (`gloo:all_reduce`) runs on the CPU, so a trace holding only those may be a CPU job's.
+GPU_COLLECTIVE = re.compile(r"^nccl:")
 # A copy call waited for the device when its GPU copy started this long after the call began and the call was
 # still running then: the copy sat in its stream's queue behind earlier work. A copy issued to an idle stream starts
 # within the launch latency (7-14 us for the pinned copies of v100_dlrm_ddp_rank0_step; kernels' launch delay p50 is

@@ -344,6 +344,9 @@ class TraceAnalysis:
     origin_epoch_ns: int | None = None  # epoch ns of the first event (steps' start_ns count from it), when known
     origin_ns: int = 0  # the first event's time on the trace's own clock (Trace.start_ns)
     coverage: Coverage | None = None  # what the steps hold of the trace's GPU work and host time
+    # A trace with no GPU side (not on_gpu) whose host says the job ran on GPUs (the GPUs its deviceProperties name,
+    # its GPU runtime calls, its collectives): what says so; None otherwise (build.gpu_unrecorded)
+    gpu_unrecorded: str | None = None
 
     def windows(self) -> tuple[np.ndarray, np.ndarray]:
         """The steps' host windows, [start, end] on the trace's own clock (sorted by start, as the steps are)."""
@@ -383,6 +386,7 @@ class TraceAnalysis:
             "python_frames": [f.to_json() for f in self.python_frames],
             "warnings": list(self.warnings),
             "coverage": self.coverage.to_json() if self.coverage else None,
+            "gpu_unrecorded": self.gpu_unrecorded,
         }
 
 
