@@ -15,7 +15,7 @@ import numpy as np
 
 from probe.analysis.diagnosis.conditions import StepFacts, step_facts
 from probe.analysis.intervals import covered, merge
-from probe.analysis.ledger.host import DEVICE_FREE, FrameTime, ThreadTime
+from probe.analysis.ledger.host import DATA, DEVICE_FREE, FrameTime, OpTime, ThreadTime
 from probe.analysis.ledger.types import StepLedger, TraceAnalysis
 from probe.analysis.roofline.ops import OpRoofline
 from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH, LAUNCH, Kind, Trace
@@ -329,3 +329,10 @@ def comm_thread(s: StepLedger) -> ThreadTime | None:
     where DDP issues its allreduce from gradient hooks), None when none has any."""
     threads = [t for t in s.other_threads if t.pid == s.pid and t.communication_ns]
     return max(threads, key=lambda t: t.communication_ns, default=None)
+
+
+def top_op(s: StepLedger) -> OpTime | None:
+    """The step's op with the most dispatch time that is not itself data loading (`DATA`, the purpose partition's
+    one definition: 2021's schema records the DataLoader's `enumerate(DataLoader)#...__next__` as an `Operator`),
+    None when none has any: data loading's time is its own part, not dispatch."""
+    return next((o for o in s.top_ops if o.self_ns and DATA.search(o.name) is None), None)

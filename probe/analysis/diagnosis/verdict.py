@@ -68,6 +68,7 @@ from probe.analysis.diagnosis.evidence import (
     own_top_frame,
     side_of,
     site_text,
+    top_op,
 )
 from probe.analysis.diagnosis.what_if import WhatIf, what_if
 from probe.analysis.intervals import merge
@@ -198,8 +199,8 @@ def _host_parts_text(s: StepLedger, e: Evidence, on_gpu: bool = True) -> str:
     frame = own_top_frame(s)
     if frame is not None and e.python_ns:
         top.append(f"top frame {frame.frame} {ms(frame.own_ns)}")
-    if s.top_ops and e.dispatch_ns:
-        top.append(f"top op {s.top_ops[0].name} {ms(s.top_ops[0].self_ns)}")
+    if (op := top_op(s)) is not None and e.dispatch_ns:
+        top.append(f"top op {op.name} {ms(op.self_ns)}")
     return text + (f" ({'; '.join(top)})" if top else "")
 
 

@@ -63,6 +63,7 @@ from probe.analysis.diagnosis.evidence import (
     gpu_side_missing,
     own_top_frame,
     site_text,
+    top_op,
     waited_thread,
 )
 from probe.analysis.ledger.host import EVERY_OP
@@ -575,8 +576,7 @@ def _host_fixes(offer: _Offer, s: StepLedger, gpu_side: bool) -> None:
                 requires,
                 holds,
             )
-    if gpu_side and s.top_ops and s.top_ops[0].self_ns:
-        o = s.top_ops[0]
+    if gpu_side and (o := top_op(s)) is not None:
         change = f"fix the top op, {o.name} (x{o.calls})"
         holds = offer.check(change, requires)
         if holds is not None:
