@@ -517,6 +517,30 @@ def test_a_python_frame_waiting_on_another_thread_is_other_threads_work(tmp_path
     assert frame_fix == [pytest.approx(0.2)]  # train.py's own 200 us, not run_backward's wait
 
 
+def test_a_thread_running_before_the_frame_is_concurrent_not_waited_on(tmp_path):
+    """A compile worker's thread 3 sits in one frame (a pipe read) from before the step to after it, while the
+    loop's frame runs 900 us of its own Python around one op: that thread's work did not begin inside the frame's
+    self time, so it is concurrent, not waited on: Python stays Python (the rtx4080 nanovllm trace's shape)."""
+    events = [
+        {"ph": "X", "cat": c, "name": n, "pid": 1, "tid": tid, "ts": a, "dur": b - a, "args": args}
+        for c, n, tid, a, b, args in (
+            ("user_annotation", "ProfilerStep#0", 1, 0, 1000, {}),
+            ("python_function", "loop.py(10): step", 1, 0, 1000, {}),
+            ("cpu_op", "aten::mm", 1, 400, 500, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 1, 410, 420, {"correlation": 1}),
+            ("python_function", "subproc_pool.py(61): _recv_msg", 3, -10, 1010, {}),
+        )
+    ]
+    events.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 430, "dur": 5,
+                   "args": {"correlation": 1}})  # fmt: skip
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    s = analyze(load_trace(path)).steps[0]
+    assert (s.mechanism_ns["python"], s.python_other_ns, s.top_frames[0].waited_ns) == (900_000, 0, 0)
+    d = _diagnose(path)
+    assert (d.evidence.other_threads_ns, d.evidence.python_ns, d.host_bound_by) == (0, 900_000, "python")
+
+
 def python_bound_trace(tmp_path: Path) -> Path:
     """A decode step of 100 us whose host is mostly Python, for 7 us of GPU work (test_report.py uses it too)."""
     return _trace(

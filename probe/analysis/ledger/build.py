@@ -38,8 +38,9 @@ What a step's ledger says (times are integer ns inside, `_us` in the JSON, ns / 
   `data_mechanism_ns`: the mechanism split of the time inside data loading (the `data` purpose's ranges, ops and
   frames). `unattributed_other_ns`: of the unattributed time outside data loading, the part during which another
   thread of the step's process ran events (autograd's backward, while the loop's thread waits on it);
-  `python_other_ns`: the same of Python frames' self time (with stacks, `loss.backward()`'s `run_backward` frame
-  covers that wait; probe.analysis.ledger.host.waits_on_others).
+  `python_other_ns`: of Python frames' self time outside data loading, the part in which another thread of the
+  process ran events that began and ended inside it (with stacks, `loss.backward()`'s `run_backward` frame covers
+  that wait; probe.analysis.ledger.host.waits_on_others).
   `launches_unmatched`: the step's launch and graph-launch calls none of whose GPU ops is in the trace, captured
   ones left out (they run no GPU op when called).
   `external_wait`: the part of `sync_wait` during which no GPU op of the trace ran: the host waited on device work
@@ -280,7 +281,7 @@ class _HostDraft:
     top_ops: list[tuple[OpTime, ...]]
     frames: list[tuple[FrameTime, ...]]
     sites: list[tuple[SyncSite, ...]]
-    totals: dict[int, list[int]]  # frame id -> [self ns, calls], over the threads so far
+    totals: dict[int, list[int]]  # frame id -> [self ns, calls, waited ns], over the threads so far
 
     @staticmethod
     def empty(n: int, table: PartTable) -> _HostDraft:
@@ -364,12 +365,12 @@ def _fill_step_lists(
         op_counts[s], top_ops[s], frames[s], sites[s] = oc[j], split.ops[j], split.frames[j], split.sync_sites[j]
 
 
-def _add_frame_totals(totals: dict[int, list[int]], thread: dict[int, tuple[int, int]]) -> None:
-    """One thread's Python frame totals (frame id -> (self ns, calls)) added to the trace's."""
-    for f, (ns, calls) in thread.items():
-        acc = totals.setdefault(f, [0, 0])
-        acc[0] += ns
-        acc[1] += calls
+def _add_frame_totals(totals: dict[int, list[int]], thread: dict[int, tuple[int, int, int]]) -> None:
+    """One thread's Python frame totals (frame id -> (self ns, calls, waited ns)) added to the trace's."""
+    for f, values in thread.items():
+        acc = totals.setdefault(f, [0, 0, 0])
+        for i, v in enumerate(values):
+            acc[i] += v
 
 
 def _host_of_draft(draft: _HostDraft, trace: Trace, table: PartTable, steps: StepSet) -> _Host:
@@ -432,7 +433,7 @@ def _python_frames(table: PartTable, totals: dict[int, list[int]]) -> tuple[Fram
     """The trace's Python frames over every step, by self time, largest first (frames with neither left out)."""
     return tuple(
         sorted(
-            (FrameTime(table.frames[f], ns, calls) for f, (ns, calls) in totals.items() if ns or calls),
+            (FrameTime(table.frames[f], ns, calls, waited) for f, (ns, calls, waited) in totals.items() if ns or calls),
             key=lambda x: (-x.self_ns, x.frame),
         )
     )

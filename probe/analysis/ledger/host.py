@@ -169,8 +169,8 @@ class FrameTime:
     frame: str  # the frame's name as the trace writes it, object addresses removed
     self_ns: int  # time this frame was the innermost event (torch's Self CPU)
     count: int  # frame events with this name that start in the scope
-    waited_ns: int = 0  # of self_ns, outside data loading, the part another thread of the process ran events in: the
-    # frame waited on that thread (`waits_on_others`), not its own code
+    waited_ns: int = 0  # of self_ns, outside data loading, the part in which another thread of the process ran events
+    # that began and ended there: the frame waited on that thread (`waits_on_others`), not its own code
 
     @property
     def own_ns(self) -> int:
@@ -368,7 +368,7 @@ class HostSplit:
     ops: list[tuple[OpTime, ...]]  # per step, dispatch by op, largest first
     sync_sites: list[tuple[SyncSite, ...]]  # per step, largest wait first
     sync_segments: tuple[np.ndarray, np.ndarray, np.ndarray]  # (step, start, end) of every sync_wait piece
-    frame_totals: dict[int, tuple[int, int]]  # frame id -> (self ns, calls) over these steps
+    frame_totals: dict[int, tuple[int, int, int]]  # frame id -> (self ns, calls, waited ns) over these steps
     in_data: dict[str, np.ndarray]  # every part in MECHANISM: the mechanism split of the time inside data loading
     python_other: np.ndarray  # per step: of Python self time outside data loading, the wait on other threads
 
@@ -571,7 +571,9 @@ def mechanism_split(
     calls = np.ones(len(names), np.int64)
     f_self = _grouped(step, table.frame_id[names[owner]], ns, is_frame[owner], n)
     f_calls = _grouped(starts_in, table.frame_id[names], calls, is_frame & (starts_in >= 0), n)
-    waited = waits_on_others(trace, pid, tid, (data_s, data_e), piece_start, piece_end) * (mech == _PYTHON)
+    waited = np.zeros(len(ns), np.int64)
+    py = mech == _PYTHON
+    waited[py] = waits_on_others(trace, pid, tid, (data_s, data_e), piece_start[py], piece_end[py])
     f_waited = _grouped(step, table.frame_id[names[owner]], waited, waited > 0, n)
     o_self = _grouped(step, names[owner].astype(np.int64), ns, is_op[owner], n)
     o_calls = _grouped(starts_in, names.astype(np.int64), calls, is_op & (starts_in >= 0), n)
@@ -585,7 +587,7 @@ def mechanism_split(
         _ranked_ops(trace, o_self, o_calls, top_ops),
         sites,
         sync_segments,
-        _frame_totals(f_self, f_calls),
+        _frame_totals(f_self, f_calls, f_waited),
         in_data,
         np.bincount(step, weights=waited, minlength=n).astype(np.int64),
     )
@@ -602,11 +604,22 @@ def others_busy(trace: Trace, pid: int, tid: int) -> tuple[np.ndarray, np.ndarra
 def waits_on_others(
     trace: Trace, pid: int, tid: int, data: tuple[np.ndarray, np.ndarray], start: np.ndarray, end: np.ndarray
 ) -> np.ndarray:
-    """Of each stretch [start, end] of thread pid/tid in which it runs no op or call of its own (a Python frame's
-    self time: the frame has no child event there), outside data loading (`data`, merged), the time another thread
-    of its process ran code: the thread waited on that thread (autograd's backward under `run_backward`, a helper
-    thread joined), the same rule as `unattributed_other_ns` for time no event of the thread covers."""
-    others = difference(*others_busy(trace, pid, tid), *data)
+    """Of each stretch [start, end] (disjoint) in which thread pid/tid runs no op or call of its own (a Python
+    frame's self time: the frame has no child event there), outside data loading (`data`, merged), the time other
+    threads of its process ran events that began and ended inside the stretch: work handed off and waited for
+    (autograd's backward under `run_backward`, a helper thread joined). A thread already running when the stretch
+    began (a compile worker blocked in a pipe read for the whole trace) is concurrent, not waited on."""
+    rows = trace.rows(Kind.PYTHON, Kind.CPU_OP, Kind.RUNTIME)
+    rows = rows[(trace.pid[rows] == pid) & (trace.tid[rows] != tid)]
+    if not len(rows) or not len(start):
+        return np.zeros(len(start), np.int64)
+    a, b = trace.ts_ns[rows], trace.end_ns[rows]
+    order = np.argsort(start, kind="stable")
+    ps, pe = start[order], end[order]
+    k = np.searchsorted(ps, a, side="right") - 1
+    kc = np.maximum(k, 0)
+    inside = (k >= 0) & (b <= pe[kc])  # began and ended inside one stretch
+    others = difference(*merge(a[inside], b[inside]), *data)
     return covered(*others, start, end)
 
 
@@ -664,15 +677,16 @@ def _ranked_ops(
     ]
 
 
-def _frame_totals(self_ns: list[dict[int, int]], calls: list[dict[int, int]]) -> dict[int, tuple[int, int]]:
-    """Frame id -> (self ns, calls) over all the steps."""
+def _frame_totals(
+    self_ns: list[dict[int, int]], calls: list[dict[int, int]], waited: list[dict[int, int]]
+) -> dict[int, tuple[int, int, int]]:
+    """Frame id -> (self ns, calls, waited ns) over all the steps."""
     totals: dict[int, list[int]] = {}
-    for mine, called in zip(self_ns, calls, strict=True):
-        for f, v in mine.items():
-            totals.setdefault(f, [0, 0])[0] += v
-        for f, v in called.items():
-            totals.setdefault(f, [0, 0])[1] += v
-    return {f: (a, b) for f, (a, b) in totals.items()}
+    for column, per_step in enumerate((self_ns, calls, waited)):
+        for step in per_step:
+            for f, v in step.items():
+                totals.setdefault(f, [0, 0, 0])[column] += v
+    return {f: (a, b, c) for f, (a, b, c) in totals.items()}
 
 
 def _grouped(step: np.ndarray, key: np.ndarray, value: np.ndarray, sel: np.ndarray, n: int) -> list[dict[int, int]]:
