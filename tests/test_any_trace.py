@@ -289,6 +289,7 @@ def test_python_frames_innermost_self_time_by_hand(tmp_path):
         "frame": "<built-in method C of X object>",
         "self_us": 20.0,
         "count": 2,
+        "waited_us": 0.0,
     }
 
 
@@ -381,7 +382,7 @@ def test_analyze_json_contract():
         "max_us",
         "share_of_busy",
     }
-    assert set(out["python_frames"][0]) == {"frame", "self_us", "count"}
+    assert set(out["python_frames"][0]) == {"frame", "self_us", "count", "waited_us"}
     assert isinstance(out["kernel_categories"]["gemm"], float)
     step = out["steps"][0]
     # the user's part leads the purpose partition; both partitions add up to the wall (float us, so to 1e-9)

@@ -367,6 +367,88 @@ def test_communication_is_its_own_purpose_and_kernel_category(tmp_path):
         "kernels (80% of GPU work)" in d.lines  # fmt: skip
 
 
+def test_collectives_issued_from_another_thread_count_and_say_which(tmp_path):
+    """DDP's allreduce runs from autograd's hooks on thread 2: its nccl:all_reduce range (50-90 us) around c10d's
+    op and record_param_comms (52-88) launches an NCCL kernel of 40 us. The loop's thread 1 holds no collective, so
+    its own communication is 0; thread 2's is 40 us of the 200 us wall (20%), and the line says which thread."""
+    events = [
+        {"ph": "X", "cat": c, "name": n, "pid": 1, "tid": tid, "ts": a, "dur": b - a, "args": args}
+        for c, n, tid, a, b, args in (
+            ("user_annotation", "ProfilerStep#0", 1, 0, 200, {}),
+            ("cpu_op", "aten::linear", 1, 0, 20, {}),
+            ("cpu_op", "autograd::engine::evaluate_function: AddmmBackward0", 2, 30, 190, {}),
+            ("user_annotation", "nccl:all_reduce", 2, 50, 90, {}),
+            ("cpu_op", "c10d::allreduce_", 2, 52, 88, {}),
+            ("cpu_op", "record_param_comms", 2, 53, 87, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 2, 54, 56, {"correlation": 1}),
+        )
+    ]
+    events.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": 7,
+                   "ts": 60, "dur": 40, "args": {"correlation": 1}})  # fmt: skip
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    s = analyze(load_trace(path)).steps[0]
+    assert (s.purpose_ns["communication"], s.other_threads[0].communication_ns) == (0, 40_000)
+    d = _diagnose(path)
+    assert (d.evidence.communication_ns, d.evidence.communication_other_ns) == (0, 40_000)
+    line = next(x for x in d.lines if x.startswith("communication"))
+    assert line == (
+        "communication: 0.040 ms of the host window in collectives on thread 1/2 (20% of the wall), 0.000 ms on "
+        "the step's own thread (0% of the wall); 0.040 ms of communication kernels (100% of GPU work)"
+    )
+
+
+def test_a_gpu_job_without_its_gpu_side_is_unknown_not_cpu_only(tmp_path):
+    """A trace whose deviceProperties name two A100s and whose step holds an nccl:all_to_all range, with no GPU op
+    and no launch call: the profiler did not record the GPU side. Not "CPU only", and no CPU-priced change (an op's
+    self time here is dispatch, not compute); the same trace without the devices and the collective is CPU only."""
+    host = [
+        ("user_annotation", "ProfilerStep#1", 0, 100, {}),
+        ("cpu_op", "aten::mm", 5, 45, {}),
+        ("user_annotation", "nccl:all_to_all", 50, 60, {}),
+        ("cpu_op", "aten::add", 60, 90, {}),
+    ]
+    events = [
+        {"ph": "X", "cat": c, "name": n, "pid": 1, "tid": 1, "ts": a, "dur": b - a, "args": args}
+        for c, n, a, b, args in host
+    ]
+    gpus = [{"id": i, "name": "NVIDIA A100-SXM4-80GB", "totalGlobalMem": 85e9} for i in range(2)]
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps({"traceEvents": events, "deviceProperties": gpus}))
+    analysis = analyze(load_trace(path))
+    assert not analysis.on_gpu and "deviceProperties name 2 GPU(s)" in (analysis.gpu_unrecorded or "")
+    d = _diagnose(path)
+    assert (d.bound, d.what_if) == ("unknown", ())
+    assert "unknown. GPU side not recorded: its deviceProperties name 2 GPU(s) (NVIDIA A100-SXM4-80GB); it holds 1 " \
+        "NCCL collectives (e.g. nccl:all_to_all)" in d.headline  # fmt: skip
+    assert "CPU only" not in d.headline and d.withheld[0].startswith("every change: not offered")
+    plain = tmp_path / "cpu.json"
+    plain.write_text(json.dumps({"traceEvents": [e for e in events if e["name"] != "nccl:all_to_all"]}))
+    assert _diagnose(plain).bound == "cpu_only" and analyze(load_trace(plain)).gpu_unrecorded is None
+
+
+def test_a_dataloader_operator_is_data_loading_not_the_top_op(tmp_path):
+    """2021's schema records the DataLoader's next batch as an `Operator` (a cpu_op): 40 us of self time, counted as
+    data loading by the purpose partition. The top op, in the host line and in the "fix the top op" change, is the
+    largest op that is not data loading: aten::add_'s 8 us (10 less its 2 us launch)."""
+    path = _trace(
+        tmp_path,
+        [
+            ("user_annotation", "ProfilerStep#1", 0, 100, {}),
+            ("Operator", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 40, {}),
+            ("Operator", "aten::add_", 50, 60, {}),
+            ("Runtime", "cudaLaunchKernel", 52, 54, {"correlation": 1}),
+        ],
+        [("Kernel", "add_kernel", 55, 60, {"correlation": 1})],
+    )
+    s = analyze(load_trace(path)).steps[0]
+    assert s.top_ops[0].name.startswith("enumerate(DataLoader)") and s.purpose_ns["data"] == 40_000
+    d = _diagnose(path)
+    assert d.evidence.data_ns == 40_000 and "(top op aten::add_ 0.008)" in d.lines[0]
+    changes = [w.change for w in d.what_if]
+    assert "fix the top op, aten::add_ (x1)" in changes and not any("DataLoader" in c for c in changes)
+
+
 def test_other_threads_work_while_the_steps_thread_records_nothing(tmp_path):
     """The loop's thread runs ops 0-20 and 80-100 us and records nothing between; autograd's thread 2 runs the
     backward 25-75 (an op, one launch of a 5 us kernel). Of the 60 us the loop's thread leaves uncovered, 50 are
@@ -390,6 +472,73 @@ def test_other_threads_work_while_the_steps_thread_records_nothing(tmp_path):
     e = d.evidence
     assert (e.other_threads_ns, e.unattributed_ns, e.dispatch_ns) == (50_000, 10_000, 40_000)
     assert (d.bound, d.host_bound_by) == ("host", "other_threads") and "by other threads' work" in d.headline
+
+
+def test_a_python_frame_waiting_on_another_thread_is_other_threads_work(tmp_path):
+    """With stacks, loss.backward()'s run_backward frame covers the loop thread's wait: it has no child from 100 to
+    900 us while autograd's thread 2 runs the backward 150-850 (a cudaFree of 150-750 inside an op of 100-850 less
+    the free: 600 us of cudaFree self, 100 of the op's, one 5 us launch). Of run_backward's 800 us of self time,
+    700 are the wait on thread 2 (other threads' work), 100 its own; with main's 100 + 100 around it, Python is
+    300. The verdict names what thread 2 did (cudaFree first, a device free that synchronizes), no "fix the frame"
+    prices the wait, and speeding up cudaFree saves its 600 us (thread 2's 700 us all ran in the wait)."""
+    events = [
+        {"ph": "X", "cat": c, "name": n, "pid": 1, "tid": tid, "ts": a, "dur": b - a, "args": args}
+        for c, n, tid, a, b, args in (
+            ("user_annotation", "ProfilerStep#0", 1, 0, 1000, {}),
+            ("python_function", "train.py(10): main", 1, 0, 1000, {}),
+            ("python_function", "<built-in method run_backward of torch._C._EngineBase object at 0x7f>", 1, 100, 900,
+             {}),
+            ("cpu_op", "autograd::engine::evaluate_function: AddmmBackward0", 2, 150, 850, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 2, 155, 160, {"correlation": 1}),
+            ("cuda_runtime", "cudaFree", 2, 200, 800, {}),
+        )
+    ]  # fmt: skip
+    events.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 170, "dur": 5,
+                   "args": {"correlation": 1}})  # fmt: skip
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    s = analyze(load_trace(path)).steps[0]
+    assert (s.mechanism_ns["python"], s.python_other_ns, s.unattributed_other_ns) == (1_000_000, 700_000, 0)
+    frame = s.top_frames[0]
+    assert (frame.self_ns, frame.waited_ns, frame.own_ns) == (800_000, 700_000, 100_000)
+    (other,) = s.other_threads
+    assert [(o.name, o.self_ns, o.calls) for o in other.top][:2] == [("cudaFree", 600_000, 1),
+        ("autograd::engine::evaluate_function: AddmmBackward0", 95_000, 1)]  # fmt: skip
+    d = _diagnose(path)
+    e = d.evidence
+    assert (e.other_threads_ns, e.python_ns) == (700_000, 300_000)
+    assert (d.bound, d.host_bound_by) == ("host", "other_threads")
+    line = next(x for x in d.lines if x.startswith("other threads' work"))
+    assert "thread 1/2 was busy 0.700 ms, most in cudaFree 0.600 ms (x1; a device-memory free, which synchronizes" \
+        " the device)" in line and "waited in <built-in method run_backward" in line  # fmt: skip
+    fixes = {w.change: w.saving_ms for w in d.what_if}
+    assert fixes["speed up cudaFree (x1) in thread 1/2, which the step waits on"] == pytest.approx(0.6)
+    frame_fix = [v for k, v in fixes.items() if k.startswith("fix the top Python frame")]
+    assert frame_fix == [pytest.approx(0.2)]  # train.py's own 200 us, not run_backward's wait
+
+
+def test_a_thread_running_before_the_frame_is_concurrent_not_waited_on(tmp_path):
+    """A compile worker's thread 3 sits in one frame (a pipe read) from before the step to after it, while the
+    loop's frame runs 900 us of its own Python around one op: that thread's work did not begin inside the frame's
+    self time, so it is concurrent, not waited on: Python stays Python (the rtx4080 nanovllm trace's shape)."""
+    events = [
+        {"ph": "X", "cat": c, "name": n, "pid": 1, "tid": tid, "ts": a, "dur": b - a, "args": args}
+        for c, n, tid, a, b, args in (
+            ("user_annotation", "ProfilerStep#0", 1, 0, 1000, {}),
+            ("python_function", "loop.py(10): step", 1, 0, 1000, {}),
+            ("cpu_op", "aten::mm", 1, 400, 500, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 1, 410, 420, {"correlation": 1}),
+            ("python_function", "subproc_pool.py(61): _recv_msg", 3, -10, 1010, {}),
+        )
+    ]
+    events.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 430, "dur": 5,
+                   "args": {"correlation": 1}})  # fmt: skip
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    s = analyze(load_trace(path)).steps[0]
+    assert (s.mechanism_ns["python"], s.python_other_ns, s.top_frames[0].waited_ns) == (900_000, 0, 0)
+    d = _diagnose(path)
+    assert (d.evidence.other_threads_ns, d.evidence.python_ns, d.host_bound_by) == (0, 900_000, "python")
 
 
 def python_bound_trace(tmp_path: Path) -> Path:

@@ -271,6 +271,7 @@ STEP_KEYS = {
     "mechanism_us", "cache_us", "busy_fraction", "unprofiled_estimate_us", "op_counts", "top_ops", "kernel_counts",
     "capturable_us", "capture_region", "tokens", "data_mechanism_us", "launches_unmatched", "unattributed_other_us",
     "captured_launches", "graph_instantiations",
+    "python_other_us",
     "kernels_by_category", "top_kernels", "top_frames", "sync_sites", "other_threads",
 }  # fmt: skip
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from probe.analysis.diagnosis.conditions import StepFacts, step_facts
 from probe.analysis.intervals import covered, merge
+from probe.analysis.ledger.host import DATA, DEVICE_FREE, FrameTime, OpTime, ThreadTime
 from probe.analysis.ledger.types import StepLedger, TraceAnalysis
 from probe.analysis.roofline.ops import OpRoofline
 from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH, LAUNCH, Kind, Trace
@@ -62,11 +63,13 @@ class Evidence:
     kernels: int
     data_ns: int = 0  # host work inside data loading (its sync wait left out); the four parts above exclude it
     communication_ns: int = 0  # of the host window, inside collectives' ranges, ops and frames
+    communication_other_ns: int = 0  # the same on the busiest such other thread of the step's process (`comm_thread`)
     gpu_communication_ns: int = 0  # the step's communication kernels (their summed durations)
     launches_unmatched: int = 0  # launch calls of the step none of whose GPU ops is in the trace
     captured_launches: int = 0  # launch calls recorded into a graph, not run (StepLedger.captured_launches)
     graph_instantiations: int = 0  # graph instantiation calls in the step
-    other_threads_ns: int = 0  # time no event of the step's thread covers while another thread ran: out of unattributed
+    other_threads_ns: int = 0  # the step's thread ran no code of its own (no event, or a Python frame's self time)
+    # while another thread of its process ran: out of unattributed and Python (`waits_on_others`)
     own_wait_ns: int = 0  # of the sync wait, the part on the step's own GPU work (StepLedger.own_wait_ns)
     profiler_ns: int = 0  # the profiler's own cost in the host window, when the sidecar gives it (0: not known)
 
@@ -191,7 +194,8 @@ def hole_ns(s: StepLedger, context: Context) -> int:
 def evidence(s: StepLedger, context: Context | None = None) -> Evidence:
     """The figures of one step. Host work splits into data loading (the data ranges' time less their sync wait) and,
     outside it, Python, dispatch, launch and runtime calls, other threads' work (time no event of the step's thread
-    covers while another thread of its process runs events) and unattributed time: the six add up to it. The hole
+    covers, or only a Python frame's self time does, while another thread of its process runs events: the thread
+    waited on it) and unattributed time: the six add up to it. The hole
     needs the trace (`context`): without it, none."""
     d = s.data_mechanism_ns
     m = {k: v - d.get(k, 0) for k, v in s.mechanism_ns.items()}
@@ -217,7 +221,7 @@ def evidence(s: StepLedger, context: Context | None = None) -> Evidence:
         external_wait_ns=s.external_wait_ns,
         launch_ns=m.get("launch", 0) + m.get("runtime", 0),
         dispatch_ns=m.get("dispatch", 0),
-        python_ns=m.get("python", 0),
+        python_ns=m.get("python", 0) - s.python_other_ns,
         unattributed_ns=m.get("unattributed", 0) - s.unattributed_other_ns,
         launches=s.launches,
         graph_launches=s.graph_launches,
@@ -225,11 +229,12 @@ def evidence(s: StepLedger, context: Context | None = None) -> Evidence:
         hole_ns=hole_ns(s, context or Context()),
         data_ns=sum(d.values()) - d.get("sync_wait", 0),
         communication_ns=s.purpose_ns.get("communication", 0),
+        communication_other_ns=t.communication_ns if (t := comm_thread(s)) is not None else 0,
         gpu_communication_ns=s.kernels_by_category.get("communication", 0),
         launches_unmatched=s.launches_unmatched,
         captured_launches=s.captured_launches,
         graph_instantiations=s.graph_instantiations,
-        other_threads_ns=s.unattributed_other_ns,
+        other_threads_ns=s.unattributed_other_ns + s.python_other_ns,
         own_wait_ns=s.own_wait_ns,
         profiler_ns=profiler,
     )
@@ -289,3 +294,45 @@ def site_text(s: StepLedger) -> str:
         copy = f" (a {' '.join(w for w in what if w)} copy{memory})"
     under = f" under {site.op}" if site.op and site.op != site.call else ""
     return f" in {site.call}{copy}{under}" + (f" at {' in '.join(dict.fromkeys(where))}" if where else "")
+
+
+def waited_thread(s: StepLedger) -> ThreadTime | None:
+    """The busiest other thread of the step's own process: the one the step's thread waited on, when it did."""
+    return next((t for t in s.other_threads if t.pid == s.pid), None)
+
+
+def others_text(s: StepLedger) -> str:
+    """What the other thread the step waited on spent its time on, in words: its top calls by self time (a device
+    free said to synchronize), and the Python frame the step's thread waited in."""
+    t = waited_thread(s)
+    if t is None:
+        return ""
+    calls = ", ".join(
+        f"{o.name} {ms(o.self_ns)} ms (x{o.calls}"
+        + ("; a device-memory free, which synchronizes the device)" if DEVICE_FREE.search(o.name) else ")")
+        for o in t.top
+    )
+    waited = max(s.top_frames, key=lambda f: f.waited_ns, default=None)
+    where = f"; the step's thread waited in {waited.frame}" if waited is not None and waited.waited_ns else ""
+    return f"thread {t.pid}/{t.tid} was busy {ms(t.busy_ns)} ms" + (f", most in {calls}" if calls else "") + where
+
+
+def own_top_frame(s: StepLedger) -> FrameTime | None:
+    """The step's Python frame with the most self time of its own (less its wait on other threads), None when none
+    has any: the frame a fix of Python would change."""
+    frame = max(s.top_frames, key=lambda f: f.own_ns, default=None)  # the first of equals: the larger self time
+    return frame if frame is not None and frame.own_ns > 0 else None
+
+
+def comm_thread(s: StepLedger) -> ThreadTime | None:
+    """The other thread of the step's process with the most time in collectives in the step (autograd's thread,
+    where DDP issues its allreduce from gradient hooks), None when none has any."""
+    threads = [t for t in s.other_threads if t.pid == s.pid and t.communication_ns]
+    return max(threads, key=lambda t: t.communication_ns, default=None)
+
+
+def top_op(s: StepLedger) -> OpTime | None:
+    """The step's op with the most dispatch time that is not itself data loading (`DATA`, the purpose partition's
+    one definition: 2021's schema records the DataLoader's `enumerate(DataLoader)#...__next__` as an `Operator`),
+    None when none has any: data loading's time is its own part, not dispatch."""
+    return next((o for o in s.top_ops if o.self_ns and DATA.search(o.name) is None), None)

@@ -12,7 +12,10 @@ a loop of such steps can be no faster than the host window that issues each one,
 
 **`bound`**, one of four, decided in this order:
 
-- `cpu_only`: the trace has no GPU side (no GPU op and no launch call: `TraceAnalysis.on_gpu`).
+- `cpu_only`: the trace has no GPU side (no GPU op and no launch call: `TraceAnalysis.on_gpu`), and nothing in it
+  says the job ran on GPUs; where something does (the GPUs its deviceProperties name, GPU runtime calls,
+  collectives: `TraceAnalysis.gpu_unrecorded`) the bound is `unknown`: the GPU side was not recorded, and no
+  change is priced.
 - `external`: at least `EXTERNAL_SHARE` of the host window was blocked while no GPU op of the trace ran
   (`StepLedger.external_wait_ns`): the host waited on device work the trace does not hold, such as a stream
   waiting on an event recorded by earlier work. Nothing inside the trace explains that time, so it is named first;
@@ -57,11 +60,15 @@ from probe.analysis.diagnosis.evidence import (
     Bound,
     Context,
     Evidence,
+    comm_thread,
     evidence,
     gpu_side_missing,
     largest_host_part,
+    others_text,
+    own_top_frame,
     side_of,
     site_text,
+    top_op,
 )
 from probe.analysis.diagnosis.what_if import WhatIf, what_if
 from probe.analysis.intervals import merge
@@ -131,19 +138,21 @@ class Diagnosis:
         )
 
 
-def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None) -> Diagnosis:
-    """The verdict on one step, its evidence in words, and what to fix first."""
+def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None, unrecorded: str | None = None) -> Diagnosis:
+    """The verdict on one step, its evidence in words, and what to fix first. `unrecorded`: on a trace without GPU
+    side, what says the job ran on GPUs all the same (`TraceAnalysis.gpu_unrecorded`): the bound is unknown, not
+    CPU only, and no change is priced (a CPU's what-ifs read op time as compute)."""
     context = context or Context()
     e = evidence(s, context)
     caveats = (context.contended,) if context.contended else ()
     host = e.unprofiled_host_ns  # the profiler's own cost is not the step's
-    missing = gpu_side_missing(e) if on_gpu else None
+    missing = gpu_side_missing(e) if on_gpu else unrecorded and f"GPU side not recorded: {unrecorded}"
     bound: Bound
     then: Bound | None
     if not host and not e.gpu_busy_ns:
         bound, then = "none", None
     elif not on_gpu:
-        bound, then = "cpu_only", None
+        bound, then = ("unknown" if missing else "cpu_only"), None
     elif missing:
         bound, then = "unknown", None
     elif e.wall_ns and e.external_wait_ns >= EXTERNAL_SHARE * e.wall_ns:
@@ -158,6 +167,8 @@ def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None) -> Dia
     offered, withheld = what_if(s, e, on_gpu, context)  # an unknown bound: every GPU what-if needs the GPU side
     if bound == "none":
         offered, withheld = [], [NOTHING_RAN + ": nothing to change"]
+    elif not on_gpu and missing:
+        offered, withheld = [], [f"every change: not offered: each needs the GPU side recorded, and {unrecorded}"]
     return Diagnosis(
         step=s.name,
         kind=s.kind,
@@ -185,10 +196,11 @@ def _host_parts_text(s: StepLedger, e: Evidence, on_gpu: bool = True) -> str:
     ]
     text = ", ".join(f"{name} {ms(ns)}" for name, ns in sorted(parts, key=lambda p: -p[1]) if ns)
     top = []
-    if s.top_frames and e.python_ns:
-        top.append(f"top frame {s.top_frames[0].frame} {ms(s.top_frames[0].self_ns)}")
-    if s.top_ops and e.dispatch_ns:
-        top.append(f"top op {s.top_ops[0].name} {ms(s.top_ops[0].self_ns)}")
+    frame = own_top_frame(s)
+    if frame is not None and e.python_ns:
+        top.append(f"top frame {frame.frame} {ms(frame.own_ns)}")
+    if (op := top_op(s)) is not None and e.dispatch_ns:
+        top.append(f"top op {op.name} {ms(op.self_ns)}")
     return text + (f" ({'; '.join(top)})" if top else "")
 
 
@@ -360,22 +372,35 @@ def _times(larger: int, smaller: int, none: str) -> str:
     return f"{larger / smaller:.2f}x" if smaller else none
 
 
+def _communication_line(s: StepLedger, e: Evidence) -> str:
+    """Communication's line: the host's time in collectives on the step's thread and on the other thread of its
+    process that spent the most there, each against the wall, and the communication kernels against GPU work."""
+    gpu = f"; {ms(e.gpu_communication_ns)} ms of communication kernels" if e.gpu_communication_ns else ""
+    share = f" ({pct(e.gpu_communication_ns / e.gpu_busy_ns, 0)}% of GPU work)" if gpu and e.gpu_busy_ns else ""
+
+    def of_wall(ns: int) -> str:
+        return f"{pct(ns / e.wall_ns, 0)}%" if e.wall_ns else "0%"
+
+    own = f"{ms(e.communication_ns)} ms of the host window in collectives"
+    if (t := comm_thread(s)) is not None:
+        own = (
+            f"{ms(t.communication_ns)} ms of the host window in collectives on thread {t.pid}/{t.tid} "
+            f"({of_wall(t.communication_ns)} of the wall), {ms(e.communication_ns)} ms on the step's own thread"
+        )
+    return f"communication: {own} ({of_wall(e.communication_ns)} of the wall){gpu}{share}"
+
+
 def _extra_lines(s: StepLedger, e: Evidence, bound: Bound) -> list[str]:
     """What a verdict adds whatever its bound: communication's share, and GPU work the trace lacks in part."""
     out = []
     if e.other_threads_ns:
         out.append(
-            f"other threads' work {ms(e.other_threads_ns)} ms: the step's thread recorded nothing while another thread "
-            "of its process ran events (autograd's backward while the loop waits in loss.backward(), a helper thread)"
+            f"other threads' work {ms(e.other_threads_ns)} ms: the step's thread ran no code of its own (nothing "
+            "recorded, or a Python frame's self time) while another thread of its process ran events (autograd's "
+            f"backward while the loop waits in loss.backward(), a helper thread): {others_text(s)}"
         )
-    if e.communication_ns or e.gpu_communication_ns:
-        gpu = f"; {ms(e.gpu_communication_ns)} ms of communication kernels" if e.gpu_communication_ns else ""
-        share = f" ({pct(e.gpu_communication_ns / e.gpu_busy_ns, 0)}% of GPU work)" if gpu and e.gpu_busy_ns else ""
-        of_wall = f"{pct(e.communication_ns / e.wall_ns, 0)}%" if e.wall_ns else "0%"
-        out.append(
-            f"communication: {ms(e.communication_ns)} ms of the host window in collectives ({of_wall} of the wall)"
-            f"{gpu}{share}"
-        )
+    if e.communication_ns or e.communication_other_ns or e.gpu_communication_ns:
+        out.append(_communication_line(s, e))
     if e.launches_unmatched and bound != "unknown":
         out.append(
             f"{e.launches_unmatched:,} of the step's {e.launches + e.graph_launches:,} launch calls have no GPU op in "
@@ -453,7 +478,10 @@ def diagnose_trace(
     gpu_ms_at = gpu_ms_at or {}
     diagnoses = {
         s.position: diagnose(
-            s, analysis.on_gpu, replace(context, gpu_ms_at=gpu_ms_at.get(s.position, context.gpu_ms_at))
+            s,
+            analysis.on_gpu,
+            replace(context, gpu_ms_at=gpu_ms_at.get(s.position, context.gpu_ms_at)),
+            analysis.gpu_unrecorded,
         )
         for s in analysis.steps
     }

@@ -56,7 +56,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from probe.analysis.diagnosis.conditions import CpuOps, StepFacts
-from probe.analysis.diagnosis.evidence import EXTERNAL_SHARE, Context, Evidence, gpu_side_missing, site_text
+from probe.analysis.diagnosis.evidence import (
+    EXTERNAL_SHARE,
+    Context,
+    Evidence,
+    gpu_side_missing,
+    own_top_frame,
+    site_text,
+    top_op,
+    waited_thread,
+)
 from probe.analysis.ledger.host import EVERY_OP
 from probe.analysis.ledger.types import StepLedger, kind_words
 from probe.text import ms, pct, us
@@ -360,6 +369,7 @@ def what_if(s: StepLedger, e: Evidence, on_gpu: bool, context: Context) -> tuple
         _sync(offer, s, e)
         _gpu_batch(offer, s, context)
         _host_fixes(offer, s, gpu_side=True)
+        _other_threads_fix(offer, s, e, gpu_side=True)
         _gpu_binds(offer, s, context)
     else:
         cpu = facts.cpu if facts is not None else None
@@ -368,6 +378,7 @@ def what_if(s: StepLedger, e: Evidence, on_gpu: bool, context: Context) -> tuple
             _cpu_batch(offer, s, cpu, context)
             _threads(offer, cpu, context)
         _host_fixes(offer, s, gpu_side=False)
+        _other_threads_fix(offer, s, e, gpu_side=False)
     return sorted(offer.offered, key=lambda w: (w.ceiling, -w.saving_ms, w.change)), offer.withheld
 
 
@@ -558,21 +569,21 @@ def _host_fixes(offer: _Offer, s: StepLedger, gpu_side: bool) -> None:
     if not b.host_ns or b.host_ns <= b.gpu_ns:
         return
     requires = (WARM, GPU_SIDE) if gpu_side else (WARM,)
-    if s.top_frames and s.top_frames[0].self_ns:
-        f = s.top_frames[0]
+    f = own_top_frame(s)
+    if f is not None:
         change = f"fix the top Python frame, {f.frame}"
         holds = offer.check(change, requires)
+        waited = f" and its {ms(f.waited_ns)} ms waiting on another thread" if f.waited_ns else ""
         if holds is not None:
             offer.price(
                 change,
-                max(b.host_ns - f.self_ns, b.gpu_ns),
-                f"max(host {ms(b.host_ns)} - {ms(f.self_ns)}, GPU {ms(b.gpu_ns)})",
-                "the frame's own time (its self time, calls inside it excluded) goes to zero",
+                max(b.host_ns - f.own_ns, b.gpu_ns),
+                f"max(host {ms(b.host_ns)} - {ms(f.own_ns)}, GPU {ms(b.gpu_ns)})",
+                f"the frame's own time (its self time, calls inside it{waited} excluded) goes to zero",
                 requires,
                 holds,
             )
-    if gpu_side and s.top_ops and s.top_ops[0].self_ns:
-        o = s.top_ops[0]
+    if gpu_side and (o := top_op(s)) is not None:
         change = f"fix the top op, {o.name} (x{o.calls})"
         holds = offer.check(change, requires)
         if holds is not None:
@@ -584,6 +595,45 @@ def _host_fixes(offer: _Offer, s: StepLedger, gpu_side: bool) -> None:
                 requires,
                 holds,
             )
+
+
+def _other_threads_fix(offer: _Offer, s: StepLedger, e: Evidence, gpu_side: bool) -> None:
+    """A host-bound step that waited on another thread of its process: that thread's top call (by self time in the
+    step) taking no time. The thread runs its events one after another, so the wait shrinks by the call's time inside
+    it: all of the call's time when the thread is the process's only other one busy in the step and its whole busy
+    time there is no longer than the wait (so lies inside it); otherwise the
+    trace cannot say how much did, and the saving is a ceiling (at most the call's time, at most the wait)."""
+    b, t = offer.b, waited_thread(s)
+    if not e.other_threads_ns or not b.host_ns or b.host_ns <= b.gpu_ns or t is None or not t.top:
+        return
+    top = t.top[0]
+    saved = min(top.self_ns, e.other_threads_ns)
+    # every event of the thread in the step ran while the step waited: the wait is this thread's alone, and as long
+    alone = sum(1 for x in s.other_threads if x.pid == s.pid) == 1
+    inside = alone and t.busy_ns <= e.other_threads_ns
+    change = f"speed up {top.name} (x{top.calls}) in thread {t.pid}/{t.tid}, which the step waits on"
+    change += "" if inside else ": at most"
+    requires = (WARM, GPU_SIDE) if gpu_side else (WARM,)
+    holds = offer.check(change, requires)
+    if holds is None:
+        return
+    offer.price(
+        change,
+        max(b.host_ns - saved, b.gpu_ns),
+        f"max(host {ms(b.host_ns)} - {ms(saved)} of {top.name} in the {ms(e.other_threads_ns)} ms wait, "
+        f"GPU {ms(b.gpu_ns)})",
+        f"{top.name} takes no time ({ms(top.self_ns)} ms of thread {t.pid}/{t.tid}'s self time in the step), and the "
+        "step's thread waits that much less: "
+        + (
+            f"the thread's {ms(t.busy_ns)} ms in the step all ran during the wait"
+            if inside
+            else f"a ceiling: of the thread's {ms(t.busy_ns)} ms in the step, the trace cannot say how much of the "
+            "call ran during the wait"
+        ),
+        requires,
+        holds,
+        ceiling=not inside,
+    )
 
 
 def _gpu_binds(offer: _Offer, s: StepLedger, context: Context) -> None:

@@ -37,7 +37,10 @@ What a step's ledger says (times are integer ns inside, `_us` in the JSON, ns / 
   trace shows the host waited in it (probe.analysis.ledger.host.waited_copies), whatever its name.
   `data_mechanism_ns`: the mechanism split of the time inside data loading (the `data` purpose's ranges, ops and
   frames). `unattributed_other_ns`: of the unattributed time outside data loading, the part during which another
-  thread of the step's process ran events (autograd's backward, while the loop's thread waits on it).
+  thread of the step's process ran events (autograd's backward, while the loop's thread waits on it);
+  `python_other_ns`: of Python frames' self time outside data loading, the part in which another thread of the
+  process ran events that began and ended inside it (with stacks, `loss.backward()`'s `run_backward` frame covers
+  that wait; probe.analysis.ledger.host.waits_on_others).
   `launches_unmatched`: the step's launch and graph-launch calls none of whose GPU ops is in the trace, captured
   ones left out (they run no GPU op when called).
   `external_wait`: the part of `sync_wait` during which no GPU op of the trace ran: the host waited on device work
@@ -46,7 +49,8 @@ What a step's ledger says (times are integer ns inside, `_us` in the JSON, ns / 
   or on work the trace lacks. `peer_wait`: of `own_wait`, the part during which a communication kernel
   (`kernels_by_category`'s "communication": NCCL, RCCL) ran: the host behind a collective, and a collective runs
   until the last rank joins it, so that wait is on the other ranks, not on the step's own work. `other_threads`:
-  each other thread's busy time inside the window, by mechanism.
+  each other thread's busy time inside the window, by mechanism, and its top frames, ops and runtime calls by self
+  time there.
 - `top_level_ops`: cpu_ops on the step's thread, starting in the window, not nested in another cpu_op (on a CPU
   trace this is the dispatched aten op count). `op_counts`: the same by name.
 - `host_events`, `host_ranges`: the ops, runtime calls and Python frames, and the ranges, recorded on the step's
@@ -74,6 +78,7 @@ from probe.analysis.ledger.gpu import (
     windows,
 )
 from probe.analysis.ledger.host import (
+    GPU_COLLECTIVE,
     MECHANISM,
     FrameTime,
     HostSplit,
@@ -84,6 +89,8 @@ from probe.analysis.ledger.host import (
     capture_region,
     host_events,
     mechanism_split,
+    named_spans,
+    others_busy,
     purpose_tiers,
     thread_busy,
     thread_ops,
@@ -219,6 +226,7 @@ class _Host:
     mechanism: list[dict[str, int]]
     in_data: dict[str, np.ndarray]
     other_in_gaps: np.ndarray  # of the unattributed time outside data loading: another thread of the process ran
+    python_other: np.ndarray  # of Python self time outside data loading: another thread of the process ran
     external: np.ndarray
     own_wait: np.ndarray
     peer_wait: np.ndarray  # of own_wait: while a communication kernel ran
@@ -259,6 +267,7 @@ class _HostDraft:
     mechanism: dict[str, np.ndarray]
     in_data: dict[str, np.ndarray]
     other_in_gaps: np.ndarray
+    python_other: np.ndarray
     external: np.ndarray
     own_wait: np.ndarray
     peer_wait: np.ndarray
@@ -272,7 +281,7 @@ class _HostDraft:
     top_ops: list[tuple[OpTime, ...]]
     frames: list[tuple[FrameTime, ...]]
     sites: list[tuple[SyncSite, ...]]
-    totals: dict[int, list[int]]  # frame id -> [self ns, calls], over the threads so far
+    totals: dict[int, list[int]]  # frame id -> [self ns, calls, waited ns], over the threads so far
 
     @staticmethod
     def empty(n: int, table: PartTable) -> _HostDraft:
@@ -283,6 +292,7 @@ class _HostDraft:
             mechanism={p: zeros() for p in MECHANISM},
             in_data={p: zeros() for p in MECHANISM},
             other_in_gaps=zeros(),
+            python_other=zeros(),
             external=zeros(),
             own_wait=zeros(),
             peer_wait=zeros(),
@@ -318,6 +328,7 @@ def _fill_thread(
     split = mechanism_split(trace, table, pid, tid, lo, hi, TOP_FRAMES_KEPT, TOP_OPS_KEPT)
     _fill_partitions(draft, sel, split, table)
     draft.other_in_gaps[sel] = _others_while_idle(trace, table, pid, tid, lo, hi)
+    draft.python_other[sel] = split.python_other
     draft.external[sel], draft.own_wait[sel], draft.peer_wait[sel] = _wait_columns(split, gpu_start, gpu, comm)
     draft.capturable[sel], what = _capturable_ns(trace, pid, tid, lo, hi, split)
     tc, ac, oc = _op_counts(trace, lo, hi, thread_ops(trace, pid, tid))
@@ -354,12 +365,12 @@ def _fill_step_lists(
         op_counts[s], top_ops[s], frames[s], sites[s] = oc[j], split.ops[j], split.frames[j], split.sync_sites[j]
 
 
-def _add_frame_totals(totals: dict[int, list[int]], thread: dict[int, tuple[int, int]]) -> None:
-    """One thread's Python frame totals (frame id -> (self ns, calls)) added to the trace's."""
-    for f, (ns, calls) in thread.items():
-        acc = totals.setdefault(f, [0, 0])
-        acc[0] += ns
-        acc[1] += calls
+def _add_frame_totals(totals: dict[int, list[int]], thread: dict[int, tuple[int, int, int]]) -> None:
+    """One thread's Python frame totals (frame id -> (self ns, calls, waited ns)) added to the trace's."""
+    for f, values in thread.items():
+        acc = totals.setdefault(f, [0, 0, 0])
+        for i, v in enumerate(values):
+            acc[i] += v
 
 
 def _host_of_draft(draft: _HostDraft, trace: Trace, table: PartTable, steps: StepSet) -> _Host:
@@ -369,6 +380,7 @@ def _host_of_draft(draft: _HostDraft, trace: Trace, table: PartTable, steps: Ste
         _by_step(draft.mechanism),
         draft.in_data,
         draft.other_in_gaps,
+        draft.python_other,
         draft.external,
         draft.own_wait,
         draft.peer_wait,
@@ -421,7 +433,7 @@ def _python_frames(table: PartTable, totals: dict[int, list[int]]) -> tuple[Fram
     """The trace's Python frames over every step, by self time, largest first (frames with neither left out)."""
     return tuple(
         sorted(
-            (FrameTime(table.frames[f], ns, calls) for f, (ns, calls) in totals.items() if ns or calls),
+            (FrameTime(table.frames[f], ns, calls, waited) for f, (ns, calls, waited) in totals.items() if ns or calls),
             key=lambda x: (-x.self_ns, x.frame),
         )
     )
@@ -449,10 +461,7 @@ def _others_while_idle(trace: Trace, table: PartTable, pid: int, tid: int, lo: n
     mine = merge(trace.ts_ns[own], trace.end_ns[own])
     data = purpose_tiers(trace, table, pid, tid)["data"]
     busy = merge(np.concatenate((mine[0], data[0])), np.concatenate((mine[1], data[1])))
-    rows = trace.rows(Kind.PYTHON, Kind.CPU_OP, Kind.RUNTIME)
-    rows = rows[(trace.pid[rows] == pid) & (trace.tid[rows] != tid)]
-    others = merge(trace.ts_ns[rows], trace.end_ns[rows])
-    return covered(*difference(*others, *busy), lo, hi)
+    return covered(*difference(*others_busy(trace, pid, tid), *busy), lo, hi)
 
 
 def _unseen_wait(gpu_s: np.ndarray, gpu_e: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -504,9 +513,11 @@ def _other_threads(trace: Trace, table: PartTable, steps: StepSet) -> list[tuple
         mine = (steps.pid == pid) & (steps.tid == tid)
         if mine.all():  # every step is this thread's own: nothing of it to report (and its pass is the costliest)
             continue
-        busy, by = thread_busy(trace, table, pid, tid, steps.start, steps.end)
+        busy, by, top = thread_busy(trace, table, pid, tid, steps.start, steps.end)
+        comm = covered(*named_spans(trace, table, pid, tid, "communication"), steps.start, steps.end)
         for i in np.flatnonzero((busy > 0) & ~mine).tolist():
-            out[i].append(ThreadTime(pid, tid, int(busy[i]), {p: int(v[i]) for p, v in by.items() if v[i]}))
+            mech = {p: int(v[i]) for p, v in by.items() if v[i]}
+            out[i].append(ThreadTime(pid, tid, int(busy[i]), mech, top[i], int(comm[i])))
     return [tuple(sorted(lst, key=lambda t: (-t.busy_ns, t.pid, t.tid))) for lst in out]
 
 
@@ -558,6 +569,7 @@ def _step_ledger(i: int, steps: StepSet, la: _Launches, ke: _Kernels, ho: _Host,
         captured_launches=int(la.captured[i]),
         graph_instantiations=int(la.instantiations[i]),
         unattributed_other_ns=int(ho.other_in_gaps[i]),
+        python_other_ns=int(ho.python_other[i]),
         unprofiled_estimate_ns=None if cost is None else max(wall - _profiler_ns(cost, ho, i), 0.0),
         op_counts=ho.op_counts[i],
         top_ops=ho.top_ops[i],
@@ -613,6 +625,30 @@ def _warnings(
     return out
 
 
+def gpu_unrecorded(trace: Trace) -> str | None:
+    """Why a trace without GPU ops or launches is a GPU job's all the same, in words, or None when nothing says so:
+    the GPUs its deviceProperties name (kineto writes them for CUDA and ROCm devices), runtime calls of a GPU
+    runtime, NCCL's collectives (`GPU_COLLECTIVE`). Its GPU side was not recorded, so its ops' self time is
+    dispatch, not a CPU's compute."""
+    said = []
+    if trace.devices:
+        names = sorted({d.name for d in trace.devices})
+        said.append(f"its deviceProperties name {len(trace.devices)} GPU(s) ({', '.join(names[:2])})")
+    if calls := len(trace.rows(Kind.RUNTIME)):
+        said.append(f"its host made {calls:,} GPU runtime calls")
+    named = trace.rows(Kind.USER_RANGE, Kind.CPU_OP, Kind.PYTHON)
+    collectives = named[trace.name_ids(lambda n: GPU_COLLECTIVE.search(n) is not None)[trace.name_id[named]]]
+    if len(collectives):
+        first = trace.names[trace.name_id[collectives[0]]]
+        said.append(f"it holds {len(collectives):,} NCCL collectives (e.g. {first})")
+    if not said:
+        return None
+    return (
+        f"{'; '.join(said)}, but no GPU op and no launch call (torch.profiler without ProfilerActivity.CUDA, or "
+        "CUPTI unavailable)"
+    )
+
+
 def max_steps() -> int:
     """How many steps one analysis may hold: each costs a few KiB of figures (its parts, ops and kernels by name),
     so a trace of a million steps would cost gigabytes whatever its size on disk. `PROBE_MAX_STEPS` (200,000 by
@@ -665,6 +701,7 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysi
         origin_epoch_ns=origin,
         origin_ns=int(trace.start_ns) if len(trace) else 0,
         coverage=covers,
+        gpu_unrecorded=None if on_gpu else gpu_unrecorded(trace),
     )
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from probe import vocabulary
-from probe.analysis.intervals import covered, merge, nesting
+from probe.analysis.intervals import covered, difference, merge, nesting
 from probe.analysis.ledger.gpu import correlation_keys
 from probe.analysis.ledger.patterns import Pattern, compile_user
 from probe.analysis.trace import COPY_KINDS, Kind, Trace, is_copy_call
@@ -102,6 +102,9 @@ DATA = re.compile(
 COMMUNICATION = re.compile(
     r"^nccl:|^gloo:|^c10d::|^record_param_comms$|all_?to_?all|all_?gather|all_?reduce|reduce_?scatter", re.IGNORECASE
 )
+# A collective on the GPU: torch names a ProcessGroupNCCL collective's range `nccl:<op>` (RCCL's on ROCm too);
+# Gloo's (`gloo:all_reduce`) runs on the CPU, so a trace holding only those may be a CPU job's.
+GPU_COLLECTIVE = re.compile(r"^nccl:")
 # A copy call waited for the device when its GPU copy started this long after the call began and the call was
 # still running then: the copy sat in its stream's queue behind earlier work. A copy issued to an idle stream starts
 # within the launch latency (7-14 us for the pinned copies of v100_dlrm_ddp_rank0_step; kernels' launch delay p50 is
@@ -113,6 +116,12 @@ SYNC_CALL = re.compile(
     r"Synchronize|^(?:cuda|hip)Memcpy(?:2D|3D|Peer|WithStream|DtoH|HtoD|DtoD)?(?:_v\d+)?$|"
     r"^cuMemcpy(?:DtoH|HtoD|DtoD|2D|3D)?(?:_v\d+)?$"
 )
+# Device-memory frees synchronize: hipFree "performs an implicit hipDeviceSynchronize() call" (HIP's API reference),
+# CUDA's cuMemFree "may perform implicit synchronization" (not for stream-ordered memory, whose cudaFreeAsync is left
+# out). Not a SYNC_CALL all the same: the call's time is the driver's unmapping as much as a wait on the device (825 ms
+# of hipFree against 71 ms of GPU work in an MI300X training step), and booked as sync wait with no GPU op running it
+# would read as a wait on unseen work; the answer names the call and that it synchronizes where it shows.
+DEVICE_FREE = re.compile(r"^(?:cuda|hip)Free(?:_v\d+)?$|^cuMemFree(?:_v\d+)?$")
 # Python frames that wait for the device: torch.cuda.synchronize and the synchronize methods of torch's Event and
 # Stream (`<built-in method synchronize of torch.Event object>`, vLLM's decode trace).
 SYNC_FRAME = re.compile(r"\bsynchronize\b")
@@ -160,9 +169,21 @@ class FrameTime:
     frame: str  # the frame's name as the trace writes it, object addresses removed
     self_ns: int  # time this frame was the innermost event (torch's Self CPU)
     count: int  # frame events with this name that start in the scope
+    waited_ns: int = 0  # of self_ns, outside data loading, the part in which another thread of the process ran events
+    # that began and ended there: the frame waited on that thread (`waits_on_others`), not its own code
+
+    @property
+    def own_ns(self) -> int:
+        """The frame's self time less its wait on other threads: what fixing the frame itself could save."""
+        return self.self_ns - self.waited_ns
 
     def to_json(self) -> dict:
-        return {"frame": self.frame, "self_us": self.self_ns / 1e3, "count": self.count}
+        return {
+            "frame": self.frame,
+            "self_us": self.self_ns / 1e3,
+            "count": self.count,
+            "waited_us": self.waited_ns / 1e3,
+        }
 
 
 @dataclass(frozen=True)
@@ -220,6 +241,8 @@ class ThreadTime:
     tid: int
     busy_ns: int
     mechanism_ns: dict[str, int]
+    top: tuple[OpTime, ...] = ()  # its frames, ops and runtime calls by innermost self time there, largest first
+    communication_ns: int = 0  # its time inside collectives' ranges, ops and frames (`COMMUNICATION`) there
 
     def to_json(self) -> dict:
         return {
@@ -227,6 +250,8 @@ class ThreadTime:
             "tid": self.tid,
             "busy_us": self.busy_ns / 1e3,
             "mechanism_us": {k: v / 1e3 for k, v in self.mechanism_ns.items()},
+            "top": [o.to_json() for o in self.top],
+            "communication_us": self.communication_ns / 1e3,
         }
 
 
@@ -343,8 +368,9 @@ class HostSplit:
     ops: list[tuple[OpTime, ...]]  # per step, dispatch by op, largest first
     sync_sites: list[tuple[SyncSite, ...]]  # per step, largest wait first
     sync_segments: tuple[np.ndarray, np.ndarray, np.ndarray]  # (step, start, end) of every sync_wait piece
-    frame_totals: dict[int, tuple[int, int]]  # frame id -> (self ns, calls) over these steps
+    frame_totals: dict[int, tuple[int, int, int]]  # frame id -> (self ns, calls, waited ns) over these steps
     in_data: dict[str, np.ndarray]  # every part in MECHANISM: the mechanism split of the time inside data loading
+    python_other: np.ndarray  # per step: of Python self time outside data loading, the wait on other threads
 
 
 def purpose_tiers(trace: Trace, table: PartTable, pid: int, tid: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -370,11 +396,19 @@ def purpose_tiers(trace: Trace, table: PartTable, pid: int, tid: int) -> dict[st
     )
     tiers["sync"] = merge(np.concatenate((sync_s, trace.ts_ns[waited])), np.concatenate((sync_e, trace.end_ns[waited])))
     for part in ("data", "communication"):
-        tiers[part] = spans((ranges, table.by_name[part]), (ops, table.by_name[part]), (frames, table.by_name[part]))
+        tiers[part] = named_spans(trace, table, pid, tid, part)
     for part in ("sample", "cache_update", "cache_seq_length", "cache_mask_sizes", "mask"):
         tiers[part] = spans((ranges, table.by_name[part]))
     tiers["attention"] = spans((ops, table.by_name["attention"]))
     return tiers
+
+
+def named_spans(trace: Trace, table: PartTable, pid: int, tid: int, part: str) -> tuple[np.ndarray, np.ndarray]:
+    """The ranges, ops and frames of thread pid/tid whose names `table` gives to `part` ("data": `DATA`,
+    "communication": `COMMUNICATION`), as merged intervals."""
+    rows = thread_rows(trace, trace.rows(Kind.USER_RANGE, Kind.PROFILER_STEP, Kind.CPU_OP, Kind.PYTHON), pid, tid)
+    rows = rows[table.by_name[part][trace.name_id[rows]]]
+    return merge(trace.ts_ns[rows], trace.end_ns[rows])
 
 
 def purpose_split(
@@ -537,6 +571,10 @@ def mechanism_split(
     calls = np.ones(len(names), np.int64)
     f_self = _grouped(step, table.frame_id[names[owner]], ns, is_frame[owner], n)
     f_calls = _grouped(starts_in, table.frame_id[names], calls, is_frame & (starts_in >= 0), n)
+    waited = np.zeros(len(ns), np.int64)
+    py = mech == _PYTHON
+    waited[py] = waits_on_others(trace, pid, tid, (data_s, data_e), piece_start[py], piece_end[py])
+    f_waited = _grouped(step, table.frame_id[names[owner]], waited, waited > 0, n)
     o_self = _grouped(step, names[owner].astype(np.int64), ns, is_op[owner], n)
     o_calls = _grouped(starts_in, names.astype(np.int64), calls, is_op & (starts_in >= 0), n)
     sites = _sync_sites(trace, table, inner, seg, step, ns, lo)
@@ -545,13 +583,44 @@ def mechanism_split(
     return HostSplit(
         purpose_split(trace, table, pid, tid, lo, hi, tiers),
         mechanism,
-        _ranked_frames(table, f_self, f_calls, top_frames),
+        _ranked_frames(table, (f_self, f_waited), f_calls, top_frames),
         _ranked_ops(trace, o_self, o_calls, top_ops),
         sites,
         sync_segments,
-        _frame_totals(f_self, f_calls),
+        _frame_totals(f_self, f_calls, f_waited),
         in_data,
+        np.bincount(step, weights=waited, minlength=n).astype(np.int64),
     )
+
+
+def others_busy(trace: Trace, pid: int, tid: int) -> tuple[np.ndarray, np.ndarray]:
+    """When any other thread of process `pid` ran code (a Python frame, cpu_op or runtime call; a range alone is a
+    label), as merged intervals."""
+    rows = trace.rows(Kind.PYTHON, Kind.CPU_OP, Kind.RUNTIME)
+    rows = rows[(trace.pid[rows] == pid) & (trace.tid[rows] != tid)]
+    return merge(trace.ts_ns[rows], trace.end_ns[rows])
+
+
+def waits_on_others(
+    trace: Trace, pid: int, tid: int, data: tuple[np.ndarray, np.ndarray], start: np.ndarray, end: np.ndarray
+) -> np.ndarray:
+    """Of each stretch [start, end] (disjoint) in which thread pid/tid runs no op or call of its own (a Python
+    frame's self time: the frame has no child event there), outside data loading (`data`, merged), the time other
+    threads of its process ran events that began and ended inside the stretch: work handed off and waited for
+    (autograd's backward under `run_backward`, a helper thread joined). A thread already running when the stretch
+    began (a compile worker blocked in a pipe read for the whole trace) is concurrent, not waited on."""
+    rows = trace.rows(Kind.PYTHON, Kind.CPU_OP, Kind.RUNTIME)
+    rows = rows[(trace.pid[rows] == pid) & (trace.tid[rows] != tid)]
+    if not len(rows) or not len(start):
+        return np.zeros(len(start), np.int64)
+    a, b = trace.ts_ns[rows], trace.end_ns[rows]
+    order = np.argsort(start, kind="stable")
+    ps, pe = start[order], end[order]
+    k = np.searchsorted(ps, a, side="right") - 1
+    kc = np.maximum(k, 0)
+    inside = (k >= 0) & (b <= pe[kc])  # began and ended inside one stretch
+    others = difference(*merge(a[inside], b[inside]), *data)
+    return covered(*others, start, end)
 
 
 def _by_mechanism(mech: np.ndarray, step: np.ndarray, values: np.ndarray, n: int) -> dict[str, np.ndarray]:
@@ -574,17 +643,22 @@ def _call_steps(inner: _Innermost, lo: np.ndarray, hi: np.ndarray) -> np.ndarray
 
 
 def _ranked_frames(
-    table: PartTable, self_ns: list[dict[int, int]], calls: list[dict[int, int]], top: int | None
+    table: PartTable,
+    self_ns: tuple[list[dict[int, int]], list[dict[int, int]]],
+    calls: list[dict[int, int]],
+    top: int | None,
 ) -> list[tuple[FrameTime, ...]]:
-    """Per step, its Python frames by self time, largest first (the first `top`)."""
+    """Per step, its Python frames by self time, largest first (the first `top`); `self_ns`: per step, each frame's
+    self time and the part of it waited on other threads."""
+    mine_all, waited_all = self_ns
     return [
         tuple(
             sorted(
-                (FrameTime(table.frames[f], mine.get(f, 0), called.get(f, 0)) for f in mine | called),
+                (FrameTime(table.frames[f], mine.get(f, 0), called.get(f, 0), waited.get(f, 0)) for f in mine | called),
                 key=lambda x: (-x.self_ns, x.frame),
             )[:top]
         )
-        for mine, called in zip(self_ns, calls, strict=True)
+        for mine, waited, called in zip(mine_all, waited_all, calls, strict=True)
     ]
 
 
@@ -603,15 +677,16 @@ def _ranked_ops(
     ]
 
 
-def _frame_totals(self_ns: list[dict[int, int]], calls: list[dict[int, int]]) -> dict[int, tuple[int, int]]:
-    """Frame id -> (self ns, calls) over all the steps."""
+def _frame_totals(
+    self_ns: list[dict[int, int]], calls: list[dict[int, int]], waited: list[dict[int, int]]
+) -> dict[int, tuple[int, int, int]]:
+    """Frame id -> (self ns, calls, waited ns) over all the steps."""
     totals: dict[int, list[int]] = {}
-    for mine, called in zip(self_ns, calls, strict=True):
-        for f, v in mine.items():
-            totals.setdefault(f, [0, 0])[0] += v
-        for f, v in called.items():
-            totals.setdefault(f, [0, 0])[1] += v
-    return {f: (a, b) for f, (a, b) in totals.items()}
+    for column, per_step in enumerate((self_ns, calls, waited)):
+        for step in per_step:
+            for f, v in step.items():
+                totals.setdefault(f, [0, 0, 0])[column] += v
+    return {f: (a, b, c) for f, (a, b, c) in totals.items()}
 
 
 def _grouped(step: np.ndarray, key: np.ndarray, value: np.ndarray, sel: np.ndarray, n: int) -> list[dict[int, int]]:
@@ -806,9 +881,10 @@ def _copies(trace: Trace) -> dict[int, tuple[int, int]]:
 
 def thread_busy(
     trace: Trace, table: PartTable, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray
-) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+) -> tuple[np.ndarray, dict[str, np.ndarray], list[tuple[OpTime, ...]]]:
     """Another thread's time in each window [lo, hi]: the union of its code events there (frames, ops, runtime calls;
-    a range alone is a label, not work), and that union by mechanism."""
+    a range alone is a label, not work), that union by mechanism, and its events by innermost self time (the first
+    `OTHER_TOP_KEPT`; a call counted in the window it starts in): what the thread spent the time on."""
     n = len(lo)
     rows = host_events(trace, pid, tid)
     ms, me = merge(trace.ts_ns[rows], trace.end_ns[rows])
@@ -816,12 +892,24 @@ def thread_busy(
     inner = _innermost(trace, table, rows)
     seg, step, piece_start, piece_end = _charge(inner.seg_start, inner.seg_end, lo, hi)
     ns = piece_end - piece_start
-    mech = inner.mechanism[inner.seg_owner[seg]]
-    by = {}
-    for code, part in enumerate(MECHANISM[:-1]):
-        sel = mech == code
-        by[part] = np.bincount(step[sel], weights=ns[sel], minlength=n).astype(np.int64)
-    return busy, by
+    owner = inner.seg_owner[seg]
+    mech = inner.mechanism[owner]
+    by = _by_mechanism(mech, step, ns, n)
+    names = table.frame_id[trace.name_id[inner.rows]]  # by name less object addresses: one builtin aggregates
+    starts_in = _call_steps(inner, lo, hi)
+    self_ns = _grouped(step, names[owner], ns, np.ones(len(owner), bool), n)
+    calls = _grouped(starts_in, names, np.ones(len(names), np.int64), starts_in >= 0, n)
+    ranked = (
+        sorted(
+            (OpTime(table.frames[k], v, called.get(k, 0)) for k, v in mine.items()),
+            key=lambda o: (-o.self_ns, o.name),
+        )
+        for mine, called in zip(self_ns, calls, strict=True)
+    )
+    return busy, by, [tuple(r[:OTHER_TOP_KEPT]) for r in ranked]
+
+
+OTHER_TOP_KEPT = 3  # another thread's events named per step: what it spent the time on
 
 
 EVERY_OP = "every op and runtime call"  # the capture region where the trace marks no forward

@@ -149,6 +149,7 @@ class StepLedger:
     captured_launches: int = 0  # launch calls recorded into a graph, not run (Trace.captured): capture set-up
     graph_instantiations: int = 0  # graph instantiation calls (cudaGraphInstantiate, ...): set-up too
     unattributed_other_ns: int = 0  # of unattributed time outside data loading: another thread of the process ran
+    python_other_ns: int = 0  # of Python frames' self time outside data loading: another thread of the process ran
     unprofiled_estimate_ns: float | None = None
     own_wait_ns: int = 0  # sync wait from the step's first GPU op on, less what no GPU op of the trace ran in
     peer_wait_ns: int = 0  # of own_wait, while a communication kernel ran: a wait on the other ranks (build.py)
@@ -343,6 +344,9 @@ class TraceAnalysis:
     origin_epoch_ns: int | None = None  # epoch ns of the first event (steps' start_ns count from it), when known
     origin_ns: int = 0  # the first event's time on the trace's own clock (Trace.start_ns)
     coverage: Coverage | None = None  # what the steps hold of the trace's GPU work and host time
+    # A trace with no GPU side (not on_gpu) whose host says the job ran on GPUs (the GPUs its deviceProperties name,
+    # its GPU runtime calls, its collectives): what says so; None otherwise (build.gpu_unrecorded)
+    gpu_unrecorded: str | None = None
 
     def windows(self) -> tuple[np.ndarray, np.ndarray]:
         """The steps' host windows, [start, end] on the trace's own clock (sorted by start, as the steps are)."""
@@ -382,6 +386,7 @@ class TraceAnalysis:
             "python_frames": [f.to_json() for f in self.python_frames],
             "warnings": list(self.warnings),
             "coverage": self.coverage.to_json() if self.coverage else None,
+            "gpu_unrecorded": self.gpu_unrecorded,
         }
 
 
