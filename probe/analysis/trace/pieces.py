@@ -101,6 +101,12 @@ def two_processes(size: int) -> bool:
         raise ProbeError(f"{READ_PROCESSES_ENV}={raw!r}: 1 (one process reads a trace) or 2 (two, where they can)")
     if raw == "1" or (not raw and (size < TWO_PROCESS_PIECES * PIECE_BYTES or _cores() < 2)):
         return False
+    return _forks_safely()
+
+
+def _forks_safely() -> bool:
+    """A fork copies only the thread that forks: with another thread running, a lock it held would stay held in
+    the copy. And a pool's daemonic process may have no children."""
     forks = "fork" in multiprocessing.get_all_start_methods()
     return forks and threading.active_count() == 1 and not multiprocessing.current_process().daemon
 
