@@ -56,7 +56,7 @@ COMMS = re.compile(
 )
 NAMED = ("user_annotation", "cpu_op", "operator", "python_function")
 QUEUED_NS = 50_000  # a copy starting this long after its call began, while the call ran: the call waited
-MECHANISM = ("python", "dispatch", "launch", "runtime", "sync_wait", "unattributed")
+MECHANISM = ("python", "dispatch", "launch", "runtime", "sync_wait", "profiler", "unattributed")
 SYNC_FRAME = re.compile(r"\bsynchronize\b")
 KERNEL_WAIT_NS = 30_000
 OURS = {
@@ -244,21 +244,33 @@ def _purpose(events, lo, hi, pid, tid, user, waited=frozenset()):
 RANK = {"python_function": 0, "cpu_op": 1, "operator": 1}  # runtime calls: 2, innermost among equal spans
 
 
+def _inside_union(e, events) -> bool:
+    """Whether [e.start, e.end] lies inside the union of the events' spans."""
+    reach = None
+    for x in sorted(events, key=lambda x: x.start):
+        if x.start > e.start:
+            break
+        reach = x.end if reach is None else max(reach, x.end)
+    return reach is not None and reach >= e.end
+
+
 def _mechanism(events, lo, hi, pid, tid, waited=frozenset()):
     """Each stretch goes to the innermost open frame, op or runtime call: the latest started (the shorter, then the
     call over the op over the frame, when they start together)."""
-    code = [
-        e
-        for e in events
-        if e.pid == pid and e.tid == tid and e.end > lo and e.start < hi and (e.cat in RANK or e.cat in RUNTIME_CATS)
-    ]
+    mine = [e for e in events if e.pid == pid and e.tid == tid and (e.cat in RANK or e.cat in RUNTIME_CATS)]
+    # the profiler's own work (kineto's `overhead`, on a thread of its own) inside this thread's events: paid here
+    mine += [e for e in events if e.cat.lower() == "overhead" and _inside_union(e, mine)]
+    code = [e for e in mine if e.end > lo and e.start < hi]
     parts = {p: 0 for p in MECHANISM}
     frames: dict[str, int] = {}
     for a, b, open_now in _sweep(code, lo, hi):
         if not open_now:
             parts["unattributed"] += b - a
             continue
-        e = max(open_now, key=lambda e: (e.start, -e.end, RANK.get(e.cat, 2)))
+        e = max(open_now, key=lambda e: (e.start, -e.end, 3 if e.cat.lower() == "overhead" else RANK.get(e.cat, 2)))
+        if e.cat.lower() == "overhead":
+            parts["profiler"] += b - a
+            continue
         if e.cat == "python_function":
             name = re.sub(r" at 0x[0-9a-fA-F]+", "", e.name)
             frames[name] = frames.get(name, 0) + b - a

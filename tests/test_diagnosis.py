@@ -580,6 +580,38 @@ def test_host_bound_by_python_and_what_fixing_it_buys(tmp_path):
     ]
 
 
+def test_the_profilers_own_buffer_request_is_its_cost_not_the_frames(tmp_path):
+    """Kineto records a CUPTI activity buffer request as an `overhead` event on a thread of its own (pid -1); it
+    ran inside `slow` (30-80 us), 40-70, on the thread that needed the buffer. Those 30 us are the profiler's: out
+    of the frame's self time (50 -> 20, so the forward's 25 is now the top frame), into profiler overhead, and off
+    the host work the verdict weighs (100 -> 70 unprofiled). One inside no event of the thread is left out."""
+    path = python_bound_trace(tmp_path)
+    doc = json.loads(path.read_text())
+    doc["traceEvents"] += [
+        {"ph": "X", "cat": "overhead", "name": "Activity Buffer Request", "pid": -1, "tid": 0, "ts": 40, "dur": 30},
+        {"ph": "X", "cat": "overhead", "name": "Activity Buffer Request", "pid": -1, "tid": 0, "ts": 200, "dur": 9},
+    ]
+    path.write_text(json.dumps(doc))
+    s = analyze(load_trace(path)).steps[0]
+    assert (s.mechanism_ns["profiler"], s.mechanism_ns["python"]) == (30_000, 55_000)
+    assert [(f.frame, f.self_ns) for f in s.top_frames] == [
+        ("model.py(5): forward", 25_000),
+        ("util.py(7): slow", 20_000),
+        ("loop.py(10): step", 10_000),
+    ]
+    d = _diagnose(path)
+    e = d.evidence
+    assert (e.profiler_recorded_ns, e.profiler_ns, e.unprofiled_host_ns, e.python_ns) == (
+        30_000,
+        30_000,
+        70_000,
+        55_000,
+    )
+    assert "profiler overhead 0.030" in d.lines[0]
+    top = next(w for w in d.what_if if w.change.startswith("fix the top Python frame"))
+    assert (top.change, round(top.saving_ms, 6)) == ("fix the top Python frame, model.py(5): forward", 0.025)
+
+
 def test_cpu_only(tmp_path):
     path = _trace(tmp_path, [("user_annotation", "decode#0", 0, 10, {}), ("cpu_op", "aten::mm", 1, 9, {})])
     d = _diagnose(path)

@@ -341,3 +341,23 @@ def test_the_layers_of_one_forward_are_not_steps(tmp_path):
     trace = load_trace(path)
     tree = Tree.of(trace, 1, 1, launch_calls(trace))
     assert repeating_unit(tree, "thread 1/1") is None
+
+
+@pytest.mark.parametrize("main_end, cut", [(1000.0, True), (1000.5, False)])
+def test_a_last_step_the_profiler_stopped_inside_is_said(tmp_path, main_end, cut):
+    """The profiler closes every open event at the one instant it stops: a last step that ends at the nanosecond a
+    frame around it ends was cut there. A frame that returns ends after the step it called: no warning."""
+    events = [
+        {"ph": "X", "cat": "python_function", "name": "run.py(3): main", "pid": 1, "tid": 1, "ts": 0.0,
+         "dur": main_end, "args": {}},
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": 10.0, "dur": 400.0,
+         "args": {}},
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 500.0,
+         "dur": 500.0, "args": {}},
+    ]  # fmt: skip
+    path = tmp_path / "cut.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    said = [w for w in find_steps(load_trace(path)).warnings if "cut when the profiler stopped" in w]
+    assert len(said) == cut
+    if cut:
+        assert "the last step (ProfilerStep#1)" in said[0] and "'run.py(3): main'" in said[0]

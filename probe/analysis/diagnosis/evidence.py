@@ -71,7 +71,8 @@ class Evidence:
     other_threads_ns: int = 0  # the step's thread ran no code of its own (no event, or a Python frame's self time)
     # while another thread of its process ran: out of unattributed and Python (`waits_on_others`)
     own_wait_ns: int = 0  # of the sync wait, the part on the step's own GPU work (StepLedger.own_wait_ns)
-    profiler_ns: int = 0  # the profiler's own cost in the host window, when the sidecar gives it (0: not known)
+    profiler_ns: int = 0  # the profiler's own cost in the host window: recorded, and per event when the sidecar says
+    profiler_recorded_ns: int = 0  # the profiler's own work it recorded, outside data loading: a host part
 
     @property
     def capture_setup(self) -> bool:
@@ -195,14 +196,16 @@ def evidence(s: StepLedger, context: Context | None = None) -> Evidence:
     """The figures of one step. Host work splits into data loading (the data ranges' time less their sync wait) and,
     outside it, Python, dispatch, launch and runtime calls, other threads' work (time no event of the step's thread
     covers, or only a Python frame's self time does, while another thread of its process runs events: the thread
-    waited on it) and unattributed time: the six add up to it. The hole
+    waited on it), the profiler's own recorded work and unattributed time: the seven add up to it. The hole
     needs the trace (`context`): without it, none."""
     d = s.data_mechanism_ns
     m = {k: v - d.get(k, 0) for k, v in s.mechanism_ns.items()}
     host_work = s.host_work_ns
-    profiler = 0
-    if s.unprofiled_estimate_ns is not None:  # the profiler's own cost lands on the host's work
-        profiler = int(min(max(s.wall_ns - s.unprofiled_estimate_ns, 0), host_work))
+    recorded = m.get("profiler", 0)  # the profiler's own work it recorded (a CUPTI buffer request), outside data
+    estimated = 0
+    if s.unprofiled_estimate_ns is not None:  # the profiler's cost per recorded event lands on the host's work
+        estimated = max(s.wall_ns - s.unprofiled_estimate_ns, 0)
+    profiler = int(min(estimated + s.mechanism_ns.get("profiler", 0), host_work))
     end = s.start_ns + s.wall_ns
     before = max(0, s.gpu_start_ns - s.start_ns) if s.gpu_start_ns is not None else None
     after = max(0, end - s.gpu_end_ns) if s.gpu_end_ns is not None else None
@@ -235,6 +238,7 @@ def evidence(s: StepLedger, context: Context | None = None) -> Evidence:
         captured_launches=s.captured_launches,
         graph_instantiations=s.graph_instantiations,
         other_threads_ns=s.unattributed_other_ns + s.python_other_ns,
+        profiler_recorded_ns=recorded,
         own_wait_ns=s.own_wait_ns,
         profiler_ns=profiler,
     )

@@ -192,6 +192,7 @@ def _host_parts_text(s: StepLedger, e: Evidence, on_gpu: bool = True) -> str:
         ("op dispatch" if on_gpu else "inside ops (a CPU computes there)", e.dispatch_ns),
         ("launch and runtime calls", e.launch_ns),
         ("other threads' work", e.other_threads_ns),
+        ("profiler overhead", e.profiler_recorded_ns),
         ("unattributed", e.unattributed_ns),
     ]
     text = ", ".join(f"{name} {ms(ns)}" for name, ns in sorted(parts, key=lambda p: -p[1]) if ns)

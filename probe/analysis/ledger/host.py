@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from probe import vocabulary
-from probe.analysis.intervals import covered, difference, merge, nesting
+from probe.analysis.intervals import covered, difference, inside_any, merge, nesting
 from probe.analysis.ledger.gpu import correlation_keys
 from probe.analysis.ledger.patterns import Pattern, compile_user
 from probe.analysis.trace import COPY_KINDS, Kind, Trace, is_copy_call
@@ -70,6 +70,12 @@ MECHANISM_PARTS: tuple[HostPart, ...] = (
     HostPart("launch", "launch calls", "launch", "kernel and graph launch calls"),
     HostPart("runtime", "other runtime", "runtime", "other runtime and driver calls: async copies, events, waits"),
     HostPart("sync_wait", "sync wait", "sync_wait", "blocking runtime calls and synchronizing frames"),
+    HostPart(
+        "profiler",
+        "profiler overhead",
+        "profiler",
+        "the profiler's own recorded work inside this thread's events (kineto's `overhead`: CUPTI buffer requests)",
+    ),
     HostPart("unattributed", "unattributed", "unattributed", "no Python frame, op or runtime call covers it"),
 )
 PURPOSE = tuple(p.name for p in PURPOSE_PARTS)
@@ -134,7 +140,7 @@ _PART_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _SOURCE_FRAME = re.compile(r"^(?!(?:.*/)?torch/).*\.py\(\d+\)")
 
 # mechanism codes, in MECHANISM order
-_PYTHON, _DISPATCH, _LAUNCH, _RUNTIME, _SYNC_WAIT, _NONE = range(6)
+_PYTHON, _DISPATCH, _LAUNCH, _RUNTIME, _SYNC_WAIT, _PROFILER, _NONE = range(7)
 
 
 def frame_name(name: str) -> str:
@@ -451,7 +457,8 @@ class _Innermost:
 
 def _innermost(trace: Trace, table: PartTable, rows: np.ndarray) -> _Innermost:
     kind = trace.kind[rows]
-    rank = np.where(kind == Kind.PYTHON, 0, np.where(kind == Kind.CPU_OP, 1, 2))  # equal spans: frame, op, call
+    # equal spans: frame, op, call, the profiler's own work (innermost: it ran inside whatever it interrupted)
+    rank = np.select([kind == Kind.PYTHON, kind == Kind.CPU_OP, kind == Kind.RUNTIME], [0, 1, 2], 3)
     start, end = trace.ts_ns[rows], trace.end_ns[rows]
     original = np.ones(len(rows), bool)
     split = 0
@@ -479,6 +486,7 @@ def _innermost(trace: Trace, table: PartTable, rows: np.ndarray) -> _Innermost:
     is_call = kind == Kind.RUNTIME
     mech[is_call & (trace.launch_kind[rows] > 0)] = _LAUNCH
     mech[is_call & (table.by_name["sync_call"][names] | table.waited[rows])] = _SYNC_WAIT
+    mech[kind == Kind.OTHER] = _PROFILER  # only the profiler's own rows are let in (`with_profiler`)
     owner, a, b = _self_segments(start, end, parent)
     return _Innermost(rows, start, end, original, parent, mech, owner, a, b, split)
 
@@ -540,6 +548,17 @@ def host_events(trace: Trace, pid: int, tid: int) -> np.ndarray:
     return thread_rows(trace, trace.rows(Kind.PYTHON, Kind.CPU_OP, Kind.RUNTIME), pid, tid)
 
 
+def with_profiler(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """A thread's host events and the profiler's own work that ran inside them: kineto records a CUPTI buffer
+    request as an `overhead` event on a thread of its own (pid -1), but the thread that needed the buffer paid it,
+    inside whatever it was running. One that falls inside no event of these rows is left to the others."""
+    own = trace.profiler_rows()
+    if not len(own) or not len(rows):
+        return rows
+    spans = merge(trace.ts_ns[rows], trace.end_ns[rows])
+    return np.concatenate((rows, own[inside_any(*spans, trace.ts_ns[own], trace.end_ns[own])]))
+
+
 def mechanism_split(
     trace: Trace,
     table: PartTable,
@@ -552,7 +571,7 @@ def mechanism_split(
 ) -> HostSplit:
     """Both partitions of the windows [lo, hi] (steps on thread pid/tid), with frames, ops and sync sites."""
     n = len(lo)
-    inner = _innermost(trace, table, host_events(trace, pid, tid))
+    inner = _innermost(trace, table, with_profiler(trace, host_events(trace, pid, tid)))
     seg, step, piece_start, piece_end = _charge(inner.seg_start, inner.seg_end, lo, hi)
     ns = piece_end - piece_start
     owner = inner.seg_owner[seg]
@@ -889,7 +908,7 @@ def thread_busy(
     rows = host_events(trace, pid, tid)
     ms, me = merge(trace.ts_ns[rows], trace.end_ns[rows])
     busy = covered(ms, me, lo, hi)
-    inner = _innermost(trace, table, rows)
+    inner = _innermost(trace, table, with_profiler(trace, rows))
     seg, step, piece_start, piece_end = _charge(inner.seg_start, inner.seg_end, lo, hi)
     ns = piece_end - piece_start
     owner = inner.seg_owner[seg]

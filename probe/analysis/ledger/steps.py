@@ -329,7 +329,31 @@ def parse_steps_kinds(text: str | None) -> tuple[Kind, ...]:
 def find_steps(trace: Trace, steps: Pattern | None = None, kinds: tuple[Kind, ...] | None = None) -> StepSet:
     """The trace's steps by the first rule that finds any (see the module docstring); `steps` is searched for
     in the names of the ranges of `kinds` (every kind `--steps` reads when None; anchor the pattern with `^...$` to
-    match whole names)."""
+    match whole names). A last step the profiler stopped inside is said (`_cut_by_stop`)."""
+    return _cut_by_stop(trace, _by_rules(trace, steps, kinds))
+
+
+def _cut_by_stop(trace: Trace, found: StepSet) -> StepSet:
+    """Warn of a last step the profiler stopped inside: it ends at the very nanosecond a Python frame around it on
+    its thread ends (the profiler closes every open event at the one instant it stops; a frame that returns ends
+    after what it called), so it is cut there and its figures are of the part recorded."""
+    if not len(found.end):
+        return found
+    i = int(np.argmax(found.end))
+    frames = trace.rows(Kind.PYTHON)
+    frames = frames[(trace.pid[frames] == found.pid[i]) & (trace.tid[frames] == found.tid[i])]
+    around = frames[(trace.end_ns[frames] == found.end[i]) & (trace.ts_ns[frames] < found.start[i])]
+    if len(around):
+        inner = int(around[np.argmax(trace.ts_ns[around])])
+        found.warnings.append(
+            f"the last step ({found.names[i]}) was cut when the profiler stopped: it ends at the nanosecond the "
+            f"frame around it, {trace.name(inner)!r}, does, as every event the profiler closes on stopping does; its "
+            "figures are of the part recorded"
+        )
+    return found
+
+
+def _by_rules(trace: Trace, steps: Pattern | None, kinds: tuple[Kind, ...] | None) -> StepSet:
     warnings: list[str] = []
     ranges = trace.rows(Kind.USER_RANGE, Kind.PROFILER_STEP)
     if steps is not None:

@@ -140,6 +140,7 @@ _API_SUFFIX = re.compile(r"(?:_v\d+)?$")
 _STREAM_SUFFIX = re.compile(r"_(?:ptsz|ptds)$")
 
 PROFILER_STEP_PREFIX = "ProfilerStep#"
+PROFILER_OVERHEAD = "overhead"  # the category kineto gives its own work (a CUPTI activity buffer request)
 
 
 def api_base_name(name: str) -> str:
@@ -291,6 +292,12 @@ class Trace:
         out = _captured(self)
         out.flags.writeable = False
         return out
+
+    def profiler_rows(self) -> np.ndarray:
+        """The profiler's own recorded work: rows of kind other in kineto's `overhead` category (a CUPTI activity
+        buffer request), in ts order."""
+        other = self.rows(Kind.OTHER)
+        return other[self.name_ids(lambda s: s.lower() == PROFILER_OVERHEAD)[self.cat_id[other]]]
 
     @property
     def start_ns(self) -> int:

@@ -42,6 +42,7 @@ COLORS: dict[str, str] = {
     "sync": "#8c564b",
     "other_threads": "#b5a6d6",
     "data": "#6a3d9a",  # data loading; "communication" shares the kernel category's colour below
+    "profiler": "#eceff1",  # the profiler's own recorded work
     "unattributed": "#d9dde2",
     "python": "#c9a227",
     "range": "#a7c7e7",
