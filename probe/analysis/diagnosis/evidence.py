@@ -202,7 +202,7 @@ def evidence(s: StepLedger, context: Context | None = None) -> Evidence:
     m = {k: v - d.get(k, 0) for k, v in s.mechanism_ns.items()}
     host_work = s.host_work_ns
     recorded = m.get("profiler", 0)  # the profiler's own work it recorded (a CUPTI buffer request), outside data
-    estimated = 0
+    estimated = 0.0
     if s.unprofiled_estimate_ns is not None:  # the profiler's cost per recorded event lands on the host's work
         estimated = max(s.wall_ns - s.unprofiled_estimate_ns, 0)
     profiler = int(min(estimated + s.mechanism_ns.get("profiler", 0), host_work))
