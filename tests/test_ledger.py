@@ -83,6 +83,7 @@ def test_hand_prefill(hand):
         "launch": 15_000,
         "runtime": 0,
         "sync_wait": 6_000,
+        "profiler": 0,
         "unattributed": 44_000,
     }
     # The synchronize 92-98 waited while argmax ran 92-95, then the call returned: nothing unseen.
@@ -151,6 +152,7 @@ def test_hand_decode0_graph_launch_memcpy_memset(hand):
         "launch": 15_000,
         "runtime": 3_000,
         "sync_wait": 16_000,
+        "profiler": 0,
         "unattributed": 31_000,
     }
     # The synchronize (182-198) began after the GPU's last op ended (176): no op of the trace ran while it
@@ -209,6 +211,7 @@ def test_hand_last_step_is_kept_with_unknown_runtime_and_old_kernel_category(han
         "launch": 8_000,
         "runtime": 0,
         "sync_wait": 0,
+        "profiler": 0,
         "unattributed": 36_000,
     }
 
@@ -386,6 +389,7 @@ def test_nsys_hand_fixture(tmp_path):
         "launch": 600,
         "runtime": 300,
         "sync_wait": 1_600,
+        "profiler": 0,
         "unattributed": 7_500,
     }
     # decode#1: a graph launch replaying two kernels, and cuLaunchKernel from the worker thread (counted: the
