@@ -612,6 +612,30 @@ def test_the_profilers_own_buffer_request_is_its_cost_not_the_frames(tmp_path):
     assert (top.change, round(top.saving_ms, 6)) == ("fix the top Python frame, model.py(5): forward", 0.025)
 
 
+@pytest.mark.parametrize("forwards, said", [(2, 2), (1, None)])
+def test_a_step_that_calls_its_model_twice_says_it_may_hold_two_iterations(tmp_path, forwards, said):
+    """OWLv2's ProfilerStep holds five detector forwards: the outermost module's calls in the step, counted on its
+    thread (its layers, inside it, are not counted), say how many iterations it may hold."""
+    host = [("user_annotation", "ProfilerStep#0", 0, 1000, {})]
+    for i in range(forwards):
+        a = 100 + 400 * i
+        host += [("python_function", "nn.Module: Detector_0", a, a + 300, {})]
+        host += [("python_function", f"nn.Module: Layer_{j}", a + 10 + 90 * j, a + 90 + 90 * j, {}) for j in range(3)]
+        host += [("cuda_runtime", "cudaLaunchKernel", a + 20, a + 25, {"correlation": i + 1})]
+    gpu = [("kernel", "gemm", 150 + 400 * i, 200 + 400 * i, {"correlation": i + 1}) for i in range(forwards)]
+    trace = load_trace(_trace(tmp_path, host, gpu))
+    analysis = analyze(trace)
+    d = diagnose_trace(analysis, Context.of(trace, analysis=analysis)).steps[0]  # the facts need the analysis
+    found = [c for c in d.caveats if "outermost module" in c]
+    if said is None:
+        assert found == []
+    else:
+        assert found == [
+            "this step calls its outermost module Detector_0 2 times: if each call is an iteration, a figure per "
+            "iteration is 1/2 of the step's"
+        ]
+
+
 def test_cpu_only(tmp_path):
     path = _trace(tmp_path, [("user_annotation", "decode#0", 0, 10, {}), ("cpu_op", "aten::mm", 1, 9, {})])
     d = _diagnose(path)

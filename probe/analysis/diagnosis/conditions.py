@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from probe.analysis.intervals import assign, covered, grouped_medians, inside_any, merge
+from probe.analysis.intervals import assign, covered, grouped_medians, inside_any, merge, nesting
 from probe.analysis.ledger.gpu import Attribution, attribute
 from probe.analysis.ledger.host import SYNC_CALL, SYNC_FRAME, capture_region, thread_ops, thread_rows
 from probe.analysis.ledger.types import TraceAnalysis
@@ -70,6 +70,7 @@ DATA_DEPENDENT_OPS = frozenset(
 COMPILED = re.compile(r"^Torch-Compiled Region|^## Call CompiledFxGraph|^TorchDynamo Cache Lookup|^CompiledFunction")
 BACKWARD = re.compile(r"Backward\d*$|^autograd::engine::evaluate_function")
 OPTIMIZER = re.compile(r"^Optimizer\.(?:step|zero_grad)#")
+MODULE_FRAME = "nn.Module: "  # the frame torch's Python tracer gives a module's call (with_stack=True)
 # ops that only make a new view of a tensor, or an empty one: their self time is what dispatch costs
 VIEW_OPS = frozenset(
     {
@@ -153,6 +154,17 @@ class StepFacts:
     training: tuple[str, ...] = ()  # "412 backward ops (e.g. ConvolutionBackward0)", "Optimizer.step#SGD.step"
     compiled: tuple[str, ...] = ()  # compiled regions the step calls: "Torch-Compiled Region: 0/0 x1"
     cpu: CpuOps | None = None  # a CPU-only trace's ops
+    module_calls: tuple[int, str] | None = None  # its outermost module called most, when 2+ times: (5, "Owlv2...")
+
+    def iterations_text(self) -> str | None:
+        """The caveat of a step whose outermost module ran more than once in it: it may hold that many iterations."""
+        if self.module_calls is None:
+            return None
+        k, module = self.module_calls
+        return (
+            f"this step calls its outermost module {module} {k} times: if each call is an iteration, a figure per "
+            f"iteration is 1/{k} of the step's"
+        )
 
 
 def step_facts(trace: Trace, analysis: TraceAnalysis) -> dict[int, StepFacts]:
@@ -166,6 +178,7 @@ def step_facts(trace: Trace, analysis: TraceAnalysis) -> dict[int, StepFacts]:
     training, compiled = _named(trace, lo, hi, BACKWARD, OPTIMIZER), _named(trace, lo, hi, COMPILED)
     region = _region(trace, analysis, lo, hi)
     cpu = _cpu_ops(trace, analysis, lo, hi) if not analysis.on_gpu else [None] * n
+    calls = _module_calls(trace, analysis, lo, hi)
     return {
         s.position: StepFacts(
             cold=cold[i],
@@ -177,9 +190,33 @@ def step_facts(trace: Trace, analysis: TraceAnalysis) -> dict[int, StepFacts]:
             training=_training_text(training[i]),
             compiled=_counted(compiled[i][0]),
             cpu=cpu[i],
+            module_calls=calls[i],
         )
         for i, s in enumerate(analysis.steps)
     }
+
+
+def _module_calls(trace: Trace, analysis: TraceAnalysis, lo: np.ndarray, hi: np.ndarray) -> list:
+    """Per step: (k, module) when the outermost module called most often in it, on its own thread, ran k >= 2 times
+    (OWLv2's ProfilerStep holds five detector forwards; a diffusion pipeline's, four transformer calls); else None.
+    Outermost: no module frame around it (a layer is inside its model). One nesting a thread, one count."""
+    out: list[tuple[int, str] | None] = [None] * len(lo)
+    frames = trace.rows(Kind.PYTHON)
+    frames = frames[trace.name_ids(lambda s: s.startswith(MODULE_FRAME))[trace.name_id[frames]]]
+    pid = np.array([s.pid for s in analysis.steps], np.int64)
+    tid = np.array([s.tid for s in analysis.steps], np.int64)
+    for p, t in {(s.pid, s.tid) for s in analysis.steps} if len(frames) else ():
+        mine = frames[(trace.pid[frames] == p) & (trace.tid[frames] == t)]
+        mine = mine[np.lexsort((-trace.end_ns[mine], trace.ts_ns[mine]))]
+        top = mine[nesting(trace.ts_ns[mine], trace.end_ns[mine])[0] == 0]
+        step = assign(trace.ts_ns[top], lo, hi)
+        own = (step >= 0) & (pid[np.maximum(step, 0)] == p) & (tid[np.maximum(step, 0)] == t)
+        keys, counts = np.unique(step[own] * len(trace.names) + trace.name_id[top[own]], return_counts=True)
+        for key, k in zip(keys.tolist(), counts.tolist(), strict=True):
+            i, name = divmod(key, len(trace.names))
+            if k >= 2 and (out[i] is None or k > out[i][0]):
+                out[i] = (k, trace.names[name].removeprefix(MODULE_FRAME))
+    return out
 
 
 def _counted(names: list[str], top: int = 3) -> tuple[str, ...]:

@@ -144,7 +144,9 @@ def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None, unreco
     CPU only, and no change is priced (a CPU's what-ifs read op time as compute)."""
     context = context or Context()
     e = evidence(s, context)
-    caveats = (context.contended,) if context.contended else ()
+    facts = context.facts.get(s.position)
+    several = facts.iterations_text() if facts else None
+    caveats = tuple(c for c in (context.contended, several) if c)
     host = e.unprofiled_host_ns  # the profiler's own cost is not the step's
     missing = gpu_side_missing(e) if on_gpu else unrecorded and f"GPU side not recorded: {unrecorded}"
     bound: Bound
