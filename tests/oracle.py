@@ -267,10 +267,10 @@ def _mechanism(events, lo, hi, pid, tid, waited=frozenset()):
         if not open_now:
             parts["unattributed"] += b - a
             continue
-        e = max(open_now, key=lambda e: (e.start, -e.end, 3 if e.cat.lower() == "overhead" else RANK.get(e.cat, 2)))
-        if e.cat.lower() == "overhead":
+        if any(e.cat.lower() == "overhead" for e in open_now):  # the profiler's own span is its own, whatever is open
             parts["profiler"] += b - a
             continue
+        e = max(open_now, key=lambda e: (e.start, -e.end, RANK.get(e.cat, 2)))
         if e.cat == "python_function":
             name = re.sub(r" at 0x[0-9a-fA-F]+", "", e.name)
             frames[name] = frames.get(name, 0) + b - a

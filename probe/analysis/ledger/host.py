@@ -457,8 +457,7 @@ class _Innermost:
 
 def _innermost(trace: Trace, table: PartTable, rows: np.ndarray) -> _Innermost:
     kind = trace.kind[rows]
-    # equal spans: frame, op, call, the profiler's own work (innermost: it ran inside whatever it interrupted)
-    rank = np.select([kind == Kind.PYTHON, kind == Kind.CPU_OP, kind == Kind.RUNTIME], [0, 1, 2], 3)
+    rank = np.where(kind == Kind.PYTHON, 0, np.where(kind == Kind.CPU_OP, 1, 2))  # equal spans: frame, op, call
     start, end = trace.ts_ns[rows], trace.end_ns[rows]
     original = np.ones(len(rows), bool)
     split = 0
@@ -486,7 +485,6 @@ def _innermost(trace: Trace, table: PartTable, rows: np.ndarray) -> _Innermost:
     is_call = kind == Kind.RUNTIME
     mech[is_call & (trace.launch_kind[rows] > 0)] = _LAUNCH
     mech[is_call & (table.by_name["sync_call"][names] | table.waited[rows])] = _SYNC_WAIT
-    mech[kind == Kind.OTHER] = _PROFILER  # only the profiler's own rows are let in (`with_profiler`)
     owner, a, b = _self_segments(start, end, parent)
     return _Innermost(rows, start, end, original, parent, mech, owner, a, b, split)
 
@@ -548,15 +546,39 @@ def host_events(trace: Trace, pid: int, tid: int) -> np.ndarray:
     return thread_rows(trace, trace.rows(Kind.PYTHON, Kind.CPU_OP, Kind.RUNTIME), pid, tid)
 
 
-def with_profiler(trace: Trace, rows: np.ndarray) -> np.ndarray:
-    """A thread's host events and the profiler's own work that ran inside them: kineto records a CUPTI buffer
+def with_profiler(trace: Trace, inner: _Innermost) -> _Innermost:
+    """A thread's pieces with the profiler's own recorded work that ran inside them: kineto records a CUPTI buffer
     request as an `overhead` event on a thread of its own (pid -1), but the thread that needed the buffer paid it,
-    inside whatever it was running. One that falls inside no event of these rows is left to the others."""
+    inside whatever it was running. Where one lies inside the union of these events, its span is its own (a piece
+    of mechanism profiler), cut out of the self segments it falls in; one inside no event here is left to the
+    others. A cut, not a place in the nesting: an event the profiler's straddles would make the nesting split
+    piece after piece."""
     own = trace.profiler_rows()
-    if not len(own) or not len(rows):
-        return rows
-    spans = merge(trace.ts_ns[rows], trace.end_ns[rows])
-    return np.concatenate((rows, own[inside_any(*spans, trace.ts_ns[own], trace.end_ns[own])]))
+    if not len(own) or not len(inner.rows):
+        return inner
+    own = own[inside_any(*merge(inner.start, inner.end), trace.ts_ns[own], trace.end_ns[own])]
+    if not len(own):
+        return inner
+    o_s, o_e = merge(trace.ts_ns[own], trace.end_ns[own])
+    first = own[np.searchsorted(trace.ts_ns[own], o_s)]  # each merged span named by the first event in it
+    gap_s, gap_e = difference(
+        np.array([min(int(inner.seg_start.min()), int(o_s[0]))]), np.array([int(inner.seg_end.max())]), o_s, o_e
+    )
+    out_seg, _, out_a, out_b = _charge(inner.seg_start, inner.seg_end, gap_s, gap_e)
+    in_seg, in_win, in_a, in_b = _charge(inner.seg_start, inner.seg_end, o_s, o_e)
+    n = len(inner.rows)
+    return _Innermost(
+        np.concatenate((inner.rows, first)),
+        np.concatenate((inner.start, o_s)),
+        np.concatenate((inner.end, o_e)),
+        np.concatenate((inner.original, np.ones(len(o_s), bool))),
+        np.concatenate((inner.parent, np.full(len(o_s), -1))),
+        np.concatenate((inner.mechanism, np.full(len(o_s), _PROFILER, np.int8))),
+        np.concatenate((inner.seg_owner[out_seg], n + in_win)),
+        np.concatenate((out_a, in_a)),
+        np.concatenate((out_b, in_b)),
+        inner.split,
+    )
 
 
 def mechanism_split(
@@ -571,7 +593,7 @@ def mechanism_split(
 ) -> HostSplit:
     """Both partitions of the windows [lo, hi] (steps on thread pid/tid), with frames, ops and sync sites."""
     n = len(lo)
-    inner = _innermost(trace, table, with_profiler(trace, host_events(trace, pid, tid)))
+    inner = with_profiler(trace, _innermost(trace, table, host_events(trace, pid, tid)))
     seg, step, piece_start, piece_end = _charge(inner.seg_start, inner.seg_end, lo, hi)
     ns = piece_end - piece_start
     owner = inner.seg_owner[seg]
@@ -908,7 +930,7 @@ def thread_busy(
     rows = host_events(trace, pid, tid)
     ms, me = merge(trace.ts_ns[rows], trace.end_ns[rows])
     busy = covered(ms, me, lo, hi)
-    inner = _innermost(trace, table, with_profiler(trace, rows))
+    inner = with_profiler(trace, _innermost(trace, table, rows))
     seg, step, piece_start, piece_end = _charge(inner.seg_start, inner.seg_end, lo, hi)
     ns = piece_end - piece_start
     owner = inner.seg_owner[seg]
