@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import io
+import json
 import math
 import time
 from collections.abc import Callable
@@ -147,4 +148,38 @@ def test_probe_compare_grows_with_the_trace(traces, loaded):
         _quiet("compare", str(traces[small]), str(traces[small])),
         _quiet("compare", str(traces[large]), str(traces[large])),
         loaded[2],
+    )
+
+
+def _nested_with_overhead(path: Path, depth: int) -> Path:
+    """A step of `depth` Python frames nested one in the next, each ending a little after the one inside it, a
+    launch at the bottom, and a CUPTI buffer request (kineto's `overhead`, on a thread of its own) from inside the
+    innermost frame past every inner frame's end, still inside the outermost."""
+    frames = [
+        {"ph": "X", "cat": "python_function", "name": f"f.py({i}): f{i}", "pid": 1, "tid": 1, "ts": float(i),
+         "dur": 10.0 * depth + 1000.0 - 2 * i, "args": {}}
+        for i in range(depth)
+    ]  # fmt: skip
+    frames += [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": 0.0,
+         "dur": 10.0 * depth + 1000.0, "args": {}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": float(depth),
+         "dur": 1.0, "args": {"correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": float(depth) + 2, "dur": 1.0,
+         "args": {"correlation": 1}},
+        {"ph": "X", "cat": "overhead", "name": "Activity Buffer Request", "pid": -1, "tid": 0,
+         "ts": float(depth) + 5, "dur": 9.0 * depth + 994.5, "args": {}},  # ends between frame 1's end and frame 0's
+    ]  # fmt: skip
+    path.write_text(json.dumps({"traceEvents": frames}))
+    return path
+
+
+def test_the_profilers_overhead_costs_what_the_nesting_does(tmp_path):
+    """A buffer request that outlives every frame it started in: cut out of the self segments, it costs what the
+    frames do. (Placed in the nesting, it was split at each frame's end in turn, one pass over the thread a level:
+    depth x events, and the H100 vLLM V1 trace's two requests took a thread's split from 0.07 to 0.44 s.)"""
+    small, large = (load_trace(_nested_with_overhead(tmp_path / f"d{d}.json", d)) for d in (STEPS * 5, STEPS * 40))
+    assert analyze(large).steps[0].mechanism_ns["profiler"] > 0  # the request is inside the outermost frame: counted
+    assert_linear(
+        "analyze with a buffer request", lambda: analyze(small), lambda: analyze(large), len(large) / len(small)
     )
