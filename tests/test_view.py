@@ -1045,6 +1045,25 @@ def test_coinciding_ranks_are_said_and_drawn_inside_each_other(hand):
     assert widths == sorted(widths, reverse=True) and len(set(widths)) == 4
 
 
+def test_the_ranks_chart_circles_the_rank_the_collectives_wait_for(tmp_path):
+    """tests/ranks.make_collective_job: rank 0 has the slowest wall (it enters first and waits longest in the
+    collective), rank 3 the least time in collectives; the chart circles rank 3's wall at each step, as probe analyze
+    names it, and the table says by which rule."""
+    from probe.analysis.ledger.ranks import analyze_one, ranks
+    from tests.ranks import make_collective_job
+
+    result = ranks([analyze_one((p, None)) for p in make_collective_job(tmp_path / "job")])
+    assert result.straggler is not None and result.straggler.rank == 3
+    fig = figures.ranks.ranks_figure(result)
+    (circled,) = [t for t in fig.data if t.name == "straggler"]
+    rank3 = next(t for t in fig.data if t.name == "rank 3")
+    assert list(circled.y) == list(rank3.y) == [0.6, 0.6]
+    assert circled.text[0] == "rank 3: 0.180 ms in collectives against a median of 0.330 ms: the others wait for it"
+    table = figures.ranks.ranks_frame(result)
+    assert list(table["straggler"]) == [3, 3] and list(table["by"]) == ["collectives"] * 2
+    assert list(table["slowest rank"]) == [0, 0]
+
+
 def test_a_link_the_app_will_not_open_says_why_without_the_root(tmp_path):
     root = tmp_path / "root"
     (root / "deep").mkdir(parents=True)

@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from probe.analysis.ledger.ranks import Ranks
+from probe.analysis.ledger.ranks import Ranks, StepAcrossRanks
 from probe.explorer.figures.style import COLORS
 from probe.text import ns_to_ms
 
@@ -33,6 +33,8 @@ def ranks_frame(result: Ranks) -> pd.DataFrame:
         row = {"step": s.step, "name": s.name}
         row |= {f"rank {r.rank} ms": ns_to_ms(r.wall_ns) for r in s.ranks}
         row |= {
+            "straggler": s.held_by,
+            "by": s.rule,
             "slowest rank": s.slowest_rank,
             "median ms": ns_to_ms(s.median_wall_ns),
             "trails by ms": ns_to_ms(s.trails_median_ns),
@@ -42,8 +44,24 @@ def ranks_frame(result: Ranks) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _wall_of(s: StepAcrossRanks, rank: int) -> int:
+    return next(r.wall_ns for r in s.ranks if r.rank == rank)
+
+
+def _held_by_text(s: StepAcrossRanks) -> str:
+    """A step's straggler in words, by the rule that named it (probe.analysis.ledger.ranks.held_by_rank)."""
+    if s.rule == "collectives":
+        own = next(r.collectives_ns for r in s.ranks if r.rank == s.held_by)
+        return (
+            f"rank {s.held_by}: {ns_to_ms(own):.3f} ms in collectives against a median of "
+            f"{ns_to_ms(s.median_collectives_ns):.3f} ms: the others wait for it"
+        )
+    return f"rank {s.held_by}: the slowest wall, +{s.trails_median_pct:.1f}% on the median"
+
+
 def ranks_figure(result: Ranks) -> go.Figure:
-    """Wall per step, one line a rank; each step's slowest rank circled; GPU busy per step below on a GPU job."""
+    """Wall per step, one line a rank; each step's straggler circled (the rank the others wait for: ranks.held_by_rank);
+    GPU busy per step below on a GPU job."""
     gpu = result.on_gpu
     fig = make_subplots(
         rows=2 if gpu else 1,
@@ -78,10 +96,10 @@ def ranks_figure(result: Ranks) -> go.Figure:
     fig.add_trace(
         go.Scatter(
             x=steps,
-            y=[ns_to_ms(s.slowest_wall_ns) for s in result.by_step],
+            y=[ns_to_ms(_wall_of(s, s.held_by)) for s in result.by_step],
             mode="markers",
-            name="slowest rank",
-            text=[f"rank {s.slowest_rank}: +{s.trails_median_pct:.1f}% on the median" for s in result.by_step],
+            name="straggler",
+            text=[_held_by_text(s) for s in result.by_step],
             marker={"symbol": "circle-open", "size": 16, "color": COLORS["flagged"], "line": {"width": 3}},
             hovertemplate="step %{x}: %{text}<extra></extra>",
         ),

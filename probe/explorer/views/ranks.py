@@ -37,7 +37,8 @@ def show_ranks(loaded: RanksSource, ctx: ViewContext) -> None:
     st.plotly_chart(figures.ranks.ranks_figure(result), key="ranks_chart")
     st.caption(
         f"Each rank's wall time per step (steps matched by position; probe analyze {md(ctx.source.rel)}/ gives the "
-        f"same). Circled: the slowest rank of each step by wall. {md(g.words[0].upper() + g.words[1:])}."
+        f"same). Circled: each step's straggler, the rank the others wait for (the least time in collectives where "
+        f"every rank's step holds them, else the slowest wall). {md(g.words[0].upper() + g.words[1:])}."
     )
     for rank, same in figures.ranks.coinciding(result):
         others = ", ".join(f"rank {o}" for o in same)
