@@ -129,7 +129,7 @@ class CpuOps:
 
     ops: int  # cpu_ops in the step, nested ones included: each paid the dispatch floor
     floor_ns: float  # the median self time of its metadata-only ops (VIEW_OPS); 0 when it has none
-    kept: int  # ops a compiled graph still calls (KEPT_OP)
+    kept: int  # calls a compiled graph still makes (KEPT_OP), an op inside another such op not counted again
     gemm_ns: int  # their compute: GEMMs (the weights' traffic)...
     attention_ns: int  # ...attention (the KV cache's)...
     other_kept_ns: int  # ...and the rest (convolutions)
@@ -472,7 +472,7 @@ def _cpu_ops(trace: Trace, analysis: TraceAnalysis, lo: np.ndarray, hi: np.ndarr
         rest = inside & ~kept & (ops.self_ns > REST_FLOORS * op_floor)
         above = np.maximum(ops.self_ns - op_floor, 0)
         ones = np.ones(len(step))
-        counts, kept_counts = _total(step, inside, ones, m), _total(step, kept, ones, m)
+        counts, kept_counts = _total(step, inside, ones, m), _total(step, kept & ~_under(ops, kept), ones, m)
         gemm_ns, attention_ns = _total(step, gemm, ops.self_ns, m), _total(step, attention, ops.self_ns, m)
         other_ns = _total(step, kept & ~gemm & ~attention, ops.self_ns, m)
         rest_ns = _total(step, rest, above, m)
@@ -505,6 +505,17 @@ def _kind_medians(columns: list[np.ndarray], kinds: list[str]) -> list[np.ndarra
         same = np.array([k == kind for k in kinds])
         for c, o in zip(columns, out, strict=True):
             o[same] = np.median(c[same])
+    return out
+
+
+def _under(ops, marked: np.ndarray) -> np.ndarray:
+    """Per op: whether an op around it (an ancestor) is marked. A convolution's `_convolution` and
+    `mkldnn_convolution` are one call of the compiled graph, not three."""
+    out = np.zeros(len(marked), bool)
+    up = ops.parent.copy()
+    while (more := up >= 0).any():
+        out[more] |= marked[up[more]]
+        up[more] = ops.parent[up[more]]
     return out
 
 
