@@ -540,3 +540,21 @@ def test_a_convolution_and_the_ops_it_calls_are_one_call_of_the_compiled_graph(t
     trace = load_trace(_trace(tmp_path, host))
     facts = step_facts(trace, analyze(trace))
     assert {f.cpu.kept for f in facts.values()} == {2}  # the convolution once, the addmm once
+
+
+@pytest.mark.parametrize("sync_at, offered", [(95, True), (50, False)])
+def test_a_sync_after_the_last_launch_leaves_a_capture_of_every_op_offered(tmp_path, sync_at, offered):
+    """No forward range and no module frame: the capture region is every op and call, and a graph holds the launches,
+    from the first to the last. A cudaStreamSynchronize after the last launch reads the result once the work is
+    queued (a ParticleTransformer step ends so) and stays outside the graph; one between two launches stops it."""
+    host = [("user_annotation", "ProfilerStep#0", 0, 120, {})]
+    for i, at in enumerate((10, 30, 70)):
+        host += [("cpu_op", "aten::mm", at, at + 15, {}), ("cuda_runtime", "cudaLaunchKernel", at + 2, at + 6,
+                  {"correlation": i + 1})]  # fmt: skip
+    host += [("cuda_runtime", "cudaStreamSynchronize", sync_at, sync_at + 5, {})]
+    gpu = [("kernel", "gemm", 12 + 20 * i, 14 + 20 * i, {"correlation": i + 1}) for i in range(3)]
+    d = _median(_trace(tmp_path, host, gpu))
+    capture = "capture the forward in a CUDA graph"
+    assert (capture in _changes(d)) == offered
+    if not offered:
+        assert any(w.startswith(f"{capture}: not offered") and "cudaStreamSynchronize" in w for w in d.withheld)

@@ -39,7 +39,7 @@ import numpy as np
 
 from probe.analysis.intervals import assign, covered, grouped_medians, inside_any, merge, nesting
 from probe.analysis.ledger.gpu import Attribution, attribute
-from probe.analysis.ledger.host import SYNC_CALL, SYNC_FRAME, capture_region, thread_ops, thread_rows
+from probe.analysis.ledger.host import EVERY_OP, SYNC_CALL, SYNC_FRAME, capture_region, thread_ops, thread_rows
 from probe.analysis.ledger.types import TraceAnalysis
 from probe.analysis.trace import Kind, Trace, api_base_name
 
@@ -385,6 +385,20 @@ def _training_text(found: tuple[list[str], ...]) -> tuple[str, ...]:
 _FINGERPRINT_SEED = 32
 
 
+def _among_launches(trace: Trace, rows: np.ndarray, step: np.ndarray, n: int) -> np.ndarray:
+    """Per row (of one thread, `step` its step or -1): whether it starts between its step's first and last launch
+    call. A sync after the last launch reads the step's result once the work is queued, one before the first waits
+    for the step before: a graph of the launches leaves both outside it, so neither stops a capture."""
+    launch = (trace.kind[rows] == Kind.RUNTIME) & (trace.launch_kind[rows] > 0) & (step >= 0)
+    first = np.full(n, np.iinfo(np.int64).max)
+    last = np.full(n, np.iinfo(np.int64).min)
+    np.minimum.at(first, step[launch], trace.ts_ns[rows[launch]])
+    np.maximum.at(last, step[launch], trace.ts_ns[rows[launch]])
+    k = np.maximum(step, 0)
+    start = trace.ts_ns[rows]
+    return (step >= 0) & (start > first[k]) & (start < last[k])
+
+
 def _region(trace: Trace, analysis: TraceAnalysis, lo: np.ndarray, hi: np.ndarray):
     """Per step: (blocking calls, data-dependent ops, shapes vary, shape sets, steps of its kind with shapes) in
     its capture region."""
@@ -403,7 +417,7 @@ def _region(trace: Trace, analysis: TraceAnalysis, lo: np.ndarray, hi: np.ndarra
     data_dependent = trace.name_ids(lambda s: s in DATA_DEPENDENT_OPS)
     for p, t in sorted({(int(a), int(b)) for a, b in zip(pid, tid, strict=True)}):
         sel = np.flatnonzero((pid == p) & (tid == t))
-        cap_s, cap_e, _ = capture_region(trace, p, t)
+        cap_s, cap_e, what = capture_region(trace, p, t)
         rows = thread_rows(trace, trace.rows(Kind.RUNTIME, Kind.PYTHON, Kind.CPU_OP), p, t)
         start = trace.ts_ns[rows]
         in_region = inside_any(cap_s, cap_e, start, start)
@@ -413,6 +427,8 @@ def _region(trace: Trace, analysis: TraceAnalysis, lo: np.ndarray, hi: np.ndarra
         kind = trace.kind[rows]
         is_block = ((kind == Kind.RUNTIME) & sync_call[names]) | ((kind == Kind.PYTHON) & sync_frame[names])
         is_block |= (kind == Kind.CPU_OP) & item[names]
+        if what == EVERY_OP:  # no forward marks the region: a graph holds the launches, from the first to the last
+            is_block &= _among_launches(trace, rows, step, n)
         for i, found in enumerate(_per_step(step[is_block], _names(trace, rows[is_block]), n)):
             blocking[i] += found
         is_dyn = (kind == Kind.CPU_OP) & data_dependent[names]
