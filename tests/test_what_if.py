@@ -558,3 +558,17 @@ def test_a_sync_after_the_last_launch_leaves_a_capture_of_every_op_offered(tmp_p
     assert (capture in _changes(d)) == offered
     if not offered:
         assert any(w.startswith(f"{capture}: not offered") and "cudaStreamSynchronize" in w for w in d.withheld)
+
+
+def test_a_change_its_own_model_prices_at_no_saving_says_so(tmp_path):
+    """A GPU-bound step: capturing its launches leaves max(host, GPU) at the GPU's time. The change is not dropped
+    without a word: it is withheld with the arithmetic that gives no saving."""
+    host = [("user_annotation", "ProfilerStep#0", 0, 120, {})]
+    for i, at in enumerate((10, 30)):
+        host += [("cpu_op", "aten::mm", at, at + 15, {}), ("cuda_runtime", "cudaLaunchKernel", at + 2, at + 6,
+                  {"correlation": i + 1})]  # fmt: skip
+    gpu = [("kernel", "gemm", 12 + 150 * i, 162 + 150 * i, {"correlation": i + 1}) for i in range(2)]  # 300 us
+    d = _median(_trace(tmp_path, host, gpu))
+    assert d.bound == "gpu" and "capture the forward in a CUDA graph" not in _changes(d)
+    (said,) = [w for w in d.withheld if w.startswith("capture the forward in a CUDA graph: not offered")]
+    assert "by its own model it saves nothing here (max(host" in said

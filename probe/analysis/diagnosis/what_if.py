@@ -213,8 +213,11 @@ class _Offer:
         return holds
 
     def add(self, w: WhatIf) -> None:
+        """Offer `w` when it saves anything; else say that its own model gives no saving, and how it came to that."""
         if w.saving_ms > 0:
             self.offered.append(w)
+        else:
+            self.withheld.append(f"{w.change}: not offered: by its own model it saves nothing here ({w.arithmetic})")
 
     def price(
         self,
