@@ -634,11 +634,16 @@ def mechanism_split(
     )
 
 
-def others_busy(trace: Trace, pid: int, tid: int) -> tuple[np.ndarray, np.ndarray]:
-    """When any other thread of process `pid` ran code (a Python frame, cpu_op or runtime call; a range alone is a
-    label), as merged intervals."""
+def _others_code(trace: Trace, pid: int, tid: int) -> np.ndarray:
+    """The code events (Python frames, cpu_ops, runtime calls; a range alone is a label) of process `pid`'s threads
+    other than `tid`."""
     rows = trace.rows(Kind.PYTHON, Kind.CPU_OP, Kind.RUNTIME)
-    rows = rows[(trace.pid[rows] == pid) & (trace.tid[rows] != tid)]
+    return rows[(trace.pid[rows] == pid) & (trace.tid[rows] != tid)]
+
+
+def others_busy(trace: Trace, pid: int, tid: int) -> tuple[np.ndarray, np.ndarray]:
+    """When any other thread of process `pid` ran code, as merged intervals."""
+    rows = _others_code(trace, pid, tid)
     return merge(trace.ts_ns[rows], trace.end_ns[rows])
 
 
@@ -650,8 +655,7 @@ def waits_on_others(
     threads of its process ran events that began and ended inside the stretch: work handed off and waited for
     (autograd's backward under `run_backward`, a helper thread joined). A thread already running when the stretch
     began (a compile worker blocked in a pipe read for the whole trace) is concurrent, not waited on."""
-    rows = trace.rows(Kind.PYTHON, Kind.CPU_OP, Kind.RUNTIME)
-    rows = rows[(trace.pid[rows] == pid) & (trace.tid[rows] != tid)]
+    rows = _others_code(trace, pid, tid)
     if not len(rows) or not len(start):
         return np.zeros(len(start), np.int64)
     a, b = trace.ts_ns[rows], trace.end_ns[rows]
