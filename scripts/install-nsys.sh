@@ -22,8 +22,11 @@ if [ ! -x "$nsys" ]; then
   for deb in "$work"/*.deb; do dpkg -x "$deb" "$dest"; done
 fi
 
-# libssh-4 is a runtime dependency of nsys that a slim image may lack.
-if ! ldconfig -p | grep -q 'libssh\.so\.4 '; then
+# libssh-4 is a runtime dependency of nsys that a slim image may lack. The linker cache is read whole into a
+# variable: a reader that stops at its first match (grep -q, awk's exit) would close the pipe on a long cache,
+# and under pipefail ldconfig's SIGPIPE fails the script (exit 141).
+libssh_line() { local cache; cache=$(ldconfig -p); awk '/libssh\.so\.4 / && !found {print $NF; found=1}' <<<"$cache"; }
+if [ -z "$(libssh_line)" ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libssh-4 >&2
   else
@@ -31,7 +34,7 @@ if ! ldconfig -p | grep -q 'libssh\.so\.4 '; then
   fi
 fi
 ln -sfn ../../nsight-systems/host-linux-x64 "$dest/usr/lib/x86_64-linux-gnu/nsight-systems/host-linux-x64"
-libssh=$(ldconfig -p | awk '/libssh\.so\.4 /{print $NF; exit}')
+libssh=$(libssh_line)
 [ -n "$libssh" ] && ln -sfn "$libssh" "$dest/usr/lib/nsight-systems/host-linux-x64/libssh.so"
 [ -x "$nsys" ] || { echo "install-nsys: $nsys not found after unpacking" >&2; exit 1; }
 echo "$nsys"
