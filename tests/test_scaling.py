@@ -25,11 +25,13 @@ import pytest
 from benchmarks.synthetic_traces import make_trace
 from probe.analysis.diagnosis.answer import answer
 from probe.analysis.ledger.build import analyze
+from probe.analysis.ledger.steps import find_steps
 from probe.analysis.regression.compare import compare
 from probe.analysis.regression.samples import load_samples
 from probe.analysis.trace import load_trace
 from probe.cli import main
 from probe.explorer.step_clock import step_clock
+from tests.test_units import cpu_loop
 
 STEPS = 40  # N; 8N = 320 steps of ~66 events: each side a fraction of a second once the cost is linear
 GROWTH = 8
@@ -182,4 +184,14 @@ def test_the_profilers_overhead_costs_what_the_nesting_does(tmp_path):
     assert analyze(large).steps[0].mechanism_ns["profiler"] > 0  # the request is inside the outermost frame: counted
     assert_linear(
         "analyze with a buffer request", lambda: analyze(small), lambda: analyze(large), len(large) / len(small)
+    )
+
+
+def test_the_steps_of_a_cpu_only_loop_grow_with_the_trace(tmp_path):
+    """A CPU-only loop at N and 8N iterations: its top-level ops stand in for launches (units.unit_work) and the
+    repeating cycle is searched over them; finding its steps grows with the trace, not with iterations x ops."""
+    small, large = (load_trace(cpu_loop(n).write(tmp_path, f"cpu{n}.json")) for n in (STEPS, GROWTH * STEPS))
+    assert len(find_steps(large)) == GROWTH * STEPS
+    assert_linear(
+        "the steps of a CPU-only loop", lambda: find_steps(small), lambda: find_steps(large), len(large) / len(small)
     )

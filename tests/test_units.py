@@ -185,6 +185,73 @@ def test_one_forward_is_not_cut_into_its_layers(tmp_path):
     assert steps.rule == "whole trace" and steps.names == ["trace"]
 
 
+def cpu_loop(iterations: int) -> Trace:
+    """A CPU-only run (no launch, no GPU op) of one small forward `iterations` times, 1000 us apart, no marker: on
+    thread 1 randn [0, 10], a linear [20, 60] (its addmm nested inside), relu [70, 80], a second linear [90, 130],
+    mean [140, 150]; thread 2 (a loader's) copies twice an iteration, fewer ops than thread 1."""
+    t = Trace()
+    for i in range(iterations):
+        b = 1000 * i
+        t.host("cpu_op", "aten::randn", b, b + 10)
+        for at in (20, 90):
+            t.host("cpu_op", "aten::linear", b + at, b + at + 40)
+            t.host("cpu_op", "aten::addmm", b + at + 5, b + at + 35)
+        t.host("cpu_op", "aten::relu", b + 70, b + 80)
+        t.host("cpu_op", "aten::mean", b + 140, b + 150)
+        for at in (300, 600):
+            t.host("cpu_op", "aten::copy_", b + at, b + at + 50, tid=2)
+    return t
+
+
+def test_a_cpu_only_loop_is_cut_into_its_iterations(tmp_path):
+    """No launch anywhere: thread 1's outermost ops stand in for launches (the addmm inside each linear does not
+    count again). Four iterations of five top-level ops: the linears' count 8 holds 8 of 20 ops, K = 4 holds all 20,
+    so the cuts are the earliest once-an-iteration name, aten::randn; an iteration runs from one randn to the next
+    (1000 us), the last to the end of its mean (150 us). Thread 1, which runs the most top-level ops (20 against
+    thread 2's 8 copies, which repeat too)."""
+    path = cpu_loop(4).write(tmp_path)
+    steps = find_steps(load_trace(path))
+    assert steps.rule == "repeating cycle: 4 iterations of sibling events from 'aten::randn' on thread 1/1"
+    assert steps.names == [f"iteration#{i}" for i in range(4)] and steps.kinds == ["iteration"] * 4
+    assert [(int(s) // 1000, int(e - s) // 1000) for s, e in zip(steps.start, steps.end, strict=True)] == [
+        (0, 1000),
+        (1000, 1000),
+        (2000, 1000),
+        (3000, 150),
+    ]
+    a = analyze(load_trace(path))
+    assert len(a.steps) == 4 and not any("whole trace is one step" in w for w in a.warnings)
+
+
+def test_one_cpu_only_forward_is_not_cut(tmp_path):
+    """A CPU-only forward of AlexNet's shape inside a `model_inference` range (nested aten calls under each
+    convolution): the range holds every top-level op (a container); inside it the ReLUs hold the most but other
+    layers run between them, and no K has the names counting its multiples hold 90% of the 11 ops (K = 4: the
+    ReLUs, 4; K = 3: the convolutions, 3; K = 2: ReLUs, pools and linears, 8): the whole trace is one step."""
+    t = Trace()
+    t.host("user_annotation", "model_inference", 0, 2000)
+    at = 10
+
+    def op(name: str, inner: tuple[str, ...] = ()) -> None:
+        nonlocal at
+        t.host("cpu_op", name, at, at + 100)
+        for depth, child in enumerate(inner, 1):
+            t.host("cpu_op", child, at + depth, at + 100 - depth)
+        at += 110
+
+    for layer in range(3):
+        op("aten::conv2d", ("aten::convolution", "aten::_convolution", "aten::mkldnn_convolution"))
+        op("aten::relu", ("aten::clamp_min",))
+        if layer != 1:
+            op("aten::max_pool2d", ("aten::max_pool2d_with_indices",))
+    op("aten::linear", ("aten::addmm",))
+    op("aten::relu", ("aten::clamp_min",))
+    op("aten::linear", ("aten::addmm",))
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert steps.rule == "whole trace" and steps.names == ["trace"]
+    assert (int(steps.tid[0]), int(steps.end[0] - steps.start[0])) == (1, 2_000_000)
+
+
 def test_a_whole_trace_step_is_the_launching_threads_without_lead_in(tmp_path):
     """No structure repeats: one step on the thread that launches the GPU work (thread 3, though thread 1 holds more
     ops), from its first event to its last; thread 1's earlier events are lead-in."""

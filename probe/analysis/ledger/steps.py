@@ -17,7 +17,8 @@ The rules, tried in this order; the first that finds anything wins, and `StepSet
    HF `generate`'s decoding loop (`_sample` and its kin) is a loop, not a step: its steps are the repeating unit
    inside it (probe.analysis.ledger.units).
 5. The outermost host unit that repeats and holds the launches (probe.analysis.ledger.units), on the host thread
-   whose steps hold the most GPU work among those that launch it.
+   whose steps hold the most GPU work among those that launch it. In a trace that runs nothing on a GPU, each
+   thread's outermost cpu_ops stand in for the launches (`units.unit_work`): a CPU loop run N times is N steps.
 6. When a trace replays graphs and has no host structure at all: each graph launch (cudaGraphLaunch,
    hipGraphLaunch) starts a step, which lasts until the next graph launch on its thread (the last one until that
    thread's last event ends). A graph launch is a step only when each holds a whole forward; when the launches are
@@ -43,7 +44,15 @@ import numpy as np
 from probe import vocabulary
 from probe.analysis.ledger.gpu import attribute
 from probe.analysis.ledger.patterns import Pattern, compile_user
-from probe.analysis.ledger.units import Tree, Units, launch_calls, repeating_unit, threads_by_launches
+from probe.analysis.ledger.units import (
+    Tree,
+    Units,
+    launch_calls,
+    outermost,
+    repeating_unit,
+    threads_by_launches,
+    unit_work,
+)
 from probe.analysis.trace import GRAPH_LAUNCH, PROFILER_STEP_PREFIX, Kind, Trace
 from probe.counts import DIGITS, MAX_COUNT, count
 from probe.errors import ProbeError
@@ -61,7 +70,7 @@ STEP_KINDS: dict[str, tuple[Kind, ...]] = {
     "cpu_op": (Kind.CPU_OP,),
     "python": (Kind.PYTHON,),  # python_function frames (with_stack=True)
 }
-UNIT_THREADS = 4  # of the threads that launch GPU work, the busiest this many are read for a repeating unit
+UNIT_THREADS = 4  # of the threads that launch GPU work (CPU-only: run top-level ops), the busiest this many are read
 MIXED, STEP = "mixed", "step"
 
 
@@ -359,7 +368,7 @@ def _by_rules(trace: Trace, steps: Pattern | None, kinds: tuple[Kind, ...] | Non
     if steps is not None:
         searched = trace.rows(*(kinds or parse_steps_kinds(None)))
         match = trace.name_ids(lambda s: steps.search(s) is not None)
-        rows = _outermost(trace, searched[match[trace.name_id[searched]]])
+        rows = outermost(trace, searched[match[trace.name_id[searched]]])
         if len(rows):
             return _from_rows(trace, rows, RULE_STEPS, _kinds_of(trace, rows), warnings)
         warnings.append(f"--steps {steps.pattern!r} matched no range; steps found by the rules below it instead")
@@ -371,16 +380,17 @@ def _by_rules(trace: Trace, steps: Pattern | None, kinds: tuple[Kind, ...] | Non
     if len(rows):
         return _from_rows(trace, rows, RULE_PROFILER, ["profiler_step"] * len(rows), warnings)
     hit = trace.name_ids(lambda s: any(m.pattern.fullmatch(s) for m in MARKERS))
-    rows = _outermost(trace, ranges[hit[trace.name_id[ranges]]])
+    rows = outermost(trace, ranges[hit[trace.name_id[ranges]]])
     if len(rows):
         found = {trace.names[i] for i in trace.name_id[rows].tolist()}
         labels = [m.label for m in MARKERS if any(m.pattern.fullmatch(text) for text in found)]
         return _from_rows(trace, rows, f"engine markers: {', '.join(labels)}", _kinds_of(trace, rows), warnings)
     calls = launch_calls(trace)
-    engine = _engine_frames(trace, calls, warnings)
+    work = unit_work(trace, calls)
+    engine = _engine_frames(trace, work, warnings)
     if engine is not None:
         return engine
-    unit = _unit_steps(trace, calls, warnings)
+    unit = _unit_steps(trace, work, warnings)
     if unit is not None:
         return unit
     graph = _graph_steps(trace, warnings)
@@ -394,7 +404,7 @@ def _engine_frames(trace: Trace, calls: np.ndarray, warnings: list[str]) -> Step
     frames = trace.rows(Kind.PYTHON)
     for engine in ENGINE_FRAMES:
         hit = trace.name_ids(lambda s, e=engine: e.pattern.search(s) is not None)
-        rows = _outermost(trace, frames[hit[trace.name_id[frames]]])
+        rows = outermost(trace, frames[hit[trace.name_id[frames]]])
         if not len(rows):
             continue
         rule = f"engine frames: {engine.label}"
@@ -419,7 +429,9 @@ def _inside(trace: Trace, calls: np.ndarray, pid: int, tid: int, row: int) -> tu
 
 def _unit_steps(trace: Trace, calls: np.ndarray, warnings: list[str]) -> StepSet | None:
     """Rule 5: each launching thread's repeating unit; the one whose steps hold the most GPU work wins (a training
-    loop's thread over its autograd thread, whose cycle starts a forward late and ends an optimizer step early)."""
+    loop's thread over its autograd thread, whose cycle starts a forward late and ends an optimizer step early). On
+    a CPU-only trace (`calls` are then its top-level ops, `unit_work`) no step holds GPU work: the thread with the
+    most top-level ops that has a unit wins."""
     best: tuple[int, tuple[int, int, Units]] | None = None
     for pid, tid in threads_by_launches(trace, calls)[:UNIT_THREADS]:
         units = repeating_unit(Tree.of(trace, pid, tid, calls), f"thread {pid}/{tid}")
@@ -527,22 +539,6 @@ def _refused_warning(names: list[str], refused: list[str | None]) -> list[str]:
         f"{len(bad)} step marker(s) hold counts that cannot be true ({shown!r}: {why}): those steps are read without "
         "token counts"
     ]
-
-
-def _outermost(trace: Trace, rows: np.ndarray) -> np.ndarray:
-    """The rows not inside another of `rows` on the same thread: one step per iteration where markers nest."""
-    if len(rows) < 2:
-        return rows
-    order = np.lexsort((-trace.end_ns[rows], trace.ts_ns[rows], trace.tid[rows], trace.pid[rows]))
-    rows = rows[order]
-    pid, tid, end = trace.pid[rows], trace.tid[rows], trace.end_ns[rows]
-    first = np.flatnonzero(np.concatenate(([True], (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1]))))
-    keep = np.ones(len(rows), bool)
-    for a, b in zip(first.tolist(), np.append(first[1:], len(rows)).tolist(), strict=True):  # one pass a thread
-        # Sorted by start, longest first: a range that ends no later than one before it lies inside that one.
-        reach = np.maximum.accumulate(end[a:b])
-        keep[a + 1 : b] = end[a + 1 : b] > reach[:-1]
-    return rows[keep]
 
 
 def _from_rows(trace: Trace, rows: np.ndarray, rule: str, kinds: list[str], warnings: list[str]) -> StepSet:

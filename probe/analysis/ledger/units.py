@@ -1,4 +1,5 @@
-"""The steps of a trace that marks none: the outermost host unit that repeats and holds the launches.
+"""The steps of a trace that marks none: the outermost host unit that repeats and holds the launches (or, where a
+trace runs nothing on a GPU, the ops).
 
 Read on one host thread, from its events' nesting (Python frames, cpu_ops and ranges: `tree`), and from where its
 launch calls fall (`launch_calls`: a kernel or graph launch, or any runtime call a GPU op is joined to). A
@@ -24,6 +25,11 @@ addresses removed, so one builtin is one name. In each scope, from the outside i
 Otherwise the thread has no repeating unit: a trace of one forward is not cut into its layers. A graph launch is
 never a unit by itself: the replay launches are pieces when the host repeats a larger unit (vLLM's piecewise graphs:
 81 a step), which (2) finds.
+
+A trace that runs nothing on a GPU (a CPU-only run: no launch call and no GPU op) has no launches to hold: there
+each thread's outermost cpu_ops stand in for them (`unit_work`), one per call the model made, and the same rules
+read them (ten ResNet forwards of 89 top-level ops each, back to back, are a cycle of 10; a forward whose ops do not
+repeat stays one step).
 """
 
 from __future__ import annotations
@@ -68,6 +74,33 @@ def launch_calls(trace: Trace) -> np.ndarray:
     return runtime[(trace.launch_kind[runtime] > 0) | (joined & (trace.correlation[runtime] >= 0))]
 
 
+def outermost(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """The rows not inside another of `rows` on the same thread (sorted by thread, then start): one step per
+    iteration where markers nest, one op per call where ops nest."""
+    if len(rows) < 2:
+        return rows
+    order = np.lexsort((-trace.end_ns[rows], trace.ts_ns[rows], trace.tid[rows], trace.pid[rows]))
+    rows = rows[order]
+    pid, tid, end = trace.pid[rows], trace.tid[rows], trace.end_ns[rows]
+    first = np.flatnonzero(np.concatenate(([True], (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1]))))
+    keep = np.ones(len(rows), bool)
+    for a, b in zip(first.tolist(), np.append(first[1:], len(rows)).tolist(), strict=True):  # one pass a thread
+        # Sorted by start, longest first: a range that ends no later than one before it lies inside that one.
+        reach = np.maximum.accumulate(end[a:b])
+        keep[a + 1 : b] = end[a + 1 : b] > reach[:-1]
+    return rows[keep]
+
+
+def unit_work(trace: Trace, calls: np.ndarray) -> np.ndarray:
+    """The work a unit must hold: the launch calls (`calls`, from `launch_calls`); in a trace that runs nothing on a
+    GPU (no launch call and no GPU op: a CPU-only run), each thread's outermost cpu_ops stand in for them, one per
+    call the model made, so a CPU loop is cut by the same rules (a unit or a cycle that holds most of them)."""
+    if len(calls) or len(trace.rows(*GPU_OP_KINDS)):
+        return calls
+    ops = trace.rows(Kind.CPU_OP)
+    return outermost(trace, ops[trace.stream[ops] < 0])
+
+
 def threads_by_launches(trace: Trace, calls: np.ndarray) -> list[tuple[int, int]]:
     """The host threads that launch GPU work, the most first: by the GPU time of the ops their calls launched, then
     by how many calls."""
@@ -90,7 +123,8 @@ def threads_by_launches(trace: Trace, calls: np.ndarray) -> list[tuple[int, int]
 
 @dataclass
 class Tree:
-    """One thread's events (UNIT_KINDS), nested, each with how many of the thread's launch calls start inside it."""
+    """One thread's events (UNIT_KINDS), nested, each with how many of the thread's launch calls (or what stands in
+    for them, `unit_work`) start inside it."""
 
     rows: np.ndarray
     start: np.ndarray
