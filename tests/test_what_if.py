@@ -101,6 +101,94 @@ def test_a_cold_step_gets_profile_a_warm_iteration_and_nothing_else(tmp_path):
     assert d.withheld and d.withheld[0].startswith("every other change: not offered: each needs a warm step")
 
 
+def _cold_then(tmp_path, op_us: int, kernel_us: int):
+    """A step of 60 ms whose first launch (of `big`, inside aten::conv) takes 50 ms, then ten aten::add of `op_us`
+    each launching one 3 us call of a kernel of `kernel_us` (one after another on the stream), and time no event
+    covers up to the window's end: 60 - 50 - 10 x op_us / 1000 ms of it."""
+    host = [
+        ("user_annotation", "decode#0", 0, 60_000, {}),
+        ("cpu_op", "aten::conv", 100, 50_100, {}),
+        ("cuda_runtime", "cudaLaunchKernel", 100, 50_100, {"correlation": 1}),
+    ]
+    gpu = [("kernel", "big", 50_100, 50_110, {"correlation": 1})]
+    free = 50_110
+    for i in range(10):
+        start = 50_200 + (op_us + 100) * i
+        host += [
+            ("cpu_op", "aten::add", start, start + op_us, {}),
+            ("cuda_runtime", "cudaLaunchKernel", start + 10, start + 13, {"correlation": i + 2}),
+        ]
+        at = max(free, start + 20)
+        gpu += [("kernel", f"k{i}", at, at + kernel_us, {"correlation": i + 2})]
+        free = at + kernel_us
+    return _median(_trace(tmp_path, host, gpu))
+
+
+@pytest.mark.parametrize(
+    ("op_us", "kernel_us", "host_parts", "rest"),
+    [
+        # 60 ms of host work: 50 set-up, 7 no event covers, 10 x 297 us dispatch, 10 x 3 us launch; GPU 1.010 ms
+        pytest.param(
+            300,
+            100,
+            (50_000_000, 7_000_000, 2_970_000, 30_000),
+            "Without it: host work 10.000 ms against GPU work 1.010 ms (9.90x): host-bound, by unattributed (7.000 "
+            "ms that no event covers: the trace cannot say whether that is set-up too; a warm profile can).",
+            id="rest-uncovered",
+        ),
+        # the ops take 800 us each: dispatch 10 x 797 us = 7.970 ms leads what is left
+        pytest.param(
+            800,
+            100,
+            (50_000_000, 2_000_000, 7_970_000, 30_000),
+            "Without it: host work 10.000 ms against GPU work 1.010 ms (9.90x): host-bound, by dispatch.",
+            id="rest-dispatch",
+        ),
+        # the kernels take 2 ms each: 20.010 ms of GPU work outweigh the 10 ms of host work left
+        pytest.param(
+            300,
+            2_000,
+            (50_000_000, 7_000_000, 2_970_000, 30_000),
+            "Without it: host work 10.000 ms against GPU work 20.010 ms: GPU-bound.",
+            id="rest-gpu",
+        ),
+    ],
+)
+def test_a_cold_steps_verdict_names_set_up_and_the_rest_without_it(tmp_path, op_us, kernel_us, host_parts, rest):
+    """One cold launch of 50 ms, and 30 us in every other launch: the launch mechanism holds 50.030 ms of the step's
+    60 ms of host work, but the verdict's mechanism is first-call set-up (the time inside the cold call, taken out of
+    launch calls), and the headline says what bounds the step without it, from the 10 ms of host work left."""
+    d = _cold_then(tmp_path, op_us, kernel_us)
+    assert (d.bound, d.host_bound_by) == ("host", "setup") and "by launch" not in d.headline
+    e = d.evidence
+    assert (e.setup_ns, e.unattributed_ns, e.dispatch_ns, e.launch_ns) == host_parts
+    assert e.host_work_ns == sum(host_parts) == 60_000_000  # the parts still add up to host work
+    assert d.headline.startswith("step 0 (decode#0): host-bound, by first-call set-up. The host works ")
+    assert (
+        " Of its host work, 50.000 ms is first-call set-up: the first cudaLaunchKernel (of big) took 50.000 ms, "
+        "16,667x the trace's median launch call (3.0 us). " + rest
+    ) in d.headline
+    assert _changes(d) == ["profile a warm iteration"]
+    said = "it counts as set-up only the cold calls' time, not the 7.000 ms of host work that no event covers"
+    assert (said in d.what_if[0].assumption) == (host_parts[1] > host_parts[2])  # the rest mostly uncovered
+
+
+def test_a_cold_cpu_steps_verdict_names_set_up_and_the_rest_without_it(tmp_path):
+    """On a CPU: the first aten::mm takes 50 ms, its ten later calls 100 us each (its median), in a 60 ms step: 50 ms
+    of first-call set-up, 1 ms inside ops and 9 ms between them."""
+    host = [("user_annotation", "decode#0", 0, 60_000, {}), ("cpu_op", "aten::mm", 10, 50_010, {})]
+    host += [("cpu_op", "aten::mm", 50_100 + 500 * i, 50_200 + 500 * i, {}) for i in range(10)]
+    d = _median(_trace(tmp_path, host))
+    assert (d.bound, d.host_bound_by) == ("cpu_only", "setup")
+    assert (d.evidence.setup_ns, d.evidence.dispatch_ns) == (50_000_000, 1_000_000)
+    assert d.headline == (
+        "step 0 (decode#0): CPU only (no GPU side in the trace): the host's 60.000 ms is the step, most of it "
+        "first-call set-up. Of its host work, 50.000 ms is first-call set-up: the first aten::mm took 50.000 ms, 500x "
+        "its median call (100.0 us). Without it: host work 10.000 ms, most of it between ops (9.000 ms that no event "
+        "covers: the trace cannot say whether that is set-up too; a warm profile can)."
+    )
+
+
 def test_the_same_step_warm_is_not_cold(tmp_path):
     """The trace's second pass over the same kernels: each is no longer the first launch of its kernel."""
     host, gpu = _host_bound_decode()
@@ -423,6 +511,8 @@ def test_the_cold_moe_forward_is_told_to_profile_a_warm_iteration():
     d = _real("a100_switch_transformer_moe_forward_cold")
     assert _changes(d) == ["profile a warm iteration"]
     assert "the first cudaLaunchKernel" in d.what_if[0].arithmetic and "318.912 ms" in d.what_if[0].arithmetic
+    assert d.host_bound_by == "setup" and d.evidence.setup_ns == 513_236_000
+    assert "Without it: host work 96.359 ms against GPU work 12.054 ms (7.99x): host-bound, by launch." in d.headline
 
 
 @pytest.mark.parametrize(

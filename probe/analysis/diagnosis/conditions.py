@@ -11,7 +11,10 @@ One pass over the trace for every step (`step_facts`), vectorized like the ledge
   so a trace of one step still has one; of any other call or op, the median of its name over the trace (an op
   called once has none, and is never cold). Calls that can block on the device (synchronizing calls, copies, frees)
   and ops holding one are left out: their time may be a wait, not set-up. A step is cold when its cold calls cover
-  `COLD_SHARE` of its host window.
+  `COLD_SHARE` of its host window. Of a cold step, the time inside its cold calls on its own thread is also split
+  by the host partition's mechanism (`Cold.parts_ns`, probe.analysis.ledger.host): the verdict takes it out of the
+  part that would hold it (a first launch's lazy module load is launch time by mechanism) and names it first-call
+  set-up (probe.analysis.diagnosis.evidence), so the mechanism a verdict names is never the cold calls'.
 - **The capture region** (probe.analysis.ledger.host.capture_region): what it holds that a CUDA graph cannot:
   blocking runtime calls, synchronizing Python frames and `.item()` (`aten::item`, `aten::_local_scalar_dense`);
   ops whose output shape depends on the data (`DATA_DEPENDENT_OPS`: nonzero, unique, masked_select...).
@@ -33,13 +36,24 @@ One pass over the trace for every step (`step_facts`), vectorized like the ledge
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from probe.analysis.intervals import assign, covered, grouped_medians, inside_any, merge, nesting
 from probe.analysis.ledger.gpu import Attribution, attribute
-from probe.analysis.ledger.host import EVERY_OP, SYNC_CALL, SYNC_FRAME, capture_region, thread_ops, thread_rows
+from probe.analysis.ledger.host import (
+    EVERY_OP,
+    SYNC_CALL,
+    SYNC_FRAME,
+    UNATTRIBUTED,
+    PartTable,
+    capture_region,
+    mechanism_split,
+    thread_ops,
+    thread_rows,
+)
 from probe.analysis.ledger.types import TraceAnalysis
 from probe.analysis.trace import Kind, Trace, api_base_name
 
@@ -113,6 +127,10 @@ class Cold:
     call_ns: int
     baseline_ns: float
     against: str  # what the call is measured against, in words
+    # Of the step's host work, the time inside its cold calls on the step's own thread, by the host partition's
+    # mechanism outside data loading (python, dispatch, launch, runtime, profiler: the innermost event decides), and
+    # "data" for what lies inside data loading; a wait (sync_wait) is not host work and is left out.
+    parts_ns: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def text(self) -> str:
@@ -174,7 +192,7 @@ def step_facts(trace: Trace, analysis: TraceAnalysis) -> dict[int, StepFacts]:
         return {}
     lo, hi = analysis.windows()
     gpu = attribute(trace, lo, hi)
-    cold = _cold(trace, gpu, lo, hi)
+    cold = _cold(trace, gpu, lo, hi, [(s.pid, s.tid) for s in analysis.steps])
     training, compiled = _named(trace, lo, hi, BACKWARD, OPTIMIZER), _named(trace, lo, hi, COMPILED)
     region = _region(trace, analysis, lo, hi)
     cpu = _cpu_ops(trace, analysis, lo, hi) if not analysis.on_gpu else [None] * n
@@ -235,8 +253,11 @@ def _per_step(step: np.ndarray, values: list[str], n: int) -> list[list[str]]:
     return out
 
 
-def _cold(trace: Trace, gpu: Attribution, lo: np.ndarray, hi: np.ndarray) -> list[Cold | None]:
-    """Per step: its cold calls (the module docstring), or None when they cover less than COLD_SHARE of it."""
+def _cold(
+    trace: Trace, gpu: Attribution, lo: np.ndarray, hi: np.ndarray, threads: list[tuple[int, int]]
+) -> list[Cold | None]:
+    """Per step (`threads`: each step's pid and tid): its cold calls (the module docstring), or None when they cover
+    less than COLD_SHARE of it."""
     n = len(lo)
     kernel_of = _launched_names(trace, gpu)
     candidates = _cold_candidates(trace, kernel_of)
@@ -245,7 +266,39 @@ def _cold(trace: Trace, gpu: Attribution, lo: np.ndarray, hi: np.ndarray) -> lis
     c_rows, c_base, c_label = _first_and_cold(trace, *candidates)
     if not len(c_rows):
         return [None] * n
-    return _cold_steps(trace, kernel_of, c_rows, c_base, c_label, lo, hi)
+    cold = _cold_steps(trace, kernel_of, c_rows, c_base, c_label, lo, hi)
+    if not any(cold):
+        return cold
+    parts = _own_parts(trace, c_rows, [i for i, c in enumerate(cold) if c is not None], lo, hi, threads)
+    return [replace(c, parts_ns=parts[i]) if c is not None else None for i, c in enumerate(cold)]
+
+
+def _own_parts(
+    trace: Trace, c_rows: np.ndarray, cold: list[int], lo: np.ndarray, hi: np.ndarray, threads: list[tuple[int, int]]
+) -> dict[int, dict[str, int]]:
+    """Per cold step (`cold`: their positions): the time inside its cold calls on its own thread, within its host
+    window, by the host partition's mechanism outside data loading, and inside data loading as "data" (`Cold.parts_ns`).
+    One split a thread, over the merged spans of its cold steps' own cold calls."""
+    table = PartTable.build(trace)
+    step = assign(trace.ts_ns[c_rows], lo, hi)
+    out: dict[int, dict[str, int]] = {}
+    for p, t in sorted({threads[i] for i in cold}):
+        starts, ends, owner = [], [], []
+        for i in (i for i in cold if threads[i] == (p, t)):
+            rows = c_rows[(step == i) & (trace.pid[c_rows] == p) & (trace.tid[c_rows] == t)]
+            a, b = merge(np.maximum(trace.ts_ns[rows], lo[i]), np.minimum(trace.end_ns[rows], hi[i]))
+            starts.append(a)
+            ends.append(b)
+            owner.append(np.full(len(a), i))
+        split = mechanism_split(trace, table, p, t, np.concatenate(starts), np.concatenate(ends))
+        of = np.concatenate(owner)
+        for i in (i for i in cold if threads[i] == (p, t)):
+            mine = of == i
+            parts = {k: int(v[mine].sum() - split.in_data[k][mine].sum()) for k, v in split.mechanism.items()}
+            data = sum(int(v[mine].sum()) for k, v in split.in_data.items() if k != "sync_wait")
+            del parts["sync_wait"], parts[UNATTRIBUTED]  # a wait is not host work; the calls cover their own span
+            out[i] = {k: v for k, v in (parts | {"data": data}).items() if v}
+    return out
 
 
 def _launched_names(trace: Trace, gpu: Attribution) -> np.ndarray:

@@ -33,10 +33,14 @@ CLOSE = 0.1  # host and GPU work within 10%: balanced
 HOLE_SHARE = 0.5  # of the measured step: a hole (no work of the trace) that long is named in the headline
 
 
-# the parts of host work the verdict names: data loading (its ranges, ops and frames), then outside it the mechanism
-HOST_BOUND_BY = ("data", "python", "dispatch", "launch", "other_threads", "unattributed")
+# the parts of host work the verdict names: a cold step's first-call set-up (the time inside its cold calls on its
+# thread, probe.analysis.diagnosis.conditions.Cold), data loading (its ranges, ops and frames), then outside both the
+# mechanism
+HOST_BOUND_BY = ("setup", "data", "python", "dispatch", "launch", "other_threads", "unattributed")
 # in the headline: "host-bound, by data loading"
-HOST_BY_WORDS = {"data": "data loading", "other_threads": "other threads' work"}
+HOST_BY_WORDS = {"setup": "first-call set-up", "data": "data loading", "other_threads": "other threads' work"}
+# what a cold step's time that no event covers is, as far as the trace can say (the verdict and the warm what-if)
+UNCOVERED_SETUP = "the trace cannot say whether that is set-up too; a warm profile can"
 
 
 @dataclass(frozen=True, slots=True)  # slots: one a step, a million in a long trace
@@ -73,6 +77,9 @@ class Evidence:
     own_wait_ns: int = 0  # of the sync wait, the part on the step's own GPU work (StepLedger.own_wait_ns)
     profiler_ns: int = 0  # the profiler's own cost in the host window: recorded, and per event when the sidecar says
     profiler_recorded_ns: int = 0  # the profiler's own work it recorded, outside data loading: a host part
+    # a cold step's first-call set-up: its host work inside its cold calls on its own thread (conditions.Cold), taken
+    # out of the parts above that the host partition gave it to (a first launch's lazy module load: launch calls)
+    setup_ns: int = 0
 
     @property
     def capture_setup(self) -> bool:
@@ -196,8 +203,11 @@ def evidence(s: StepLedger, context: Context | None = None) -> Evidence:
     """The figures of one step. Host work splits into data loading (the data ranges' time less their sync wait) and,
     outside it, Python, dispatch, launch and runtime calls, other threads' work (time no event of the step's thread
     covers, or only a Python frame's self time does, while another thread of its process runs events: the thread
-    waited on it), the profiler's own recorded work and unattributed time: the seven add up to it. The hole
-    needs the trace (`context`): without it, none."""
+    waited on it), the profiler's own recorded work and unattributed time: the seven add up to it. In a cold step
+    (the context's facts), the time inside its cold calls on its own thread is an eighth part, first-call set-up,
+    taken out of the part each piece of it was in (`_without_setup`). The hole needs the trace (`context`): without
+    it, none."""
+    context = context or Context()
     d = s.data_mechanism_ns
     m = {k: v - d.get(k, 0) for k, v in s.mechanism_ns.items()}
     host_work = s.host_work_ns
@@ -209,7 +219,7 @@ def evidence(s: StepLedger, context: Context | None = None) -> Evidence:
     end = s.start_ns + s.wall_ns
     before = max(0, s.gpu_start_ns - s.start_ns) if s.gpu_start_ns is not None else None
     after = max(0, end - s.gpu_end_ns) if s.gpu_end_ns is not None else None
-    return Evidence(
+    e = Evidence(
         wall_ns=s.wall_ns,
         span_ns=s.span_ns,
         measured_ns=max(s.wall_ns, s.gpu_busy_ns),
@@ -229,7 +239,7 @@ def evidence(s: StepLedger, context: Context | None = None) -> Evidence:
         launches=s.launches,
         graph_launches=s.graph_launches,
         kernels=s.kernels,
-        hole_ns=hole_ns(s, context or Context()),
+        hole_ns=hole_ns(s, context),
         data_ns=sum(d.values()) - d.get("sync_wait", 0),
         communication_ns=s.purpose_ns.get("communication", 0),
         communication_other_ns=t.communication_ns if (t := comm_thread(s)) is not None else 0,
@@ -242,16 +252,44 @@ def evidence(s: StepLedger, context: Context | None = None) -> Evidence:
         own_wait_ns=s.own_wait_ns,
         profiler_ns=profiler,
     )
+    facts = context.facts.get(s.position)
+    return _without_setup(e, facts.cold.parts_ns) if facts is not None and facts.cold is not None else e
+
+
+# a cold call's time by the host partition's mechanism (conditions.Cold.parts_ns) -> the Evidence part it is in
+_SETUP_FROM = {
+    "data": "data_ns",
+    "python": "python_ns",
+    "dispatch": "dispatch_ns",
+    "launch": "launch_ns",
+    "runtime": "launch_ns",
+    "profiler": "profiler_recorded_ns",
+}
+
+
+def _without_setup(e: Evidence, parts: Mapping[str, int]) -> Evidence:
+    """`e` with a cold step's first-call set-up (its cold calls' time on its own thread, by mechanism) taken out of
+    the parts that held it and made a part of its own: the parts still add up to host work. A part is never taken
+    below zero (Python that waited on another thread is other threads' work, not Python, already)."""
+    taken: dict[str, int] = {}
+    for mechanism, ns in parts.items():
+        field_name = _SETUP_FROM[mechanism]
+        have = getattr(e, field_name) - taken.get(field_name, 0)
+        taken[field_name] = taken.get(field_name, 0) + min(ns, max(have, 0))
+    changed = {k: getattr(e, k) - v for k, v in taken.items()}
+    return dataclasses.replace(e, setup_ns=sum(taken.values()), **changed)
 
 
 def side_of(host_work: int, gpu: int) -> Bound:
     return "gpu" if gpu >= host_work else "host"
 
 
-def largest_host_part(e: Evidence) -> str:
+def largest_host_part(e: Evidence, setup: bool = True) -> str:
+    """The part of host work the verdict names (`HOST_BOUND_BY`, the first of equals); `setup=False`: of the host
+    work a warm step keeps, first-call set-up left out (what a cold step's rest is bound by)."""
     parts = {"python": e.python_ns, "dispatch": e.dispatch_ns, "launch": e.launch_ns, "unattributed": e.unattributed_ns}
-    parts["data"], parts["other_threads"] = e.data_ns, e.other_threads_ns
-    return max(HOST_BOUND_BY, key=lambda p: parts[p])
+    parts["data"], parts["other_threads"], parts["setup"] = e.data_ns, e.other_threads_ns, e.setup_ns
+    return max((p for p in HOST_BOUND_BY if setup or p != "setup"), key=lambda p: parts[p])
 
 
 def gpu_side_missing(e: Evidence) -> str | None:

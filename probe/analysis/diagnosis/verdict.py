@@ -24,7 +24,15 @@ a loop of such steps can be no faster than the host window that issues each one,
   (at a sync, or by running ahead until the GPU's queue is full), or its work runs past the host window.
 - `host`: host work > GPU work: the GPU waits for work the host has not issued. `host_bound_by` names the largest
   part of host work by mechanism (probe.analysis.ledger.host): `python`, `dispatch`, `launch` (launch and other runtime
-  calls), or `unattributed` (no event covers it: Python between ops when the trace has no stacks).
+  calls), or `unattributed` (no event covers it: Python between ops when the trace has no stacks); or `data`
+  (data loading), `other_threads`, or `setup`.
+
+**A cold step** (probe.analysis.diagnosis.conditions: first calls many times their later ones cover a tenth of it)
+has one more part of host work, first-call set-up: the time inside its cold calls on its own thread, taken out of
+the part the mechanism gave it (a first launch that loads a module lazily is launch time by mechanism; it is not
+what a warm step pays for launches). Where set-up is the largest part, `host_bound_by` is `setup`, and the headline
+names the cold call and the rest without it: host work less set-up against GPU work, its bound and, host-bound, the
+largest part left; where that is time no event covers, the trace cannot tell it from set-up, and says so.
 
 The busy share is taken over the step read whole (`StepLedger.span_ns`: host start to the later of the host end and
 the GPU end), not only over the GPU window: a fully busy GPU window that opens 218 ms into a 382 ms step left the
@@ -53,10 +61,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from probe.analysis.diagnosis.conditions import Cold
 from probe.analysis.diagnosis.evidence import (
     CLOSE,
     EXTERNAL_SHARE,
     HOST_BY_WORDS,
+    UNCOVERED_SETUP,
     Bound,
     Context,
     Evidence,
@@ -165,7 +175,8 @@ def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None, unreco
     host_by = largest_host_part(e) if side in ("host", "cpu_only") else None
     larger, smaller = max(host, e.gpu_busy_ns), min(host, e.gpu_busy_ns)
     balanced = on_gpu and bound != "unknown" and larger > 0 and (larger - smaller) <= CLOSE * larger
-    headline, lines = _verdict_lines(s, e, bound, then, host_by, balanced, missing)
+    cold = facts.cold if facts and host_by == "setup" else None  # the headline names it where it binds
+    headline, lines = _verdict_lines(s, e, bound, then, host_by, balanced, missing, cold)
     offered, withheld = what_if(s, e, on_gpu, context)  # an unknown bound: every GPU what-if needs the GPU side
     if bound == "none":
         offered, withheld = [], [NOTHING_RAN + ": nothing to change"]
@@ -189,6 +200,7 @@ def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None, unreco
 
 def _host_parts_text(s: StepLedger, e: Evidence, on_gpu: bool = True) -> str:
     parts = [
+        ("first-call set-up", e.setup_ns),
         ("data loading", e.data_ns),
         ("Python", e.python_ns),
         ("op dispatch" if on_gpu else "inside ops (a CPU computes there)", e.dispatch_ns),
@@ -241,10 +253,18 @@ def _host_ms(e: Evidence) -> str:
 
 
 def _verdict_lines(
-    s: StepLedger, e: Evidence, bound: Bound, then: Bound | None, host_by, balanced, missing: str | None = None
+    s: StepLedger,
+    e: Evidence,
+    bound: Bound,
+    then: Bound | None,
+    host_by,
+    balanced,
+    missing: str | None = None,
+    cold: Cold | None = None,
 ) -> tuple[str, list]:
     """The verdict's headline and its evidence lines: a step with no two sides to weigh says why and stops; the
-    others weigh host work against GPU work, then name a hole and the sync wait."""
+    others weigh host work against GPU work, then name first-call set-up where it binds (`cold`), a hole and the
+    sync wait."""
     name = _step_name(s)
     host_line = _host_line(s, e, bound)
     if bound == "none":
@@ -252,10 +272,12 @@ def _verdict_lines(
         return headline, []
     if bound == "unknown" and missing:
         return _unknown_headline(name, e, missing), [host_line, *_extra_lines(s, e, bound)]
+    setup = _setup_text(e, cold, bound != "cpu_only") if cold is not None else ""
     if bound == "cpu_only":
-        return _cpu_only_headline(name, e, host_by), [host_line]
+        return _cpu_only_headline(name, e, host_by) + setup, [host_line]
     gpu_line = _gpu_line(e)
     headline, lines = _two_sided_headline(name, s, e, bound, then, host_by, balanced)
+    headline += setup
     if e.capture_setup:
         headline += f" It is graph capture set-up, one-off work: {e.capture_setup_text}."
     if e.hole_named:
@@ -284,9 +306,12 @@ def _unknown_headline(name: str, e: Evidence, missing: str) -> str:
     )
 
 
+_CPU_WHERE = {"dispatch": "inside ops", "unattributed": "between ops (no event covers it)"}
+
+
 def _cpu_only_headline(name: str, e: Evidence, host_by) -> str:
     """The headline of a step on a trace with no GPU side: the host's window is the step, and where most of it went."""
-    where = {"dispatch": "inside ops", "unattributed": "between ops (no event covers it)"}.get(host_by, host_by)
+    where = _CPU_WHERE.get(host_by, HOST_BY_WORDS.get(host_by, host_by))
     unprofiled = f" ({ms(e.unprofiled_host_ns)} ms unprofiled)" if e.profiler_ns else ""
     return (
         f"{name}: CPU only (no GPU side in the trace): the host's {ms(e.wall_ns)} ms{unprofiled} is the step, "
@@ -351,6 +376,29 @@ def _external_headline(name: str, s: StepLedger, e: Evidence, then: Bound | None
         f"wait: {_BOUND_WORD[rest]}"
     )
     return headline, lines
+
+
+def _setup_text(e: Evidence, cold: Cold, on_gpu: bool) -> str:
+    """What the headline adds for a step bound by first-call set-up: the set-up and its largest cold call, then the
+    step without it: host work less set-up against GPU work, and what bounds that (the module docstring)."""
+    rest = e.unprofiled_host_ns - e.setup_ns
+    said = (
+        f" Of its host work, {ms(e.setup_ns)} ms is first-call set-up: {cold.text}. Without it: host work {ms(rest)} ms"
+    )
+    side = side_of(rest, e.gpu_busy_ns) if on_gpu else "cpu_only"
+    if rest <= 0:
+        return said + (f" against GPU work {ms(e.gpu_busy_ns)} ms." if on_gpu else ".")
+    if side == "gpu":
+        return said + f" against GPU work {ms(e.gpu_busy_ns)} ms: GPU-bound."
+    part = largest_host_part(e, setup=False)
+    if side == "host":
+        said += f" against GPU work {ms(e.gpu_busy_ns)} ms ({_times(rest, e.gpu_busy_ns, 'no GPU work')}): host-bound"
+        by = f", by {HOST_BY_WORDS.get(part, part)}"
+    else:  # "between ops" without its own "(no event covers it)": the figure below says so
+        by = ", most of it between ops" if part == "unattributed" else f", most of it {_CPU_WHERE.get(part, part)}"
+    if part == "unattributed":
+        by += f" ({ms(e.unattributed_ns)} ms that no event covers: {UNCOVERED_SETUP})"
+    return said + by + "."
 
 
 def _hole_text(e: Evidence) -> str:

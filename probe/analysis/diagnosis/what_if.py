@@ -21,6 +21,8 @@ to [0, the step], so a what-if never promises more than the step nor less than n
 - graph capture set-up (`Evidence.capture_setup`: the step records launches into a graph or instantiates one):
   nothing; the capture what-if is said to be done already, every other change waits for a step that replays it;
 - a cold step (conditions: first-call set-up covers a tenth of it): profile a warm iteration, and nothing else;
+  where the host work it keeps is mostly time no event covers, the assumption says that the trace cannot tell it
+  from set-up (only the cold calls' time is priced as set-up);
 - capture the forward in a CUDA graph (GPU): the capture region's host time (`StepLedger.capturable_ns`) vanishes,
   one graph launch remains; kernels keep their durations. Requires a warm step, the GPU side recorded, a forward
   (no backward, no optimizer), nothing in the region that waits on the device, no data-dependent shapes; shapes
@@ -55,12 +57,14 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from probe.analysis.diagnosis.conditions import CpuOps, StepFacts
+from probe.analysis.diagnosis.conditions import Cold, CpuOps, StepFacts
 from probe.analysis.diagnosis.evidence import (
     EXTERNAL_SHARE,
+    UNCOVERED_SETUP,
     Context,
     Evidence,
     gpu_side_missing,
+    largest_host_part,
     own_top_frame,
     site_text,
     top_op,
@@ -365,7 +369,7 @@ def what_if(s: StepLedger, e: Evidence, on_gpu: bool, context: Context) -> tuple
         _capture_setup(offer, e)
         return offer.offered, offer.withheld
     if facts is not None and facts.cold is not None:
-        _warm(offer, s, facts)
+        _warm(offer, e, facts.cold)
         return offer.offered, offer.withheld
     if on_gpu:
         _capture(offer, s, context)
@@ -385,12 +389,18 @@ def what_if(s: StepLedger, e: Evidence, on_gpu: bool, context: Context) -> tuple
     return sorted(offer.offered, key=lambda w: (w.ceiling, -w.saving_ms, w.change)), offer.withheld
 
 
-def _warm(offer: _Offer, s: StepLedger, facts: StepFacts) -> None:
-    """A cold step: profile a warm iteration first, and nothing else is offered."""
-    cold = facts.cold
-    assert cold is not None
+def _warm(offer: _Offer, e: Evidence, cold: Cold) -> None:
+    """A cold step: profile a warm iteration first, and nothing else is offered. Where the host work it keeps is
+    mostly time no event covers (the verdict's rule, `largest_host_part` without set-up), the assumption says so:
+    only the cold calls' time is priced as set-up, and the trace cannot say what that time is."""
     b = offer.b
     predicted = _clamp(b.step_ns - cold.ns, b.step_ns)
+    kept = ""
+    if e.unattributed_ns and largest_host_part(e, setup=False) == "unattributed":
+        kept = (
+            f"; it counts as set-up only the cold calls' time, not the {ms(e.unattributed_ns)} ms of host work that "
+            f"no event covers: {UNCOVERED_SETUP}"
+        )
     offer.add(
         _what_if(
             "profile a warm iteration",
@@ -399,7 +409,7 @@ def _warm(offer: _Offer, s: StepLedger, facts: StepFacts) -> None:
             b,
             f"{b.label} - {ms(cold.ns)} first-call set-up = {ms(predicted)} ms; {cold.text}",
             "a warm step does not pay first-call set-up (lazy module loading, library initialisation, autotuning); "
-            "every other change waits for a warm profile",
+            f"every other change waits for a warm profile{kept}",
             (COLD,),
             (Condition(COLD, True, offer.conditions[WARM].evidence),),
         )
