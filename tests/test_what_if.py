@@ -187,6 +187,10 @@ def test_a_cold_cpu_steps_verdict_names_set_up_and_the_rest_without_it(tmp_path)
         "its median call (100.0 us). Without it: host work 10.000 ms, most of it between ops (9.000 ms that no event "
         "covers: the trace cannot say whether that is set-up too; a warm profile can)."
     )
+    from probe.explorer.figures.diagnosis import step_frame
+
+    host = step_frame(d).query("row == 'host window'").set_index("piece")["ms"]  # the explorer's bar: the same parts
+    assert host["first-call set-up"] == 50.0 and host.sum() == pytest.approx(60.0)
 
 
 def test_the_same_step_warm_is_not_cold(tmp_path):

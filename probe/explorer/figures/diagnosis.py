@@ -22,12 +22,14 @@ from probe.explorer.figures.style import COLORS, SERIES, color, label, labels, l
 from probe.text import ms, ns_to_ms, short
 
 # The measured step, piece by piece: the host window by mechanism (Evidence's figures), then the GPU's work.
-HOST_PIECES = (
+HOST_PIECES = (  # with the sync wait, they add up to the host window (Evidence: host work's parts)
+    ("setup", "first-call set-up", "setup_ns"),
     ("data", "data loading", "data_ns"),
     ("python", "Python", "python_ns"),
     ("dispatch", "op dispatch", "dispatch_ns"),
     ("launch", "launch and runtime calls", "launch_ns"),
     ("other_threads", "other threads' work", "other_threads_ns"),
+    ("profiler", "the profiler's own work", "profiler_recorded_ns"),
     ("unattributed", "unattributed", "unattributed_ns"),
 )
 ROOF_SIZES = (6, 40)  # marker diameter range, px: area grows with an op's share of the kernel time

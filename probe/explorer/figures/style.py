@@ -41,6 +41,7 @@ COLORS: dict[str, str] = {
     "sample": "#2ca58d",
     "sync": "#8c564b",
     "other_threads": "#b5a6d6",
+    "setup": "#ff9896",  # a cold step's first-call set-up
     "data": "#6a3d9a",  # data loading; "communication" shares the kernel category's colour below
     "profiler": "#eceff1",  # the profiler's own recorded work
     "unattributed": "#d9dde2",
