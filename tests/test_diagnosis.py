@@ -249,6 +249,25 @@ def test_a_copy_that_starts_late_is_sync_wait_and_one_that_returned_is_not(tmp_p
     )
 
 
+@pytest.mark.parametrize("gemm", [True, False])
+def test_a_device_synchronize_names_a_copy_only_when_its_wait_ended_on_one(tmp_path, gemm):
+    """A 131,072 B host-to-device copy (20-22 us), then (or not) a GEMM launched at 30 that runs 40-1340 us, then a
+    cudaDeviceSynchronize from 50: with the GEMM, the wait ends on the GEMM (the last GPU op to end inside it), so
+    the site names no copy; without it, the last GPU op to end in the wait is the copy, which the site names."""
+    host = [
+        ("user_annotation", "decode#0", 0, 1400, {}),
+        ("cuda_runtime", "cudaMemcpyAsync", 10, 15, {"correlation": 1}),
+        ("cuda_runtime", "cudaDeviceSynchronize", 50, 1345 if gemm else 60, {}),
+    ]
+    gpu = [("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 20, 55, {"correlation": 1, "bytes": 131072})]
+    if gemm:
+        host.append(("cuda_runtime", "cudaLaunchKernel", 30, 35, {"correlation": 2}))
+        gpu.append(("kernel", "ampere_sgemm_128x64_nn", 40, 1340, {"correlation": 2}))
+    (site,) = analyze(load_trace(_trace(tmp_path, host, gpu))).steps[0].sync_sites
+    assert site.call == "cudaDeviceSynchronize"
+    assert (site.copy_bytes, site.copy_kind) == ((None, None) if gemm else (131072, "HtoD"))
+
+
 def test_launches_with_no_gpu_side_are_unknown_with_no_what_if(tmp_path):
     """Three launch calls and no GPU op at all: no bound can be named, and no what-if is priced."""
     path = _trace(

@@ -37,7 +37,7 @@ from probe import vocabulary
 from probe.analysis.intervals import covered, difference, inside_any, merge, nesting
 from probe.analysis.ledger.gpu import correlation_keys
 from probe.analysis.ledger.patterns import Pattern, compile_user
-from probe.analysis.trace import COPY_KINDS, Kind, Trace, is_copy_call
+from probe.analysis.trace import COPY_KINDS, GPU_OP_KINDS, Kind, Trace, is_copy_call
 from probe.errors import ProbeError
 
 
@@ -874,13 +874,28 @@ def _copy_finder(
     copy_at = np.flatnonzero(is_copy)
     copy_at = copy_at[np.lexsort((-copy_at, inner.start[copy_at], inner.parent[copy_at]))]
     copy_parent, copy_start = inner.parent[copy_at], inner.start[copy_at]
+    # the trace's GPU ops by end: what a wait ended on is the last of them to end inside it
+    gpu = trace.rows(*GPU_OP_KINDS)
+    gpu = gpu[np.argsort(trace.end_ns[gpu], kind="stable")]
+    gpu_end = trace.end_ns[gpu]
+
+    def ended_on_a_copy(site: int) -> bool:
+        """Whether the wait of `site` ended on a copy: the last GPU op to end inside it is one (a trace with no GPU
+        side cannot say, and keeps the copy call)."""
+        if not len(gpu):
+            return True
+        k = int(np.searchsorted(gpu_end, inner.end[site], side="right")) - 1
+        return k >= 0 and gpu_end[k] >= inner.start[site] and trace.kind[gpu[k]] == Kind.GPU_MEMCPY
 
     def copied(site: int) -> tuple[int | None, str | None, str | None]:
-        """The blocking call's own copy, else the latest copy call before it under the same parent; its size and
-        direction from the call's own args, else from the GPU copy it launched; its host memory from the GPU
+        """The blocking call's own copy; else, when its wait ended on a copy, the latest copy call before it under
+        the same parent (a device synchronize after a copy and then a GEMM waits on the GEMM, not the copy); its size
+        and direction from the call's own args, else from the GPU copy it launched; its host memory from the GPU
         copy's name (kineto's `Memcpy DtoH (Device -> Pageable)`)."""
         at = site
         if not is_copy[site]:
+            if not ended_on_a_copy(site):
+                return None, None, None
             parent = inner.parent[site]
             a, b = int(np.searchsorted(copy_parent, parent)), int(np.searchsorted(copy_parent, parent, side="right"))
             k = a + int(np.searchsorted(copy_start[a:b], inner.start[site], side="right")) - 1
