@@ -631,6 +631,30 @@ def test_the_profilers_own_buffer_request_is_its_cost_not_the_frames(tmp_path):
     assert (top.change, round(top.saving_ms, 6)) == ("fix the top Python frame, model.py(5): forward", 0.025)
 
 
+def test_the_profilers_work_beside_a_blocked_thread_stays_its_wait(tmp_path):
+    """A 185 us cudaDeviceSynchronize (10-195) with kineto's Resource and Instrumentation events (pid -1) inside it,
+    20-36: the thread was blocked on the device, whose work ends the wait, so the 16 us stay sync wait, not the
+    profiler's cost on the thread; a buffer request inside an op (200-209) is still the profiler's."""
+    path = _trace(
+        tmp_path,
+        [
+            ("user_annotation", "decode#0", 0, 220, {}),
+            ("cuda_runtime", "cudaLaunchKernel", 2, 8, {"correlation": 1}),
+            ("cuda_runtime", "cudaDeviceSynchronize", 10, 195, {}),
+            ("cpu_op", "aten::add", 198, 215, {}),
+        ],
+        [("kernel", "gemm", 9, 190, {"correlation": 1})],
+    )
+    doc = json.loads(path.read_text())
+    doc["traceEvents"] += [
+        {"ph": "X", "cat": "overhead", "name": name, "pid": -1, "tid": 0, "ts": ts, "dur": dur}
+        for name, ts, dur in (("Resource", 20, 10), ("Instrumentation", 30, 6), ("Activity Buffer Request", 200, 9))
+    ]
+    path.write_text(json.dumps(doc))
+    s = analyze(load_trace(path)).steps[0]
+    assert (s.sync_wait_ns, s.mechanism_ns["profiler"]) == (185_000, 9_000)
+
+
 @pytest.mark.parametrize("forwards, said", [(2, 2), (1, None)])
 def test_a_step_that_calls_its_model_twice_says_it_may_hold_two_iterations(tmp_path, forwards, said):
     """OWLv2's ProfilerStep holds five detector forwards: the outermost module's calls in the step, counted on its

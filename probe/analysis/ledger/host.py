@@ -551,8 +551,10 @@ def with_profiler(trace: Trace, inner: _Innermost) -> _Innermost:
     request as an `overhead` event on a thread of its own (pid -1), but the thread that needed the buffer paid it,
     inside whatever it was running. Where one lies inside the union of these events, its span is its own (a piece
     of mechanism profiler), cut out of the self segments it falls in; one inside no event here is left to the
-    others. A cut, not a place in the nesting: an event the profiler's straddles would make the nesting split
-    piece after piece."""
+    others. What lies inside a blocking call's wait stays the wait's: the thread was blocked on the device, whose
+    work ends the wait, profiler or not (kineto's Resource and Instrumentation events beside a 185 ms
+    cudaDeviceSynchronize). A cut, not a place in the nesting: an event the profiler's straddles would make the
+    nesting split piece after piece."""
     own = trace.profiler_rows()
     if not len(own) or not len(inner.rows):
         return inner
@@ -560,7 +562,11 @@ def with_profiler(trace: Trace, inner: _Innermost) -> _Innermost:
     if not len(own):
         return inner
     o_s, o_e = merge(trace.ts_ns[own], trace.end_ns[own])
-    first = own[np.searchsorted(trace.ts_ns[own], o_s)]  # each merged span named by the first event in it
+    blocked = inner.mechanism[inner.seg_owner] == _SYNC_WAIT  # the thread's waits on the device keep their time
+    o_s, o_e = difference(o_s, o_e, *merge(inner.seg_start[blocked], inner.seg_end[blocked]))
+    if not len(o_s):
+        return inner
+    first = own[np.searchsorted(trace.ts_ns[own], o_s, side="right") - 1]  # each span named by the event it is in
     gap_s, gap_e = difference(
         np.array([min(int(inner.seg_start.min()), int(o_s[0]))]), np.array([int(inner.seg_end.max())]), o_s, o_e
     )
