@@ -631,6 +631,17 @@ def test_the_profilers_own_buffer_request_is_its_cost_not_the_frames(tmp_path):
     assert (top.change, round(top.saving_ms, 6)) == ("fix the top Python frame, model.py(5): forward", 0.025)
 
 
+def test_a_queued_loops_measured_step_is_its_gpu_work_not_its_host_window(tmp_path):
+    """Five GEMMs enqueued 10 us apart, each 1 ms on the GPU, back to back: each step's host window is 10 us, but
+    an iteration costs 1 ms, which the summary's measured step says (as the verdict weighs it); the host window's
+    median is said as what it is."""
+    host = [("user_annotation", f"decode#{i}", 10 * i, 10 * i + 8, {}) for i in range(5)]
+    host += [("cuda_runtime", "cudaLaunchKernel", 10 * i + 2, 10 * i + 6, {"correlation": i + 1}) for i in range(5)]
+    gpu = [("kernel", "gemm", 20 + 1000 * i, 1020 + 1000 * i, {"correlation": i + 1}) for i in range(5)]
+    s = analyze(load_trace(_trace(tmp_path, host, gpu))).summary
+    assert (s.step_p50_us, s.measured_p50_us) == (8.0, 1000.0)
+
+
 def test_the_profilers_work_beside_a_blocked_thread_stays_its_wait(tmp_path):
     """A 185 us cudaDeviceSynchronize (10-195) with kineto's Resource and Instrumentation events (pid -1) inside it,
     20-36: the thread was blocked on the device, whose work ends the wait, so the 16 us stay sync wait, not the

@@ -233,6 +233,7 @@ def test_hand_totals_and_summary(hand):
     s = hand.summary
     assert (s.steps_used, s.steps, hand.dispatch) == ("decode", 2, "launches")
     assert (s.step_p50_us, s.step_p90_us) == (70.0, 86.0)  # decode walls 90 and 50 us, linear interpolation
+    assert s.measured_p50_us == 70.0  # each step's GPU busy (28.99, 15.02 us) is shorter than its host window
     assert s.launches_per_step == 2.5  # (1 + 1) and (3 + 0)
     assert s.busy_fraction == pytest.approx((28_990 + 15_020) / (51_000 + 20_000), abs=1e-12)  # of the GPU windows
     assert s.cache_share == pytest.approx(15_000 / 140_000, abs=1e-12)
