@@ -25,9 +25,11 @@ from probe.analysis.diagnosis.predictions import (
     points_at,
     predictions,
     what_if_checks,
+    wrong_term,
 )
 from probe.analysis.diagnosis.report import Report, SelfCheck, StepCounts, engine_label, hand_figures, step_counts
 from probe.analysis.diagnosis.verdict import diagnose_trace
+from probe.analysis.diagnosis.what_if import WhatIf
 from probe.analysis.ledger.build import analyze
 from probe.analysis.records.environment import Environment
 from probe.analysis.records.results import BenchResults, Cell, FailedCell
@@ -346,6 +348,15 @@ def test_a_what_if_check_names_the_term_that_departed(tmp_path):
     (static, *_) = what_if_checks(median, measured)
     expected = "the host work left outside the capture: predicted a step of 0.087 ms, measured 0.150 ms"
     assert static.wrong_term == expected
+
+
+def test_a_compiled_models_departed_overhead_leaves_out_what_stays_as_it_is():
+    """A compiled training step of 0.3 ms measured: less its compute (0.1), the host work outside the model (0.02)
+    and the ops it leaves as they are (AccumulateGrad, the optimizer's: 0.05), 0.13 ms is the overhead it kept."""
+    w = WhatIf("compile the model", 0.2, 0.1, 33.3, "", "", step_ms=0.3)
+    w = dataclasses.replace(w, terms={"compute": 0.1, "outside": 0.02, "eager": 0.05, "overhead": 0.1, "calls": 0.03})
+    expected = "the overhead a compiled graph keeps: predicted 0.030 ms, measured 0.130 ms"
+    assert wrong_term(w, 0.3, 0.3) == expected
 
 
 def test_a_contended_what_if_check_is_not_judged(tmp_path):

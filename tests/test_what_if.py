@@ -17,6 +17,7 @@ from probe.analysis.diagnosis.conditions import COLD_MIN_NS, step_facts
 from probe.analysis.diagnosis.evidence import Context
 from probe.analysis.diagnosis.verdict import diagnose_trace
 from probe.analysis.diagnosis.what_if import (
+    COMPILE_MODEL,
     MAX_BATCH,
     SAME_SHAPES,
     Condition,
@@ -419,6 +420,81 @@ def test_the_compiled_calls_guard_check_is_added_where_measured_and_said_unprice
     )
 
 
+def _cpu_training_step(tmp_path, module: bool = False):
+    """A CPU training step of 200 us (ProfilerStep#0): a forward (mm 30 us, a view of 1: the dispatch floor, add and
+    mul of 2, relu 25, ones_like 2), its backward on the same thread as the autograd engine runs it on a CPU
+    (ReluBackward0 holding a threshold_backward of 16, MmBackward0 holding an mm of 25), one AccumulateGrad (its add_
+    30 us) and the optimizer's step (Optimizer.step#SGD.step, 25 us, holding a _foreach_add_ of 22). With `module`,
+    the model's nn.Module frame covers the forward (8-78), as with_stack records it."""
+    host = [
+        ("user_annotation", "ProfilerStep#0", 0, 200, {}),
+        ("cpu_op", "aten::mm", 10, 40, {}),
+        ("cpu_op", "aten::view", 40, 41, {}),
+        ("cpu_op", "aten::add", 42, 44, {}),
+        ("cpu_op", "aten::mul", 45, 47, {}),
+        ("cpu_op", "aten::relu", 48, 73, {}),
+        ("cpu_op", "aten::ones_like", 75, 77, {}),
+        ("cpu_op", "autograd::engine::evaluate_function: ReluBackward0", 80, 100, {}),
+        ("cpu_op", "ReluBackward0", 81, 99, {}),
+        ("cpu_op", "aten::threshold_backward", 82, 98, {}),
+        ("cpu_op", "autograd::engine::evaluate_function: MmBackward0", 100, 130, {}),
+        ("cpu_op", "MmBackward0", 101, 129, {}),
+        ("cpu_op", "aten::mm", 102, 127, {}),
+        ("cpu_op", "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", 130, 164, {}),
+        ("cpu_op", "torch::autograd::AccumulateGrad", 131, 163, {}),
+        ("cpu_op", "aten::add_", 132, 162, {}),
+        ("user_annotation", "Optimizer.step#SGD.step", 170, 195, {}),
+        ("cpu_op", "aten::_foreach_add_", 172, 194, {}),
+    ]
+    if module:
+        host.append(("python_function", "nn.Module: MLP_0", 8, 78, {}))
+    return _trace(tmp_path, host)
+
+
+def test_a_cpu_training_step_is_offered_the_model_compiled_and_its_optimizer_and_accumulategrad_stay(tmp_path):
+    """The step trains, so the change compiles the model: its forward and, through AOTAutograd, its backward. The
+    AccumulateGrad op (130-164) and the optimizer's step (170-195) stay as they are: 34 + 25 = 59 us, their 2
+    top-level ops out of the 10. The compiled part's compute: the two mm's 55 us and relu's 24 above the 1 us floor
+    (threshold_backward's 16 is within 20 floors; the add_ 29 and _foreach_add_ 21 above it are the eager ops'):
+    79. Its overhead: 200 - 59 - 79 = 62 us over its 8 top-level ops, 7.75 us an op. Its calls: the 2 mm, the fused
+    runs (add, mul, relu, ones_like after the forward's mm; ReluBackward0 before the backward's: a run never spans
+    the forward and the backward) and a compiled call for the forward and one for the backward: 6 x 7.75 = 46.5.
+    Compiled: 59 + 79 + 46.5 = 184.5 us. (Before, the whole step was "the forward": 129 us of compute, the
+    optimizer's and AccumulateGrad's included, 71 us of overhead over 10 ops and 5 calls: 164.5 us.)"""
+    d = _median(_cpu_training_step(tmp_path))
+    assert d.bound == "cpu_only"
+    (w,) = [w for w in d.what_if if "compile" in w.change]
+    assert (
+        w.change
+        == COMPILE_MODEL
+        == "compile the model (torch.compile: the forward and, through AOTAutograd, its backward)"
+    )
+    assert w.predicted_step_ms == pytest.approx(0.1845)
+    assert w.terms == pytest.approx(
+        {"compute": 0.079, "outside": 0.0, "eager": 0.059, "overhead": 0.062, "calls": 0.0465}
+    )
+    assert "the step trains (" in w.assumption and "backward ops (e.g. ReluBackward0)" in w.assumption
+    assert "an optimizer step (Optimizer.step#SGD.step)" in w.assumption
+    assert "their 2 top-level ops (0.059 ms) stay as they are" in w.assumption
+    assert "the 2 ops it calls as they are (GEMM, attention), the 2 run(s) of other ops" in w.assumption
+    assert "the 2 compiled calls (one for each stretch of forward ops and of backward ops)" in w.assumption
+    assert "left as they are (AccumulateGrad, the optimizer's) 0.059" in w.arithmetic
+
+
+def test_a_cpu_training_steps_backward_outside_the_models_frames_is_compiled_too(tmp_path):
+    """The same step with the model's nn.Module frame (8-78) as the capture region: the backward (80-130) lies outside
+    it but a compiled model compiles it all the same, and the AccumulateGrad op and the optimizer's step (59 us)
+    stay whole apart; what is left outside is the time no op covers outside the frame: 8 + 2 + 6 + 5 = 21 us. The
+    overhead: 200 - 21 - 59 - 79 = 41 us over 8 ops, 5.125 us an op, for 6 calls: 21 + 59 + 79 + 30.75 = 189.75."""
+    d = _median(_cpu_training_step(tmp_path, module=True))
+    (w,) = [w for w in d.what_if if "compile" in w.change]
+    assert w.change == COMPILE_MODEL and w.predicted_step_ms == pytest.approx(0.18975)
+    assert w.terms == pytest.approx(
+        {"compute": 0.079, "outside": 0.021, "eager": 0.059, "overhead": 0.041, "calls": 0.03075}
+    )
+    assert "outside the model (the model's nn.Module frames, with the backward's ops) stays" in w.assumption
+
+
 def test_a_compiled_cpu_step_is_not_offered_compile(tmp_path):
     d = _median(_cpu_decode(tmp_path, compiled=True))
     assert "compile the forward (torch.compile)" not in _changes(d)
@@ -583,8 +659,11 @@ def test_b200_eager_is_offered_capture():
 
 
 def test_a_cpu_trace_from_the_wild_is_offered_compile_not_dispatch_to_zero():
-    changes = _changes(_real("cpu_only_qlora_compile_tiny"))
-    assert "compile the forward (torch.compile)" in changes and not any(c.startswith("fix the top op") for c in changes)
+    """A forward and its backward (13 backward ops, 3 AccumulateGrad, no optimizer): the model compiled, forward and
+    backward, its 3 AccumulateGrad ops left as they are."""
+    d = _real("cpu_only_qlora_compile_tiny")
+    assert _changes(d) == [COMPILE_MODEL] and not any(c.startswith("fix the top op") for c in _changes(d))
+    assert "their 3 top-level ops (0.012 ms) stay as they are" in d.what_if[0].assumption
 
 
 def test_probe_analyze_on_a_cached_cpu_trace_offers_compile_and_batch(cli):

@@ -31,6 +31,13 @@ One pass over the trace for every step (`step_facts`), vectorized like the ledge
   above the floor of each op that takes more than `REST_FLOORS` floors. An op within that (a wrapper such as
   aten::linear, or an elementwise op on a decode step's few hundred values: 3-7 us where a view takes 0.7) spends
   its time setting up, not computing, and a compiled graph fuses it away.
+- **On a CPU training step**, what compiling the model takes over and what it leaves as it is (`CpuOps`):
+  torch.compile of a module compiles its forward and, through AOTAutograd, its backward (autograd's `...Backward0`
+  ops: one compiled call for each stretch of forward ops and of backward ops), and no more. The autograd engine
+  still runs `AccumulateGrad` (the gradients the compiled backward returns, added into each leaf's .grad, outside
+  its graph), and the optimizer's step and zero_grad (`Optimizer.step#...`) are not the model's: their ops (the
+  *eager* ops: inside an optimizer range or an AccumulateGrad op) stay as they are, and no compiled figure counts
+  them (the calls a compiled graph makes, its fused runs, its compute).
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from probe.analysis.intervals import assign, covered, grouped_medians, inside_any, merge, nesting
+from probe.analysis.intervals import assign, covered, difference, grouped_medians, inside_any, merge, nesting
 from probe.analysis.ledger.gpu import Attribution, attribute
 from probe.analysis.ledger.host import (
     EVERY_OP,
@@ -84,6 +91,7 @@ DATA_DEPENDENT_OPS = frozenset(
 COMPILED = re.compile(r"^Torch-Compiled Region|^## Call CompiledFxGraph|^TorchDynamo Cache Lookup|^CompiledFunction")
 BACKWARD = re.compile(r"Backward\d*$|^autograd::engine::evaluate_function")
 OPTIMIZER = re.compile(r"^Optimizer\.(?:step|zero_grad)#")
+ACCUMULATE = re.compile(r"AccumulateGrad$")  # autograd's accumulation into a leaf's .grad (and its engine range)
 MODULE_FRAME = "nn.Module: "  # the frame torch's Python tracer gives a module's call (with_stack=True)
 # ops that only make a new view of a tensor, or an empty one: their self time is what dispatch costs
 VIEW_OPS = frozenset(
@@ -147,16 +155,29 @@ class CpuOps:
 
     ops: int  # cpu_ops in the step, nested ones included: each paid the dispatch floor
     floor_ns: float  # the median self time of its metadata-only ops (VIEW_OPS); 0 when it has none
-    kept: int  # calls a compiled graph still makes (KEPT_OP), an op inside another such op not counted again
-    gemm_ns: int  # their compute: GEMMs (the weights' traffic)...
+    kept: int  # calls a compiled graph still makes (KEPT_OP), an op inside another such op or an eager op not counted
+    gemm_ns: int  # the compute of the KEPT_OP ops: GEMMs (the weights' traffic)...
     attention_ns: int  # ...attention (the KV cache's)...
     other_kept_ns: int  # ...and the rest (convolutions)
     rest_ns: int  # every other op's self time above the floor, where it exceeds REST_FLOORS floors: compute
     fused: int = 0  # runs of top-level ops between the kept ones holding an op that is not a view: fused kernels
+    graph_calls: int = 1  # compiled calls: one for each stretch of forward ops and of backward ops (eager ops left out)
+    # a training step (the module docstring): what a compiled model leaves as it is, and the backward it takes over
+    eager_ops: int = 0  # top-level eager ops: the optimizer's, AccumulateGrad's
+    eager_ns: int = 0  # host time in them: the union of the optimizer's ranges and AccumulateGrad's ops
+    eager_kept_ns: int = 0  # the part of the KEPT_OP compute that is theirs...
+    eager_rest_ns: int = 0  # ...and of rest_ns
+    eager_outside_ns: int = 0  # the part of eager_ns outside the capture region
+    backward_outside_ns: int = 0  # the backward's top-level ops' host time outside the capture region: compiled too
 
     @property
     def compute_ns(self) -> int:
         return self.gemm_ns + self.attention_ns + self.other_kept_ns + self.rest_ns
+
+    @property
+    def compiled_compute_ns(self) -> int:
+        """The compute a compiled model still does: every op's but the eager ones'."""
+        return self.compute_ns - self.eager_kept_ns - self.eager_rest_ns
 
 
 @dataclass(frozen=True)
@@ -519,49 +540,102 @@ def _cpu_ops(trace: Trace, analysis: TraceAnalysis, lo: np.ndarray, hi: np.ndarr
     n = len(lo)
     out: list[CpuOps | None] = [None] * n
     steps = analysis.steps
-    view_names = trace.name_ids(lambda s: s in VIEW_OPS)
-    gemm_names = trace.name_ids(lambda s: bool(GEMM_OP.match(s)))
-    attention_names = trace.name_ids(lambda s: bool(ATTENTION_OP.match(s)))
-    kept_names = trace.name_ids(lambda s: bool(KEPT_OP.match(s)))
     for p, t in sorted({(s.pid, s.tid) for s in steps}):
         sel = np.array([i for i, s in enumerate(steps) if (s.pid, s.tid) == (p, t)])
-        ops = thread_ops(trace, p, t)
-        step = assign(ops.start, lo[sel], hi[sel])
-        inside = step >= 0
-        names = trace.name_id[ops.rows]
-        view, gemm = view_names[names] & inside, gemm_names[names] & inside
-        attention, kept = attention_names[names] & inside, kept_names[names] & inside
-        m = len(sel)
-        floor = np.zeros(m)
-        if view.any():
-            which, medians = grouped_medians(step[view], ops.self_ns[view])
-            floor[which] = medians
-
-        op_floor = floor[np.maximum(step, 0)]
-        rest = inside & ~kept & (ops.self_ns > REST_FLOORS * op_floor)
-        above = np.maximum(ops.self_ns - op_floor, 0)
-        ones = np.ones(len(step))
-        counts, kept_counts = _total(step, inside, ones, m), _total(step, kept & ~_under(ops, kept), ones, m)
-        gemm_ns, attention_ns = _total(step, gemm, ops.self_ns, m), _total(step, attention, ops.self_ns, m)
-        other_ns = _total(step, kept & ~gemm & ~attention, ops.self_ns, m)
-        rest_ns = _total(step, rest, above, m)
-        fused = _fused_runs(ops, step, inside, kept, view_names[names], m)
-        counts, floor, kept_counts, gemm_ns, attention_ns, other_ns, rest_ns, fused = _kind_medians(
-            [counts, floor, kept_counts, gemm_ns, attention_ns, other_ns, rest_ns, fused], [steps[i].kind for i in sel]
-        )
+        columns = _thread_split(trace, p, t, lo[sel], hi[sel])
+        medians = _kind_medians(list(columns.values()), [steps[i].kind for i in sel])
         for j, i in enumerate(sel.tolist()):
-            if counts[j]:
-                out[i] = CpuOps(
-                    int(counts[j]),
-                    float(floor[j]),
-                    int(kept_counts[j]),
-                    int(gemm_ns[j]),
-                    int(attention_ns[j]),
-                    int(other_ns[j]),
-                    int(rest_ns[j]),
-                    int(fused[j]),
-                )
+            if medians[0][j]:
+                out[i] = _cpu_ops_of({name: float(m[j]) for name, m in zip(columns, medians, strict=True)})
     return out
+
+
+def _cpu_ops_of(row: dict[str, float]) -> CpuOps:
+    """One step's CpuOps from its figures by field name (`_thread_split`'s), the counts and ns as ints."""
+    n = {k: int(v) for k, v in row.items()}
+    return CpuOps(
+        n["ops"],
+        row["floor_ns"],
+        n["kept"],
+        n["gemm_ns"],
+        n["attention_ns"],
+        n["other_kept_ns"],
+        n["rest_ns"],
+        fused=n["fused"],
+        graph_calls=n["graph_calls"],
+        eager_ops=n["eager_ops"],
+        eager_ns=n["eager_ns"],
+        eager_kept_ns=n["eager_kept_ns"],
+        eager_rest_ns=n["eager_rest_ns"],
+        eager_outside_ns=n["eager_outside_ns"],
+        backward_outside_ns=n["backward_outside_ns"],
+    )
+
+
+def _thread_split(trace: Trace, p: int, t: int, lo: np.ndarray, hi: np.ndarray) -> dict[str, np.ndarray]:
+    """Per window of one thread (sorted), CpuOps' figures by field name, `ops` first."""
+    ops = thread_ops(trace, p, t)
+    step = assign(ops.start, lo, hi)
+    inside = step >= 0
+    names = trace.name_id[ops.rows]
+    view = trace.name_ids(lambda s: s in VIEW_OPS)[names]
+    gemm = trace.name_ids(lambda s: bool(GEMM_OP.match(s)))[names] & inside
+    attention = trace.name_ids(lambda s: bool(ATTENTION_OP.match(s)))[names] & inside
+    kept = trace.name_ids(lambda s: bool(KEPT_OP.match(s)))[names] & inside
+    m = len(lo)
+    floor = np.zeros(m)
+    if (view & inside).any():
+        which, medians = grouped_medians(step[view & inside], ops.self_ns[view & inside])
+        floor[which] = medians
+    op_floor = floor[np.maximum(step, 0)]
+    rest = inside & ~kept & (ops.self_ns > REST_FLOORS * op_floor)
+    above = np.maximum(ops.self_ns - op_floor, 0)
+    ones = np.ones(len(step))
+    train = _training_split(trace, p, t, ops, lo, hi)
+    eager, backward = train.pop("eager"), train.pop("backward")
+    compiled_kept = kept & ~eager
+    fused, graph_calls = _fused_runs(ops, step, inside & ~eager, compiled_kept, view, backward, m)
+    top = inside & (ops.depth == 0)
+    return {
+        "ops": _total(step, inside, ones, m),
+        "floor_ns": floor,
+        "kept": _total(step, compiled_kept & ~_under(ops, kept), ones, m),
+        "gemm_ns": _total(step, gemm, ops.self_ns, m),
+        "attention_ns": _total(step, attention, ops.self_ns, m),
+        "other_kept_ns": _total(step, kept & ~gemm & ~attention, ops.self_ns, m),
+        "rest_ns": _total(step, rest, above, m),
+        "fused": fused,
+        "graph_calls": graph_calls,
+        "eager_ops": _total(step, top & eager, ones, m),
+        "eager_kept_ns": _total(step, kept & eager, ops.self_ns, m),
+        "eager_rest_ns": _total(step, rest & eager, above, m),
+    } | train
+
+
+def _training_split(trace: Trace, p: int, t: int, ops, lo: np.ndarray, hi: np.ndarray) -> dict[str, np.ndarray]:
+    """Of one thread's ops (the module docstring, a CPU training step): which are eager and which are backward ops,
+    as masks over `ops`; and per window, the eager ops' host time (in all, and outside the capture region) and the
+    backward ops' outside the capture region."""
+    names = trace.name_id[ops.rows]
+    ranges = thread_rows(trace, trace.rows(Kind.CPU_OP, Kind.USER_RANGE, Kind.PYTHON), p, t)
+    optimizer = ranges[trace.name_ids(lambda s: bool(OPTIMIZER.search(s)))[trace.name_id[ranges]]]
+    accumulate = trace.name_ids(lambda s: bool(ACCUMULATE.search(s)))[names]
+    es, ee = merge(
+        np.concatenate((trace.ts_ns[optimizer], ops.start[accumulate])),
+        np.concatenate((trace.end_ns[optimizer], ops.end[accumulate])),
+    )
+    eager = inside_any(es, ee, ops.start, ops.end)
+    backward = trace.name_ids(lambda s: bool(BACKWARD.search(s)))[names] & ~eager
+    cap_s, cap_e, _ = capture_region(trace, p, t)
+    top = backward & (ops.depth == 0)
+    bs, be = merge(ops.start[top], ops.end[top])
+    return {
+        "eager": eager,
+        "backward": backward,
+        "eager_ns": covered(es, ee, lo, hi),
+        "eager_outside_ns": covered(*difference(es, ee, cap_s, cap_e), lo, hi),
+        "backward_outside_ns": covered(*difference(bs, be, cap_s, cap_e), lo, hi),
+    }
 
 
 def _kind_medians(columns: list[np.ndarray], kinds: list[str]) -> list[np.ndarray]:
@@ -588,10 +662,14 @@ def _under(ops, marked: np.ndarray) -> np.ndarray:
     return out
 
 
-def _fused_runs(ops, step: np.ndarray, inside: np.ndarray, kept: np.ndarray, view: np.ndarray, m: int) -> np.ndarray:
+def _fused_runs(
+    ops, step: np.ndarray, inside: np.ndarray, kept: np.ndarray, view: np.ndarray, backward: np.ndarray, m: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Per step: the runs of top-level ops between two that hold a kept op (a GEMM, attention), each run holding
     an op that is not a view: inductor fuses each such run into its kernels, which the compiled graph calls in
-    turn between its extern calls. (A run of views only is a reinterpretation, no kernel.)"""
+    turn between its extern calls. (A run of views only is a reinterpretation, no kernel.) And the compiled calls:
+    one for each stretch of forward ops and of backward ops (AOTAutograd compiles a backward graph of its own, so a
+    run never spans the two). Only the ops `inside` count (the eager ones left out)."""
     root = np.arange(len(ops.rows))  # each op's top-level ancestor, climbing the nesting a level at a time
     up = ops.parent.copy()
     while (more := up >= 0).any():
@@ -600,7 +678,10 @@ def _fused_runs(ops, step: np.ndarray, inside: np.ndarray, kept: np.ndarray, vie
     holds_kept = np.zeros(len(root), bool)
     holds_kept[root[kept]] = True
     top = np.flatnonzero(inside & (ops.depth == 0))  # in start order
-    run = np.cumsum(holds_kept[top])  # a new run after each op that holds a kept one
+    turns = np.ones(len(top), bool)  # a new stretch: a step's first op, or one on the other side of the backward
+    turns[1:] = (backward[top][1:] != backward[top][:-1]) | (step[top][1:] != step[top][:-1])
+    run = np.cumsum(holds_kept[top] | turns)  # a new run after each op that holds a kept one, and at each turn
     computes = ~holds_kept[top] & ~view[top]
     key = step[top][computes].astype(np.int64) * (len(top) + 1) + run[computes]
-    return np.bincount(np.unique(key) // (len(top) + 1), minlength=m)
+    fused = np.bincount(np.unique(key) // (len(top) + 1), minlength=m)
+    return fused, np.bincount(step[top][turns], minlength=m)

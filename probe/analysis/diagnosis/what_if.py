@@ -32,7 +32,10 @@ to [0, the step], so a what-if never promises more than the step nor less than n
   inside it (Python, dispatch, the time between ops) stays only for the calls a compiled graph still makes (each op
   it calls as it is, each run of fused ops between them, the compiled call), each at the forward's own host cost per
   top-level op; and the compiled call's guard check is added where `probe run` measured it on the model
-  (`Context.compiled_entry_ns`), else said to be unpriced;
+  (`Context.compiled_entry_ns`), else said to be unpriced. A training step (a backward or an optimizer step in it:
+  FORWARD fails) is offered "compile the model": its forward and, through AOTAutograd, its backward, a compiled call
+  for each stretch of either; what a compiled model leaves as it is (the autograd engine's AccumulateGrad, the
+  optimizer's step) stays whole, its ops and compute out of the compiled figures;
 - remove the sync (GPU): the host stops waiting and runs ahead: the step becomes max(host work, GPU work); the part
   of its own wait spent behind communication kernels (`StepLedger.peer_wait_ns`) is a wait on the other ranks (a
   collective runs until the last rank joins it), not this step's to save: it stays, and a wait that is all of it is
@@ -695,56 +698,122 @@ def _gpu_binds(offer: _Offer, s: StepLedger, context: Context) -> None:
             )
 
 
+COMPILE_FORWARD = "compile the forward (torch.compile)"
+COMPILE_MODEL = "compile the model (torch.compile: the forward and, through AOTAutograd, its backward)"
+
+
 def _compile(offer: _Offer, s: StepLedger, cpu: CpuOps, entry_ns: float | None) -> None:
     """A CPU step compiled: the compute stays, and so does the host work outside the compiled region (sampling,
     the loop); inside it, the host's cost per op stays only for the calls a compiled graph still makes: each op it
     calls as eager code would (GEMM, attention), each run of fused ops between them, and the compiled call; and
-    the compiled call's guard check (`entry_ns`, measured on the model; where it was not, unpriced and said)."""
+    the compiled call's guard check (`entry_ns`, measured on the model; where it was not, unpriced and said).
+    A training step (its FORWARD condition fails) compiles the model: its forward and backward, a compiled call
+    each; the ops a compiled model leaves as they are (the optimizer's, AccumulateGrad's: CpuOps' eager ops) stay
+    whole, and neither their ops nor their compute count among the compiled ones."""
     b = offer.b
-    change = "compile the forward (torch.compile)"
+    training = offer.conditions[FORWARD].holds is False
+    change = COMPILE_MODEL if training else COMPILE_FORWARD
     requires = (WARM, NOT_COMPILED)
     holds = offer.check(change, requires)
-    if holds is None or not s.top_level_ops:
+    top_ops = s.top_level_ops - cpu.eager_ops
+    if holds is None or top_ops <= 0:
         return
-    kept = cpu.gemm_ns + cpu.attention_ns + cpu.other_kept_ns
-    outside = _outside_region(b, s)
-    overhead = max(b.host_ns - outside - cpu.compute_ns, 0)
-    per_op = overhead / s.top_level_ops
-    calls = cpu.kept + cpu.fused + 1
+    kept = cpu.gemm_ns + cpu.attention_ns + cpu.other_kept_ns - cpu.eager_kept_ns
+    rest = cpu.rest_ns - cpu.eager_rest_ns
+    outside = _outside_region(b, s, cpu)
+    eager = _unprofiled(b, cpu.eager_ns)
+    compute = cpu.compiled_compute_ns
+    overhead = max(b.host_ns - outside - eager - compute, 0)
+    per_op = overhead / top_ops
+    calls = cpu.kept + cpu.fused + cpu.graph_calls
     entry = entry_ns or 0.0
-    after = min(outside + cpu.compute_ns + calls * per_op + entry, b.host_ns)
-    guards = (
-        f"the compiled call's guard check ({ms(entry)} ms, measured on the model) is added"
-        if entry_ns is not None
-        else "the compiled call's guard check, which an eager trace does not show, is not priced (probe run "
-        "measures it on the model)"
-    )
+    after = min(outside + eager + compute + calls * per_op + entry, b.host_ns)
+    region = "model" if training else "forward"
     offer.price(
         change,
         after,
-        f"outside the forward {ms(outside)} + GEMM and attention {ms(kept)} + the other ops' compute "
-        f"{ms(cpu.rest_ns)} + {calls} calls x {us(per_op, 2)} us"
+        f"outside the {region} {ms(outside)}"
+        + (f" + left as they are (AccumulateGrad, the optimizer's) {ms(eager)}" if cpu.eager_ns else "")
+        + f" + GEMM and attention {ms(kept)} + the other ops' compute {ms(rest)} + {calls} calls x {us(per_op, 2)} us"
         + (f" + guards {ms(entry)}" if entry_ns is not None else ""),
-        f"on a CPU an op's self time is its compute; the host's work outside the forward ({s.capture_region}) "
-        f"stays; inside it, the host's cost per dispatched op ({us(per_op, 2)} us: the forward's {ms(overhead)} ms "
-        f"of Python, dispatch and time between ops over the step's {s.top_level_ops} top-level ops) stays only for "
-        f"the calls a compiled graph still makes: the {cpu.kept} ops it calls as they are (GEMM, attention), the "
-        f"{cpu.fused} run(s) of other ops between them (each fused into its kernels) and the compiled call; {guards}",
+        _compile_assumption(offer, s, cpu, training, eager, overhead, per_op, entry_ns),
         requires,
         holds,
-        parts={"compute": cpu.compute_ns, "outside": outside, "overhead": overhead, "calls": calls * per_op}
+        parts={"compute": compute, "outside": outside, "overhead": overhead, "calls": calls * per_op}
+        | ({"eager": eager} if cpu.eager_ns else {})
         | ({"entry": entry} if entry_ns is not None else {}),
     )
 
 
-def _outside_region(b: Basis, s: StepLedger) -> float:
+def _compile_assumption(
+    offer: _Offer,
+    s: StepLedger,
+    cpu: CpuOps,
+    training: bool,
+    eager: float,
+    overhead: float,
+    per_op: float,
+    entry_ns: float | None,
+) -> str:
+    """What the compile what-if assumes, in words (a training step's: what compiling the model takes over, and what
+    it leaves as it is)."""
+    guards = (
+        f"the compiled call's guard check ({ms(entry_ns)} ms, measured on the model) is added"
+        if entry_ns is not None
+        else "the compiled call's guard check, which an eager trace does not show, is not priced (probe run "
+        "measures it on the model)"
+    )
+    calls = (
+        "the compiled call"
+        if cpu.graph_calls == 1
+        else f"the {cpu.graph_calls} compiled calls (one for each stretch of forward ops and of backward ops)"
+    )
+    if not training:
+        said = (
+            f"the host's work outside the forward ({s.capture_region}) stays; inside it, the host's cost per "
+            f"dispatched op ({us(per_op, 2)} us: the forward's {ms(overhead)} ms of Python, dispatch and time between "
+            f"ops over the step's {s.top_level_ops} top-level ops)"
+        )
+    else:
+        backward = ", with the backward's ops" if cpu.backward_outside_ns else ""
+        left = (
+            f"their {cpu.eager_ops} top-level ops ({ms(eager)} ms) stay as they are"
+            if cpu.eager_ns
+            else "the step has no such op"
+        )
+        said = (
+            f"the step trains ({offer.conditions[FORWARD].evidence}): compiling the model compiles its forward and, "
+            f"through AOTAutograd, its backward, and no more: the autograd engine still runs AccumulateGrad (the "
+            f"compiled backward's gradients added into each .grad, outside its graph), and the optimizer's step is "
+            f"not the model's: {left}; the host's work outside the model ({s.capture_region}{backward}) "
+            f"stays; inside it, the host's cost per dispatched op ({us(per_op, 2)} us: the model's {ms(overhead)} ms "
+            f"of Python, dispatch and time between ops over its {s.top_level_ops - cpu.eager_ops} top-level ops, "
+            f"the step's {s.top_level_ops} less those {cpu.eager_ops})"
+        )
+    return (
+        f"on a CPU an op's self time is its compute; {said} stays only for the calls a compiled graph still makes: "
+        f"the {cpu.kept} ops it calls as they are (GEMM, attention), the {cpu.fused} run(s) of other ops between "
+        f"them (each fused into its kernels) and {calls}; {guards}"
+    )
+
+
+def _outside_region(b: Basis, s: StepLedger, cpu: CpuOps | None = None) -> float:
     """The step's host work outside what a compile or a capture takes over (its capture region: probe's forward
     ranges or the model's module frames), unprofiled in the basis' proportion; 0 where the region is every op
-    (the time between ops is then the model's own Python, not outside it)."""
+    (the time between ops is then the model's own Python, not outside it). A compiled model (`cpu`, a training
+    step's) takes over the backward's ops outside the region too, and its ops left as they are are priced whole
+    apart, so neither counts here."""
     profiled = b.host_ns + b.profiler_ns
     if s.capture_region == EVERY_OP or not profiled:
         return 0.0
-    return max(profiled - s.capturable_ns, 0) * b.host_ns / profiled
+    taken = cpu.backward_outside_ns + cpu.eager_outside_ns if cpu is not None else 0
+    return max(profiled - s.capturable_ns - taken, 0) * b.host_ns / profiled
+
+
+def _unprofiled(b: Basis, ns: float) -> float:
+    """Host time `ns` of the profiled step, unprofiled in the basis' proportion."""
+    profiled = b.host_ns + b.profiler_ns
+    return ns * b.host_ns / profiled if profiled else 0.0
 
 
 def cpu_split(cpu: CpuOps, context: Context) -> tuple[float, float, str]:
