@@ -446,26 +446,31 @@ def test_a_gpu_job_without_its_gpu_side_is_unknown_not_cpu_only(tmp_path):
     assert _diagnose(plain).bound == "cpu_only" and analyze(load_trace(plain)).gpu_unrecorded is None
 
 
-def test_a_dataloader_operator_is_data_loading_not_the_top_op(tmp_path):
+@pytest.mark.parametrize(
+    "op, purpose",
+    [("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "data"), ("record_param_comms", "communication")],
+)
+def test_a_dataloader_or_collective_operator_is_not_the_top_op(tmp_path, op, purpose):
     """2021's schema records the DataLoader's next batch as an `Operator` (a cpu_op): 40 us of self time, counted as
-    data loading by the purpose partition. The top op, in the host line and in the "fix the top op" change, is the
-    largest op that is not data loading: aten::add_'s 8 us (10 less its 2 us launch)."""
+    data loading by the purpose partition; a collective's host op lasts as long as the other ranks make it. The top
+    op, in the host line and in the "fix the top op" change, is the largest op that is neither: aten::add_'s 8 us
+    (10 less its 2 us launch)."""
     path = _trace(
         tmp_path,
         [
             ("user_annotation", "ProfilerStep#1", 0, 100, {}),
-            ("Operator", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 40, {}),
+            ("Operator", op, 0, 40, {}),
             ("Operator", "aten::add_", 50, 60, {}),
             ("Runtime", "cudaLaunchKernel", 52, 54, {"correlation": 1}),
         ],
         [("Kernel", "add_kernel", 55, 60, {"correlation": 1})],
     )
     s = analyze(load_trace(path)).steps[0]
-    assert s.top_ops[0].name.startswith("enumerate(DataLoader)") and s.purpose_ns["data"] == 40_000
+    assert s.top_ops[0].name == op and s.purpose_ns[purpose] == 40_000
     d = _diagnose(path)
-    assert d.evidence.data_ns == 40_000 and "(top op aten::add_ 0.008)" in d.lines[0]
+    assert "(top op aten::add_ 0.008)" in d.lines[0]
     changes = [w.change for w in d.what_if]
-    assert "fix the top op, aten::add_ (x1)" in changes and not any("DataLoader" in c for c in changes)
+    assert "fix the top op, aten::add_ (x1)" in changes and not any(op in c for c in changes)
 
 
 def test_other_threads_work_while_the_steps_thread_records_nothing(tmp_path):

@@ -15,7 +15,7 @@ import numpy as np
 
 from probe.analysis.diagnosis.conditions import StepFacts, step_facts
 from probe.analysis.intervals import covered, merge
-from probe.analysis.ledger.host import DATA, DEVICE_FREE, FrameTime, OpTime, ThreadTime
+from probe.analysis.ledger.host import COMMUNICATION, DATA, DEVICE_FREE, FrameTime, OpTime, ThreadTime
 from probe.analysis.ledger.types import StepLedger, TraceAnalysis
 from probe.analysis.roofline.ops import OpRoofline
 from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH, LAUNCH, Kind, Trace
@@ -374,7 +374,11 @@ def comm_thread(s: StepLedger) -> ThreadTime | None:
 
 
 def top_op(s: StepLedger) -> OpTime | None:
-    """The step's op with the most dispatch time that is not itself data loading (`DATA`, the purpose partition's
-    one definition: 2021's schema records the DataLoader's `enumerate(DataLoader)#...__next__` as an `Operator`),
-    None when none has any: data loading's time is its own part, not dispatch."""
-    return next((o for o in s.top_ops if o.self_ns and DATA.search(o.name) is None), None)
+    """The step's op with the most dispatch time that is not itself data loading or a collective (`DATA` and
+    `COMMUNICATION`, the purpose partition's one definition each: 2021's schema records the DataLoader's
+    `enumerate(DataLoader)#...__next__` as an `Operator`; a collective's host op, `record_param_comms`, lasts as long as
+    the other ranks make it), None when none has any: their time is a part of its own, not dispatch."""
+    return next(
+        (o for o in s.top_ops if o.self_ns and DATA.search(o.name) is None and COMMUNICATION.search(o.name) is None),
+        None,
+    )
