@@ -311,8 +311,11 @@ def _own_parts(
             starts.append(a)
             ends.append(b)
             owner.append(np.full(len(a), i))
-        split = mechanism_split(trace, table, p, t, np.concatenate(starts), np.concatenate(ends))
         of = np.concatenate(owner)
+        if not len(of):  # the cold calls ran on other threads: none of the step's own host work is set-up
+            out.update((i, {}) for i in cold if threads[i] == (p, t))
+            continue
+        split = mechanism_split(trace, table, p, t, np.concatenate(starts), np.concatenate(ends))
         for i in (i for i in cold if threads[i] == (p, t)):
             mine = of == i
             parts = {k: int(v[mine].sum() - split.in_data[k][mine].sum()) for k, v in split.mechanism.items()}
