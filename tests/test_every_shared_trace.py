@@ -9,6 +9,8 @@ import json
 from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from probe.cli import main
 from tests.conftest import IN_CI, SHARED
@@ -77,4 +79,71 @@ def test_every_shared_trace_answers_and_its_figures_add_up(name):
     doc = json.loads(out.getvalue())
     assert doc["steps"], "an answer with no step"
     problems = [p for s in doc["steps"] for p in _problems(s)]
+    assert not problems, "; ".join(problems[:5])
+
+
+# --- any trace at all: random shapes, the same checks ------------------------------------------------------------
+
+HOST_KINDS = [
+    ("cpu_op", "aten::mm"),
+    ("cpu_op", "aten::add"),
+    ("cpu_op", "aten::item"),
+    ("cpu_op", "record_param_comms"),
+    ("cpu_op", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"),
+    ("python_function", "model.py(5): forward"),
+    ("python_function", "nn.Module: Linear_0"),
+    ("user_annotation", "forward"),
+    ("user_annotation", "ProfilerStep#1"),
+    ("user_annotation", "ProfilerStep#2"),
+    ("cuda_runtime", "cudaLaunchKernel"),
+    ("cuda_runtime", "cudaMemcpyAsync"),
+    ("cuda_runtime", "cudaDeviceSynchronize"),
+    ("cuda_runtime", "cudaStreamSynchronize"),
+    ("cuda_runtime", "cudaEventQuery"),
+    ("cuda_runtime", "cudaGraphLaunch"),
+    ("cuda_runtime", "cudaFree"),
+]
+GPU_KINDS = [
+    ("kernel", "ampere_sgemm_128x64_nn"),
+    ("kernel", "flash_fwd_kernel"),
+    ("kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
+    ("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)"),
+    ("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)"),
+    ("gpu_memset", "Memset (Device)"),
+]
+_SPAN = st.tuples(st.integers(0, 3000), st.integers(0, 900))  # start, length (us)
+_HOST = st.lists(st.tuples(st.sampled_from(range(len(HOST_KINDS))), st.sampled_from([1, 2]), _SPAN), max_size=30)
+_GPU = st.lists(st.tuples(st.sampled_from(range(len(GPU_KINDS))), st.sampled_from([7, 8]), _SPAN), max_size=12)
+_OVERHEAD = st.lists(_SPAN, max_size=3)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(host=_HOST, gpu=_GPU, overhead=_OVERHEAD, link=st.lists(st.integers(0, 40), max_size=12))
+def test_any_trace_answers_and_its_figures_add_up(tmp_path, host, gpu, overhead, link):
+    """Random traces of two host threads, two streams and the profiler's own events, with the shapes the rules read
+    (steps, forwards, frames, launches a kernel joins by correlation or not, syncs, copies, collectives, graph
+    launches, events that outlive their parents): every one answers, and its figures add up as on the real ones."""
+    events = [
+        {"ph": "X", "cat": HOST_KINDS[k][0], "name": HOST_KINDS[k][1], "pid": 1, "tid": tid, "ts": a, "dur": n,
+         "args": {"correlation": i + 1}}
+        for i, (k, tid, (a, n)) in enumerate(host)
+    ]  # fmt: skip
+    events += [
+        {"ph": "X", "cat": GPU_KINDS[k][0], "name": GPU_KINDS[k][1], "pid": 0, "tid": s, "ts": a, "dur": n,
+         "args": {"stream": s, "correlation": link[j] if j < len(link) else -1, "bytes": 4096}}
+        for j, (k, s, (a, n)) in enumerate(gpu)
+    ]  # fmt: skip
+    events += [
+        {"ph": "X", "cat": "overhead", "name": "Activity Buffer Request", "pid": -1, "tid": 0, "ts": a, "dur": n}
+        for a, n in overhead
+    ]
+    path = tmp_path / "any.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(["analyze", str(path), "--json"])
+    if code:
+        assert code == 2 and err.getvalue().startswith("probe: error:"), err.getvalue()[-500:]
+        return
+    problems = [p for s in json.loads(out.getvalue())["steps"] for p in _problems(s)]
     assert not problems, "; ".join(problems[:5])
