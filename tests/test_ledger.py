@@ -275,7 +275,8 @@ STEP_KEYS = {
     "capturable_us", "capture_region", "tokens", "data_mechanism_us", "launches_unmatched", "unattributed_other_us",
     "captured_launches", "graph_instantiations",
     "python_other_us",
-    "kernels_by_category", "top_kernels", "top_frames", "sync_sites", "other_threads",
+    "kernels_by_category", "kernels_busy_by_category", "kernels_alone_by_category",
+    "top_kernels", "top_frames", "sync_sites", "other_threads",
 }  # fmt: skip
 
 
