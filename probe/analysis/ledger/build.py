@@ -92,12 +92,12 @@ from probe.analysis.ledger.host import (
     SyncSite,
     ThreadTime,
     capture_region,
-    host_events,
     mechanism_split,
     named_spans,
     others_busy,
     purpose_tiers,
     thread_busy,
+    thread_code,
     thread_ops,
     thread_rows,
 )
@@ -466,8 +466,7 @@ def _others_while_idle(trace: Trace, table: PartTable, pid: int, tid: int, lo: n
     """Per window [lo, hi]: the time no event of thread pid/tid covers (its unattributed time), outside data
     loading, during which another thread of the same process ran events: autograd's backward while the loop's thread
     waits in `loss.backward()`, a helper thread the step waits on."""
-    own = host_events(trace, pid, tid)
-    mine = merge(trace.ts_ns[own], trace.end_ns[own])
+    mine = thread_code(trace, table, pid, tid)
     data = purpose_tiers(trace, table, pid, tid)["data"]
     busy = merge(np.concatenate((mine[0], data[0])), np.concatenate((mine[1], data[1])))
     return covered(*difference(*others_busy(trace, pid, tid), *busy), lo, hi)
