@@ -15,6 +15,7 @@ from probe.analysis.ledger.build import analyze
 from probe.analysis.trace import load_trace
 from tests.conftest import DATA, shared_trace
 from tests.ranks import make_collective_job
+from tests.test_ledger import _polling_trace
 
 
 def _trace(tmp_path: Path, host: list, gpu: list = ()) -> Path:
@@ -384,6 +385,17 @@ def test_communication_is_its_own_purpose_and_kernel_category(tmp_path):
     assert (d.evidence.communication_ns, d.evidence.gpu_communication_ns) == (20_000, 40_000)
     assert "communication: 0.020 ms of the host window in collectives (20% of the wall); 0.040 ms of communication " \
         "kernels (80% of GPU work)" in d.lines  # fmt: skip
+
+
+def test_a_step_that_polls_the_device_waits_and_is_gpu_bound(tmp_path):
+    """tests/test_ledger.py's polling step: 20 cudaEventQuery calls (10-106) wait on the kernel (10-150), so host work
+    is 200 - 96 = 104 us against 140 us of GPU work: GPU-bound, 1.35x (booked as host work, the 96 us made it
+    host-bound, 200 against 140). Removing the wait brings the step to max(104, 140) = 140 us."""
+    d = _diagnose(_polling_trace(tmp_path, 20))
+    assert (d.bound, d.evidence.host_work_ns, d.evidence.sync_wait_ns) == ("gpu", 104_000, 96_000)
+    w = d.what_if[0]
+    assert w.change.startswith("remove the sync in cudaEventQuery")
+    assert (round(w.predicted_step_ms, 6), round(w.saving_ms, 6)) == (0.14, 0.06)
 
 
 def test_collectives_issued_from_another_thread_count_and_say_which(tmp_path):

@@ -276,7 +276,8 @@ STEP_KEYS = {
     "capturable_us", "capture_region", "tokens", "data_mechanism_us", "launches_unmatched", "unattributed_other_us",
     "captured_launches", "graph_instantiations",
     "python_other_us",
-    "kernels_by_category", "top_kernels", "top_frames", "sync_sites", "other_threads",
+    "kernels_by_category", "kernels_busy_by_category", "kernels_alone_by_category",
+    "top_kernels", "top_frames", "sync_sites", "other_threads",
 }  # fmt: skip
 
 
@@ -690,6 +691,55 @@ def test_mechanism_partition_against_painting_the_innermost_event(tmp_path):
         cells = grid[10:310]
         want = {p: int(np.sum(cells == p)) * 1000 for p in MECHANISM}
         assert step.mechanism_ns == want, (trial, tree)
+
+
+def _polling_trace(tmp_path: Path, queries: int, inside_op: bool = False) -> Path:
+    """A step of 200 us on thread 1: a kernel launched at 2-4 runs 10-150 on the GPU; from 10 the thread calls
+    cudaEventQuery `queries` times, 1 us each, every 5 us (10-11, 15-16, ...), with nothing between them (inside an
+    aten::empty over 5-190 when `inside_op`, as the caching allocator queries its pending events); an aten::add at
+    170-180. Nothing else covers the step."""
+    host = [
+        ("user_annotation", "ProfilerStep#1", 0, 200, {}),
+        ("cuda_runtime", "cudaLaunchKernel", 2, 4, {"correlation": 1}),
+        *(("cuda_runtime", "cudaEventQuery", 10 + 5 * i, 11 + 5 * i, {}) for i in range(queries)),
+        ("cpu_op", "aten::add", 170, 180, {}),
+    ]
+    host += [("cpu_op", "aten::empty", 5, 190, {})] if inside_op else []
+    events = [
+        {"ph": "X", "cat": c, "name": n, "pid": 1, "tid": 1, "ts": a, "dur": b - a, "args": args}
+        for c, n, a, b, args in host
+    ]
+    events.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 10, "dur": 140,
+                   "args": {"stream": 7, "correlation": 1}})  # fmt: skip
+    path = tmp_path / f"poll{queries}{'op' if inside_op else ''}.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_a_run_of_event_queries_is_a_wait_on_the_device(tmp_path):
+    """20 cudaEventQuery calls back to back, 10-106, outside any op: the thread polls the kernel running 10-150, so
+    those 96 us are sync wait (and sync by purpose), as a blocking sync would be, the site named by the query; the
+    step's host work is 200 - 96 = 104 us. The launch 2 us, the add's dispatch 10; unattributed 200 - 96 - 2 - 10 =
+    92 (before, the queries were 20 us of runtime calls and their gaps 76 us of unattributed time)."""
+    s = analyze(load_trace(_polling_trace(tmp_path, 20))).steps[0]
+    assert {k: v for k, v in s.mechanism_ns.items() if v} == {
+        "dispatch": 10_000, "launch": 2_000, "sync_wait": 96_000, "unattributed": 92_000
+    }  # fmt: skip
+    assert (s.purpose_ns["sync"], s.host_work_ns, s.own_wait_ns, s.external_wait_ns) == (96_000, 104_000, 96_000, 0)
+    (site,) = s.sync_sites
+    assert (site.call, site.wait_ns, site.count) == ("cudaEventQuery", 96_000, 1)
+
+
+def test_a_lone_event_query_or_an_allocators_run_stays_a_runtime_call(tmp_path):
+    """One cudaEventQuery (10-11) asks once: 1 us of runtime calls, no wait. 19 in a row are short of POLL_CALLS; 20
+    inside an op (the caching allocator checking its pending events in aten::empty) are the op's own work."""
+    for path, runtime in (
+        (_polling_trace(tmp_path, 1), 1_000),
+        (_polling_trace(tmp_path, 19), 19_000),
+        (_polling_trace(tmp_path, 20, inside_op=True), 20_000),
+    ):
+        s = analyze(load_trace(path)).steps[0]
+        assert (s.mechanism_ns["runtime"], s.sync_wait_ns, s.purpose_ns["sync"], s.sync_sites) == (runtime, 0, 0, ())
 
 
 # --- our own engine's CPU traces ------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from probe.analysis.ledger.types import AnalyzeOptions
 from probe.analysis.records.sidecar import EventCost
 from probe.analysis.roofline.ops import OpRoofline
 from probe.analysis.trace import load_trace
-from tests.conftest import ROOT
+from tests.conftest import ROOT, shared_trace
 from tests.test_diagnosis import _trace, drain_then_own_work_trace
 
 SHARED = ROOT.parent / "shared" / "traces"
@@ -361,6 +361,57 @@ def test_with_shapes_a_gpu_bound_step_is_priced_at_its_roof(tmp_path):
     assert not w.ceiling and (round(w.predicted_step_ms, 6), round(w.saving_ms, 6)) == (0.04, 0.06)
 
 
+def _communication_under_compute(tmp_path: Path) -> Path:
+    """A GPU-bound step of 30 us of host work: two GEMMs on stream 7 (10-60, 60-90) and an NCCL kernel on stream 9
+    (20-105) under them, as DualPipe runs its all-to-alls."""
+    host = [
+        ("user_annotation", "ProfilerStep#1", 0, 30, {}),
+        ("cuda_runtime", "cudaLaunchKernel", 2, 4, {"correlation": 1}),
+        ("cuda_runtime", "cudaLaunchKernel", 5, 7, {"correlation": 2}),
+        ("cuda_runtime", "cudaLaunchKernel", 8, 10, {"correlation": 3}),
+    ]
+    gpu = [
+        ("gemm", 7, 10, 60, 1),
+        ("ncclDevKernel_AllToAll_RING_LL", 9, 20, 105, 2),
+        ("gemm", 7, 60, 90, 3),
+    ]
+    events = [
+        {"ph": "X", "cat": c, "name": n, "pid": 1, "tid": 1, "ts": a, "dur": b - a, "args": args}
+        for c, n, a, b, args in host
+    ]
+    events += [
+        {"ph": "X", "cat": "kernel", "name": n, "pid": 0, "tid": stream, "ts": a, "dur": b - a,
+         "args": {"stream": stream, "correlation": corr}}
+        for n, stream, a, b, corr in gpu
+    ]  # fmt: skip
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_kernels_beside_others_save_only_their_time_alone(tmp_path):
+    """GPU busy 10-105 = 95 us. The NCCL kernel's 85 us run under the GEMMs' 80 but for 90-105: without it the GPU
+    is still busy 10-90 = 80 us, so taking it to no time saves 15 us (its time alone), not its 85. The GEMMs alone
+    ran 10-20, 10 us. The step: max(host 30, GPU 95 - 15) = 80 us, saving 15 (subtracting the summed 85 said
+    max(30, 95 - 85) = 30: a saving of 65 us the GPU cannot give)."""
+    path = _communication_under_compute(tmp_path)
+    s = analyze(load_trace(path)).steps[0]
+    assert (s.gpu_busy_ns, s.kernels_by_category) == (95_000, {"gemm": 80_000, "communication": 85_000})
+    assert s.kernels_busy_by_category == {"gemm": 80_000, "communication": 85_000}
+    assert s.kernels_alone_by_category == {"gemm": 10_000, "communication": 15_000}
+    d = _median(path)
+    (w,) = d.what_if
+    # 85 / 95 = 89%, 15 / 95 = 16%
+    assert (
+        w.change == "speed up the communication kernels (running in 89% of the GPU's busy time, alone in 16%): at most"
+    )
+    assert w.ceiling and (round(w.predicted_step_ms, 6), round(w.saving_ms, 6)) == (0.08, 0.015)
+    assert "GPU 0.095 - 0.015 communication alone" in w.arithmetic
+    assert "communication 89% (16% alone), gemm 84% (11% alone)" in w.assumption
+    line = next(x for x in d.lines if x.startswith("communication"))
+    assert line.endswith("0.085 ms of communication kernels (running in 89% of the GPU's busy time, alone in 16%)")
+
+
 # --- a CPU -----------------------------------------------------------------------------------------------------
 
 
@@ -647,6 +698,22 @@ def test_sglangs_wait_saves_what_the_events_allow():
     d = _real("rocm_sglang_qwen3_8b_extend_step")
     w = next(w for w in d.what_if if w.change.startswith("overlap the wait"))
     assert w.saving_ms < 1.5
+
+
+def test_the_dualpipe_chunks_communication_runs_under_its_compute():
+    """DeepSeek-V3's DualPipe chunk: 113.030 ms of DeepEP communication kernels on a stream of their own, under the
+    compute; without them the GPU is still busy 124.366 of its 128.515 ms, so they alone are 4.149 ms. The change
+    offered is the category whose time alone is the largest (MoE's 8.412 ms, its GEMMs beside the all-to-alls), and
+    it saves that, not a summed time."""
+    path = shared_trace("wild", "h800_deepseek_v3_dualpipe_train_chunk.trace.json.gz")
+    trace = load_trace(path)
+    s = analyze(trace).steps[0]
+    assert (s.gpu_busy_ns, s.kernels_by_category["communication"]) == (128_515_000, 113_030_000)
+    assert (s.kernels_alone_by_category["communication"], s.kernels_alone_by_category["moe"]) == (4_149_000, 8_412_000)
+    assert max(s.kernels_alone_by_category.values()) == 8_412_000
+    w = next(w for w in _real("h800_deepseek_v3_dualpipe_train_chunk").what_if if w.change.startswith("speed up"))
+    assert w.change == "speed up the moe kernels (running in 55% of the GPU's busy time, alone in 7%): at most"
+    assert w.saving_ms == pytest.approx(8.412)
 
 
 def test_the_vllm_decode_names_its_moe_kernels():

@@ -204,9 +204,17 @@ def kernels_table(stats: tuple[KernelStat, ...] | list[KernelStat], title: str) 
 
 
 def categories_table(categories: dict[str, int], busy_ns: int) -> Table:
-    table = _table("GPU time by kernel category (whole trace)", ["category", "total ms", "% of busy"])
+    """Each category's kernel time summed over the whole trace, and that sum against the GPU's busy time (the union
+    of every GPU op), as `KernelStat.share_of_busy` reads a kernel's: categories that run side by side on parallel
+    streams each count their time, so the column can add up past 100, and the caption says so where it does (what
+    a category alone costs a step is `StepLedger.kernels_alone_by_category`, what the what-if prices)."""
+    table = _table("GPU time by kernel category, summed (whole trace)", ["category", "total ms", "% of busy"])
     for category, ns in sorted(categories.items(), key=lambda kv: -kv[1]):
         table.add_row(category, ms(ns), pct(ns / busy_ns if busy_ns else 0.0))
+    summed = sum(categories.values()) / busy_ns if busy_ns else 0.0
+    if round(100 * summed, 1) > 100:
+        table.caption = f"categories overlap on parallel streams: the column adds up to {pct(summed, 0)}%"
+        table.caption_justify = "left"
     return table
 
 

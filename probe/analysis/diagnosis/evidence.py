@@ -366,6 +366,18 @@ def own_top_frame(s: StepLedger) -> FrameTime | None:
     return frame if frame is not None and frame.own_ns > 0 else None
 
 
+def category_share(s: StepLedger, category: str, work: str = "the GPU work") -> str:
+    """A kernel category's share of the step's GPU work, in words, the one rule: "57% of the GPU work" where no op
+    of another category ran beside it; else the share of the GPU's busy time it ran in and the share it ran in
+    alone, which is all that it taking no time saves (`StepLedger.kernels_alone_by_category`): "running in 88% of
+    the GPU's busy time, alone in 3%" for communication kernels on a stream of their own under the compute."""
+    busy, alone = s.kernels_busy_by_category.get(category, 0), s.kernels_alone_by_category.get(category, 0)
+    whole = s.gpu_busy_ns or 1
+    if alone >= busy:
+        return f"{pct(busy / whole, 0)}% of {work}"
+    return f"running in {pct(busy / whole, 0)}% of the GPU's busy time, alone in {pct(alone / whole, 0)}%"
+
+
 def comm_thread(s: StepLedger) -> ThreadTime | None:
     """The other thread of the step's process with the most time in collectives in the step (autograd's thread,
     where DDP issues its allreduce from gradient hooks), None when none has any."""

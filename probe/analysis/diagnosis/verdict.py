@@ -70,6 +70,7 @@ from probe.analysis.diagnosis.evidence import (
     Bound,
     Context,
     Evidence,
+    category_share,
     comm_thread,
     evidence,
     gpu_side_missing,
@@ -82,6 +83,7 @@ from probe.analysis.diagnosis.evidence import (
 )
 from probe.analysis.diagnosis.what_if import WhatIf, what_if
 from probe.analysis.intervals import merge
+from probe.analysis.ledger.kernels import COMMUNICATION
 from probe.analysis.ledger.types import StepLedger, TraceAnalysis, steady
 from probe.text import ms, pct
 
@@ -427,7 +429,7 @@ def _communication_line(s: StepLedger, e: Evidence) -> str:
     """Communication's line: the host's time in collectives on the step's thread and on the other thread of its
     process that spent the most there, each against the wall, and the communication kernels against GPU work."""
     gpu = f"; {ms(e.gpu_communication_ns)} ms of communication kernels" if e.gpu_communication_ns else ""
-    share = f" ({pct(e.gpu_communication_ns / e.gpu_busy_ns, 0)}% of GPU work)" if gpu and e.gpu_busy_ns else ""
+    share = f" ({category_share(s, COMMUNICATION, 'GPU work')})" if gpu and e.gpu_busy_ns else ""
 
     def of_wall(ns: int) -> str:
         return f"{pct(ns / e.wall_ns, 0)}%" if e.wall_ns else "0%"

@@ -50,8 +50,11 @@ to [0, the step], so a what-if never promises more than the step nor less than n
 - fix the top Python frame, or the top op's dispatch (a GPU's host-bound step; on a CPU an op's self time is its
   compute, not dispatch, so no such line);
 - the GPU work that binds (GPU-bound steps): the top kernel categories and the top kernel with their shares; with
-  recorded shapes, the step's top ops at their roof (the per-op roofline's % of roof); without, at most what the top
-  category's time is (a ceiling, ranked after every priced change); with a model, every kernel at the roofline.
+  recorded shapes, the step's top ops at their roof (the per-op roofline's % of roof); without, the category whose
+  kernels taking no time saves the most, at most its time alone (a ceiling, ranked after every priced change): the
+  GPU busy time less the union of every other category's kernels (`StepLedger.kernels_alone_by_category`), since
+  what ran beside other kernels (communication on a stream of its own under the compute) leaves the GPU as busy;
+  with a model, every kernel at the roofline.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ from probe.analysis.diagnosis.evidence import (
     UNCOVERED_SETUP,
     Context,
     Evidence,
+    category_share,
     gpu_side_missing,
     largest_host_part,
     own_top_frame,
@@ -654,13 +658,13 @@ def _other_threads_fix(offer: _Offer, s: StepLedger, e: Evidence, gpu_side: bool
 
 def _gpu_binds(offer: _Offer, s: StepLedger, context: Context) -> None:
     """A GPU-bound step: the GPU work that binds, by category and op, and what reaching the roof buys: priced by the
-    per-op roofline where shapes were recorded, else at most (the top category taking no time)."""
+    per-op roofline where shapes were recorded, else at most (the category whose time alone is the largest taking no
+    time: `_top_category`)."""
     b = offer.b
     if not b.gpu_ns or b.gpu_ns < b.host_ns or not s.kernels_by_category:
         return
     requires = (WARM, GPU_SIDE)
-    ranked = sorted(s.kernels_by_category.items(), key=lambda kv: (-kv[1], kv[0]))
-    shares = ", ".join(f"{c} {pct(ns / s.gpu_busy_ns, 0)}%" for c, ns in ranked[:4])
+    shares = _category_shares(s)
     top_op = f"; its top kernel {s.top_kernels[0].short_name[:60]} {pct(s.top_kernels[0].share_of_busy, 0)}%"
     shares += top_op if s.top_kernels else ""
     ops = [o for o in context.step_ops.get(s.position, ()) if o.roof_pct]
@@ -672,13 +676,21 @@ def _gpu_binds(offer: _Offer, s: StepLedger, context: Context) -> None:
         terms = f"max(host {ms(b.host_ns)}, GPU {ms(b.gpu_ns)} - {ms(saved)} to the roof)"
         assumption = f"each of the step's top ops with recorded shapes runs at its roofline; the GPU work: {shares}"
     else:
-        category, top = ranked[0]
-        change = f"speed up the {category} kernels ({pct(top / s.gpu_busy_ns, 0)}% of the GPU work): at most"
-        after = b.gpu_ns - top
-        terms = f"max(host {ms(b.host_ns)}, GPU {ms(b.gpu_ns)} - {ms(top)} {category})"
+        category, alone = _top_category(s)
+        change = f"speed up the {category} kernels ({category_share(s, category)}): at most"
+        after = b.gpu_ns - alone
+        summed = s.kernels_by_category.get(category, 0)
+        beside = alone < s.kernels_busy_by_category.get(category, 0)
+        terms = f"max(host {ms(b.host_ns)}, GPU {ms(b.gpu_ns)} - {ms(alone)} {category}{' alone' if beside else ''})"
+        under = (
+            f"; of their {ms(summed)} ms, the GPU ran them alone {ms(alone)} ms: the rest ran beside other kernels, "
+            "which keep the GPU busy then"
+            if beside
+            else ""
+        )
         assumption = (
-            f"the ceiling: the {category} kernels take no time (no shapes recorded, so no roof to price against); "
-            f"the GPU work: {shares}"
+            f"the ceiling: the {category} kernels take no time and the others keep theirs (no shapes recorded, so no "
+            f"roof to price against){under}; the GPU work: {shares}"
         )
     holds = offer.check(change, requires)
     if holds is not None:
@@ -696,6 +708,26 @@ def _gpu_binds(offer: _Offer, s: StepLedger, context: Context) -> None:
                 requires,
                 holds,
             )
+
+
+def _top_category(s: StepLedger) -> tuple[str, int]:
+    """The kernel category whose taking no time would save the most GPU time, and that time: its time alone
+    (`StepLedger.kernels_alone_by_category`), the largest summed time first among equals."""
+    alone = s.kernels_alone_by_category
+    category = min(s.kernels_by_category, key=lambda c: (-alone.get(c, 0), -s.kernels_by_category[c], c))
+    return category, alone.get(category, 0)
+
+
+def _category_shares(s: StepLedger) -> str:
+    """The top four kernel categories by the share of the GPU's busy time they ran in, each with the share it ran in
+    alone where another category's kernels ran beside it: "communication 88% (3% alone), moe 59% (5% alone)"."""
+    busy, alone, whole = s.kernels_busy_by_category, s.kernels_alone_by_category, s.gpu_busy_ns
+    ranked = sorted(busy, key=lambda c: (-busy[c], c))[:4]
+    return ", ".join(
+        f"{c} {pct(busy[c] / whole, 0)}%"
+        + (f" ({pct(alone.get(c, 0) / whole, 0)}% alone)" if alone.get(c, 0) < busy[c] else "")
+        for c in ranked
+    )
 
 
 COMPILE_FORWARD = "compile the forward (torch.compile)"

@@ -26,7 +26,12 @@ What a step's ledger says (times are integer ns inside, `_us` in the JSON, ns / 
   each, and says where and why they differ from HTA's. `busy_fraction` = busy / GPU window is in [0, 1].
   `launch_cpu`: the host time inside the step's launch and graph-launch calls; `short_kernels`: under 5 us.
 - Kernels: `top_kernels` by name (count, total, mean, p50, max, share of the step's GPU busy) and
-  `kernels_by_category` (probe.analysis.ledger.kernels), memcpy and memset included as categories.
+  `kernels_by_category` (probe.analysis.ledger.kernels), memcpy and memset included as categories: each category's
+  summed op time, which counts twice what runs side by side. Read against the other categories
+  (`kernels.category_overlap`): `kernels_busy_by_category`, the union of its ops (how long one of them ran, at most
+  `gpu_busy`), and `kernels_alone_by_category`, the part of that in which no op of another category ran: `gpu_busy`
+  less the union of every other category's ops, what the step's GPU busy time loses when the category takes none
+  (communication kernels on a stream of their own under the compute: far less than their summed time).
 - The host side (probe.analysis.ledger.host), on the step's own thread: two partitions of `wall`, each adding up to it
   exactly. `purpose` (the user's `--part`s, sync, sample, the three cache parts, mask, attention, and `model`, the
   rest) says what the step was doing; `mechanism` (python, dispatch, launch, runtime, sync_wait, unattributed)
@@ -87,12 +92,12 @@ from probe.analysis.ledger.host import (
     SyncSite,
     ThreadTime,
     capture_region,
-    host_events,
     mechanism_split,
     named_spans,
     others_busy,
     purpose_tiers,
     thread_busy,
+    thread_code,
     thread_ops,
     thread_rows,
 )
@@ -181,6 +186,7 @@ class _Kernels:
 
     top: list
     by_category: list[dict[str, int]]
+    overlap: kernels.CategoryOverlap  # per step: each category's own busy, and its time alone
     counts: list[dict[str, int]]
     all_kernels: tuple
     all_categories: dict[str, int]
@@ -211,6 +217,9 @@ def _kernel_columns(trace: Trace, launches: _Launches, options: AnalyzeOptions, 
     return _Kernels(
         top=top,
         by_category=kernels.category_totals(gpu.op_step, op_category, op_dur, n),
+        overlap=kernels.category_overlap(
+            gpu.op_step, op_category, trace.ts_ns[gpu.op_rows], trace.end_ns[gpu.op_rows], n
+        ),
         counts=_counts_by_name(trace, gpu.op_step[is_kernel], op_name[is_kernel], n),
         all_kernels=tuple(all_kernels),
         all_categories=all_categories,
@@ -457,8 +466,7 @@ def _others_while_idle(trace: Trace, table: PartTable, pid: int, tid: int, lo: n
     """Per window [lo, hi]: the time no event of thread pid/tid covers (its unattributed time), outside data
     loading, during which another thread of the same process ran events: autograd's backward while the loop's thread
     waits in `loss.backward()`, a helper thread the step waits on."""
-    own = host_events(trace, pid, tid)
-    mine = merge(trace.ts_ns[own], trace.end_ns[own])
+    mine = thread_code(trace, table, pid, tid)
     data = purpose_tiers(trace, table, pid, tid)["data"]
     busy = merge(np.concatenate((mine[0], data[0])), np.concatenate((mine[1], data[1])))
     return covered(*difference(*others_busy(trace, pid, tid), *busy), lo, hi)
@@ -575,6 +583,8 @@ def _step_ledger(i: int, steps: StepSet, la: _Launches, ke: _Kernels, ho: _Host,
         top_ops=ho.top_ops[i],
         kernel_counts=ke.counts[i],
         kernels_by_category=ke.by_category[i],
+        kernels_busy_by_category=ke.overlap.busy[i],
+        kernels_alone_by_category=ke.overlap.alone[i],
         top_kernels=tuple(ke.top[i]),
         top_frames=ho.frames[i],
         sync_sites=ho.sync_sites[i],

@@ -5,14 +5,16 @@ sync call sites behind them.
 step's window, on the step's own thread, goes to the first part in `PartTable.order` that covers it: the user's
 parts (`--part NAME=REGEX`, in the order given: any range, cpu_op or Python frame whose name matches, for its whole
 duration), then `sync` (probe's `sync` range, every runtime call that blocks the host until the device drains,
-`SYNC_CALL`, and every Python frame that synchronizes, `SYNC_FRAME`), `sample`, the three cache parts, `mask`,
+`SYNC_CALL`, every Python frame that synchronizes, `SYNC_FRAME`, and every run of event or stream queries that polls
+the device, `POLL_CALLS`), `sample`, the three cache parts, `mask`,
 `attention` (a cpu_op matching `ATTENTION_OP`, with everything it runs), and `model`, the rest.
 
 **By mechanism** (`MECHANISM_PARTS`): what code ran. The innermost event covering each nanosecond decides it,
 among the thread's Python frames (`python_function`, from `with_stack=True`), cpu_ops and runtime calls: a frame's
 self time is `python` (`sync_wait` for a synchronizing frame), an op's is `dispatch`, a launch or graph-launch
 call's is `launch`, a blocking call's is `sync_wait`, any other runtime call's is `runtime`; time no event covers
-is `unattributed`. Ranges (record_function, NVTX) are labels, not code, so they never decide a mechanism. Self
+is `unattributed`. A polling run (`POLL_CALLS`) is `sync_wait` over its whole span, its calls and the gaps between
+them alike (`with_polls`). Ranges (record_function, NVTX) are labels, not code, so they never decide a mechanism. Self
 time is torch's "Self CPU": an event's duration less its children's. Events nest on one thread, nearly always: a
 range entered in one frame and left in a later one (torch.compile's "Pregraph bytecode" in b200_eager) outlives the
 frame it started in. Then each stretch goes to the latest-started event still open: the event is split at its
@@ -131,6 +133,23 @@ DEVICE_FREE = re.compile(r"^(?:cuda|hip)Free(?:_v\d+)?$|^cuMemFree(?:_v\d+)?$")
 # Python frames that wait for the device: torch.cuda.synchronize and the synchronize methods of torch's Event and
 # Stream (`<built-in method synchronize of torch.Event object>`, vLLM's decode trace).
 SYNC_FRAME = re.compile(r"\bsynchronize\b")
+# Runtime calls that ask whether the device has reached a point and return at once: CUDA's and HIP's event and
+# stream queries, runtime and driver API (nsys's `_v3020` suffix allowed).
+QUERY_CALL = re.compile(r"^(?:cuda|hip)(?:Event|Stream)Query(?:_v\d+)?$|^cu(?:Event|Stream)Query(?:_v\d+)?$")
+# Polling, the one rule (`Polls`): a thread makes the same QUERY_CALL at least POLL_CALLS times back to back (no cpu_op
+# or other runtime call starts between two of them), each starting within POLL_GAP_NS of the previous one's end, the
+# first inside no cpu_op. From its first call's start to its last one's end the host waits on the device, as in a
+# blocking sync: the run is sync wait and sync, and its first call names the sync site. Why these bounds: a loop that
+# waits (`while not event.query(): pass`) queries every few us for as long as the device takes, while a program that
+# checks its in-flight work queries each piece of it once. The caching allocators query each pending event once, inside
+# the op that allocates (aten::empty, aten::_pin_memory): runs of up to 32 calls in ../shared/traces, every one inside
+# an op, and in DeepSeek-V3's DualPipe chunk up to 17 (its 2,241 cudaEventQuery calls are the allocator's, which
+# `record_stream` keeps busy: no poll). What the rule cannot tell: a trace does not name the event queried, so a
+# thread that checks 20 or more events in one quick pass outside any op reads as polling (background threads of
+# ProcessGroupNCCL-style code do, in passes of 24-25, on threads of their own); a loop that sleeps longer than
+# POLL_GAP_NS between its queries is not caught, its sleeps left to the time no event covers.
+POLL_CALLS = 20
+POLL_GAP_NS = 20_000
 _HOST_MEMORY = re.compile(r"\b(Pageable|Pinned)\b")  # a GPU copy's host side, as kineto names it
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # `<built-in method __new__ of type object at 0xa20880>`
 _PART_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -295,6 +314,55 @@ def _nested(trace: Trace, rows: np.ndarray):
 
 
 @dataclass(frozen=True)
+class Polls:
+    """Polling runs (`POLL_CALLS`), in (thread, time) order: the row of each one's first query call (its thread, its
+    name, the frames around it), its start (that call's) and its end (its last call's), ns."""
+
+    first: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+
+    def of_thread(self, trace: Trace, pid: int, tid: int) -> Polls:
+        """The runs of thread pid/tid."""
+        mine = (trace.pid[self.first] == pid) & (trace.tid[self.first] == tid)
+        return Polls(self.first[mine], self.start[mine], self.end[mine])
+
+
+def polling_runs(trace: Trace, query: np.ndarray) -> Polls:
+    """Every polling run of the trace (`POLL_CALLS`, the rule); `query`: QUERY_CALL over the trace's names. One pass
+    over the cpu_ops and runtime calls in (thread, start) order, an op before a call that starts with it; then, for
+    the few threads that hold a run, whether its first call lies inside an op."""
+    rows = trace.rows(Kind.CPU_OP, Kind.RUNTIME)
+    is_call = trace.kind[rows] == Kind.RUNTIME
+    rows = rows[np.lexsort((is_call, trace.ts_ns[rows], trace.tid[rows], trace.pid[rows]))]
+    name, start, end = trace.name_id[rows], trace.ts_ns[rows], trace.end_ns[rows]
+    pid, tid = trace.pid[rows], trace.tid[rows]
+    q = (trace.kind[rows] == Kind.RUNTIME) & query[name]
+    follows = np.zeros(len(rows), bool)  # a query call that continues the run of the one before it
+    follows[1:] = q[1:] & q[:-1] & (name[1:] == name[:-1]) & (pid[1:] == pid[:-1]) & (tid[1:] == tid[:-1])
+    follows[1:] &= start[1:] - end[:-1] <= POLL_GAP_NS
+    first = np.flatnonzero(q & ~follows)
+    last = np.flatnonzero(q & ~np.append(follows[1:], False))
+    long = last - first + 1 >= POLL_CALLS
+    first, last = first[long], last[long]
+    keep = ~_inside_ops(trace, rows[first])
+    return Polls(rows[first][keep], start[first][keep], end[last][keep])
+
+
+def _inside_ops(trace: Trace, calls: np.ndarray) -> np.ndarray:
+    """Per call: whether it lies inside a cpu_op of its own thread (one pass a thread that has such calls)."""
+    out = np.zeros(len(calls), bool)
+    if not len(calls):
+        return out
+    ops = trace.rows(Kind.CPU_OP)
+    for pid, tid in {(int(p), int(t)) for p, t in zip(trace.pid[calls], trace.tid[calls], strict=True)}:
+        mine = (trace.pid[calls] == pid) & (trace.tid[calls] == tid)
+        own = thread_rows(trace, ops, pid, tid)
+        out[mine] = inside_any(trace.ts_ns[own], trace.end_ns[own], trace.ts_ns[calls[mine]], trace.end_ns[calls[mine]])
+    return out
+
+
+@dataclass(frozen=True)
 class PartTable:
     """Per name id of a trace: which part a range, op, call or frame of that name feeds, the user parts, and the
     normalized Python frame names."""
@@ -305,6 +373,7 @@ class PartTable:
     frames: tuple[str, ...]
     waited: np.ndarray  # bool over the trace's rows: a copy call the host waited in (`waited_copies`)
     copy_of: dict[int, int]  # a copy call's row -> the row of the GPU copy it launched
+    polls: Polls  # the trace's polling runs (`polling_runs`)
 
     @property
     def order(self) -> tuple[str, ...]:
@@ -320,6 +389,7 @@ class PartTable:
         by_name["sync_frame"] = trace.name_ids(lambda s: SYNC_FRAME.search(s) is not None)
         by_name["source_frame"] = trace.name_ids(lambda s: _SOURCE_FRAME.search(s) is not None)
         by_name["stream_wait"] = trace.name_ids(lambda s: "StreamWaitEvent" in s)
+        by_name["query_call"] = trace.name_ids(lambda s: QUERY_CALL.search(s) is not None)
         by_name["data"] = trace.name_ids(lambda s: DATA.search(s) is not None)
         by_name["communication"] = trace.name_ids(lambda s: COMMUNICATION.search(s) is not None)
         user = tuple((p.name, trace.name_ids(lambda s, p=p: p.pattern.search(s) is not None)) for p in user_parts)
@@ -328,7 +398,8 @@ class PartTable:
             (table.setdefault(frame_name(n), len(table)) for n in trace.names), np.int64, len(trace.names)
         )
         copy_of = copy_calls(trace)
-        return cls(by_name, user, frame_id, tuple(table), waited_copies(trace, copy_of), copy_of)
+        polls = polling_runs(trace, by_name["query_call"])
+        return cls(by_name, user, frame_id, tuple(table), waited_copies(trace, copy_of), copy_of, polls)
 
 
 def copy_calls(trace: Trace) -> dict[int, int]:
@@ -383,7 +454,8 @@ def purpose_tiers(trace: Trace, table: PartTable, pid: int, tid: int) -> dict[st
     """What each purpose part but the last (`model`, the rest) covers on thread pid/tid, as merged intervals, in
     priority order: the user's parts (ranges, ops and frames of a matching name), sync (probe's range, blocking
     calls and copy calls the host waited in, synchronizing frames), data loading and communication (ranges, ops and
-    frames named so), sample, the cache parts and mask (probe's ranges), attention (attention ops)."""
+    frames named so), sample, the cache parts and mask (probe's ranges), attention (attention ops). Sync holds the
+    thread's polling runs too (`Polls`)."""
     ranges = thread_rows(trace, trace.rows(Kind.USER_RANGE, Kind.PROFILER_STEP), pid, tid)
     runtime = thread_rows(trace, trace.rows(Kind.RUNTIME), pid, tid)
     ops = thread_rows(trace, trace.rows(Kind.CPU_OP), pid, tid)
@@ -397,10 +469,14 @@ def purpose_tiers(trace: Trace, table: PartTable, pid: int, tid: int) -> dict[st
     for name, mask in table.user:
         tiers[name] = spans((ranges, mask), (ops, mask), (frames, mask))
     waited = runtime[table.waited[runtime]]
+    polls = table.polls.of_thread(trace, pid, tid)
     sync_s, sync_e = spans(
         (ranges, table.by_name["sync"]), (runtime, table.by_name["sync_call"]), (frames, table.by_name["sync_frame"])
     )
-    tiers["sync"] = merge(np.concatenate((sync_s, trace.ts_ns[waited])), np.concatenate((sync_e, trace.end_ns[waited])))
+    tiers["sync"] = merge(
+        np.concatenate((sync_s, trace.ts_ns[waited], polls.start)),
+        np.concatenate((sync_e, trace.end_ns[waited], polls.end)),
+    )
     for part in ("data", "communication"):
         tiers[part] = named_spans(trace, table, pid, tid, part)
     for part in ("sample", "cache_update", "cache_seq_length", "cache_mask_sizes", "mask"):
@@ -546,6 +622,50 @@ def host_events(trace: Trace, pid: int, tid: int) -> np.ndarray:
     return thread_rows(trace, trace.rows(Kind.PYTHON, Kind.CPU_OP, Kind.RUNTIME), pid, tid)
 
 
+def thread_pieces(trace: Trace, table: PartTable, pid: int, tid: int) -> _Innermost:
+    """Thread pid/tid's host events as innermost pieces, the one reading both a step's thread and another thread get:
+    its polling runs made waits (`with_polls`), then the profiler's own recorded work cut out (`with_profiler`)."""
+    inner = _innermost(trace, table, host_events(trace, pid, tid))
+    return with_profiler(trace, with_polls(table.polls.of_thread(trace, pid, tid), inner))
+
+
+def thread_code(trace: Trace, table: PartTable, pid: int, tid: int) -> tuple[np.ndarray, np.ndarray]:
+    """When thread pid/tid ran code (a Python frame, an op, a runtime call) or polled the device, as merged
+    intervals: what its pieces cover."""
+    polls = table.polls.of_thread(trace, pid, tid)
+    rows = host_events(trace, pid, tid)
+    return merge(np.concatenate((trace.ts_ns[rows], polls.start)), np.concatenate((trace.end_ns[rows], polls.end)))
+
+
+def with_polls(polls: Polls, inner: _Innermost) -> _Innermost:
+    """A thread's pieces with its polling runs (`Polls`, the thread's own) made waits: each run is a piece of
+    mechanism sync_wait over its whole span, named by its first query call and nested where that call is (its frames
+    name the sync site), and takes every stretch of the span: the self segments of the calls and frames inside it,
+    and the gaps between its calls that no event covers. A continuation, not an original piece: it is no new call."""
+    if not len(polls.first):
+        return inner
+    lo = min(int(polls.start.min()), int(inner.seg_start.min()) if len(inner.seg_start) else int(polls.start.min()))
+    hi = max(int(polls.end.max()), int(inner.seg_end.max()) if len(inner.seg_end) else int(polls.end.max()))
+    gap_s, gap_e = difference(np.array([lo]), np.array([hi]), *merge(polls.start, polls.end))
+    kept, _, kept_a, kept_b = _charge(inner.seg_start, inner.seg_end, gap_s, gap_e)
+    originals = np.flatnonzero(inner.original)
+    by_row = np.argsort(inner.rows[originals], kind="stable")
+    at = originals[by_row[np.searchsorted(inner.rows[originals], polls.first, sorter=by_row)]]
+    n, runs = len(inner.rows), len(polls.first)
+    return _Innermost(
+        np.concatenate((inner.rows, polls.first)),
+        np.concatenate((inner.start, polls.start)),
+        np.concatenate((inner.end, polls.end)),
+        np.concatenate((inner.original, np.zeros(runs, bool))),
+        np.concatenate((inner.parent, inner.parent[at])),
+        np.concatenate((inner.mechanism, np.full(runs, _SYNC_WAIT, np.int8))),
+        np.concatenate((inner.seg_owner[kept], n + np.arange(runs))),
+        np.concatenate((kept_a, polls.start)),
+        np.concatenate((kept_b, polls.end)),
+        inner.split,
+    )
+
+
 def with_profiler(trace: Trace, inner: _Innermost) -> _Innermost:
     """A thread's pieces with the profiler's own recorded work that ran inside them: kineto records a CUPTI buffer
     request as an `overhead` event on a thread of its own (pid -1), but the thread that needed the buffer paid it,
@@ -599,7 +719,7 @@ def mechanism_split(
 ) -> HostSplit:
     """Both partitions of the windows [lo, hi] (steps on thread pid/tid), with frames, ops and sync sites."""
     n = len(lo)
-    inner = with_profiler(trace, _innermost(trace, table, host_events(trace, pid, tid)))
+    inner = thread_pieces(trace, table, pid, tid)
     seg, step, piece_start, piece_end = _charge(inner.seg_start, inner.seg_end, lo, hi)
     ns = piece_end - piece_start
     owner = inner.seg_owner[seg]
@@ -952,10 +1072,8 @@ def thread_busy(
     a range alone is a label, not work), that union by mechanism, and its events by innermost self time (the first
     `OTHER_TOP_KEPT`; a call counted in the window it starts in): what the thread spent the time on."""
     n = len(lo)
-    rows = host_events(trace, pid, tid)
-    ms, me = merge(trace.ts_ns[rows], trace.end_ns[rows])
-    busy = covered(ms, me, lo, hi)
-    inner = with_profiler(trace, _innermost(trace, table, rows))
+    busy = covered(*thread_code(trace, table, pid, tid), lo, hi)
+    inner = thread_pieces(trace, table, pid, tid)
     seg, step, piece_start, piece_end = _charge(inner.seg_start, inner.seg_end, lo, hi)
     ns = piece_end - piece_start
     owner = inner.seg_owner[seg]

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from probe.analysis.intervals import grouped_medians
+from probe.analysis.intervals import grouped_medians, merged_by_group
 from probe.analysis.ledger.patterns import Pattern, compile_user, not_utf8
 from probe.counts import DIGITS, count
 from probe.errors import ProbeError
@@ -222,17 +222,60 @@ def category_totals(
     sel = group >= 0
     names, category = np.unique(category_of_op[sel].astype(str), return_inverse=True)
     width = max(len(names), 1)
-    totals = (
-        np.bincount(group[sel].astype(np.int64) * width + category, weights=dur_ns[sel], minlength=groups * width)
-        .astype(np.int64)
-        .reshape(groups, width)
+    key = group[sel].astype(np.int64) * width + category
+    totals = np.bincount(key, weights=dur_ns[sel], minlength=groups * width).astype(np.int64).reshape(groups, width)
+    counts = np.bincount(key, minlength=groups * width).reshape(groups, width)
+    return _by_category(names, totals, counts > 0)
+
+
+@dataclass(frozen=True)
+class CategoryOverlap:
+    """Per group (a step), each category's GPU time read against the others', ns (the two dicts are one a group):
+    `busy`, the union of its ops (how long one of them ran: at most the group's busy, however many streams run
+    them); `alone`, the part of that no op of another category ran in: the group's busy less the union of every
+    other category's ops, which is what the GPU's busy time loses when the category's ops take no time and the
+    others keep theirs. Kernels on parallel streams (communication under compute) make `alone` far less than the
+    summed time of `category_totals`."""
+
+    busy: list[dict[str, int]]
+    alone: list[dict[str, int]]
+
+
+def category_overlap(
+    group: np.ndarray, category_of_op: np.ndarray, start: np.ndarray, end: np.ndarray, groups: int
+) -> CategoryOverlap:
+    """`CategoryOverlap` of every group at once (rows with group < 0 are left out): each (group, category)'s ops
+    merged, then one sweep over the merged intervals' ends in (group, time) order counts the categories running;
+    where exactly one runs, the running sum of the open categories' ids is that one's id. O(n log n), whatever the
+    number of groups or categories."""
+    sel = group >= 0
+    names, category = np.unique(category_of_op[sel].astype(str), return_inverse=True)
+    width = max(len(names), 1)
+    key = group[sel].astype(np.int64) * width + category
+    k, s, e = merged_by_group(key, start[sel], end[sel])
+    busy = np.bincount(k, weights=e - s, minlength=groups * width).astype(np.int64)
+    g, c = k // width, k % width
+    times, opened = np.concatenate((s, e)), np.concatenate((np.ones(len(s), np.int64), -np.ones(len(e), np.int64)))
+    order = np.lexsort((times, np.concatenate((g, g))))
+    times, opened, owner, at = times[order], opened[order], np.concatenate((c, c))[order], np.concatenate((g, g))[order]
+    running = np.cumsum(opened)  # categories running after each event
+    who = np.cumsum(opened * owner)  # the sum of their ids: the id itself where one runs
+    one = (running[:-1] == 1) & (at[1:] == at[:-1])  # the stretch to the next event of the same group
+    alone = np.bincount(
+        at[:-1][one] * width + who[:-1][one], weights=(times[1:] - times[:-1])[one], minlength=groups * width
+    ).astype(np.int64)
+    ran = np.bincount(key, minlength=groups * width).reshape(groups, width) > 0
+    return CategoryOverlap(
+        _by_category(names, busy.reshape(groups, width), ran), _by_category(names, alone.reshape(groups, width), ran)
     )
-    counts = np.bincount(group[sel].astype(np.int64) * width + category, minlength=groups * width).reshape(
-        groups, width
-    )
+
+
+def _by_category(names: np.ndarray, values: np.ndarray, present: np.ndarray) -> list[dict[str, int]]:
+    """Per group (a row of `values`), category -> value for the categories present in it, in CATEGORIES order,
+    then any user ones by name."""
     order = {c: i for i, c in enumerate(CATEGORIES)}
     ranked = sorted(range(len(names)), key=lambda i: (order.get(str(names[i]), len(order)), str(names[i])))
-    return [{str(names[i]): int(totals[g, i]) for i in ranked if counts[g, i]} for g in range(groups)]
+    return [{str(names[i]): int(values[g, i]) for i in ranked if present[g, i]} for g in range(len(values))]
 
 
 _MANGLED_PART = re.compile(f"({DIGITS})")

@@ -156,7 +156,11 @@ class StepLedger:
     op_counts: dict[str, int] = field(default_factory=dict)  # top-level op name -> calls in this step
     top_ops: tuple[OpTime, ...] = ()  # largest dispatch time first, at most TOP_OPS_KEPT
     kernel_counts: dict[str, int] = field(default_factory=dict)  # kernel name -> launches of it in this step
-    kernels_by_category: dict[str, int] = field(default_factory=dict)  # category -> GPU time, ns
+    kernels_by_category: dict[str, int] = field(default_factory=dict)  # category -> GPU time, ns (summed)
+    # category -> the union of its GPU ops, ns; and the part of it no other category's op ran in: gpu_busy less the
+    # union of the other categories' ops, what removing the category saves of gpu_busy (kernels.category_overlap)
+    kernels_busy_by_category: dict[str, int] = field(default_factory=dict)
+    kernels_alone_by_category: dict[str, int] = field(default_factory=dict)
     top_kernels: tuple[KernelStat, ...] = ()  # largest total first, at most TOP_KERNELS_KEPT
     top_frames: tuple[FrameTime, ...] = ()  # largest self time first, at most TOP_FRAMES_KEPT
     sync_sites: tuple[SyncSite, ...] = ()  # largest wait first
@@ -214,6 +218,8 @@ class StepLedger:
         out["top_ops"] = [o.to_json() for o in self.top_ops]
         out["kernel_counts"] = dict(self.kernel_counts)
         out["kernels_by_category"] = {c: ns / 1000 for c, ns in self.kernels_by_category.items()}
+        out["kernels_busy_by_category"] = {c: ns / 1000 for c, ns in self.kernels_busy_by_category.items()}
+        out["kernels_alone_by_category"] = {c: ns / 1000 for c, ns in self.kernels_alone_by_category.items()}
         out["top_kernels"] = [k.to_json() for k in self.top_kernels]
         out["top_frames"] = [f.to_json() for f in self.top_frames]
         out["sync_sites"] = [s.to_json() for s in self.sync_sites]
@@ -223,7 +229,16 @@ class StepLedger:
 
 
 _NESTED = {"purpose_ns", "mechanism_ns", "data_mechanism_ns", "op_counts", "top_ops", "kernel_counts"}
-_NESTED |= {"kernels_by_category", "top_kernels", "top_frames", "sync_sites", "other_threads", "tokens"}
+_NESTED |= {
+    "kernels_by_category",
+    "kernels_busy_by_category",
+    "kernels_alone_by_category",
+    "top_kernels",
+    "top_frames",
+    "sync_sites",
+    "other_threads",
+    "tokens",
+}
 
 
 _FLAT_FIELDS = tuple(
