@@ -335,4 +335,4 @@ def test_unrelated_traces_answer_a_line_each_and_show_their_ledgers_only_with_de
     assert detail.stdout.count("host time on each step's thread by purpose") == len(paths)
     doc = json.loads(cli("analyze", *paths, "--json").stdout)
     assert [t["diagnosis"]["bound"] for t in doc["traces"]] == ["host", "gpu", "cpu_only", "host"]
-    assert "First fix: profile a warm iteration, saves 513.236 ms" in lines[-1]  # the line's warm rule is the page's
+    assert "First fix: profile a warm iteration, saves 512.315 ms" in lines[-1]  # the line's warm rule is the page's

@@ -7,14 +7,28 @@ One pass over the trace for every step (`step_facts`), vectorized like the ledge
   lazy module loading in a first kernel launch, cuBLAS or cuDNN initialisation in a first GEMM or convolution,
   autotuning, CUDA context creation. A call is *cold* when it is the first of its kind in the trace (a launch: the
   first launch of its kernel; any other runtime call or op: the first of its name), takes more than `COLD_FACTOR`
-  times its baseline and at least `COLD_MIN_NS` more. The baseline of a launch is the trace's median launch call,
-  so a trace of one step still has one; of any other call or op, the median of its name over the trace (an op
-  called once has none, and is never cold). Calls that can block on the device (synchronizing calls, copies, frees)
-  and ops holding one are left out: their time may be a wait, not set-up. A step is cold when its cold calls cover
-  `COLD_SHARE` of its host window. Of a cold step, the time inside its cold calls on its own thread is also split
-  by the host partition's mechanism (`Cold.parts_ns`, probe.analysis.ledger.host): the verdict takes it out of the
-  part that would hold it (a first launch's lazy module load is launch time by mechanism) and names it first-call
-  set-up (probe.analysis.diagnosis.evidence), so the mechanism a verdict names is never the cold calls'.
+  times its baseline and at least `COLD_MIN_NS` more. The baseline is what a warm call of its kind costs: of a
+  launch, the trace's median *repeat* launch (a launch of a kernel launched before: warm by this same rule), or,
+  where no kernel is launched twice, its median launch call, so a trace of one step still has one (in a cold
+  trace whose kernels each launch once, that median is itself a first launch's: nvFuser's H200 export, 114 us
+  against 5.4 us for its four repeat launches); of any other call or op, the median of its name over the trace
+  (an op called once has none, and is never cold). Calls that can block on the device (synchronizing calls,
+  copies, frees) and ops holding one are left out: their time may be a wait, not set-up.
+  A call that loads a module or library of kernels (`MODULE_LOAD`: the CUDA driver's cuModuleLoad* and
+  cuLibraryLoad*, the runtime's cudaLibraryLoad*, HIP's hipModuleLoad*) is cold by what it is, first of its name
+  or not, with no warm cost (a warm step loads nothing), and so is a launch call that holds one on its thread
+  (CUDA's lazy loading of the kernel's module, where the trace records the load inside the launch). Where the
+  loads are separate calls (nvFuser's cuModuleLoadDataEx, cuBLASLt's cuLibraryLoadData before its first GEMM),
+  a lazily loading launch that records none is judged by the first-call rule above.
+  A step's *first-call set-up* (`Cold.ns`) is the time its cold calls cover in its host window less what warm
+  calls would cost there: the baselines of its outermost cold calls (one inside another is part of the outer's
+  time), each at most the call's time outside the module loads it holds; a step is cold when that covers
+  `COLD_SHARE` of its host window. Of a cold step, the same set-up on its
+  own thread is also split by the host partition's mechanism (`Cold.parts_ns`, probe.analysis.ledger.host: each
+  cold span's split scaled down by its warm cost): the verdict takes it out of the part that would hold it (a first
+  launch's lazy module load is launch time by mechanism) and names it first-call set-up
+  (probe.analysis.diagnosis.evidence), so the mechanism a verdict names is never the cold calls'; what a warm call
+  costs stays in its part.
 - **The capture region** (probe.analysis.ledger.host.capture_region): what it holds that a CUDA graph cannot:
   blocking runtime calls, synchronizing Python frames and `.item()` (`aten::item`, `aten::_local_scalar_dense`);
   ops whose output shape depends on the data (`DATA_DEPENDENT_OPS`: nonzero, unique, masked_select...).
@@ -45,6 +59,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -66,7 +81,13 @@ from probe.analysis.trace import Kind, Trace, api_base_name
 
 COLD_FACTOR = 10  # a first call this many times its baseline...
 COLD_MIN_NS = 1_000_000  # ...and at least 1 ms over it is one-time set-up
-COLD_SHARE = 0.1  # a step whose cold calls cover a tenth of its host window is cold
+COLD_SHARE = 0.1  # a step whose first-call set-up covers a tenth of its host window is cold
+# calls that load a module or library of kernels, cold by what they are: the CUDA driver's (cuModuleLoad,
+# cuModuleLoadData, cuModuleLoadDataEx, cuModuleLoadFatBinary, cuLibraryLoadData, cuLibraryLoadFromFile; nsys records
+# them by these names beside the runtime's calls, kineto as cuda_driver events), the runtime's cudaLibraryLoadData
+# and cudaLibraryLoadFromFile, and HIP's hipModuleLoad, hipModuleLoadData, hipModuleLoadDataEx (roctracer's and
+# kineto's hip_runtime events). Not cuModuleGetLoadingMode, cuModuleUnload or hipModuleLaunchKernel.
+MODULE_LOAD = re.compile(r"^(?:cuda|cu|hip)(?:Module|Library)Load")
 
 # runtime calls whose time may be a wait on the device, never judged cold: syncs, copies, stream waits. (A first
 # cudaFree is judged: `cudaFree(0)` is how CUDA and its libraries initialise.)
@@ -128,24 +149,46 @@ ATTENTION_OP = re.compile(r"^aten::_scaled_dot_product\w*$")
 
 @dataclass(frozen=True)
 class Cold:
-    """A step's first-call set-up: its cold calls' time in the host window, and the largest of them."""
+    """A step's first-call set-up (the module docstring): the time its cold calls take in its host window less what
+    warm calls of their kinds cost, its largest cold call other than a module load, and its module loads."""
 
-    ns: int
-    call: str
+    ns: int  # first-call set-up: calls_ns - warm_ns, at least 0
+    call: str  # its largest call the first-call rule found; "" when its cold calls are module loads and their launches
     call_ns: int
-    baseline_ns: float
+    baseline_ns: float  # what a warm call of its kind costs
     against: str  # what the call is measured against, in words
-    # Of the step's host work, the time inside its cold calls on the step's own thread, by the host partition's
-    # mechanism outside data loading (python, dispatch, launch, runtime, profiler: the innermost event decides), and
-    # "data" for what lies inside data loading; a wait (sync_wait) is not host work and is left out.
+    calls_ns: int = 0  # the time its cold calls cover in the host window (their union)
+    warm_ns: int = 0  # what its outermost cold calls cost warm: the sum of their baselines (a module load's is 0)
+    loads: int = 0  # its module-load calls (MODULE_LOAD)...
+    loads_ns: int = 0  # ...the time they cover in its host window...
+    load_names: tuple[str, ...] = ()  # ...and their names, counted: ("cuLibraryLoadData x15", ...)
+    # Of the step's set-up, the part on the step's own thread, by the host partition's mechanism outside data
+    # loading (python, dispatch, launch, runtime, profiler: the innermost event decides), and "data" for what lies
+    # inside data loading; a wait (sync_wait) is not host work and is left out.
     parts_ns: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def text(self) -> str:
-        ratio = self.call_ns / self.baseline_ns if self.baseline_ns else float("inf")
+        said = []
+        if self.call:
+            ratio = self.call_ns / self.baseline_ns if self.baseline_ns else float("inf")
+            said.append(
+                f"the first {self.call} took {self.call_ns / 1e6:.3f} ms, {ratio:,.0f}x {self.against} "
+                f"({self.baseline_ns / 1e3:.1f} us)"
+            )
+        if self.loads:
+            said.append(
+                f"{self.loads} module load{'s' if self.loads > 1 else ''} ({', '.join(self.load_names)}) took "
+                f"{self.loads_ns / 1e6:.3f} ms"
+            )
+        return "; ".join(said)
+
+    @property
+    def arithmetic(self) -> str:
+        """The set-up as a sum: the time in cold calls less what they cost warm."""
         return (
-            f"the first {self.call} took {self.call_ns / 1e6:.3f} ms, {ratio:,.0f}x {self.against} "
-            f"({self.baseline_ns / 1e3:.1f} us)"
+            f"{self.ns / 1e6:.3f} ms = {self.calls_ns / 1e6:.3f} in cold calls - {self.warm_ns / 1e6:.3f} that warm "
+            "calls of their kinds cost"
         )
 
 
@@ -274,52 +317,92 @@ def _per_step(step: np.ndarray, values: list[str], n: int) -> list[list[str]]:
     return out
 
 
+# what a cold call's baseline is (Cold.against), by its label code
+LAUNCH_REPEAT, CALL, OP, LOAD, LAUNCH_ALL = 0, 1, 2, 3, 4
+_AGAINST = {
+    LAUNCH_REPEAT: "the trace's median repeat launch call",
+    LAUNCH_ALL: "the trace's median launch call",
+    CALL: "its median call",
+    OP: "its median call",
+    LOAD: "no warm cost (a warm step loads no module)",
+}
+
+
+class _Candidates(NamedTuple):
+    """The calls and ops that may be cold: each with the key of its kind, its baseline (what a warm call of its kind
+    costs, ns), its label code (`_AGAINST`) and whether it is set-up by what it is (a module load, or a launch call
+    holding one)."""
+
+    rows: np.ndarray
+    keys: np.ndarray
+    baseline: np.ndarray
+    label: np.ndarray
+    setup: np.ndarray
+
+
+class _ColdCalls(NamedTuple):
+    """The cold calls, in time order: their baselines and label codes, what each costs warm (`_warm_costs`), and
+    whether the first-call rule found it (not only set-up by what it is: a module load, a launch holding one)."""
+
+    rows: np.ndarray
+    baseline: np.ndarray
+    label: np.ndarray
+    warm: np.ndarray
+    by_rule: np.ndarray
+
+
 def _cold(
     trace: Trace, gpu: Attribution, lo: np.ndarray, hi: np.ndarray, threads: list[tuple[int, int]]
 ) -> list[Cold | None]:
-    """Per step (`threads`: each step's pid and tid): its cold calls (the module docstring), or None when they cover
-    less than COLD_SHARE of it."""
+    """Per step (`threads`: each step's pid and tid): its first-call set-up (the module docstring), or None when it
+    covers less than COLD_SHARE of it."""
     n = len(lo)
     kernel_of = _launched_names(trace, gpu)
     candidates = _cold_candidates(trace, kernel_of)
     if candidates is None:
         return [None] * n
-    c_rows, c_base, c_label = _first_and_cold(trace, *candidates)
-    if not len(c_rows):
+    calls = _first_and_cold(trace, candidates)
+    if not len(calls.rows):
         return [None] * n
-    cold = _cold_steps(trace, kernel_of, c_rows, c_base, c_label, lo, hi)
+    cold = _cold_steps(trace, kernel_of, calls, lo, hi)
     if not any(cold):
         return cold
-    parts = _own_parts(trace, c_rows, [i for i, c in enumerate(cold) if c is not None], lo, hi, threads)
+    parts = _own_parts(trace, calls, [i for i, c in enumerate(cold) if c is not None], lo, hi, threads)
     return [replace(c, parts_ns=parts[i]) if c is not None else None for i, c in enumerate(cold)]
 
 
 def _own_parts(
-    trace: Trace, c_rows: np.ndarray, cold: list[int], lo: np.ndarray, hi: np.ndarray, threads: list[tuple[int, int]]
+    trace: Trace, calls: _ColdCalls, cold: list[int], lo: np.ndarray, hi: np.ndarray, threads: list[tuple[int, int]]
 ) -> dict[int, dict[str, int]]:
-    """Per cold step (`cold`: their positions): the time inside its cold calls on its own thread, within its host
-    window, by the host partition's mechanism outside data loading, and inside data loading as "data" (`Cold.parts_ns`).
-    One split a thread, over the merged spans of its cold steps' own cold calls."""
+    """Per cold step (`cold`: their positions): its set-up on its own thread, within its host window, by the host
+    partition's mechanism outside data loading, and inside data loading as "data" (`Cold.parts_ns`). One split a
+    thread, over the merged spans of its cold steps' own cold calls; each span's split is scaled by its share that is
+    set-up (its time less the baselines of the outermost cold calls in it, over its time), so what warm calls cost
+    stays in the parts that hold it."""
     table = PartTable.build(trace)
-    step = assign(trace.ts_ns[c_rows], lo, hi)
+    step = assign(trace.ts_ns[calls.rows], lo, hi)
     out: dict[int, dict[str, int]] = {}
     for p, t in sorted({threads[i] for i in cold}):
-        starts, ends, owner = [], [], []
+        starts, ends, owner, share = [], [], [], []
         for i in (i for i in cold if threads[i] == (p, t)):
-            rows = c_rows[(step == i) & (trace.pid[c_rows] == p) & (trace.tid[c_rows] == t)]
+            sel = (step == i) & (trace.pid[calls.rows] == p) & (trace.tid[calls.rows] == t)
+            rows = calls.rows[sel]
             a, b = merge(np.maximum(trace.ts_ns[rows], lo[i]), np.minimum(trace.end_ns[rows], hi[i]))
+            span = assign(trace.ts_ns[rows], a, b)
+            warm = np.bincount(span[span >= 0], weights=calls.warm[sel][span >= 0], minlength=len(a))
             starts.append(a)
             ends.append(b)
             owner.append(np.full(len(a), i))
-        of = np.concatenate(owner)
+            share.append(np.clip(1 - warm / np.maximum(b - a, 1), 0, 1))
+        of, scale = np.concatenate(owner), np.concatenate(share)
         if not len(of):  # the cold calls ran on other threads: none of the step's own host work is set-up
             out.update((i, {}) for i in cold if threads[i] == (p, t))
             continue
         split = mechanism_split(trace, table, p, t, np.concatenate(starts), np.concatenate(ends))
         for i in (i for i in cold if threads[i] == (p, t)):
-            mine = of == i
-            parts = {k: int(v[mine].sum() - split.in_data[k][mine].sum()) for k, v in split.mechanism.items()}
-            data = sum(int(v[mine].sum()) for k, v in split.in_data.items() if k != "sync_wait")
+            f = np.where(of == i, scale, 0.0)
+            parts = {k: round(float((v - split.in_data[k]) @ f)) for k, v in split.mechanism.items()}
+            data = round(sum(float(v @ f) for k, v in split.in_data.items() if k != "sync_wait"))
             del parts["sync_wait"], parts[UNATTRIBUTED]  # a wait is not host work; the calls cover their own span
             out[i] = {k: v for k, v in (parts | {"data": data}).items() if v}
     return out
@@ -333,27 +416,28 @@ def _launched_names(trace: Trace, gpu: Attribution) -> np.ndarray:
     return kernel_of
 
 
-_Candidates = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # rows, kind keys, baselines, label codes
-
-
 def _cold_candidates(trace: Trace, kernel_of: np.ndarray) -> _Candidates | None:
-    """The calls and ops that may be cold, each with the key of its kind, its baseline and its label code (0 a
-    launch, 1 another runtime call, 2 an op); None when there are none. Calls and ops that may wait are left out."""
+    """The calls and ops that may be cold (`_Candidates`); None when there are none. Calls and ops that may wait are
+    left out."""
     rt = trace.rows(Kind.RUNTIME)
     wait_names = trace.name_ids(lambda s: bool(MAY_WAIT.search(s) or SYNC_CALL.search(api_base_name(s))))
-    is_launch, waits = trace.launch_kind[rt] > 0, wait_names[trace.name_id[rt]]
+    load_names = trace.name_ids(lambda s: bool(MODULE_LOAD.match(api_base_name(s))))
+    is_launch = trace.launch_kind[rt] > 0
+    loads = load_names[trace.name_id[rt]] & ~is_launch
+    waits = wait_names[trace.name_id[rt]] & ~loads
     ops = trace.rows(Kind.CPU_OP)
     holds_wait = _holds_wait(trace, ops, rt[waits])
     parts: list[_Candidates] = []
     if is_launch.any():
-        parts.append(_launch_candidates(trace, rt[is_launch], kernel_of))
-    for rows, kind_code in ((rt[~is_launch & ~waits], 1), (ops[~holds_wait], 2)):
+        parts.append(_launch_candidates(trace, rt[is_launch], kernel_of, rt[loads]))
+    if loads.any():
+        parts.append(_load_candidates(trace, rt[loads]))
+    for rows, kind_code in ((rt[~is_launch & ~waits & ~loads], CALL), (ops[~holds_wait], OP)):
         if len(rows):
             parts.append(_named_candidates(trace, rows, kind_code))
     if not parts:
         return None
-    rows, keys = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
-    return rows, keys, np.concatenate([p[2] for p in parts]), np.concatenate([p[3] for p in parts])
+    return _Candidates(*(np.concatenate(column) for column in zip(*parts, strict=True)))
 
 
 def _holds_wait(trace: Trace, ops: np.ndarray, wait_calls: np.ndarray) -> np.ndarray:
@@ -363,12 +447,37 @@ def _holds_wait(trace: Trace, ops: np.ndarray, wait_calls: np.ndarray) -> np.nda
     return np.searchsorted(blocking, o_end, side="right") > np.searchsorted(blocking, o_start, side="left")
 
 
-def _launch_candidates(trace: Trace, lr: np.ndarray, kernel_of: np.ndarray) -> _Candidates:
+def _holds_on_thread(trace: Trace, outer: np.ndarray, inner: np.ndarray) -> np.ndarray:
+    """Per `outer` row: whether an `inner` row on its thread starts inside it (calls on one thread nest)."""
+    out = np.zeros(len(outer), bool)
+    for p, t in set(zip(trace.pid[inner].tolist(), trace.tid[inner].tolist(), strict=True)):
+        starts = np.sort(trace.ts_ns[inner[(trace.pid[inner] == p) & (trace.tid[inner] == t)]])
+        mine = (trace.pid[outer] == p) & (trace.tid[outer] == t)
+        o = outer[mine]
+        out[mine] = np.searchsorted(starts, trace.end_ns[o]) > np.searchsorted(starts, trace.ts_ns[o])
+    return out
+
+
+def _launch_candidates(trace: Trace, lr: np.ndarray, kernel_of: np.ndarray, loads: np.ndarray) -> _Candidates:
     """Launch calls, a kind per launched kernel (a launch without its kernel: its own), against the trace's median
-    launch call."""
+    repeat launch (of a kernel launched before), or its median launch call where no kernel is launched twice; a
+    launch call holding a module load (`loads`) is set-up by what it is."""
     key = np.where(kernel_of[lr] >= 0, kernel_of[lr], -1 - lr)
-    median = float(np.median(trace.dur_ns[lr]))
-    return lr, _kind_key(trace, 0, key), np.full(len(lr), median), np.full(len(lr), 0)
+    order = np.argsort(trace.ts_ns[lr], kind="stable")
+    repeat = np.ones(len(lr), bool)
+    repeat[order[np.unique(key[order], return_index=True)[1]]] = False
+    label = LAUNCH_REPEAT if repeat.any() else LAUNCH_ALL
+    median = float(np.median(trace.dur_ns[lr[repeat] if repeat.any() else lr]))
+    n = len(lr)
+    return _Candidates(
+        lr, _kind_key(trace, 0, key), np.full(n, median), np.full(n, label), _holds_on_thread(trace, lr, loads)
+    )
+
+
+def _load_candidates(trace: Trace, rows: np.ndarray) -> _Candidates:
+    """Module loads: each a kind of its own, with no warm cost, set-up by what it is."""
+    n = len(rows)
+    return _Candidates(rows, _kind_key(trace, LOAD, -1 - rows), np.zeros(n), np.full(n, LOAD), np.ones(n, bool))
 
 
 def _named_candidates(trace: Trace, rows: np.ndarray, kind_code: int) -> _Candidates:
@@ -378,7 +487,8 @@ def _named_candidates(trace: Trace, rows: np.ndarray, kind_code: int) -> _Candid
     counts = np.bincount(np.searchsorted(uniq, names), minlength=len(uniq))
     med = medians[np.searchsorted(uniq, names)]
     med = np.where(counts[np.searchsorted(uniq, names)] > 1, med, np.inf)
-    return rows, _kind_key(trace, kind_code, names), med, np.full(len(rows), kind_code)
+    n = len(rows)
+    return _Candidates(rows, _kind_key(trace, kind_code, names), med, np.full(n, kind_code), np.zeros(n, bool))
 
 
 def _kind_key(trace: Trace, kind_code: int, key: np.ndarray) -> np.ndarray:
@@ -390,48 +500,83 @@ def _kind_key(trace: Trace, kind_code: int, key: np.ndarray) -> np.ndarray:
     return kind_code * span + key.astype(np.int64) + offset
 
 
-def _first_and_cold(
-    trace: Trace, rows: np.ndarray, keys: np.ndarray, baseline: np.ndarray, label: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The cold candidates, in time order: the first of their kind, over COLD_FACTOR times their baseline and at
-    least COLD_MIN_NS over it; (rows, baselines, label codes)."""
-    order = np.argsort(trace.ts_ns[rows], kind="stable")
-    rows, keys, baseline, label = rows[order], keys[order], baseline[order], label[order]
+def _first_and_cold(trace: Trace, c: _Candidates) -> _ColdCalls:
+    """The cold calls, in time order: the first of their kind, over COLD_FACTOR times their baseline and at least
+    COLD_MIN_NS over it, and those set-up by what they are."""
+    order = np.argsort(trace.ts_ns[c.rows], kind="stable")
+    rows, keys, baseline, label, setup = (column[order] for column in c)
     _, first_at = np.unique(keys, return_index=True)
     first = np.zeros(len(rows), bool)
     first[first_at] = True
     dur = trace.dur_ns[rows].astype(np.float64)
-    is_cold = first & (dur > COLD_FACTOR * baseline) & (dur - baseline >= COLD_MIN_NS)
-    return rows[is_cold], baseline[is_cold], label[is_cold]
+    by_rule = first & (dur > COLD_FACTOR * baseline) & (dur - baseline >= COLD_MIN_NS) & (label != LOAD)
+    is_cold = by_rule | setup
+    rows, baseline, label = rows[is_cold], baseline[is_cold], label[is_cold]
+    return _ColdCalls(rows, baseline, label, _warm_costs(trace, rows, baseline, label == LOAD), by_rule[is_cold])
+
+
+def _warm_costs(trace: Trace, rows: np.ndarray, baseline: np.ndarray, load: np.ndarray) -> np.ndarray:
+    """Per cold call: what it would cost warm. An outermost one (inside no other cold call on its thread; calls on one
+    thread nest) costs its baseline, but no more than its time outside the module loads inside it (a warm launch loads
+    nothing, whatever the trace's median launch, itself a lazy one's where every kernel launches once); one inside
+    another is part of the outer's time, and costs nothing more."""
+    out = np.zeros(len(rows))
+    for p, t in set(zip(trace.pid[rows].tolist(), trace.tid[rows].tolist(), strict=True)):
+        mine = np.flatnonzero((trace.pid[rows] == p) & (trace.tid[rows] == t))
+        mine = mine[np.lexsort((-trace.end_ns[rows[mine]], trace.ts_ns[rows[mine]]))]
+        start, end = trace.ts_ns[rows[mine]], trace.end_ns[rows[mine]]
+        outer = mine[nesting(start, end)[0] == 0]
+        inner_load = mine[load[mine] & ~np.isin(mine, outer)]
+        held = assign(trace.ts_ns[rows[inner_load]], trace.ts_ns[rows[outer]], trace.end_ns[rows[outer]])
+        loaded = np.bincount(held[held >= 0], weights=trace.dur_ns[rows[inner_load]][held >= 0], minlength=len(outer))
+        out[outer] = np.minimum(baseline[outer], np.maximum(trace.dur_ns[rows[outer]] - loaded, 0))
+    return out
 
 
 def _cold_steps(
-    trace: Trace,
-    kernel_of: np.ndarray,
-    c_rows: np.ndarray,
-    c_base: np.ndarray,
-    c_label: np.ndarray,
-    lo: np.ndarray,
-    hi: np.ndarray,
+    trace: Trace, kernel_of: np.ndarray, calls: _ColdCalls, lo: np.ndarray, hi: np.ndarray
 ) -> list[Cold | None]:
-    """Per step whose cold calls cover COLD_SHARE of its host window: its time in them and its longest one."""
+    """Per step whose first-call set-up covers COLD_SHARE of its host window: its set-up (the time its cold calls
+    cover less what the ones that start in it cost warm), its largest call the first-call rule found (a launch cold
+    only by the module load it holds is told by its load) and its module loads."""
     n = len(lo)
-    ms_, me_ = merge(trace.ts_ns[c_rows], trace.end_ns[c_rows])
-    cold_ns = covered(ms_, me_, lo, hi)
-    step = assign(trace.ts_ns[c_rows], lo, hi)
+    calls_ns = covered(*merge(trace.ts_ns[calls.rows], trace.end_ns[calls.rows]), lo, hi)
+    step = assign(trace.ts_ns[calls.rows], lo, hi)
+    inside = step >= 0
+    warm_ns = np.rint(np.bincount(step[inside], weights=calls.warm[inside], minlength=n)).astype(np.int64)
+    setup_ns = np.maximum(calls_ns - warm_ns, 0)
+    is_load = calls.label == LOAD
+    loads = calls.rows[is_load]
+    loads_ns = covered(*merge(trace.ts_ns[loads], trace.end_ns[loads]), lo, hi)
     out: list[Cold | None] = [None] * n
-    against = {0: "the trace's median launch call", 1: "its median call", 2: "its median call"}
-    for i in np.flatnonzero(cold_ns >= COLD_SHARE * (hi - lo)).tolist():
+    for i in np.flatnonzero(setup_ns >= COLD_SHARE * (hi - lo)).tolist():
         mine = np.flatnonzero(step == i)
         if not len(mine):
             continue
-        j = mine[np.argmax(trace.dur_ns[c_rows[mine]])]
-        row = int(c_rows[j])
-        call = trace.names[trace.name_id[row]]
-        if c_label[j] == 0 and kernel_of[row] >= 0:
-            call = f"{api_base_name(call)} (of {trace.names[kernel_of[row]][:60]})"
-        out[i] = Cold(int(cold_ns[i]), call, int(trace.dur_ns[row]), float(c_base[j]), against[int(c_label[j])])
+        mine_loads = calls.rows[mine[is_load[mine]]]
+        out[i] = Cold(
+            int(setup_ns[i]),
+            *_largest(trace, kernel_of, calls, mine[calls.by_rule[mine]]),
+            calls_ns=int(calls_ns[i]),
+            warm_ns=int(warm_ns[i]),
+            loads=len(mine_loads),
+            loads_ns=int(loads_ns[i]),
+            load_names=_counted(_names(trace, mine_loads)),
+        )
     return out
+
+
+def _largest(trace: Trace, kernel_of: np.ndarray, calls: _ColdCalls, idx: np.ndarray) -> tuple[str, int, float, str]:
+    """Of the cold calls `idx`: the longest's name (a launch: its call and its kernel), time, baseline and what the
+    baseline is, in words; ("", 0, 0.0, "") when there are none."""
+    if not len(idx):
+        return "", 0, 0.0, ""
+    j = idx[np.argmax(trace.dur_ns[calls.rows[idx]])]
+    row = int(calls.rows[j])
+    call = trace.names[trace.name_id[row]]
+    if calls.label[j] in (LAUNCH_REPEAT, LAUNCH_ALL) and kernel_of[row] >= 0:
+        call = f"{api_base_name(call)} (of {trace.names[kernel_of[row]][:60]})"
+    return call, int(trace.dur_ns[row]), float(calls.baseline[j]), _AGAINST[int(calls.label[j])]
 
 
 def _named(trace: Trace, lo: np.ndarray, hi: np.ndarray, *patterns: re.Pattern) -> list[tuple[list[str], ...]]:

@@ -20,9 +20,10 @@ to [0, the step], so a what-if never promises more than the step nor less than n
 
 - graph capture set-up (`Evidence.capture_setup`: the step records launches into a graph or instantiates one):
   nothing; the capture what-if is said to be done already, every other change waits for a step that replays it;
-- a cold step (conditions: first-call set-up covers a tenth of it): profile a warm iteration, and nothing else;
-  where the host work it keeps is mostly time no event covers, the assumption says that the trace cannot tell it
-  from set-up (only the cold calls' time is priced as set-up);
+- a cold step (conditions: first-call set-up covers a tenth of it): profile a warm iteration, and nothing else; it
+  saves the set-up, the time in the cold calls less what warm calls of their kinds cost (their baselines: a warm
+  step still makes them); where the host work it keeps is mostly time no event covers, the assumption says that the
+  trace cannot tell it from set-up (only the cold calls' time is priced as set-up);
 - capture the forward in a CUDA graph (GPU): the capture region's host time (`StepLedger.capturable_ns`) vanishes,
   one graph launch remains; kernels keep their durations. Requires a warm step, the GPU side recorded, a forward
   (no backward, no optimizer), nothing in the region that waits on the device, no data-dependent shapes; shapes
@@ -397,7 +398,8 @@ def what_if(s: StepLedger, e: Evidence, on_gpu: bool, context: Context) -> tuple
 
 
 def _warm(offer: _Offer, e: Evidence, cold: Cold) -> None:
-    """A cold step: profile a warm iteration first, and nothing else is offered. Where the host work it keeps is
+    """A cold step: profile a warm iteration first, and nothing else is offered; it saves the step's set-up (its cold
+    calls' time less what warm calls of their kinds cost: `Cold.ns`). Where the host work it keeps is
     mostly time no event covers (the verdict's rule, `largest_host_part` without set-up), the assumption says so:
     only the cold calls' time is priced as set-up, and the trace cannot say what that time is."""
     b = offer.b
@@ -414,7 +416,7 @@ def _warm(offer: _Offer, e: Evidence, cold: Cold) -> None:
             predicted,
             1,
             b,
-            f"{b.label} - {ms(cold.ns)} first-call set-up = {ms(predicted)} ms; {cold.text}",
+            f"{b.label} - {ms(cold.ns)} first-call set-up = {ms(predicted)} ms; set-up {cold.arithmetic}; {cold.text}",
             "a warm step does not pay first-call set-up (lazy module loading, library initialisation, autotuning); "
             f"every other change waits for a warm profile{kept}",
             (COLD,),
