@@ -39,7 +39,9 @@ from probe.analysis.trace.table import (
     Trace,
     api_base_name,
     check_events,
+    device_info,
     finish,
+    int64_or_none,
     max_events,
     of_names,
 )
@@ -313,7 +315,7 @@ class _Table:
             raise ProbeError(f"{self.source}: not JSON ({self.error})")
         if top.traceEvents is None:
             raise ProbeError(f"{self.source}: JSON but not a trace (no traceEvents list): {_what_else(doc)}")
-        return _Top(_int64_or_none(top.baseTimeNanoseconds), _rank(top.distributedInfo), _devices(top.deviceProperties))
+        return _Top(int64_or_none(top.baseTimeNanoseconds), _rank(top.distributedInfo), _devices(top.deviceProperties))
 
     def _not_a_trace(self) -> str:
         return f"{self.source}: JSON but not a trace (expected an object with traceEvents)"
@@ -787,54 +789,32 @@ def _copy_kinds(values: list) -> np.ndarray:
     return np.fromiter((code(v, -1) if type(v) in (int, str) else -1 for v in values), np.int8, len(values))
 
 
-_DEVICE_FIELDS = {  # DeviceInfo field <- deviceProperties key (kineto's names; ROCm's for the last one)
-    "id": "id",
-    "total_memory_bytes": "totalGlobalMem",
-    "sm_count": "numSms",
-    "compute_major": "computeMajor",
-    "compute_minor": "computeMinor",
-    "warp_size": "warpSize",
-    "max_threads_per_block": "maxThreadsPerBlock",
-    "max_threads_per_sm": "maxThreadsPerMultiprocessor",
-    "regs_per_block": "regsPerBlock",
-    "regs_per_sm": "regsPerMultiprocessor",
-    "shared_memory_per_block_bytes": "sharedMemPerBlock",
-    "shared_memory_per_block_optin_bytes": "sharedMemPerBlockOptin",
-    "shared_memory_per_sm_bytes": "sharedMemPerMultiprocessor",
+_DEVICE_KEYS = {  # DeviceInfo field <- its deviceProperties key (kineto's names; then ROCm's for shared memory per SM)
+    "id": ("id",),
+    "total_memory_bytes": ("totalGlobalMem",),
+    "sm_count": ("numSms",),
+    "compute_major": ("computeMajor",),
+    "compute_minor": ("computeMinor",),
+    "warp_size": ("warpSize",),
+    "max_threads_per_block": ("maxThreadsPerBlock",),
+    "max_threads_per_sm": ("maxThreadsPerMultiprocessor",),
+    "regs_per_block": ("regsPerBlock",),
+    "regs_per_sm": ("regsPerMultiprocessor",),
+    "shared_memory_per_block_bytes": ("sharedMemPerBlock",),
+    "shared_memory_per_block_optin_bytes": ("sharedMemPerBlockOptin",),
+    "shared_memory_per_sm_bytes": ("sharedMemPerMultiprocessor", "maxSharedMemoryPerMultiProcessor"),
 }
-_ROCM_SHARED_PER_SM = "maxSharedMemoryPerMultiProcessor"
 
 
 def _devices(props) -> tuple[DeviceInfo, ...]:
-    """deviceProperties as DeviceInfo, one an object; a value of the wrong type reads as None."""
+    """deviceProperties as DeviceInfo, one an object."""
     if type(props) is not list:
         return ()
-    out = []
-    for p in props:
-        if type(p) is not dict:
-            continue
-        ints = {f: _int64_or_none(p.get(key)) for f, key in _DEVICE_FIELDS.items()}
-        if ints["shared_memory_per_sm_bytes"] is None:
-            ints["shared_memory_per_sm_bytes"] = _int64_or_none(p.get(_ROCM_SHARED_PER_SM))
-        known = {*_DEVICE_FIELDS.values(), _ROCM_SHARED_PER_SM, "name"}
-        other = tuple(
-            (k, v) for k, v in p.items() if k not in known and type(v) in (int, float, str, bool) and _scalar_ok(v)
-        )
-        name = p.get("name")
-        out.append(DeviceInfo(name=name if type(name) is str else "", other=other, **ints))
-    return tuple(out)
-
-
-def _scalar_ok(v) -> bool:
-    return type(v) is not int or _I64.min <= v <= _I64.max
-
-
-def _int64_or_none(v) -> int | None:
-    return v if type(v) is int and _I64.min <= v <= _I64.max else None
+    return tuple(device_info(p, _DEVICE_KEYS) for p in props if type(p) is dict)
 
 
 def _rank(info) -> int | None:
-    return _int64_or_none(info.get("rank")) if isinstance(info, dict) else None
+    return int64_or_none(info.get("rank")) if isinstance(info, dict) else None
 
 
 def _chrome_kind(cat: str) -> Kind:

@@ -186,6 +186,7 @@ COPY_KINDS = ("HtoH", "HtoD", "DtoH", "DtoD", "default")
 COPY_KIND_OF_TEXT = {"HtoH": 0, "HtoD": 1, "DtoH": 2, "DtoD": 3, "HtoA": 1, "AtoH": 2, "AtoA": 3, "AtoD": 3}
 COPY_KIND_OF_TEXT |= {"DtoA": 3, "PtoP": 3}
 _COPY_CALL = re.compile(r"(?:cuda|hip|cu)Memcpy")
+_I64_MIN, _I64_MAX = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
 _MEMCPY_NAME = re.compile(r"Memcpy (\w+)")  # kineto's "Memcpy HtoD (Host -> Device)", nsys's "Memcpy HtoD"
 
 
@@ -229,6 +230,31 @@ class DeviceInfo:
     shared_memory_per_block_optin_bytes: int | None  # sharedMemPerBlockOptin
     shared_memory_per_sm_bytes: int | None  # sharedMemPerMultiprocessor; ROCm: maxSharedMemoryPerMultiProcessor
     other: tuple[tuple[str, int | float | str | bool], ...] = ()  # any other scalar key, as written (MTIA's)
+
+
+_SCALARS = (int, float, str, bool)  # the values of a device's properties kept in DeviceInfo.other
+
+
+def device_info(props: dict, keys: dict[str, tuple[str, ...]]) -> DeviceInfo:
+    """One device's properties as the file names them (chrome's deviceProperties entry, a TARGET_INFO_GPU row of an
+    nsys export) typed: each field from the first of its `keys` that holds an integer within int64, the name from
+    "name" when it is text, every other scalar value kept in `other`; a value of the wrong type reads as None."""
+    ints = {
+        f: next((v for k in names if (v := int64_or_none(props.get(k))) is not None), None) for f, names in keys.items()
+    }
+    known = {k for names in keys.values() for k in names} | {"name"}
+    other = tuple(
+        (k, v)
+        for k, v in props.items()
+        if k not in known and type(v) in _SCALARS and (type(v) is not int or int64_or_none(v) is not None)
+    )
+    name = props.get("name")
+    return DeviceInfo(name=name if type(name) is str else "", other=other, **ints)
+
+
+def int64_or_none(v) -> int | None:
+    """An integer value of a file that fits int64 (not a bool, not a float), else None."""
+    return v if type(v) is int and _I64_MIN <= v <= _I64_MAX else None
 
 
 @dataclass(frozen=True, eq=False)
