@@ -50,7 +50,8 @@ Kinds (`Kind`, stored in `kind`), from chrome's `cat` (case-insensitive) or the 
 - `profiler_step`: a `ProfilerStep#N` `user_annotation` or `cpu_op`; an NVTX range of that name.
 - `runtime`: `cuda_runtime`, `cuda_driver`, `runtime`, `hip_runtime`, `hip_driver`, and kineto's other runtimes
   (`mtia_runtime`, `xpu_runtime`, `xpu_driver`, `privateuse1_runtime`, `privateuse1_driver`, `glow_runtime`,
-  `hpu_op`); CUPTI_ACTIVITY_KIND_RUNTIME.
+  `hpu_op`); an event with no category named as a CUDA or HIP API call (`cuLaunchKernel`, `cudaMalloc`,
+  `hipMemcpy`); CUPTI_ACTIVITY_KIND_RUNTIME.
 - `kernel`: `kernel`, `Kernel`, `cuda_profiler_range` (the CUPTI range profiler's one range a kernel, paired with
   the launch calls in order, as HTA does; their times are the profiler's), MTIA's `mtia_ccp_events` executions
   (`pe_exe`, `merge`, `remote`); CUPTI_ACTIVITY_KIND_KERNEL.
