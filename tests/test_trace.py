@@ -372,6 +372,7 @@ def _bad_files(tmp: Path) -> dict[str, Path]:
     con.commit()
     con.close()
     out["nsys tables without StringIds"] = tmp / "nostrings.sqlite"
+    out["nsys export of OS runtime calls only"] = make_nsys_fixture.build_osrt_only(tmp / "osrt.sqlite")
     (tmp / "garbage.sqlite").write_bytes(b"SQLite format 3\x00" + b"\x00" * 200)
     out["corrupt SQLite"] = tmp / "garbage.sqlite"
     out["missing file"] = tmp / "does-not-exist.json"
@@ -398,6 +399,7 @@ BAD = [
     "nsys report, not export",
     "SQLite without nsys tables",
     "nsys tables without StringIds",
+    "nsys export of OS runtime calls only",
     "corrupt SQLite",
     "missing file",
     "a folder",
@@ -411,6 +413,19 @@ def test_bad_input_is_one_line(bad_files, case):
     message = str(info.value)
     assert message and "\n" not in message
     assert str(bad_files[case].name) in message
+
+
+def test_an_nsys_export_without_cuda_or_nvtx_is_named_for_what_it_is(bad_files):
+    """An export of `nsys profile --trace=osrt` was refused as 'SQLite but not an Nsight Systems export': it is one,
+    recorded without the traces probe reads. The refusal says so, what it holds, and how to record what probe reads."""
+    with pytest.raises(ProbeError) as info:
+        load_trace(bad_files["nsys export of OS runtime calls only"])
+    assert str(info.value).endswith(
+        "osrt.sqlite: an Nsight Systems export without a CUDA or NVTX trace (it holds OS runtime calls): probe reads "
+        "CUDA kernels, copies, API calls and NVTX ranges; record them with nsys profile --trace=cuda,nvtx,osrt"
+    )
+    with pytest.raises(ProbeError, match="SQLite but not an Nsight Systems export"):
+        load_trace(bad_files["SQLite without nsys tables"])
 
 
 def test_negative_durations_are_dropped_and_said(tmp_path):
@@ -916,6 +931,39 @@ def test_odd_device_properties(tmp_path):
     assert (a.id, a.name, a.sm_count, a.total_memory_bytes, a.other) == (None, "", None, None, ())
     assert (b.id, b.name) == (3, "")
     assert load_trace(write_trace(tmp_path / "u.json", [x("a", 1.0, 1.0)], deviceProperties={"0": {}})).devices == ()
+
+
+def test_nsys_names_its_gpus_as_chrome_does(hand_nsys, tmp_path):
+    """TARGET_INFO_GPU (one row a GPU: 'NVIDIA H200', its memory, SMs, compute capability) is the export's
+    deviceProperties: the roofline found no device in an export that named it ('give --device NAME')."""
+    from probe.analysis.diagnosis.answer import trace_device
+    from probe.analysis.roofline.devices import device
+
+    path = tmp_path / "gpus.sqlite"
+    path.write_bytes(hand_nsys.read_bytes())
+    make_nsys_fixture.add_gpus(path, make_nsys_fixture.H200, (1, None, "lots", 2.5, 9, 0))  # odd types read as None
+    trace = load_trace(path)
+    h200, odd = trace.devices
+    assert h200 == DeviceInfo(
+        id=0,
+        name="NVIDIA H200",
+        total_memory_bytes=150137864192,
+        sm_count=132,
+        compute_major=9,
+        compute_minor=0,
+        warp_size=32,
+        max_threads_per_block=1024,
+        max_threads_per_sm=None,  # nsys records warps per SM, kept with the other columns as written
+        regs_per_block=None,
+        regs_per_sm=None,
+        shared_memory_per_block_bytes=None,
+        shared_memory_per_block_optin_bytes=None,
+        shared_memory_per_sm_bytes=233472,
+        other=(("vmId", 281474976710656), ("chipName", "GH100"), ("maxWarpsPerSm", 64)),
+    )
+    assert (odd.id, odd.name, odd.total_memory_bytes, odd.sm_count) == (1, "", None, None)
+    assert trace_device(trace, None) == (device("H200"), None)
+    assert load_trace(hand_nsys).devices == ()  # an export without the table names none
 
 
 def test_nsys_copies_and_memsets(hand_nsys):

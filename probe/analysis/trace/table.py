@@ -34,8 +34,8 @@ Columns, all of length `len(trace)`:
   `record_shapes=True`); -1 on every other row and when the op recorded none. One `Shapes` per distinct
   recording, in first-seen order.
 
-`Trace.devices` holds chrome's top-level `deviceProperties`, one `DeviceInfo` a device (empty when absent, and for
-nsys exports).
+`Trace.devices` holds the GPUs the file names, one `DeviceInfo` a device: chrome's top-level `deviceProperties`,
+an nsys export's TARGET_INFO_GPU rows (empty when absent).
 
 `Trace.base_ns` is the absolute epoch time of `ts_ns == 0` when the file says it (chrome
 `baseTimeNanoseconds`, nsys `TARGET_INFO_SESSION_START_TIME.utcEpochNs`), else None. `Trace.rank` is the
@@ -93,6 +93,16 @@ import numpy as np
 from probe.errors import ProbeError
 
 TraceFormat = Literal["torch_chrome", "nsys_sqlite"]
+# Of each format: where it names its GPUs (`Trace.devices`), and why its GPU side can be missing and how to record it.
+DEVICES_NAMED_IN: dict[TraceFormat, str] = {
+    "torch_chrome": "its deviceProperties name",
+    "nsys_sqlite": "its TARGET_INFO_GPU table names",
+}
+GPU_UNRECORDED_WHY: dict[TraceFormat, str] = {
+    "torch_chrome": "torch.profiler without ProfilerActivity.CUDA, or CUPTI unavailable",
+    "nsys_sqlite": "an Nsight Systems export that recorded no kernel, copy or memset: record the GPU work inside the "
+    "capture with nsys profile --trace=cuda,nvtx,osrt",
+}
 
 
 class Kind(enum.IntEnum):
