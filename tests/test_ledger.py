@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import random
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -358,6 +359,32 @@ def test_overlapping_steps_are_said(tmp_path):
 
 
 # --- the hand-made nsys export (tests/data/make_nsys_fixture.py) ----------------------------------------
+
+
+def test_an_nsys_export_without_gpu_work_says_how_nsys_records_it(tmp_path):
+    """An export whose process made two CUDA runtime calls and ran no kernel, copy or memset: its GPU side is not
+    recorded, said in nsys's words (its TARGET_INFO_GPU table, `nsys profile --trace=...`), not torch.profiler's."""
+    path = tmp_path / "no_gpu_work.sqlite"
+    con = sqlite3.connect(str(path))
+    for sql in make_nsys_fixture.SCHEMA[:2] + [make_nsys_fixture.SCHEMA[3]]:  # StringIds, session start, runtime
+        con.execute(sql)
+    con.executemany(
+        "INSERT INTO StringIds VALUES (?, ?)", [(1, "cuModuleGetLoadingMode"), (2, "cudaGetDeviceProperties")]
+    )
+    tid = make_nsys_fixture.global_tid(make_nsys_fixture.PID_A, make_nsys_fixture.MAIN)
+    con.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 1, ?, ?, ?, 0, NULL)",
+        [(1_000, 1_700, tid, 1, 1), (40_000, 40_600, tid, 2, 2)],
+    )
+    con.commit()
+    con.close()
+    make_nsys_fixture.add_gpus(path, make_nsys_fixture.H200)
+    a = analyze(load_trace(path))
+    assert not a.on_gpu and a.gpu_unrecorded == (
+        "its TARGET_INFO_GPU table names 1 GPU(s) (NVIDIA H200); its host made 2 GPU runtime calls, but no GPU op and "
+        "no launch call (an Nsight Systems export that recorded no kernel, copy or memset: record the GPU work inside "
+        "the capture with nsys profile --trace=cuda,nvtx,osrt)"
+    )
 
 
 def test_nsys_hand_fixture(tmp_path):

@@ -372,6 +372,7 @@ def _bad_files(tmp: Path) -> dict[str, Path]:
     con.commit()
     con.close()
     out["nsys tables without StringIds"] = tmp / "nostrings.sqlite"
+    out["nsys export of OS runtime calls only"] = make_nsys_fixture.build_osrt_only(tmp / "osrt.sqlite")
     (tmp / "garbage.sqlite").write_bytes(b"SQLite format 3\x00" + b"\x00" * 200)
     out["corrupt SQLite"] = tmp / "garbage.sqlite"
     out["missing file"] = tmp / "does-not-exist.json"
@@ -398,6 +399,7 @@ BAD = [
     "nsys report, not export",
     "SQLite without nsys tables",
     "nsys tables without StringIds",
+    "nsys export of OS runtime calls only",
     "corrupt SQLite",
     "missing file",
     "a folder",
@@ -411,6 +413,19 @@ def test_bad_input_is_one_line(bad_files, case):
     message = str(info.value)
     assert message and "\n" not in message
     assert str(bad_files[case].name) in message
+
+
+def test_an_nsys_export_without_cuda_or_nvtx_is_named_for_what_it_is(bad_files):
+    """An export of `nsys profile --trace=osrt` was refused as 'SQLite but not an Nsight Systems export': it is one,
+    recorded without the traces probe reads. The refusal says so, what it holds, and how to record what probe reads."""
+    with pytest.raises(ProbeError) as info:
+        load_trace(bad_files["nsys export of OS runtime calls only"])
+    assert str(info.value).endswith(
+        "osrt.sqlite: an Nsight Systems export without a CUDA or NVTX trace (it holds OS runtime calls): probe reads "
+        "CUDA kernels, copies, API calls and NVTX ranges; record them with nsys profile --trace=cuda,nvtx,osrt"
+    )
+    with pytest.raises(ProbeError, match="SQLite but not an Nsight Systems export"):
+        load_trace(bad_files["SQLite without nsys tables"])
 
 
 def test_negative_durations_are_dropped_and_said(tmp_path):
@@ -598,7 +613,7 @@ def test_two_processes_read_what_one_reads(tmp_path, tiny_pieces, reads, monkeyp
     assert reads == ["two"] * len(paths)  # each read by two processes, none diverged
 
 
-@pytest.mark.parametrize("odd", ["false cut", "odd types", "thread named in words", "not UTF-8"])
+@pytest.mark.parametrize("odd", ["false cut", "odd types", "thread named in words", "not UTF-8", "exact ns in args"])
 def test_what_two_processes_cannot_share_is_read_by_one_alike(tmp_path, tiny_pieces, reads, monkeypatch, odd):
     """A cut inside a string, a piece of odd types, a thread named in words (its id is the order of such names
     across the whole file) or a byte that is not UTF-8: the two-process read stops and one process reads the
@@ -610,6 +625,8 @@ def test_what_two_processes_cannot_share_is_read_by_one_alike(tmp_path, tiny_pie
         events[120]["name"], events[121] = ["list"], 7
     elif odd == "thread named in words":
         events[120]["tid"] = "main"
+    elif odd == "exact ns in args":  # rocprof v1's BeginNs / EndNs: only the untyped read takes them
+        events[120]["args"] = {"BeginNs": "120000001", "EndNs": "120500002"}
     path = write_trace(tmp_path / "t.json", events)
     if odd == "not UTF-8":
         path.write_bytes(path.read_bytes().replace(b"op120", b"op\xff\xfe"))
@@ -916,6 +933,39 @@ def test_odd_device_properties(tmp_path):
     assert load_trace(write_trace(tmp_path / "u.json", [x("a", 1.0, 1.0)], deviceProperties={"0": {}})).devices == ()
 
 
+def test_nsys_names_its_gpus_as_chrome_does(hand_nsys, tmp_path):
+    """TARGET_INFO_GPU (one row a GPU: 'NVIDIA H200', its memory, SMs, compute capability) is the export's
+    deviceProperties: the roofline found no device in an export that named it ('give --device NAME')."""
+    from probe.analysis.diagnosis.answer import trace_device
+    from probe.analysis.roofline.devices import device
+
+    path = tmp_path / "gpus.sqlite"
+    path.write_bytes(hand_nsys.read_bytes())
+    make_nsys_fixture.add_gpus(path, make_nsys_fixture.H200, (1, None, "lots", 2.5, 9, 0))  # odd types read as None
+    trace = load_trace(path)
+    h200, odd = trace.devices
+    assert h200 == DeviceInfo(
+        id=0,
+        name="NVIDIA H200",
+        total_memory_bytes=150137864192,
+        sm_count=132,
+        compute_major=9,
+        compute_minor=0,
+        warp_size=32,
+        max_threads_per_block=1024,
+        max_threads_per_sm=None,  # nsys records warps per SM, kept with the other columns as written
+        regs_per_block=None,
+        regs_per_sm=None,
+        shared_memory_per_block_bytes=None,
+        shared_memory_per_block_optin_bytes=None,
+        shared_memory_per_sm_bytes=233472,
+        other=(("vmId", 281474976710656), ("chipName", "GH100"), ("maxWarpsPerSm", 64)),
+    )
+    assert (odd.id, odd.name, odd.total_memory_bytes, odd.sm_count) == (1, "", None, None)
+    assert trace_device(trace, None) == (device("H200"), None)
+    assert load_trace(hand_nsys).devices == ()  # an export without the table names none
+
+
 def test_nsys_copies_and_memsets(hand_nsys):
     """make_nsys_fixture: one HtoD copy (copyKind 1) of 4096 bytes, one memset of 1024; nsys keeps no bytes on the
     runtime call itself."""
@@ -1038,3 +1088,98 @@ def test_the_legacy_exports_sides_are_read_by_their_process(tmp_path):
     assert "2 in 'CPU functions' as CPU ops, 1 in 'CUDA functions' as kernels" in said
     kineto = write_trace(tmp_path / "kineto.json", [x("aten::mm", 1.0, 1.0, pid=cpu)])
     assert not any("legacy" in w for w in load_trace(kineto).warnings)  # a category says the side: no guess
+
+
+# --- times as text, and rocprof v1's exact ns ---------------------------------------------------------------
+
+
+def test_a_time_written_as_a_json_string_of_a_number_is_that_number():
+    """rocprof v1 writes `"ts": "852321267783"`; chrome://tracing and Perfetto read it as the number. Only a string
+    whose own text is a JSON number: no spaces, escapes or words."""
+    from probe.analysis.trace.timetext import times_ns
+
+    texts = [b'"852321267783"', b'"1.5"', b'"-2"', b'"1e3"', b"7", b'" 5"', b'"5 "', b'"x"', b'""', b'"\\u0035"']
+    ns, status = times_ns(texts)
+    assert ns.tolist()[:5] == [852321267783000, 1500, -2000, 1_000_000, 7000]
+    assert status.tolist() == [0, 0, 0, 0, 0, 1, 1, 1, 1, 1]  # NUMBER for the first five, NOT_A_NUMBER after
+    assert times_ns([b'"99999999999999999999"'])[1].tolist() == [2]  # a number past int64 is said so, quoted or not
+
+
+def _rocprof_v1(ts_us: int, dur_us: int, begin_ns: int, end_ns: int, name: str, pid: str, tid: str) -> dict:
+    """An event as rocprof v1 (tblextr.py) writes it: no category, every number as text, exact ns in args."""
+    args = {"BeginNs": str(begin_ns), "EndNs": str(end_ns), "Name": name, "DurationNs": str(end_ns - begin_ns)}
+    return {"ph": "X", "name": name, "pid": pid, "tid": tid, "ts": str(ts_us), "dur": str(dur_us), "args": args}
+
+
+ROCPROF_V1 = [
+    {"args": {"name": "CPU HIP API"}, "ph": "M", "pid": 2, "name": "process_name"},
+    # ts is BeginNs cut to whole us, dur (EndNs - BeginNs) cut likewise: the args keep the exact ns
+    _rocprof_v1(773900799393, 1, 773900799393845, 773900799395095, "hipGetDeviceCount", "2", "517"),
+    _rocprof_v1(773902406290, 9, 773902406290100, 773902406299500, "hipLaunchKernel", "2", "517"),
+    _rocprof_v1(773902406300, 5, 773902406300661, 773902406305941, "elementwise_kernel", "8", "1"),
+]
+
+
+def test_rocprof_v1_times_are_its_exact_ns_and_its_numbers_text(tmp_path, tiny_pieces):
+    """A rocprof v1 `--hip-trace` JSON: `ts`, `dur`, `pid`, `tid` as decimal text (all its events were dropped as
+    non-numeric, and probe exited 2). Where args hold BeginNs and EndNs (the same clock as ts, in ns) they are the
+    times; elsewhere the text of ts and dur. Read in tiny pieces, so typed and untyped pieces meet."""
+    text_only = {"ph": "X", "cat": "cpu_op", "name": "text", "pid": "2", "tid": "517", "ts": "773902406400", "dur": "2"}
+    bad = [
+        _rocprof_v1(773902406500, 1, -5, 10, "hipSetDevice", "2", "517"),  # BeginNs not a time: ts and dur it is
+        {**text_only, "ts": "soon"},
+    ]
+    events = ROCPROF_V1 + [x(f"op{i}", 773902407000.0 + i, 0.5) for i in range(20)] + [text_only, *bad]
+    trace = load_trace(write_trace(tmp_path / "rocprof.json", events))
+    rows = {trace.name(i): i for i in range(len(trace)) if not trace.name(i).startswith("op")}
+    assert set(rows) == {"hipGetDeviceCount", "hipLaunchKernel", "elementwise_kernel", "text", "hipSetDevice"}
+    read = {n: (trace.ts_ns[i], trace.dur_ns[i], trace.pid[i], trace.tid[i]) for n, i in rows.items()}
+    assert read["hipGetDeviceCount"] == (773900799393845, 1250, 2, 517)
+    assert read["elementwise_kernel"] == (773902406300661, 5280, 8, 1)
+    assert read["text"] == (773902406400000, 2000, 2, 517)  # numbers as text, no args: exact from the text
+    assert read["hipSetDevice"] == (773902406500000, 1000, 2, 517)
+    assert trace.dropped == {"missing or non-numeric ts": 1}
+    assert len(trace) == 5 + 20
+
+
+def test_events_without_a_category_are_said_and_api_calls_read_by_name(tmp_path):
+    """A driver tracer (eBPF on libcuda) writes its calls with no `cat`: they were dropped into 'other' without a
+    word, and the trace read as CPU only. A CUDA or HIP API name makes such an event a runtime call; what is left
+    is named, with counts, in one line. An event with a category is never read by its name."""
+
+    def bare(name: str, ts: float) -> dict:
+        return {"ph": "X", "name": name, "pid": 7, "tid": 7, "ts": ts, "dur": 1.0}
+
+    events = [bare("cuStreamSynchronize", 10.0 * i) for i in range(3)] + [
+        bare("cuLaunchKernel", 40.0),
+        bare("__hipPushCallConfiguration", 45.0),
+        bare("cudnn_conv_kernel", 50.0),  # a kernel-like name: not a call
+        bare("my_step", 60.0),
+        bare("my_step", 70.0),
+        x("cudaMalloc", 80.0, 1.0, cat="cpu_op"),  # a category: its kind, whatever its name
+        x("cuLaunchKernel", 90.0, 1.0, cat="gcu_runtime"),  # an unknown category stays other
+    ]
+    trace = load_trace(write_trace(tmp_path / "ebpf.json", events))
+    kinds = {(trace.name(i), Kind(trace.kind[i]).label) for i in range(len(trace))}
+    assert kinds == {
+        ("cuStreamSynchronize", "runtime"),
+        ("cuLaunchKernel", "runtime"),
+        ("__hipPushCallConfiguration", "runtime"),
+        ("cudnn_conv_kernel", "other"),
+        ("my_step", "other"),
+        ("cudaMalloc", "cpu_op"),
+        ("cuLaunchKernel", "other"),
+    }
+    calls, rest = (w for w in trace.warnings if "no category" in w)
+    assert calls == (
+        "5 event(s) with no category read as CUDA/HIP API calls by their names: cuStreamSynchronize (3), "
+        "cuLaunchKernel (1), __hipPushCallConfiguration (1)"
+    )
+    assert rest.startswith("3 event(s) with no category, kept as 'other'") and rest.endswith(
+        ": my_step (2), cudnn_conv_kernel (1)"
+    )
+    from probe.analysis.ledger.build import analyze
+
+    assert analyze(trace).totals.launches == 1  # the launch counts, so the trace is no longer CPU only
+    categorized = load_trace(write_trace(tmp_path / "t.json", [x("a", 1.0, 1.0), x("cuLaunchKernel", 2.0, 1.0)]))
+    assert not any("no category" in w for w in categorized.warnings)

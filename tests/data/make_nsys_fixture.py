@@ -132,6 +132,66 @@ SCHEMA = [
 )""",
 ]
 
+# Two more tables, as Nsight Systems 2024.6 writes them (schema 3.16.1): the GPUs of the machine, one row each, and
+# the OS runtime calls of `--trace=osrt` (an export of that trace alone holds no table of SCHEMA but StringIds).
+GPU_SCHEMA = """CREATE TABLE TARGET_INFO_GPU (
+    vmId                        INTEGER   NOT NULL,                    -- Serialized GlobalId.
+    id                          INTEGER   NOT NULL,                    -- Device ID.
+    name                        TEXT,                                  -- Device name.
+    busLocation                 TEXT,                                  -- PCI bus location.
+    isDiscrete                  INTEGER,                               -- True if discrete, false if integrated.
+    l2CacheSize                 INTEGER,                               -- Size of L2 cache (B).
+    totalMemory                 INTEGER,                               -- Total amount of memory on the device (B).
+    memoryBandwidth             INTEGER,                               -- Amount of memory transferred (B).
+    clockRate                   INTEGER,                               -- Clock frequency (Hz).
+    smCount                     INTEGER,                               -- Number of multiprocessors on the device.
+    pwGpuId                     INTEGER,                               -- PerfWorks GPU ID.
+    uuid                        TEXT,                                  -- Device UUID.
+    luid                        INTEGER,                               -- Device LUID.
+    chipName                    TEXT,                                  -- Chip name.
+    cuDevice                    INTEGER,                               -- CUDA device ID.
+    ctxswDevPath                TEXT,                                  -- GPU context switch device node path.
+    ctrlDevPath                 TEXT,                                  -- GPU control device node path.
+    revision                    INTEGER,                               -- Revision number.
+    nodeMask                    INTEGER,                               -- Device node mask.
+    constantMemory              INTEGER,                               -- Memory available on device for __constant__ variables (B).
+    maxIPC                      INTEGER,                               -- Maximum instructions per count.
+    maxRegistersPerBlock        INTEGER,                               -- Maximum number of 32-bit registers available per block.
+    maxShmemPerBlock            INTEGER,                               -- Maximum optin shared memory per block.
+    maxShmemPerBlockOptin       INTEGER,                               -- Maximum optin shared memory per block.
+    maxShmemPerSm               INTEGER,                               -- Maximum shared memory available per multiprocessor (B).
+    maxRegistersPerSm           INTEGER,                               -- Maximum number of 32-bit registers available per multiprocessor.
+    threadsPerWarp              INTEGER,                               -- Warp size in threads.
+    asyncEngines                INTEGER,                               -- Number of asynchronous engines.
+    maxWarpsPerSm               INTEGER,                               -- Maximum number of warps per multiprocessor.
+    maxBlocksPerSm              INTEGER,                               -- Maximum number of blocks per multiprocessor.
+    maxThreadsPerBlock          INTEGER,                               -- Maximum number of threads per block.
+    maxBlockDimX                INTEGER,                               -- Maximum X-dimension of a block.
+    maxBlockDimY                INTEGER,                               -- Maximum Y-dimension of a block.
+    maxBlockDimZ                INTEGER,                               -- Maximum Z-dimension of a block.
+    maxGridDimX                 INTEGER,                               -- Maximum X-dimension of a grid.
+    maxGridDimY                 INTEGER,                               -- Maximum Y-dimension of a grid.
+    maxGridDimZ                 INTEGER,                               -- Maximum Z-dimension of a grid.
+    computeMajor                INTEGER,                               -- Major compute capability version number.
+    computeMinor                INTEGER,                               -- Minor compute capability version number.
+    smMajor                     INTEGER,                               -- Major multiprocessor version number.
+    smMinor                     INTEGER                                -- Minor multiprocessor version number.
+)"""
+OSRT_SCHEMA = """CREATE TABLE OSRT_API (
+    -- OS runtime libraries traced to gather information about low-level userspace APIs.
+
+    start                       INTEGER   NOT NULL,                    -- Event start timestamp (ns).
+    end                         INTEGER   NOT NULL,                    -- Event end timestamp (ns).
+    eventClass                  INTEGER   NOT NULL,                    -- REFERENCES ENUM_NSYS_EVENT_CLASS(id)
+    globalTid                   INTEGER,                               -- Serialized GlobalId.
+    nameId                      INTEGER   NOT NULL,                    -- REFERENCES StringIds(id) -- Function name
+    returnValue                 INTEGER   NOT NULL,                    -- Return value of the function call.
+    nestingLevel                INTEGER,                               -- Zero-base index of the nesting level.
+    callchainId                 INTEGER   NOT NULL                     -- REFERENCES OSRT_CALLCHAINS(id)
+)"""
+# (id, name, totalMemory, smCount, computeMajor, computeMinor): an H200's, as its export says
+H200 = (0, "NVIDIA H200", 150137864192, 132, 9, 0)
+
 SESSION_START_NS = 1_700_000_000_000_000_000
 PID_A, PID_B = 4242, 777
 MAIN, WORKER = 4242, 4243
@@ -245,6 +305,40 @@ def build(path: Path) -> Path:
     con.commit()
     con.close()
     return path
+
+
+def add_gpus(path: Path, *gpus: tuple[int, str, int, int, int, int]) -> Path:
+    """Add TARGET_INFO_GPU to the export at `path`, a row a GPU: (id, name, totalMemory, smCount, computeMajor,
+    computeMinor), the other columns as an H200's row holds them."""
+    con = sqlite3.connect(str(path))
+    con.execute(GPU_SCHEMA)
+    for gpu in gpus:
+        con.execute(
+            "INSERT INTO TARGET_INFO_GPU (vmId, id, name, totalMemory, smCount, computeMajor, computeMinor, "
+            "threadsPerWarp, maxThreadsPerBlock, maxShmemPerSm, maxWarpsPerSm, chipName) "
+            "VALUES (281474976710656, ?, ?, ?, ?, ?, ?, 32, 1024, 233472, 64, 'GH100')",
+            gpu,
+        )
+    con.commit()
+    con.close()
+    return path
+
+
+def build_osrt_only(path: Path) -> Path:
+    """An export of `nsys profile --trace=osrt` alone: StringIds, the session start, the GPUs and OS runtime calls
+    (two `read` calls), no table probe reads events from."""
+    path.unlink(missing_ok=True)
+    con = sqlite3.connect(str(path))
+    for sql in (SCHEMA[0], SCHEMA[1], OSRT_SCHEMA):
+        con.execute(sql)
+    con.execute("INSERT INTO StringIds VALUES (1, 'read')")
+    for start in (1_000, 5_000):
+        con.execute(
+            "INSERT INTO OSRT_API VALUES (?, ?, 27, ?, 1, 0, 0, 1)", (start, start + 500, global_tid(PID_A, MAIN))
+        )
+    con.commit()
+    con.close()
+    return add_gpus(path, H200)
 
 
 KEEP_TABLES = (

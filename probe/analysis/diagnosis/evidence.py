@@ -18,7 +18,7 @@ from probe.analysis.intervals import covered, merge
 from probe.analysis.ledger.host import COMMUNICATION, DATA, DEVICE_FREE, FrameTime, OpTime, ThreadTime
 from probe.analysis.ledger.types import StepLedger, TraceAnalysis
 from probe.analysis.roofline.ops import OpRoofline
-from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH, LAUNCH, Kind, Trace
+from probe.analysis.trace import GPU_OP_KINDS, GPU_UNRECORDED_WHY, GRAPH_LAUNCH, LAUNCH, Kind, Trace
 from probe.text import ms, pct
 
 Bound = Literal["host", "gpu", "external", "cpu_only", "unknown", "none"]  # none: nothing ran in the step
@@ -301,9 +301,10 @@ def gpu_side_missing(e: Evidence) -> str | None:
     if not e.launches_unmatched or not calls:
         return None
     if e.launches_unmatched >= calls:
+        # torch.profiler's: nsys records a launch call and its kernel with the one --trace=cuda
+        why = GPU_UNRECORDED_WHY["torch_chrome"]
         return (
-            f"none of its {calls:,} launch calls has a GPU op in the trace (kernel collection was off or failed: "
-            "torch.profiler without ProfilerActivity.CUDA, or CUPTI unavailable)"
+            f"none of its {calls:,} launch calls has a GPU op in the trace (kernel collection was off or failed: {why})"
         )
     per = e.gpu_busy_ns / (calls - e.launches_unmatched)
     estimate = e.gpu_busy_ns + e.launches_unmatched * per

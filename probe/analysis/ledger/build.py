@@ -113,7 +113,16 @@ from probe.analysis.ledger.types import (
     summarize,
 )
 from probe.analysis.records.sidecar import EventCost
-from probe.analysis.trace import GPU_OP_KINDS, GRAPH_LAUNCH, LAUNCH, Kind, Trace, is_graph_instantiate
+from probe.analysis.trace import (
+    DEVICES_NAMED_IN,
+    GPU_OP_KINDS,
+    GPU_UNRECORDED_WHY,
+    GRAPH_LAUNCH,
+    LAUNCH,
+    Kind,
+    Trace,
+    is_graph_instantiate,
+)
 from probe.errors import ProbeError
 
 MAX_STEPS = 200_000  # steps one analysis holds by default (max_steps)
@@ -629,21 +638,21 @@ def _warnings(
     if totals.launches + totals.graph_launches and not totals.gpu_ops:
         out.append(
             f"the trace holds {totals.launches + totals.graph_launches} launch calls and no GPU activity at all: "
-            "kernel collection was off or failed (torch.profiler without ProfilerActivity.CUDA, or CUPTI "
-            "unavailable), so every GPU figure reads as zero"
+            f"kernel collection was off or failed ({GPU_UNRECORDED_WHY[trace.format]}), so every GPU figure reads as "
+            "zero"
         )
     return out
 
 
 def gpu_unrecorded(trace: Trace) -> str | None:
     """Why a trace without GPU ops or launches is a GPU job's all the same, in words, or None when nothing says so:
-    the GPUs its deviceProperties name (kineto writes them for CUDA and ROCm devices), runtime calls of a GPU
-    runtime, NCCL's collectives (`GPU_COLLECTIVE`). Its GPU side was not recorded, so its ops' self time is
-    dispatch, not a CPU's compute."""
+    the GPUs it names (`Trace.devices`: kineto writes them for CUDA and ROCm devices, nsys for every GPU of the
+    machine), runtime calls of a GPU runtime, NCCL's collectives (`GPU_COLLECTIVE`). Its GPU side was not recorded,
+    so its ops' self time is dispatch, not a CPU's compute."""
     said = []
     if trace.devices:
         names = sorted({d.name for d in trace.devices})
-        said.append(f"its deviceProperties name {len(trace.devices)} GPU(s) ({', '.join(names[:2])})")
+        said.append(f"{DEVICES_NAMED_IN[trace.format]} {len(trace.devices)} GPU(s) ({', '.join(names[:2])})")
     if calls := len(trace.rows(Kind.RUNTIME)):
         said.append(f"its host made {calls:,} GPU runtime calls")
     named = trace.rows(Kind.USER_RANGE, Kind.CPU_OP, Kind.PYTHON)
@@ -653,10 +662,7 @@ def gpu_unrecorded(trace: Trace) -> str | None:
         said.append(f"it holds {len(collectives):,} NCCL collectives (e.g. {first})")
     if not said:
         return None
-    return (
-        f"{'; '.join(said)}, but no GPU op and no launch call (torch.profiler without ProfilerActivity.CUDA, or "
-        "CUPTI unavailable)"
-    )
+    return f"{'; '.join(said)}, but no GPU op and no launch call ({GPU_UNRECORDED_WHY[trace.format]})"
 
 
 def max_steps() -> int:

@@ -16,7 +16,9 @@ from probe.analysis.trace.nsys import read_nsys
 from probe.analysis.trace.table import (
     COLUMNS,
     COPY_KINDS,
+    DEVICES_NAMED_IN,
     GPU_OP_KINDS,
+    GPU_UNRECORDED_WHY,
     GRAPH_LAUNCH,
     GRAPH_LAUNCH_NAMES,
     LAUNCH,
@@ -55,7 +57,9 @@ def load_trace(path: str | Path) -> Trace:
 __all__ = [
     "COLUMNS",
     "COPY_KINDS",
+    "DEVICES_NAMED_IN",
     "GPU_OP_KINDS",
+    "GPU_UNRECORDED_WHY",
     "GRAPH_LAUNCH",
     "GRAPH_LAUNCH_NAMES",
     "LAUNCH",

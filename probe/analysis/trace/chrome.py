@@ -10,6 +10,12 @@ for a name, a string id, no phase or an unknown one, a non-object event) is deco
 untyped; a byte that is not UTF-8 is replaced (U+FFFD) in that piece only, and the trace's warnings say so.
 Malformed events are dropped and counted, never fatal; only a file that is not JSON, or not a trace, is refused,
 with a one-line reason.
+
+Other writers of the format: a time written as a JSON string of a number is that number (`timetext`); rocprof v1's
+exact ns in args (BeginNs / EndNs, beside a `ts` cut to whole us) are the event's times, read by the untyped decode
+(the typed one refuses those keys, so torch's pieces never look for them); an event with no category is a runtime
+call when its name is a CUDA or HIP API call's (an eBPF tracer of libcuda writes them so), and any other is kept as
+other and named in one warning line.
 """
 
 from __future__ import annotations
@@ -39,7 +45,9 @@ from probe.analysis.trace.table import (
     Trace,
     api_base_name,
     check_events,
+    device_info,
     finish,
+    int64_or_none,
     max_events,
     of_names,
 )
@@ -97,6 +105,10 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     dims: msgspec.Raw = msgspec.field(default=_MISSING, name="Input Dims")
     types: msgspec.Raw = msgspec.field(default=_MISSING, name="Input type")
     concrete: msgspec.Raw = msgspec.field(default=_MISSING, name="Concrete Inputs")
+    # rocprof v1's exact ns (its ts and dur are whole us, as text): typed to take no value, so a piece that holds
+    # them is read untyped, where they are read (`_exact_times`); torch writes neither, so its pieces stay typed
+    begin_ns: None = msgspec.field(default=None, name="BeginNs")
+    end_ns: None = msgspec.field(default=None, name="EndNs")
 
 
 class _Event(msgspec.Struct, tag_field="ph", tag="X", gc=False):
@@ -313,7 +325,7 @@ class _Table:
             raise ProbeError(f"{self.source}: not JSON ({self.error})")
         if top.traceEvents is None:
             raise ProbeError(f"{self.source}: JSON but not a trace (no traceEvents list): {_what_else(doc)}")
-        return _Top(_int64_or_none(top.baseTimeNanoseconds), _rank(top.distributedInfo), _devices(top.deviceProperties))
+        return _Top(int64_or_none(top.baseTimeNanoseconds), _rank(top.distributedInfo), _devices(top.deviceProperties))
 
     def _not_a_trace(self) -> str:
         return f"{self.source}: JSON but not a trace (expected an object with traceEvents)"
@@ -391,7 +403,9 @@ class _Table:
         nbytes = [a.get("bytes", -1) for a in args]
         kinds = [a.get("kind", -1) for a in args]
         shape = self.shapes.ids_of_values(args)
-        self._add(ts, dur, list(map(_text, name)), list(map(_text, cat)), pid, tid, corr, ext, nbytes, kinds, shape)
+        exact = _exact_times([a.get("BeginNs", -1) for a in args], [a.get("EndNs", -1) for a in args])
+        name, cat = list(map(_text, name)), list(map(_text, cat))
+        self._add(ts, dur, name, cat, pid, tid, corr, ext, nbytes, kinds, shape, exact=exact)
 
     def _add(
         self,
@@ -407,9 +421,13 @@ class _Table:
         kinds: list,
         shape: np.ndarray,
         typed: bool = False,
+        exact: _Exact | None = None,
     ) -> None:
         ts_ns, ts_status = times_ns(ts)
         dur_ns, dur_status = times_ns(dur)
+        if exact is not None:
+            ts_ns[exact.rows], dur_ns[exact.rows] = exact.ts_ns, exact.dur_ns
+            ts_status[exact.rows] = dur_status[exact.rows] = NUMBER
         keep = (ts_status == NUMBER) & (dur_status == NUMBER)
         part = dict(
             ts_ns=ts_ns,
@@ -485,7 +503,9 @@ class _Table:
         cols = self.columns.take()
         cats = np.flatnonzero(np.bincount(cols["cat_id"], minlength=len(names))).tolist()  # no sort of the rows
         kind, notes = _kinds(names, cats, cols["cat_id"], cols["name_id"])
-        legacy, legacy_notes = _legacy_sides(kind, names, cols, self.thread_names)
+        blank = next((i for i in cats if names[i] == ""), -1)  # the category of events that have none
+        legacy, legacy_notes = _legacy_sides(kind, names, cols, self.thread_names, blank)
+        legacy_notes += _without_category(kind, names, cols, blank)  # after the legacy export's sides took theirs
         on_stream = np.isin(kind, np.asarray(ON_STREAM, dtype=np.int8))
         cols["kind"] = kind
         cols["stream"] = np.where(on_stream, cols["tid"], -1)
@@ -551,18 +571,18 @@ _LEGACY_SIDES = {"cpu functions": Kind.CPU_OP, "cuda functions": Kind.KERNEL}
 
 
 def _legacy_sides(
-    kind: np.ndarray, names: tuple[str, ...], cols: dict[str, np.ndarray], thread_names: dict[str, int]
+    kind: np.ndarray, names: tuple[str, ...], cols: dict[str, np.ndarray], thread_names: dict[str, int], blank: int
 ) -> tuple[np.ndarray, tuple[str, ...]]:
-    """Rows with no category in a process named as the legacy export names its sides take that side's Kind (in
-    place); returns which rows are legacy kernels (their device is their tid) and a line saying what was read so."""
+    """Rows with no category (`blank`: its name id, -1 when every event has one) in a process named as the legacy
+    export names its sides take that side's Kind (in place); returns which rows are legacy kernels (their device is
+    their tid) and a line saying what was read so."""
     legacy_kernels = np.zeros(len(kind), bool)
-    blank = [i for i, name in enumerate(names) if name == ""]
     said = []
     for text, j in thread_names.items():
         side = _LEGACY_SIDES.get(text.lower())
-        if side is None or not blank:
+        if side is None or blank < 0:
             continue
-        rows = (cols["pid"] == -2 - j) & (cols["cat_id"] == blank[0]) & (kind == Kind.OTHER)
+        rows = (cols["pid"] == -2 - j) & (cols["cat_id"] == blank) & (kind == Kind.OTHER)
         if rows.any():
             kind[rows] = side
             legacy_kernels |= rows & (side == Kind.KERNEL)
@@ -574,6 +594,46 @@ def _legacy_sides(
         + ", ".join(said)
         + "; it records no launch calls, so no kernel joins one",
     )
+
+
+# A CUDA or HIP API call by its name: the runtime's (cudaMalloc, hipMemcpy, __hipPushCallConfiguration) or the
+# driver's (cuLaunchKernel, cuMemAlloc_v2), the prefix followed by a capital, so cutlass_*, cudnn* or hipblaslt*
+# kernels are not calls.
+_API_CALL = re.compile(r"_*(?:cuda|cu|hip)[A-Z]\w*")
+
+
+def _without_category(kind: np.ndarray, names: tuple[str, ...], cols: dict[str, np.ndarray], blank: int) -> tuple:
+    """Events with no category that nothing else read (in place): a CUDA or HIP API call by name (`_API_CALL`) is
+    a runtime call, as a tracer of the driver writes them (eBPF on libcuda: cuLaunchKernel, cuStreamSynchronize);
+    the rest stay other. One line each says how many, and the commonest names; a trace whose events all have a
+    category is untouched."""
+    if blank < 0:
+        return ()
+    rows = (cols["cat_id"] == blank) & (kind == Kind.OTHER)
+    if not rows.any():
+        return ()
+    calls = rows & of_names(names, cols["name_id"], rows, _API_CALL.fullmatch)
+    kind[calls] = Kind.RUNTIME
+    said = []
+    if calls.any():
+        said.append(
+            f"{np.count_nonzero(calls)} event(s) with no category read as CUDA/HIP API calls by their names: "
+            f"{_commonest(names, cols['name_id'][calls])}"
+        )
+    if (rest := rows & ~calls).any():
+        said.append(
+            f"{np.count_nonzero(rest)} event(s) with no category, kept as 'other' (a device side among them is left "
+            f"out of every GPU figure): {_commonest(names, cols['name_id'][rest])}"
+        )
+    return tuple(said)
+
+
+def _commonest(names: tuple[str, ...], name_id: np.ndarray, shown: int = 5) -> str:
+    """The commonest names among `name_id` with their counts ("cuStreamSynchronize (11), ..."), most first."""
+    ids, counts = np.unique(name_id, return_counts=True)
+    order = np.argsort(-counts, kind="stable")
+    text = ", ".join(f"{names[ids[i]][:80]} ({counts[i]})" for i in order[:shown].tolist())
+    return text + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
 
 
 def _pair_profiler_ranges(names: tuple[str, ...], cats: list[int], cols: dict[str, np.ndarray]) -> tuple[str, ...]:
@@ -750,6 +810,26 @@ def _common_fields(xs: list) -> tuple[list, list, list, list, list, list]:
     )
 
 
+@dataclass(frozen=True)
+class _Exact:
+    """The events of a piece that carry their exact ns in args (rocprof v1's BeginNs / EndNs), and those times."""
+
+    rows: np.ndarray  # indices into the piece's complete events
+    ts_ns: np.ndarray
+    dur_ns: np.ndarray
+
+
+def _exact_times(begin: list, end: list) -> _Exact | None:
+    """rocprof v1 writes each event's exact ns in args.BeginNs and args.EndNs (text, on the clock of its `ts`, which
+    is the same time cut to whole us): where both are there, 0 <= BeginNs <= EndNs, they are the event's times.
+    None when no event has them."""
+    if begin.count(-1) == len(begin):
+        return None
+    b, e = _counts(begin), _counts(end)
+    rows = np.flatnonzero((b >= 0) & (e >= b))
+    return _Exact(rows, b[rows], e[rows] - b[rows]) if len(rows) else None
+
+
 def _text(v) -> str:
     """A name or category of any JSON type as text (a list name is kept as its repr, as before)."""
     return v if type(v) is str else "" if v is None else str(v)
@@ -787,54 +867,32 @@ def _copy_kinds(values: list) -> np.ndarray:
     return np.fromiter((code(v, -1) if type(v) in (int, str) else -1 for v in values), np.int8, len(values))
 
 
-_DEVICE_FIELDS = {  # DeviceInfo field <- deviceProperties key (kineto's names; ROCm's for the last one)
-    "id": "id",
-    "total_memory_bytes": "totalGlobalMem",
-    "sm_count": "numSms",
-    "compute_major": "computeMajor",
-    "compute_minor": "computeMinor",
-    "warp_size": "warpSize",
-    "max_threads_per_block": "maxThreadsPerBlock",
-    "max_threads_per_sm": "maxThreadsPerMultiprocessor",
-    "regs_per_block": "regsPerBlock",
-    "regs_per_sm": "regsPerMultiprocessor",
-    "shared_memory_per_block_bytes": "sharedMemPerBlock",
-    "shared_memory_per_block_optin_bytes": "sharedMemPerBlockOptin",
-    "shared_memory_per_sm_bytes": "sharedMemPerMultiprocessor",
+_DEVICE_KEYS = {  # DeviceInfo field <- its deviceProperties key (kineto's names; then ROCm's for shared memory per SM)
+    "id": ("id",),
+    "total_memory_bytes": ("totalGlobalMem",),
+    "sm_count": ("numSms",),
+    "compute_major": ("computeMajor",),
+    "compute_minor": ("computeMinor",),
+    "warp_size": ("warpSize",),
+    "max_threads_per_block": ("maxThreadsPerBlock",),
+    "max_threads_per_sm": ("maxThreadsPerMultiprocessor",),
+    "regs_per_block": ("regsPerBlock",),
+    "regs_per_sm": ("regsPerMultiprocessor",),
+    "shared_memory_per_block_bytes": ("sharedMemPerBlock",),
+    "shared_memory_per_block_optin_bytes": ("sharedMemPerBlockOptin",),
+    "shared_memory_per_sm_bytes": ("sharedMemPerMultiprocessor", "maxSharedMemoryPerMultiProcessor"),
 }
-_ROCM_SHARED_PER_SM = "maxSharedMemoryPerMultiProcessor"
 
 
 def _devices(props) -> tuple[DeviceInfo, ...]:
-    """deviceProperties as DeviceInfo, one an object; a value of the wrong type reads as None."""
+    """deviceProperties as DeviceInfo, one an object."""
     if type(props) is not list:
         return ()
-    out = []
-    for p in props:
-        if type(p) is not dict:
-            continue
-        ints = {f: _int64_or_none(p.get(key)) for f, key in _DEVICE_FIELDS.items()}
-        if ints["shared_memory_per_sm_bytes"] is None:
-            ints["shared_memory_per_sm_bytes"] = _int64_or_none(p.get(_ROCM_SHARED_PER_SM))
-        known = {*_DEVICE_FIELDS.values(), _ROCM_SHARED_PER_SM, "name"}
-        other = tuple(
-            (k, v) for k, v in p.items() if k not in known and type(v) in (int, float, str, bool) and _scalar_ok(v)
-        )
-        name = p.get("name")
-        out.append(DeviceInfo(name=name if type(name) is str else "", other=other, **ints))
-    return tuple(out)
-
-
-def _scalar_ok(v) -> bool:
-    return type(v) is not int or _I64.min <= v <= _I64.max
-
-
-def _int64_or_none(v) -> int | None:
-    return v if type(v) is int and _I64.min <= v <= _I64.max else None
+    return tuple(device_info(p, _DEVICE_KEYS) for p in props if type(p) is dict)
 
 
 def _rank(info) -> int | None:
-    return _int64_or_none(info.get("rank")) if isinstance(info, dict) else None
+    return int64_or_none(info.get("rank")) if isinstance(info, dict) else None
 
 
 def _chrome_kind(cat: str) -> Kind:

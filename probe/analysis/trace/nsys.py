@@ -31,9 +31,11 @@ from probe.analysis.trace.table import (
     COPY_KIND_OF_TEXT,
     DTYPES,
     PROFILER_STEP_PREFIX,
+    DeviceInfo,
     Kind,
     Trace,
     check_events,
+    device_info,
     finish,
     intern,
     max_events,
@@ -66,7 +68,24 @@ _MEMCPY_KINDS = {  # CUpti_ActivityMemcpyKind
     10: "PtoP",
 }
 _CHUNK_ROWS = 1 << 18  # rows a group_concat: ~5 MB of text a column (21 characters a value at most)
-_READ_TABLES = (*_EVENT_TABLES, "StringIds", "TARGET_INFO_SESSION_START_TIME")
+_GPU_INFO = "TARGET_INFO_GPU"  # one row a GPU of the profiled machine: its name and properties
+_READ_TABLES = (*_EVENT_TABLES, "StringIds", "TARGET_INFO_SESSION_START_TIME", _GPU_INFO)
+_DEVICE_KEYS = {  # DeviceInfo field <- its TARGET_INFO_GPU column (nsys's names; `id` is what deviceId refers to)
+    "id": ("id",),
+    "total_memory_bytes": ("totalMemory",),
+    "sm_count": ("smCount",),
+    "compute_major": ("computeMajor",),
+    "compute_minor": ("computeMinor",),
+    "warp_size": ("threadsPerWarp",),
+    "max_threads_per_block": ("maxThreadsPerBlock",),
+    "max_threads_per_sm": (),  # nsys records warps per SM (maxWarpsPerSm, kept in `other`), not threads
+    "regs_per_block": ("maxRegistersPerBlock",),
+    "regs_per_sm": ("maxRegistersPerSm",),
+    "shared_memory_per_block_bytes": ("maxShmemPerBlock",),
+    "shared_memory_per_block_optin_bytes": ("maxShmemPerBlockOptin",),
+    "shared_memory_per_sm_bytes": ("maxShmemPerSm",),
+}
+MAX_DEVICES = 1024  # rows of TARGET_INFO_GPU read: a machine holds a few GPUs, a file may claim a million
 MAX_VALUE_BYTES = 64 << 20  # a string, blob or group_concat: the chunks above stay under 6 MB
 VM_STEPS_PER_BYTE, MIN_VM_STEPS = 400, 200_000_000
 _STEPS_A_CALL = 100_000  # the progress handler runs once per this many instructions
@@ -166,7 +185,7 @@ def _read_tables(con: sqlite3.Connection, source: Path) -> Trace:
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     present = [t for t in _EVENT_TABLES if t in tables]
     if not present:
-        raise ProbeError(f"{source}: SQLite but not an Nsight Systems export (none of {', '.join(_EVENT_TABLES)})")
+        raise ProbeError(_nothing_to_read(source, tables))
     if "StringIds" not in tables:
         raise ProbeError(f"{source}: Nsight Systems export without its StringIds table")
     _refuse_computed_tables(con, source)
@@ -192,7 +211,44 @@ def _read_tables(con: sqlite3.Connection, source: Path) -> Trace:
     if "TARGET_INFO_SESSION_START_TIME" in tables:
         row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1").fetchone()
         base = row[0] if row and type(row[0]) is int else None
-    return finish("nsys_sqlite", source, base, tuple(names.table), cols, {}, dict(dropped), notes=notes[:odd])
+    devices = _devices(con) if _GPU_INFO in tables else ()
+    return finish(
+        "nsys_sqlite", source, base, tuple(names.table), cols, {}, dict(dropped), notes=notes[:odd], devices=devices
+    )
+
+
+def _devices(con) -> tuple[DeviceInfo, ...]:
+    """The GPUs the export names (TARGET_INFO_GPU, one row a GPU: 'NVIDIA H200', its memory, SMs, ...) typed as
+    chrome's deviceProperties are, so a roofline knows the device without --device."""
+    cursor = con.execute(f"SELECT * FROM {_GPU_INFO} ORDER BY rowid LIMIT {MAX_DEVICES}")
+    columns = [d[0] for d in cursor.description]
+    return tuple(device_info(dict(zip(columns, row, strict=True)), _DEVICE_KEYS) for row in cursor)
+
+
+# What an export records in the tables probe does not read, by the table (nsys profile --trace=osrt, --sample=cpu, ...)
+_OTHER_TRACES = {
+    "OSRT_API": "OS runtime calls",
+    "SCHED_EVENTS": "thread scheduling",
+    "SAMPLING_CALLCHAINS": "CPU samples",
+    "MPI_P2P_EVENTS": "MPI calls",
+    "CUDA_GPU_MEMORY_USAGE_EVENTS": "GPU memory usage",
+    "GPU_METRICS": "GPU metrics",
+}
+
+
+def _nothing_to_read(source: Path, tables: set[str]) -> str:
+    """Why a SQLite file with none of the event tables is refused: an Nsight Systems export (its StringIds and the
+    TARGET_INFO_* / ENUM_NSYS_* tables every export holds) recorded without CUDA or NVTX, said with what it did record
+    and how to record what probe reads; else a SQLite file of something else."""
+    nsys = "StringIds" in tables and any(t.startswith(("TARGET_INFO_", "ENUM_NSYS_")) for t in tables)
+    if not nsys:
+        return f"{source}: SQLite but not an Nsight Systems export (none of {', '.join(_EVENT_TABLES)})"
+    held = [what for table, what in _OTHER_TRACES.items() if table in tables]
+    return (
+        f"{source}: an Nsight Systems export without a CUDA or NVTX trace (it holds "
+        f"{', '.join(held) if held else 'none of the events probe reads'}): probe reads CUDA kernels, copies, API "
+        "calls and NVTX ranges; record them with nsys profile --trace=cuda,nvtx,osrt"
+    )
 
 
 def _nvtx(con, names: _Names, dropped: Counter) -> dict[str, np.ndarray]:

@@ -34,8 +34,8 @@ Columns, all of length `len(trace)`:
   `record_shapes=True`); -1 on every other row and when the op recorded none. One `Shapes` per distinct
   recording, in first-seen order.
 
-`Trace.devices` holds chrome's top-level `deviceProperties`, one `DeviceInfo` a device (empty when absent, and for
-nsys exports).
+`Trace.devices` holds the GPUs the file names, one `DeviceInfo` a device: chrome's top-level `deviceProperties`,
+an nsys export's TARGET_INFO_GPU rows (empty when absent).
 
 `Trace.base_ns` is the absolute epoch time of `ts_ns == 0` when the file says it (chrome
 `baseTimeNanoseconds`, nsys `TARGET_INFO_SESSION_START_TIME.utcEpochNs`), else None. `Trace.rank` is the
@@ -50,7 +50,8 @@ Kinds (`Kind`, stored in `kind`), from chrome's `cat` (case-insensitive) or the 
 - `profiler_step`: a `ProfilerStep#N` `user_annotation` or `cpu_op`; an NVTX range of that name.
 - `runtime`: `cuda_runtime`, `cuda_driver`, `runtime`, `hip_runtime`, `hip_driver`, and kineto's other runtimes
   (`mtia_runtime`, `xpu_runtime`, `xpu_driver`, `privateuse1_runtime`, `privateuse1_driver`, `glow_runtime`,
-  `hpu_op`); CUPTI_ACTIVITY_KIND_RUNTIME.
+  `hpu_op`); an event with no category named as a CUDA or HIP API call (`cuLaunchKernel`, `cudaMalloc`,
+  `hipMemcpy`); CUPTI_ACTIVITY_KIND_RUNTIME.
 - `kernel`: `kernel`, `Kernel`, `cuda_profiler_range` (the CUPTI range profiler's one range a kernel, paired with
   the launch calls in order, as HTA does; their times are the profiler's), MTIA's `mtia_ccp_events` executions
   (`pe_exe`, `merge`, `remote`); CUPTI_ACTIVITY_KIND_KERNEL.
@@ -92,6 +93,16 @@ import numpy as np
 from probe.errors import ProbeError
 
 TraceFormat = Literal["torch_chrome", "nsys_sqlite"]
+# Of each format: where it names its GPUs (`Trace.devices`), and why its GPU side can be missing and how to record it.
+DEVICES_NAMED_IN: dict[TraceFormat, str] = {
+    "torch_chrome": "its deviceProperties name",
+    "nsys_sqlite": "its TARGET_INFO_GPU table names",
+}
+GPU_UNRECORDED_WHY: dict[TraceFormat, str] = {
+    "torch_chrome": "torch.profiler without ProfilerActivity.CUDA, or CUPTI unavailable",
+    "nsys_sqlite": "an Nsight Systems export that recorded no kernel, copy or memset: record the GPU work inside the "
+    "capture with nsys profile --trace=cuda,nvtx,osrt",
+}
 
 
 class Kind(enum.IntEnum):
@@ -186,6 +197,7 @@ COPY_KINDS = ("HtoH", "HtoD", "DtoH", "DtoD", "default")
 COPY_KIND_OF_TEXT = {"HtoH": 0, "HtoD": 1, "DtoH": 2, "DtoD": 3, "HtoA": 1, "AtoH": 2, "AtoA": 3, "AtoD": 3}
 COPY_KIND_OF_TEXT |= {"DtoA": 3, "PtoP": 3}
 _COPY_CALL = re.compile(r"(?:cuda|hip|cu)Memcpy")
+_I64_MIN, _I64_MAX = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
 _MEMCPY_NAME = re.compile(r"Memcpy (\w+)")  # kineto's "Memcpy HtoD (Host -> Device)", nsys's "Memcpy HtoD"
 
 
@@ -229,6 +241,31 @@ class DeviceInfo:
     shared_memory_per_block_optin_bytes: int | None  # sharedMemPerBlockOptin
     shared_memory_per_sm_bytes: int | None  # sharedMemPerMultiprocessor; ROCm: maxSharedMemoryPerMultiProcessor
     other: tuple[tuple[str, int | float | str | bool], ...] = ()  # any other scalar key, as written (MTIA's)
+
+
+_SCALARS = (int, float, str, bool)  # the values of a device's properties kept in DeviceInfo.other
+
+
+def device_info(props: dict, keys: dict[str, tuple[str, ...]]) -> DeviceInfo:
+    """One device's properties as the file names them (chrome's deviceProperties entry, a TARGET_INFO_GPU row of an
+    nsys export) typed: each field from the first of its `keys` that holds an integer within int64, the name from
+    "name" when it is text, every other scalar value kept in `other`; a value of the wrong type reads as None."""
+    ints = {
+        f: next((v for k in names if (v := int64_or_none(props.get(k))) is not None), None) for f, names in keys.items()
+    }
+    known = {k for names in keys.values() for k in names} | {"name"}
+    other = tuple(
+        (k, v)
+        for k, v in props.items()
+        if k not in known and type(v) in _SCALARS and (type(v) is not int or int64_or_none(v) is not None)
+    )
+    name = props.get("name")
+    return DeviceInfo(name=name if type(name) is str else "", other=other, **ints)
+
+
+def int64_or_none(v) -> int | None:
+    """An integer value of a file that fits int64 (not a bool, not a float), else None."""
+    return v if type(v) is int and _I64_MIN <= v <= _I64_MAX else None
 
 
 @dataclass(frozen=True, eq=False)

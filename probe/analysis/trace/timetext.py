@@ -3,7 +3,9 @@
 torch writes `"ts": 5082703139188.524`, microseconds with three decimals around 5e12, and a float64 cannot hold
 that (its spacing there is ~0.001 us), so `round(float(ts) * 1000)` can land 1 ns off. The reader keeps each
 time's own text (msgspec's `Raw`) and this module turns the digits into int64 ns with numpy, no float involved.
-Values with more than three decimals or an exponent go through Decimal, rounded half-to-even to whole ns.
+Values with more than three decimals or an exponent go through Decimal, rounded half-to-even to whole ns. A
+time written as a JSON string of a number (rocprof v1's `"ts": "852321267783"`) is that number, as chrome://tracing
+and Perfetto read it; only texts that are not numbers are looked at for it, so torch's traces never pay for it.
 
 Memory follows the count of times, not the longest one: the vectorized path holds each text in a fixed-width
 array, so only texts of at most PLAIN_CHARS characters go there (every int64-ns time written plainly fits), and
@@ -23,6 +25,7 @@ NUMBER, NOT_A_NUMBER, OUT_OF_INT64 = 0, 1, 2  # the status `times_ns` gives each
 PLAIN_CHARS = 24  # "-9223372036854775.807" is 21: a longer plain time has leading zeros, more decimals or no fit
 _I64 = np.iinfo(np.int64)
 _NUMBER_START = np.frombuffer(b"-0123456789", np.uint8)  # how every JSON number begins
+_DIGIT_OR_MINUS = frozenset(bytes([c]) for c in b"-0123456789")
 
 
 def decimal_text_to_ns(texts: Sequence[bytes]) -> np.ndarray:
@@ -40,8 +43,9 @@ def decimal_text_to_ns(texts: Sequence[bytes]) -> np.ndarray:
 
 
 def times_ns(texts: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
-    """Exact ns for each microsecond text, and a status for each: NUMBER, NOT_A_NUMBER (empty, a string, an
-    object: anything that does not begin like a JSON number) or OUT_OF_INT64 (their ns are 0)."""
+    """Exact ns for each microsecond text, and a status for each: NUMBER, NOT_A_NUMBER (empty, an object, a
+    string that is not a number's text: anything that does not read as a JSON number) or OUT_OF_INT64 (their ns
+    are 0). A JSON string holding a number's text (`"852321267783"`) is that number."""
     n = len(texts)
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.uint8)
@@ -62,7 +66,32 @@ def times_ns(texts: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
         else:
             ns[i] = value
     ns[status != NUMBER] = 0
+    _read_quoted(texts, ns, status)
     return ns, status
+
+
+def _read_quoted(texts: list[bytes], ns: np.ndarray, status: np.ndarray) -> None:
+    """A time written as a JSON string of a number (rocprof v1: `"ts": "852321267783"`) reads as that number, as
+    chrome://tracing and Perfetto read it; in place. Only texts already found not a number are looked at, so a file
+    of JSON numbers pays nothing. The string's own text must be a JSON number: no escapes, spaces or second
+    quotes."""
+    quoted = [i for i in np.flatnonzero(status == NOT_A_NUMBER).tolist() if _is_quoted(texts[i])]
+    if not quoted:
+        return
+    inner_ns, inner_status = times_ns([texts[i][1:-1] for i in quoted])
+    ns[quoted], status[quoted] = inner_ns, inner_status
+
+
+def _is_quoted(text: bytes) -> bool:
+    """A JSON string that may hold a number: it begins as a number begins and ends with a digit, as every JSON
+    number does (Decimal would take the spaces of `"5 "`)."""
+    return (
+        len(text) > 2
+        and text[:1] == b'"'
+        and text[-1:] == b'"'
+        and text[1:2] in _DIGIT_OR_MINUS
+        and text[-2:-1].isdigit()
+    )
 
 
 def _three_decimals_to_ns(texts: Sequence[bytes]) -> np.ndarray | None:
