@@ -410,6 +410,83 @@ def test_the_layers_of_one_forward_are_not_steps(tmp_path):
     assert repeating_unit(tree, "thread 1/1") is None
 
 
+def token_loop(layers: tuple[int, ...] = (2, 2, 2, 2)) -> Trace:
+    """A layer-streaming decode loop annotated as llama3-inference's nsys trace is (NVTX there, user annotations
+    here): one `layer_processing_simulation` range holding a `token_i_processing` range a token (nothing launches
+    outside them), each holding `layer_l_token_i` ranges (layers[i] of them), each an `ensure_layer_l_weights` range
+    (host work, no launch) then a `layer_l_computation` range (3 launches). Token i starts at 1000 i us; a layer
+    takes 100 us: 60 ensuring its weights, 30 computing."""
+    t = Trace()
+    t.host("user_annotation", "layer_processing_simulation", 0, 1000 * len(layers))
+    for i, n in enumerate(layers):
+        b = 1000 * i + 10
+        t.host("user_annotation", f"token_{i}_processing", b, b + 100 * n + 10)
+        for layer in range(n):
+            at = b + 5 + 100 * layer
+            t.host("user_annotation", f"layer_{layer}_token_{i}", at, at + 95)
+            t.host("user_annotation", f"ensure_layer_{layer}_weights", at + 1, at + 61)
+            t.host("user_annotation", f"layer_{layer}_computation", at + 62, at + 92)
+            for j in range(3):
+                t.launch(at + 63 + 9 * j, at + 66 + 9 * j, [(at + 67 + 9 * j, at + 70 + 9 * j)])
+    return t
+
+
+def test_numbered_ranges_that_hold_the_launches_are_the_steps(tmp_path):
+    """Four `token_N_processing` ranges, one text with its number replaced, each once, under one range that launches
+    nothing outside them, holding all 24 launches: four steps, as ProfilerStep#N would be. The numbered families
+    inside them (`layer_N_token_M`, two a token; `ensure_layer_N_weights`, one a layer, holding no launch) are
+    pieces of a token."""
+    path = token_loop().write(tmp_path)
+    steps = find_steps(load_trace(path))
+    assert steps.rule == "numbered ranges: 'token_N_processing', 4 times on thread 1/1"
+    assert steps.names == [f"token_{i}_processing" for i in range(4)] and steps.kinds == ["step"] * 4
+    assert [(int(s) // 1000, int(e - s) // 1000) for s, e in zip(steps.start, steps.end, strict=True)] == [
+        (1000 * i + 10, 210) for i in range(4)
+    ]
+    a = analyze(load_trace(path))
+    assert [s.launches for s in a.steps] == [6] * 4 and a.coverage.gpu_share == 1.0
+
+
+def test_the_outermost_numbered_family_wins(tmp_path):
+    """A cold first token holding most of the launches: its three `layer_N_token_0` ranges hold 9 of the 15, a
+    family that passes alone, but the token ranges around it are the outer family: three steps, not three layers."""
+    steps = find_steps(load_trace(token_loop((3, 1, 1)).write(tmp_path)))
+    assert steps.rule == "numbered ranges: 'token_N_processing', 3 times on thread 1/1"
+
+
+def forward_with_layers(tmp_path: Path, forwards: int, enclosed: bool) -> Path:
+    """`forwards` forwards of four `layer_N` ranges (two launches each), an embedding launch before the first and a
+    head launch after the last: inside one `forward` range each when `enclosed`, else the layers at the top."""
+    t = Trace()
+    for f in range(forwards):
+        b = 1000 * f
+        if enclosed:
+            t.host("user_annotation", "forward", b, b + 600)
+        t.launch(b + 5, b + 8, [(b + 9, b + 12)])  # the embedding
+        for layer in range(4):
+            at = b + 20 + 120 * layer
+            t.host("user_annotation", f"layer_{layer}", at, at + 100)
+            t.launch(at + 10, at + 15, [(at + 16, at + 40)])
+            t.launch(at + 50, at + 55, [(at + 56, at + 80)])
+        t.launch(b + 520, b + 525, [(b + 526, b + 560)])  # the head
+    return t.write(tmp_path)
+
+
+def test_the_numbered_layers_of_one_forward_are_not_steps(tmp_path):
+    """One `forward` range holds `layer_0` .. `layer_3` (8 of its 10 launches): the forward launches its embedding
+    and head outside them, so they are its pieces, not a loop's iterations: the whole trace is one step."""
+    steps = find_steps(load_trace(forward_with_layers(tmp_path, 1, enclosed=True)))
+    assert steps.rule == "whole trace" and steps.names == ["trace"]
+
+
+def test_layer_numbers_that_repeat_are_no_family(tmp_path):
+    """Three forwards with no range around each: `layer_0` .. `layer_3` recur in every forward, so their number is
+    a place in something larger, not a counter, and no numbered family is the steps; the forwards repeat (a cycle
+    of three from the embedding's launch)."""
+    steps = find_steps(load_trace(forward_with_layers(tmp_path, 3, enclosed=False)))
+    assert not steps.rule.startswith("numbered ranges") and len(steps) == 3
+
+
 @pytest.mark.parametrize("main_end, cut", [(1000.0, True), (1000.5, False)])
 def test_a_last_step_the_profiler_stopped_inside_is_said(tmp_path, main_end, cut):
     """The profiler closes every open event at the one instant it stops: a last step that ends at the nanosecond a

@@ -16,14 +16,22 @@ The rules, tried in this order; the first that finds anything wins, and `StepSet
    SGLang's `run_batch`, TensorRT-LLM's `_forward_step`, nano-vllm's `step`): their code, not a trace's names.
    HF `generate`'s decoding loop (`_sample` and its kin) is a loop, not a step: its steps are the repeating unit
    inside it (probe.analysis.ledger.units).
-5. The outermost host unit that repeats and holds the launches (probe.analysis.ledger.units), on the host thread
+5. Numbered ranges: the user's own iteration marker under a name of the user's, ProfilerStep#N's shape
+   (`token_0_processing` .. `token_63_processing`, NVTX or user annotations): a family of at least three ranges of
+   one thread under one parent range, names one text with its numbers replaced, each once, disjoint, each holding
+   launches and together most of the thread's, with no launch of the parent range outside them; the outermost such
+   family (probe.analysis.ledger.units.numbered_ranges, whose docstring states the rule and what it cannot tell
+   apart). After the engines' markers and frames, which know their engine; before the repeating unit, which would
+   read such ranges as different names. A forward's `layer_N` ranges are pieces of it: the forward's range runs
+   its own work around them.
+6. The outermost host unit that repeats and holds the launches (probe.analysis.ledger.units), on the host thread
    whose steps hold the most GPU work among those that launch it. In a trace that runs nothing on a GPU, each
    thread's outermost cpu_ops stand in for the launches (`units.unit_work`): a CPU loop run N times is N steps.
-6. When a trace replays graphs and has no host structure at all: each graph launch (cudaGraphLaunch,
+7. When a trace replays graphs and has no host structure at all: each graph launch (cudaGraphLaunch,
    hipGraphLaunch) starts a step, which lasts until the next graph launch on its thread (the last one until that
    thread's last event ends). A graph launch is a step only when each holds a whole forward; when the launches are
-   pieces of a larger repeating unit (vLLM's piecewise graphs), rule 5 has found that unit first.
-7. Otherwise the whole trace is one step, with a warning naming `--steps`: on the thread that launches the most GPU
+   pieces of a larger repeating unit (vLLM's piecewise graphs), rule 6 has found that unit first.
+8. Otherwise the whole trace is one step, with a warning naming `--steps`: on the thread that launches the most GPU
    work (else the busiest thread), from its first event to its last, so the time before the thread's first event
    (the profiler starting, other threads' set-up) is lead-in, not host work.
 
@@ -48,6 +56,7 @@ from probe.analysis.ledger.units import (
     Tree,
     Units,
     launch_calls,
+    numbered_ranges,
     outermost,
     repeating_unit,
     threads_by_launches,
@@ -390,6 +399,9 @@ def _by_rules(trace: Trace, steps: Pattern | None, kinds: tuple[Kind, ...] | Non
     engine = _engine_frames(trace, work, warnings)
     if engine is not None:
         return engine
+    numbered = _numbered_steps(trace, work, warnings)
+    if numbered is not None:
+        return numbered
     unit = _unit_steps(trace, work, warnings)
     if unit is not None:
         return unit
@@ -427,8 +439,32 @@ def _inside(trace: Trace, calls: np.ndarray, pid: int, tid: int, row: int) -> tu
     return None if units is None else (pid, tid, units)
 
 
+def _gpu_held(trace: Trace, start: np.ndarray, end: np.ndarray) -> int:
+    """The GPU time of the ops launched inside the windows [start, end]: how a thread's steps are weighed against
+    another thread's (rules 5 and 6)."""
+    gpu = attribute(trace, start, end)
+    return int(trace.dur_ns[gpu.op_rows[gpu.op_step >= 0]].sum())
+
+
+def _numbered_steps(trace: Trace, calls: np.ndarray, warnings: list[str]) -> StepSet | None:
+    """Rule 5: each launching thread's numbered family (`units.numbered_ranges`); the one whose steps hold the most
+    GPU work wins, as in rule 6."""
+    best: tuple[int, np.ndarray, str] | None = None
+    for pid, tid in threads_by_launches(trace, calls)[:UNIT_THREADS]:
+        found = numbered_ranges(trace, calls, pid, tid)
+        if found is None:
+            continue
+        rows, rule = found
+        held = _gpu_held(trace, trace.ts_ns[rows], trace.end_ns[rows])
+        if best is None or held > best[0]:
+            best = (held, rows, rule)
+    if best is None:
+        return None
+    return _from_rows(trace, best[1], best[2], [STEP] * len(best[1]), warnings)
+
+
 def _unit_steps(trace: Trace, calls: np.ndarray, warnings: list[str]) -> StepSet | None:
-    """Rule 5: each launching thread's repeating unit; the one whose steps hold the most GPU work wins (a training
+    """Rule 6: each launching thread's repeating unit; the one whose steps hold the most GPU work wins (a training
     loop's thread over its autograd thread, whose cycle starts a forward late and ends an optimizer step early). On
     a CPU-only trace (`calls` are then its top-level ops, `unit_work`) no step holds GPU work: the thread with the
     most top-level ops that has a unit wins."""
@@ -437,8 +473,7 @@ def _unit_steps(trace: Trace, calls: np.ndarray, warnings: list[str]) -> StepSet
         units = repeating_unit(Tree.of(trace, pid, tid, calls), f"thread {pid}/{tid}")
         if units is None:
             continue
-        gpu = attribute(trace, units.start, units.end)
-        held = int(trace.dur_ns[gpu.op_rows[gpu.op_step >= 0]].sum())
+        held = _gpu_held(trace, units.start, units.end)
         if best is None or held > best[0]:
             best = (held, (pid, tid, units))
     if best is None:
@@ -469,7 +504,7 @@ def _from_units(found: list[tuple[int, int, Units]], rule: str, warnings: list[s
 
 
 def _whole_trace(trace: Trace, calls: np.ndarray, warnings: list[str]) -> StepSet:
-    """Rule 7: one step, on the thread that launches the most GPU work (else the busiest), from its first event
+    """Rule 8: one step, on the thread that launches the most GPU work (else the busiest), from its first event
     to its last."""
     launching = threads_by_launches(trace, calls)
     pid, tid = launching[0] if launching else main_thread(trace)

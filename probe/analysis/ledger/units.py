@@ -30,10 +30,25 @@ A trace that runs nothing on a GPU (a CPU-only run: no launch call and no GPU op
 each thread's outermost cpu_ops stand in for them (`unit_work`), one per call the model made, and the same rules
 read them (ten ResNet forwards of 89 top-level ops each, back to back, are a cycle of 10; a forward whose ops do not
 repeat stays one step).
+
+**Numbered ranges** (`numbered_ranges`, tried before the rules above: probe.analysis.ledger.steps' rule 5) are the
+user's own marker of an iteration, ProfilerStep#N's shape under a name of the user's: a *family* is the ranges (user
+annotations, NVTX) of one thread with the same parent range (or none), whose names are one text with its numbers
+replaced (`token_0_processing` .. `token_63_processing`: `token_N_processing`) and each name once (a counter; a
+layer's number repeats in every forward). A family is the steps when it has at least `FAMILY_MIN` members, disjoint,
+each holding a launch, together holding at least `MAJORITY` of the thread's launches, and its parent range (when it
+has one) holds no launch outside them: a loop's range runs nothing but its iterations, while a forward's range runs
+its own work around its layers (the embedding before the first, the head after the last), so `layer_0` ..
+`layer_31` inside one `forward` are pieces of one step. Of the families that pass, the outermost (the least deep)
+wins: `layer_N_token_M` inside each token, or `ensure_layer_N_weights` inside each layer, are pieces of a token.
+What the structure cannot tell apart is said here: a forward whose every launch lies inside its layer ranges, or
+whose layer ranges have no range around them, reads as a loop; a loop whose range also launches work outside its
+iterations (set-up, sampling between them) is not found by this rule (`--steps` names it).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -47,6 +62,8 @@ from probe.analysis.trace import GPU_OP_KINDS, Kind, Trace
 MAJORITY = 0.5  # a container holds at least half the scope's launches; so does a cycle, from first to last
 WHOLE = 0.95  # a unit holds all but 5% of the launches between its first and last occurrence
 PERIODIC = 0.9  # a cycle's names (counts that are multiples of K) hold at least 90% of the scope's launches
+FAMILY_MIN = 3  # numbered ranges are a loop's iterations from three on (ProfilerStep#N's shape), not a pair
+_NUMBER = re.compile(r"[0-9]+")
 UNIT_KINDS = (Kind.PYTHON, Kind.CPU_OP, Kind.USER_RANGE)
 
 
@@ -269,3 +286,59 @@ def _moved_back(inverse: np.ndarray, positions: np.ndarray) -> np.ndarray:
     cuts = positions - back
     cuts[1:] = np.maximum(cuts[1:], positions[:-1] + 1)  # an iteration shorter than the first keeps its cut
     return cuts
+
+
+def family_key(name: str) -> str | None:
+    """A range's name with each number replaced by `N` (`token_7_processing` -> `token_N_processing`): what the
+    members of one numbered family share; None for a name without a number."""
+    key = _NUMBER.sub("N", name)
+    return None if key == name else key
+
+
+def numbered_ranges(trace: Trace, calls: np.ndarray, pid: int, tid: int) -> tuple[np.ndarray, str] | None:
+    """The numbered family of thread pid/tid that marks its steps (the module docstring's last rule): its rows,
+    sorted by start, and the rule in words; None when no family passes. `calls`: the launch calls (`unit_work`)."""
+    rows = thread_rows(trace, trace.rows(Kind.USER_RANGE), pid, tid)
+    rows = rows[trace.stream[rows] < 0]
+    launches = np.sort(trace.ts_ns[thread_rows(trace, calls, pid, tid)])
+    if len(rows) < FAMILY_MIN or not len(launches):
+        return None
+    start, end = trace.ts_ns[rows], trace.end_ns[rows]
+    order = np.lexsort((-end, start))
+    rows, start, end = rows[order], start[order], end[order]
+    depth, parent = nesting(start, end)
+    held = np.searchsorted(launches, end, side="right") - np.searchsorted(launches, start, side="left")
+    ids = np.unique(trace.name_id[rows])
+    keys: dict[str, int] = {}
+    key_of = np.full(len(trace.names), -1, np.int64)
+    for i in ids.tolist():
+        key = family_key(trace.names[i])
+        if key is not None:
+            key_of[i] = keys.setdefault(key, len(keys))
+    key = key_of[trace.name_id[rows]]
+    numbered = np.flatnonzero(key >= 0)
+    if not len(numbered):
+        return None
+    # a family: one key under one parent range
+    groups, group = np.unique(np.stack([parent[numbered], key[numbered]], axis=1), axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    size = np.bincount(group, minlength=len(groups))
+    total = np.bincount(group, weights=held[numbered], minlength=len(groups))
+    empty = np.bincount(group, weights=held[numbered] == 0, minlength=len(groups))
+    passed = []
+    for g in np.flatnonzero((size >= FAMILY_MIN) & (empty == 0) & (total >= MAJORITY * len(launches))).tolist():
+        members = numbered[group == g]
+        p = int(groups[g, 0])
+        if _family(trace, rows[members], start[members], end[members]) and (p < 0 or int(held[p]) == int(total[g])):
+            passed.append((int(depth[members[0]]), -int(total[g]), g, members))
+    if not passed:
+        return None
+    _, _, g, members = min(passed, key=lambda x: x[:3])
+    text = next(k for k, v in keys.items() if v == int(groups[g, 1]))
+    return rows[members], f"numbered ranges: {text!r}, {len(members)} times on thread {pid}/{tid}"
+
+
+def _family(trace: Trace, rows: np.ndarray, start: np.ndarray, end: np.ndarray) -> bool:
+    """Ranges of one key under one parent (sorted by start) that are a counter's: each name once, none overlapping
+    the next."""
+    return len(np.unique(trace.name_id[rows])) == len(rows) and bool(np.all(start[1:] >= end[:-1]))
