@@ -577,6 +577,115 @@ def test_a_thread_running_before_the_frame_is_concurrent_not_waited_on(tmp_path)
     assert (d.evidence.other_threads_ns, d.evidence.python_ns, d.host_bound_by) == (0, 900_000, "python")
 
 
+def named_ranges_trace(tmp_path: Path) -> Path:
+    """Two decode steps of 1000 us inside a `generate` range, each: two ranges loading a layer's weights with no op,
+    frame or call in them (`ensure_layer_0_weights` [10, 310], `ensure_layer_1_weights` [320, 620]: the user's own
+    code, 600 us), a `compute` range [630, 900] holding aten::mm [640, 710] and its launch [650, 660] (a 20 us
+    kernel), then a DataLoader range with no op [910, 950] (data loading, not a named range)."""
+    host = [("user_annotation", "generate", 0, 2000, {})]
+    gpu = []
+    for i in range(2):
+        b = 1000 * i
+        host += [
+            ("user_annotation", f"decode#{i}", b, b + 1000, {}),
+            ("user_annotation", "ensure_layer_0_weights", b + 10, b + 310, {}),
+            ("user_annotation", "ensure_layer_1_weights", b + 320, b + 620, {}),
+            ("user_annotation", "compute", b + 630, b + 900, {}),
+            ("cpu_op", "aten::mm", b + 640, b + 710, {}),
+            ("cuda_runtime", "cudaLaunchKernel", b + 650, b + 660, {"correlation": i + 1}),
+            ("user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", b + 910, b + 950, {}),
+        ]
+        gpu.append(("kernel", "gemm", b + 670, b + 690, {"correlation": i + 1}))
+    return _trace(tmp_path, host, gpu)
+
+
+def test_time_a_range_with_no_op_names_is_its_code_not_unattributed(tmp_path):
+    """No op, frame or call covers 1000 - 70 = 930 us of each step (the mechanism's unattributed, unchanged); of it
+    40 us is data loading, and the two weight-loading ranges' 600 us, holding nothing the profiler recorded, are
+    the user's code they name: named time, one family (`ensure_layer_N_weights`), out of unattributed, which keeps
+    930 - 40 - 600 = 290 us (the gaps between compute's op and around the ranges; compute holds an op, so its gaps
+    stay between ops). The step's own marker and the `generate` range around both steps name nothing. Host work
+    1000 us (no sync): named 600 is the largest part; the headline names the range, not "unattributed"."""
+    trace = load_trace(named_ranges_trace(tmp_path))
+    analysis = analyze(trace)
+    s = analysis.steps[0]
+    assert (s.mechanism_ns["unattributed"], s.mechanism_ns["dispatch"], s.mechanism_ns["launch"]) == (
+        930_000,
+        60_000,
+        10_000,
+    )
+    assert s.named_ns == 600_000 and [(r.name, r.ns) for r in s.named_ranges] == [("ensure_layer_N_weights", 600_000)]
+    assert s.to_json()["named_ranges"] == [{"name": "ensure_layer_N_weights", "us": 600.0}]
+    d = diagnose_trace(analysis, Context.of(trace)).steps[0]
+    e = d.evidence
+    assert (e.named_ns, e.unattributed_ns, e.data_ns, e.dispatch_ns, e.launch_ns) == (
+        600_000,
+        290_000,
+        40_000,
+        60_000,
+        10_000,
+    )
+    assert (d.bound, d.host_bound_by) == ("host", "named")
+    assert d.headline.startswith(
+        "step 0 (decode#0): host-bound, by the code inside named ranges (ensure_layer_N_weights 0.600 ms; no op, "
+        "frame or call recorded in them). The host works 1.000 ms for 0.020 ms of GPU work (50.00x)."
+    )
+    assert d.lines[0] == (
+        "host work 1.000 ms = 1.000 wall - 0.000 sync wait: inside named ranges 0.600, unattributed 0.290, op "
+        "dispatch 0.060, data loading 0.040, launch and runtime calls 0.010 (top range ensure_layer_N_weights 0.600; "
+        "top op aten::mm 0.060)"
+    )
+    assert bound_words(d) == "host-bound, by named ranges"
+
+
+def test_events_of_categories_probe_does_not_know_are_named_not_uncovered(tmp_path):
+    """A hand-written CPU trace of its own categories (llama3-inference's `compute` and `kv` spans): MHA_L0 [0, 400],
+    KV_PUSH_L0_B0 [400, 450], FFN_L0 [500, 800], MHA_L1 [1000, 1400], FFN_L1 [1500, 1800]. One whole-trace step of
+    1800 us; the spans cover 800 + 600 + 50 = 1450 us of it, by family MHA_LN, FFN_LN, KV_PUSH_LN_BN: never "no
+    event covers it"."""
+    spans = [("compute", "MHA_L0", 0, 400), ("kv", "KV_PUSH_L0_B0", 400, 450), ("compute", "FFN_L0", 500, 800)]
+    spans += [("compute", "MHA_L1", 1000, 1400), ("compute", "FFN_L1", 1500, 1800)]
+    trace = load_trace(_trace(tmp_path, [(c, n, a, b, {}) for c, n, a, b in spans]))
+    analysis = analyze(trace)
+    (s,) = analysis.steps
+    assert (s.wall_ns, s.mechanism_ns["unattributed"], s.named_ns) == (1_800_000, 1_800_000, 1_450_000)
+    assert [(r.name, r.ns) for r in s.named_ranges] == [
+        ("MHA_LN", 800_000),
+        ("FFN_LN", 600_000),
+        ("KV_PUSH_LN_BN", 50_000),
+    ]
+    d = diagnose_trace(analysis, Context.of(trace)).steps[0]
+    assert (d.bound, d.host_bound_by, d.evidence.unattributed_ns) == ("cpu_only", "named", 350_000)
+    assert d.headline == (
+        "step 0 (window, trace): CPU only (no GPU side in the trace): the host's 1.800 ms is the step, most of it "
+        "inside named ranges, with no op, frame or call in them (MHA_LN 0.800 ms, FFN_LN 0.600 ms)."
+    )
+    assert "no event covers" not in d.headline + " ".join(d.lines)
+
+
+def test_a_range_that_holds_a_whole_step_names_none_of_it(tmp_path):
+    """An Nsight trace of a CPU run holds ranges only: `decode#i` [100 i, 100 i + 90] holds nothing the profiler
+    recorded but is the step's own marker, `generate` [0, 200] holds both steps: neither names time; the `forward`
+    range inside each, [100 i + 10, 100 i + 80], does (70 of the step's 90 us)."""
+    host = [("user_annotation", "generate", 0, 200, {})]
+    for i in range(2):
+        host += [
+            ("user_annotation", f"decode#{i}", 100 * i, 100 * i + 90, {}),
+            ("user_annotation", "forward", 100 * i + 10, 100 * i + 80, {}),
+        ]
+    analysis = analyze(load_trace(_trace(tmp_path, host)))
+    assert [(s.named_ns, [r.name for r in s.named_ranges]) for s in analysis.steps] == [(70_000, ["forward"])] * 2
+
+
+def test_a_range_of_no_duration_names_nothing(tmp_path):
+    """A ProfilerStep [0, 100] whose only range besides it is an instant (a zero-length `mark`) and one op [10, 20]:
+    no time is named, and the 90 us no op covers stay unattributed."""
+    host = [("user_annotation", "ProfilerStep#0", 0, 100, {}), ("user_annotation", "mark", 50, 50, {})]
+    host.append(("cpu_op", "aten::add", 10, 20, {}))
+    (s,) = analyze(load_trace(_trace(tmp_path, host))).steps
+    assert (s.named_ns, s.named_ranges, s.mechanism_ns["unattributed"]) == (0, (), 90_000)
+
+
 def python_bound_trace(tmp_path: Path) -> Path:
     """A decode step of 100 us whose host is mostly Python, for 7 us of GPU work (test_report.py uses it too)."""
     return _trace(

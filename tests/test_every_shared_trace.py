@@ -31,6 +31,7 @@ HOST_PARTS = (
     "launch_us",
     "other_threads_us",
     "profiler_recorded_us",
+    "named_us",
     "unattributed_us",
 )
 

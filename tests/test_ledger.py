@@ -276,7 +276,7 @@ STEP_KEYS = {
     "mechanism_us", "cache_us", "busy_fraction", "unprofiled_estimate_us", "op_counts", "top_ops", "kernel_counts",
     "capturable_us", "capture_region", "tokens", "data_mechanism_us", "launches_unmatched", "unattributed_other_us",
     "captured_launches", "graph_instantiations",
-    "python_other_us",
+    "python_other_us", "named_us", "named_ranges",
     "kernels_by_category", "kernels_busy_by_category", "kernels_alone_by_category",
     "top_kernels", "top_frames", "sync_sites", "other_threads",
 }  # fmt: skip

@@ -136,7 +136,8 @@ def _cold_then(tmp_path, op_us: int, kernel_us: int):
             100,
             (49_997_000, 7_000_000, 2_970_000, 33_000),
             "Without it: host work 10.003 ms against GPU work 1.010 ms (9.90x): host-bound, by unattributed (7.000 "
-            "ms that no event covers: the trace cannot say whether that is set-up too; a warm profile can).",
+            "ms that no op, frame or call covers: the trace cannot say whether that is set-up too; a warm profile "
+            "can).",
             id="rest-uncovered",
         ),
         # the ops take 800 us each: dispatch 10 x 797 us = 7.970 ms leads what is left
@@ -173,7 +174,9 @@ def test_a_cold_steps_verdict_names_set_up_and_the_rest_without_it(tmp_path, op_
         "16,667x the trace's median launch call (3.0 us). " + rest
     ) in d.headline
     assert _changes(d) == ["profile a warm iteration"]
-    said = "it counts as set-up only the cold calls' time, not the 7.000 ms of host work that no event covers"
+    said = (
+        "it counts as set-up only the cold calls' time, not the 7.000 ms of host work that no op, frame or call covers"
+    )
     assert (said in d.what_if[0].assumption) == (host_parts[1] > host_parts[2])  # the rest mostly uncovered
 
 
@@ -188,8 +191,8 @@ def test_a_cold_cpu_steps_verdict_names_set_up_and_the_rest_without_it(tmp_path)
     assert d.headline == (
         "step 0 (decode#0): CPU only (no GPU side in the trace): the host's 60.000 ms is the step, most of it "
         "first-call set-up. Of its host work, 49.900 ms is first-call set-up: the first aten::mm took 50.000 ms, 500x "
-        "its median call (100.0 us). Without it: host work 10.100 ms, most of it between ops (9.000 ms that no event "
-        "covers: the trace cannot say whether that is set-up too; a warm profile can)."
+        "its median call (100.0 us). Without it: host work 10.100 ms, most of it between ops (9.000 ms that no op, "
+        "frame or call covers: the trace cannot say whether that is set-up too; a warm profile can)."
     )
     from probe.explorer.figures.diagnosis import step_frame
 

@@ -36,10 +36,13 @@ HOLE_SHARE = 0.5  # of the measured step: a hole (no work of the trace) that lon
 # the parts of host work the verdict names: a cold step's first-call set-up (the time inside its cold calls on its
 # thread, probe.analysis.diagnosis.conditions.Cold), data loading (its ranges, ops and frames), then outside both the
 # mechanism
-HOST_BOUND_BY = ("setup", "data", "python", "dispatch", "launch", "other_threads", "unattributed")
+HOST_BOUND_BY = ("setup", "data", "python", "dispatch", "launch", "other_threads", "named", "unattributed")
 # in the headline: "host-bound, by data loading"
 HOST_BY_WORDS = {"setup": "first-call set-up", "data": "data loading", "other_threads": "other threads' work"}
-# what a cold step's time that no event covers is, as far as the trace can say (the verdict and the warm what-if)
+HOST_BY_WORDS |= {"named": "named ranges"}
+# time no op, frame or call covers (a range holding ops covers its gaps, a label of them: not "no event")
+UNCOVERED = "no op, frame or call covers"
+# what a cold step's time that none covers is, as far as the trace can say (the verdict and the warm what-if)
 UNCOVERED_SETUP = "the trace cannot say whether that is set-up too; a warm profile can"
 
 
@@ -61,7 +64,7 @@ class Evidence:
     launch_ns: int  # launch and other runtime calls
     dispatch_ns: int
     python_ns: int
-    unattributed_ns: int
+    unattributed_ns: int  # no op, frame or call covers it, nor a named range: outside data loading and other threads
     launches: int
     graph_launches: int
     kernels: int
@@ -80,6 +83,9 @@ class Evidence:
     # a cold step's first-call set-up: its host work inside its cold calls on its own thread (conditions.Cold), taken
     # out of the parts above that the host partition gave it to (a first launch's lazy module load: launch calls)
     setup_ns: int = 0
+    # of the time no op, frame or call covers: inside named ranges that hold none (StepLedger.named_ns): the user's
+    # own code the range names (`ensure_layer_N_weights`), out of unattributed
+    named_ns: int = 0
 
     @property
     def capture_setup(self) -> bool:
@@ -203,8 +209,9 @@ def evidence(s: StepLedger, context: Context | None = None) -> Evidence:
     """The figures of one step. Host work splits into data loading (the data ranges' time less their sync wait) and,
     outside it, Python, dispatch, launch and runtime calls, other threads' work (time no event of the step's thread
     covers, or only a Python frame's self time does, while another thread of its process runs events: the thread
-    waited on it), the profiler's own recorded work and unattributed time: the seven add up to it. In a cold step
-    (the context's facts), the time inside its cold calls on its own thread is an eighth part, first-call set-up,
+    waited on it), the profiler's own recorded work, the user's code inside named ranges that hold no op, frame or
+    call (`named_ns`), and unattributed time: the eight add up to it. In a cold step
+    (the context's facts), the time inside its cold calls on its own thread is a ninth part, first-call set-up,
     taken out of the part each piece of it was in (`_without_setup`). The hole needs the trace (`context`): without
     it, none."""
     context = context or Context()
@@ -235,7 +242,8 @@ def evidence(s: StepLedger, context: Context | None = None) -> Evidence:
         launch_ns=m.get("launch", 0) + m.get("runtime", 0),
         dispatch_ns=m.get("dispatch", 0),
         python_ns=m.get("python", 0) - s.python_other_ns,
-        unattributed_ns=m.get("unattributed", 0) - s.unattributed_other_ns,
+        unattributed_ns=m.get("unattributed", 0) - s.unattributed_other_ns - s.named_ns,
+        named_ns=s.named_ns,
         launches=s.launches,
         graph_launches=s.graph_launches,
         kernels=s.kernels,
@@ -289,6 +297,7 @@ def largest_host_part(e: Evidence, setup: bool = True) -> str:
     work a warm step keeps, first-call set-up left out (what a cold step's rest is bound by)."""
     parts = {"python": e.python_ns, "dispatch": e.dispatch_ns, "launch": e.launch_ns, "unattributed": e.unattributed_ns}
     parts["data"], parts["other_threads"], parts["setup"] = e.data_ns, e.other_threads_ns, e.setup_ns
+    parts["named"] = e.named_ns
     return max((p for p in HOST_BOUND_BY if setup or p != "setup"), key=lambda p: parts[p])
 
 

@@ -24,15 +24,18 @@ a loop of such steps can be no faster than the host window that issues each one,
   (at a sync, or by running ahead until the GPU's queue is full), or its work runs past the host window.
 - `host`: host work > GPU work: the GPU waits for work the host has not issued. `host_bound_by` names the largest
   part of host work by mechanism (probe.analysis.ledger.host): `python`, `dispatch`, `launch` (launch and other runtime
-  calls), or `unattributed` (no event covers it: Python between ops when the trace has no stacks); or `data`
-  (data loading), `other_threads`, or `setup`.
+  calls), `named` (inside named ranges that hold no op, frame or call: the user's own code the range names, which
+  the headline names by its top range, `ensure_layer_N_weights`), or `unattributed` (no op, frame or call covers it,
+  nor such a range: Python between ops when the trace has no stacks); or `data` (data loading), `other_threads`, or
+  `setup`.
 
 **A cold step** (probe.analysis.diagnosis.conditions: first calls many times their later ones cover a tenth of it)
 has one more part of host work, first-call set-up: the time inside its cold calls on its own thread, taken out of
 the part the mechanism gave it (a first launch that loads a module lazily is launch time by mechanism; it is not
 what a warm step pays for launches). Where set-up is the largest part, `host_bound_by` is `setup`, and the headline
 names the cold call and the rest without it: host work less set-up against GPU work, its bound and, host-bound, the
-largest part left; where that is time no event covers, the trace cannot tell it from set-up, and says so.
+largest part left; where that is time no op, frame or call covers, the trace cannot tell it from set-up, and says
+so.
 
 The busy share is taken over the step read whole (`StepLedger.span_ns`: host start to the later of the host end and
 the GPU end), not only over the GPU window: a fully busy GPU window that opens 218 ms into a 382 ms step left the
@@ -66,6 +69,7 @@ from probe.analysis.diagnosis.evidence import (
     CLOSE,
     EXTERNAL_SHARE,
     HOST_BY_WORDS,
+    UNCOVERED,
     UNCOVERED_SETUP,
     Bound,
     Context,
@@ -209,10 +213,13 @@ def _host_parts_text(s: StepLedger, e: Evidence, on_gpu: bool = True) -> str:
         ("launch and runtime calls", e.launch_ns),
         ("other threads' work", e.other_threads_ns),
         ("profiler overhead", e.profiler_recorded_ns),
+        ("inside named ranges", e.named_ns),
         ("unattributed", e.unattributed_ns),
     ]
     text = ", ".join(f"{name} {ms(ns)}" for name, ns in sorted(parts, key=lambda p: -p[1]) if ns)
     top = []
+    if e.named_ns and s.named_ranges:
+        top.append(f"top range {s.named_ranges[0].name} {ms(s.named_ranges[0].ns)}")
     frame = own_top_frame(s)
     if frame is not None and e.python_ns:
         top.append(f"top frame {frame.frame} {ms(frame.own_ns)}")
@@ -226,6 +233,19 @@ _BOUND_WORD |= {"unknown": "unknown", "none": "no bound"}
 NOTHING_RAN = "nothing ran in this step"
 _CPU_WORDS = {"dispatch": "mostly inside ops", "unattributed": "mostly between ops", "python": "mostly Python"}
 _CPU_WORDS |= {"launch": "mostly in runtime calls"}  # a CPU trace's host work: its ops compute, so not "dispatch"
+_CPU_WORDS |= {"named": "mostly inside named ranges"}
+
+
+def _named_text(s: StepLedger) -> str:
+    """The step's named ranges with the most time, in words: "ensure_layer_N_weights 8.845 ms"."""
+    return ", ".join(f"{r.name} {ms(r.ns)} ms" for r in s.named_ranges[:2])
+
+
+def _by_words(s: StepLedger, host_by: str) -> str:
+    """What a host-bound step is bound by, as its headline says it: named ranges by their top names."""
+    if host_by == "named" and s.named_ranges:
+        return f"the code inside named ranges ({_named_text(s)}; no op, frame or call recorded in them)"
+    return HOST_BY_WORDS.get(host_by, host_by)
 
 
 def bound_words(d: Diagnosis) -> str:
@@ -276,7 +296,7 @@ def _verdict_lines(
         return _unknown_headline(name, e, missing), [host_line, *_extra_lines(s, e, bound)]
     setup = _setup_text(e, cold, bound != "cpu_only") if cold is not None else ""
     if bound == "cpu_only":
-        return _cpu_only_headline(name, e, host_by) + setup, [host_line]
+        return _cpu_only_headline(name, s, e, host_by) + setup, [host_line]
     gpu_line = _gpu_line(e)
     headline, lines = _two_sided_headline(name, s, e, bound, then, host_by, balanced)
     headline += setup
@@ -308,12 +328,14 @@ def _unknown_headline(name: str, e: Evidence, missing: str) -> str:
     )
 
 
-_CPU_WHERE = {"dispatch": "inside ops", "unattributed": "between ops (no event covers it)"}
+_CPU_WHERE = {"dispatch": "inside ops", "unattributed": f"between ops ({UNCOVERED} it)"}
 
 
-def _cpu_only_headline(name: str, e: Evidence, host_by) -> str:
+def _cpu_only_headline(name: str, s: StepLedger, e: Evidence, host_by) -> str:
     """The headline of a step on a trace with no GPU side: the host's window is the step, and where most of it went."""
     where = _CPU_WHERE.get(host_by, HOST_BY_WORDS.get(host_by, host_by))
+    if host_by == "named":
+        where = f"inside named ranges, with no op, frame or call in them ({_named_text(s)})"
     unprofiled = f" ({ms(e.unprofiled_host_ns)} ms unprofiled)" if e.profiler_ns else ""
     return (
         f"{name}: CPU only (no GPU side in the trace): the host's {ms(e.wall_ns)} ms{unprofiled} is the step, "
@@ -350,7 +372,7 @@ def _two_sided_headline(
         )
         return headline, []
     headline = (
-        f"{name}: host-bound, by {HOST_BY_WORDS.get(host_by, host_by)}. The host works {_host_ms(e)} "
+        f"{name}: host-bound, by {_by_words(s, host_by)}. The host works {_host_ms(e)} "
         f"for {ms(e.gpu_busy_ns)} ms of GPU work ({_times(host, e.gpu_busy_ns, 'no GPU work')})" + close
     )
     return headline, []
@@ -396,10 +418,10 @@ def _setup_text(e: Evidence, cold: Cold, on_gpu: bool) -> str:
     if side == "host":
         said += f" against GPU work {ms(e.gpu_busy_ns)} ms ({_times(rest, e.gpu_busy_ns, 'no GPU work')}): host-bound"
         by = f", by {HOST_BY_WORDS.get(part, part)}"
-    else:  # "between ops" without its own "(no event covers it)": the figure below says so
+    else:  # "between ops" without its own "(no op, frame or call covers it)": the figure below says so
         by = ", most of it between ops" if part == "unattributed" else f", most of it {_CPU_WHERE.get(part, part)}"
     if part == "unattributed":
-        by += f" ({ms(e.unattributed_ns)} ms that no event covers: {UNCOVERED_SETUP})"
+        by += f" ({ms(e.unattributed_ns)} ms that {UNCOVERED}: {UNCOVERED_SETUP})"
     return said + by + "."
 
 

@@ -22,8 +22,8 @@ to [0, the step], so a what-if never promises more than the step nor less than n
   nothing; the capture what-if is said to be done already, every other change waits for a step that replays it;
 - a cold step (conditions: first-call set-up covers a tenth of it): profile a warm iteration, and nothing else; it
   saves the set-up, the time in the cold calls less what warm calls of their kinds cost (their baselines: a warm
-  step still makes them); where the host work it keeps is mostly time no event covers, the assumption says that the
-  trace cannot tell it from set-up (only the cold calls' time is priced as set-up);
+  step still makes them); where the host work it keeps is mostly time no op, frame or call covers, the assumption says
+  that the trace cannot tell it from set-up (only the cold calls' time is priced as set-up);
 - capture the forward in a CUDA graph (GPU): the capture region's host time (`StepLedger.capturable_ns`) vanishes,
   one graph launch remains; kernels keep their durations. Requires a warm step, the GPU side recorded, a forward
   (no backward, no optimizer), nothing in the region that waits on the device, no data-dependent shapes; shapes
@@ -67,6 +67,7 @@ from dataclasses import dataclass, field, replace
 from probe.analysis.diagnosis.conditions import Cold, CpuOps, StepFacts
 from probe.analysis.diagnosis.evidence import (
     EXTERNAL_SHARE,
+    UNCOVERED,
     UNCOVERED_SETUP,
     Context,
     Evidence,
@@ -400,15 +401,15 @@ def what_if(s: StepLedger, e: Evidence, on_gpu: bool, context: Context) -> tuple
 def _warm(offer: _Offer, e: Evidence, cold: Cold) -> None:
     """A cold step: profile a warm iteration first, and nothing else is offered; it saves the step's set-up (its cold
     calls' time less what warm calls of their kinds cost: `Cold.ns`). Where the host work it keeps is
-    mostly time no event covers (the verdict's rule, `largest_host_part` without set-up), the assumption says so:
-    only the cold calls' time is priced as set-up, and the trace cannot say what that time is."""
+    mostly time no op, frame or call covers (the verdict's rule, `largest_host_part` without set-up), the assumption
+    says so: only the cold calls' time is priced as set-up, and the trace cannot say what that time is."""
     b = offer.b
     predicted = _clamp(b.step_ns - cold.ns, b.step_ns)
     kept = ""
     if e.unattributed_ns and largest_host_part(e, setup=False) == "unattributed":
         kept = (
             f"; it counts as set-up only the cold calls' time, not the {ms(e.unattributed_ns)} ms of host work that "
-            f"no event covers: {UNCOVERED_SETUP}"
+            f"{UNCOVERED}: {UNCOVERED_SETUP}"
         )
     offer.add(
         _what_if(

@@ -45,7 +45,11 @@ What a step's ledger says (times are integer ns inside, `_us` in the JSON, ns / 
   thread of the step's process ran events (autograd's backward, while the loop's thread waits on it);
   `python_other_ns`: of Python frames' self time outside data loading, the part in which another thread of the
   process ran events that began and ended inside it (with stacks, `loss.backward()`'s `run_backward` frame covers
-  that wait; probe.analysis.ledger.host.waits_on_others).
+  that wait; probe.analysis.ledger.host.waits_on_others). `named_ns`: of the unattributed time outside data
+  loading and other threads' work, the part inside named ranges that hold no frame, op or call (a user or NVTX
+  range strictly inside the step, or an event of a category the reader does not know: the user's own code the range
+  names; probe.analysis.ledger.host.named_time), and `named_ranges` that time by range name with its numbers
+  replaced, largest first (`NAMED_KEPT`).
   `launches_unmatched`: the step's launch and graph-launch calls none of whose GPU ops is in the trace, captured
   ones left out (they run no GPU op when called).
   `external_wait`: the part of `sync_wait` during which no GPU op of the trace ran: the host waited on device work
@@ -87,6 +91,7 @@ from probe.analysis.ledger.host import (
     MECHANISM,
     FrameTime,
     HostSplit,
+    NamedTime,
     OpTime,
     PartTable,
     SyncSite,
@@ -260,6 +265,8 @@ class _Host:
     sync_sites: list[tuple[SyncSite, ...]]
     other_threads: list[tuple[ThreadTime, ...]]
     python_frames: tuple[FrameTime, ...]
+    named: np.ndarray  # of the unattributed time outside data loading and other threads' work: inside named ranges
+    named_top: list[tuple[NamedTime, ...]]  # that time by range name, largest first
 
 
 def _host_columns(
@@ -300,6 +307,8 @@ class _HostDraft:
     frames: list[tuple[FrameTime, ...]]
     sites: list[tuple[SyncSite, ...]]
     totals: dict[int, list[int]]  # frame id -> [self ns, calls, waited ns], over the threads so far
+    named: np.ndarray
+    named_top: list[tuple[NamedTime, ...]]
 
     @staticmethod
     def empty(n: int, table: PartTable) -> _HostDraft:
@@ -325,6 +334,8 @@ class _HostDraft:
             frames=[() for _ in range(n)],
             sites=[() for _ in range(n)],
             totals={},
+            named=zeros(),
+            named_top=[() for _ in range(n)],
         )
 
 
@@ -347,6 +358,9 @@ def _fill_thread(
     _fill_partitions(draft, sel, split, table)
     draft.other_in_gaps[sel] = _others_while_idle(trace, table, pid, tid, lo, hi)
     draft.python_other[sel] = split.python_other
+    draft.named[sel] = split.named
+    for j, s in enumerate(sel.tolist()):
+        draft.named_top[s] = split.named_top[j]
     draft.external[sel], draft.own_wait[sel], draft.peer_wait[sel] = _wait_columns(split, gpu_start, gpu, comm)
     draft.capturable[sel], what = _capturable_ns(trace, pid, tid, lo, hi, split)
     tc, ac, oc = _op_counts(trace, lo, hi, thread_ops(trace, pid, tid))
@@ -414,6 +428,8 @@ def _host_of_draft(draft: _HostDraft, trace: Trace, table: PartTable, steps: Ste
         draft.sites,
         _other_threads(trace, table, steps),
         _python_frames(table, draft.totals),
+        draft.named,
+        draft.named_top,
     )
 
 
@@ -587,6 +603,8 @@ def _step_ledger(i: int, steps: StepSet, la: _Launches, ke: _Kernels, ho: _Host,
         graph_instantiations=int(la.instantiations[i]),
         unattributed_other_ns=int(ho.other_in_gaps[i]),
         python_other_ns=int(ho.python_other[i]),
+        named_ns=int(ho.named[i]),
+        named_ranges=ho.named_top[i],
         unprofiled_estimate_ns=None if cost is None else max(wall - _profiler_ns(cost, ho, i), 0.0),
         op_counts=ho.op_counts[i],
         top_ops=ho.top_ops[i],

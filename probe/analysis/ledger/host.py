@@ -9,16 +9,28 @@ duration), then `sync` (probe's `sync` range, every runtime call that blocks the
 the device, `POLL_CALLS`), `sample`, the three cache parts, `mask`,
 `attention` (a cpu_op matching `ATTENTION_OP`, with everything it runs), and `model`, the rest.
 
-**By mechanism** (`MECHANISM_PARTS`): what code ran. The innermost event covering each nanosecond decides it,
-among the thread's Python frames (`python_function`, from `with_stack=True`), cpu_ops and runtime calls: a frame's
-self time is `python` (`sync_wait` for a synchronizing frame), an op's is `dispatch`, a launch or graph-launch
-call's is `launch`, a blocking call's is `sync_wait`, any other runtime call's is `runtime`; time no event covers
+**By mechanism** (`MECHANISM_PARTS`): what code ran. The innermost event covering each nanosecond decides it, among
+the thread's Python frames (`python_function`, from `with_stack=True`), cpu_ops and runtime calls: a frame's self
+time is `python` (`sync_wait` for a synchronizing frame), an op's is `dispatch`, a launch or graph-launch call's is
+`launch`, a blocking call's is `sync_wait`, any other runtime call's is `runtime`; time no frame, op or call covers
 is `unattributed`. A polling run (`POLL_CALLS`) is `sync_wait` over its whole span, its calls and the gaps between
-them alike (`with_polls`). Ranges (record_function, NVTX) are labels, not code, so they never decide a mechanism. Self
-time is torch's "Self CPU": an event's duration less its children's. Events nest on one thread, nearly always: a
-range entered in one frame and left in a later one (torch.compile's "Pregraph bytecode" in b200_eager) outlives the
-frame it started in. Then each stretch goes to the latest-started event still open: the event is split at its
+them alike (`with_polls`). Ranges (record_function, NVTX) are labels, not code, so they never decide a mechanism.
+Self time is torch's "Self CPU": an event's duration less its children's. Events nest on one thread, nearly always:
+a range entered in one frame and left in a later one (torch.compile's "Pregraph bytecode" in b200_eager) outlives
+the frame it started in. Then each stretch goes to the latest-started event still open: the event is split at its
 parent's end and its continuation nests where it now lies, until every piece nests.
+
+**Named ranges** (`named_time`): of the unattributed time, the part the user's own spans name. A range (a user
+annotation, NVTX) that holds no frame, op or runtime call, or an event of a category the trace reader does not know
+(`foreign_rows`: a hand-written trace's `kv` and `compute` spans), marks code the profiler recorded nothing inside:
+the user's own code the span names (`ensure_layer_N_weights` loading a layer's weights). Each nanosecond of
+unattributed time, outside data loading and other threads' work (the parts the answer takes first), inside such
+spans goes to the innermost, by its name with numbers replaced (`family_key`), so a family of numbered spans adds up
+as one. A span that holds a whole step (the step's own marker, a range around several steps) names none of its
+time: it marks the step, not code in it; ProfilerStep#N and the profiler's own spans (kineto's `Trace`, `overhead`)
+are never named. A range that holds ops is a label of them: its time between them stays unattributed (Python
+between ops when the trace has no stacks). The mechanism partition itself is unchanged: named time is a part of
+`unattributed`, which the answer names by its top span.
 
 How the two relate: they cut the same wall two ways. `attention` by purpose is the attention ops' whole duration;
 by mechanism that same time is the dispatch of those ops, the launch calls inside them and, for an op implemented
@@ -31,7 +43,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -39,7 +51,7 @@ from probe import vocabulary
 from probe.analysis.intervals import covered, difference, inside_any, merge, nesting
 from probe.analysis.ledger.gpu import correlation_keys
 from probe.analysis.ledger.patterns import Pattern, compile_user
-from probe.analysis.trace import COPY_KINDS, GPU_OP_KINDS, Kind, Trace, is_copy_call
+from probe.analysis.trace import COPY_KINDS, GPU_OP_KINDS, Kind, Trace, foreign_rows, is_copy_call
 from probe.errors import ProbeError
 
 
@@ -78,7 +90,12 @@ MECHANISM_PARTS: tuple[HostPart, ...] = (
         "profiler",
         "the profiler's own recorded work inside this thread's events (kineto's `overhead`: CUPTI buffer requests)",
     ),
-    HostPart("unattributed", "unattributed", "unattributed", "no Python frame, op or runtime call covers it"),
+    HostPart(
+        "unattributed",
+        "unattributed",
+        "unattributed",
+        "no Python frame, op or runtime call covers it (of it, inside named ranges that hold none: `named_time`)",
+    ),
 )
 PURPOSE = tuple(p.name for p in PURPOSE_PARTS)
 MECHANISM = tuple(p.name for p in MECHANISM_PARTS)
@@ -448,6 +465,8 @@ class HostSplit:
     frame_totals: dict[int, tuple[int, int, int]]  # frame id -> (self ns, calls, waited ns) over these steps
     in_data: dict[str, np.ndarray]  # every part in MECHANISM: the mechanism split of the time inside data loading
     python_other: np.ndarray  # per step: of Python self time outside data loading, the wait on other threads
+    named: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # per step: `named_time`'s ns
+    named_top: list[tuple[NamedTime, ...]] = field(default_factory=list)  # per step: by span name, largest first
 
 
 def purpose_tiers(trace: Trace, table: PartTable, pid: int, tid: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -747,6 +766,9 @@ def mechanism_split(
     sites = _sync_sites(trace, table, inner, seg, step, ns, lo)
     is_sync = mech == _SYNC_WAIT
     sync_segments = (step[is_sync], piece_start[is_sync], piece_end[is_sync])
+    code_s, code_e = merge(inner.seg_start, inner.seg_end)  # what the mechanism gave a part: all but unattributed
+    taken = merge(np.concatenate((code_s, data_s)), np.concatenate((code_e, data_e)))
+    named, named_top = named_time(trace, table, pid, tid, (lo, hi), taken)
     return HostSplit(
         purpose_split(trace, table, pid, tid, lo, hi, tiers),
         mechanism,
@@ -757,7 +779,97 @@ def mechanism_split(
         _frame_totals(f_self, f_calls, f_waited),
         in_data,
         np.bincount(step, weights=waited, minlength=n).astype(np.int64),
+        named,
+        named_top,
     )
+
+
+NAMED_KEPT = 3  # a step's named spans kept, by name, largest first
+_NUMBER = re.compile(r"[0-9]+")
+
+
+@dataclass(frozen=True)
+class NamedTime:
+    """Unattributed time inside named spans of one name (`named_time`): the name with its numbers replaced by `N`
+    (`ensure_layer_N_weights` for `ensure_layer_0_weights` .. `ensure_layer_7_weights`), and the ns."""
+
+    name: str
+    ns: int
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "us": self.ns / 1e3}
+
+
+def family_key(name: str) -> str | None:
+    """A span's name with each number replaced by `N` (`token_7_processing` -> `token_N_processing`): what the
+    members of one numbered family share; None for a name without a number."""
+    key = _NUMBER.sub("N", name)
+    return None if key == name else key
+
+
+def named_range_rows(trace: Trace, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The rows of thread pid/tid that name the user's own code (the module docstring): its ranges and its events of
+    a foreign category, on the host, that hold no frame, op or runtime call (none starts inside) and no whole window
+    [lo, hi] (a step's marker, a range around steps)."""
+    rows = np.concatenate(
+        (thread_rows(trace, trace.rows(Kind.USER_RANGE), pid, tid), thread_rows(trace, foreign_rows(trace), pid, tid))
+    )
+    rows = rows[trace.stream[rows] < 0]
+    if not len(rows):
+        return rows
+    start, end = trace.ts_ns[rows], trace.end_ns[rows]
+    code = np.sort(trace.ts_ns[host_events(trace, pid, tid)])
+    holds_code = np.searchsorted(code, end, side="left") > np.searchsorted(code, start, side="left")
+    order = np.argsort(lo, kind="stable")
+    first_end = np.minimum.accumulate(hi[order][::-1])[::-1]  # of the windows starting at or after each, the first end
+    k = np.searchsorted(lo[order], start, side="left")
+    holds_step = (
+        (k < len(lo)) & (first_end[np.minimum(k, len(lo) - 1)] <= end) if len(lo) else np.zeros(len(rows), bool)
+    )
+    return rows[~holds_code & ~holds_step]
+
+
+def named_time(
+    trace: Trace,
+    table: PartTable,
+    pid: int,
+    tid: int,
+    windows: tuple[np.ndarray, np.ndarray],
+    taken: tuple[np.ndarray, np.ndarray],
+) -> tuple[np.ndarray, list[tuple[NamedTime, ...]]]:
+    """Per window [lo, hi] of thread pid/tid: the time inside its named ranges (`named_range_rows`) outside `taken`
+    (merged: the thread's code events and data loading) and other threads' work (`others_busy`, which the answer
+    names first), and that time by the innermost span's name with numbers replaced, the first `NAMED_KEPT`, largest
+    first."""
+    lo, hi = windows
+    n = len(lo)
+    rows = named_range_rows(trace, pid, tid, lo, hi)
+    if not len(rows):
+        return np.zeros(n, np.int64), [() for _ in range(n)]
+    others_s, others_e = others_busy(trace, pid, tid)
+    taken = merge(np.concatenate((taken[0], others_s)), np.concatenate((taken[1], others_e)))
+    inner = _innermost(trace, table, rows)
+    if not len(inner.seg_start):  # spans of no duration: nothing to name
+        return np.zeros(n, np.int64), [() for _ in range(n)]
+    gap_s, gap_e = difference(np.array([int(inner.seg_start.min())]), np.array([int(inner.seg_end.max())]), *taken)
+    seg, _, a, b = _charge(inner.seg_start, inner.seg_end, gap_s, gap_e)
+    piece, step, piece_start, piece_end = _charge(a, b, lo, hi)
+    ns = piece_end - piece_start
+    keys: dict[str, int] = {}
+    key_of = {
+        i: keys.setdefault(family_key(trace.names[i]) or trace.names[i], len(keys))
+        for i in set(trace.name_id[rows].tolist())
+    }
+    key = np.fromiter(
+        (key_of[i] for i in trace.name_id[inner.rows[inner.seg_owner[seg[piece]]]].tolist()), np.int64, len(piece)
+    )
+    text = list(keys)
+    by_name = _grouped(step, key, ns, np.ones(len(ns), bool), n)
+    top = [
+        tuple(sorted((NamedTime(text[k], v) for k, v in d.items()), key=lambda x: (-x.ns, x.name))[:NAMED_KEPT])
+        for d in by_name
+    ]
+    return np.bincount(step, weights=ns, minlength=n).astype(np.int64), top
 
 
 def _others_code(trace: Trace, pid: int, tid: int) -> np.ndarray:

@@ -20,6 +20,7 @@ from probe.analysis.ledger.gpu import (
 from probe.analysis.ledger.host import (
     PURPOSE_PARTS,
     FrameTime,
+    NamedTime,
     OpTime,
     SyncSite,
     ThreadTime,
@@ -150,6 +151,9 @@ class StepLedger:
     graph_instantiations: int = 0  # graph instantiation calls (cudaGraphInstantiate, ...): set-up too
     unattributed_other_ns: int = 0  # of unattributed time outside data loading: another thread of the process ran
     python_other_ns: int = 0  # of Python frames' self time outside data loading: another thread of the process ran
+    named_ns: int = 0  # of unattributed time outside data loading and other threads' work: inside named ranges that
+    # hold no frame, op or call (the user's own code the range names: host.named_time)
+    named_ranges: tuple[NamedTime, ...] = ()  # that time by range name (numbers replaced), largest first
     unprofiled_estimate_ns: float | None = None
     own_wait_ns: int = 0  # sync wait from the step's first GPU op on, less what no GPU op of the trace ran in
     peer_wait_ns: int = 0  # of own_wait, while a communication kernel ran: a wait on the other ranks (build.py)
@@ -224,6 +228,7 @@ class StepLedger:
         out["top_frames"] = [f.to_json() for f in self.top_frames]
         out["sync_sites"] = [s.to_json() for s in self.sync_sites]
         out["other_threads"] = [t.to_json() for t in self.other_threads]
+        out["named_ranges"] = [r.to_json() for r in self.named_ranges]
         out["tokens"] = self.tokens.to_json() if self.tokens else None
         return out
 
@@ -238,6 +243,7 @@ _NESTED |= {
     "sync_sites",
     "other_threads",
     "tokens",
+    "named_ranges",
 }
 
 

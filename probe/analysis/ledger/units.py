@@ -48,7 +48,6 @@ iterations (set-up, sampling between them) is not found by this rule (`--steps` 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -56,14 +55,13 @@ import numpy as np
 
 from probe.analysis.intervals import nesting
 from probe.analysis.ledger.gpu import correlation_keys
-from probe.analysis.ledger.host import frame_name, thread_rows
+from probe.analysis.ledger.host import family_key, frame_name, thread_rows
 from probe.analysis.trace import GPU_OP_KINDS, Kind, Trace
 
 MAJORITY = 0.5  # a container holds at least half the scope's launches; so does a cycle, from first to last
 WHOLE = 0.95  # a unit holds all but 5% of the launches between its first and last occurrence
 PERIODIC = 0.9  # a cycle's names (counts that are multiples of K) hold at least 90% of the scope's launches
 FAMILY_MIN = 3  # numbered ranges are a loop's iterations from three on (ProfilerStep#N's shape), not a pair
-_NUMBER = re.compile(r"[0-9]+")
 UNIT_KINDS = (Kind.PYTHON, Kind.CPU_OP, Kind.USER_RANGE)
 
 
@@ -286,13 +284,6 @@ def _moved_back(inverse: np.ndarray, positions: np.ndarray) -> np.ndarray:
     cuts = positions - back
     cuts[1:] = np.maximum(cuts[1:], positions[:-1] + 1)  # an iteration shorter than the first keeps its cut
     return cuts
-
-
-def family_key(name: str) -> str | None:
-    """A range's name with each number replaced by `N` (`token_7_processing` -> `token_N_processing`): what the
-    members of one numbered family share; None for a name without a number."""
-    key = _NUMBER.sub("N", name)
-    return None if key == name else key
 
 
 def numbered_ranges(trace: Trace, calls: np.ndarray, pid: int, tid: int) -> tuple[np.ndarray, str] | None:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from probe.analysis.records import files
-from probe.analysis.trace.chrome import decimal_text_to_ns, read_chrome
+from probe.analysis.trace.chrome import decimal_text_to_ns, foreign_rows, read_chrome
 from probe.analysis.trace.nsys import read_nsys
 from probe.analysis.trace.table import (
     COLUMNS,
@@ -75,6 +75,7 @@ __all__ = [
     "is_copy_call",
     "is_graph_instantiate",
     "decimal_text_to_ns",
+    "foreign_rows",
     "load_trace",
     "read_chrome",
     "read_nsys",

@@ -554,7 +554,7 @@ def _kinds(
             rows = cat_id == i
             named = of_names(names, name_id, rows, lambda s, m=by_name: m.get(s, -1), np.int8, -1)
             kind[rows & (named >= 0)] = named[rows & (named >= 0)]
-    unknown = [i for i in cats if names[i].lower() not in _CHROME_KINDS and names[i].lower() not in _KNOWN_OTHER]
+    unknown = [i for i in cats if foreign_category(names[i])]
     if not unknown:
         return kind, ()
     counts = ", ".join(f"{names[i]} ({np.count_nonzero(cat_id == i)})" for i in unknown[:5])
@@ -899,4 +899,20 @@ def _chrome_kind(cat: str) -> Kind:
     return _CHROME_KINDS.get(cat.lower(), Kind.OTHER)
 
 
-__all__ = ["decimal_text_to_ns", "read_chrome"]
+def foreign_category(cat: str) -> bool:
+    """A chrome category this reader does not know at all (kept as other, and named in `Trace.warnings`): not one
+    it reads, nor a sync, the profiler's own spans or overhead (`_KNOWN_OTHER`). A hand-written trace's own
+    categories (`kv`, `compute`) are foreign: the user's spans, which probe reads as neither code nor device work."""
+    return cat.lower() not in _CHROME_KINDS and cat.lower() not in _KNOWN_OTHER
+
+
+def foreign_rows(trace: Trace) -> np.ndarray:
+    """The rows of a chrome trace whose category is foreign (`foreign_category`), in ts order; none for an nsys
+    export, whose rows come from the tables it reads."""
+    if trace.format != "torch_chrome":
+        return np.zeros(0, np.int64)
+    other = trace.rows(Kind.OTHER)
+    return other[trace.name_ids(foreign_category)[trace.cat_id[other]]]
+
+
+__all__ = ["decimal_text_to_ns", "foreign_category", "foreign_rows", "read_chrome"]

@@ -30,6 +30,7 @@ HOST_PIECES = (  # with the sync wait, they add up to the host window (Evidence:
     ("launch", "launch and runtime calls", "launch_ns"),
     ("other_threads", "other threads' work", "other_threads_ns"),
     ("profiler", "the profiler's own work", "profiler_recorded_ns"),
+    ("named", "inside named ranges", "named_ns"),
     ("unattributed", "unattributed", "unattributed_ns"),
 )
 ROOF_SIZES = (6, 40)  # marker diameter range, px: area grows with an op's share of the kernel time

@@ -45,6 +45,7 @@ COLORS: dict[str, str] = {
     "data": "#6a3d9a",  # data loading; "communication" shares the kernel category's colour below
     "profiler": "#eceff1",  # the profiler's own recorded work
     "unattributed": "#d9dde2",
+    "named": "#c6dbef",  # inside named ranges that hold no op (the user's own code the range names)
     "python": "#c9a227",
     "range": "#a7c7e7",
     "gpu_busy": "#1f77b4",
