@@ -195,3 +195,49 @@ def test_the_steps_of_a_cpu_only_loop_grow_with_the_trace(tmp_path):
     assert_linear(
         "the steps of a CPU-only loop", lambda: find_steps(small), lambda: find_steps(large), len(large) / len(small)
     )
+
+
+def _ranged_loop(path: Path, steps: int) -> Path:
+    """A loop of `steps` numbered ranges (`token_N_processing`, the numbered-ranges rule's steps), each holding four
+    named ranges with no op in them (the named-time rule's), a launch and its kernel on one of two streams beside a
+    collective on the other (the category-overlap figures), and a run of 24 event queries (the polling rule's)."""
+    events = []
+    for i in range(steps):
+        t = 200.0 * i
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"token_{i}_processing", "pid": 1, "tid": 1,
+                       "ts": t, "dur": 190.0})  # fmt: skip
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ensure_layer_{j}_weights", "pid": 1, "tid": 1,
+             "ts": t + 1 + 10 * j, "dur": 8.0}
+            for j in range(4)
+        ]  # fmt: skip
+        events += [
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t + 45 + k,
+             "dur": 0.5, "args": {"correlation": 2 * i + k + 1}}
+            for k in (0, 1)
+        ]  # fmt: skip
+        events += [
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaEventQuery", "pid": 1, "tid": 1, "ts": t + 50 + 2 * q,
+             "dur": 1.0}
+            for q in range(24)
+        ]  # fmt: skip
+        events += [
+            {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": s, "ts": t + 47, "dur": 100.0 + 20 * k,
+             "args": {"correlation": 2 * i + k + 1, "stream": s}}
+            for k, (name, s) in enumerate((("gemm", 7), ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 8)))
+        ]  # fmt: skip
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_numbered_ranges_named_time_polling_and_overlap_grow_with_the_trace(tmp_path):
+    """The rules that read ranges, event queries and streams side by side, through the whole command: a loop's
+    numbered ranges are its steps, and each step's named time, polling wait and categories alone are found in one
+    pass over the trace, not one a step."""
+    small, large = (_ranged_loop(tmp_path / f"r{n}.json", n) for n in (STEPS, GROWTH * STEPS))
+    step = analyze(load_trace(large)).steps[1]
+    assert (step.name, step.named_ns > 0, step.sync_wait_ns > 0) == ("token_1_processing", True, True)
+    assert_linear(
+        "probe analyze on numbered ranges", _quiet("analyze", str(small), "--json"),
+        _quiet("analyze", str(large), "--json"), float(GROWTH),
+    )  # fmt: skip
