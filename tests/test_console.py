@@ -69,6 +69,19 @@ def test_a_column_that_does_not_fit_is_named_under_the_table():
     assert max(map(len, out.splitlines())) <= 40
 
 
+def test_a_markers_number_stays_on_its_line_where_names_fold():
+    """A column of names folds where the table is narrow, but no narrower than FOLD_WIDTH: `ProfilerStep#100`
+    folded as `ProfilerStep#1` over `00` reads as two steps."""
+    table = Table(title="steps")
+    table.add_column("step", overflow="fold")
+    for name in ("wall", "busy", "idle", "launch", "sync"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_row("ProfilerStep#100", "123456.789", "2.304", "14.122", "88.000", "1.000")
+    for width in (46, 54):  # where a fold at 12 split it
+        out = printed(width, table)
+        assert "ProfilerStep#100" in out and "123456.789" in out
+
+
 def test_lines_wrap_at_words_without_trailing_spaces():
     text = "step 0 (profiler_step, ProfilerStep#6): host-bound, by dispatch. " + "The host works 33.029 ms " * 6
     out = printed(50, text)

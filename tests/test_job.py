@@ -216,6 +216,18 @@ def test_paths_expand_from_folders_and_globs(rank_folder):
         expand([str(rank_folder / "nothing*.json")])
 
 
+def test_a_folder_holds_its_plain_json_chrome_traces_not_its_other_json(tmp_path):
+    """kineto's `export_chrome_trace("x.json")` names a trace plain .json: in a folder it is a trace by its content;
+    a model's config.json, a results file or a sidecar beside it is not."""
+    (tmp_path / "run.json").write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "a", "ts": 0, "dur": 1}]}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (tmp_path / "x.meta.json").write_text(json.dumps({"schema": 1}))
+    assert expand([tmp_path]) == [tmp_path / "run.json"]
+    (tmp_path / "run.json").unlink()
+    with pytest.raises(Exception, match="a folder with no traces"):
+        expand([tmp_path])
+
+
 def _square_or_fail(n: int) -> int:
     if n == 2:
         raise MemoryError

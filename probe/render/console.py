@@ -22,7 +22,8 @@ from rich.segment import Segment, Segments
 from rich.table import Table
 
 NOT_A_TERMINAL_WIDTH = 100  # a log or a pipe: wide enough for the main tables, narrow enough for a review diff
-FOLD_WIDTH = 12  # the narrowest a column of names (overflow="fold") is made: a step name folds, a figure never
+FOLD_WIDTH = 16  # the narrowest a column of names (overflow="fold") is made: a step name folds, a figure never; at
+# 16 a marker and its number stay on one line (ProfilerStep#100: "ProfilerStep#1" over "00" read as two steps)
 
 
 def width_for(stream: TextIO) -> int | None:

@@ -38,7 +38,7 @@ from typing import Literal
 from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.kernels import COMMUNICATION
 from probe.analysis.ledger.types import AnalyzeOptions, TraceAnalysis
-from probe.analysis.records.files import is_trace_name
+from probe.analysis.records.files import is_trace_file
 from probe.analysis.trace import load_trace
 from probe.counts import count
 from probe.errors import ProbeError
@@ -195,9 +195,12 @@ def expand(paths: Sequence[str | Path]) -> list[Path]:
         text = str(raw)
         p = Path(text)
         if p.is_dir():
-            found = sorted(f for f in p.iterdir() if is_trace_name(f.name) and f.is_file())
+            found = sorted(f for f in p.iterdir() if f.is_file() and is_trace_file(f))
             if not found:
-                raise ProbeError(f"{p}: a folder with no traces (.trace.json, .json.gz, .sqlite, .sqlite.gz)")
+                raise ProbeError(
+                    f"{p}: a folder with no traces (.trace.json, .json.gz, .sqlite, .sqlite.gz, or a .json "
+                    "chrome trace)"
+                )
         elif p.exists() or p.is_symlink() or not any(c in text for c in "*?["):
             found = [p]  # a file, or a missing one: load_trace says why in one line
         else:
@@ -238,7 +241,8 @@ def check_job(traces: Sequence[TraceAnalysis]) -> RanksCheck:
     for t in traces[1:]:
         other = [s.name for s in t.steps]
         if len(other) != len(names):
-            return RanksCheck(None, f"{t.source} has {len(other)} steps, {first.source} {len(names)}")
+            said = f"{len(other)} step" + ("" if len(other) == 1 else "s")
+            return RanksCheck(None, f"{t.source} has {said}, {first.source} {len(names)}")
         if other != names:
             i = next(i for i, (a, b) in enumerate(zip(names, other, strict=True)) if a != b)
             return RanksCheck(None, f"step {i} is {names[i]!r} in {first.source}, {other[i]!r} in {t.source}")

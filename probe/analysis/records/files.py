@@ -186,6 +186,12 @@ def is_trace_name(name: str) -> bool:
     return name.endswith(TRACE_SUFFIXES)
 
 
+def is_trace_file(path: Path) -> bool:
+    """A trace in a folder: by its name (`TRACE_SUFFIXES`), or a plain `.json` whose content is a chrome trace
+    (`sniff`: kineto's `export_chrome_trace("x.json")`); a sidecar, a results file or a model's config is not."""
+    return is_trace_name(path.name) or (path.name.endswith(".json") and path.is_file() and sniff(path) == CHROME)
+
+
 def stem_of(name: str) -> str:
     """`x.trace.json.gz` -> `x`; the stem a trace's sidecars (.meta.json, .telemetry.parquet) share."""
     for suffix in _STEM_SUFFIXES:
