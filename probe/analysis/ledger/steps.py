@@ -385,7 +385,7 @@ def _by_rules(trace: Trace, steps: Pattern | None, kinds: tuple[Kind, ...] | Non
             return _from_rows(trace, rows, RULE_STEPS, _kinds_of(trace, rows), warnings)
         warnings.append(f"--steps {steps.pattern!r} matched no range; steps found by the rules below it instead")
     rows = _probe_ranges(trace, ranges, warnings)
-    if rows is not None:
+    if len(rows):
         return _from_rows(trace, rows, RULE_PROBE, _kinds_of(trace, rows), warnings)
     rows = trace.rows(Kind.PROFILER_STEP)
     if len(rows):
@@ -413,23 +413,21 @@ def _by_rules(trace: Trace, steps: Pattern | None, kinds: tuple[Kind, ...] | Non
     return _whole_trace(trace, calls, warnings)
 
 
-def _probe_ranges(trace: Trace, ranges: np.ndarray, warnings: list[str]) -> np.ndarray | None:
+def _probe_ranges(trace: Trace, ranges: np.ndarray, warnings: list[str]) -> np.ndarray:
     """Rule 2: probe's own `prefill` and `decode#i` user ranges, when the trace holds a `decode#i`: probe's loop
     marks every decode step so beside its prefill (probe.capture.loop; at least one decode, settings.py), while
     `prefill` alone is a word any loop may use (a user's `prefill` beside ten `decode_step` ranges is one range of
-    theirs, not the steps): it is said in a warning, and the rules below read the trace."""
+    theirs, not the steps): it is said in a warning, no row is returned, and the rules below read the trace."""
     ours = trace.name_ids(lambda s: s == vocabulary.PREFILL or _decode_index(s) is not None)
     rows = ranges[ours[trace.name_id[ranges]] & (trace.kind[ranges] == Kind.USER_RANGE)]
-    if not len(rows):
-        return None
-    if any(_decode_index(trace.names[i]) is not None for i in np.unique(trace.name_id[rows]).tolist()):
+    if not len(rows) or any(_decode_index(trace.names[i]) is not None for i in np.unique(trace.name_id[rows]).tolist()):
         return rows
     warnings.append(
         f"{len(rows)} range(s) named {vocabulary.PREFILL!r} and no {vocabulary.DECODE}#i range: not probe's own "
         f"(its loop marks each decode step {vocabulary.DECODE}#i beside its prefill), so not taken as the steps; "
         "steps found by the rules below instead"
     )
-    return None
+    return rows[:0]
 
 
 def _engine_frames(trace: Trace, calls: np.ndarray, warnings: list[str]) -> StepSet | None:
