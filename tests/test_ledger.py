@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from probe.analysis.intervals import assign, covered, merge, nesting, union_by_group
+from probe.analysis.intervals import assign, containers, covered, merge, nesting, union_by_group
 from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.host import MECHANISM, PURPOSE
 from probe.analysis.ledger.steps import find_steps
@@ -607,6 +607,36 @@ def test_nesting_against_a_stack():
         want_depth, want_parent = _stack_nesting(s, e)
         assert depth.tolist() == want_depth
         assert parent.tolist() == want_parent
+
+
+def _stack_containers(starts, ends):
+    """The obvious algorithm: for each interval, the latest earlier one open at its start that ends no earlier."""
+    out = []
+    for i in range(len(starts)):
+        t = max(int(ends[i]), int(starts[i]) + 1)
+        out.append(next((j for j in range(i - 1, -1, -1) if ends[j] >= t), -1))
+    return out
+
+
+def test_containers_is_nestings_parent_where_intervals_nest_and_what_holds_whole_where_they_overlap():
+    rnd = random.Random(4)
+    for _ in range(300):
+        ops = sorted(set(_random_tree(rnd, 0, 200)), key=lambda se: (se[0], -se[1]))
+        if not ops:
+            continue
+        s = np.array([a for a, _ in ops], np.int64)
+        e = np.array([b for _, b in ops], np.int64)
+        assert containers(s, e).tolist() == nesting(s, e)[1].tolist()
+        # shift some ends so intervals overlap: then the one definition is "held whole"
+        e2 = e + np.array([rnd.choice((0, 0, 7, 30)) for _ in range(len(e))], np.int64)
+        order = np.lexsort((-e2, s))
+        assert containers(s[order], e2[order]).tolist() == _stack_containers(s[order], e2[order])
+    # main [0, 2000]; __enter__ [1, 20]; the range [10, 1000] it opens; an op in the range; __exit__ [990, 1010]
+    # and an op in it: the range and __exit__ sit under main, the op after __enter__ ends under the range
+    s = np.array([0, 1, 10, 30, 990, 995])
+    e = np.array([2000, 20, 1000, 40, 1010, 999])
+    assert containers(s, e).tolist() == [-1, 0, 0, 2, 0, 4]
+    assert nesting(s, e)[1].tolist() == [-1, 0, 1, 1, 1, 4]  # nesting reads only nested intervals
 
 
 def test_host_partition_against_painting(tmp_path):

@@ -12,6 +12,7 @@ import pytest
 from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.steps import find_steps
 from probe.analysis.ledger.types import AnalyzeOptions
+from probe.analysis.ledger.units import Tree, launch_calls
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
 
@@ -485,6 +486,84 @@ def test_layer_numbers_that_repeat_are_no_family(tmp_path):
     of three from the embedding's launch)."""
     steps = find_steps(load_trace(forward_with_layers(tmp_path, 3, enclosed=False)))
     assert not steps.rule.startswith("numbered ranges") and len(steps) == 3
+
+
+ENTER = "torch/autograd/profiler.py(918): __enter__"
+EXIT = "torch/autograd/profiler.py(932): __exit__"
+
+
+def marked_loop(stack: bool, prefill: bool = False) -> Trace:
+    """A hand-written decode loop under `main()`: an optional `prefill` range (a forward of 4 launches, 0-300 us),
+    then ten `decode_step` ranges, one every 200 us from 400 us, each a forward of 3 launches and an argmax. With
+    `stack` (torch.profiler's with_stack=True) each range starts 2 us into the 20 us `profiler.py: __enter__` frame
+    that opens it and ends 2 us before the 20 us `__exit__` frame that closes it does: the range outlives the one
+    and started before the other, nesting in neither."""
+    t = Trace()
+    t.host("python_function", "run.py(3): main", 0, 2400)
+    if prefill:
+        t.host("user_annotation", "prefill", 10, 300)
+        t.host("python_function", "nn.Module: Qwen3ForCausalLM_0", 20, 290)
+        for j in range(4):
+            t.launch(30 + 60 * j, 35 + 60 * j, [(36 + 60 * j, 80 + 60 * j)])
+    for i in range(10):
+        b = 400 + 200 * i
+        if stack:
+            t.host("python_function", ENTER, b - 2, b + 18)
+            t.host("cpu_op", "profiler::_record_function_enter_new", b - 1, b + 1)
+        t.host("user_annotation", "decode_step", b, b + 150)
+        t.host("python_function", "nn.Module: Qwen3ForCausalLM_0", b + 25, b + 125)
+        for j in range(3):
+            t.launch(b + 30 + 30 * j, b + 35 + 30 * j, [(b + 36 + 30 * j, b + 55 + 30 * j)])
+        if stack:
+            t.host("python_function", EXIT, b + 132, b + 152)
+            t.host("cpu_op", "profiler::_record_function_exit", b + 140, b + 145)
+        t.launch(b + 126, b + 129, [(b + 130, b + 134)])  # the argmax
+    return t
+
+
+@pytest.mark.parametrize("stack", [False, True])
+def test_ranges_opened_inside_profilers_enter_frame_are_the_repeating_unit(tmp_path, stack):
+    """Ten `decode_step` ranges holding all 40 launches: ten steps with stacks as without. With with_stack=True
+    each range starts inside its short `__enter__` frame and ends inside `__exit__`: it lies in neither (what holds
+    it whole is `main`), so the ten are siblings under main, and the forward after `__enter__` ends lies inside its
+    range."""
+    path = marked_loop(stack).write(tmp_path)
+    trace = load_trace(path)
+    steps = find_steps(trace)
+    assert steps.rule == "repeating unit: 'decode_step', 10 times on thread 1/1"
+    assert [(int(s) // 1000, int(e - s) // 1000) for s, e in zip(steps.start, steps.end, strict=True)] == [
+        (400 + 200 * i, 150) for i in range(10)
+    ]
+    tree = Tree.of(trace, 1, 1, launch_calls(trace))
+    name = {int(r): trace.name(int(r)) for r in tree.rows}
+    up = zip(tree.rows.tolist(), tree.parent.tolist(), strict=True)
+    parent = {r: (name[int(tree.rows[p])] if p >= 0 else None) for r, p in up}
+    assert {parent[r] for r in name if name[r] == "decode_step"} == {"run.py(3): main"}
+    assert {parent[r] for r in name if name[r] == "nn.Module: Qwen3ForCausalLM_0"} == {"decode_step"}
+    if stack:  # the ops inside the frames stay inside them
+        assert {parent[r] for r in name if name[r].startswith("profiler::")} == {ENTER, EXIT}
+
+
+def test_a_prefill_range_alone_is_not_probes_own(tmp_path):
+    """A user's `prefill` range beside ten `decode_step` ranges, with no `decode#i` range: not probe's vocabulary
+    (its loop marks each decode step `decode#i` beside its prefill), so the prefill, 4 of the 44 launches, is not
+    the only step: a warning says why, and the ten decode_step ranges are the steps (the repeating unit)."""
+    steps = find_steps(load_trace(marked_loop(stack=True, prefill=True).write(tmp_path)))
+    assert steps.rule == "repeating unit: 'decode_step', 10 times on thread 1/1"
+    assert steps.names == ["decode_step"] * 10
+    assert any("'prefill' and no decode#i range" in w for w in steps.warnings)
+
+
+def test_probes_own_prefill_and_decode_ranges_are_the_steps(tmp_path):
+    """Where `decode#i` ranges sit beside the `prefill`, they are probe's: the prefill and each decode is a step,
+    with no warning, whatever else repeats."""
+    t = marked_loop(stack=False, prefill=True)
+    for e in t.events:
+        if e["name"] == "decode_step":
+            e["name"] = f"decode#{(int(e['ts']) - 400) // 200}"
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert steps.rule == "probe ranges" and not steps.warnings
+    assert steps.names == ["prefill"] + [f"decode#{i}" for i in range(10)]
 
 
 @pytest.mark.parametrize("main_end, cut", [(1000.0, True), (1000.5, False)])

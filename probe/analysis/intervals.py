@@ -146,6 +146,32 @@ def nesting(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return depth, parent
 
 
+def containers(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The parent of each interval by what holds it whole, given sorted by (start asc, end desc): the latest
+    earlier interval that is still open at its start and ends no earlier than it does (an interval of zero length
+    at another's end is its sibling, as in `nesting`); -1 at the top.
+
+    On properly nested intervals this is `nesting`'s parent. Where intervals overlap (a `record_function` range
+    entered inside the short `__enter__` frame that opens it and left inside `__exit__`), an interval is inside
+    only what holds it whole: the range, which outlives its `__enter__` frame, is that frame's sibling, and the
+    events after the frame ends lie inside the range. (The host partitions split such an event instead, to give
+    each nanosecond to one event: probe.analysis.ledger.host._innermost.)
+
+    Computed as "the previous interval ending at or after t" by pointer jumping: each pointer skips only
+    intervals ending before its own target, so it may jump to where its target's pointer points; every round
+    doubles the reach of those still searching, log(n) rounds of vector work on them."""
+    n = len(starts)
+    target = np.maximum(ends, starts + 1)  # ends at or after t, and open at the start (a zero-length one)
+    up = np.arange(n) - 1
+    todo = np.flatnonzero(up >= 0)
+    while len(todo):
+        found = ends[up[todo]] >= target[todo]
+        todo = todo[~found]
+        up[todo] = up[up[todo]]
+        todo = todo[up[todo] >= 0]
+    return up
+
+
 def first_ending_by(parent: np.ndarray, end: np.ndarray, start: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Per query i: the first of start[i], its parent, its parent's parent, ... whose end is at or after t[i]; -1
     when none is (or start[i] is -1). The walk up the parent array, done by doubling: level k holds each node's

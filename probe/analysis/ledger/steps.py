@@ -9,7 +9,10 @@ The rules, tried in this order; the first that finds anything wins, and `StepSet
    (`STEP_KINDS`). The pattern is compiled for RE2 by probe.analysis.ledger.patterns, so no pattern can make the
    search backtrack. An explicit request comes first; one that matches nothing is a warning in `StepSet.warnings`
    (the CLI prints warnings on stderr before its tables), and the rules below apply.
-2. probe's own ranges: `prefill` and `decode#i` (probe.vocabulary).
+2. probe's own ranges: `prefill` and `decode#i` (probe.vocabulary), when a `decode#i` is among them. probe's loop
+   always marks its decode steps beside its prefill; a `prefill` range with no `decode#i` is a user's own word (a
+   hand-written loop's `prefill` beside its ten `decode_step` ranges, which hold most of the work): a warning says
+   it was not taken, and the rules below find the steps (the decode_step ranges, by rule 6).
 3. `ProfilerStep#N`, torch's own marker (`profile.step()`).
 4. The per-iteration markers real engines emit, in `MARKERS` (each with the trace it was found in); then the
    engines' own step functions as Python frames, in `ENGINE_FRAMES` (vLLM V1's and V0's worker `execute_model`,
@@ -381,8 +384,7 @@ def _by_rules(trace: Trace, steps: Pattern | None, kinds: tuple[Kind, ...] | Non
         if len(rows):
             return _from_rows(trace, rows, RULE_STEPS, _kinds_of(trace, rows), warnings)
         warnings.append(f"--steps {steps.pattern!r} matched no range; steps found by the rules below it instead")
-    ours = trace.name_ids(lambda s: s == vocabulary.PREFILL or _decode_index(s) is not None)
-    rows = ranges[ours[trace.name_id[ranges]] & (trace.kind[ranges] == Kind.USER_RANGE)]
+    rows = _probe_ranges(trace, ranges, warnings)
     if len(rows):
         return _from_rows(trace, rows, RULE_PROBE, _kinds_of(trace, rows), warnings)
     rows = trace.rows(Kind.PROFILER_STEP)
@@ -409,6 +411,23 @@ def _by_rules(trace: Trace, steps: Pattern | None, kinds: tuple[Kind, ...] | Non
     if graph is not None:
         return graph
     return _whole_trace(trace, calls, warnings)
+
+
+def _probe_ranges(trace: Trace, ranges: np.ndarray, warnings: list[str]) -> np.ndarray:
+    """Rule 2: probe's own `prefill` and `decode#i` user ranges, when the trace holds a `decode#i`: probe's loop
+    marks every decode step so beside its prefill (probe.capture.loop; at least one decode, settings.py), while
+    `prefill` alone is a word any loop may use (a user's `prefill` beside ten `decode_step` ranges is one range of
+    theirs, not the steps): it is said in a warning, no row is returned, and the rules below read the trace."""
+    ours = trace.name_ids(lambda s: s == vocabulary.PREFILL or _decode_index(s) is not None)
+    rows = ranges[ours[trace.name_id[ranges]] & (trace.kind[ranges] == Kind.USER_RANGE)]
+    if not len(rows) or any(_decode_index(trace.names[i]) is not None for i in np.unique(trace.name_id[rows]).tolist()):
+        return rows
+    warnings.append(
+        f"{len(rows)} range(s) named {vocabulary.PREFILL!r} and no {vocabulary.DECODE}#i range: not probe's own "
+        f"(its loop marks each decode step {vocabulary.DECODE}#i beside its prefill), so not taken as the steps; "
+        "steps found by the rules below instead"
+    )
+    return rows[:0]
 
 
 def _engine_frames(trace: Trace, calls: np.ndarray, warnings: list[str]) -> StepSet | None:

@@ -1,10 +1,15 @@
 """The steps of a trace that marks none: the outermost host unit that repeats and holds the launches (or, where a
 trace runs nothing on a GPU, the ops).
 
-Read on one host thread, from its events' nesting (Python frames, cpu_ops and ranges: `tree`), and from where its
+Read on one host thread, from its events' nesting (Python frames, cpu_ops and ranges: `Tree`), and from where its
 launch calls fall (`launch_calls`: a kernel or graph launch, or any runtime call a GPU op is joined to). A
 scope is a list of sibling events, first the thread's outermost ones; its names are compared with object
-addresses removed, so one builtin is one name. In each scope, from the outside in:
+addresses removed, so one builtin is one name. An event is inside the latest-started event that holds it whole
+(`intervals.containers`, the sense `outermost` reads too): with `with_stack=True` a `record_function` range starts
+inside the short `torch/autograd/profiler.py(N): __enter__` frame that opens it and ends inside the matching
+`__exit__`; it outlives `__enter__`, so it is that frame's sibling, not its child, and the events after `__enter__`
+ends are the range's children (ten `decode_step` ranges are then ten siblings, a unit by rule 2). In each scope,
+from the outside in:
 
 1. **A container.** When the name holding the most of the scope's launches occurs once and holds at least
    `MAJORITY` of them (a `main()`, a worker's busy loop, `generate`), the step is inside it: its children are the
@@ -53,7 +58,7 @@ from typing import Literal
 
 import numpy as np
 
-from probe.analysis.intervals import nesting
+from probe.analysis.intervals import containers, nesting
 from probe.analysis.ledger.gpu import correlation_keys
 from probe.analysis.ledger.host import family_key, frame_name, thread_rows
 from probe.analysis.trace import GPU_OP_KINDS, Kind, Trace
@@ -138,8 +143,8 @@ def threads_by_launches(trace: Trace, calls: np.ndarray) -> list[tuple[int, int]
 
 @dataclass
 class Tree:
-    """One thread's events (UNIT_KINDS), nested, each with how many of the thread's launch calls (or what stands in
-    for them, `unit_work`) start inside it."""
+    """One thread's events (UNIT_KINDS), nested by what holds each whole (`intervals.containers`), each with how
+    many of the thread's launch calls (or what stands in for them, `unit_work`) start inside it."""
 
     rows: np.ndarray
     start: np.ndarray
@@ -158,7 +163,7 @@ class Tree:
         start, end = trace.ts_ns[rows], trace.end_ns[rows]
         order = np.lexsort((-end, start))
         rows, start, end = rows[order], start[order], end[order]
-        _, parent = nesting(start, end)
+        parent = containers(start, end)
         table: dict[str, int] = {}
         ids = np.unique(trace.name_id[rows])
         key_of = np.zeros(len(trace.names), np.int64)
