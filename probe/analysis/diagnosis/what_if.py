@@ -578,15 +578,20 @@ class _Batch:
 def _batch_size(offer: _Offer, model: _Batch, change: str) -> int | None:
     """The batch the model proposes: the largest whose step stays within BATCH_GROWTH of one sequence's (at most
     MAX_BATCH); None, with a withheld line and its arithmetic, when the step holds that many already."""
-    size = _largest_batch(model.at, BATCH_GROWTH * model.at(1))
+    limit = BATCH_GROWTH * model.at(1)
+    size = _largest_batch(model.at, limit)
     if size > model.now:
         return size
     if model.now > 1:
+        past = (
+            f"B = {size + 1} would take {model.terms(size + 1)} = {ms(model.at(size + 1))} ms, past {BATCH_GROWTH} x "
+            f"{ms(model.at(1))} = {ms(limit)}"
+            if size < MAX_BATCH
+            else f"{MAX_BATCH} is the most it proposes"
+        )
         offer.withheld.append(
             f"{change}: not offered: the step holds {model.now} sequences already ({model.said}), at or past the "
-            f"{size} the model proposes (the largest within {BATCH_GROWTH}x of one sequence's step, at most "
-            f"{MAX_BATCH}: one sequence {model.terms(1)} = {ms(model.at(1))} ms, {size} {model.terms(size)} = "
-            f"{ms(model.at(size))} ms)"
+            f"{size} the model proposes: one sequence's step is {model.terms(1)} = {ms(model.at(1))} ms, and {past}"
         )
     return None
 
