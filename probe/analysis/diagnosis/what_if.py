@@ -44,8 +44,11 @@ to [0, the step], so a what-if never promises more than the step nor less than n
 - batch B sequences (decode steps): host work per forward stays; the work that reads the weights stays and the work
   that reads each sequence's KV cache grows B times ("as the write-ups do"): with a model, in the roofline's bytes;
   without, by kernel category on a GPU (attention and KV-cache kernels per sequence, the rest once) and by op on a
-  CPU (GEMMs once, the rest per sequence). B is the largest batch before the step grows past `BATCH_GROWTH`, at most
-  `MAX_BATCH`. The saving is per token: the step over B;
+  CPU (GEMMs once, the rest per sequence). The measured step holds B_now sequences (`current_sequences`: the engine
+  marker's count, else its first `aten::embedding`'s recorded [B, T], else taken as one), so one sequence's work is
+  the step's per-sequence work over B_now. B is the largest batch whose step stays within `BATCH_GROWTH` of one
+  sequence's, at most `MAX_BATCH`; where the step holds B or more already, the change is withheld with that
+  arithmetic. The saving is per token: the step over B_now, less the predicted step over B;
 - run the ops on more threads (a CPU whose sidecar says it had more cores): the GEMMs' and attention's compute splits
   across the threads, the rest stays single-threaded;
 - fix the top Python frame, or the top op's dispatch (a GPU's host-bound step; on a CPU an op's self time is its
