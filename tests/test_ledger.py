@@ -274,7 +274,8 @@ STEP_KEYS = {
     "short_kernels", "top_level_ops", "cpu_ops", "host_events", "host_ranges", "external_wait_us", "own_wait_us",
     "peer_wait_us", "purpose_us",
     "mechanism_us", "cache_us", "busy_fraction", "unprofiled_estimate_us", "op_counts", "top_ops", "kernel_counts",
-    "capturable_us", "capture_region", "tokens", "data_mechanism_us", "launches_unmatched", "unattributed_other_us",
+    "capturable_us", "capture_region", "tokens", "recorded_tokens", "data_mechanism_us", "launches_unmatched",
+    "unattributed_other_us",
     "captured_launches", "graph_instantiations",
     "python_other_us", "named_us", "named_ranges",
     "kernels_by_category", "kernels_busy_by_category", "kernels_alone_by_category",
@@ -959,5 +960,69 @@ def test_a_step_kind_reads_as_words():
     assert kind_words("eagle_verify") == "eagle_verify step"  # an engine's own mode
     from probe.analysis.diagnosis.what_if import _phase_words
 
-    assert _phase_words("step") == "a step, which no marker says is decode"  # not "..., and a step"
+    assert _phase_words("step") == "a step, which no marker or recorded shape says is decode"  # not "..., and a step"
     assert _phase_words("prefill") == "a prefill step"
+
+
+# --- a step's phase from its recorded shapes (probe.analysis.ledger.phases) --------------------------------------
+
+
+def _shaped_steps(tmp_path: Path, indices: list, name: str = "ProfilerStep#{}", cat: str = "user_annotation") -> Path:
+    """One step of 100 us each (ProfilerStep#1.. by default), each holding an aten::embedding (2-3 us) whose
+    recorded indices are `indices[i]` (None: no shapes recorded) and an aten::mm (10-40 us)."""
+    events = []
+    for i, dims in enumerate(indices):
+        t = 100 * i
+        args = {} if dims is None else {"Input Dims": [[256, 64], dims], "Input type": ["float", "long int"]}
+        events += [
+            {"ph": "X", "cat": cat, "name": name.format(i + 1), "pid": 1, "tid": 1, "ts": t, "dur": 100, "args": {}},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::embedding", "pid": 1, "tid": 1, "ts": t + 2, "dur": 1,
+             "args": args},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t + 10, "dur": 30, "args": {}},
+        ]  # fmt: skip
+    path = tmp_path / "shaped.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_a_profiler_step_takes_its_phase_from_its_first_embedding(tmp_path):
+    """ProfilerSteps say no phase; their embeddings do: [1, 16] before [1, 1] is the prefill, [1, 1] a decode of
+    one sequence. The steady steps are then the decodes, the prefill out of their pool."""
+    a = analyze(load_trace(_shaped_steps(tmp_path, [[1, 16], [1, 1], [1, 1], [1, 1]])))
+    assert [s.kind for s in a.steps] == ["prefill", "decode", "decode", "decode"]
+    assert [(s.recorded_tokens.sequences, s.recorded_tokens.new_tokens) for s in a.steps] == [(1, 16)] + [(1, 1)] * 3
+    assert (a.summary.steps_used, a.summary.steps) == ("decode", 3)
+
+
+def test_a_step_reading_3x1_with_no_marker_is_a_decode_of_three_sequences(tmp_path):
+    a = analyze(load_trace(_shaped_steps(tmp_path, [[3, 1]] * 3)))
+    assert [s.kind for s in a.steps] == ["decode"] * 3
+    assert [s.recorded_tokens.sequences for s in a.steps] == [3] * 3
+    assert a.steps[0].recorded_tokens.source == "recorded shapes (aten::embedding [3, 1])"
+
+
+def test_a_loop_without_a_kv_cache_is_decode_steps_growing_by_one_token(tmp_path):
+    """No KV cache: every step re-reads the whole sequence, [1, 16], [1, 17], [1, 18], for one new token: each a
+    decode step (the first too: the same work, one token shorter), its recorded tokens all it recomputes."""
+    a = analyze(load_trace(_shaped_steps(tmp_path, [[1, 16], [1, 17], [1, 18]])))
+    assert [s.kind for s in a.steps] == ["decode"] * 3
+    assert [s.recorded_tokens.new_tokens for s in a.steps] == [16, 17, 18]
+
+
+def test_a_shape_that_says_no_phase_leaves_the_kind_as_it_is(tmp_path):
+    """Nothing is guessed: no shapes recorded; [8, 128] every step (a training step, an encoder's forward, a step
+    holding a whole generate read [B, T] too); a lone [1, 16] after decodes with no decode after it."""
+    a = analyze(load_trace(_shaped_steps(tmp_path, [None, None])))
+    assert [s.kind for s in a.steps] == ["profiler_step"] * 2 and a.steps[0].recorded_tokens is None
+    a = analyze(load_trace(_shaped_steps(tmp_path, [[8, 128]] * 3)))
+    assert [s.kind for s in a.steps] == ["profiler_step"] * 3
+    a = analyze(load_trace(_shaped_steps(tmp_path, [[1, 1], [1, 1], [1, 16]])))
+    assert [s.kind for s in a.steps] == ["decode", "decode", "profiler_step"]
+
+
+def test_a_kind_a_marker_gave_is_kept_and_its_sequences_recorded(tmp_path):
+    """probe's own `decode#i` ranges say decode whatever the shapes; the shapes still say how many sequences."""
+    path = _shaped_steps(tmp_path, [[3, 16], [3, 1]], name="decode#{}")
+    a = analyze(load_trace(path))
+    assert [s.kind for s in a.steps] == ["decode", "decode"]
+    assert [s.recorded_tokens.sequences for s in a.steps] == [3, 3]

@@ -949,3 +949,74 @@ def test_a_change_its_own_model_prices_at_no_saving_says_so(tmp_path):
     assert d.bound == "gpu" and "capture the forward in a CUDA graph" not in _changes(d)
     (said,) = [w for w in d.withheld if w.startswith("capture the forward in a CUDA graph: not offered")]
     assert "by its own model it saves nothing here (max(host" in said
+
+
+# --- batching from the sequences the step holds ----------------------------------------------------------------
+
+
+def _cpu_steps_of(tmp_path, batch: int, gemm: tuple[int, int], attention: tuple[int, int]):
+    """Three ProfilerSteps of 100 us on a CPU, no marker of a phase: each an aten::embedding [batch, 1] (2-3 us,
+    at the dispatch floor as the views), a GEMM and attention at the times given, and a view after each."""
+    host = []
+    for i in range(3):
+        t = 100 * i
+        host += [
+            ("user_annotation", f"ProfilerStep#{i + 1}", t, t + 100, {}),
+            ("cpu_op", "aten::embedding", t + 2, t + 3, {"Input Dims": [[256, 64], [batch, 1]]}),
+            ("cpu_op", "aten::mm", t + gemm[0], t + gemm[1], {}),
+            ("cpu_op", "aten::view", t + gemm[1] + 1, t + gemm[1] + 2, {}),
+            ("cpu_op", "aten::_scaled_dot_product_flash_attention_for_cpu", t + attention[0], t + attention[1], {}),
+            ("cpu_op", "aten::view", t + attention[1] + 1, t + attention[1] + 2, {}),
+        ]
+    return _trace(tmp_path, host)
+
+
+def test_cpu_batching_prices_from_the_three_sequences_the_step_holds(tmp_path):
+    """The embedding [3, 1] makes each ProfilerStep a decode of 3 sequences. GEMM 30 us (the weights: once),
+    attention 15 us for the 3 sequences: 5 us one; overhead 100 - 45 = 55. One sequence's step 55 + 30 + 5 = 90;
+    the largest B within 1.25 x 90 = 112.5: 85 + 5 B <= 112.5 -> B = 5, its step 110 us, 22 us a token against
+    100 / 3 = 33.3 now: saves 11.3 us a token (34%). Read as one sequence (before), it offered B = 3 at 120 us, 40
+    us a token: a saving that was a loss."""
+    d = _median(_cpu_steps_of(tmp_path, 3, (10, 40), (50, 65)))
+    assert d.kind == "decode"
+    w = next(w for w in d.what_if if w.change.startswith("batch"))
+    assert w.change == "batch 5 sequences" and w.predicted_step_ms == pytest.approx(0.11)
+    assert w.terms == pytest.approx({"overhead": 0.055, "once": 0.03, "per_sequence": 0.005})
+    assert w.saving_ms == pytest.approx(0.1 / 3 - 0.022) and w.saving_pct == pytest.approx(100 * (1 - 0.022 * 30))
+    assert "0.022 ms a token against 0.100 / 3 = 0.033 now" in w.arithmetic
+    assert "the step holds 3 sequences (recorded shapes (aten::embedding [3, 1]))" in w.assumption
+    assert predict_batch(w.terms, 3) == pytest.approx(0.1) and predict_batch(w.terms, 5) == pytest.approx(0.11)
+
+
+def test_cpu_batching_is_withheld_where_the_step_holds_more_than_the_model_proposes(tmp_path):
+    """GEMM 10 us once, attention 60 us for 3 sequences (20 one), overhead 30: one sequence's step 60, and 40 +
+    20 B <= 1.25 x 60 = 75 holds only at B = 1: the step's 3 are past it, so no batch is offered, and the line
+    says why with the arithmetic."""
+    d = _median(_cpu_steps_of(tmp_path, 3, (5, 15), (20, 80)))
+    assert not any(c.startswith("batch") for c in _changes(d))
+    line = next(x for x in d.withheld if x.startswith("batch sequences"))
+    assert line == (
+        "batch sequences: not offered: the step holds 3 sequences already (recorded shapes (aten::embedding "
+        "[3, 1])), at or past the 1 the model proposes: one sequence's step is overhead 0.030 + once 0.010 + 1 x "
+        "0.020 = 0.060 ms, and B = 2 would take overhead 0.030 + once 0.010 + 2 x 0.020 = 0.080 ms, past 1.25 x "
+        "0.060 = 0.075"
+    )
+
+
+def test_gpu_batching_prices_from_the_sequences_a_decode_step_holds(tmp_path):
+    """probe's decode#0 with an embedding [3, 1]: the 4 us of attention are 3 sequences', 4/3 us one; the GEMM's 5
+    once; host 100 binds. 5 + 4/3 B stays under 125 to MAX_BATCH: B = 64, the step 100 us, 1.5625 us a token
+    against 100 / 3 = 33.3 now."""
+    host, gpu = _host_bound_decode(
+        extra_host=[
+            ("cuda_runtime", "cudaLaunchKernel", 86, 88, {"correlation": 3}),
+            ("cpu_op", "aten::embedding", 3, 5, {"Input Dims": [[256, 64], [3, 1]]}),
+        ],
+        extra_gpu=[("kernel", "flash_attn_fwd_kernel", 93, 97, {"correlation": 3})],
+    )
+    gpu[1] = ("kernel", "gemm2", 90, 90, {"correlation": 2})
+    d = _median(_trace(tmp_path, host, gpu))
+    w = next(w for w in d.what_if if w.change.startswith("batch"))
+    assert w.change == f"batch {MAX_BATCH} sequences" and w.predicted_step_ms == pytest.approx(0.1)
+    assert w.terms == pytest.approx({"host": 0.1, "once": 0.005, "per_sequence": 0.004 / 3})
+    assert w.saving_ms == pytest.approx(0.1 / 3 - 0.1 / MAX_BATCH)

@@ -124,7 +124,7 @@ def answer(
         arch = arch_for(model)
         if dev is None:
             notes.append("a model without a device: no roofline")
-        shapes = shape_tokens(trace, analysis) if dev is not None else {}
+        shapes = shape_tokens(analysis) if dev is not None else {}
         for s in analysis.steps:
             if dev is None:
                 break

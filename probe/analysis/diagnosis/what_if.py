@@ -44,8 +44,11 @@ to [0, the step], so a what-if never promises more than the step nor less than n
 - batch B sequences (decode steps): host work per forward stays; the work that reads the weights stays and the work
   that reads each sequence's KV cache grows B times ("as the write-ups do"): with a model, in the roofline's bytes;
   without, by kernel category on a GPU (attention and KV-cache kernels per sequence, the rest once) and by op on a
-  CPU (GEMMs once, the rest per sequence). B is the largest batch before the step grows past `BATCH_GROWTH`, at most
-  `MAX_BATCH`. The saving is per token: the step over B;
+  CPU (GEMMs once, the rest per sequence). The measured step holds B_now sequences (`current_sequences`: the engine
+  marker's count, else its first `aten::embedding`'s recorded [B, T], else taken as one), so one sequence's work is
+  the step's per-sequence work over B_now. B is the largest batch whose step stays within `BATCH_GROWTH` of one
+  sequence's, at most `MAX_BATCH`; where the step holds B or more already, the change is withheld with that
+  arithmetic. The saving is per token: the step over B_now, less the predicted step over B;
 - run the ops on more threads (a CPU whose sidecar says it had more cores): the GEMMs' and attention's compute splits
   across the threads, the rest stays single-threaded;
 - fix the top Python frame, or the top op's dispatch (a GPU's host-bound step; on a CPU an op's self time is its
@@ -243,11 +246,15 @@ class _Offer:
         per: int = 1,
         parts: Mapping[str, float] | None = None,
         ceiling: bool = False,
+        held: int = 1,
     ) -> None:
-        """A change that moves the model max(host, GPU) to `after_ns`; the waits stay (the module docstring)."""
+        """A change that moves the model max(host, GPU) to `after_ns`; the waits stay (the module docstring). A
+        batch's step holds `per` sequences where the measured one held `held`: its saving is per token."""
         b = self.b
         predicted = _clamp(b.step_ns - (b.model_ns - after_ns), b.step_ns * per)
         per_token = f"; {ms(predicted / per)} ms a token" if per > 1 else ""
+        if held > 1:
+            per_token += f" against {ms(b.step_ns)} / {held} = {ms(b.step_ns / held)} now"
         now = (
             f"max(host {ms(b.host_ns)}, GPU {ms(b.gpu_ns)}) = {ms(b.model_ns)}"
             if self.on_gpu
@@ -256,7 +263,7 @@ class _Offer:
         moved = b.model_ns - after_ns
         sign = f"- {ms(moved)}" if moved >= 0 else f"+ {ms(-moved)}"
         arithmetic = f"{now} -> {terms} = {ms(after_ns)}: {b.label} {sign} = {ms(predicted)} ms{per_token}"
-        w = _what_if(change, predicted, per, b, arithmetic, assumption, requires, holds, parts)
+        w = _what_if(change, predicted, per, b, arithmetic, assumption, requires, holds, parts, held)
         self.add(replace(w, ceiling=ceiling))
 
 
@@ -264,8 +271,10 @@ def _clamp(predicted: float, most: float) -> float:
     return min(max(predicted, 0.0), most) if math.isfinite(predicted) else most
 
 
-def _what_if(change, predicted, per, b: Basis, arithmetic, assumption, requires, holds, parts=None) -> WhatIf:
-    step = b.step_ns
+def _what_if(change, predicted, per, b: Basis, arithmetic, assumption, requires, holds, parts=None, held=1) -> WhatIf:
+    """The change's WhatIf; a batch's (`per` sequences a step, where the measured step held `held`) saves per token:
+    the step's cost a token now, less the predicted step's."""
+    step = b.step_ns / held
     saving = min(max(step - predicted / per, 0.0), step)
     return WhatIf(
         change,
@@ -292,10 +301,12 @@ def conditions(s: StepLedger, e: Evidence, on_gpu: bool, facts: StepFacts | None
 
 
 def _phase_words(kind: str) -> str:
-    """What a step's kind says of its phase: "a prefill step"; for a kind no marker gave a phase, "an iteration, which
-    no marker says is decode"."""
+    """What a step's kind says of its phase: "a prefill step"; for a kind no marker or recorded shape gave a phase,
+    "an iteration, which no marker or recorded shape says is decode" (probe.analysis.ledger.phases)."""
     said = kind_words(kind, article=True)
-    return said if kind in ("prefill", "decode", "mixed") else f"{said}, which no marker says is decode"
+    return (
+        said if kind in ("prefill", "decode", "mixed") else f"{said}, which no marker or recorded shape says is decode"
+    )
 
 
 def _ledger_conditions(s: StepLedger, e: Evidence, on_gpu: bool) -> dict[str, Condition]:
@@ -547,6 +558,57 @@ def _largest_batch(at: Callable[[int], float], limit: float) -> int:
     return b
 
 
+def current_sequences(s: StepLedger) -> tuple[int, str]:
+    """The sequences the step holds now, and what says so: its engine marker's count, else its first
+    `aten::embedding`'s recorded [B, T] (probe.analysis.ledger.phases), else one (nothing says more)."""
+    for said in (s.tokens, s.recorded_tokens):
+        if said is not None:
+            return said.sequences, said.source
+    return 1, "taken as one: nothing in the trace says how many"
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """A batch what-if's model: the step at n sequences (`at`) and its terms in words (`terms`), from the measured
+    step's `now` sequences (`said`: what says so)."""
+
+    at: Callable[[int], float]
+    terms: Callable[[int], str]
+    now: int
+    said: str
+
+
+def _batch_size(offer: _Offer, model: _Batch, change: str) -> int | None:
+    """The batch the model proposes: the largest whose step stays within BATCH_GROWTH of one sequence's (at most
+    MAX_BATCH); None, with a withheld line and its arithmetic, when the step holds that many already."""
+    limit = BATCH_GROWTH * model.at(1)
+    size = _largest_batch(model.at, limit)
+    if size > model.now:
+        return size
+    if model.now > 1:
+        past = (
+            f"B = {size + 1} would take {model.terms(size + 1)} = {ms(model.at(size + 1))} ms, past {BATCH_GROWTH} x "
+            f"{ms(model.at(1))} = {ms(limit)}"
+            if size < MAX_BATCH
+            else f"{MAX_BATCH} is the most it proposes"
+        )
+        offer.withheld.append(
+            f"{change}: not offered: the step holds {model.now} sequences already ({model.said}), at or past the "
+            f"{size} the model proposes: one sequence's step is {model.terms(1)} = {ms(model.at(1))} ms, and {past}"
+        )
+    return None
+
+
+def _per_sequence_note(model: _Batch, per_now: float) -> str:
+    """Where the per-sequence term came from: the measured step's sequences, and what says how many."""
+    if model.now == 1:
+        return f"; the step holds one sequence ({model.said})"
+    return (
+        f"; the step holds {model.now} sequences ({model.said}): one sequence's work is its per-sequence "
+        f"{ms(per_now)} / {model.now}"
+    )
+
+
 def _gpu_batch(offer: _Offer, s: StepLedger, context: Context) -> None:
     b = offer.b
     if not b.gpu_ns or b.host_ns <= b.gpu_ns:
@@ -556,23 +618,32 @@ def _gpu_batch(offer: _Offer, s: StepLedger, context: Context) -> None:
     holds = offer.check(change, requires)
     if holds is None:
         return
-    once, per, how = gpu_split(s, context)
+    once, per_now, how = gpu_split(s, context)
+    now, said = current_sequences(s)
+    per = per_now / now
 
     def gpu_at(n: int) -> float:
         return once + n * per
 
-    size = _largest_batch(lambda n: max(b.host_ns, gpu_at(n)), BATCH_GROWTH * b.model_ns)
-    if size < 2:
+    model = _Batch(
+        lambda n: max(b.host_ns, gpu_at(n)),
+        lambda n: f"max(host {ms(b.host_ns)}, GPU {ms(once)} once + {n} x {ms(per)})",
+        now,
+        said,
+    )
+    size = _batch_size(offer, model, change)
+    if size is None or size < 2:
         return
     offer.price(
         f"batch {size} sequences",
         max(b.host_ns, gpu_at(size)),
         f"max(host {ms(b.host_ns)}, GPU {ms(once)} once + {size} x {ms(per)} = {ms(gpu_at(size))} at B={size})",
-        f"host work per forward stays; the GPU work splits {how}",
+        f"host work per forward stays; the GPU work splits {how}{_per_sequence_note(model, per_now)}",
         requires,
         holds,
         per=size,
         parts={"host": b.host_ns, "once": once, "per_sequence": per},
+        held=now,
     )
 
 
@@ -875,24 +946,29 @@ def _cpu_batch(offer: _Offer, s: StepLedger, cpu: CpuOps, context: Context) -> N
     holds = offer.check(change, requires)
     if holds is None:
         return
-    once, per, how = cpu_split(cpu, context)
+    once, per_now, how = cpu_split(cpu, context)
     overhead = b.host_ns - cpu.compute_ns
+    now, said = current_sequences(s)
+    per = per_now / now
 
     def step_at(n: int) -> float:
         return overhead + once + n * per
 
-    size = _largest_batch(step_at, BATCH_GROWTH * step_at(1))
-    if size < 2:
+    model = _Batch(step_at, lambda n: f"overhead {ms(overhead)} + once {ms(once)} + {n} x {ms(per)}", now, said)
+    size = _batch_size(offer, model, change)
+    if size is None or size < 2:
         return
     offer.price(
         f"batch {size} sequences",
         step_at(size),
         f"overhead {ms(overhead)} + once {ms(once)} + {size} x {ms(per)}",
-        f"the host's overhead per forward (Python, dispatch) stays; the compute splits {how}",
+        f"the host's overhead per forward (Python, dispatch) stays; the compute splits {how}"
+        + _per_sequence_note(model, per_now),
         requires,
         holds,
         per=size,
         parts={"overhead": overhead, "once": once, "per_sequence": per},
+        held=now,
     )
 
 

@@ -106,6 +106,7 @@ from probe.analysis.ledger.host import (
     thread_ops,
     thread_rows,
 )
+from probe.analysis.ledger.phases import first_embeddings, recorded_tokens, shape_kinds
 from probe.analysis.ledger.steps import StepSet, find_steps
 from probe.analysis.ledger.types import (
     TOP_FRAMES_KEPT,
@@ -554,7 +555,17 @@ def _other_threads(trace: Trace, table: PartTable, steps: StepSet) -> list[tuple
     return [tuple(sorted(lst, key=lambda t: (-t.busy_ns, t.pid, t.tid))) for lst in out]
 
 
-def _step_ledger(i: int, steps: StepSet, la: _Launches, ke: _Kernels, ho: _Host, t0: int, on_gpu: bool, cost):
+def _step_ledger(
+    i: int,
+    steps: StepSet,
+    la: _Launches,
+    ke: _Kernels,
+    ho: _Host,
+    t0: int,
+    on_gpu: bool,
+    cost,
+    shape: tuple[int, int] | None,
+):
     w, d = la.windows, la.delays
     wall = int(steps.end[i] - steps.start[i])
     return StepLedger(
@@ -595,6 +606,7 @@ def _step_ledger(i: int, steps: StepSet, la: _Launches, ke: _Kernels, ho: _Host,
         capturable_ns=int(ho.capturable[i]),
         capture_region=ho.capture_region[i],
         tokens=steps.tokens_of(i),
+        recorded_tokens=None if shape is None else recorded_tokens(*shape),
         purpose_ns=ho.purpose[i],
         mechanism_ns=ho.mechanism[i],
         data_mechanism_ns={p: int(v[i]) for p, v in ho.in_data.items() if v[i]},
@@ -698,6 +710,8 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysi
     """The per-step ledger of every step, the whole-trace totals and kernels, and a steady-state summary."""
     options = options or AnalyzeOptions()
     steps = find_steps(trace, options.steps, options.steps_kinds)
+    shapes = first_embeddings(trace, steps.start, steps.end, steps.pid, steps.tid)
+    steps.kinds = shape_kinds(steps.kinds, shapes)
     n = len(steps)
     if n > (limit := max_steps()):
         raise ProbeError(
@@ -711,7 +725,10 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysi
     totals = launches.totals
     on_gpu = totals.gpu_ops + totals.launches + totals.graph_launches > 0
     t0 = trace.start_ns
-    ledgers = [_step_ledger(i, steps, launches, kernel_columns, host, t0, on_gpu, options.event_cost) for i in range(n)]
+    ledgers = [
+        _step_ledger(i, steps, launches, kernel_columns, host, t0, on_gpu, options.event_cost, shapes.get(i))
+        for i in range(n)
+    ]
     origin = None if trace.base_ns is None or not len(trace) else int(trace.base_ns + trace.start_ns)
     covers = coverage.coverage(trace, steps, launches.gpu)
     warnings = _warnings(trace, steps, launches, host, ledgers, options.event_cost)

@@ -143,6 +143,7 @@ class StepLedger:
     capturable_ns: int  # host time a CUDA graph would take over: the capture region (host.capture_region) less syncs
     capture_region: str  # what that region is on this trace
     tokens: StepTokens | None = None  # what the step's engine marker says it processed (steps.StepTokens)
+    recorded_tokens: StepTokens | None = None  # what its first aten::embedding's recorded indices say (phases)
     purpose_ns: dict[str, int] = field(default_factory=dict)  # user parts, then PURPOSE; sums to wall_ns
     mechanism_ns: dict[str, int] = field(default_factory=dict)  # MECHANISM; sums to wall_ns
     data_mechanism_ns: dict[str, int] = field(default_factory=dict)  # MECHANISM of the time inside data loading
@@ -230,6 +231,7 @@ class StepLedger:
         out["other_threads"] = [t.to_json() for t in self.other_threads]
         out["named_ranges"] = [r.to_json() for r in self.named_ranges]
         out["tokens"] = self.tokens.to_json() if self.tokens else None
+        out["recorded_tokens"] = self.recorded_tokens.to_json() if self.recorded_tokens else None
         return out
 
 
@@ -243,6 +245,7 @@ _NESTED |= {
     "sync_sites",
     "other_threads",
     "tokens",
+    "recorded_tokens",
     "named_ranges",
 }
 

@@ -27,12 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from probe.analysis.intervals import assign
 from probe.analysis.ledger.steps import StepTokens
 from probe.analysis.ledger.types import StepLedger, TraceAnalysis
 from probe.analysis.roofline.devices import Device
 from probe.analysis.roofline.formulas import Arch, StepCost, step_cost
-from probe.analysis.trace import Kind, Trace
 from probe.counts import MAX_COUNT
 from probe.errors import ProbeError
 
@@ -129,33 +127,12 @@ def _tokens_flagged(
     return sequences, new, context
 
 
-EMBEDDING = "aten::embedding"  # embedding(weight, indices): its indices are [batch, tokens]
-
-
-def shape_tokens(trace: Trace, analysis: TraceAnalysis) -> dict[int, StepTokens]:
+def shape_tokens(analysis: TraceAnalysis) -> dict[int, StepTokens]:
     """Each step's tokens from the shapes it recorded (`record_shapes=True`), by position: the first
     `aten::embedding` on the step's thread in its window, whose indices [batch, tokens] give `batch` sequences of
-    `tokens` new tokens each. Steps without one, or whose indices are not two counts of at least 1, are left out."""
-    ops = trace.rows(Kind.CPU_OP)
-    ops = ops[trace.name_ids(lambda s: s == EMBEDDING)[trace.name_id[ops]] & (trace.shape_id[ops] >= 0)]
-    at = assign(trace.ts_ns[ops], *analysis.windows())
-    out: dict[int, StepTokens] = {}
-    for row, i in zip(ops.tolist(), at.tolist(), strict=True):  # sorted by start: the first of a step wins
-        if i < 0 or i in out:
-            continue
-        step = analysis.steps[i]
-        if (int(trace.pid[row]), int(trace.tid[row])) != (step.pid, step.tid):
-            continue
-        dims = trace.shapes[int(trace.shape_id[row])].dims
-        indices = dims[1] if len(dims) > 1 else None
-        if (
-            isinstance(indices, tuple)
-            and len(indices) == 2
-            and all(type(d) is int and 1 <= d <= MAX_COUNT for d in indices)
-        ):
-            batch, tokens = indices
-            out[i] = StepTokens(batch, batch * tokens, None, f"recorded shapes ({EMBEDDING} [{batch}, {tokens}])")
-    return out
+    `tokens` new tokens each (probe.analysis.ledger.phases, read once by the ledger: `StepLedger.recorded_tokens`).
+    Steps without one, or whose indices are not two counts of at least 1, are left out."""
+    return {s.position: s.recorded_tokens for s in analysis.steps if s.recorded_tokens is not None}
 
 
 def step_roofline(

@@ -1,0 +1,88 @@
+"""A step's sequences, tokens and phase from the shapes it recorded (`record_shapes=True`): the one definition.
+
+**What a step read.** The first `aten::embedding` on the step's own thread in its window: its indices [B, T] say
+the step's forward read B sequences of T tokens each (`StepLedger.recorded_tokens`; the roofline's tokens,
+probe.analysis.roofline.step.shape_tokens, and the batching what-if's current batch read it). A step without one,
+or whose indices are not two counts of at least 1, says nothing.
+
+**Its phase** (`shape_kinds`), only where the step's kind names none (`PHASELESS`: a ProfilerStep range, an
+iteration, a `--steps` step or an engine step whose marker gives no kind); a kind a marker gave (probe's
+`prefill`/`decode#i`, vLLM's, SGLang's, TensorRT-LLM's counts) is never changed:
+
+- T == 1: **decode**, B sequences of one new token each.
+- T > 1 and the next step reads [B', 1]: **prefill**, the prompt's forward that decoding follows.
+- T > 1 in a run of steps of one B whose T grows by one a step (the step before reads [B, T - 1] or the one after
+  [B, T + 1]): **decode without a KV cache**. Each step re-reads the whole sequence to make one new token (HF
+  `generate(use_cache=False)`, a hand loop that feeds back the whole sequence): one new token a sequence, so a
+  decode step, whose recorded tokens are all B x T it recomputes. The run's first step is one too: it does the
+  same work as the rest, one token shorter.
+- Otherwise the kind stays: a lone [B, T > 1], or one followed by another T > 1 that is not one longer, says what
+  the step read but not that it is a prefill (a training step, an encoder's forward and a step holding a whole
+  `generate` read [B, T] as well). A step without a recorded shape keeps its kind: nothing is guessed.
+
+What it cannot tell: a step that holds several decode forwards (a ProfilerStep every ten tokens) reads [B, 1] first
+and is called decode; the diagnosis's caveat on a step that calls its outermost module several times says so
+(probe.analysis.diagnosis.conditions).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from probe import vocabulary
+from probe.analysis.intervals import assign
+from probe.analysis.ledger.steps import StepTokens
+from probe.analysis.trace import Kind, Trace
+from probe.counts import MAX_COUNT
+
+EMBEDDING = "aten::embedding"  # embedding(weight, indices): its indices are [batch, tokens]
+PHASELESS = frozenset({"profiler_step", "step", "iteration"})  # the kinds that name no phase
+
+
+def first_embeddings(
+    trace: Trace, start: np.ndarray, end: np.ndarray, pid: np.ndarray, tid: np.ndarray
+) -> dict[int, tuple[int, int]]:
+    """Per step (by position), its first `aten::embedding`'s recorded indices (batch, tokens): on the step's thread,
+    in its window [start, end] (sorted by start, as the steps are). Steps without one are left out."""
+    ops = trace.rows(Kind.CPU_OP)
+    ops = ops[trace.name_ids(lambda s: s == EMBEDDING)[trace.name_id[ops]] & (trace.shape_id[ops] >= 0)]
+    at = assign(trace.ts_ns[ops], start, end)
+    out: dict[int, tuple[int, int]] = {}
+    seen: set[int] = set()
+    for row, i in zip(ops.tolist(), at.tolist(), strict=True):  # sorted by start: the first of a step wins
+        if i < 0 or i in seen or (int(trace.pid[row]), int(trace.tid[row])) != (int(pid[i]), int(tid[i])):
+            continue
+        seen.add(i)
+        dims = trace.shapes[int(trace.shape_id[row])].dims
+        indices = dims[1] if len(dims) > 1 else None
+        if (
+            isinstance(indices, tuple)
+            and len(indices) == 2
+            and all(type(d) is int and 1 <= d <= MAX_COUNT for d in indices)
+        ):
+            out[i] = (indices[0], indices[1])
+    return out
+
+
+def recorded_tokens(batch: int, tokens: int) -> StepTokens:
+    """What a step's first embedding [batch, tokens] says it processed: `batch` sequences of `tokens` each."""
+    return StepTokens(batch, batch * tokens, None, f"recorded shapes ({EMBEDDING} [{batch}, {tokens}])")
+
+
+def shape_kind(kind: str, shape: tuple[int, int] | None, before: tuple[int, int] | None, after) -> str:
+    """One step's kind by the module docstring's rule, from its recorded [B, T] and its neighbours' (None: none)."""
+    if kind not in PHASELESS or shape is None:
+        return kind
+    batch, tokens = shape
+    if tokens == 1:
+        return vocabulary.DECODE
+    if after is not None and after[1] == 1:
+        return vocabulary.PREFILL
+    if before == (batch, tokens - 1) or after == (batch, tokens + 1):
+        return vocabulary.DECODE  # without a KV cache: the whole sequence re-read for one new token
+    return kind
+
+
+def shape_kinds(kinds: list[str], shapes: dict[int, tuple[int, int]]) -> list[str]:
+    """Every step's kind, each phaseless one given its phase by its recorded shape where the rule says one."""
+    return [shape_kind(kind, shapes.get(i), shapes.get(i - 1), shapes.get(i + 1)) for i, kind in enumerate(kinds)]
