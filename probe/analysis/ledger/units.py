@@ -22,6 +22,15 @@ addresses removed, so one builtin is one name. In each scope, from the outside i
    does, not at its first repeating name); a step runs from one cut to the next, the last one to the end of the
    last event of a name that occurs once an iteration.
 
+4. **A loop's calls** (only inside an engine's loop frame, probe.analysis.ledger.steps' rule 4, when 2 and 3 find
+   nothing: `loop_calls`). The loop is known to iterate, so its heaviest call cuts it: the name holding the most
+   launches among the loop's children, counting also the children of a child whose name occurs once
+   (transformers 5.x calls the first forward, the prefill, inside a once-only `_prefill` frame and the others from
+   the loop itself), occurring at least twice and at least once as the loop's own child (so a forward's layers,
+   inside a once-only forward, never cut it). A step runs from one occurrence's start to the next's (the token's
+   work between forwards, beam search's 42%, is its step's), the last to the end of the last event of a name
+   that occurs as often.
+
 Otherwise the thread has no repeating unit: a trace of one forward is not cut into its layers. A graph launch is
 never a unit by itself: the replay launches are pieces when the host repeats a larger unit (vLLM's piecewise graphs:
 81 a step), which (2) finds.
@@ -201,6 +210,42 @@ def repeating_unit(tree: Tree, where: str, scope: np.ndarray | None = None) -> U
             return _most(tree, _each(tree, members, where), root)
         return _most(tree, _cycle(tree, scope, where), root)
     return None
+
+
+def loop_calls(tree: Tree, scope: np.ndarray, where: str) -> Units | None:
+    """Rule 4 of the module docstring: a loop frame's steps cut at each call of its heaviest name, counted through
+    its once-only children (`scope`: the loop frame's children), or None."""
+    if not len(scope):
+        return None
+    names, counts = np.unique(tree.key[scope], return_counts=True)
+    once = np.isin(tree.key[scope], names[counts == 1]) & (tree.held[scope] > 0)
+    inner = [tree.children(int(i)) for i in scope[once].tolist()]
+    seq = np.concatenate([scope, *inner])
+    direct = np.arange(len(seq)) < len(scope)
+    order = np.argsort(tree.start[seq], kind="stable")
+    seq, direct = seq[order], direct[order]
+    keys, inverse, counts = np.unique(tree.key[seq], return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=tree.held[seq]).astype(np.int64)
+    g = int(np.argmax(sums))
+    calls = seq[inverse == g]
+    calls = calls[tree.start[calls] >= np.maximum.accumulate(np.append(-1, tree.end[calls][:-1]))]  # outermost
+    if len(calls) < 2 or not sums[g] or not direct[inverse == g].any():
+        return None
+    last_end = int(tree.end[seq[counts[inverse] == counts[g]]].max())
+    start = tree.start[calls]
+    end = np.append(start[1:], last_end)
+    name = tree.names[int(keys[g])]
+    return _most(
+        tree,
+        Units(
+            start,
+            end,
+            [f"iteration#{i}" for i in range(len(calls))],
+            "iteration",
+            f"loop calls: {name!r}, {len(calls)} times on {where}, each to the next",
+        ),
+        int(tree.held[scope].sum()),
+    )
 
 
 def _most(tree: Tree, units: Units | None, root: int) -> Units | None:
