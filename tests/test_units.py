@@ -223,6 +223,34 @@ def test_a_cpu_only_loop_is_cut_into_its_iterations(tmp_path):
     assert len(a.steps) == 4 and not any("whole trace is one step" in w for w in a.warnings)
 
 
+@pytest.mark.parametrize("extra_in", [0, 4])
+def test_a_cpu_loop_whose_first_iteration_does_more_is_cut(tmp_path, extra_in):
+    """A CPU loop without stacks whose first pass (a prefill) runs three more `aten::to` than the others: five
+    iterations of six top-level ops (cpu_loop's five and one `aten::to` at 200 us) and three more `aten::to` in
+    iteration `extra_in`: 33 ops. For K = 5 the names counting multiples of 5 hold 25 of 33 (76%, under 90%); but
+    the extra `aten::to` all fall before the second cut (1000 us), and from it on `aten::to` runs once an iteration
+    (4 = 8 // 5 times 4), so they are the first iteration's: 5 iterations, from randn to randn, the last to the end
+    of its mean (150 us; `aten::to` does not occur once an iteration). Extras in the last iteration are not the
+    first's: thread 1 is not cut (thread 2's copies are the steps)."""
+    t = cpu_loop(5)
+    for i in range(5):
+        t.host("cpu_op", "aten::to", 1000 * i + 200, 1000 * i + 210)
+    for j in range(3):
+        t.host("cpu_op", "aten::to", 1000 * extra_in + 220 + 20 * j, 1000 * extra_in + 230 + 20 * j)
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    if extra_in:
+        assert "thread 1/1" not in steps.rule
+        return
+    assert steps.rule == "repeating cycle: 5 iterations of sibling events from 'aten::randn' on thread 1/1"
+    assert [(int(s) // 1000, int(e - s) // 1000) for s, e in zip(steps.start, steps.end, strict=True)] == [
+        (0, 1000),
+        (1000, 1000),
+        (2000, 1000),
+        (3000, 1000),
+        (4000, 150),
+    ]
+
+
 def test_one_cpu_only_forward_is_not_cut(tmp_path):
     """A CPU-only forward of AlexNet's shape inside a `model_inference` range (nested aten calls under each
     convolution): the range holds every top-level op (a container); inside it the ReLUs hold the most but other

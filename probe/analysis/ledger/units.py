@@ -20,7 +20,10 @@ addresses removed, so one builtin is one name. In each scope, from the outside i
    layer's attention runs once), and every cut holds a launch. The cuts are that name's occurrences (the earliest
    such name's), moved back over the events that precede each one alike (so a cycle begins where the loop body
    does, not at its first repeating name); a step runs from one cut to the next, the last one to the end of the
-   last event of a name that occurs once an iteration.
+   last event of a name that occurs once an iteration. A first iteration may do more (a prefill, a loop's set-up):
+   from three iterations on, a name whose count is not a multiple of K counts with them when, from the second cut
+   on, it occurs exactly K - 1 times its count over K (its extra occurrences all fall in the first iteration, or
+   before it).
 
 4. **A loop's calls** (only inside an engine's loop frame, probe.analysis.ledger.steps' rule 4, when 2 and 3 find
    nothing: `loop_calls`). The loop is known to iterate, so its heaviest call cuts it: the name holding the most
@@ -70,7 +73,7 @@ from probe.analysis.trace import GPU_OP_KINDS, Kind, Trace
 MAJORITY = 0.5  # a container holds at least half the scope's launches; so does a cycle, from first to last
 WHOLE = 0.95  # a unit holds all but 5% of the launches between its first and last occurrence
 PERIODIC = 0.9  # a cycle's names (counts that are multiples of K) hold at least 90% of the scope's launches
-FAMILY_MIN = 3  # numbered ranges are a loop's iterations from three on (ProfilerStep#N's shape), not a pair
+FAMILY_MIN = 3  # a loop from three iterations on (ProfilerStep#N's shape; a cycle whose first does more), not a pair
 UNIT_KINDS = (Kind.PYTHON, Kind.CPU_OP, Kind.USER_RANGE)
 
 
@@ -290,10 +293,14 @@ def _cycle(tree: Tree, scope: np.ndarray, where: str) -> Units | None:
     for k in sorted(
         {int(c) for c, s in zip(counts.tolist(), sums.tolist(), strict=True) if c >= 2 and s}, reverse=True
     ):
-        if sums[counts % k == 0].sum() < PERIODIC * total:
+        if not np.any((counts == k) & (sums > 0)):
             continue
         positions = np.flatnonzero(inverse == inverse[int(first[(counts == k) & (sums > 0)].min())])
         cuts = _moved_back(inverse, positions)
+        later = np.bincount(inverse[int(cuts[1]) :], minlength=len(keys))  # each name's count from the second cut on
+        periodic = (counts % k == 0) | ((k >= FAMILY_MIN) & (later == (counts // k) * (k - 1)))  # extras: 1st's
+        if sums[periodic].sum() < PERIODIC * total:
+            continue
         pieces = tree.count(tree.start[seq[cuts[:-1]]], tree.start[seq[cuts[1:]]])
         if np.all(pieces > 0):
             best = (k, cuts)
