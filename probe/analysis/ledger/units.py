@@ -32,7 +32,8 @@ addresses removed, so one builtin is one name. In each scope, from the outside i
    the loop itself), occurring at least twice and at least once as the loop's own child (so a forward's layers,
    inside a once-only forward, never cut it). A step runs from one occurrence's start to the next's (the token's
    work between forwards, beam search's 42%, is its step's), the last to the end of the last event of a name
-   that occurs as often.
+   that occurs as often. Where a call sits inside a once-only child this comes before 2 and 3 (which would count
+   the loop's own calls, one fewer than it ran); otherwise after them.
 
 Otherwise the thread has no repeating unit: a trace of one forward is not cut into its layers. A graph launch is
 never a unit by itself: the replay launches are pieces when the host repeats a larger unit (vLLM's piecewise graphs:
@@ -215,9 +216,11 @@ def repeating_unit(tree: Tree, where: str, scope: np.ndarray | None = None) -> U
     return None
 
 
-def loop_calls(tree: Tree, scope: np.ndarray, where: str) -> Units | None:
+def loop_calls(tree: Tree, scope: np.ndarray, where: str, nested: bool = False) -> Units | None:
     """Rule 4 of the module docstring: a loop frame's steps cut at each call of its heaviest name, counted through
-    its once-only children (`scope`: the loop frame's children), or None."""
+    its once-only children (`scope`: the loop frame's children), or None; with `nested`, only where a call sits
+    inside a once-only child (5.x's `_prefill`: then the loop's own children hold one call fewer than it ran, and
+    the cycle rule would count K - 1 iterations)."""
     if not len(scope):
         return None
     names, counts = np.unique(tree.key[scope], return_counts=True)
@@ -232,7 +235,7 @@ def loop_calls(tree: Tree, scope: np.ndarray, where: str) -> Units | None:
     g = int(np.argmax(sums))
     calls = seq[inverse == g]
     calls = calls[tree.start[calls] >= np.maximum.accumulate(np.append(-1, tree.end[calls][:-1]))]  # outermost
-    if len(calls) < 2 or not sums[g] or not direct[inverse == g].any():
+    if len(calls) < 2 or not sums[g] or not direct[inverse == g].any() or (nested and direct[inverse == g].all()):
         return None
     last_end = int(tree.end[seq[counts[inverse] == counts[g]]].max())
     start = tree.start[calls]
