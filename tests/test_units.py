@@ -224,6 +224,34 @@ def test_a_cpu_only_loop_is_cut_into_its_iterations(tmp_path):
     assert len(a.steps) == 4 and not any("whole trace is one step" in w for w in a.warnings)
 
 
+@pytest.mark.parametrize("extra_in", [0, 4])
+def test_a_cpu_loop_whose_first_iteration_does_more_is_cut(tmp_path, extra_in):
+    """A CPU loop without stacks whose first pass (a prefill) runs three more `aten::to` than the others: five
+    iterations of six top-level ops (cpu_loop's five and one `aten::to` at 200 us) and three more `aten::to` in
+    iteration `extra_in`: 33 ops. For K = 5 the names counting multiples of 5 hold 25 of 33 (76%, under 90%); but
+    the extra `aten::to` all fall before the second cut (1000 us), and from it on `aten::to` runs once an iteration
+    (4 = 8 // 5 times 4), so they are the first iteration's: 5 iterations, from randn to randn, the last to the end
+    of its mean (150 us; `aten::to` does not occur once an iteration). Extras in the last iteration are not the
+    first's: thread 1 is not cut (thread 2's copies are the steps)."""
+    t = cpu_loop(5)
+    for i in range(5):
+        t.host("cpu_op", "aten::to", 1000 * i + 200, 1000 * i + 210)
+    for j in range(3):
+        t.host("cpu_op", "aten::to", 1000 * extra_in + 220 + 20 * j, 1000 * extra_in + 230 + 20 * j)
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    if extra_in:
+        assert "thread 1/1" not in steps.rule
+        return
+    assert steps.rule == "repeating cycle: 5 iterations of sibling events from 'aten::randn' on thread 1/1"
+    assert [(int(s) // 1000, int(e - s) // 1000) for s, e in zip(steps.start, steps.end, strict=True)] == [
+        (0, 1000),
+        (1000, 1000),
+        (2000, 1000),
+        (3000, 1000),
+        (4000, 150),
+    ]
+
+
 def test_one_cpu_only_forward_is_not_cut(tmp_path):
     """A CPU-only forward of AlexNet's shape inside a `model_inference` range (nested aten calls under each
     convolution): the range holds every top-level op (a container); inside it the ReLUs hold the most but other
@@ -357,6 +385,88 @@ def test_hf_generates_loop_holds_the_steps_its_repeating_unit(tmp_path):
         (430, 150),
         (630, 150),
     ]
+
+
+MODEL = "nn.Module: LlamaForCausalLM_0"
+
+
+def generate_5x(tokens: int, gpu: bool) -> Trace:
+    """HF `generate` as transformers 5.x runs it: in `_sample` [20, ...], a once-only `_prefill` [30, 205] holds the
+    first forward (`prepare_inputs_for_generation`'s wrapper [35, 45], the model [50, 200], four pieces of work),
+    and the loop itself calls the other `tokens - 1` forwards, token i's at b = 300 i: the wrapper [b, b + 10], the
+    model [b + 20, b + 170] (two pieces of work). After each forward, argmax [f + 160, f + 170] and cat
+    [f + 175, f + 185] run a piece of work each (f: that forward's start), from the loop. A piece of work is a
+    kernel launch (`gpu`) or, on a CPU-only trace, an `aten::mm` op inside a linear (each is one top-level op)."""
+    t = Trace()
+
+    def work(at: float) -> None:
+        if gpu:
+            t.launch(at, at + 2, [(at + 3, at + 6)])
+        else:
+            t.host("cpu_op", "aten::linear", at, at + 5)
+            t.host("cpu_op", "aten::mm", at + 1, at + 4)
+
+    wrapper = "transformers/utils/deprecation.py(121): wrapped_func"
+    end = 300 * tokens + 100
+    t.host("python_function", "transformers/generation/utils.py(2400): generate", 0, end + 10)
+    t.host("python_function", "transformers/generation/utils.py(3123): _sample", 20, end)
+    t.host("python_function", "transformers/generation/utils.py(4283): _prefill", 30, 205)
+    t.host("python_function", wrapper, 35, 45)
+    forwards = [50.0] + [300.0 * i + 20 for i in range(1, tokens)]
+    for i, f in enumerate(forwards):
+        if i:
+            t.host("python_function", wrapper, f - 20, f - 10)
+        t.host("python_function", MODEL, f, f + 150)
+        for j in range(4 if i == 0 else 2):
+            work(f + 10 + 30 * j)
+        t.host("python_function", "<built-in method argmax of type object at 0x7f01>", f + 160, f + 170)
+        work(f + 162)
+        t.host("python_function", "<built-in method cat of type object at 0x7f02>", f + 175, f + 185)
+        work(f + 177)
+    return t
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+@pytest.mark.parametrize("tokens", [2, 4])
+def test_hf_5x_generate_is_cut_at_each_forward_its_prefill_the_first(tmp_path, gpu, tokens):
+    """transformers 5.x: the prefill's forward sits inside a once-only `_prefill` frame, the others are the loop's
+    own children, and argmax and cat launch between them. The forwards hold 2 of each decode token's 4 pieces of work
+    (no unit: 95%), and no count K has its multiples hold 90% (K = tokens: argmax and cat; K = tokens - 1: the
+    loop's forwards), so the loop is cut at its heaviest call counted through `_prefill`: `tokens` steps, each
+    from one forward's start to the next's (the argmax and cat are the token's), the first the prefill [50, 320],
+    the last to the end of its cat (f + 185)."""
+    steps = find_steps(load_trace(generate_5x(tokens, gpu).write(tmp_path)))
+    assert steps.rule == (
+        f"engine frames: HF generate's decoding loop (loop calls: {MODEL!r}, {tokens} times on thread 1/1, each to "
+        "the next)"
+    )
+    starts = [50] + [300 * i + 20 for i in range(1, tokens)]
+    assert [(int(s) // 1000, int(e) // 1000) for s, e in zip(steps.start, steps.end, strict=True)] == list(
+        zip(starts, starts[1:] + [starts[-1] + 185], strict=True)
+    )
+    assert steps.kinds == ["iteration"] * tokens
+
+
+def test_a_5x_generate_of_one_token_is_not_cut_into_its_layers(tmp_path):
+    """One token: `_sample` holds its `_prefill`, whose one forward runs four decoder layers (each its own
+    `nn.Module: LlamaDecoderLayer_i`, each holding the same-named Python `forward` frame and two launches), then
+    argmax and cat. The loop's heaviest call occurs once: no step is cut, neither at the forward nor at its
+    layers' frames, which are no child of the loop: the whole trace is one step."""
+    t = Trace()
+    t.host("python_function", "transformers/generation/utils.py(3123): _sample", 0, 1000)
+    t.host("python_function", "transformers/generation/utils.py(4283): _prefill", 10, 900)
+    t.host("python_function", MODEL, 20, 880)
+    for layer in range(4):
+        b = 40 + 200 * layer
+        t.host("python_function", f"nn.Module: LlamaDecoderLayer_{layer}", b, b + 180)
+        t.host("python_function", "transformers/models/llama/modeling_llama.py(300): forward", b + 5, b + 175)
+        for j in range(2):
+            t.launch(b + 10 + 50 * j, b + 12 + 50 * j, [(b + 13 + 50 * j, b + 40 + 50 * j)])
+    for name, at in (("<built-in method argmax of type object at 0x1>", 910), ("<built-in method cat>", 950)):
+        t.host("python_function", name, at, at + 20)
+        t.launch(at + 2, at + 4, [(at + 5, at + 9)])
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert steps.rule == "whole trace" and steps.names == ["trace"]
 
 
 def test_the_layers_of_one_forward_are_not_steps(tmp_path):

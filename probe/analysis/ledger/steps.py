@@ -18,7 +18,8 @@ The rules, tried in this order; the first that finds anything wins, and `StepSet
    engines' own step functions as Python frames, in `ENGINE_FRAMES` (vLLM V1's and V0's worker `execute_model`,
    SGLang's `run_batch`, TensorRT-LLM's `_forward_step`, nano-vllm's `step`): their code, not a trace's names.
    HF `generate`'s decoding loop (`_sample` and its kin) is a loop, not a step: its steps are the repeating unit
-   inside it (probe.analysis.ledger.units).
+   inside it, or its heaviest call, each to the next (probe.analysis.ledger.units' rule 4: first where transformers
+   5.x calls the prefill's forward inside a once-only `_prefill` frame, else when no unit or cycle holds).
 5. Numbered ranges: the user's own iteration marker under a name of the user's, ProfilerStep#N's shape
    (`token_0_processing` .. `token_63_processing`, NVTX or user annotations): a family of at least three ranges of
    one thread under one parent range, names one text with its numbers replaced, each once, disjoint, each holding
@@ -59,6 +60,7 @@ from probe.analysis.ledger.units import (
     Tree,
     Units,
     launch_calls,
+    loop_calls,
     numbered_ranges,
     outermost,
     repeating_unit,
@@ -454,7 +456,10 @@ def _engine_frames(trace: Trace, calls: np.ndarray, warnings: list[str]) -> Step
 def _inside(trace: Trace, calls: np.ndarray, pid: int, tid: int, row: int) -> tuple[int, int, Units] | None:
     tree = Tree.of(trace, pid, tid, calls)
     (at,) = np.flatnonzero(tree.rows == row)
-    units = repeating_unit(tree, f"thread {pid}/{tid}", tree.children(int(at)))
+    where, scope = f"thread {pid}/{tid}", tree.children(int(at))
+    units = loop_calls(tree, scope, where, nested=True) or repeating_unit(tree, where, scope)
+    if units is None:
+        units = loop_calls(tree, scope, where)
     return None if units is None else (pid, tid, units)
 
 

@@ -25,7 +25,20 @@ from the outside in:
    layer's attention runs once), and every cut holds a launch. The cuts are that name's occurrences (the earliest
    such name's), moved back over the events that precede each one alike (so a cycle begins where the loop body
    does, not at its first repeating name); a step runs from one cut to the next, the last one to the end of the
-   last event of a name that occurs once an iteration.
+   last event of a name that occurs once an iteration. A first iteration may do more (a prefill, a loop's set-up):
+   from three iterations on, a name whose count is not a multiple of K counts with them when, from the second cut
+   on, it occurs exactly K - 1 times its count over K (its extra occurrences all fall in the first iteration, or
+   before it).
+
+4. **A loop's calls** (only inside an engine's loop frame, probe.analysis.ledger.steps' rule 4, when 2 and 3 find
+   nothing: `loop_calls`). The loop is known to iterate, so its heaviest call cuts it: the name holding the most
+   launches among the loop's children, counting also the children of a child whose name occurs once
+   (transformers 5.x calls the first forward, the prefill, inside a once-only `_prefill` frame and the others from
+   the loop itself), occurring at least twice and at least once as the loop's own child (so a forward's layers,
+   inside a once-only forward, never cut it). A step runs from one occurrence's start to the next's (the token's
+   work between forwards, beam search's 42%, is its step's), the last to the end of the last event of a name
+   that occurs as often. Where a call sits inside a once-only child this comes before 2 and 3 (which would count
+   the loop's own calls, one fewer than it ran); otherwise after them.
 
 Otherwise the thread has no repeating unit: a trace of one forward is not cut into its layers. A graph launch is
 never a unit by itself: the replay launches are pieces when the host repeats a larger unit (vLLM's piecewise graphs:
@@ -66,7 +79,7 @@ from probe.analysis.trace import GPU_OP_KINDS, Kind, Trace
 MAJORITY = 0.5  # a container holds at least half the scope's launches; so does a cycle, from first to last
 WHOLE = 0.95  # a unit holds all but 5% of the launches between its first and last occurrence
 PERIODIC = 0.9  # a cycle's names (counts that are multiples of K) hold at least 90% of the scope's launches
-FAMILY_MIN = 3  # numbered ranges are a loop's iterations from three on (ProfilerStep#N's shape), not a pair
+FAMILY_MIN = 3  # a loop from three iterations on (ProfilerStep#N's shape; a cycle whose first does more), not a pair
 UNIT_KINDS = (Kind.PYTHON, Kind.CPU_OP, Kind.USER_RANGE)
 
 
@@ -208,6 +221,44 @@ def repeating_unit(tree: Tree, where: str, scope: np.ndarray | None = None) -> U
     return None
 
 
+def loop_calls(tree: Tree, scope: np.ndarray, where: str, nested: bool = False) -> Units | None:
+    """Rule 4 of the module docstring: a loop frame's steps cut at each call of its heaviest name, counted through
+    its once-only children (`scope`: the loop frame's children), or None; with `nested`, only where a call sits
+    inside a once-only child (5.x's `_prefill`: then the loop's own children hold one call fewer than it ran, and
+    the cycle rule would count K - 1 iterations)."""
+    if not len(scope):
+        return None
+    names, counts = np.unique(tree.key[scope], return_counts=True)
+    once = np.isin(tree.key[scope], names[counts == 1]) & (tree.held[scope] > 0)
+    inner = [tree.children(int(i)) for i in scope[once].tolist()]
+    seq = np.concatenate([scope, *inner])
+    direct = np.arange(len(seq)) < len(scope)
+    order = np.argsort(tree.start[seq], kind="stable")
+    seq, direct = seq[order], direct[order]
+    keys, inverse, counts = np.unique(tree.key[seq], return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=tree.held[seq]).astype(np.int64)
+    g = int(np.argmax(sums))
+    calls = seq[inverse == g]
+    calls = calls[tree.start[calls] >= np.maximum.accumulate(np.append(-1, tree.end[calls][:-1]))]  # outermost
+    if len(calls) < 2 or not sums[g] or not direct[inverse == g].any() or (nested and direct[inverse == g].all()):
+        return None
+    last_end = int(tree.end[seq[counts[inverse] == counts[g]]].max())
+    start = tree.start[calls]
+    end = np.append(start[1:], last_end)
+    name = tree.names[int(keys[g])]
+    return _most(
+        tree,
+        Units(
+            start,
+            end,
+            [f"iteration#{i}" for i in range(len(calls))],
+            "iteration",
+            f"loop calls: {name!r}, {len(calls)} times on {where}, each to the next",
+        ),
+        int(tree.held[scope].sum()),
+    )
+
+
 def _most(tree: Tree, units: Units | None, root: int) -> Units | None:
     """The units, when they hold at least MAJORITY of the launches of the scope the search began in: containers
     followed inward, each holding half of its own scope, can reach the layers of one forward (a pipeline's text
@@ -250,10 +301,14 @@ def _cycle(tree: Tree, scope: np.ndarray, where: str) -> Units | None:
     for k in sorted(
         {int(c) for c, s in zip(counts.tolist(), sums.tolist(), strict=True) if c >= 2 and s}, reverse=True
     ):
-        if sums[counts % k == 0].sum() < PERIODIC * total:
+        if not np.any((counts == k) & (sums > 0)):
             continue
         positions = np.flatnonzero(inverse == inverse[int(first[(counts == k) & (sums > 0)].min())])
         cuts = _moved_back(inverse, positions)
+        later = np.bincount(inverse[int(cuts[1]) :], minlength=len(keys))  # each name's count from the second cut on
+        periodic = (counts % k == 0) | ((k >= FAMILY_MIN) & (later == (counts // k) * (k - 1)))  # extras: 1st's
+        if sums[periodic].sum() < PERIODIC * total:
+            continue
         pieces = tree.count(tree.start[seq[cuts[:-1]]], tree.start[seq[cuts[1:]]])
         if np.all(pieces > 0):
             best = (k, cuts)
