@@ -919,6 +919,23 @@ def test_a_convolution_and_the_ops_it_calls_are_one_call_of_the_compiled_graph(t
     assert {f.cpu.kept for f in facts.values()} == {2}  # the convolution once, the addmm once
 
 
+def test_moe_grouped_expert_gemms_are_gemms_the_compiled_graph_calls(tmp_path):
+    """A Qwen2-MoE decode step on a CPU: the experts' GEMM is one aten::_grouped_mm (40 us, its top op), between a
+    dense addmm (20) and an elementwise mul (30, above 20 view floors of 1 us: compute). The grouped GEMM is a GEMM
+    (the weights' traffic, read once by a batch) and an extern call of the compiled graph, as inductor keeps it: 2
+    kept calls, GEMMs 60 us, rest 29 (mul's 30 above the floor); the mul after it is its own fused run."""
+    host = [
+        ("user_annotation", "decode#0", 0, 200, {}),
+        ("cpu_op", "aten::addmm", 10, 30, {}),
+        ("cpu_op", "aten::view", 31, 32, {}),
+        ("cpu_op", "aten::_grouped_mm", 40, 80, {}),
+        ("cpu_op", "aten::mul", 90, 120, {}),
+    ]
+    trace = load_trace(_trace(tmp_path, host))
+    (cpu,) = [f.cpu for f in step_facts(trace, analyze(trace)).values()]
+    assert (cpu.kept, cpu.gemm_ns, cpu.other_kept_ns, cpu.rest_ns, cpu.fused) == (2, 60_000, 0, 29_000, 1)
+
+
 @pytest.mark.parametrize("sync_at, offered", [(95, True), (50, False)])
 def test_a_sync_after_the_last_launch_leaves_a_capture_of_every_op_offered(tmp_path, sync_at, offered):
     """No forward range and no module frame: the capture region is every op and call, and a graph holds the launches,

@@ -137,14 +137,14 @@ VIEW_OPS = frozenset(
         "aten::resolve_neg",
     }
 )
-# ops a compiled graph still calls as they are (inductor's extern kernels): GEMMs, attention, convolutions
-KEPT_OP = re.compile(
-    r"^aten::(?:mm|addmm|bmm|baddbmm|_scaled_dot_product\w*|convolution|_convolution|mkldnn_convolution|"
-    r"cudnn_convolution|_mkldnn\w*|mkldnn_\w*linear\w*)$"
-)
-REST_FLOORS = 20  # an op whose self time is within this many dispatch floors is dispatch, not compute
-GEMM_OP = re.compile(r"^aten::(?:mm|addmm|bmm|baddbmm|mkldnn_\w*linear\w*)$")
+# GEMMs: dense, batched, oneDNN's linear, the scaled (fp8) ones, and MoE's grouped expert GEMMs (_grouped_mm, the
+# top op of a Qwen2-MoE decode on a CPU, and _scaled_grouped_mm)
+GEMM_OP = re.compile(r"^aten::(?:mm|addmm|bmm|baddbmm|mkldnn_\w*linear\w*|_scaled_mm\w*|_(?:scaled_)?grouped_mm)$")
 ATTENTION_OP = re.compile(r"^aten::_scaled_dot_product\w*$")
+CONVOLUTION_OP = re.compile(r"^aten::(?:convolution|_convolution|mkldnn_convolution|cudnn_convolution|_mkldnn\w*)$")
+# ops a compiled graph still calls as they are (inductor's extern kernels): GEMMs, attention, convolutions
+KEPT_OP = re.compile("|".join(f"(?:{op.pattern})" for op in (GEMM_OP, ATTENTION_OP, CONVOLUTION_OP)))
+REST_FLOORS = 20  # an op whose self time is within this many dispatch floors is dispatch, not compute
 
 
 @dataclass(frozen=True)
