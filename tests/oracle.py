@@ -58,6 +58,9 @@ NAMED = ("user_annotation", "cpu_op", "operator", "python_function")
 QUEUED_NS = 50_000  # a copy starting this long after its call began, while the call ran: the call waited
 MECHANISM = ("python", "dispatch", "launch", "runtime", "sync_wait", "profiler", "unattributed")
 SYNC_FRAME = re.compile(r"\bsynchronize\b")
+# torch.compile's bookkeeping ops around a compiled call (the guard check, the pregraph bytecode, AOTAutograd's runtime
+# wrapper): their self time is the compiled runtime's, not an op's
+COMPILE_BOOKKEEPING = ("TorchDynamo Cache Lookup", "Pregraph bytecode", "AOTDispatcher Runtime Wrapper ")
 KERNEL_WAIT_NS = 30_000
 OURS = {
     "sync": "sync",
@@ -276,7 +279,8 @@ def _mechanism(events, lo, hi, pid, tid, waited=frozenset()):
             frames[name] = frames.get(name, 0) + b - a
             part = "sync_wait" if SYNC_FRAME.search(e.name) else "python"
         elif e.cat in RANK:
-            part = "dispatch"
+            bookkeeping = e.name.startswith(COMPILE_BOOKKEEPING)
+            part = "runtime" if bookkeeping else "dispatch"
         else:
             base = re.sub(r"_(?:ptsz|ptds)$", "", re.sub(r"(?:_v\d+)?$", "", e.name, count=1))
             blocks = SYNC.search(e.name) or id(e) in waited

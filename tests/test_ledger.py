@@ -769,6 +769,32 @@ def test_a_lone_event_query_or_an_allocators_run_stays_a_runtime_call(tmp_path):
         assert (s.mechanism_ns["runtime"], s.sync_wait_ns, s.purpose_ns["sync"], s.sync_sites) == (runtime, 0, 0, ())
 
 
+def test_torch_compiles_guard_check_and_bookkeeping_ops_are_runtime_not_an_ops_work(tmp_path):
+    """A compiled decode step on a CPU, 100 us: the guard check (`TorchDynamo Cache Lookup`, 5-25, a guard frame of
+    2 us inside: self 18), then the compiled region (30-90) holding the pregraph bytecode (31-34) and the graph's one
+    extern GEMM (40-60). The guard check's and the bytecode's self time, 18 + 3 = 21 us, is the compiled runtime's:
+    `runtime`, in no op's row. The region's own 60 - 3 - 20 = 37 us is the graph's kernels, which no op records:
+    it stays an op's, with the GEMM's 20: dispatch 57. Python 2, and 100 - 80 = 20 us no event covers."""
+    host = [
+        ("user_annotation", "decode#0", 0, 100),
+        ("cpu_op", "TorchDynamo Cache Lookup", 5, 25),
+        ("python_function", "torch/_dynamo/guards.py(2545): fn", 8, 10),
+        ("cpu_op", "Torch-Compiled Region: 0/1", 30, 90),
+        ("cpu_op", "Pregraph bytecode", 31, 34),
+        ("cpu_op", "aten::mm", 40, 60),
+    ]
+    events = [{"ph": "X", "cat": c, "name": n, "pid": 1, "tid": 1, "ts": a, "dur": b - a} for c, n, a, b in host]
+    path = tmp_path / "compiled.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    s = analyze(load_trace(path)).steps[0]
+    assert {k: v for k, v in s.mechanism_ns.items() if v} == {
+        "python": 2_000, "dispatch": 57_000, "runtime": 21_000, "unattributed": 20_000
+    }  # fmt: skip
+    assert [(o.name, o.self_ns, o.calls) for o in s.top_ops] == [
+        ("Torch-Compiled Region: 0/1", 37_000, 1), ("aten::mm", 20_000, 1)
+    ]  # fmt: skip
+
+
 # --- our own engine's CPU traces ------------------------------------------------------------------------
 
 NEW_TOKENS = 5

@@ -936,6 +936,24 @@ def test_moe_grouped_expert_gemms_are_gemms_the_compiled_graph_calls(tmp_path):
     assert (cpu.kept, cpu.gemm_ns, cpu.other_kept_ns, cpu.rest_ns, cpu.fused) == (2, 60_000, 0, 29_000, 1)
 
 
+def test_a_compiled_calls_guard_check_is_not_compute(tmp_path):
+    """A compiled CPU decode step: the guard check (TorchDynamo Cache Lookup, 40 us of self time) is the compiled
+    runtime's (probe.analysis.ledger.host.COMPILE_RUNTIME), not compute a batch repeats: the rest holds the mul's
+    30 us above the view's 1 us floor, 29, and the compiled region's own 140 - 20 - 1 - 30 = 89 (the graph's kernels,
+    which no op records), 88 above it: 117 (with the guard check's 39 above the floor, it was 156)."""
+    host = [
+        ("user_annotation", "decode#0", 0, 200, {}),
+        ("cpu_op", "TorchDynamo Cache Lookup", 5, 45, {}),
+        ("cpu_op", "Torch-Compiled Region: 0/1", 50, 190, {}),
+        ("cpu_op", "aten::mm", 60, 80, {}),
+        ("cpu_op", "aten::view", 81, 82, {}),
+        ("cpu_op", "aten::mul", 90, 120, {}),
+    ]
+    trace = load_trace(_trace(tmp_path, host))
+    (cpu,) = [f.cpu for f in step_facts(trace, analyze(trace)).values()]
+    assert (cpu.gemm_ns, cpu.rest_ns) == (20_000, 117_000)
+
+
 @pytest.mark.parametrize("sync_at, offered", [(95, True), (50, False)])
 def test_a_sync_after_the_last_launch_leaves_a_capture_of_every_op_offered(tmp_path, sync_at, offered):
     """No forward range and no module frame: the capture region is every op and call, and a graph holds the launches,

@@ -82,7 +82,12 @@ MECHANISM_PARTS: tuple[HostPart, ...] = (
     HostPart("python", "Python", "python", "a Python frame is the innermost event (with_stack=True)"),
     HostPart("dispatch", "op dispatch", "dispatch", "a cpu_op is the innermost event: its self time"),
     HostPart("launch", "launch calls", "launch", "kernel and graph launch calls"),
-    HostPart("runtime", "other runtime", "runtime", "other runtime and driver calls: async copies, events, waits"),
+    HostPart(
+        "runtime",
+        "other runtime",
+        "runtime",
+        "other runtime and driver calls: async copies, events, waits; torch.compile's guard check (`COMPILE_RUNTIME`)",
+    ),
     HostPart("sync_wait", "sync wait", "sync_wait", "blocking runtime calls and synchronizing frames"),
     HostPart(
         "profiler",
@@ -167,6 +172,14 @@ QUERY_CALL = re.compile(r"^(?:cuda|hip)(?:Event|Stream)Query(?:_v\d+)?$|^cu(?:Ev
 # POLL_GAP_NS between its queries is not caught, its sleeps left to the time no event covers.
 POLL_CALLS = 20
 POLL_GAP_NS = 20_000
+# torch.compile's own bookkeeping around a compiled call, recorded as cpu_ops: the guard check before each call
+# (`TorchDynamo Cache Lookup`, dynamo's guard evaluation in C++: 0.110 ms of self time a call on a CPU generate), the
+# bytecode that gathers the graph's inputs (`Pregraph bytecode`) and AOTAutograd's wrapper around the graph
+# (`AOTDispatcher Runtime Wrapper Prologue`), the last two recorded under dynamo's `record_runtime_overhead`. Their
+# self time is the compiled runtime's, not an op's compute or dispatch: mechanism `runtime`, and no op's in the op
+# table. `Torch-Compiled Region` and `CompiledFunction` are not among them: they hold the compiled graph, whose kernels
+# no op records, so without stacks their self time is the graph's compute.
+COMPILE_RUNTIME = re.compile(r"^(?:TorchDynamo Cache Lookup|Pregraph bytecode|AOTDispatcher Runtime Wrapper \w+)$")
 _HOST_MEMORY = re.compile(r"\b(Pageable|Pinned)\b")  # a GPU copy's host side, as kineto names it
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # `<built-in method __new__ of type object at 0xa20880>`
 _PART_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -409,6 +422,7 @@ class PartTable:
         by_name["query_call"] = trace.name_ids(lambda s: QUERY_CALL.search(s) is not None)
         by_name["data"] = trace.name_ids(lambda s: DATA.search(s) is not None)
         by_name["communication"] = trace.name_ids(lambda s: COMMUNICATION.search(s) is not None)
+        by_name["compile_runtime"] = trace.name_ids(lambda s: COMPILE_RUNTIME.search(s) is not None)
         user = tuple((p.name, trace.name_ids(lambda s, p=p: p.pattern.search(s) is not None)) for p in user_parts)
         table: dict[str, int] = {}
         frame_id = np.fromiter(
@@ -574,7 +588,8 @@ def _innermost(trace: Trace, table: PartTable, rows: np.ndarray) -> _Innermost:
     kind = trace.kind[rows]
     names = trace.name_id[rows]
     mech = np.full(len(rows), _RUNTIME, np.int8)
-    mech[kind == Kind.CPU_OP] = _DISPATCH
+    is_op = kind == Kind.CPU_OP
+    mech[is_op & ~table.by_name["compile_runtime"][names]] = _DISPATCH  # a compile bookkeeping op stays runtime
     is_frame = kind == Kind.PYTHON
     mech[is_frame] = np.where(table.by_name["sync_frame"][names[is_frame]], _SYNC_WAIT, _PYTHON)
     is_call = kind == Kind.RUNTIME
@@ -753,7 +768,8 @@ def mechanism_split(
     starts_in = _call_steps(inner, lo, hi)
     kind = trace.kind[inner.rows]
     names = trace.name_id[inner.rows]
-    is_frame, is_op = kind == Kind.PYTHON, kind == Kind.CPU_OP
+    is_frame = kind == Kind.PYTHON
+    is_op = (kind == Kind.CPU_OP) & (inner.mechanism == _DISPATCH)  # an op that dispatches: not compile bookkeeping
     calls = np.ones(len(names), np.int64)
     f_self = _grouped(step, table.frame_id[names[owner]], ns, is_frame[owner], n)
     f_calls = _grouped(starts_in, table.frame_id[names], calls, is_frame & (starts_in >= 0), n)
