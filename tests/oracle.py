@@ -70,6 +70,25 @@ OURS = {
     "cache.mask_sizes": "cache_mask_sizes",
     "mask": "mask",
 }
+# HF transformers' frames of the same work (with_stack=True): file under transformers/, and the function where it
+# matters
+HF_FRAMES = (
+    ("generation/logits_process.py", "__call__", "sample"),
+    ("cache_utils.py", "update", "cache_update"),
+    ("cache_utils.py", "get_seq_length", "cache_seq_length"),
+    ("cache_utils.py", "get_mask_sizes", "cache_mask_sizes"),
+    ("masking_utils.py", None, "mask"),
+)
+
+
+def _hf_part(name: str) -> str | None:
+    """The part an HF transformers frame `.../transformers/FILE(LINE): FUNCTION` does the work of, or None."""
+    where, _, function = name.partition(": ")
+    path = where.rpartition("(")[0]
+    for file, fn, part in HF_FRAMES:
+        if (path == f"transformers/{file}" or path.endswith(f"/transformers/{file}")) and fn in (None, function):
+            return part
+    return None
 
 
 def ns(value) -> int:
@@ -223,6 +242,8 @@ def _purpose(events, lo, hi, pid, tid, user, waited=frozenset()):
         }
         if e.cat == "user_annotation" and base in OURS:
             out.add(OURS[base])
+        if e.cat == "python_function" and (hf := _hf_part(e.name)) is not None:
+            out.add(hf)
         blocks = e.cat in RUNTIME_CATS and (SYNC.search(e.name) or id(e) in waited)
         if blocks or (e.cat == "python_function" and SYNC_FRAME.search(e.name)):
             out.add("sync")

@@ -6,7 +6,8 @@ step's window, on the step's own thread, goes to the first part in `PartTable.or
 parts (`--part NAME=REGEX`, in the order given: any range, cpu_op or Python frame whose name matches, for its whole
 duration), then `sync` (probe's `sync` range, every runtime call that blocks the host until the device drains,
 `SYNC_CALL`, every Python frame that synchronizes, `SYNC_FRAME`, and every run of event or stream queries that polls
-the device, `POLL_CALLS`), `sample`, the three cache parts, `mask`,
+the device, `POLL_CALLS`), `sample`, the three cache parts, `mask` (each: probe's range of that name, and the Python
+frames of HF transformers' code doing that work, `_HF_FRAMES`, for an HF generate traced with stacks),
 `attention` (a cpu_op matching `ATTENTION_OP`, with everything it runs), and `model`, the rest.
 
 **By mechanism** (`MECHANISM_PARTS`): what code ran. The innermost event covering each nanosecond decides it, among
@@ -70,7 +71,7 @@ PURPOSE_PARTS: tuple[HostPart, ...] = (
     HostPart("sync", "sync", "sync", "probe's sync range; runtime calls and Python frames that wait for the device"),
     HostPart("data", "data loading", "data", "ranges, ops and frames of data loading (`DATA`): the next batch"),
     HostPart("communication", "communication", "communication", "collectives' ranges, ops, frames (`COMMUNICATION`)"),
-    HostPart("sample", "sample", "sample", "probe's sample range: choosing the next token"),
+    HostPart("sample", "sample", "sample", "probe's sample range, HF's logits processors: choosing the next token"),
     HostPart("cache_update", "cache update", "cache", "Cache.update: writing each layer's keys and values"),
     HostPart("cache_seq_length", "cache seq length", "cache", "Cache.get_seq_length: reading the filled length"),
     HostPart("cache_mask_sizes", "cache mask sizes", "cache", "Cache.get_mask_sizes"),
@@ -112,6 +113,28 @@ _PROBE_RANGES = {
     "cache_seq_length": vocabulary.CACHE_SEQ_LENGTH,
     "cache_mask_sizes": vocabulary.CACHE_MASK_SIZES,
     "mask": vocabulary.MASK,
+}
+
+
+def _hf_frame(module: str, function: str = r"\S+") -> re.Pattern[str]:
+    """The Python frame (with_stack=True) of a function in HF transformers' `module`: `transformers/cache_utils.py(
+    1042): update`, the path as torch's tracer gives it (site-packages' prefix, if any, before it)."""
+    return re.compile(rf"(?:^|/)transformers/{module}\.py\(\d+\): {function}$")
+
+
+# The same work in HF transformers' own code, for a trace of HF generate that holds no range of probe's: each part's
+# Python frames, which feed it as probe's range does. The cache parts are the Cache methods probe's ranges wrap
+# (`update`, `get_seq_length`, `get_mask_sizes` of transformers/cache_utils.py, its layers' methods of those names
+# among them); the mask is anything in transformers/masking_utils.py (create_causal_mask and what it calls, but the
+# cache's mask-size query: a cache part comes first); sampling is the logits processors and warpers generate applies
+# each token (`transformers/generation/logits_process.py(N): __call__`: temperature, top-k, top-p, repetition). The
+# argmax or multinomial generate's loop then calls is a built-in no frame name ties to sampling, so it stays the rest.
+_HF_FRAMES = {
+    "sample": _hf_frame("generation/logits_process", "__call__"),
+    "cache_update": _hf_frame("cache_utils", "update"),
+    "cache_seq_length": _hf_frame("cache_utils", "get_seq_length"),
+    "cache_mask_sizes": _hf_frame("cache_utils", "get_mask_sizes"),
+    "mask": _hf_frame("masking_utils"),
 }
 # cpu_ops whose time is attention: SDPA and its backends, and the attention ops of serving engines
 ATTENTION_OP = re.compile(
@@ -422,6 +445,8 @@ class PartTable:
         by_name["query_call"] = trace.name_ids(lambda s: QUERY_CALL.search(s) is not None)
         by_name["data"] = trace.name_ids(lambda s: DATA.search(s) is not None)
         by_name["communication"] = trace.name_ids(lambda s: COMMUNICATION.search(s) is not None)
+        for part, frame in _HF_FRAMES.items():
+            by_name[f"{part}_frame"] = trace.name_ids(lambda s, frame=frame: frame.search(s) is not None)
         by_name["compile_runtime"] = trace.name_ids(lambda s: COMPILE_RUNTIME.search(s) is not None)
         user = tuple((p.name, trace.name_ids(lambda s, p=p: p.pattern.search(s) is not None)) for p in user_parts)
         table: dict[str, int] = {}
@@ -487,7 +512,8 @@ def purpose_tiers(trace: Trace, table: PartTable, pid: int, tid: int) -> dict[st
     """What each purpose part but the last (`model`, the rest) covers on thread pid/tid, as merged intervals, in
     priority order: the user's parts (ranges, ops and frames of a matching name), sync (probe's range, blocking
     calls and copy calls the host waited in, synchronizing frames), data loading and communication (ranges, ops and
-    frames named so), sample, the cache parts and mask (probe's ranges), attention (attention ops). Sync holds the
+    frames named so), sample, the cache parts and mask (probe's ranges, and HF transformers' frames of the same work:
+    `_HF_FRAMES`), attention (attention ops). Sync holds the
     thread's polling runs too (`Polls`)."""
     ranges = thread_rows(trace, trace.rows(Kind.USER_RANGE, Kind.PROFILER_STEP), pid, tid)
     runtime = thread_rows(trace, trace.rows(Kind.RUNTIME), pid, tid)
@@ -513,7 +539,7 @@ def purpose_tiers(trace: Trace, table: PartTable, pid: int, tid: int) -> dict[st
     for part in ("data", "communication"):
         tiers[part] = named_spans(trace, table, pid, tid, part)
     for part in ("sample", "cache_update", "cache_seq_length", "cache_mask_sizes", "mask"):
-        tiers[part] = spans((ranges, table.by_name[part]))
+        tiers[part] = spans((ranges, table.by_name[part]), (frames, table.by_name[f"{part}_frame"]))
     tiers["attention"] = spans((ops, table.by_name["attention"]))
     return tiers
 
