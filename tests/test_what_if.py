@@ -587,6 +587,32 @@ def test_a_cpu_step_offers_compile_and_batch_and_no_dispatch_to_zero(tmp_path):
     assert not any(c.startswith("fix the top op") for c in _changes(d))
 
 
+def test_without_a_forward_range_or_module_frame_the_compile_saving_is_a_ceiling(tmp_path):
+    """The same decode step with no forward range and no module frame (a generate traced without stacks): every op
+    is taken as the forward, so the 15 us of the loop's own work outside it are priced as compiled too. The
+    prediction is the same arithmetic with nothing outside: 100 - 40 = 60 us of overhead over 9 ops, 6.67 us an op,
+    for 4 calls: 40 + 26.67 = 66.67 us; a ceiling ("at most", ranked after priced changes), and the assumption says
+    what was taken as the forward and how to mark it."""
+    host = [
+        ("user_annotation", "decode#0", 0, 100, {}),
+        ("cpu_op", "aten::mm", 10, 40, {}),
+        ("cpu_op", "aten::transpose", 41, 42, {}),
+        ("cpu_op", "aten::_scaled_dot_product_flash_attention_for_cpu", 50, 60, {}),
+        ("cpu_op", "aten::view", 60, 61, {}),
+        *(("cpu_op", f"aten::{op}", 62 + 3 * i, 64 + 3 * i, {}) for i, op in enumerate(("add", "mul", "neg", "relu"))),
+        ("cpu_op", "aten::sub", 74, 76, {}),
+    ]
+    d = _median(_trace(tmp_path, host))
+    (w,) = [w for w in d.what_if if w.change.startswith("compile")]
+    assert w.change == "compile the forward (torch.compile): at most" and w.ceiling
+    assert w.predicted_step_ms == pytest.approx(0.04 + 0.06 * 4 / 9)
+    assert (
+        "the host's work outside the forward (the forward taken as every op and runtime call: the trace has no module "
+        "frames to mark it (record with_stack=True), so the saving is a ceiling" in w.assumption
+    )
+    assert _changes(d)[-1] == w.change  # ranked after the priced changes
+
+
 def test_the_compiled_calls_guard_check_is_added_where_measured_and_said_unpriced_where_not(tmp_path):
     """probe run measures a compiled forward's guard check on the model (10 us here): the compiled step above, 75
     us, becomes 85. Where nothing measured it (any other trace), the what-if says the check is not priced."""
@@ -646,11 +672,8 @@ def test_a_cpu_training_step_is_offered_the_model_compiled_and_its_optimizer_and
     d = _median(_cpu_training_step(tmp_path))
     assert d.bound == "cpu_only"
     (w,) = [w for w in d.what_if if "compile" in w.change]
-    assert (
-        w.change
-        == COMPILE_MODEL
-        == "compile the model (torch.compile: the forward and, through AOTAutograd, its backward)"
-    )
+    assert COMPILE_MODEL == "compile the model (torch.compile: the forward and, through AOTAutograd, its backward)"
+    assert w.change == f"{COMPILE_MODEL}: at most" and w.ceiling  # no frame marks the model: every op is taken as it
     assert w.predicted_step_ms == pytest.approx(0.1845)
     assert w.terms == pytest.approx(
         {"compute": 0.079, "outside": 0.0, "eager": 0.059, "overhead": 0.062, "calls": 0.0465}
@@ -866,7 +889,8 @@ def test_a_cpu_trace_from_the_wild_is_offered_compile_not_dispatch_to_zero():
     """A forward and its backward (13 backward ops, 3 AccumulateGrad, no optimizer): the model compiled, forward and
     backward, its 3 AccumulateGrad ops left as they are."""
     d = _real("cpu_only_qlora_compile_tiny")
-    assert _changes(d) == [COMPILE_MODEL] and not any(c.startswith("fix the top op") for c in _changes(d))
+    assert _changes(d) == [f"{COMPILE_MODEL}: at most"]  # no module frames: every op taken as the model, a ceiling
+    assert not any(c.startswith("fix the top op") for c in _changes(d))
     assert "their 3 top-level ops (0.012 ms) stay as they are" in d.what_if[0].assumption
 
 
