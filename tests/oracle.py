@@ -58,6 +58,9 @@ NAMED = ("user_annotation", "cpu_op", "operator", "python_function")
 QUEUED_NS = 50_000  # a copy starting this long after its call began, while the call ran: the call waited
 MECHANISM = ("python", "dispatch", "launch", "runtime", "sync_wait", "profiler", "unattributed")
 SYNC_FRAME = re.compile(r"\bsynchronize\b")
+# torch.compile's bookkeeping ops around a compiled call (the guard check, the pregraph bytecode, AOTAutograd's runtime
+# wrapper): their self time is the compiled runtime's, not an op's
+COMPILE_BOOKKEEPING = ("TorchDynamo Cache Lookup", "Pregraph bytecode", "AOTDispatcher Runtime Wrapper ")
 KERNEL_WAIT_NS = 30_000
 OURS = {
     "sync": "sync",
@@ -67,6 +70,25 @@ OURS = {
     "cache.mask_sizes": "cache_mask_sizes",
     "mask": "mask",
 }
+# HF transformers' frames of the same work (with_stack=True): file under transformers/, and the function where it
+# matters
+HF_FRAMES = (
+    ("generation/logits_process.py", "__call__", "sample"),
+    ("cache_utils.py", "update", "cache_update"),
+    ("cache_utils.py", "get_seq_length", "cache_seq_length"),
+    ("cache_utils.py", "get_mask_sizes", "cache_mask_sizes"),
+    ("masking_utils.py", None, "mask"),
+)
+
+
+def _hf_part(name: str) -> str | None:
+    """The part an HF transformers frame `.../transformers/FILE(LINE): FUNCTION` does the work of, or None."""
+    where, _, function = name.partition(": ")
+    path = where.rpartition("(")[0]
+    for file, fn, part in HF_FRAMES:
+        if (path == f"transformers/{file}" or path.endswith(f"/transformers/{file}")) and fn in (None, function):
+            return part
+    return None
 
 
 def ns(value) -> int:
@@ -220,6 +242,8 @@ def _purpose(events, lo, hi, pid, tid, user, waited=frozenset()):
         }
         if e.cat == "user_annotation" and base in OURS:
             out.add(OURS[base])
+        if e.cat == "python_function" and (hf := _hf_part(e.name)) is not None:
+            out.add(hf)
         blocks = e.cat in RUNTIME_CATS and (SYNC.search(e.name) or id(e) in waited)
         if blocks or (e.cat == "python_function" and SYNC_FRAME.search(e.name)):
             out.add("sync")
@@ -276,7 +300,8 @@ def _mechanism(events, lo, hi, pid, tid, waited=frozenset()):
             frames[name] = frames.get(name, 0) + b - a
             part = "sync_wait" if SYNC_FRAME.search(e.name) else "python"
         elif e.cat in RANK:
-            part = "dispatch"
+            bookkeeping = e.name.startswith(COMPILE_BOOKKEEPING)
+            part = "runtime" if bookkeeping else "dispatch"
         else:
             base = re.sub(r"_(?:ptsz|ptds)$", "", re.sub(r"(?:_v\d+)?$", "", e.name, count=1))
             blocks = SYNC.search(e.name) or id(e) in waited

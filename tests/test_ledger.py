@@ -800,6 +800,61 @@ def test_a_lone_event_query_or_an_allocators_run_stays_a_runtime_call(tmp_path):
         assert (s.mechanism_ns["runtime"], s.sync_wait_ns, s.purpose_ns["sync"], s.sync_sites) == (runtime, 0, 0, ())
 
 
+def test_hf_transformers_frames_feed_the_cache_mask_and_sample_parts(tmp_path):
+    """An HF generate step traced with stacks and no range of probe's: the frames of transformers' own cache,
+    masking and logits processing feed the parts probe's ranges would. create_causal_mask (5-25) is mask but the
+    cache's mask-size query inside it (10-14, a cache part first): mask 16, cache mask sizes 4. Cache.update (30-40,
+    its layer's update inside) 10; get_seq_length under site-packages' path (45-48) 3; a logits processor's
+    __call__ (80-90) is sample 10, its __init__ (92-95) set-up, not sample; a cache_utils.py outside transformers
+    (60-65) is not HF's. The rest of the 100 us: 100 - 43 = 57."""
+    host = [
+        ("user_annotation", "ProfilerStep#0", 0, 100),
+        ("python_function", "transformers/generation/utils.py(2700): _sample", 0, 100),
+        ("python_function", "transformers/masking_utils.py(800): create_causal_mask", 5, 25),
+        ("python_function", "transformers/cache_utils.py(900): get_mask_sizes", 10, 14),
+        ("python_function", "transformers/cache_utils.py(700): update", 30, 40),
+        ("python_function", "transformers/cache_utils.py(100): update", 31, 39),
+        ("python_function", "/usr/lib/python3/site-packages/transformers/cache_utils.py(750): get_seq_length", 45, 48),
+        ("python_function", "mylib/cache_utils.py(3): update", 60, 65),
+        ("python_function", "transformers/generation/logits_process.py(50): __call__", 80, 90),
+        ("python_function", "transformers/generation/logits_process.py(40): __init__", 92, 95),
+    ]
+    events = [{"ph": "X", "cat": c, "name": n, "pid": 1, "tid": 1, "ts": a, "dur": b - a} for c, n, a, b in host]
+    path = tmp_path / "hf.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    s = analyze(load_trace(path)).steps[0]
+    assert {k: v for k, v in s.purpose_ns.items() if v} == {
+        "sample": 10_000, "cache_update": 10_000, "cache_seq_length": 3_000, "cache_mask_sizes": 4_000,
+        "mask": 16_000, "model": 57_000,
+    }  # fmt: skip
+
+
+def test_torch_compiles_guard_check_and_bookkeeping_ops_are_runtime_not_an_ops_work(tmp_path):
+    """A compiled decode step on a CPU, 100 us: the guard check (`TorchDynamo Cache Lookup`, 5-25, a guard frame of
+    2 us inside: self 18), then the compiled region (30-90) holding the pregraph bytecode (31-34) and the graph's one
+    extern GEMM (40-60). The guard check's and the bytecode's self time, 18 + 3 = 21 us, is the compiled runtime's:
+    `runtime`, in no op's row. The region's own 60 - 3 - 20 = 37 us is the graph's kernels, which no op records:
+    it stays an op's, with the GEMM's 20: dispatch 57. Python 2, and 100 - 80 = 20 us no event covers."""
+    host = [
+        ("user_annotation", "decode#0", 0, 100),
+        ("cpu_op", "TorchDynamo Cache Lookup", 5, 25),
+        ("python_function", "torch/_dynamo/guards.py(2545): fn", 8, 10),
+        ("cpu_op", "Torch-Compiled Region: 0/1", 30, 90),
+        ("cpu_op", "Pregraph bytecode", 31, 34),
+        ("cpu_op", "aten::mm", 40, 60),
+    ]
+    events = [{"ph": "X", "cat": c, "name": n, "pid": 1, "tid": 1, "ts": a, "dur": b - a} for c, n, a, b in host]
+    path = tmp_path / "compiled.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    s = analyze(load_trace(path)).steps[0]
+    assert {k: v for k, v in s.mechanism_ns.items() if v} == {
+        "python": 2_000, "dispatch": 57_000, "runtime": 21_000, "unattributed": 20_000
+    }  # fmt: skip
+    assert [(o.name, o.self_ns, o.calls) for o in s.top_ops] == [
+        ("Torch-Compiled Region: 0/1", 37_000, 1), ("aten::mm", 20_000, 1)
+    ]  # fmt: skip
+
+
 # --- our own engine's CPU traces ------------------------------------------------------------------------
 
 NEW_TOKENS = 5

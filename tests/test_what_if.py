@@ -587,6 +587,32 @@ def test_a_cpu_step_offers_compile_and_batch_and_no_dispatch_to_zero(tmp_path):
     assert not any(c.startswith("fix the top op") for c in _changes(d))
 
 
+def test_without_a_forward_range_or_module_frame_the_compile_saving_is_a_ceiling(tmp_path):
+    """The same decode step with no forward range and no module frame (a generate traced without stacks): every op
+    is taken as the forward, so the 15 us of the loop's own work outside it are priced as compiled too. The
+    prediction is the same arithmetic with nothing outside: 100 - 40 = 60 us of overhead over 9 ops, 6.67 us an op,
+    for 4 calls: 40 + 26.67 = 66.67 us; a ceiling ("at most", ranked after priced changes), and the assumption says
+    what was taken as the forward and how to mark it."""
+    host = [
+        ("user_annotation", "decode#0", 0, 100, {}),
+        ("cpu_op", "aten::mm", 10, 40, {}),
+        ("cpu_op", "aten::transpose", 41, 42, {}),
+        ("cpu_op", "aten::_scaled_dot_product_flash_attention_for_cpu", 50, 60, {}),
+        ("cpu_op", "aten::view", 60, 61, {}),
+        *(("cpu_op", f"aten::{op}", 62 + 3 * i, 64 + 3 * i, {}) for i, op in enumerate(("add", "mul", "neg", "relu"))),
+        ("cpu_op", "aten::sub", 74, 76, {}),
+    ]
+    d = _median(_trace(tmp_path, host))
+    (w,) = [w for w in d.what_if if w.change.startswith("compile")]
+    assert w.change == "compile the forward (torch.compile): at most" and w.ceiling
+    assert w.predicted_step_ms == pytest.approx(0.04 + 0.06 * 4 / 9)
+    assert (
+        "the host's work outside the forward (the forward taken as every op and runtime call: the trace has no module "
+        "frames to mark it (record with_stack=True), so the saving is a ceiling" in w.assumption
+    )
+    assert _changes(d)[-1] == w.change  # ranked after the priced changes
+
+
 def test_the_compiled_calls_guard_check_is_added_where_measured_and_said_unpriced_where_not(tmp_path):
     """probe run measures a compiled forward's guard check on the model (10 us here): the compiled step above, 75
     us, becomes 85. Where nothing measured it (any other trace), the what-if says the check is not priced."""
@@ -646,11 +672,8 @@ def test_a_cpu_training_step_is_offered_the_model_compiled_and_its_optimizer_and
     d = _median(_cpu_training_step(tmp_path))
     assert d.bound == "cpu_only"
     (w,) = [w for w in d.what_if if "compile" in w.change]
-    assert (
-        w.change
-        == COMPILE_MODEL
-        == "compile the model (torch.compile: the forward and, through AOTAutograd, its backward)"
-    )
+    assert COMPILE_MODEL == "compile the model (torch.compile: the forward and, through AOTAutograd, its backward)"
+    assert w.change == f"{COMPILE_MODEL}: at most" and w.ceiling  # no frame marks the model: every op is taken as it
     assert w.predicted_step_ms == pytest.approx(0.1845)
     assert w.terms == pytest.approx(
         {"compute": 0.079, "outside": 0.0, "eager": 0.059, "overhead": 0.062, "calls": 0.0465}
@@ -866,7 +889,8 @@ def test_a_cpu_trace_from_the_wild_is_offered_compile_not_dispatch_to_zero():
     """A forward and its backward (13 backward ops, 3 AccumulateGrad, no optimizer): the model compiled, forward and
     backward, its 3 AccumulateGrad ops left as they are."""
     d = _real("cpu_only_qlora_compile_tiny")
-    assert _changes(d) == [COMPILE_MODEL] and not any(c.startswith("fix the top op") for c in _changes(d))
+    assert _changes(d) == [f"{COMPILE_MODEL}: at most"]  # no module frames: every op taken as the model, a ceiling
+    assert not any(c.startswith("fix the top op") for c in _changes(d))
     assert "their 3 top-level ops (0.012 ms) stay as they are" in d.what_if[0].assumption
 
 
@@ -917,6 +941,41 @@ def test_a_convolution_and_the_ops_it_calls_are_one_call_of_the_compiled_graph(t
     trace = load_trace(_trace(tmp_path, host))
     facts = step_facts(trace, analyze(trace))
     assert {f.cpu.kept for f in facts.values()} == {2}  # the convolution once, the addmm once
+
+
+def test_moe_grouped_expert_gemms_are_gemms_the_compiled_graph_calls(tmp_path):
+    """A Qwen2-MoE decode step on a CPU: the experts' GEMM is one aten::_grouped_mm (40 us, its top op), between a
+    dense addmm (20) and an elementwise mul (30, above 20 view floors of 1 us: compute). The grouped GEMM is a GEMM
+    (the weights' traffic, read once by a batch) and an extern call of the compiled graph, as inductor keeps it: 2
+    kept calls, GEMMs 60 us, rest 29 (mul's 30 above the floor); the mul after it is its own fused run."""
+    host = [
+        ("user_annotation", "decode#0", 0, 200, {}),
+        ("cpu_op", "aten::addmm", 10, 30, {}),
+        ("cpu_op", "aten::view", 31, 32, {}),
+        ("cpu_op", "aten::_grouped_mm", 40, 80, {}),
+        ("cpu_op", "aten::mul", 90, 120, {}),
+    ]
+    trace = load_trace(_trace(tmp_path, host))
+    (cpu,) = [f.cpu for f in step_facts(trace, analyze(trace)).values()]
+    assert (cpu.kept, cpu.gemm_ns, cpu.other_kept_ns, cpu.rest_ns, cpu.fused) == (2, 60_000, 0, 29_000, 1)
+
+
+def test_a_compiled_calls_guard_check_is_not_compute(tmp_path):
+    """A compiled CPU decode step: the guard check (TorchDynamo Cache Lookup, 40 us of self time) is the compiled
+    runtime's (probe.analysis.ledger.host.COMPILE_RUNTIME), not compute a batch repeats: the rest holds the mul's
+    30 us above the view's 1 us floor, 29, and the compiled region's own 140 - 20 - 1 - 30 = 89 (the graph's kernels,
+    which no op records), 88 above it: 117 (with the guard check's 39 above the floor, it was 156)."""
+    host = [
+        ("user_annotation", "decode#0", 0, 200, {}),
+        ("cpu_op", "TorchDynamo Cache Lookup", 5, 45, {}),
+        ("cpu_op", "Torch-Compiled Region: 0/1", 50, 190, {}),
+        ("cpu_op", "aten::mm", 60, 80, {}),
+        ("cpu_op", "aten::view", 81, 82, {}),
+        ("cpu_op", "aten::mul", 90, 120, {}),
+    ]
+    trace = load_trace(_trace(tmp_path, host))
+    (cpu,) = [f.cpu for f in step_facts(trace, analyze(trace)).values()]
+    assert (cpu.gemm_ns, cpu.rest_ns) == (20_000, 117_000)
 
 
 @pytest.mark.parametrize("sync_at, offered", [(95, True), (50, False)])

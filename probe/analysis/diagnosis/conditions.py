@@ -66,6 +66,7 @@ import numpy as np
 from probe.analysis.intervals import assign, covered, difference, grouped_medians, inside_any, merge, nesting
 from probe.analysis.ledger.gpu import Attribution, attribute
 from probe.analysis.ledger.host import (
+    COMPILE_RUNTIME,
     EVERY_OP,
     SYNC_CALL,
     SYNC_FRAME,
@@ -137,14 +138,14 @@ VIEW_OPS = frozenset(
         "aten::resolve_neg",
     }
 )
-# ops a compiled graph still calls as they are (inductor's extern kernels): GEMMs, attention, convolutions
-KEPT_OP = re.compile(
-    r"^aten::(?:mm|addmm|bmm|baddbmm|_scaled_dot_product\w*|convolution|_convolution|mkldnn_convolution|"
-    r"cudnn_convolution|_mkldnn\w*|mkldnn_\w*linear\w*)$"
-)
-REST_FLOORS = 20  # an op whose self time is within this many dispatch floors is dispatch, not compute
-GEMM_OP = re.compile(r"^aten::(?:mm|addmm|bmm|baddbmm|mkldnn_\w*linear\w*)$")
+# GEMMs: dense, batched, oneDNN's linear, the scaled (fp8) ones, and MoE's grouped expert GEMMs (_grouped_mm, the
+# top op of a Qwen2-MoE decode on a CPU, and _scaled_grouped_mm)
+GEMM_OP = re.compile(r"^aten::(?:mm|addmm|bmm|baddbmm|mkldnn_\w*linear\w*|_scaled_mm\w*|_(?:scaled_)?grouped_mm)$")
 ATTENTION_OP = re.compile(r"^aten::_scaled_dot_product\w*$")
+CONVOLUTION_OP = re.compile(r"^aten::(?:convolution|_convolution|mkldnn_convolution|cudnn_convolution|_mkldnn\w*)$")
+# ops a compiled graph still calls as they are (inductor's extern kernels): GEMMs, attention, convolutions
+KEPT_OP = re.compile("|".join(f"(?:{op.pattern})" for op in (GEMM_OP, ATTENTION_OP, CONVOLUTION_OP)))
+REST_FLOORS = 20  # an op whose self time is within this many dispatch floors is dispatch, not compute
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,8 @@ class CpuOps:
     gemm_ns: int  # the compute of the KEPT_OP ops: GEMMs (the weights' traffic)...
     attention_ns: int  # ...attention (the KV cache's)...
     other_kept_ns: int  # ...and the rest (convolutions)
-    rest_ns: int  # every other op's self time above the floor, where it exceeds REST_FLOORS floors: compute
+    rest_ns: int  # every other op's self time above the floor, where it exceeds REST_FLOORS floors: compute (not
+    # torch.compile's bookkeeping ops, COMPILE_RUNTIME: the guard check is the compiled runtime's)
     fused: int = 0  # runs of top-level ops between the kept ones holding an op that is not a view: fused kernels
     graph_calls: int = 1  # compiled calls: one for each stretch of forward ops and of backward ops (eager ops left out)
     # a training step (the module docstring): what a compiled model leaves as it is, and the backward it takes over
@@ -736,7 +738,8 @@ def _thread_split(trace: Trace, p: int, t: int, lo: np.ndarray, hi: np.ndarray) 
         which, medians = grouped_medians(step[view & inside], ops.self_ns[view & inside])
         floor[which] = medians
     op_floor = floor[np.maximum(step, 0)]
-    rest = inside & ~kept & (ops.self_ns > REST_FLOORS * op_floor)
+    bookkeeping = trace.name_ids(lambda s: bool(COMPILE_RUNTIME.search(s)))[names]  # the compiled runtime's
+    rest = inside & ~kept & ~bookkeeping & (ops.self_ns > REST_FLOORS * op_floor)
     above = np.maximum(ops.self_ns - op_floor, 0)
     ones = np.ones(len(step))
     train = _training_split(trace, p, t, ops, lo, hi)

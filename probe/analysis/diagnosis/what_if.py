@@ -810,7 +810,8 @@ COMPILE_MODEL = "compile the model (torch.compile: the forward and, through AOTA
 
 def _compile(offer: _Offer, s: StepLedger, cpu: CpuOps, entry_ns: float | None) -> None:
     """A CPU step compiled: the compute stays, and so does the host work outside the compiled region (sampling,
-    the loop); inside it, the host's cost per op stays only for the calls a compiled graph still makes: each op it
+    the loop; where no range or module frame marks the forward, every op is taken as it, and the saving is a
+    ceiling); inside it, the host's cost per op stays only for the calls a compiled graph still makes: each op it
     calls as eager code would (GEMM, attention), each run of fused ops between them, and the compiled call; and
     the compiled call's guard check (`entry_ns`, measured on the model; where it was not, unpriced and said).
     A training step (its FORWARD condition fails) compiles the model: its forward and backward, a compiled call
@@ -835,8 +836,9 @@ def _compile(offer: _Offer, s: StepLedger, cpu: CpuOps, entry_ns: float | None) 
     entry = entry_ns or 0.0
     after = min(outside + eager + compute + calls * per_op + entry, b.host_ns)
     region = "model" if training else "forward"
+    ceiling = s.capture_region == EVERY_OP  # no frame marks the forward: the loop's own work is priced as compiled
     offer.price(
-        change,
+        change + (": at most" if ceiling else ""),
         after,
         f"outside the {region} {ms(outside)}"
         + (f" + left as they are (AccumulateGrad, the optimizer's) {ms(eager)}" if cpu.eager_ns else "")
@@ -848,6 +850,7 @@ def _compile(offer: _Offer, s: StepLedger, cpu: CpuOps, entry_ns: float | None) 
         parts={"compute": compute, "outside": outside, "overhead": overhead, "calls": calls * per_op}
         | ({"eager": eager} if cpu.eager_ns else {})
         | ({"entry": entry} if entry_ns is not None else {}),
+        ceiling=ceiling,
     )
 
 
@@ -874,9 +877,16 @@ def _compile_assumption(
         if cpu.graph_calls == 1
         else f"the {cpu.graph_calls} compiled calls (one for each stretch of forward ops and of backward ops)"
     )
+    region = (
+        f"the {'model' if training else 'forward'} taken as {EVERY_OP}: the trace has no module frames to mark it "
+        "(record with_stack=True), so the saving is a ceiling: the loop's own work between the ops (a generate's "
+        "sampling and bookkeeping) counts as compiled"
+        if s.capture_region == EVERY_OP
+        else s.capture_region
+    )
     if not training:
         said = (
-            f"the host's work outside the forward ({s.capture_region}) stays; inside it, the host's cost per "
+            f"the host's work outside the forward ({region}) stays; inside it, the host's cost per "
             f"dispatched op ({us(per_op, 2)} us: the forward's {ms(overhead)} ms of Python, dispatch and time between "
             f"ops over the step's {s.top_level_ops} top-level ops)"
         )
@@ -891,7 +901,7 @@ def _compile_assumption(
             f"the step trains ({offer.conditions[FORWARD].evidence}): compiling the model compiles its forward and, "
             f"through AOTAutograd, its backward, and no more: the autograd engine still runs AccumulateGrad (the "
             f"compiled backward's gradients added into each .grad, outside its graph), and the optimizer's step is "
-            f"not the model's: {left}; the host's work outside the model ({s.capture_region}{backward}) "
+            f"not the model's: {left}; the host's work outside the model ({region}{backward}) "
             f"stays; inside it, the host's cost per dispatched op ({us(per_op, 2)} us: the model's {ms(overhead)} ms "
             f"of Python, dispatch and time between ops over its {s.top_level_ops - cpu.eager_ops} top-level ops, "
             f"the step's {s.top_level_ops} less those {cpu.eager_ops})"

@@ -6,7 +6,8 @@ step's window, on the step's own thread, goes to the first part in `PartTable.or
 parts (`--part NAME=REGEX`, in the order given: any range, cpu_op or Python frame whose name matches, for its whole
 duration), then `sync` (probe's `sync` range, every runtime call that blocks the host until the device drains,
 `SYNC_CALL`, every Python frame that synchronizes, `SYNC_FRAME`, and every run of event or stream queries that polls
-the device, `POLL_CALLS`), `sample`, the three cache parts, `mask`,
+the device, `POLL_CALLS`), `sample`, the three cache parts, `mask` (each: probe's range of that name, and the Python
+frames of HF transformers' code doing that work, `_HF_FRAMES`, for an HF generate traced with stacks),
 `attention` (a cpu_op matching `ATTENTION_OP`, with everything it runs), and `model`, the rest.
 
 **By mechanism** (`MECHANISM_PARTS`): what code ran. The innermost event covering each nanosecond decides it, among
@@ -70,7 +71,7 @@ PURPOSE_PARTS: tuple[HostPart, ...] = (
     HostPart("sync", "sync", "sync", "probe's sync range; runtime calls and Python frames that wait for the device"),
     HostPart("data", "data loading", "data", "ranges, ops and frames of data loading (`DATA`): the next batch"),
     HostPart("communication", "communication", "communication", "collectives' ranges, ops, frames (`COMMUNICATION`)"),
-    HostPart("sample", "sample", "sample", "probe's sample range: choosing the next token"),
+    HostPart("sample", "sample", "sample", "probe's sample range, HF's logits processors: choosing the next token"),
     HostPart("cache_update", "cache update", "cache", "Cache.update: writing each layer's keys and values"),
     HostPart("cache_seq_length", "cache seq length", "cache", "Cache.get_seq_length: reading the filled length"),
     HostPart("cache_mask_sizes", "cache mask sizes", "cache", "Cache.get_mask_sizes"),
@@ -82,7 +83,12 @@ MECHANISM_PARTS: tuple[HostPart, ...] = (
     HostPart("python", "Python", "python", "a Python frame is the innermost event (with_stack=True)"),
     HostPart("dispatch", "op dispatch", "dispatch", "a cpu_op is the innermost event: its self time"),
     HostPart("launch", "launch calls", "launch", "kernel and graph launch calls"),
-    HostPart("runtime", "other runtime", "runtime", "other runtime and driver calls: async copies, events, waits"),
+    HostPart(
+        "runtime",
+        "other runtime",
+        "runtime",
+        "other runtime and driver calls: async copies, events, waits; torch.compile's guard check (`COMPILE_RUNTIME`)",
+    ),
     HostPart("sync_wait", "sync wait", "sync_wait", "blocking runtime calls and synchronizing frames"),
     HostPart(
         "profiler",
@@ -107,6 +113,28 @@ _PROBE_RANGES = {
     "cache_seq_length": vocabulary.CACHE_SEQ_LENGTH,
     "cache_mask_sizes": vocabulary.CACHE_MASK_SIZES,
     "mask": vocabulary.MASK,
+}
+
+
+def _hf_frame(module: str, function: str = r"\S+") -> re.Pattern[str]:
+    """The Python frame (with_stack=True) of a function in HF transformers' `module`: `transformers/cache_utils.py(
+    1042): update`, the path as torch's tracer gives it (site-packages' prefix, if any, before it)."""
+    return re.compile(rf"(?:^|/)transformers/{module}\.py\(\d+\): {function}$")
+
+
+# The same work in HF transformers' own code, for a trace of HF generate that holds no range of probe's: each part's
+# Python frames, which feed it as probe's range does. The cache parts are the Cache methods probe's ranges wrap
+# (`update`, `get_seq_length`, `get_mask_sizes` of transformers/cache_utils.py, its layers' methods of those names
+# among them); the mask is anything in transformers/masking_utils.py (create_causal_mask and what it calls, but the
+# cache's mask-size query: a cache part comes first); sampling is the logits processors and warpers generate applies
+# each token (`transformers/generation/logits_process.py(N): __call__`: temperature, top-k, top-p, repetition). The
+# argmax or multinomial generate's loop then calls is a built-in no frame name ties to sampling, so it stays the rest.
+_HF_FRAMES = {
+    "sample": _hf_frame("generation/logits_process", "__call__"),
+    "cache_update": _hf_frame("cache_utils", "update"),
+    "cache_seq_length": _hf_frame("cache_utils", "get_seq_length"),
+    "cache_mask_sizes": _hf_frame("cache_utils", "get_mask_sizes"),
+    "mask": _hf_frame("masking_utils"),
 }
 # cpu_ops whose time is attention: SDPA and its backends, and the attention ops of serving engines
 ATTENTION_OP = re.compile(
@@ -167,6 +195,14 @@ QUERY_CALL = re.compile(r"^(?:cuda|hip)(?:Event|Stream)Query(?:_v\d+)?$|^cu(?:Ev
 # POLL_GAP_NS between its queries is not caught, its sleeps left to the time no event covers.
 POLL_CALLS = 20
 POLL_GAP_NS = 20_000
+# torch.compile's own bookkeeping around a compiled call, recorded as cpu_ops: the guard check before each call
+# (`TorchDynamo Cache Lookup`, dynamo's guard evaluation in C++: 0.110 ms of self time a call on a CPU generate), the
+# bytecode that gathers the graph's inputs (`Pregraph bytecode`) and AOTAutograd's wrapper around the graph
+# (`AOTDispatcher Runtime Wrapper Prologue`), the last two recorded under dynamo's `record_runtime_overhead`. Their
+# self time is the compiled runtime's, not an op's compute or dispatch: mechanism `runtime`, and no op's in the op
+# table. `Torch-Compiled Region` and `CompiledFunction` are not among them: they hold the compiled graph, whose kernels
+# no op records, so without stacks their self time is the graph's compute.
+COMPILE_RUNTIME = re.compile(r"^(?:TorchDynamo Cache Lookup|Pregraph bytecode|AOTDispatcher Runtime Wrapper \w+)$")
 _HOST_MEMORY = re.compile(r"\b(Pageable|Pinned)\b")  # a GPU copy's host side, as kineto names it
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # `<built-in method __new__ of type object at 0xa20880>`
 _PART_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -409,6 +445,9 @@ class PartTable:
         by_name["query_call"] = trace.name_ids(lambda s: QUERY_CALL.search(s) is not None)
         by_name["data"] = trace.name_ids(lambda s: DATA.search(s) is not None)
         by_name["communication"] = trace.name_ids(lambda s: COMMUNICATION.search(s) is not None)
+        for part, frame in _HF_FRAMES.items():
+            by_name[f"{part}_frame"] = trace.name_ids(lambda s, frame=frame: frame.search(s) is not None)
+        by_name["compile_runtime"] = trace.name_ids(lambda s: COMPILE_RUNTIME.search(s) is not None)
         user = tuple((p.name, trace.name_ids(lambda s, p=p: p.pattern.search(s) is not None)) for p in user_parts)
         table: dict[str, int] = {}
         frame_id = np.fromiter(
@@ -473,7 +512,8 @@ def purpose_tiers(trace: Trace, table: PartTable, pid: int, tid: int) -> dict[st
     """What each purpose part but the last (`model`, the rest) covers on thread pid/tid, as merged intervals, in
     priority order: the user's parts (ranges, ops and frames of a matching name), sync (probe's range, blocking
     calls and copy calls the host waited in, synchronizing frames), data loading and communication (ranges, ops and
-    frames named so), sample, the cache parts and mask (probe's ranges), attention (attention ops). Sync holds the
+    frames named so), sample, the cache parts and mask (probe's ranges, and HF transformers' frames of the same work:
+    `_HF_FRAMES`), attention (attention ops). Sync holds the
     thread's polling runs too (`Polls`)."""
     ranges = thread_rows(trace, trace.rows(Kind.USER_RANGE, Kind.PROFILER_STEP), pid, tid)
     runtime = thread_rows(trace, trace.rows(Kind.RUNTIME), pid, tid)
@@ -499,7 +539,7 @@ def purpose_tiers(trace: Trace, table: PartTable, pid: int, tid: int) -> dict[st
     for part in ("data", "communication"):
         tiers[part] = named_spans(trace, table, pid, tid, part)
     for part in ("sample", "cache_update", "cache_seq_length", "cache_mask_sizes", "mask"):
-        tiers[part] = spans((ranges, table.by_name[part]))
+        tiers[part] = spans((ranges, table.by_name[part]), (frames, table.by_name[f"{part}_frame"]))
     tiers["attention"] = spans((ops, table.by_name["attention"]))
     return tiers
 
@@ -574,7 +614,8 @@ def _innermost(trace: Trace, table: PartTable, rows: np.ndarray) -> _Innermost:
     kind = trace.kind[rows]
     names = trace.name_id[rows]
     mech = np.full(len(rows), _RUNTIME, np.int8)
-    mech[kind == Kind.CPU_OP] = _DISPATCH
+    is_op = kind == Kind.CPU_OP
+    mech[is_op & ~table.by_name["compile_runtime"][names]] = _DISPATCH  # a compile bookkeeping op stays runtime
     is_frame = kind == Kind.PYTHON
     mech[is_frame] = np.where(table.by_name["sync_frame"][names[is_frame]], _SYNC_WAIT, _PYTHON)
     is_call = kind == Kind.RUNTIME
@@ -753,7 +794,8 @@ def mechanism_split(
     starts_in = _call_steps(inner, lo, hi)
     kind = trace.kind[inner.rows]
     names = trace.name_id[inner.rows]
-    is_frame, is_op = kind == Kind.PYTHON, kind == Kind.CPU_OP
+    is_frame = kind == Kind.PYTHON
+    is_op = (kind == Kind.CPU_OP) & (inner.mechanism == _DISPATCH)  # an op that dispatches: not compile bookkeeping
     calls = np.ones(len(names), np.int64)
     f_self = _grouped(step, table.frame_id[names[owner]], ns, is_frame[owner], n)
     f_calls = _grouped(starts_in, table.frame_id[names], calls, is_frame & (starts_in >= 0), n)
