@@ -613,11 +613,13 @@ def test_two_processes_read_what_one_reads(tmp_path, tiny_pieces, reads, monkeyp
     assert reads == ["two"] * len(paths)  # each read by two processes, none diverged
 
 
-@pytest.mark.parametrize("odd", ["false cut", "odd types", "thread named in words", "not UTF-8", "exact ns in args"])
+@pytest.mark.parametrize(
+    "odd", ["false cut", "odd types", "thread named in words", "not UTF-8", "exact ns in args", "a GPU process"]
+)
 def test_what_two_processes_cannot_share_is_read_by_one_alike(tmp_path, tiny_pieces, reads, monkeypatch, odd):
     """A cut inside a string, a piece of odd types, a thread named in words (its id is the order of such names
-    across the whole file) or a byte that is not UTF-8: the two-process read stops and one process reads the
-    file, as it always has."""
+    across the whole file), a byte that is not UTF-8, or a process named as a GPU side (the read keeps flow arrows
+    from there on): the two-process read stops and one process reads the file, as it always has."""
     events = [x(f"op{i}", float(i), 0.5) for i in range(200)]
     if odd == "false cut":
         events[120]["name"] = 'a}, {"ph": "X", "ts": 1, "dur": 1}, {b' * 40
@@ -627,6 +629,8 @@ def test_what_two_processes_cannot_share_is_read_by_one_alike(tmp_path, tiny_pie
         events[120]["tid"] = "main"
     elif odd == "exact ns in args":  # rocprof v1's BeginNs / EndNs: only the untyped read takes them
         events[120]["args"] = {"BeginNs": "120000001", "EndNs": "120500002"}
+    elif odd == "a GPU process":  # rocprof v1's metadata
+        events[120] = {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "GPU0"}}
     path = write_trace(tmp_path / "t.json", events)
     if odd == "not UTF-8":
         path.write_bytes(path.read_bytes().replace(b"op120", b"op\xff\xfe"))
@@ -1183,3 +1187,199 @@ def test_events_without_a_category_are_said_and_api_calls_read_by_name(tmp_path)
     assert analyze(trace).totals.launches == 1  # the launch counts, so the trace is no longer CPU only
     categorized = load_trace(write_trace(tmp_path / "t.json", [x("a", 1.0, 1.0), x("cuLaunchKernel", 2.0, 1.0)]))
     assert not any("no category" in w for w in categorized.warnings)
+
+
+# --- rocprof v1's GPU side: processes named by metadata, launches joined by flow arrows ------------------------
+
+T_US = 773902000000  # rocprof v1's clock, in us
+
+
+def _rocprof_op(begin_ns: int, end_ns: int, name: str, pid: str, tid: str, exact: bool) -> dict:
+    """An event as `_rocprof_v1` writes it; without `exact`, no BeginNs / EndNs (so its piece is read typed)."""
+    event = _rocprof_v1(begin_ns // 1000, (end_ns - begin_ns) // 1000, begin_ns, end_ns, name, pid, tid)
+    if not exact:
+        event["args"] = {"Name": name}
+    return event
+
+
+def _flow(ph: str, ident: int, pid: int, tid: int, ts_us: int) -> dict:
+    return {"ts": ts_us, "ph": ph, "cat": "DataFlow", "id": ident, "pid": pid, "tid": tid, "name": "dep"}
+
+
+def _rocprof_hip_trace(exact: bool, names_last: bool = False) -> list[dict]:
+    """A rocprof v1 `--hip-trace` of a copy in, a kernel and a copy out, as tblextr.py writes it: process_name
+    metadata names its sides (the HIP calls' process, the copy engine, one process an HSA agent), no event has a
+    category, and only flow arrows say which HIP call made which GPU op: an `s` at the call, a `t` on the op's
+    process and stream, both at whole us (the ops' exact starts, in BeginNs, lie up to 1 us after)."""
+    t = T_US * 1000
+    names = [
+        {"args": {"name": side}, "ph": "M", "pid": pid, "name": "process_name", "sort_index": i}
+        for i, (pid, side) in enumerate([(2, "CPU HIP API"), (1, "COPY"), (6, "GPU0"), (8, "GPU2")])
+    ]
+    events = [
+        _rocprof_op(t + 1_100, t + 1_900, "hipGetDevice", "2", "517", exact),  # no flow: no GPU op
+        _rocprof_op(t + 10_250, t + 40_500, "hipMemcpyWithStream", "2", "517", exact),
+        _rocprof_op(t + 20_126, t + 28_606, "CopyHostToDevice", "1", "1", exact),
+        _rocprof_op(t + 50_930, t + 60_136, "hipLaunchKernel", "2", "517", exact),
+        _rocprof_op(t + 70_661, t + 75_941, "elementwise_kernel", "8", "1", exact),
+        _rocprof_op(t + 80_739, t + 90_139, "hipMemcpyWithStream", "2", "517", exact),
+        _rocprof_op(t + 81_142, t + 85_423, "CopyDeviceToHost", "1", "1", exact),
+        {**_rocprof_op(t + 95_000, t + 96_000, "gpu_marker", "8", "1", exact), "cat": "marker"},  # a category
+        _rocprof_op(t + 97_000, t + 98_000, "my_range", "2", "517", exact),  # no category, no GPU side
+        _flow("s", 0, 2, 517, T_US + 15),
+        _flow("t", 0, 1, 1, T_US + 20),
+        _flow("s", 7, 2, 517, T_US + 51),
+        _flow("t", 7, 8, 1, T_US + 70),
+        _flow("s", 2, 2, 517, T_US + 81),
+        _flow("t", 2, 1, 1, T_US + 81),
+        _flow("s", 3, 2, 517, T_US + 1),  # its end lies on no GPU op: joins nothing
+        _flow("t", 3, 8, 1, T_US + 200),
+        _flow("t", 4, 8, 1, T_US + 95),  # an end with no start
+    ]
+    return events + names if names_last else names + events
+
+
+@pytest.fixture
+def reads_kept_flows(monkeypatch) -> list[bool]:
+    """Each chrome read of a test, by whether its typed decode kept flow arrows."""
+    from probe.analysis.trace import chrome
+
+    seen: list[bool] = []
+    real = chrome._read
+
+    def counted(source, typed):
+        seen.append(typed.keeps_flows)
+        return real(source, typed)
+
+    monkeypatch.setattr(chrome, "_read", counted)
+    return seen
+
+
+@pytest.mark.parametrize(
+    "layout, reads",
+    [
+        ("exact ns", [False]),  # its pieces hold BeginNs: read untyped, which reads every arrow
+        ("typed, names first", [False]),  # a process named as a GPU side keeps the arrows of the pieces after it
+        ("typed, names last", [False, True]),  # the fast decode skipped arrows the joins need: read again
+    ],
+)
+def test_rocprof_v1_gpu_ops_are_read_by_their_process_and_joined_by_flows(
+    tmp_path, tiny_pieces, reads_kept_flows, layout, reads
+):
+    """rocprof v1's kernels and copies have no category: they were kept as 'other', and its one launch read as
+    'none of its launch calls has a GPU op ... torch.profiler without ProfilerActivity.CUDA'. An event with no
+    category on a process named `GPU<n>` is a kernel, on one named `COPY` a copy (its direction its name's); an
+    event with a category is never read by its process. A flow arrow's `s` binds to the HIP call enclosing it, its
+    `t` to the GPU op on its stream enclosing it or starting within the microsecond after it, and both take one
+    new correlation id."""
+    exact = layout == "exact ns"
+    path = write_trace(tmp_path / "rocprof.json", _rocprof_hip_trace(exact, names_last=layout.endswith("last")))
+    trace = load_trace(path)
+    assert reads_kept_flows == reads
+    row = {}
+    for i in range(len(trace)):
+        row.setdefault(trace.name(i), []).append(i)
+    kind = {name: {Kind(trace.kind[i]).label for i in rows} for name, rows in row.items()}
+    assert kind == {
+        "hipGetDevice": {"runtime"},
+        "hipMemcpyWithStream": {"runtime"},
+        "hipLaunchKernel": {"runtime"},
+        "CopyHostToDevice": {"gpu_memcpy"},
+        "CopyDeviceToHost": {"gpu_memcpy"},
+        "elementwise_kernel": {"kernel"},
+        "gpu_marker": {"other"},  # a category: its own kind, whatever process it sits in
+        "my_range": {"other"},
+    }
+    (h2d,), (kernel,), (d2h,) = row["CopyHostToDevice"], row["elementwise_kernel"], row["CopyDeviceToHost"]
+    copy_in, copy_out = row["hipMemcpyWithStream"]
+    (launch,) = row["hipLaunchKernel"]
+    assert [COPY_KINDS[trace.copy_kind[i]] for i in (h2d, d2h)] == ["HtoD", "DtoH"]
+    assert trace.bytes[h2d] == -1  # rocprof v1 does not say
+    assert trace.stream[[h2d, kernel, d2h]].tolist() == [1, 1, 1]  # the op's tid, where its arrow ends
+    pairs = [(copy_in, h2d), (launch, kernel), (copy_out, d2h)]
+    assert all(trace.correlation[a] == trace.correlation[b] >= 0 for a, b in pairs)
+    assert len({trace.correlation[a] for a, _ in pairs}) == 3
+    assert trace.correlation[row["hipGetDevice"] + row["gpu_marker"] + row["my_range"]].tolist() == [-1, -1, -1]
+    assert trace.launch_kind[launch] == LAUNCH and trace.format == "chrome"
+    assert "3 GPU op(s) with no correlation id joined to 3 runtime call(s) by flow events" in trace.warnings
+    assert any("1 in 'GPU2' as kernels" in w and "2 in 'COPY' as GPU copies" in w for w in trace.warnings)
+    from probe.analysis.ledger.build import analyze
+
+    analysis = analyze(trace)
+    (step,) = analysis.steps
+    assert (analysis.totals.kernels, analysis.totals.gpu_ops, analysis.totals.launches) == (1, 3, 1)
+    assert step.launches_unmatched == 0 and analysis.totals.unattributed_gpu_ops == 0
+    assert not any("ProfilerActivity" in w for w in analysis.warnings)
+
+
+def test_flow_arrows_bind_as_the_trace_event_format_says():
+    """Each end binds on its own pid and tid: an `s`, a `t` and an `f` with bp "e" to the slice enclosing its ts,
+    else one starting within the microsecond after it; an `f` without bp to the next slice, however far. Arrows pair
+    by (cat, id), a reused id's end with the last start before it. Only rows with no correlation id are joined; a
+    call that launched two ops gives both its one id."""
+    from probe.analysis.trace.flows import Flows, link
+
+    rt, k = Kind.RUNTIME, Kind.KERNEL
+    rows = [  # (kind, pid, tid, start, end, correlation)
+        (rt, 1, 1, 100, 200, -1),  # 0: s at 150
+        (k, 0, 7, 150, 160, -1),  # 1: its f (bp e) at 155 lies in it
+        (rt, 1, 1, 300, 400, -1),  # 2: s at 350
+        (k, 0, 7, 5_000, 5_010, -1),  # 3: its f without bp at 450: the next slice, 4.55 us on
+        (rt, 1, 1, 600, 700, -1),  # 4: s of ids 5, 6 and 7
+        (k, 0, 8, 2_600, 2_700, -1),  # 5: id 5's t at 2000: it starts 600 ns after, within the us
+        (k, 0, 8, 4_100, 4_200, -1),  # 6: id 6's t at 3000: it starts 1.1 us after, and row 5 has ended
+        (k, 0, 8, 6_000, 6_100, -1),  # 7: id 5's second t, at 6050: paired with id 5's second s, in no call
+        (rt, 1, 1, 800, 900, 5),  # 8: has an id already: its arrow (id 8) joins nothing
+        (k, 0, 9, 850, 860, -1),  # 9: that arrow's end
+        (k, 0, 9, 950, 960, -1),  # 10: an end (id 9) with no start
+        (k, 0, 10, 7_000, 7_100, -1),  # 11: id 7's t: row 4's second op
+    ]
+    kind = np.array([r[0] for r in rows], np.int8)
+    cols = {c: np.array([r[i] for r in rows], np.int64) for i, c in [(1, "pid"), (2, "tid"), (3, "ts_ns")]}
+    cols["dur_ns"] = np.array([r[4] - r[3] for r in rows], np.int64)
+    cols["correlation"] = np.array([r[5] for r in rows], np.int64)
+    arrows = [  # (id, start, next_slice, pid, tid, ts)
+        (1, True, False, 1, 1, 150),
+        (1, False, False, 0, 7, 155),
+        (2, True, False, 1, 1, 350),
+        (2, False, True, 0, 7, 450),
+        (5, True, False, 1, 1, 650),
+        (5, False, False, 0, 8, 2_000),
+        (6, True, False, 1, 1, 660),
+        (6, False, False, 0, 8, 3_000),
+        (5, True, False, 1, 1, 5_500),
+        (5, False, False, 0, 8, 6_050),
+        (8, True, False, 1, 1, 850),
+        (8, False, False, 0, 9, 855),
+        (9, False, False, 0, 9, 955),
+        (7, True, False, 1, 1, 690),
+        (7, False, False, 0, 10, 7_050),
+        (7, False, False, 0, 10, 7_060),  # of another category: pairs with nothing
+    ]
+    types = [np.int64, bool, bool, np.int64, np.int64, np.int64]
+    cat = np.array([0] * (len(arrows) - 1) + [1])  # the last one's category is another: it pairs with no start
+    flows = Flows(cat, *(np.array([a[i] for a in arrows], t) for i, t in enumerate(types)))
+    assert link(kind, cols, flows) == ("4 GPU op(s) with no correlation id joined to 3 runtime call(s) by flow events",)
+    # new ids from past the file's largest (5), one a call, in row order
+    assert cols["correlation"].tolist() == [6, 6, 7, 7, 8, 8, -1, -1, 5, -1, -1, 8]
+
+
+def test_a_kineto_trace_reads_once_and_never_binds_its_arrows(tmp_path, reads_kept_flows, monkeypatch):
+    """kineto writes each `ac2g` arrow from the args.correlation it writes beside it: the read skips the arrows,
+    and never reads them again nor binds them, even where a kernel and a launch lack the id (HTA's MTIA trace has
+    such): a torch trace's arrows join nothing its ids do not."""
+    from probe.analysis.trace import flows
+
+    monkeypatch.setattr(flows, "_bind", lambda *a: pytest.fail("bound a kineto trace's arrows"))
+    trace = load_trace(HAND)
+    assert reads_kept_flows == [False] and trace.format == "torch_chrome"
+    assert trace.skipped.get("f", 0) > 0  # it has arrows
+    unjoined = [
+        x("cudaLaunchKernel", 10.0, 5.0, cat="cuda_runtime"),
+        x("gemm", 20.0, 5.0, cat="kernel", pid=0, tid=7),
+        {"ph": "s", "id": 1, "pid": 1, "tid": 1, "ts": 10.0, "cat": "ac2g", "name": "ac2g"},
+        {"ph": "f", "id": 1, "pid": 0, "tid": 7, "ts": 20.0, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+    ]
+    reads_kept_flows.clear()
+    trace = load_trace(write_trace(tmp_path / "unjoined.json", unjoined))
+    assert reads_kept_flows == [False] and trace.correlation.tolist() == [-1, -1]

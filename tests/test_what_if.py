@@ -399,6 +399,25 @@ def test_no_gpu_side_withholds_every_gpu_what_if(tmp_path):
     assert any("it needs the GPU side recorded, and none of its 2 launch calls has a GPU op" in x for x in d.withheld)
 
 
+def test_a_trace_torch_did_not_write_is_not_told_to_record_with_torch(tmp_path):
+    """Launch calls with no GPU op in a trace another tool wrote (no category torch.profiler writes: an eBPF tracer's
+    cuLaunchKernel): the reason given is not torch.profiler's ProfilerActivity.CUDA, which that tool has not."""
+    from probe.analysis.trace import GPU_UNRECORDED_WHY
+
+    bare = [{"ph": "X", "name": "cuLaunchKernel", "pid": 7, "tid": 7, "ts": 10.0 * i, "dur": 2.0} for i in range(3)]
+    path = tmp_path / "ebpf.json"
+    path.write_text(json.dumps({"traceEvents": bare}))
+    trace = load_trace(path)
+    analysis = analyze(trace)
+    d = diagnose_trace(analysis, Context.of(trace, analysis=analysis)).median
+    said = [*d.lines, *d.withheld, *analysis.warnings]
+    assert trace.format == "chrome" and d.bound == "unknown"
+    assert any("none of its 3 launch calls has a GPU op" in x and GPU_UNRECORDED_WHY["chrome"] in x for x in said)
+    assert not any("ProfilerActivity" in x for x in said)
+    torch = _median(_trace(tmp_path, _host_bound_decode()[0], [("kernel", "other", 300, 301, {"correlation": 99})]))
+    assert any("ProfilerActivity.CUDA" in x for x in torch.withheld)  # torch's trace is told torch's reason
+
+
 # --- the sync --------------------------------------------------------------------------------------------------
 
 

@@ -162,6 +162,8 @@ class Context:
     # The trace's work, merged, in ns from its first event: every GPU op (Context.of) and, once diagnose_trace adds
     # them, every step's host window. A step's hole is what of its wait for its first GPU op this does not cover.
     work: tuple[np.ndarray, np.ndarray] | None = None
+    # why a trace of its format can lack its GPU side, and how to record it (torch.profiler's unless the trace says)
+    gpu_unrecorded_why: str = GPU_UNRECORDED_WHY["torch_chrome"]
 
     def unworked_ns(self, start_ns: int, end_ns: int) -> int:
         """Of [start, end) (ns from the trace's first event), the time no work of the trace covers."""
@@ -185,7 +187,9 @@ class Context:
         graph = launch = None
         facts: dict[int, StepFacts] = {}
         work = None
+        why = GPU_UNRECORDED_WHY["torch_chrome"]
         if trace is not None:
+            why = GPU_UNRECORDED_WHY[trace.format]
             gpu = trace.rows(*GPU_OP_KINDS)
             work = merge(trace.ts_ns[gpu] - trace.start_ns, trace.end_ns[gpu] - trace.start_ns)
             rt = trace.rows(Kind.RUNTIME)
@@ -195,7 +199,7 @@ class Context:
             launch = float(np.median(trace.dur_ns[launch_rows])) if len(launch_rows) else None
             if analysis is not None:
                 facts = step_facts(trace, analysis)
-        return cls(graph, launch, gpu_ms_at, contended, facts=facts, work=work)
+        return cls(graph, launch, gpu_ms_at, contended, facts=facts, work=work, gpu_unrecorded_why=why)
 
 
 def hole_ns(s: StepLedger, context: Context) -> int:
@@ -301,17 +305,16 @@ def largest_host_part(e: Evidence, setup: bool = True) -> str:
     return max((p for p in HOST_BOUND_BY if setup or p != "setup"), key=lambda p: parts[p])
 
 
-def gpu_side_missing(e: Evidence) -> str | None:
+def gpu_side_missing(e: Evidence, why: str) -> str | None:
     """Why the step's GPU side cannot be weighed against its host work, or None when it can. None of its launch
-    calls has a GPU op in the trace (kernel collection was off or failed); or some have none, and were each as long
-    as the step's recorded launches on average, the GPU work would reach the host's: then the verdict could flip.
-    A GPU-bound step stays GPU-bound whatever is missing (its GPU work is at least what was recorded)."""
+    calls has a GPU op in the trace (kernel collection was off or failed: `why`, the trace format's reason,
+    `Context.gpu_unrecorded_why`); or some have none, and were each as long as the step's recorded launches on
+    average, the GPU work would reach the host's: then the verdict could flip. A GPU-bound step stays GPU-bound
+    whatever is missing (its GPU work is at least what was recorded)."""
     calls = e.launches + e.graph_launches
     if not e.launches_unmatched or not calls:
         return None
     if e.launches_unmatched >= calls:
-        # torch.profiler's: nsys records a launch call and its kernel with the one --trace=cuda
-        why = GPU_UNRECORDED_WHY["torch_chrome"]
         return (
             f"none of its {calls:,} launch calls has a GPU op in the trace (kernel collection was off or failed: {why})"
         )

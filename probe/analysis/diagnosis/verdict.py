@@ -164,7 +164,11 @@ def diagnose(s: StepLedger, on_gpu: bool, context: Context | None = None, unreco
     several = facts.iterations_text() if facts else None
     caveats = tuple(c for c in (context.contended, several) if c)
     host = e.unprofiled_host_ns  # the profiler's own cost is not the step's
-    missing = gpu_side_missing(e) if on_gpu else unrecorded and f"GPU side not recorded: {unrecorded}"
+    missing = (
+        gpu_side_missing(e, context.gpu_unrecorded_why)
+        if on_gpu
+        else unrecorded and f"GPU side not recorded: {unrecorded}"
+    )
     bound: Bound
     then: Bound | None
     if not host and not e.gpu_busy_ns:

@@ -290,9 +290,10 @@ def _what_if(change, predicted, per, b: Basis, arithmetic, assumption, requires,
     )
 
 
-def conditions(s: StepLedger, e: Evidence, on_gpu: bool, facts: StepFacts | None) -> dict[str, Condition]:
+def conditions(s: StepLedger, e: Evidence, on_gpu: bool, context: Context) -> dict[str, Condition]:
     """Each condition a what-if can require, checked on this step (None: the trace cannot say)."""
-    out = _ledger_conditions(s, e, on_gpu)
+    facts = context.facts.get(s.position)
+    out = _ledger_conditions(s, e, on_gpu, context.gpu_unrecorded_why)
     if facts is None:  # what only the trace's events can say is not known
         unknown = "not checked: the trace was not read for it"
         names = (WARM, FORWARD, NO_BLOCKING, NO_DATA_SHAPES, SAME_SHAPES, NOT_COMPILED)
@@ -309,7 +310,7 @@ def _phase_words(kind: str) -> str:
     )
 
 
-def _ledger_conditions(s: StepLedger, e: Evidence, on_gpu: bool) -> dict[str, Condition]:
+def _ledger_conditions(s: StepLedger, e: Evidence, on_gpu: bool, unrecorded_why: str) -> dict[str, Condition]:
     """What the step's ledger says: a decode step, a wait on its own GPU work, and (on a GPU) its GPU side recorded."""
     out = {
         DECODE: Condition(DECODE, s.kind == "decode", _phase_words(s.kind)),
@@ -320,7 +321,7 @@ def _ledger_conditions(s: StepLedger, e: Evidence, on_gpu: bool) -> dict[str, Co
         ),
     }
     if on_gpu:  # the verdict's own rule (evidence.gpu_side_missing): an unknown bound offers nothing
-        missing = gpu_side_missing(e)
+        missing = gpu_side_missing(e, unrecorded_why)
         calls = e.launches + e.graph_launches
         out[GPU_SIDE] = Condition(
             GPU_SIDE,
@@ -384,7 +385,7 @@ def what_if(s: StepLedger, e: Evidence, on_gpu: bool, context: Context) -> tuple
     """The changes the write-ups reason about, with predicted savings, largest first; and the changes not offered,
     each with the condition that failed."""
     facts = context.facts.get(s.position)
-    offer = _Offer(basis(s, e), conditions(s, e, on_gpu, facts), on_gpu)
+    offer = _Offer(basis(s, e), conditions(s, e, on_gpu, context), on_gpu)
     if e.capture_setup:
         _capture_setup(offer, e)
         return offer.offered, offer.withheld

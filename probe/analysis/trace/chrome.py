@@ -13,9 +13,13 @@ with a one-line reason.
 
 Other writers of the format: a time written as a JSON string of a number is that number (`timetext`); rocprof v1's
 exact ns in args (BeginNs / EndNs, beside a `ts` cut to whole us) are the event's times, read by the untyped decode
-(the typed one refuses those keys, so torch's pieces never look for them); an event with no category is a runtime
-call when its name is a CUDA or HIP API call's (an eBPF tracer of libcuda writes them so), and any other is kept as
-other and named in one warning line.
+(the typed one refuses those keys, so torch's pieces never look for them); an event with no category is a GPU op
+when its process's metadata names a GPU side (rocprof v1's `GPU2`, `COPY`: `GPU_PROCESS`), a runtime call when its
+name is a CUDA or HIP API call's (an eBPF tracer of libcuda writes them so), and any other is kept as other and
+named in one warning line. In a trace torch did not write (format `chrome`), where a runtime call and a GPU op
+carry no correlation id, a flow arrow between them gives them one (`flows`). A read skips flow arrows unread (a
+third of a torch trace's events) until metadata names a process as a GPU side, whose ops carry no id (rocprof v1
+names its processes first): only a trace whose joins need arrows skipped so is read again, keeping them all.
 """
 
 from __future__ import annotations
@@ -26,13 +30,14 @@ from collections import Counter
 from dataclasses import dataclass
 from itertools import compress, repeat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union
 
 import msgspec
 import numpy as np
 
 from probe.analysis.records import files
 from probe.analysis.trace import pieces
+from probe.analysis.trace.flows import Flows, link, wanted
 from probe.analysis.trace.table import (
     COPY_KIND_OF_TEXT,
     LAUNCH_NAMES,
@@ -43,6 +48,7 @@ from probe.analysis.trace.table import (
     Kind,
     Shapes,
     Trace,
+    TraceFormat,
     api_base_name,
     check_events,
     device_info,
@@ -90,6 +96,7 @@ _KIND_BY_NAME = {MTIA_DEVICE: {"dma_request": Kind.GPU_MEMCPY, "event_record": K
 # Categories that are not work of a device probe could miss: syncs, the profiler's own spans and overhead.
 _KNOWN_OTHER = frozenset({"", "cuda_sync", "cuda_event", "trace", "overhead", "cpu_instant_event"})
 _I64 = np.iinfo(np.int64)
+_FLOW_PHASES = ("s", "t", "f")
 _NUMBERED = re.compile(r"(?:stream )?([0-9]{1,18})")  # a pid / tid written as text: "25738", "stream 7"
 _MISSING = msgspec.Raw()  # an absent ts / dur (or args key): empty text, which is not a number
 _MAX_DIMS_DEPTH = 8  # Input Dims nest 2 deep (3 for a TensorList); deeper is not a shape recording
@@ -123,20 +130,58 @@ class _Event(msgspec.Struct, tag_field="ph", tag="X", gc=False):
     args: _Args = _Args()
 
 
-# Every other phase of the Trace Event Format, as an empty struct: its keys are skipped, never built (flow arrows
-# are a third of a torch trace). An event with no phase, or another one, sends its piece to the untyped decode.
-_OTHER_PHASES = {
-    msgspec.defstruct(f"_Phase{i}", [], tag_field="ph", tag=ph, gc=False): ph
-    for i, ph in enumerate("BEiICbnestfPONDMVvRc()")
+class _Meta(msgspec.Struct, tag_field="ph", tag="M", gc=False):
+    """A metadata event: `process_name` names the process `pid` is in its args (rocprof v1: `CPU HIP API`, `COPY`,
+    `GPU2`). Any types: a trace holds few, and what they are is looked at as they are read (`_name_processes`)."""
+
+    name: Any = ""
+    pid: Any = -1
+    args: Any = None
+
+
+class _Flow(msgspec.Struct, tag_field="ph", gc=False):
+    """A flow arrow's start, step or end (`flows`): what binds it to a slice, and the (cat, id) that pairs it."""
+
+    cat: str = ""
+    id: int | str | None = None
+    pid: int | str = -1
+    tid: int | str = -1
+    ts: msgspec.Raw = _MISSING
+    bp: str = ""  # "e": an end binds to the slice enclosing it, not the next one
+
+
+class _FlowStart(_Flow, tag="s"):
+    pass
+
+
+class _FlowStep(_Flow, tag="t"):
+    pass
+
+
+class _FlowEnd(_Flow, tag="f"):
+    pass
+
+
+# Every other phase of the Trace Event Format, as an empty struct: its keys are skipped, never built. Flow arrows
+# are a third of a torch trace: the fast decode skips them too, and a read that keeps them decodes them as _Flow.
+# An event with no phase, or another one, sends its piece to the untyped decode.
+_EMPTY = {
+    ph: msgspec.defstruct(f"_Phase{i}", [], tag_field="ph", tag=ph, gc=False)
+    for i, ph in enumerate("BEiICbnestfPONDVvRc()")
 }
+_FLOW_TYPES: dict[type, str] = {_FlowStart: "s", _FlowStep: "t", _FlowEnd: "f"}
+_UNREAD_FLOWS = tuple(_EMPTY[ph] for ph in _FLOW_PHASES)
+_PHASE_OF: dict[type, str] = {cls: ph for ph, cls in _EMPTY.items()} | {_Meta: "M"} | _FLOW_TYPES
 if TYPE_CHECKING:  # the phase structs are made at run time, so to a type checker an event of any phase is Any
-    _ANY_PHASE = Any
-else:
-    _ANY_PHASE = Union[(_Event, *_OTHER_PHASES)]  # a union built from a tuple
+    _FAST_PHASE = Any
+    _FLOWS_PHASE = Any
+else:  # unions built from a tuple
+    _FAST_PHASE = Union[(_Event, _Meta, *_EMPTY.values())]
+    _FLOWS_PHASE = Union[(_Event, _Meta, *_FLOW_TYPES, *(c for ph, c in _EMPTY.items() if ph not in _FLOW_PHASES))]
 
 
 class _AnyEvent(msgspec.Struct, gc=False):
-    """The same fields with any JSON type, for a piece the typed decode refused."""
+    """The same fields with any JSON type, for a piece the typed decode refused (a flow arrow's id and bp too)."""
 
     ph: Any = None
     cat: Any = ""
@@ -146,10 +191,15 @@ class _AnyEvent(msgspec.Struct, gc=False):
     ts: msgspec.Raw = _MISSING
     dur: msgspec.Raw = _MISSING
     args: Any = None
+    id: Any = None
+    bp: Any = ""
 
 
-class _Doc(msgspec.Struct, gc=False):
-    traceEvents: list[_ANY_PHASE] | None = None  # the file's own keys, as written
+_E = TypeVar("_E")
+
+
+class _Doc(msgspec.Struct, Generic[_E], gc=False):
+    traceEvents: list[_E] | None = None  # the file's own keys, as written
     baseTimeNanoseconds: Any = None
     distributedInfo: Any = None
     deviceProperties: Any = None
@@ -171,25 +221,46 @@ class _Top:
     devices: tuple[DeviceInfo, ...] = ()
 
 
-_EVENTS = msgspec.json.Decoder(list[_ANY_PHASE])
+@dataclass(frozen=True)
+class _Typed:
+    """The typed decoders of a list of events and of a trace's document: the fast ones skip flow arrows unread."""
+
+    events: msgspec.json.Decoder
+    doc: msgspec.json.Decoder
+    keeps_flows: bool
+
+
+_FAST = _Typed(msgspec.json.Decoder(list[_FAST_PHASE]), msgspec.json.Decoder(_Doc[_FAST_PHASE]), False)
+_WITH_FLOWS = _Typed(msgspec.json.Decoder(list[_FLOWS_PHASE]), msgspec.json.Decoder(_Doc[_FLOWS_PHASE]), True)
 _ANY_JSON = msgspec.json.Decoder()
 _RAW = msgspec.json.Decoder(msgspec.Raw)  # validates any JSON, builds nothing
 _RAW_ITEMS = msgspec.json.Decoder(list[msgspec.Raw])
 _ANY_EVENT = msgspec.json.Decoder(_AnyEvent)
-_DOC = msgspec.json.Decoder(_Doc)
 _ANY_DOC = msgspec.json.Decoder(_AnyDoc)
 
 
+class _FlowsSkipped(Exception):
+    """The fast decode skipped flow arrows unread, and the trace's joins need them: read it again keeping them."""
+
+
 def read_chrome(source: Path) -> Trace:
-    table = _Table(source)
-    if pieces.two_processes(files.content_size(source)):
+    try:
+        return _read(source, _FAST)
+    except _FlowsSkipped:
+        pass  # (out of the except block, so the first read's table is freed before the second)
+    return _read(source, _WITH_FLOWS)
+
+
+def _read(source: Path, typed: _Typed) -> Trace:
+    table = _Table(source, typed=typed)
+    if not typed.keeps_flows and pieces.two_processes(files.content_size(source)):
         try:
             rest = pieces.split_in_two(
                 lambda: files.open_content(source), table.piece_part, table.merge, str(source), _frame_ok
             )
             return table.finish(table.add_document(rest))
         except pieces.Diverged:  # a false cut or odd types: read again by this process alone, as below
-            table = _Table(source)
+            table = _Table(source, typed=typed)
     with files.open_content(source) as stream:
         rest = pieces.split(stream, table.add_piece, str(source), _frame_ok)
     return table.finish(table.add_document(rest))
@@ -250,13 +321,21 @@ class _Part:
     shape_keys: list[bytes]
     counters: tuple[Counter[str], Counter[str], Counter[str]]  # skipped, dropped, past int64, as _Table counts them
     items: int
+    process_names: dict[int, str]
+    flows_unread: int
 
 
 class _Table:
     """The columns built so far, the name table, and what was left out along the way."""
 
-    def __init__(self, source: Path, cap: tuple[int, str] | None = None):
+    def __init__(self, source: Path, cap: tuple[int, str] | None = None, typed: _Typed = _FAST):
         self.source = source
+        self.typed = typed
+        self.process_names: dict[int, str] = {}  # pid -> its process_name metadata
+        self.flows: list[Flows] = []  # the flow arrows kept, a piece's at a time
+        self.flow_cats = _NameTable()  # (cat, whether the id is text) -> its number, what pairs a flow with its id
+        self.flow_texts = _NameTable()  # an id written as text -> its number
+        self.flows_unread = 0  # flow arrows skipped unread (they are kept only where self.typed.keeps_flows)
         self.strings = _NameTable()
         self.columns = _Growing()
         self.skipped: Counter[str] = Counter()
@@ -276,16 +355,21 @@ class _Table:
 
     def piece_part(self, array: memoryview) -> _Part | None:
         """A piece read by a table of its own, for `merge` (in this process or a forked one); None when the fast
-        typed decode does not take it whole, or it names a thread in words (those ids are the sequential read's)."""
+        typed decode does not take it whole, or it names a thread in words (those ids are the sequential read's),
+        or a process as a GPU side (whose flow arrows the sequential read keeps from there on)."""
         table = _Table(self.source, self.max_events)
         try:
-            table._add_typed(_EVENTS.decode(array))
+            table._add_typed(_FAST.events.decode(array))
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             return None
-        if table.thread_names:
+        if table.thread_names or table.typed.keeps_flows:
             return None
-        cols = table.columns.take()
-        return _Part(cols, list(table.strings), table.shapes.ids.keys_in_order, table.counters(), table.items)
+        cols, keys = table.columns.take(), table.shapes.ids.keys_in_order
+        return _Part(cols, list(table.strings), keys, table.counters(), table.items, *table.meta())
+
+    def meta(self) -> tuple[dict[int, str], int]:
+        """What a piece's part carries besides its rows: the process names, the flow arrows skipped unread."""
+        return self.process_names, self.flows_unread
 
     def merge(self, part: _Part) -> None:
         """A piece's part, in the file's order: its names and shapes take this table's ids (a name new here takes
@@ -300,6 +384,8 @@ class _Table:
         for mine, theirs in zip(self.counters(), part.counters, strict=True):
             mine.update(theirs)
         self.items += part.items
+        self.process_names.update(part.process_names)
+        self.flows_unread += part.flows_unread
         check_events(self.columns.n + len(cols["ts_ns"]), self.source, self.max_events)
         self.columns.append(cols)
 
@@ -334,7 +420,7 @@ class _Table:
         """Decode the document's object, adding its events; `traceEvents` is None on the result when it has no
         list of events. None when the document is not JSON."""
         try:
-            top = self._decode(_DOC, doc)
+            top = self._decode(self.typed.doc, doc)
             if top is not None and top.traceEvents is not None:
                 self._add_typed(top.traceEvents)
             return top
@@ -349,7 +435,7 @@ class _Table:
     def _add_events(self, text: bytes | memoryview) -> bool:
         """Decode a JSON list of events into the table; False when the text is not whole JSON."""
         try:
-            events = self._decode(_EVENTS, text)
+            events = self._decode(self.typed.events, text)
             if events is not None:
                 self._add_typed(events)
         except msgspec.ValidationError:  # odd types somewhere: take every event as it comes
@@ -377,7 +463,7 @@ class _Table:
         self.items += len(events)
         phases = Counter(map(type, events))
         if phases.pop(_Event, 0) < len(events):
-            self.skipped.update({_OTHER_PHASES[cls]: n for cls, n in phases.items()})
+            self._other_phases(events, phases)
         xs = [e for e in events if type(e) is _Event]
         args = [e.args for e in xs]
         shape = self.shapes.ids_of_texts(args)
@@ -395,7 +481,15 @@ class _Table:
                 events.append(event)
         self.items += len(items)
         xs = [e for e in events if e.ph == "X"]
-        self.skipped.update(str(e.ph) for e in events if e.ph != "X")
+        others = [e for e in events if e.ph != "X"]
+        self.skipped.update(str(e.ph) for e in others)
+        if metas := [e for e in others if e.ph == "M"]:
+            self._name_processes(metas)
+        if flows := [e for e in others if e.ph in _FLOW_PHASES]:
+            if self.typed.keeps_flows:  # as the typed read of this table would
+                self._add_flows(flows, [e.ph for e in flows])
+            else:
+                self.flows_unread += len(flows)
         ts, dur, name, cat, pid, tid = _common_fields(xs)
         args = [e.args if type(e.args) is dict else {} for e in xs]
         corr = [a.get("correlation", -1) for a in args]
@@ -448,6 +542,46 @@ class _Table:
         check_events(self.columns.n + len(part["ts_ns"]), self.source, self.max_events)
         self.columns.append(part)
 
+    def _other_phases(self, events: list, phases: Counter[type]) -> None:
+        """A typed piece's events of other phases than X: counted as skipped; process names and (where this read
+        keeps them) flow arrows read."""
+        self.skipped.update({_PHASE_OF[cls]: n for cls, n in phases.items()})
+        self.flows_unread += sum(phases.get(cls, 0) for cls in _UNREAD_FLOWS)
+        if _Meta in phases:
+            self._name_processes([e for e in events if type(e) is _Meta])
+        if any(cls in phases for cls in _FLOW_TYPES):
+            flows = [e for e in events if type(e) in _FLOW_TYPES]
+            self._add_flows(flows, [_FLOW_TYPES[type(e)] for e in flows])
+
+    def _name_processes(self, metas: list) -> None:
+        """The process names that `process_name` metadata gives in args.name, by pid (read as the pid column reads
+        it). A process named as a GPU side (`_process_side`) has the flow arrows kept from here on: its ops carry
+        no correlation id."""
+        for e in metas:
+            label = e.args.get("name") if type(e.args) is dict else None
+            if e.name == "process_name" and type(label) is str:
+                self.process_names[self._thread_id(e.pid)] = label
+                if _process_side(label) is not None:
+                    self.typed = _WITH_FLOWS
+
+    def _add_flows(self, flows: list, phases: list) -> None:
+        """Flow arrows (typed `_Flow`s or untyped events) with their phases, as columns. One with no time, or no id
+        a flow is known by (an integer within int64, or a text), is left out: it could bind nothing."""
+        n = len(flows)
+        ts_ns, status = times_ns([f.ts for f in flows])
+        ids = [f.id for f in flows]
+        text = [type(i) is str for i in ids]
+        cats = zip([_text(f.cat) for f in flows], text, strict=True)
+        cat = np.fromiter(map(self.flow_cats.__getitem__, cats), np.int64, n)
+        ids = [self.flow_texts[i] if t else i for i, t in zip(ids, text, strict=True)]
+        usable = np.fromiter((type(i) is int and _I64.min <= i <= _I64.max for i in ids), bool, n)
+        start = np.fromiter((p == "s" for p in phases), bool, n)
+        bind_next = np.fromiter((p == "f" and f.bp != "e" for p, f in zip(phases, flows, strict=True)), bool, n)
+        pid, tid = self._thread_ids([f.pid for f in flows]), self._thread_ids([f.tid for f in flows])
+        keep = (status == NUMBER) & usable
+        columns = (cat, _ints(ids), start, bind_next, pid, tid, ts_ns)
+        self.flows.append(Flows(*(c[keep] for c in columns)))
+
     def _ids_past_int64(self, values: list, what: str, so: str, typed: bool = False) -> np.ndarray:
         """An id column as int64 (-1 where missing or not an integer), counting the integers past int64: their
         rows can join nothing, and the trace's warnings say how many. Only a column off the fast path (an integer
@@ -496,6 +630,17 @@ class _Table:
     def _ids(self, values: list[str]) -> np.ndarray:
         return np.fromiter(map(self.strings.__getitem__, values), np.int32, len(values))
 
+    def _join_by_flows(self, fmt: TraceFormat, kind: np.ndarray, cols: dict[str, np.ndarray]) -> tuple[str, ...]:
+        """Runtime calls and GPU ops with no correlation id joined by the flow arrows between them (`flows.link`),
+        in a trace torch did not write: torch writes its arrows from the ids it writes beside them (kineto's ac2g)
+        or from an op to its kernel (the legacy export's cpu_to_cuda), so they join nothing its ids do not. Raises
+        _FlowsSkipped when the arrows are wanted and some were skipped unread."""
+        if fmt != "chrome":
+            return ()
+        if self.flows_unread and wanted(kind, cols["correlation"]):
+            raise _FlowsSkipped
+        return link(kind, cols, Flows.join(self.flows))
+
     def finish(self, top: _Top) -> Trace:
         if not self.columns.n:  # empty columns of the right types: finish() says why
             self._add([], [], [], [], [], [], [], [], [], [], np.zeros(0, np.int32))
@@ -505,13 +650,16 @@ class _Table:
         kind, notes = _kinds(names, cats, cols["cat_id"], cols["name_id"])
         blank = next((i for i in cats if names[i] == ""), -1)  # the category of events that have none
         legacy, legacy_notes = _legacy_sides(kind, names, cols, self.thread_names, blank)
-        legacy_notes += _without_category(kind, names, cols, blank)  # after the legacy export's sides took theirs
+        legacy_notes += _gpu_processes(kind, cols, self.process_names, blank)
+        legacy_notes += _without_category(kind, names, cols, blank)  # after the processes' sides took theirs
         on_stream = np.isin(kind, np.asarray(ON_STREAM, dtype=np.int8))
         cols["kind"] = kind
         cols["stream"] = np.where(on_stream, cols["tid"], -1)
         cols["device"] = np.where(on_stream & ~legacy, cols["pid"], np.where(on_stream, cols["tid"], -1))
         notes += legacy_notes
         notes += _pair_profiler_ranges(names, cats, cols)
+        fmt: TraceFormat = "torch_chrome" if legacy.any() or _torch_wrote(names, cats) else "chrome"
+        notes += self._join_by_flows(fmt, kind, cols)
         if self.replaced:
             notes += (f"replaced {self.replaced} character(s) that were not UTF-8 with U+FFFD",)
         notes += tuple(f"{n} event(s) with a {why}" for why, n in sorted(self.past_int64.items()))
@@ -520,7 +668,7 @@ class _Table:
         if odd:
             notes += (f"{odd} recorded input shape(s) not lists of ints and strings: left out (shape_id -1)",)
         return finish(
-            "torch_chrome",
+            fmt,
             self.source,
             top.base_ns,
             names,
@@ -594,6 +742,40 @@ def _legacy_sides(
         + ", ".join(said)
         + "; it records no launch calls, so no kernel joins one",
     )
+
+
+# A process whose process_name metadata names a GPU side, by its whole name, any case: rocprof v1 names each HSA
+# agent's process `GPU<n>` (its kernels; `GPU 0` alike) and its copy engine's `COPY` (its copies).
+GPU_PROCESS = re.compile(r"GPU ?[0-9]{1,4}", re.IGNORECASE)
+_COPY_PROCESS = re.compile(r"COPY", re.IGNORECASE)
+
+
+def _process_side(name: str) -> Kind | None:
+    """The Kind of a process's events with no category, by the name its metadata gives it; None: no GPU side."""
+    if GPU_PROCESS.fullmatch(name):
+        return Kind.KERNEL
+    return Kind.GPU_MEMCPY if _COPY_PROCESS.fullmatch(name) else None
+
+
+def _gpu_processes(kind: np.ndarray, cols: dict[str, np.ndarray], process_names: dict[int, str], blank: int) -> tuple:
+    """Rows with no category that nothing read yet (`blank`: its name id, -1 when every event has one), in a
+    process named as a GPU side (`_process_side`), take that side's Kind (in place); one line says how many. An
+    event with a category is never read by its process. A copy's direction is its name's (`copy_kind_of_name`), its
+    bytes unknown."""
+    sides = {pid: side for pid, name in process_names.items() if (side := _process_side(name)) is not None}
+    if blank < 0 or not sides:
+        return ()
+    free = (cols["cat_id"] == blank) & (kind == Kind.OTHER)
+    said = []
+    for pid, side in sides.items():
+        rows = free & (cols["pid"] == pid)
+        if rows.any():
+            kind[rows] = side
+            what = "kernels" if side == Kind.KERNEL else "GPU copies"
+            said.append(f"{np.count_nonzero(rows)} in {process_names[pid]!r} as {what}")
+    if not said:
+        return ()
+    return ("events with no category read by the GPU side their process's metadata names: " + ", ".join(said),)
 
 
 # A CUDA or HIP API call by its name: the runtime's (cudaMalloc, hipMemcpy, __hipPushCallConfiguration) or the
@@ -907,12 +1089,22 @@ def foreign_category(cat: str) -> bool:
 
 
 def foreign_rows(trace: Trace) -> np.ndarray:
-    """The rows of a chrome trace whose category is foreign (`foreign_category`), in ts order; none for an nsys
-    export, whose rows come from the tables it reads."""
-    if trace.format != "torch_chrome":
+    """The rows of a chrome trace (torch's or another tool's) whose category is foreign (`foreign_category`), in ts
+    order; none for an nsys export, whose rows come from the tables it reads."""
+    if trace.format == "nsys_sqlite":
         return np.zeros(0, np.int64)
     other = trace.rows(Kind.OTHER)
     return other[trace.name_ids(foreign_category)[trace.cat_id[other]]]
+
+
+# The categories torch.profiler writes (those this reader knows by name, bar the empty one): a trace with one is its
+_TORCH_CATEGORIES = (frozenset(_CHROME_KINDS) | _KNOWN_OTHER) - {""}
+
+
+def _torch_wrote(names: tuple[str, ...], cats: list[int]) -> bool:
+    """Whether torch.profiler wrote the trace, as far as its categories say (its legacy export has none: its sides
+    say it)."""
+    return any(names[i].lower() in _TORCH_CATEGORIES for i in cats)
 
 
 __all__ = ["decimal_text_to_ns", "foreign_category", "foreign_rows", "read_chrome"]

@@ -16,9 +16,12 @@ Columns, all of length `len(trace)`:
   number ("25738", GPU rows "stream 7"); other text ("PyTorch Profiler") a negative id of its own (-2, -3, ...),
   so threads named in words stay apart; -1 when absent.
 - `stream` (int64): GPU stream of kernel, memcpy, memset and gpu_range rows; -1 on host rows. Chrome: the
-  row's `tid`, which kineto sets to the stream (its `args.stream` agrees on every public trace); nsys: streamId.
+  row's `tid`, which kineto sets to the stream (its `args.stream` agrees on every public trace), as rocprof v1
+  does (its flow arrows end on a GPU op's tid, the stream id); nsys: streamId.
 - `device` (int64): GPU device of those rows; -1 on host rows. Chrome: the row's `pid`; nsys: deviceId.
 - `correlation` (int64): the launch <-> GPU op link: chrome `args.correlation`, nsys `correlationId`; -1 if none.
+  Where a chrome file gives a runtime call and a GPU op none but links them by a flow arrow (rocprof v1), both
+  take one new id (`flows`).
 - `external_id` (int64): chrome `args["External id"]` (ties a cpu_op to its runtime calls); -1 if none.
 - `bytes` (int64): bytes a copy or memset moved, on gpu_memcpy and gpu_memset rows and on runtime copy calls
   (`cudaMemcpy*`, `hipMemcpy*`, `cuMemcpy*`; `is_copy_call`); -1 on every other row and when the file does not say.
@@ -54,8 +57,10 @@ Kinds (`Kind`, stored in `kind`), from chrome's `cat` (case-insensitive) or the 
   `hipMemcpy`); CUPTI_ACTIVITY_KIND_RUNTIME.
 - `kernel`: `kernel`, `Kernel`, `cuda_profiler_range` (the CUPTI range profiler's one range a kernel, paired with
   the launch calls in order, as HTA does; their times are the profiler's), MTIA's `mtia_ccp_events` executions
-  (`pe_exe`, `merge`, `remote`); CUPTI_ACTIVITY_KIND_KERNEL.
-- `gpu_memcpy`: `gpu_memcpy`, `memcpy`, MTIA's `dma_request`; CUPTI_ACTIVITY_KIND_MEMCPY.
+  (`pe_exe`, `merge`, `remote`); an event with no category in a process its metadata names a GPU (rocprof v1's
+  `GPU2`: `chrome.GPU_PROCESS`); CUPTI_ACTIVITY_KIND_KERNEL.
+- `gpu_memcpy`: `gpu_memcpy`, `memcpy`, MTIA's `dma_request`; an event with no category in a process named
+  `COPY` (rocprof v1's copy engine); CUPTI_ACTIVITY_KIND_MEMCPY.
 - `gpu_memset`: `gpu_memset`, `memset`; CUPTI_ACTIVITY_KIND_MEMSET.
 - `gpu_range`: `gpu_user_annotation`, a user range projected onto a stream (never a step).
 - `python`: `python_function`.
@@ -71,10 +76,11 @@ Joins that would go silently wrong are said in `Trace.warnings` with counts: GPU
 runtime calls share, GPU ops sharing a kernel launch's id, ids past int64 (`correlation_keys` is the join key).
 
 Only complete events (`ph == "X"`) become rows; metadata, instants and flow arrows are counted in
-`Trace.skipped` and left out. Events the table cannot hold honestly are dropped and counted in `Trace.dropped`
-(a negative duration, a missing `ts`/`dur`, a non-numeric time, a start or end beyond +-2**62 ns);
-`Trace.warnings` says so in words. The +-2**62 bound (146 years) keeps every start, end, and the sum or
-difference of any two of them inside int64, so no interval arithmetic downstream can wrap to a negative time.
+`Trace.skipped` (process names and flow arrows are read for the kinds and joins above, and are no rows). Events
+the table cannot hold honestly are dropped and counted in `Trace.dropped` (a negative duration, a missing
+`ts`/`dur`, a non-numeric time, a start or end beyond +-2**62 ns); `Trace.warnings` says so in words. The +-2**62
+bound (146 years) keeps every start, end, and the sum or difference of any two of them inside int64, so no
+interval arithmetic downstream can wrap to a negative time.
 """
 
 from __future__ import annotations
@@ -92,14 +98,19 @@ import numpy as np
 
 from probe.errors import ProbeError
 
-TraceFormat = Literal["torch_chrome", "nsys_sqlite"]
+# torch_chrome: a chrome trace torch.profiler wrote (a category it writes, or its legacy export's sides); chrome: one
+# another tool wrote in the Trace Event Format (rocprof v1, an eBPF tracer of libcuda); nsys_sqlite: an nsys export.
+TraceFormat = Literal["torch_chrome", "chrome", "nsys_sqlite"]
 # Of each format: where it names its GPUs (`Trace.devices`), and why its GPU side can be missing and how to record it.
 DEVICES_NAMED_IN: dict[TraceFormat, str] = {
     "torch_chrome": "its deviceProperties name",
+    "chrome": "its deviceProperties name",
     "nsys_sqlite": "its TARGET_INFO_GPU table names",
 }
 GPU_UNRECORDED_WHY: dict[TraceFormat, str] = {
     "torch_chrome": "torch.profiler without ProfilerActivity.CUDA, or CUPTI unavailable",
+    "chrome": "the tool that wrote the trace did not record its GPU side, or wrote it in a form probe does not read: "
+    "the trace's warnings name the events kept as other",
     "nsys_sqlite": "an Nsight Systems export that recorded no kernel, copy or memset: record the GPU work inside the "
     "capture with nsys profile --trace=cuda,nvtx,osrt",
 }
@@ -199,6 +210,7 @@ COPY_KIND_OF_TEXT |= {"DtoA": 3, "PtoP": 3}
 _COPY_CALL = re.compile(r"(?:cuda|hip|cu)Memcpy")
 _I64_MIN, _I64_MAX = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
 _MEMCPY_NAME = re.compile(r"Memcpy (\w+)")  # kineto's "Memcpy HtoD (Host -> Device)", nsys's "Memcpy HtoD"
+_COPY_NAME = re.compile(r"Copy(Host|Device)To(Host|Device)")  # rocprof v1's "CopyHostToDevice", "CopyDeviceToHost"
 
 
 def is_copy_call(name: str) -> bool:
@@ -207,9 +219,13 @@ def is_copy_call(name: str) -> bool:
 
 
 def copy_kind_of_name(name: str) -> int:
-    """The copy_kind code a GPU copy's name says ("Memcpy DtoH (Device -> Pinned)" -> 2), -1 if it says none."""
+    """The copy_kind code a GPU copy's name says ("Memcpy DtoH (Device -> Pinned)", rocprof v1's
+    "CopyDeviceToHost" -> 2), -1 if it says none."""
     m = _MEMCPY_NAME.match(name)
-    return COPY_KIND_OF_TEXT.get(m.group(1), -1) if m else -1
+    if m:
+        return COPY_KIND_OF_TEXT.get(m.group(1), -1)
+    m = _COPY_NAME.match(name)
+    return COPY_KIND_OF_TEXT[f"{m.group(1)[0]}to{m.group(2)[0]}"] if m else -1
 
 
 @dataclass(frozen=True)
@@ -496,7 +512,7 @@ def finish(
     if len(ts) > 1 and np.any(ts[1:] < ts[:-1]):
         _take(cols, np.argsort(ts, kind="stable"))
     if len(cols["ts_ns"]) == 0:
-        what = "no complete ('X') events" if fmt == "torch_chrome" else "no events in its tables"
+        what = "no events in its tables" if fmt == "nsys_sqlite" else "no complete ('X') events"
         extra = f" ({describe(dropped)} dropped)" if dropped else ""
         raise ProbeError(f"{source}: trace has {what}{extra}")
     shapes = _where_meaningful(cols, names, shapes)
