@@ -143,6 +143,7 @@ def nsys_available() -> bool:
 
 
 @pytest.mark.nsys
+@pytest.mark.xdist_group("nsys")  # one nsys session at a time: two at once on two workers ended in "End of file" once
 @pytest.mark.slow
 @pytest.mark.skipif(not (IN_CI or nsys_available()), reason="nsys not installed (scripts/install-nsys.sh)")
 def test_nsys_capture_has_our_ranges(tmp_path):

@@ -943,6 +943,7 @@ def nsys_available() -> bool:
 
 
 @pytest.mark.nsys
+@pytest.mark.xdist_group("nsys")  # one nsys session at a time (tests/test_capture.py)
 @pytest.mark.slow
 @pytest.mark.skipif(not (IN_CI or nsys_available()), reason="nsys not installed (scripts/install-nsys.sh)")
 def test_own_nsys_cpu_export(tmp_path):
