@@ -800,6 +800,14 @@ def test_a_lone_event_query_or_an_allocators_run_stays_a_runtime_call(tmp_path):
         assert (s.mechanism_ns["runtime"], s.sync_wait_ns, s.purpose_ns["sync"], s.sync_sites) == (runtime, 0, 0, ())
 
 
+def _first_step(tmp_path: Path, host: list):
+    """The first step of a trace of (cat, name, start us, end us) events on one host thread."""
+    events = [{"ph": "X", "cat": c, "name": n, "pid": 1, "tid": 1, "ts": a, "dur": b - a} for c, n, a, b in host]
+    path = tmp_path / "host.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    return analyze(load_trace(path)).steps[0]
+
+
 def test_hf_transformers_frames_feed_the_cache_mask_and_sample_parts(tmp_path):
     """An HF generate step traced with stacks and no range of probe's: the frames of transformers' own cache,
     masking and logits processing feed the parts probe's ranges would. create_causal_mask (5-25) is mask but the
@@ -819,10 +827,7 @@ def test_hf_transformers_frames_feed_the_cache_mask_and_sample_parts(tmp_path):
         ("python_function", "transformers/generation/logits_process.py(50): __call__", 80, 90),
         ("python_function", "transformers/generation/logits_process.py(40): __init__", 92, 95),
     ]
-    events = [{"ph": "X", "cat": c, "name": n, "pid": 1, "tid": 1, "ts": a, "dur": b - a} for c, n, a, b in host]
-    path = tmp_path / "hf.json"
-    path.write_text(json.dumps({"traceEvents": events}))
-    s = analyze(load_trace(path)).steps[0]
+    s = _first_step(tmp_path, host)
     assert {k: v for k, v in s.purpose_ns.items() if v} == {
         "sample": 10_000, "cache_update": 10_000, "cache_seq_length": 3_000, "cache_mask_sizes": 4_000,
         "mask": 16_000, "model": 57_000,
@@ -843,10 +848,7 @@ def test_torch_compiles_guard_check_and_bookkeeping_ops_are_runtime_not_an_ops_w
         ("cpu_op", "Pregraph bytecode", 31, 34),
         ("cpu_op", "aten::mm", 40, 60),
     ]
-    events = [{"ph": "X", "cat": c, "name": n, "pid": 1, "tid": 1, "ts": a, "dur": b - a} for c, n, a, b in host]
-    path = tmp_path / "compiled.json"
-    path.write_text(json.dumps({"traceEvents": events}))
-    s = analyze(load_trace(path)).steps[0]
+    s = _first_step(tmp_path, host)
     assert {k: v for k, v in s.mechanism_ns.items() if v} == {
         "python": 2_000, "dispatch": 57_000, "runtime": 21_000, "unattributed": 20_000
     }  # fmt: skip
