@@ -1084,3 +1084,15 @@ def test_a_kind_a_marker_gave_is_kept_and_its_sequences_recorded(tmp_path):
     a = analyze(load_trace(path))
     assert [s.kind for s in a.steps] == ["decode", "decode"]
     assert [s.recorded_tokens.sequences for s in a.steps] == [3, 3]
+
+
+def test_shapes_give_no_phase_where_most_steps_fit_no_prefill_or_decode_pattern(tmp_path):
+    """An assisted generate's iterations each read [1, 2] first (the assistant's candidates) and its last, the
+    target alone, [1, 1]: read one by one, the tenth would be a prefill and the last the loop's only decode, its
+    steady state. Most steps fit neither pattern, so none takes a phase from its shapes; where most fit (a prefill,
+    decodes, then one scoring forward), those that fit do."""
+    a = analyze(load_trace(_shaped_steps(tmp_path, [[1, 16]] + [[1, 2]] * 9 + [[1, 1]])))
+    assert {s.kind for s in a.steps} == {"profiler_step"}
+    assert (a.summary.steps_used, a.summary.steps) == ("all", 11)
+    a = analyze(load_trace(_shaped_steps(tmp_path, [[1, 16]] + [[1, 1]] * 4 + [[1, 20]])))
+    assert [s.kind for s in a.steps] == ["prefill"] + ["decode"] * 4 + ["profiler_step"]

@@ -20,6 +20,13 @@ iteration, a `--steps` step or an engine step whose marker gives no kind); a kin
   the step read but not that it is a prefill (a training step, an encoder's forward and a step holding a whole
   `generate` read [B, T] as well). A step without a recorded shape keeps its kind: nothing is guessed.
 
+These readings are of one pattern, a loop of prefills each followed by single-token steps, or of sequences growing
+a token a step, and they are made only where the pattern holds: where they give a phase to more than half of the
+phaseless steps that recorded a shape. Where most of those steps fit neither (an assisted `generate`'s iterations
+each read [1, 2], the assistant's candidates, and only its last, the target alone, reads [1, 1]), the loop is
+another one, and no step takes a phase from its shapes: the one step that fits would otherwise be called the loop's
+only decode step, and so its steady state.
+
 What it cannot tell: a step that holds several decode forwards (a ProfilerStep every ten tokens) reads [B, 1] first
 and is called decode; the diagnosis's caveat on a step that calls its outermost module several times says so
 (probe.analysis.diagnosis.conditions).
@@ -84,5 +91,9 @@ def shape_kind(kind: str, shape: tuple[int, int] | None, before: tuple[int, int]
 
 
 def shape_kinds(kinds: list[str], shapes: dict[int, tuple[int, int]]) -> list[str]:
-    """Every step's kind, each phaseless one given its phase by its recorded shape where the rule says one."""
-    return [shape_kind(kind, shapes.get(i), shapes.get(i - 1), shapes.get(i + 1)) for i, kind in enumerate(kinds)]
+    """Every step's kind, each phaseless one given its phase by its recorded shape where the rule says one, where
+    the readings hold for most of the phaseless steps with a shape (the module docstring)."""
+    read = [shape_kind(kind, shapes.get(i), shapes.get(i - 1), shapes.get(i + 1)) for i, kind in enumerate(kinds)]
+    shaped = [i for i, kind in enumerate(kinds) if kind in PHASELESS and i in shapes]
+    phased = sum(read[i] != kinds[i] for i in shaped)
+    return read if 2 * phased > len(shaped) else list(kinds)
