@@ -114,6 +114,7 @@ def test_list_sources_finds_runs_baselines_and_traces_and_nothing_else(tmp_path)
     _touch(root / "x.nsys.sqlite.gz")
     _touch(root / "y.sqlite")
     _touch(root / "config.json")  # plain JSON outside baselines/: not listed
+    _touch(root / "prof.json", '{"traceEvents": []}')  # export_chrome_trace("prof.json"): a trace by its content
     _touch(root / "job" / "rank0.trace.json.gz")  # traces that each name a rank: one job's
     _touch(root / "job" / "rank_1.trace.json.gz")
     _touch(root / ".venv" / "lib" / "z.json.gz")  # hidden folders are skipped
@@ -130,6 +131,7 @@ def test_list_sources_finds_runs_baselines_and_traces_and_nothing_else(tmp_path)
         "run: runs/r1/next-static",
         "trace: job/rank0.trace.json.gz",
         "trace: job/rank_1.trace.json.gz",
+        "trace: prof.json",
         "trace: traces/a.trace.json.gz",
         "trace: traces/b.trace.json",
         "trace: x.nsys.sqlite.gz",
@@ -137,6 +139,12 @@ def test_list_sources_finds_runs_baselines_and_traces_and_nothing_else(tmp_path)
         "job: job",  # its traces name distinct ranks (the Ranks view); `.` and `traces` hold unrelated traces
     ]
     assert not sources.could_be_ranks(["rank0.trace.json.gz", "rank0.json.gz"])  # one rank twice
+    assert sources.source_of(root, root / "prof.json").kind == "trace"  # a history naming it
+    assert sources.source_of(root, root / "baselines" / "cpu-tiny.json").kind == "run"
+    _touch(root / "plain" / "rank0.json", '{"traceEvents": []}')
+    _touch(root / "plain" / "rank1.json", '{"traceEvents": []}')
+    _touch(root / "plain" / "config.json")
+    assert [p.name for p in sources.job_traces(root, root / "plain")] == ["rank0.json", "rank1.json"]
     assert not sources.could_be_ranks(["rank3.trace.json.gz"])
 
 

@@ -25,7 +25,7 @@ from typing import Literal
 
 from engines.configs import presets
 from probe.analysis.ledger.ranks import rank_in_name
-from probe.analysis.records.files import is_trace_name, stem_of
+from probe.analysis.records.files import is_trace_file, stem_of
 from probe.analysis.records.results import RESULTS_FILE
 from probe.analysis.records.runfolder import REPORT_FILE
 from probe.analysis.records.sidecar import Sidecar, read_sidecar
@@ -132,7 +132,7 @@ def list_sources(root: Path, max_depth: int = MAX_DEPTH, limit: int = MAX_SOURCE
         for name in sorted(files):
             if here.name == BASELINES_DIR and name.endswith(".json") and _inside(root, here / name):
                 runs.append(Source(_rel(root, here / name), "run"))
-            elif is_trace_name(name) and _inside(root, here / name):
+            elif is_trace_file(here / name) and _inside(root, here / name):
                 traces.append(Source(_rel(root, here / name), "trace"))
                 here_traces.append(name)
             elif name.endswith(HISTORY_SUFFIX) and _inside(root, here / name):
@@ -214,13 +214,14 @@ def source_of(root: Path, path: str | Path | None) -> Source | None:
         return None
     if not _inside(base, base / rel):
         return None
-    kind: SourceKind = "trace" if is_trace_name(rel.name) else "run"
+    kind: SourceKind = "trace" if is_trace_file(base / rel) else "run"
     return Source(rel.as_posix() or ".", kind)
 
 
 def job_traces(root: Path, folder: Path) -> list[Path]:
-    """A job's traces: the trace files directly in its folder, inside root, by name."""
-    return sorted(p for p in Path(folder).iterdir() if is_trace_name(p.name) and p.is_file() and _inside(root, p))
+    """A job's traces: the trace files directly in its folder, inside root (`is_trace_file`: by name, or a plain
+    `.json` by its content)."""
+    return sorted(p for p in Path(folder).iterdir() if p.is_file() and is_trace_file(p) and _inside(root, p))
 
 
 def stamp(path: Path) -> tuple:
