@@ -30,7 +30,8 @@ The rules, tried in this order; the first that finds anything wins, and `StepSet
    its own work around them.
 6. The outermost host unit that repeats and holds the launches (probe.analysis.ledger.units), on the host thread
    whose steps hold the most GPU work among those that launch it. In a trace that runs nothing on a GPU, each
-   thread's outermost cpu_ops stand in for the launches (`units.unit_work`): a CPU loop run N times is N steps.
+   thread's outermost cpu_ops stand in for the launches (`units.unit_work`): a CPU loop run N times is N steps;
+   in a trace of ranges alone (NVTX of a CPU program under nsys: no op either), each thread's innermost ranges do.
 7. When a trace replays graphs and has no host structure at all: each graph launch (cudaGraphLaunch,
    hipGraphLaunch) starts a step, which lasts until the next graph launch on its thread (the last one until that
    thread's last event ends). A graph launch is a step only when each holds a whole forward; when the launches are

@@ -127,11 +127,36 @@ def outermost(trace: Trace, rows: np.ndarray) -> np.ndarray:
 def unit_work(trace: Trace, calls: np.ndarray) -> np.ndarray:
     """The work a unit must hold: the launch calls (`calls`, from `launch_calls`); in a trace that runs nothing on a
     GPU (no launch call and no GPU op: a CPU-only run), each thread's outermost cpu_ops stand in for them, one per
-    call the model made, so a CPU loop is cut by the same rules (a unit or a cycle that holds most of them)."""
+    call the model made, so a CPU loop is cut by the same rules (a unit or a cycle that holds most of them). A trace
+    of ranges alone (no GPU side and no op: an NVTX-annotated CPU program under nsys) has only its ranges to say
+    where the work is: each thread's innermost ranges (`innermost`) stand in, one per piece of annotated work, so
+    its `step_N` ranges, or its repeating `iteration` range, are its steps by the same rules."""
     if len(calls) or len(trace.rows(*GPU_OP_KINDS)):
         return calls
     ops = trace.rows(Kind.CPU_OP)
-    return outermost(trace, ops[trace.stream[ops] < 0])
+    ops = ops[trace.stream[ops] < 0]
+    if len(ops):
+        return outermost(trace, ops)
+    ranges = trace.rows(Kind.USER_RANGE)
+    return innermost(trace, ranges[trace.stream[ranges] < 0])
+
+
+def innermost(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """The rows that hold no other of `rows` whole on their thread (`intervals.containers`' sense), sorted by
+    thread, then start: the leaves of each thread's nesting."""
+    if len(rows) < 2:
+        return rows
+    rows = rows[np.lexsort((-trace.end_ns[rows], trace.ts_ns[rows], trace.tid[rows], trace.pid[rows]))]
+    parent = containers(trace.ts_ns[rows], trace.end_ns[rows])
+    child = np.flatnonzero(parent >= 0)
+    # The search runs over every thread's rows at once: a parent found on an earlier thread holds nothing here.
+    child = child[
+        (trace.pid[rows[parent[child]]] == trace.pid[rows[child]])
+        & (trace.tid[rows[parent[child]]] == trace.tid[rows[child]])
+    ]
+    leaf = np.ones(len(rows), bool)
+    leaf[parent[child]] = False
+    return rows[leaf]
 
 
 def threads_by_launches(trace: Trace, calls: np.ndarray) -> list[tuple[int, int]]:
