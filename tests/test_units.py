@@ -742,3 +742,18 @@ def test_a_loop_marked_by_nvtx_ranges_alone_is_cut_by_them(tmp_path):
     steps = find_steps(load_trace(nvtx_export(tmp_path / "unit.sqlite", unit)))
     assert steps.rule == "repeating unit: 'iteration', 6 times on thread 10/2"
     assert steps.start.tolist() == [100 + 200 * i for i in range(6)]
+
+
+def test_numbered_ranges_that_overlap_are_not_a_family(tmp_path):
+    """Start/end ranges `request 0` .. `request 5`, each opened on the main thread as the request arrives and
+    closed by the worker that serves it, overlap one another without nesting: what holds a range whole is its
+    parent, so they are one family of siblings, not disjoint, and not the steps; the worker's `serve` loop is.
+    Before, `nesting` made each odd request, begun inside the even one before it, that one's child, and the even
+    ones passed as a family of three."""
+    ranges = []
+    for i in range(6):
+        a = 1_000 * i
+        end = a + (1_400 if i % 2 == 0 else 700)  # an even request is still open when the next one arrives
+        ranges += [(a, end, f"request {i}", 1, 60), (end - 300, end - 10, "serve", 2, 59)]
+    steps = find_steps(load_trace(nvtx_export(tmp_path / "requests.sqlite", ranges)))
+    assert steps.rule == "repeating unit: 'serve', 6 times on thread 10/2"

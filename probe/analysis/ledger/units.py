@@ -53,15 +53,17 @@ repeat stays one step).
 user's own marker of an iteration, ProfilerStep#N's shape under a name of the user's: a *family* is the ranges (user
 annotations, NVTX) of one thread with the same parent range (or none), whose names are one text with its numbers
 replaced (`token_0_processing` .. `token_63_processing`: `token_N_processing`) and each name once (a counter; a
-layer's number repeats in every forward). A family is the steps when it has at least `FAMILY_MIN` members, disjoint,
-each holding a launch, together holding at least `MAJORITY` of the thread's launches, and its parent range (when it
-has one) holds no launch outside them: a loop's range runs nothing but its iterations, while a forward's range runs
-its own work around its layers (the embedding before the first, the head after the last), so `layer_0` ..
-`layer_31` inside one `forward` are pieces of one step. Of the families that pass, the outermost (the least deep)
-wins: `layer_N_token_M` inside each token, or `ensure_layer_N_weights` inside each layer, are pieces of a token.
-What the structure cannot tell apart is said here: a forward whose every launch lies inside its layer ranges, or
-whose layer ranges have no range around them, reads as a loop; a loop whose range also launches work outside its
-iterations (set-up, sampling between them) is not found by this rule (`--steps` names it).
+layer's number repeats in every forward). A range's parent is what holds it whole (`intervals.containers`), so
+ranges that overlap without nesting (NVTX start/end ranges: `request N` from its arrival to its end on the thread
+that served it) are siblings, one family, and not disjoint. A family is the steps when it has at least `FAMILY_MIN`
+members, disjoint, each holding a launch, together holding at least `MAJORITY` of the thread's launches, and its
+parent range (when it has one) holds no launch outside them: a loop's range runs nothing but its iterations, while a
+forward's range runs its own work around its layers (the embedding before the first, the head after the last), so
+`layer_0` .. `layer_31` inside one `forward` are pieces of one step. Of the families that pass, the outermost (the
+least deep) wins: `layer_N_token_M` inside each token, or `ensure_layer_N_weights` inside each layer, are pieces of
+a token. What the structure cannot tell apart is said here: a forward whose every launch lies inside its layer
+ranges, or whose layer ranges have no range around them, reads as a loop; a loop whose range also launches work
+outside its iterations (set-up, sampling between them) is not found by this rule (`--steps` names it).
 """
 
 from __future__ import annotations
@@ -382,7 +384,10 @@ def numbered_ranges(trace: Trace, calls: np.ndarray, pid: int, tid: int) -> tupl
     start, end = trace.ts_ns[rows], trace.end_ns[rows]
     order = np.lexsort((-end, start))
     rows, start, end = rows[order], start[order], end[order]
-    depth, parent = nesting(start, end)
+    depth, _ = nesting(start, end)
+    # A range's parent is what holds it whole: ranges that overlap without nesting (start/end ranges, a request's
+    # life opened on one thread and closed on another) are siblings, so their family is one, and not disjoint.
+    parent = containers(start, end)
     held = np.searchsorted(launches, end, side="right") - np.searchsorted(launches, start, side="left")
     ids = np.unique(trace.name_id[rows])
     keys: dict[str, int] = {}
