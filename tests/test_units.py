@@ -692,7 +692,7 @@ def test_a_last_step_the_profiler_stopped_inside_is_said(tmp_path, main_end, cut
     ]  # fmt: skip
     path = tmp_path / "cut.json"
     path.write_text(json.dumps({"traceEvents": events}))
-    said = [w for w in find_steps(load_trace(path)).warnings if "cut when the profiler stopped" in w]
+    said = [w for w in find_steps(load_trace(path)).warnings if "cut when the recording stopped" in w]
     assert len(said) == cut
     if cut:
         assert "the last step (ProfilerStep#1)" in said[0] and "'run.py(3): main'" in said[0]
@@ -757,3 +757,17 @@ def test_numbered_ranges_that_overlap_are_not_a_family(tmp_path):
         ranges += [(a, end, f"request {i}", 1, 60), (end - 300, end - 10, "serve", 2, 59)]
     steps = find_steps(load_trace(nvtx_export(tmp_path / "requests.sqlite", ranges)))
     assert steps.rule == "repeating unit: 'serve', 6 times on thread 10/2"
+
+
+def test_a_last_step_a_process_exit_closed_is_said(tmp_path):
+    """nsys closes the NVTX ranges a process left open when it exits, all at the instant it ends: the last `step`
+    ends at the nanosecond the `run` range around it does, which no pop makes (an outer range is popped after
+    the inner one), so the step was cut there. A run popped after its last step: no warning."""
+    for run_end, cut in ((900, True), (905, False)):
+        ranges = [(0, run_end, "run", 1, 59)] + [(10 + 200 * i, 10 + 200 * i + 150, "step", 1, 59) for i in range(4)]
+        ranges.append((810, 900, "step", 1, 59))
+        path = nvtx_export(tmp_path / f"exit{run_end}.sqlite", ranges)
+        said = [w for w in find_steps(load_trace(path)).warnings if "cut when the recording stopped" in w]
+        assert len(said) == cut
+        if cut:
+            assert "the last step (step)" in said[0] and "the range around it, 'run'" in said[0]
