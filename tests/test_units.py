@@ -5,6 +5,7 @@ piece, what the steps cover. Hand-built traces, each figure worked out beside it
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from probe.analysis.ledger.types import AnalyzeOptions
 from probe.analysis.ledger.units import Tree, launch_calls
 from probe.analysis.trace import load_trace
 from probe.errors import ProbeError
+from tests.data import make_nsys_fixture
 
 WORKER = "vllm/v1/worker/gpu_worker.py(263): execute_model"
 RUNNER = "vllm/v1/worker/gpu_model_runner.py(1002): execute_model"
@@ -690,7 +692,82 @@ def test_a_last_step_the_profiler_stopped_inside_is_said(tmp_path, main_end, cut
     ]  # fmt: skip
     path = tmp_path / "cut.json"
     path.write_text(json.dumps({"traceEvents": events}))
-    said = [w for w in find_steps(load_trace(path)).warnings if "cut when the profiler stopped" in w]
+    said = [w for w in find_steps(load_trace(path)).warnings if "cut when the recording stopped" in w]
     assert len(said) == cut
     if cut:
         assert "the last step (ProfilerStep#1)" in said[0] and "'run.py(3): main'" in said[0]
+
+
+# --- traces of NVTX ranges alone (nsys --trace=nvtx,osrt of a CPU program: no op, no launch, no GPU side) -------
+
+
+def nvtx_export(path: Path, ranges: list[tuple[int, int, str, int, int]]) -> Path:
+    """An Nsight Systems export holding NVTX ranges only: (start, end, name, thread, eventType) in ns, all of one
+    process (tests/data/make_nsys_fixture's schema, 2022.4's own CREATE TABLE text); 59 is a push/pop range, 60 a
+    start/end range (recorded on the thread that started it)."""
+    con = sqlite3.connect(str(path))
+    for sql in make_nsys_fixture.SCHEMA[:3]:  # StringIds, the session start, NVTX_EVENTS
+        con.execute(sql)
+    names = {name: i for i, name in enumerate(dict.fromkeys(r[2] for r in ranges), 1)}
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, name) for name, i in names.items()])
+    con.execute("INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (?, '', '')", (make_nsys_fixture.SESSION_START_NS,))
+    con.executemany(
+        "INSERT INTO NVTX_EVENTS (start, end, eventType, textId, globalTid, domainId) VALUES (?, ?, ?, ?, ?, 0)",
+        [(a, b, kind, names[name], make_nsys_fixture.global_tid(10, tid)) for a, b, name, tid, kind in ranges],
+    )
+    con.commit()
+    con.close()
+    return path
+
+
+def test_a_loop_marked_by_nvtx_ranges_alone_is_cut_by_them(tmp_path):
+    """No op and no launch to hold: each thread's innermost ranges stand in (one per piece of annotated work), so a
+    `loop` range around four `step_N` ranges, each a `compute` and an `io` range, is four steps (numbered ranges),
+    and a thread's six `iteration` ranges holding a `forward` each are six (the repeating unit). Before, both were
+    the whole trace, one step."""
+    numbered = [(0, 4_000, "loop", 1, 59)]
+    for i in range(4):
+        a = 100 + 950 * i
+        numbered += [(a, a + 900, f"step_{i}", 1, 59), (a + 10, a + 700, "compute", 1, 59)]
+        numbered += [(a + 710, a + 890, "io", 1, 59)]
+    steps = find_steps(load_trace(nvtx_export(tmp_path / "numbered.sqlite", numbered)))
+    assert steps.rule == "numbered ranges: 'step_N', 4 times on thread 10/1"
+    assert steps.names == [f"step_{i}" for i in range(4)]
+    assert steps.start.tolist() == [100, 1_050, 2_000, 2_950] and steps.end.tolist() == [1_000, 1_950, 2_900, 3_850]
+
+    unit = [(0, 50, "setup", 2, 59)]  # a range once, before the loop
+    for i in range(6):
+        a = 100 + 200 * i
+        unit += [(a, a + 150, "iteration", 2, 59), (a + 20, a + 140, "forward", 2, 59)]
+    steps = find_steps(load_trace(nvtx_export(tmp_path / "unit.sqlite", unit)))
+    assert steps.rule == "repeating unit: 'iteration', 6 times on thread 10/2"
+    assert steps.start.tolist() == [100 + 200 * i for i in range(6)]
+
+
+def test_numbered_ranges_that_overlap_are_not_a_family(tmp_path):
+    """Start/end ranges `request 0` .. `request 5`, each opened on the main thread as the request arrives and
+    closed by the worker that serves it, overlap one another without nesting: what holds a range whole is its
+    parent, so they are one family of siblings, not disjoint, and not the steps; the worker's `serve` loop is.
+    Before, `nesting` made each odd request, begun inside the even one before it, that one's child, and the even
+    ones passed as a family of three."""
+    ranges = []
+    for i in range(6):
+        a = 1_000 * i
+        end = a + (1_400 if i % 2 == 0 else 700)  # an even request is still open when the next one arrives
+        ranges += [(a, end, f"request {i}", 1, 60), (end - 300, end - 10, "serve", 2, 59)]
+    steps = find_steps(load_trace(nvtx_export(tmp_path / "requests.sqlite", ranges)))
+    assert steps.rule == "repeating unit: 'serve', 6 times on thread 10/2"
+
+
+def test_a_last_step_a_process_exit_closed_is_said(tmp_path):
+    """nsys closes the NVTX ranges a process left open when it exits, all at the instant it ends: the last `step`
+    ends at the nanosecond the `run` range around it does, which no pop makes (an outer range is popped after
+    the inner one), so the step was cut there. A run popped after its last step: no warning."""
+    for run_end, cut in ((900, True), (905, False)):
+        ranges = [(0, run_end, "run", 1, 59)] + [(10 + 200 * i, 10 + 200 * i + 150, "step", 1, 59) for i in range(4)]
+        ranges.append((810, 900, "step", 1, 59))
+        path = nvtx_export(tmp_path / f"exit{run_end}.sqlite", ranges)
+        said = [w for w in find_steps(load_trace(path)).warnings if "cut when the recording stopped" in w]
+        assert len(said) == cut
+        if cut:
+            assert "the last step (step)" in said[0] and "the range around it, 'run'" in said[0]

@@ -30,7 +30,8 @@ The rules, tried in this order; the first that finds anything wins, and `StepSet
    its own work around them.
 6. The outermost host unit that repeats and holds the launches (probe.analysis.ledger.units), on the host thread
    whose steps hold the most GPU work among those that launch it. In a trace that runs nothing on a GPU, each
-   thread's outermost cpu_ops stand in for the launches (`units.unit_work`): a CPU loop run N times is N steps.
+   thread's outermost cpu_ops stand in for the launches (`units.unit_work`): a CPU loop run N times is N steps;
+   in a trace of ranges alone (NVTX of a CPU program under nsys: no op either), each thread's innermost ranges do.
 7. When a trace replays graphs and has no host structure at all: each graph launch (cudaGraphLaunch,
    hipGraphLaunch) starts a step, which lasts until the next graph launch on its thread (the last one until that
    thread's last event ends). A graph launch is a step only when each holds a whole forward; when the launches are
@@ -357,21 +358,24 @@ def find_steps(trace: Trace, steps: Pattern | None = None, kinds: tuple[Kind, ..
 
 
 def _cut_by_stop(trace: Trace, found: StepSet) -> StepSet:
-    """Warn of a last step the profiler stopped inside: it ends at the very nanosecond a Python frame around it on
-    its thread ends (the profiler closes every open event at the one instant it stops; a frame that returns ends
-    after what it called), so it is cut there and its figures are of the part recorded."""
+    """Warn of a last step the recording stopped inside: it ends at the very nanosecond a Python frame or a range
+    around it on its thread ends. Code closes nested events one after the other (a frame returns after what it
+    called, an outer range is popped after the inner one), so a shared end is the tool's: torch's profiler closes
+    every open event at the instant it stops, and nsys closes the NVTX ranges a process left open when it exits
+    at the instant it ends. The step is cut there and its figures are of the part recorded."""
     if not len(found.end):
         return found
     i = int(np.argmax(found.end))
-    frames = trace.rows(Kind.PYTHON)
-    frames = frames[(trace.pid[frames] == found.pid[i]) & (trace.tid[frames] == found.tid[i])]
-    around = frames[(trace.end_ns[frames] == found.end[i]) & (trace.ts_ns[frames] < found.start[i])]
+    around = trace.rows(Kind.PYTHON, Kind.USER_RANGE)
+    around = around[(trace.pid[around] == found.pid[i]) & (trace.tid[around] == found.tid[i])]
+    around = around[(trace.end_ns[around] == found.end[i]) & (trace.ts_ns[around] < found.start[i])]
     if len(around):
         inner = int(around[np.argmax(trace.ts_ns[around])])
         found.warnings.append(
-            f"the last step ({found.names[i]}) was cut when the profiler stopped: it ends at the nanosecond the "
-            f"frame around it, {trace.name(inner)!r}, does, as every event the profiler closes on stopping does; its "
-            "figures are of the part recorded"
+            f"the last step ({found.names[i]}) was cut when the recording stopped: it ends at the nanosecond the "
+            f"{'frame' if trace.kind[inner] == Kind.PYTHON else 'range'} around it, {trace.name(inner)!r}, does, as "
+            "every event left open is closed when the profiler stops or the process exits; its figures are of the "
+            "part recorded"
         )
     return found
 

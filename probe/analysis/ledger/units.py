@@ -53,15 +53,17 @@ repeat stays one step).
 user's own marker of an iteration, ProfilerStep#N's shape under a name of the user's: a *family* is the ranges (user
 annotations, NVTX) of one thread with the same parent range (or none), whose names are one text with its numbers
 replaced (`token_0_processing` .. `token_63_processing`: `token_N_processing`) and each name once (a counter; a
-layer's number repeats in every forward). A family is the steps when it has at least `FAMILY_MIN` members, disjoint,
-each holding a launch, together holding at least `MAJORITY` of the thread's launches, and its parent range (when it
-has one) holds no launch outside them: a loop's range runs nothing but its iterations, while a forward's range runs
-its own work around its layers (the embedding before the first, the head after the last), so `layer_0` ..
-`layer_31` inside one `forward` are pieces of one step. Of the families that pass, the outermost (the least deep)
-wins: `layer_N_token_M` inside each token, or `ensure_layer_N_weights` inside each layer, are pieces of a token.
-What the structure cannot tell apart is said here: a forward whose every launch lies inside its layer ranges, or
-whose layer ranges have no range around them, reads as a loop; a loop whose range also launches work outside its
-iterations (set-up, sampling between them) is not found by this rule (`--steps` names it).
+layer's number repeats in every forward). A range's parent is what holds it whole (`intervals.containers`), so
+ranges that overlap without nesting (NVTX start/end ranges: `request N` from its arrival to its end on the thread
+that served it) are siblings, one family, and not disjoint. A family is the steps when it has at least `FAMILY_MIN`
+members, disjoint, each holding a launch, together holding at least `MAJORITY` of the thread's launches, and its
+parent range (when it has one) holds no launch outside them: a loop's range runs nothing but its iterations, while a
+forward's range runs its own work around its layers (the embedding before the first, the head after the last), so
+`layer_0` .. `layer_31` inside one `forward` are pieces of one step. Of the families that pass, the outermost (the
+least deep) wins: `layer_N_token_M` inside each token, or `ensure_layer_N_weights` inside each layer, are pieces of
+a token. What the structure cannot tell apart is said here: a forward whose every launch lies inside its layer
+ranges, or whose layer ranges have no range around them, reads as a loop; a loop whose range also launches work
+outside its iterations (set-up, sampling between them) is not found by this rule (`--steps` names it).
 """
 
 from __future__ import annotations
@@ -127,11 +129,36 @@ def outermost(trace: Trace, rows: np.ndarray) -> np.ndarray:
 def unit_work(trace: Trace, calls: np.ndarray) -> np.ndarray:
     """The work a unit must hold: the launch calls (`calls`, from `launch_calls`); in a trace that runs nothing on a
     GPU (no launch call and no GPU op: a CPU-only run), each thread's outermost cpu_ops stand in for them, one per
-    call the model made, so a CPU loop is cut by the same rules (a unit or a cycle that holds most of them)."""
+    call the model made, so a CPU loop is cut by the same rules (a unit or a cycle that holds most of them). A trace
+    of ranges alone (no GPU side and no op: an NVTX-annotated CPU program under nsys) has only its ranges to say
+    where the work is: each thread's innermost ranges (`innermost`) stand in, one per piece of annotated work, so
+    its `step_N` ranges, or its repeating `iteration` range, are its steps by the same rules."""
     if len(calls) or len(trace.rows(*GPU_OP_KINDS)):
         return calls
     ops = trace.rows(Kind.CPU_OP)
-    return outermost(trace, ops[trace.stream[ops] < 0])
+    ops = ops[trace.stream[ops] < 0]
+    if len(ops):
+        return outermost(trace, ops)
+    ranges = trace.rows(Kind.USER_RANGE)
+    return innermost(trace, ranges[trace.stream[ranges] < 0])
+
+
+def innermost(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """The rows that hold no other of `rows` whole on their thread (`intervals.containers`' sense), sorted by
+    thread, then start: the leaves of each thread's nesting."""
+    if len(rows) < 2:
+        return rows
+    rows = rows[np.lexsort((-trace.end_ns[rows], trace.ts_ns[rows], trace.tid[rows], trace.pid[rows]))]
+    parent = containers(trace.ts_ns[rows], trace.end_ns[rows])
+    child = np.flatnonzero(parent >= 0)
+    # The search runs over every thread's rows at once: a parent found on an earlier thread holds nothing here.
+    child = child[
+        (trace.pid[rows[parent[child]]] == trace.pid[rows[child]])
+        & (trace.tid[rows[parent[child]]] == trace.tid[rows[child]])
+    ]
+    leaf = np.ones(len(rows), bool)
+    leaf[parent[child]] = False
+    return rows[leaf]
 
 
 def threads_by_launches(trace: Trace, calls: np.ndarray) -> list[tuple[int, int]]:
@@ -357,7 +384,10 @@ def numbered_ranges(trace: Trace, calls: np.ndarray, pid: int, tid: int) -> tupl
     start, end = trace.ts_ns[rows], trace.end_ns[rows]
     order = np.lexsort((-end, start))
     rows, start, end = rows[order], start[order], end[order]
-    depth, parent = nesting(start, end)
+    depth, _ = nesting(start, end)
+    # A range's parent is what holds it whole: ranges that overlap without nesting (start/end ranges, a request's
+    # life opened on one thread and closed on another) are siblings, so their family is one, and not disjoint.
+    parent = containers(start, end)
     held = np.searchsorted(launches, end, side="right") - np.searchsorted(launches, start, side="left")
     ids = np.unique(trace.name_id[rows])
     keys: dict[str, int] = {}
