@@ -771,3 +771,16 @@ def test_a_last_step_a_process_exit_closed_is_said(tmp_path):
         assert len(said) == cut
         if cut:
             assert "the last step (step)" in said[0] and "the range around it, 'run'" in said[0]
+
+
+def test_two_threads_of_as_many_annotated_steps_the_longer_wins(tmp_path):
+    """Two workers of four `step` ranges each, a `compute` range in each (a CPU program under nsys: the innermost
+    ranges stand in for the launches, four a thread): equal counts, no GPU work; the thread whose work takes longer,
+    which bounds the run, is the steps' thread, whatever its thread id."""
+    ranges = []
+    for i in range(4):
+        ranges += [(100 + 300 * i, 200 + 300 * i, "step", 1, 59), (110 + 300 * i, 190 + 300 * i, "compute", 1, 59)]
+        a = 100 + 1_000 * i
+        ranges += [(a, a + 900, "step", 2, 59), (a + 10, a + 890, "compute", 2, 59)]
+    steps = find_steps(load_trace(nvtx_export(tmp_path / "two.sqlite", ranges)))
+    assert steps.rule == "repeating unit: 'step', 4 times on thread 10/2"

@@ -163,7 +163,8 @@ def innermost(trace: Trace, rows: np.ndarray) -> np.ndarray:
 
 def threads_by_launches(trace: Trace, calls: np.ndarray) -> list[tuple[int, int]]:
     """The host threads that launch GPU work, the most first: by the GPU time of the ops their calls launched, then
-    by how many calls."""
+    by how many calls, then by the time the calls take (a CPU-only trace's two workers of eight steps each, whose
+    innermost ranges stand in for the launches: the one whose steps take longer, which bounds the run)."""
     if not len(calls):
         return []
     threads, thread_of = np.unique(np.stack([trace.pid[calls], trace.tid[calls]], axis=1), axis=0, return_inverse=True)
@@ -177,7 +178,8 @@ def threads_by_launches(trace: Trace, calls: np.ndarray) -> list[tuple[int, int]
     work = np.zeros(len(threads), np.int64)
     np.add.at(work, thread_of[order[k[hit]]], trace.dur_ns[ops[hit]])
     count = np.bincount(thread_of, minlength=len(threads))
-    ranked = np.lexsort((threads[:, 1], threads[:, 0], -count, -work))
+    busy = np.bincount(thread_of, weights=trace.dur_ns[calls], minlength=len(threads))
+    ranked = np.lexsort((threads[:, 1], threads[:, 0], -busy, -count, -work))
     return [(int(threads[i, 0]), int(threads[i, 1])) for i in ranked.tolist()]
 
 
