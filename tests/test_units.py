@@ -14,7 +14,7 @@ from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.steps import find_steps
 from probe.analysis.ledger.types import AnalyzeOptions
 from probe.analysis.ledger.units import Tree, launch_calls
-from probe.analysis.trace import load_trace
+from probe.analysis.trace import Kind, load_trace
 from probe.errors import ProbeError
 from tests.data import make_nsys_fixture
 
@@ -784,3 +784,38 @@ def test_two_threads_of_as_many_annotated_steps_the_longer_wins(tmp_path):
         ranges += [(a, a + 900, "step", 2, 59), (a + 10, a + 890, "compute", 2, 59)]
     steps = find_steps(load_trace(nvtx_export(tmp_path / "two.sqlite", ranges)))
     assert steps.rule == "repeating unit: 'step', 4 times on thread 10/2"
+
+
+def test_torch_op_ranges_under_nsys_are_the_ops_they_name(tmp_path):
+    """`torch.autograd.profiler.emit_nvtx` names each op's range `aten::mm, seq = 12, op_id = 40, sizes = [[1, 64],
+    [64, 64]]` (torch's getNvtxStr): the counters make every name unique, so nothing repeated and six forwards
+    were one whole-trace step. Read as the cpu_ops they stand for, named by the op, their sizes their recorded
+    shapes: six steps, the first a prefill of 16 tokens, the rest decodes of one."""
+    ranges, t, op_id = [], 0, 0
+    for i in range(6):
+        tokens = 16 if i == 0 else 1
+        for name, sizes in (
+            ("aten::embedding", f"[[256, 64], [1, {tokens}]]"),
+            ("aten::linear", f"[[1, {tokens}, 64], [64, 64], [64]]"),
+            ("aten::linear", f"[[1, {tokens}, 64], [64, 64], [64]]"),
+            ("aten::softmax", f"[[1, {tokens}, 256], []]"),
+        ):
+            op_id += 1
+            ranges.append((t, t + 80, f"{name}, seq = {op_id // 2}, op_id = {op_id}, sizes = {sizes}", 1, 59))
+            ranges.append((t + 10, t + 70, f"aten::empty, op_id = {op_id + 1000}", 1, 59))  # seq -1: op_id only
+            t += 100
+        t += 200  # the sampling between forwards
+    trace = load_trace(nvtx_export(tmp_path / "emit.sqlite", ranges))
+    ops = trace.rows(Kind.CPU_OP)
+    assert len(ops) == len(ranges) and not len(trace.rows(Kind.USER_RANGE))
+    assert {trace.names[i] for i in trace.name_id[ops]} == {
+        "aten::embedding",
+        "aten::linear",
+        "aten::softmax",
+        "aten::empty",
+    }
+    first = ops[0]
+    assert trace.shapes[int(trace.shape_id[first])].dims == ((256, 64), (1, 16))
+    a = analyze(trace)
+    assert len(a.steps) == 6
+    assert [s.kind for s in a.steps] == ["prefill"] + ["decode"] * 5

@@ -17,6 +17,8 @@ MAX_VALUE_BYTES, and the whole read may take at most VM_STEPS_PER_BYTE SQLite in
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -33,6 +35,7 @@ from probe.analysis.trace.table import (
     PROFILER_STEP_PREFIX,
     DeviceInfo,
     Kind,
+    Shapes,
     Trace,
     check_events,
     device_info,
@@ -193,10 +196,11 @@ def _read_tables(con: sqlite3.Connection, source: Path) -> Trace:
     check_events(rows, source, max_events())  # before a column is built
     names = _Names(dict(con.execute("SELECT id, value FROM StringIds")))
     dropped: Counter[str] = Counter()
+    shapes: list[Shapes] = []  # what torch's op ranges recorded of their inputs (`_op_ranges`)
     parts = []
     odd = 0  # SQLite keeps an integer past int64 as a REAL: such an id reads as -1 and joins nothing, which is said
     if "NVTX_EVENTS" in tables:
-        parts.append(_nvtx(con, names, dropped))
+        parts.append(_nvtx(con, names, dropped, shapes))
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
         parts.append(_runtime(con, names, dropped))
         odd += _odd_ids(con, "CUPTI_ACTIVITY_KIND_RUNTIME", parts[-1]["correlation"])
@@ -213,7 +217,16 @@ def _read_tables(con: sqlite3.Connection, source: Path) -> Trace:
         base = row[0] if row and type(row[0]) is int else None
     devices = _devices(con) if _GPU_INFO in tables else ()
     return finish(
-        "nsys_sqlite", source, base, tuple(names.table), cols, {}, dict(dropped), notes=notes[:odd], devices=devices
+        "nsys_sqlite",
+        source,
+        base,
+        tuple(names.table),
+        cols,
+        {},
+        dict(dropped),
+        notes=notes[:odd],
+        devices=devices,
+        shapes=tuple(shapes),
     )
 
 
@@ -251,7 +264,7 @@ def _nothing_to_read(source: Path, tables: set[str]) -> str:
     )
 
 
-def _nvtx(con, names: _Names, dropped: Counter) -> dict[str, np.ndarray]:
+def _nvtx(con, names: _Names, dropped: Counter, shapes: list[Shapes]) -> dict[str, np.ndarray]:
     ranges = f"eventType IN {_NVTX_RANGE_TYPES}"
     _count(con, dropped, "NVTX range never closed", f"NVTX_EVENTS WHERE end IS NULL AND {ranges}")
     closed = f"end IS NOT NULL AND {ranges}"
@@ -276,7 +289,48 @@ def _nvtx(con, names: _Names, dropped: Counter) -> dict[str, np.ndarray]:
     )
     is_step = np.array([s.startswith(PROFILER_STEP_PREFIX) for s in names.table], bool)
     part["kind"][is_step[name_id]] = Kind.PROFILER_STEP
+    _op_ranges(part, names, shapes)
     return part
+
+
+# torch's op ranges (`torch.autograd.profiler.emit_nvtx`, and the CUDA profiler's NVTX observer): each op's range is
+# named `NAME, seq = N, op_id = M, sizes = [[..], ..], input_op_ids = [(M, k), ..]`, each part after the name only
+# when known (torch/csrc/profiler/util.cpp, getNvtxStr). The counters make every name unique, so no op would repeat.
+_OP_RANGE = re.compile(
+    r"(?P<name>[^,]+?)(?:, seq = -?\d+)?(?P<op>, op_id = \d+)?(?:, sizes = (?P<sizes>\[[\[\]0-9, ]*\]))?"
+    r"(?:, input_op_ids = \[[(),0-9 ]*\])?"
+)
+
+
+def _op_ranges(part: dict[str, np.ndarray], names: _Names, shapes: list[Shapes]) -> None:
+    """NVTX ranges that are torch's op ranges (`_OP_RANGE`, with a seq or an op_id) become the cpu_ops they stand
+    for, in place: named by the op, their `sizes` their recorded input shapes (no dtypes: torch writes none), as
+    torch.profiler's `record_shapes` gives them. Each distinct text is parsed once."""
+    used = np.unique(part["name_id"])
+    texts = list(names.table)
+    op_of = np.full(len(texts), -1, np.int32)
+    shape_of = np.full(len(texts), -1, np.int32)
+    seen: dict[tuple, int] = {}
+    for i in used.tolist():
+        m = _OP_RANGE.fullmatch(texts[i])
+        if m is None or m.end("name") == len(texts[i]) or not m.group("name").strip():
+            continue  # a plain range: no counter after its name
+        op_of[i] = intern(names.table, m.group("name"))
+        if m.group("sizes") is not None:
+            try:
+                dims = tuple(tuple(d) for d in json.loads(m.group("sizes")))
+            except (ValueError, TypeError):
+                continue
+            key = (dims,)
+            if key not in seen:
+                seen[key] = len(shapes)
+                shapes.append(Shapes(dims, ("",) * len(dims)))
+            shape_of[i] = seen[key]
+    rows = op_of[part["name_id"]] >= 0
+    if rows.any():
+        part["kind"][rows] = Kind.CPU_OP
+        part["shape_id"][rows] = shape_of[part["name_id"][rows]]
+        part["name_id"][rows] = op_of[part["name_id"][rows]]
 
 
 def _runtime(con, names: _Names, dropped: Counter) -> dict[str, np.ndarray]:
