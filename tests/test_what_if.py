@@ -17,11 +17,13 @@ from probe.analysis.diagnosis.conditions import COLD_MIN_NS, step_facts
 from probe.analysis.diagnosis.evidence import Context
 from probe.analysis.diagnosis.verdict import diagnose_trace
 from probe.analysis.diagnosis.what_if import (
+    BATCH_GROWTH,
     COMPILE_MODEL,
     MAX_BATCH,
     SAME_SHAPES,
     Condition,
     WhatIf,
+    _largest_batch,
     predict_batch,
     predict_threads,
 )
@@ -472,6 +474,24 @@ def test_batching_is_capped(tmp_path):
     host, gpu = _host_bound_decode()
     d = _median(_trace(tmp_path, host, gpu))
     assert f"batch {MAX_BATCH} sequences" in _changes(d)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    host=st.floats(0, 1e9),
+    once=st.floats(0, 1e9),
+    per=st.floats(0, 1e8) | st.sampled_from([0.0, 1.0, 1e-300]),
+    growth=st.sampled_from([1.0, BATCH_GROWTH, 2.0]),
+)
+def test_the_largest_batch_is_where_a_scan_from_one_stops(host, once, per, growth):
+    """The batch what-ifs' models (host and GPU: max(host, once + B x per); a CPU: once + B x per) never fall as B
+    grows, so the bisection stops where a scan from B = 1 up stops: at the last B within the limit."""
+    for at in (lambda n: max(host, once + n * per), lambda n: once + n * per):
+        limit = growth * at(1)
+        scan = 1
+        while scan < MAX_BATCH and at(scan + 1) <= limit:
+            scan += 1
+        assert _largest_batch(at, limit) == scan
 
 
 # --- GPU-bound -------------------------------------------------------------------------------------------------

@@ -130,8 +130,11 @@ def nesting(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarra
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     idx = np.arange(n)
     closed = np.searchsorted(np.sort(ends), starts, side="right")  # intervals over by starts[i], any order
-    lo = np.searchsorted(starts, starts, side="left")
-    hi = np.searchsorted(starts, starts, side="right")
+    # [lo, hi): the run of equal starts each interval is in, read off the sorted starts (two searches cost 3x this)
+    new_start = np.concatenate(([True], starts[1:] != starts[:-1]))
+    run_first = np.flatnonzero(new_start)
+    run = np.cumsum(new_start) - 1
+    lo, hi = run_first[run], np.append(run_first[1:], n)[run]
     zero = np.concatenate(([0], np.cumsum(ends == starts)))
     zero_from = hi - (zero[hi] - zero[lo])  # zero-length intervals sort last among equal starts
     later_zero = hi - np.maximum(idx, zero_from)  # of those counted in `closed`, the ones at or after i

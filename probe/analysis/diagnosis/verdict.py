@@ -559,7 +559,7 @@ def diagnose_trace(
         s.position: diagnose(
             s,
             analysis.on_gpu,
-            replace(context, gpu_ms_at=gpu_ms_at.get(s.position, context.gpu_ms_at)),
+            replace(context, gpu_ms_at=gpu_ms_at[s.position]) if s.position in gpu_ms_at else context,
             analysis.gpu_unrecorded,
         )
         for s in analysis.steps

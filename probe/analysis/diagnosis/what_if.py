@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from probe.analysis.diagnosis.conditions import Cold, CpuOps, StepFacts
 from probe.analysis.diagnosis.evidence import (
@@ -263,15 +263,16 @@ class _Offer:
         moved = b.model_ns - after_ns
         sign = f"- {ms(moved)}" if moved >= 0 else f"+ {ms(-moved)}"
         arithmetic = f"{now} -> {terms} = {ms(after_ns)}: {b.label} {sign} = {ms(predicted)} ms{per_token}"
-        w = _what_if(change, predicted, per, b, arithmetic, assumption, requires, holds, parts, held)
-        self.add(replace(w, ceiling=ceiling))
+        self.add(_what_if(change, predicted, per, b, arithmetic, assumption, requires, holds, parts, held, ceiling))
 
 
 def _clamp(predicted: float, most: float) -> float:
     return min(max(predicted, 0.0), most) if math.isfinite(predicted) else most
 
 
-def _what_if(change, predicted, per, b: Basis, arithmetic, assumption, requires, holds, parts=None, held=1) -> WhatIf:
+def _what_if(
+    change, predicted, per, b: Basis, arithmetic, assumption, requires, holds, parts=None, held=1, ceiling=False
+) -> WhatIf:
     """The change's WhatIf; a batch's (`per` sequences a step, where the measured step held `held`) saves per token:
     the step's cost a token now, less the predicted step's."""
     step = b.step_ns / held
@@ -286,7 +287,8 @@ def _what_if(change, predicted, per, b: Basis, arithmetic, assumption, requires,
         requires,
         holds,
         {k: v / 1e6 for k, v in (parts or {}).items()},
-        step_ms=step / 1e6,
+        ceiling,
+        step / 1e6,
     )
 
 
@@ -553,10 +555,17 @@ def gpu_split(s: StepLedger, context: Context) -> tuple[float, float, str]:
 
 
 def _largest_batch(at: Callable[[int], float], limit: float) -> int:
-    b = 1
-    while b < MAX_BATCH and at(b + 1) <= limit:
-        b += 1
-    return b
+    """The largest batch B in [1, MAX_BATCH] whose step `at(B)` stays within `limit` (1 at least). A batch's step is
+    its work once plus B times its per-sequence work, so `at` never falls as B grows: a bisection finds the B a scan
+    from 1 up would stop at, in 6 steps rather than up to 63 (it runs once a step)."""
+    lo, hi = 1, MAX_BATCH  # the answer lies in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if at(mid) <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def current_sequences(s: StepLedger) -> tuple[int, str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -250,11 +250,17 @@ _NESTED |= {
 }
 
 
-_FLAT_FIELDS = tuple(
-    (f.name, f.name[:-3] + "_us" if f.name.endswith("_ns") else f.name, f.name.endswith("_ns"))
-    for f in dataclasses.fields(StepLedger)
-    if f.name not in _NESTED
-)
+def json_fields(cls: type, nested: Collection[str] = ()) -> tuple[tuple[str, str, bool], ...]:
+    """A dataclass's fields as its to_json writes them, each (field name, JSON key, in ns), `nested` ones left out:
+    a field ending in `_ns` becomes its `_us` key. Computed once a class, not once a record (a million steps)."""
+    return tuple(
+        (f.name, f.name[:-3] + "_us" if f.name.endswith("_ns") else f.name, f.name.endswith("_ns"))
+        for f in dataclasses.fields(cls)
+        if f.name not in nested
+    )
+
+
+_FLAT_FIELDS = json_fields(StepLedger, _NESTED)
 
 
 _CACHE_PARTS = tuple(p.name for p in PURPOSE_PARTS if p.group == "cache")

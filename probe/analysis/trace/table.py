@@ -365,8 +365,13 @@ class Trace:
         return np.fromiter((bool(predicate(n)) for n in self.names), dtype=bool, count=len(self.names))
 
     def rows(self, *kinds: Kind) -> np.ndarray:
-        """Row indices of the given kinds, in ts order."""
-        return np.flatnonzero(np.isin(self.kind, np.asarray(kinds, dtype=np.int8)))
+        """Row indices of the given kinds, in ts order. One comparison a kind: np.isin takes several times as long on
+        a handful of small integers (it builds a lookup table over the whole column), and this runs some 50 times a
+        trace."""
+        mask = np.zeros(len(self.kind), bool)
+        for k in kinds:
+            mask |= self.kind == k
+        return np.flatnonzero(mask)
 
 
 def _launch_kinds(trace: Trace) -> np.ndarray:
