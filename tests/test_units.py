@@ -252,6 +252,45 @@ def test_a_cpu_loop_whose_first_iteration_does_more_is_cut(tmp_path, extra_in):
     ]
 
 
+def sampled_loop(tokens: int, repeats: int) -> Trace:
+    """A hand decode loop with stacks, CPU only, that ends on a forward: a prefill forward, then `tokens` times the
+    token's work on the logits (a select, `repeats` matmuls, an argmax: top-level ops) followed by the next forward,
+    1000 us a token. Each forward is an `nn.Module: M_0` frame holding four ops."""
+    t = Trace()
+    t.host("python_function", "loop.py(1): run", 0, 1000 * tokens + 200)
+
+    def forward(b: float) -> None:
+        t.host("python_function", "nn.Module: M_0", b, b + 100)
+        for j in range(4):
+            t.host("cpu_op", "aten::linear", b + 10 + 20 * j, b + 25 + 20 * j)
+
+    forward(10)
+    for i in range(tokens):
+        b = 1000 * i + 120
+        t.host("cpu_op", "aten::select", b, b + 5)
+        for j in range(repeats):
+            t.host("cpu_op", "aten::matmul", b + 10 + 20 * j, b + 25 + 20 * j)
+        t.host("cpu_op", "aten::argmax", b + 10 + 20 * repeats, b + 15 + 20 * repeats)
+        forward(1000 * (i + 1) + 10)
+    return t
+
+
+@pytest.mark.parametrize("repeats", [1, 3])
+def test_a_loop_that_ends_on_a_forward_is_cut_at_each_forward(tmp_path, repeats):
+    """Nine forwards and eight tokens' work between them: 9 x 4 linears + 8 x (2 + repeats) ops. Cut at each forward,
+    K = 9: the token's names occur 8 times (the select, the argmax) or 8 x repeats (the matmuls), each a multiple of
+    K - 1 with none after the last forward: the last iteration is the loop's final forward, which nothing samples
+    after. They count with the cycle, so 9 iterations, from forward to forward (1000 us), the last the forward alone
+    (100 us), whether the token's work runs one matmul or three. Counting only names whose counts are multiples of
+    K, the forwards' 36 ops of 60 (or of 76) fell under 90%, and K = 8 (cut at the select, moved back over the
+    forward before it) left the final forward as a ninth: one whole-trace step."""
+    steps = find_steps(load_trace(sampled_loop(8, repeats).write(tmp_path)))
+    assert steps.rule == "repeating cycle: 9 iterations of sibling events from 'nn.Module: M_0' on thread 1/1"
+    assert [(int(s) // 1000, int(e - s) // 1000) for s, e in zip(steps.start, steps.end, strict=True)] == [
+        (10 + 1000 * i, 1000) for i in range(8)
+    ] + [(8010, 100)]
+
+
 def test_one_cpu_only_forward_is_not_cut(tmp_path):
     """A CPU-only forward of AlexNet's shape inside a `model_inference` range (nested aten calls under each
     convolution): the range holds every top-level op (a container); inside it the ReLUs hold the most but other
