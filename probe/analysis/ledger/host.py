@@ -162,6 +162,9 @@ COMMUNICATION = re.compile(
 # A collective on the GPU: torch names a ProcessGroupNCCL collective's range `nccl:<op>` (RCCL's on ROCm too);
 # Gloo's (`gloo:all_reduce`) runs on the CPU, so a trace holding only those may be a CPU job's.
 GPU_COLLECTIVE = re.compile(r"^nccl:")
+# A collective run on the host: Gloo's range (`gloo:all_reduce`, on its runloop thread) spans the collective on this
+# rank from its start until it completes, when the last rank has joined: a CPU job's communication kernel.
+HOST_COLLECTIVE = re.compile(r"^gloo:")
 # A copy call waited for the device when its GPU copy started this long after the call began and the call was
 # still running then: the copy sat in its stream's queue behind earlier work. A copy issued to an idle stream starts
 # within the launch latency (7-14 us for the pinned copies of v100_dlrm_ddp_rank0_step; kernels' launch delay p50 is
