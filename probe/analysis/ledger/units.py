@@ -31,7 +31,9 @@ from the outside in:
    before it). A last iteration may do less (a hand decode loop that ends on a forward: prefill, then each token's
    sampling and the next forward, so the sampling runs K - 1 times, none after the last forward): from three
    iterations on, a name whose count is a multiple of K - 1 counts with them when it does not occur from the last
-   cut on (eight tokens' `argmax`, or their twenty matmuls each, beside nine forwards).
+   cut on (eight tokens' `argmax`, or their twenty matmuls each, beside nine forwards), so long as the last
+   iteration still holds at least half the launches of the median one: less, not nothing (a `while` loop's
+   condition, checked once more than the loop runs, is no iteration of its own).
 
 4. **A loop's calls** (only inside an engine's loop frame, probe.analysis.ledger.steps' rule 4, when 2 and 3 find
    nothing: `loop_calls`). The loop is known to iterate, so its heaviest call cuts it: the name holding the most
@@ -316,7 +318,9 @@ def _cycle(tree: Tree, scope: np.ndarray, where: str) -> Units | None:
         if sums[periodic].sum() < PERIODIC * total:
             continue
         pieces = tree.count(tree.start[seq[cuts[:-1]]], tree.start[seq[cuts[1:]]])
-        if np.all(pieces > 0):
+        short = np.any(periodic & ~first_more & (counts % k != 0) & (sums > 0))  # some name skips the last one
+        tail = tree.count(tree.start[seq[cuts[-1:]]], np.array([int(tree.end[seq].max()) + 1]))[0]
+        if np.all(pieces > 0) and (not short or 2 * tail >= np.median(pieces)):
             best = (k, cuts)
             break
     if best is None:
