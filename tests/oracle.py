@@ -58,6 +58,7 @@ NAMED = ("user_annotation", "cpu_op", "operator", "python_function")
 QUEUED_NS = 50_000  # a copy starting this long after its call began, while the call ran: the call waited
 MECHANISM = ("python", "dispatch", "launch", "runtime", "sync_wait", "profiler", "unattributed")
 SYNC_FRAME = re.compile(r"\bsynchronize\b")
+WAIT_FRAME = re.compile(r"^<built-in method wait of |\): wait$")  # a collective's wait, when it makes no runtime call
 # torch.compile's bookkeeping ops around a compiled call (the guard check, the pregraph bytecode, AOTAutograd's runtime
 # wrapper): their self time is the compiled runtime's, not an op's
 COMPILE_BOOKKEEPING = ("TorchDynamo Cache Lookup", "Pregraph bytecode", "AOTDispatcher Runtime Wrapper ")
@@ -204,6 +205,17 @@ def _waited(events: list[Event]) -> set[int]:
     return out
 
 
+def _collective_wait(e, open_now, code) -> bool:
+    """A `wait` frame whose parent (the latest-started other event open around it) is a collective's, and inside
+    which no runtime call starts: the host blocked in the collective (Gloo's work.wait())."""
+    if not WAIT_FRAME.search(e.name):
+        return False
+    around = [o for o in open_now if o is not e and o.start <= e.start and o.end >= e.end]
+    if not around or not COMMS.search(max(around, key=lambda o: (o.start, -o.end, RANK.get(o.cat, 2))).name):
+        return False
+    return not any(c.cat in RUNTIME_CATS and e.start <= c.start < e.end for c in code)
+
+
 def _sweep(here, lo, hi):
     """Walk the window boundary by boundary: each stretch [a, b] inside [lo, hi] with the events open over it. An
     event of zero length covers no nanosecond, so it is never open."""
@@ -298,7 +310,7 @@ def _mechanism(events, lo, hi, pid, tid, waited=frozenset()):
         if e.cat == "python_function":
             name = re.sub(r" at 0x[0-9a-fA-F]+", "", e.name)
             frames[name] = frames.get(name, 0) + b - a
-            part = "sync_wait" if SYNC_FRAME.search(e.name) else "python"
+            part = "sync_wait" if SYNC_FRAME.search(e.name) or _collective_wait(e, open_now, code) else "python"
         elif e.cat in RANK:
             bookkeeping = e.name.startswith(COMPILE_BOOKKEEPING)
             part = "runtime" if bookkeeping else "dispatch"

@@ -102,5 +102,34 @@ def make_collective_job(
     return paths
 
 
+def make_gloo_job(folder: Path, entries_us: tuple[int, ...] = (0, 100, 200, 300), steps: int = 2) -> list[Path]:
+    """make_collective_job's job on CPUs with Gloo, no GPU side: rank r enters each step `entries_us[r]` after the
+    period's start, computes on the host (an aten::mm from entry + 20, COMPUTE_US long), then calls the collective
+    (c10d's op from entry + 220, 10 us, on the step's thread); Gloo runs it on its own thread (`gloo:all_reduce`, a
+    range from entry + 220) until it completes at 700 on every rank, when the last rank joined it, and the step's
+    thread waits (no event: no stacks) until then. So rank r spends 480 - entries_us[r] us in the collective; every
+    step range ends at 900. Returns rank<r>.trace.json paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for rank, entry in enumerate(entries_us):
+        events: list[dict] = []
+        for k in range(steps):
+            t0, start = k * PERIOD_US, k * PERIOD_US + entry
+            events += [
+                _event("user_annotation", f"ProfilerStep#{k}", start, t0 + STEP_END_US, 1, 1, {}),
+                _event("cpu_op", "aten::mm", start + 20, start + 20 + COMPUTE_US, 1, 1, {}),
+                _event("cpu_op", "c10d::allreduce_", start + 220, start + 230, 1, 1, {}),
+                _event("user_annotation", "gloo:all_reduce", start + 220, t0 + COLLECTIVE_END_US, 1, 2, {}),
+            ]
+        doc = {
+            "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": len(entries_us)},
+            "traceEvents": events,
+        }
+        path = folder / f"rank{rank}.trace.json"
+        path.write_text(json.dumps(doc))
+        paths.append(path)
+    return paths
+
+
 def _event(cat: str, name: str, a: int, b: int, pid: int, tid: int, args: dict) -> dict:
     return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": a, "dur": b - a, "args": args}

@@ -13,6 +13,7 @@ from probe.analysis.diagnosis.evidence import Context, Evidence
 from probe.analysis.diagnosis.verdict import bound_words, diagnose_trace
 from probe.analysis.ledger.build import analyze
 from probe.analysis.trace import load_trace
+from tests import oracle
 from tests.conftest import DATA, shared_trace
 from tests.ranks import make_collective_job
 from tests.test_ledger import _polling_trace
@@ -821,6 +822,58 @@ def test_cpu_only(tmp_path):
     d = _diagnose(path)
     assert (d.bound, d.host_bound_by, d.evidence.gpu_idle_before_ns) == ("cpu_only", "dispatch", None)
     assert d.headline.startswith("step 0 (decode#0): CPU only")
+
+
+GLOO_WAIT = "<built-in method wait of pybind11_builtins.pybind11_object object at 0x7f4d068c8410>"
+
+
+@pytest.mark.parametrize("where", ["gloo", "user", "nccl"])
+def test_a_gloo_ranks_wait_in_a_collective_is_a_wait_not_python(tmp_path, where):
+    """A CPU decode step of a Gloo job (decode#0, 1000 us): the forward's frame [0, 300] runs an op [10, 290]; then
+    the collective's frame `distributed_c10d.py: all_reduce` [300, 1000] runs c10d's op [305, 320] and `work.wait()`
+    [330, 990], a frame of function `wait` directly inside the collective: the rank blocks there until the last rank
+    joins, 660 us of self time. Mechanism: sync_wait 660 us, not Python (the forward's frame 20 us and the
+    collective's 25 us of self time); host work 1000 - 660 = 340 us; the wait frame's own time (what fixing it could
+    save) is 0, so the top frame is the collective's (25 us), and the headline names the wait first. The same
+    `wait` frame under the user's own frame (`loop.py: drain`), no collective around it, is the user's Python: its
+    660 us stay Python and it is the top frame. So is NCCL's wait, which makes the stream wait (a
+    cudaStreamWaitEvent in it, 10 us) and returns: a wait that makes a runtime call is not the host blocking (its
+    blocking form blocks in a synchronizing call)."""
+    parent = "loop.py(7): drain" if where == "user" else "torch/distributed/distributed_c10d.py(3155): all_reduce"
+    host = [
+        ("user_annotation", "decode#0", 0, 1000, {}),
+        ("python_function", "nn.Module: M_0", 0, 300, {}),
+        ("cpu_op", "aten::mm", 10, 290, {}),
+        ("python_function", parent, 300, 1000, {}),
+        ("cpu_op", "c10d::allreduce_", 305, 320, {}),
+        ("python_function", GLOO_WAIT, 330, 990, {}),
+    ]
+    if where == "nccl":
+        host.append(("cuda_runtime", "cudaStreamWaitEvent", 340, 350, {}))
+    path = _trace(tmp_path, host)
+    (s,) = analyze(load_trace(path)).steps
+    events = oracle.read(path)
+    lo = min(e.start for e in events) + s.start_ns
+    assert s.mechanism_ns == oracle.step(events, lo, lo + s.wall_ns, s.pid, s.tid).mechanism  # the brute force's
+    d = _diagnose(path)
+    wait = "<built-in method wait of pybind11_builtins.pybind11_object object>"  # object addresses removed
+    if where == "nccl":
+        assert (s.mechanism_ns["sync_wait"], s.mechanism_ns["python"]) == (0, 20_000 + 25_000 + 650_000)
+        return
+    if where == "user":
+        assert (s.mechanism_ns["sync_wait"], s.mechanism_ns["python"]) == (0, 20_000 + 25_000 + 660_000)
+        assert d.headline.endswith("most of it python.") and f"top frame {wait} 0.660" in d.lines[0]
+        return
+    assert (s.mechanism_ns["sync_wait"], s.mechanism_ns["python"]) == (660_000, 20_000 + 25_000)
+    assert s.purpose_ns["communication"] == 700_000  # its purpose stays the collective's
+    assert [(f.frame, f.self_ns, f.own_ns) for f in s.top_frames][:1] == [(wait, 660_000, 0)]
+    assert (d.bound, d.evidence.host_work_ns) == ("cpu_only", 340_000)
+    assert d.headline == (
+        "step 0 (decode#0): CPU only (no GPU side in the trace): the host's 1.000 ms is the step, most of it a wait: "
+        f"0.660 ms sync wait in {wait} at {parent}; its 0.340 ms of host work is most of it inside ops."
+    )
+    assert f"top frame {parent} 0.025" in d.lines[0]
+    assert all(wait not in w.change for w in d.what_if)  # no "fix the top Python frame" of a wait
 
 
 def test_the_summary_is_the_median_step_of_each_kind():

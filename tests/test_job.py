@@ -30,7 +30,7 @@ from probe.analysis.ledger.ranks import (
 )
 from probe.pool import pool_map
 from tests.conftest import DATA, ROOT, run_probe, shared_trace
-from tests.ranks import make_collective_job, make_rank_traces
+from tests.ranks import make_collective_job, make_gloo_job, make_rank_traces
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +96,26 @@ def test_the_straggler_is_the_rank_the_collectives_wait_for(tmp_path):
         "straggler: rank 3, the last to reach the collectives in 2 of 2 steps: 0.180 ms in collectives against a "
         "median of 0.330 ms: the others wait for it (rule: the least wait in collectives" in line
     )
+
+
+def test_a_gloo_jobs_straggler_is_read_from_its_host_collectives(tmp_path):
+    """tests/ranks.make_gloo_job: the same job on CPUs with Gloo, no GPU side. Each rank's time in collectives is
+    the span of Gloo's `gloo:all_reduce` range on its own thread inside the step (StepLedger.host_collectives_ns):
+    480 - entry = 480, 380, 280, 180 us; rank 3 waits least, the one the others wait for, though rank 0 has the
+    slowest wall. Without the Gloo ranges (c10d's op alone, 10 us on every rank) the wall decides: rank 0."""
+    make_gloo_job(tmp_path / "job")
+    doc = json.loads(run_probe("analyze", str(tmp_path / "job"), "--json").stdout)
+    assert all(not t["on_gpu"] for t in doc["traces"])
+    for step in doc["by_step"]:
+        assert [r["collectives_us"] for r in step["ranks"]] == [480.0, 380.0, 280.0, 180.0]
+        assert (step["rule"], step["held_by"], step["slowest_rank"]) == ("collectives", 3, 0)
+    assert (doc["straggler"]["rank"], doc["straggler"]["rule"]) == (3, "collectives")
+    for path in (tmp_path / "job").iterdir():
+        trace = json.loads(path.read_text())
+        trace["traceEvents"] = [e for e in trace["traceEvents"] if e["name"] != "gloo:all_reduce"]
+        path.write_text(json.dumps(trace))
+    doc = json.loads(run_probe("analyze", str(tmp_path / "job"), "--json").stdout)
+    assert (doc["straggler"]["rank"], doc["straggler"]["rule"]) == (0, "wall")
 
 
 def test_a_step_some_rank_holds_no_collective_in_is_decided_by_the_wall():

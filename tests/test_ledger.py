@@ -272,7 +272,7 @@ STEP_KEYS = {
     "gpu_busy_us", "gpu_idle_us", "idle_host_wait_us", "idle_kernel_wait_us", "idle_other_us", "launch_cpu_us",
     "launch_delay_p50_us", "launch_delay_p90_us", "launch_delay_from_end_p50_us", "launch_delay_from_end_p90_us",
     "short_kernels", "top_level_ops", "cpu_ops", "host_events", "host_ranges", "external_wait_us", "own_wait_us",
-    "peer_wait_us", "purpose_us",
+    "peer_wait_us", "host_collectives_us", "purpose_us",
     "mechanism_us", "cache_us", "busy_fraction", "unprofiled_estimate_us", "op_counts", "top_ops", "kernel_counts",
     "capturable_us", "capture_region", "tokens", "recorded_tokens", "data_mechanism_us", "launches_unmatched",
     "unattributed_other_us",

@@ -254,6 +254,74 @@ def test_a_cpu_loop_whose_first_iteration_does_more_is_cut(tmp_path, extra_in):
     ]
 
 
+def sampled_loop(tokens: int, repeats: int) -> Trace:
+    """A hand decode loop with stacks, CPU only, that ends on a forward: a prefill forward, then `tokens` times the
+    token's work on the logits (a select, `repeats` matmuls, an argmax: top-level ops) followed by the next forward,
+    1000 us a token. Each forward is an `nn.Module: M_0` frame holding eight ops [b + 10, b + 90]."""
+    t = Trace()
+    t.host("python_function", "loop.py(1): run", 0, 1000 * tokens + 200)
+
+    def forward(b: float) -> None:
+        t.host("python_function", "nn.Module: M_0", b, b + 100)
+        for j in range(8):
+            t.host("cpu_op", "aten::linear", b + 10 + 10 * j, b + 15 + 10 * j)
+
+    forward(10)
+    for i in range(tokens):
+        b = 1000 * i + 120
+        t.host("cpu_op", "aten::select", b, b + 5)
+        for j in range(repeats):
+            t.host("cpu_op", "aten::matmul", b + 10 + 20 * j, b + 25 + 20 * j)
+        t.host("cpu_op", "aten::argmax", b + 10 + 20 * repeats, b + 15 + 20 * repeats)
+        forward(1000 * (i + 1) + 10)
+    return t
+
+
+@pytest.mark.parametrize("repeats", [1, 3])
+def test_a_loop_that_ends_on_a_forward_is_cut_at_each_forward(tmp_path, repeats):
+    """Nine forwards and eight tokens' work between them: 9 x 8 linears + 8 x (2 + repeats) ops. Cut at each forward,
+    K = 9: the token's names occur 8 times (the select, the argmax) or 8 x repeats (the matmuls), each a multiple of
+    K - 1 with none after the last forward: the last iteration is the loop's final forward, which nothing samples
+    after. They count with the cycle, so 9 iterations, from forward to forward (1000 us), the last the forward alone
+    (100 us, its 8 ops at least half the median iteration's 8 + 2 + repeats), whether the token's work runs one
+    matmul or three. Counting only names whose counts are multiples of K, the forwards' 72 ops of 96 (or of 112)
+    fell under 90%, and K = 8 (cut at the select, moved back over the forward before it) left the final forward as a
+    ninth: one whole-trace step."""
+    steps = find_steps(load_trace(sampled_loop(8, repeats).write(tmp_path)))
+    assert steps.rule == "repeating cycle: 9 iterations of sibling events from 'nn.Module: M_0' on thread 1/1"
+    assert [(int(s) // 1000, int(e - s) // 1000) for s, e in zip(steps.start, steps.end, strict=True)] == [
+        (10 + 1000 * i, 1000) for i in range(8)
+    ] + [(8010, 100)]
+
+
+def test_a_loop_condition_checked_once_more_is_no_iteration(tmp_path):
+    """A `while` loop of 8 iterations, 1000 us apart: its condition frame (`loop.py(3): more`, one op inside) at
+    [0, 20], then a forward (sixteen linears) [30, 200] and the token's select and argmax; the condition is checked
+    once more after the last, at 8000: 9 conditions. K = 9, cut at the condition, would make every other name one
+    that skips the last iteration, which then holds the check's one op against a median iteration's 19: not an
+    iteration, so K = 9 is refused; K = 8 cuts at each forward, moved back over the condition before it (the names
+    counting multiples of 8 hold 144 of the 153 ops): 8 iterations of 1000 us, the last to the end of its argmax
+    (240 us); the final check is after them."""
+    t = Trace()
+    t.host("python_function", "loop.py(1): run", 0, 8100)
+    for i in range(9):
+        b = 1000 * i
+        t.host("python_function", "loop.py(3): more", b, b + 20)
+        t.host("cpu_op", "aten::is_nonzero", b + 5, b + 15)
+        if i == 8:
+            break
+        t.host("python_function", "nn.Module: M_0", b + 30, b + 200)
+        for j in range(16):
+            t.host("cpu_op", "aten::linear", b + 40 + 10 * j, b + 45 + 10 * j)
+        t.host("cpu_op", "aten::select", b + 210, b + 215)
+        t.host("cpu_op", "aten::argmax", b + 230, b + 240)
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert steps.rule == "repeating cycle: 8 iterations of sibling events from 'loop.py(3): more' on thread 1/1"
+    assert [(int(s) // 1000, int(e - s) // 1000) for s, e in zip(steps.start, steps.end, strict=True)] == [
+        (1000 * i, 1000) for i in range(7)
+    ] + [(7000, 240)]
+
+
 def test_one_cpu_only_forward_is_not_cut(tmp_path):
     """A CPU-only forward of AlexNet's shape inside a `model_inference` range (nested aten calls under each
     convolution): the range holds every top-level op (a container); inside it the ReLUs hold the most but other

@@ -13,9 +13,11 @@ a loop of such steps can be no faster than the host window that issues each one,
 **`bound`**, one of four, decided in this order:
 
 - `cpu_only`: the trace has no GPU side (no GPU op and no launch call: `TraceAnalysis.on_gpu`), and nothing in it
-  says the job ran on GPUs; where something does (the GPUs its deviceProperties name, GPU runtime calls,
-  collectives: `TraceAnalysis.gpu_unrecorded`) the bound is `unknown`: the GPU side was not recorded, and no
-  change is priced.
+  says the job ran on GPUs. The host's window is the step; where it was blocked for longer than it worked (a Gloo
+  rank waiting in a collective for the others: its sync wait), the headline names that wait and its site first,
+  then what the host work was mostly. Where something says the job ran on GPUs (the GPUs its deviceProperties
+  name, GPU runtime calls, collectives: `TraceAnalysis.gpu_unrecorded`) the bound is `unknown`: the GPU side was
+  not recorded, and no change is priced.
 - `external`: at least `EXTERNAL_SHARE` of the host window was blocked while no GPU op of the trace ran
   (`StepLedger.external_wait_ns`): the host waited on device work the trace does not hold, such as a stream
   waiting on an event recorded by earlier work. Nothing inside the trace explains that time, so it is named first;
@@ -341,6 +343,12 @@ def _cpu_only_headline(name: str, s: StepLedger, e: Evidence, host_by) -> str:
     if host_by == "named":
         where = f"inside named ranges, with no op, frame or call in them ({_named_text(s)})"
     unprofiled = f" ({ms(e.unprofiled_host_ns)} ms unprofiled)" if e.profiler_ns else ""
+    if e.sync_wait_ns > e.host_work_ns:  # blocked for most of the window: a collective's wait for the other ranks
+        return (
+            f"{name}: CPU only (no GPU side in the trace): the host's {ms(e.wall_ns)} ms{unprofiled} is the step, "
+            f"most of it a wait: {ms(e.sync_wait_ns)} ms sync wait{site_text(s)}; its {ms(e.host_work_ns)} ms of "
+            f"host work is most of it {where}."
+        )
     return (
         f"{name}: CPU only (no GPU side in the trace): the host's {ms(e.wall_ns)} ms{unprofiled} is the step, "
         f"most of it {where}."

@@ -57,7 +57,10 @@ What a step's ledger says (times are integer ns inside, `_us` in the JSON, ns / 
   waiting on its own GPU work; the rest of `sync_wait` waited on earlier work (the previous step's GPU time showing)
   or on work the trace lacks. `peer_wait`: of `own_wait`, the part during which a communication kernel
   (`kernels_by_category`'s "communication": NCCL, RCCL) ran: the host behind a collective, and a collective runs
-  until the last rank joins it, so that wait is on the other ranks, not on the step's own work. `other_threads`:
+  until the last rank joins it, so that wait is on the other ranks, not on the step's own work.
+  `host_collectives`: how long the collectives the host runs itself (Gloo's `gloo:<op>` ranges, on its runloop
+  thread: a CPU job's communication kernels, each running until the last rank joins it) ran in the window, on any
+  thread of the step's process, their union. `other_threads`:
   each other thread's busy time inside the window, by mechanism, and its top frames, ops and runtime calls by self
   time there.
 - `top_level_ops`: cpu_ops on the step's thread, starting in the window, not nested in another cpu_op (on a CPU
@@ -88,6 +91,7 @@ from probe.analysis.ledger.gpu import (
 )
 from probe.analysis.ledger.host import (
     GPU_COLLECTIVE,
+    HOST_COLLECTIVE,
     MECHANISM,
     FrameTime,
     HostSplit,
@@ -565,6 +569,7 @@ def _step_ledger(
     on_gpu: bool,
     cost,
     shape: tuple[int, int] | None,
+    host_collectives: int,
 ):
     w, d = la.windows, la.delays
     wall = int(steps.end[i] - steps.start[i])
@@ -603,6 +608,7 @@ def _step_ledger(
         external_wait_ns=int(ho.external[i]) if on_gpu else 0,
         own_wait_ns=int(ho.own_wait[i]) if on_gpu else 0,
         peer_wait_ns=int(ho.peer_wait[i]) if on_gpu else 0,
+        host_collectives_ns=int(host_collectives),
         capturable_ns=int(ho.capturable[i]),
         capture_region=ho.capture_region[i],
         tokens=steps.tokens_of(i),
@@ -725,8 +731,11 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysi
     totals = launches.totals
     on_gpu = totals.gpu_ops + totals.launches + totals.graph_launches > 0
     t0 = trace.start_ns
+    collectives = _host_collectives(trace, steps)
     ledgers = [
-        _step_ledger(i, steps, launches, kernel_columns, host, t0, on_gpu, options.event_cost, shapes.get(i))
+        _step_ledger(
+            i, steps, launches, kernel_columns, host, t0, on_gpu, options.event_cost, shapes.get(i), collectives[i]
+        )
         for i in range(n)
     ]
     origin = None if trace.base_ns is None or not len(trace) else int(trace.base_ns + trace.start_ns)
@@ -758,6 +767,19 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysi
 
 # ---------------------------------------------------------------------------------------------------------
 # helpers of the stages
+
+
+def _host_collectives(trace: Trace, steps: StepSet) -> np.ndarray:
+    """Per step: how long the host collectives (`HOST_COLLECTIVE`: Gloo's ranges, on any thread of the step's
+    process) ran in its window, their union: `StepLedger.host_collectives_ns`."""
+    rows = trace.rows(Kind.USER_RANGE, Kind.CPU_OP)
+    rows = rows[trace.name_ids(lambda s: HOST_COLLECTIVE.search(s) is not None)[trace.name_id[rows]]]
+    out = np.zeros(len(steps), np.int64)
+    for pid in np.unique(trace.pid[rows]).tolist():  # one pass a process
+        mine = rows[trace.pid[rows] == pid]
+        at = np.flatnonzero(steps.pid == pid)
+        out[at] = covered(*merge(trace.ts_ns[mine], trace.end_ns[mine]), steps.start[at], steps.end[at])
+    return out
 
 
 def _gpu_names(trace: Trace) -> np.ndarray:

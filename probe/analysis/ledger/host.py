@@ -12,7 +12,9 @@ frames of HF transformers' code doing that work, `_HF_FRAMES`, for an HF generat
 
 **By mechanism** (`MECHANISM_PARTS`): what code ran. The innermost event covering each nanosecond decides it, among
 the thread's Python frames (`python_function`, from `with_stack=True`), cpu_ops and runtime calls: a frame's self
-time is `python` (`sync_wait` for a synchronizing frame), an op's is `dispatch`, a launch or graph-launch call's is
+time is `python` (`sync_wait` for a synchronizing frame, and for a collective's wait: a `wait` frame directly inside
+a collective's frame or op that makes no runtime call, `WAIT_FRAME`, where a Gloo rank blocks until the others
+join), an op's is `dispatch`, a launch or graph-launch call's is
 `launch`, a blocking call's is `sync_wait`, any other runtime call's is `runtime`; time no frame, op or call covers
 is `unattributed`. A polling run (`POLL_CALLS`) is `sync_wait` over its whole span, its calls and the gaps between
 them alike (`with_polls`). Ranges (record_function, NVTX) are labels, not code, so they never decide a mechanism.
@@ -89,7 +91,9 @@ MECHANISM_PARTS: tuple[HostPart, ...] = (
         "runtime",
         "other runtime and driver calls: async copies, events, waits; torch.compile's guard check (`COMPILE_RUNTIME`)",
     ),
-    HostPart("sync_wait", "sync wait", "sync_wait", "blocking runtime calls and synchronizing frames"),
+    HostPart(
+        "sync_wait", "sync wait", "sync_wait", "blocking runtime calls, synchronizing frames and collectives' waits"
+    ),
     HostPart(
         "profiler",
         "profiler overhead",
@@ -158,6 +162,9 @@ COMMUNICATION = re.compile(
 # A collective on the GPU: torch names a ProcessGroupNCCL collective's range `nccl:<op>` (RCCL's on ROCm too);
 # Gloo's (`gloo:all_reduce`) runs on the CPU, so a trace holding only those may be a CPU job's.
 GPU_COLLECTIVE = re.compile(r"^nccl:")
+# A collective run on the host: Gloo's range (`gloo:all_reduce`, on its runloop thread) spans the collective on this
+# rank from its start until it completes, when the last rank has joined: a CPU job's communication kernel.
+HOST_COLLECTIVE = re.compile(r"^gloo:")
 # A copy call waited for the device when its GPU copy started this long after the call began and the call was
 # still running then: the copy sat in its stream's queue behind earlier work. A copy issued to an idle stream starts
 # within the launch latency (7-14 us for the pinned copies of v100_dlrm_ddp_rank0_step; kernels' launch delay p50 is
@@ -178,6 +185,14 @@ DEVICE_FREE = re.compile(r"^(?:cuda|hip)Free(?:_v\d+)?$|^cuMemFree(?:_v\d+)?$")
 # Python frames that wait for the device: torch.cuda.synchronize and the synchronize methods of torch's Event and
 # Stream (`<built-in method synchronize of torch.Event object>`, vLLM's decode trace).
 SYNC_FRAME = re.compile(r"\bsynchronize\b")
+# A collective's wait: a frame of a function `wait` (c10d's `work.wait()`, `<built-in method wait of ...>`) whose
+# parent is a collective's frame or op (`COMMUNICATION`: `distributed_c10d.py(N): all_reduce`). The host blocks there
+# until the last rank joins the collective: Gloo's collectives run on the host (a CPU job), so its wait is the time
+# the rank waits for the others (8.1 of an 11.1 ms decode step on a rank whose peer computes more). Only a wait that
+# makes no runtime call: NCCL's (RCCL's) makes the stream wait (a cudaStreamWaitEvent inside it, 10-20 us of frame
+# in vLLM's TP4 traces) and returns, and its blocking form waits in a synchronizing call, counted as such. A wait,
+# not Python work: mechanism `sync_wait` (its purpose stays `communication`).
+WAIT_FRAME = re.compile(r"^<built-in method wait of |\): wait$")
 # Runtime calls that ask whether the device has reached a point and return at once: CUDA's and HIP's event and
 # stream queries, runtime and driver API (nsys's `_v3020` suffix allowed).
 QUERY_CALL = re.compile(r"^(?:cuda|hip)(?:Event|Stream)Query(?:_v\d+)?$|^cu(?:Event|Stream)Query(?:_v\d+)?$")
@@ -247,8 +262,9 @@ class FrameTime:
     frame: str  # the frame's name as the trace writes it, object addresses removed
     self_ns: int  # time this frame was the innermost event (torch's Self CPU)
     count: int  # frame events with this name that start in the scope
-    waited_ns: int = 0  # of self_ns, outside data loading, the part in which another thread of the process ran events
-    # that began and ended there: the frame waited on that thread (`waits_on_others`), not its own code
+    waited_ns: int = 0  # of self_ns, the part the frame waited, not its own code: outside data loading, while another
+    # thread of the process ran events that began and ended there (`waits_on_others`); and all of a blocking frame's
+    # (mechanism sync_wait: a synchronizing frame, a collective's wait, `WAIT_FRAME`)
 
     @property
     def own_ns(self) -> int:
@@ -440,6 +456,7 @@ class PartTable:
         by_name["attention"] = trace.name_ids(lambda s: ATTENTION_OP.search(s) is not None)
         by_name["sync_call"] = trace.name_ids(lambda s: SYNC_CALL.search(s) is not None)
         by_name["sync_frame"] = trace.name_ids(lambda s: SYNC_FRAME.search(s) is not None)
+        by_name["wait_frame"] = trace.name_ids(lambda s: WAIT_FRAME.search(s) is not None)
         by_name["source_frame"] = trace.name_ids(lambda s: _SOURCE_FRAME.search(s) is not None)
         by_name["stream_wait"] = trace.name_ids(lambda s: "StreamWaitEvent" in s)
         by_name["query_call"] = trace.name_ids(lambda s: QUERY_CALL.search(s) is not None)
@@ -619,6 +636,11 @@ def _innermost(trace: Trace, table: PartTable, rows: np.ndarray) -> _Innermost:
     is_frame = kind == Kind.PYTHON
     mech[is_frame] = np.where(table.by_name["sync_frame"][names[is_frame]], _SYNC_WAIT, _PYTHON)
     is_call = kind == Kind.RUNTIME
+    waits = np.flatnonzero(is_frame & table.by_name["wait_frame"][names] & (parent >= 0))
+    waits = waits[table.by_name["communication"][names[parent[waits]]]]  # a collective's wait (WAIT_FRAME) ...
+    calls = np.sort(start[is_call])
+    holds = np.searchsorted(calls, end[waits], side="left") - np.searchsorted(calls, start[waits], side="left")
+    mech[waits[holds == 0]] = _SYNC_WAIT  # ... that makes no runtime call: the host itself blocks in it
     mech[is_call & (trace.launch_kind[rows] > 0)] = _LAUNCH
     mech[is_call & (table.by_name["sync_call"][names] | table.waited[rows])] = _SYNC_WAIT
     owner, a, b = _self_segments(start, end, parent)
@@ -802,6 +824,9 @@ def mechanism_split(
     waited = np.zeros(len(ns), np.int64)
     py = mech == _PYTHON
     waited[py] = waits_on_others(trace, pid, tid, (data_s, data_e), piece_start[py], piece_end[py])
+    python_other = np.bincount(step, weights=waited, minlength=n).astype(np.int64)
+    blocked = (mech == _SYNC_WAIT) & is_frame[owner]  # a synchronizing frame, a collective's wait: all of it a wait
+    waited[blocked] = ns[blocked]
     f_waited = _grouped(step, table.frame_id[names[owner]], waited, waited > 0, n)
     o_self = _grouped(step, names[owner].astype(np.int64), ns, is_op[owner], n)
     o_calls = _grouped(starts_in, names.astype(np.int64), calls, is_op & (starts_in >= 0), n)
@@ -820,7 +845,7 @@ def mechanism_split(
         sync_segments,
         _frame_totals(f_self, f_calls, f_waited),
         in_data,
-        np.bincount(step, weights=waited, minlength=n).astype(np.int64),
+        python_other,
         named,
         named_top,
     )

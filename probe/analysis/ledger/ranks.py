@@ -12,7 +12,9 @@ rank-3). Anything else (a run's `traces/` folder, one trace per engine; a fleet'
 each shown on its own, with no step-by-step table and no straggler. In a job, steps are matched by position (step
 0 of every rank, step 1, ...). Per step: every rank's wall, GPU busy, launches (`StepLedger.dispatched`: kernel
 and graph launches, or top-level ops on a CPU trace) and time in collectives (its communication kernels' time,
-`StepLedger.kernels_by_category`); the slowest rank by wall, and how far it trails the median wall of the ranks.
+`StepLedger.kernels_by_category`; on a trace with no GPU side, a Gloo job's, its host collectives' time,
+`StepLedger.host_collectives_ns`: Gloo runs a collective on the host until the last rank joins it, as a kernel
+does on the GPU: `collectives_ns`); the slowest rank by wall, and how far it trails the median wall of the ranks.
 
 **The straggler** (`held_by`, the one definition): the rank the others wait for. A synchronous job's ranks run at
 one period, so a step's wall, read from each rank's own step marker, says when that rank entered the step, not who
@@ -37,7 +39,7 @@ from typing import Literal
 
 from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.kernels import COMMUNICATION
-from probe.analysis.ledger.types import AnalyzeOptions, TraceAnalysis
+from probe.analysis.ledger.types import AnalyzeOptions, StepLedger, TraceAnalysis
 from probe.analysis.records.files import is_trace_file
 from probe.analysis.trace import load_trace
 from probe.counts import count
@@ -274,7 +276,7 @@ def _step(i: int, traces: list[TraceAnalysis], ranks: list[int]) -> StepAcrossRa
             t.steps[i].wall_ns,
             t.steps[i].gpu_busy_ns,
             t.steps[i].dispatched,
-            t.steps[i].kernels_by_category.get(COMMUNICATION, 0),
+            collectives_ns(t, t.steps[i]),
         )
         for t, r in zip(traces, ranks, strict=True)
     )
@@ -291,6 +293,12 @@ def _step(i: int, traces: list[TraceAnalysis], ranks: list[int]) -> StepAcrossRa
         held_by,
         statistics.median(r.collectives_ns for r in rows),
     )
+
+
+def collectives_ns(trace: TraceAnalysis, step: StepLedger) -> int:
+    """A rank's time in collectives in a step (the module docstring): its communication kernels' on a GPU trace;
+    on a trace with no GPU side (a Gloo job), its host collectives' (`StepLedger.host_collectives_ns`)."""
+    return step.kernels_by_category.get(COMMUNICATION, 0) if trace.on_gpu else step.host_collectives_ns
 
 
 def held_by_rank(rows: Sequence[RankStep]) -> tuple[StragglerRule, int]:

@@ -158,6 +158,7 @@ class StepLedger:
     unprofiled_estimate_ns: float | None = None
     own_wait_ns: int = 0  # sync wait from the step's first GPU op on, less what no GPU op of the trace ran in
     peer_wait_ns: int = 0  # of own_wait, while a communication kernel ran: a wait on the other ranks (build.py)
+    host_collectives_ns: int = 0  # Gloo's collectives (host.HOST_COLLECTIVE) of the step's process in its window
     op_counts: dict[str, int] = field(default_factory=dict)  # top-level op name -> calls in this step
     top_ops: tuple[OpTime, ...] = ()  # largest dispatch time first, at most TOP_OPS_KEPT
     kernel_counts: dict[str, int] = field(default_factory=dict)  # kernel name -> launches of it in this step

@@ -28,7 +28,12 @@ from the outside in:
    last event of a name that occurs once an iteration. A first iteration may do more (a prefill, a loop's set-up):
    from three iterations on, a name whose count is not a multiple of K counts with them when, from the second cut
    on, it occurs exactly K - 1 times its count over K (its extra occurrences all fall in the first iteration, or
-   before it).
+   before it). A last iteration may do less (a hand decode loop that ends on a forward: prefill, then each token's
+   sampling and the next forward, so the sampling runs K - 1 times, none after the last forward): from three
+   iterations on, a name whose count is a multiple of K - 1 counts with them when it does not occur from the last
+   cut on (eight tokens' `argmax`, or their twenty matmuls each, beside nine forwards), so long as the last
+   iteration still holds at least half the launches of the median one: less, not nothing (a `while` loop's
+   condition, checked once more than the loop runs, is no iteration of its own).
 
 4. **A loop's calls** (only inside an engine's loop frame, probe.analysis.ledger.steps' rule 4, when 2 and 3 find
    nothing: `loop_calls`). The loop is known to iterate, so its heaviest call cuts it: the name holding the most
@@ -335,11 +340,16 @@ def _cycle(tree: Tree, scope: np.ndarray, where: str) -> Units | None:
         positions = np.flatnonzero(inverse == inverse[int(first[(counts == k) & (sums > 0)].min())])
         cuts = _moved_back(inverse, positions)
         later = np.bincount(inverse[int(cuts[1]) :], minlength=len(keys))  # each name's count from the second cut on
-        periodic = (counts % k == 0) | ((k >= FAMILY_MIN) & (later == (counts // k) * (k - 1)))  # extras: 1st's
+        last = np.bincount(inverse[int(cuts[-1]) :], minlength=len(keys))  # and from the last cut on
+        first_more = later == (counts // k) * (k - 1)  # its extras all in the first iteration, or before it
+        last_less = (counts % (k - 1) == 0) & (last == 0)  # K - 1 times its rate, none in the last iteration
+        periodic = (counts % k == 0) | ((k >= FAMILY_MIN) & (first_more | last_less))
         if sums[periodic].sum() < PERIODIC * total:
             continue
         pieces = tree.count(tree.start[seq[cuts[:-1]]], tree.start[seq[cuts[1:]]])
-        if np.all(pieces > 0):
+        short = np.any(periodic & ~first_more & (counts % k != 0) & (sums > 0))  # some name skips the last one
+        tail = tree.count(tree.start[seq[cuts[-1:]]], np.array([int(tree.end[seq].max()) + 1]))[0]
+        if np.all(pieces > 0) and (not short or 2 * tail >= np.median(pieces)):
             best = (k, cuts)
             break
     if best is None:
