@@ -887,3 +887,51 @@ def test_torch_op_ranges_under_nsys_are_the_ops_they_name(tmp_path):
     a = analyze(trace)
     assert len(a.steps) == 6
     assert [s.kind for s in a.steps] == ["prefill"] + ["decode"] * 5
+
+
+def _with_os_calls(path: Path, calls: list[tuple[int, int, str, int]], cuda: list[tuple[int, int, str, int]] = ()):
+    """`path`'s export with OS runtime calls (start, end, name, thread) in OSRT_API, and CUDA runtime calls (the
+    same) in CUPTI_ACTIVITY_KIND_RUNTIME, of process 10 (`nvtx_export`'s)."""
+    con = sqlite3.connect(str(path))
+    con.execute(make_nsys_fixture.OSRT_SCHEMA)
+    con.execute(make_nsys_fixture.SCHEMA[3])
+    first = con.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM StringIds").fetchone()[0]
+    names = {n: first + i for i, n in enumerate(dict.fromkeys(c[2] for c in [*calls, *cuda]))}
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, n) for n, i in names.items()])
+    tid = make_nsys_fixture.global_tid
+    con.executemany(
+        "INSERT INTO OSRT_API VALUES (?, ?, 27, ?, ?, 0, 0, 1)", [(a, b, tid(10, t), names[n]) for a, b, n, t in calls]
+    )
+    con.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 0, ?, ?, ?, 0, NULL)",
+        [(a, b, tid(10, t), 0, names[n]) for a, b, n, t in cuda],
+    )
+    con.commit()
+    con.close()
+    return path
+
+
+def test_os_runtime_calls_a_thread_waits_in_are_waits_not_work(tmp_path):
+    """An nsys export's OS runtime calls (OSRT_API, recorded by default) are read: a loop whose iterations each wait
+    15 us in sem_wait for a producer thread (which sleeps in clock_nanosleep) and read 2 us: the wait is sync wait,
+    the read a runtime call, the producer's sleep no work of another thread, and the trace stays CPU only (an OS call
+    is no GPU runtime call). The ioctl the CUDA driver makes inside a CUDA call is that call's own time."""
+    ranges, calls = [], []
+    for i in range(4):
+        a = 100_000 * i
+        ranges += [(a, a + 40_000, "iteration", 1, 59), (a + 30_000, a + 38_000, "compute", 1, 59)]
+        calls += [(a + 1_000, a + 16_000, "sem_wait", 1), (a + 20_000, a + 22_000, "read", 1)]
+        calls += [(a + 500, a + 14_000, "clock_nanosleep", 2)]
+    path = _with_os_calls(nvtx_export(tmp_path / "osrt.sqlite", ranges), calls)
+    a = analyze(load_trace(path))
+    assert len(a.steps) == 4 and not a.on_gpu and a.gpu_unrecorded is None
+    s = a.steps[1]
+    assert s.mechanism_ns["sync_wait"] == 15_000 and s.mechanism_ns["runtime"] == 2_000
+    assert s.unattributed_other_ns == 0 and s.other_threads == ()
+
+    cuda = [(1_000, 9_000, "cudaLaunchKernel", 1)]
+    path = _with_os_calls(
+        nvtx_export(tmp_path / "cuda.sqlite", [(0, 10_000, "step", 1, 59)]), [(2_000, 8_000, "ioctl", 1)], cuda
+    )
+    trace = load_trace(path)
+    assert [trace.names[i] for i in trace.name_id[trace.rows(Kind.RUNTIME)]] == ["cudaLaunchKernel"]

@@ -216,7 +216,7 @@ def _host_parts_text(s: StepLedger, e: Evidence, on_gpu: bool = True) -> str:
         ("data loading", e.data_ns),
         ("Python", e.python_ns),
         ("op dispatch" if on_gpu else "inside ops (a CPU computes there)", e.dispatch_ns),
-        ("launch and runtime calls", e.launch_ns),
+        ("launch and runtime calls" if on_gpu else "runtime and OS calls", e.launch_ns),
         ("other threads' work", e.other_threads_ns),
         ("profiler overhead", e.profiler_recorded_ns),
         ("inside named ranges", e.named_ns),
@@ -334,7 +334,7 @@ def _unknown_headline(name: str, e: Evidence, missing: str) -> str:
     )
 
 
-_CPU_WHERE = {"dispatch": "inside ops", "unattributed": f"between ops ({UNCOVERED} it)"}
+_CPU_WHERE = {"dispatch": "inside ops", "unattributed": f"between ops ({UNCOVERED} it)", "launch": "in runtime calls"}
 
 
 def _cpu_only_headline(name: str, s: StepLedger, e: Evidence, host_by) -> str:

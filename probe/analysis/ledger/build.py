@@ -689,7 +689,7 @@ def gpu_unrecorded(trace: Trace) -> str | None:
     if trace.devices:
         names = sorted({d.name for d in trace.devices})
         said.append(f"{DEVICES_NAMED_IN[trace.format]} {len(trace.devices)} GPU(s) ({', '.join(names[:2])})")
-    if calls := len(trace.rows(Kind.RUNTIME)):
+    if calls := len(trace.rows(Kind.RUNTIME)) - len(trace.os_call_rows()):
         said.append(f"its host made {calls:,} GPU runtime calls")
     named = trace.rows(Kind.USER_RANGE, Kind.CPU_OP, Kind.PYTHON)
     collectives = named[trace.name_ids(lambda n: GPU_COLLECTIVE.search(n) is not None)[trace.name_id[named]]]

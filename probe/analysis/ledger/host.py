@@ -172,9 +172,15 @@ HOST_COLLECTIVE = re.compile(r"^gloo:")
 COPY_QUEUED_NS = 50_000
 # Runtime calls that block the host until the device drains: every *Synchronize, and the synchronous copies
 # (torch's .item() or .to("cpu") is hipMemcpyWithStream on ROCm; cudaMemcpyAsync + cudaStreamSynchronize on CUDA).
+# And the OS runtime calls (an nsys export's OSRT_API) in which a thread waits until another thread, the OS or a timer
+# lets it go: a lock, a condition, a semaphore, a join, a poll over descriptors, a sleep (a loop's `queue.get` for its
+# producer is a sem_wait or a pthread_cond_wait). I/O (read, write) and the rest are the call's own work.
 SYNC_CALL = re.compile(
     r"Synchronize|^(?:cuda|hip)Memcpy(?:2D|3D|Peer|WithStream|DtoH|HtoD|DtoD)?(?:_v\d+)?$|"
-    r"^cuMemcpy(?:DtoH|HtoD|DtoD|2D|3D)?(?:_v\d+)?$"
+    r"^cuMemcpy(?:DtoH|HtoD|DtoD|2D|3D)?(?:_v\d+)?$|"
+    r"^(?:pthread_(?:cond_(?:timed|clock)?wait|mutex_(?:timed|clock)?lock|rwlock_(?:timed|clock)?(?:rd|wr)lock|"
+    r"(?:timed)?join|barrier_wait)|"
+    r"sem_(?:timed|clock)?wait|e?poll(?:_p?wait)?|ppoll|p?select|(?:clock_)?nanosleep|u?sleep|wait(?:pid|id|4)?)$"
 )
 # Device-memory frees synchronize: hipFree "performs an implicit hipDeviceSynchronize() call" (HIP's API reference),
 # CUDA's cuMemFree "may perform implicit synchronization" (not for stream-ordered memory, whose cudaFreeAsync is left
@@ -941,9 +947,13 @@ def named_time(
 
 def _others_code(trace: Trace, pid: int, tid: int) -> np.ndarray:
     """The code events (Python frames, cpu_ops, runtime calls; a range alone is a label) of process `pid`'s threads
-    other than `tid`."""
+    other than `tid`; not an OS call in which a thread waits (`SYNC_CALL`: a producer's nanosleep, the main thread's
+    join), which runs no code."""
     rows = trace.rows(Kind.PYTHON, Kind.CPU_OP, Kind.RUNTIME)
-    return rows[(trace.pid[rows] == pid) & (trace.tid[rows] != tid)]
+    rows = rows[(trace.pid[rows] == pid) & (trace.tid[rows] != tid)]
+    waits = trace.os_call_rows()
+    waits = waits[trace.name_ids(lambda s: SYNC_CALL.search(s) is not None)[trace.name_id[waits]]]
+    return np.setdiff1d(rows, waits, assume_unique=True) if len(waits) else rows
 
 
 def others_busy(trace: Trace, pid: int, tid: int) -> tuple[np.ndarray, np.ndarray]:
@@ -1248,16 +1258,19 @@ def thread_busy(
     trace: Trace, table: PartTable, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray
 ) -> tuple[np.ndarray, dict[str, np.ndarray], list[tuple[OpTime, ...]]]:
     """Another thread's time in each window [lo, hi]: the union of its code events there (frames, ops, runtime calls;
-    a range alone is a label, not work), that union by mechanism, and its events by innermost self time (the first
-    `OTHER_TOP_KEPT`; a call counted in the window it starts in): what the thread spent the time on."""
+    a range alone is a label, not work) less its waits (mechanism sync_wait: blocked, it runs nothing the step could
+    wait on), that union by mechanism, and its events by innermost self time (the first `OTHER_TOP_KEPT`; a call
+    counted in the window it starts in): what the thread spent the time on."""
     n = len(lo)
-    busy = covered(*thread_code(trace, table, pid, tid), lo, hi)
     inner = thread_pieces(trace, table, pid, tid)
     seg, step, piece_start, piece_end = _charge(inner.seg_start, inner.seg_end, lo, hi)
     ns = piece_end - piece_start
     owner = inner.seg_owner[seg]
     mech = inner.mechanism[owner]
     by = _by_mechanism(mech, step, ns, n)
+    busy = covered(*thread_code(trace, table, pid, tid), lo, hi) - by.pop("sync_wait")
+    working = mech != _SYNC_WAIT
+    seg, step, ns, owner = seg[working], step[working], ns[working], owner[working]
     names = table.frame_id[trace.name_id[inner.rows]]  # by name less object addresses: one builtin aggregates
     starts_in = _call_steps(inner, lo, hi)
     self_ns = _grouped(step, names[owner], ns, np.ones(len(owner), bool), n)

@@ -32,6 +32,7 @@ from probe.analysis.trace.table import (
     COLUMNS,
     COPY_KIND_OF_TEXT,
     DTYPES,
+    OS_CALLS,
     PROFILER_STEP_PREFIX,
     DeviceInfo,
     Kind,
@@ -209,6 +210,8 @@ def _read_tables(con: sqlite3.Connection, source: Path) -> Trace:
             nbytes = nbytes if nbytes in _columns(con, table) else "-1"  # an export without it: not said
             parts.append(_gpu(con, names, dropped, table, kind, label, nbytes))
             odd += _odd_ids(con, table, parts[-1]["correlation"])
+    if OS_CALLS in tables:
+        parts.append(_os_calls(con, names, dropped, parts))
     notes = (f"{odd} row(s) with a correlation id that is not an integer (past int64, or text): left unjoined",)
     cols = {c: np.concatenate([p[c] for p in parts]) for c in COLUMNS}
     base = None
@@ -240,7 +243,7 @@ def _devices(con) -> tuple[DeviceInfo, ...]:
 
 # What an export records in the tables probe does not read, by the table (nsys profile --trace=osrt, --sample=cpu, ...)
 _OTHER_TRACES = {
-    "OSRT_API": "OS runtime calls",
+    OS_CALLS: "OS runtime calls",  # read beside CUDA or NVTX (`_os_calls`), not alone: they hold no step
     "SCHED_EVENTS": "thread scheduling",
     "SAMPLING_CALLCHAINS": "CPU samples",
     "MPI_P2P_EVENTS": "MPI calls",
@@ -347,6 +350,41 @@ def _runtime(con, names: _Names, dropped: Counter) -> dict[str, np.ndarray]:
         pid=_gid_pid(c["gid"]),
         tid=_gid_tid(c["gid"]),
         correlation=c["corr"],
+    )
+
+
+def _os_calls(con, names: _Names, dropped: Counter, parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The OS runtime calls (`OSRT_API`: `nsys profile --trace=osrt`, a default; nsys records those past its
+    threshold) as runtime calls of their threads, but for those inside a CUDA runtime call of their thread (the
+    driver's ioctl under cudaLaunchKernel, its poll under cudaStreamSynchronize): those are that call's own time.
+    What a thread waited in (sem_wait, pthread_cond_wait, poll, nanosleep) is its blocking calls' rule's
+    (probe.analysis.ledger.host.SYNC_CALL); read, open and the rest are runtime calls."""
+    table = OS_CALLS
+    _count(con, dropped, "non-integer start or end", f"{table} WHERE NOT ({_TIMED})")
+    c = _int_columns(con, table, _TIMED, start="start", end="end", gid="globalTid", name="nameId")
+    pid, tid = _gid_pid(c["gid"]), _gid_tid(c["gid"])
+    inside = np.zeros(len(pid), bool)
+    for p in parts:  # the CUDA runtime calls' part, when read
+        if not len(p["kind"]) or p["kind"][0] != Kind.RUNTIME:
+            continue
+        for thread in np.unique(np.stack([pid, tid], axis=1), axis=0).tolist():
+            mine = np.flatnonzero((pid == thread[0]) & (tid == thread[1]))
+            theirs = np.flatnonzero((p["pid"] == thread[0]) & (p["tid"] == thread[1]))
+            if not len(theirs):
+                continue
+            order = theirs[np.argsort(p["ts_ns"][theirs], kind="stable")]
+            starts, ends = p["ts_ns"][order], p["ts_ns"][order] + p["dur_ns"][order]
+            j = np.searchsorted(starts, c["start"][mine], side="right") - 1
+            inside[mine] = (j >= 0) & (ends[np.maximum(j, 0)] >= c["end"][mine])
+    keep = ~inside
+    return _part(
+        Kind.RUNTIME,
+        names.of_ids(c["name"][keep]),
+        names.of_one(table, int(keep.sum())),
+        ts_ns=c["start"][keep],
+        dur_ns=c["end"][keep] - c["start"][keep],
+        pid=pid[keep],
+        tid=tid[keep],
     )
 
 

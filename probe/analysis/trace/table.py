@@ -163,6 +163,7 @@ _STREAM_SUFFIX = re.compile(r"_(?:ptsz|ptds)$")
 
 PROFILER_STEP_PREFIX = "ProfilerStep#"
 PROFILER_OVERHEAD = "overhead"  # the category kineto gives its own work (a CUPTI activity buffer request)
+OS_CALLS = "OSRT_API"  # the category of an nsys export's OS runtime calls: runtime rows, not the GPU runtime's
 
 
 def api_base_name(name: str) -> str:
@@ -351,6 +352,12 @@ class Trace:
         buffer request), in ts order."""
         other = self.rows(Kind.OTHER)
         return other[self.name_ids(lambda s: s.lower() == PROFILER_OVERHEAD)[self.cat_id[other]]]
+
+    def os_call_rows(self) -> np.ndarray:
+        """The OS runtime calls (an nsys export's `OSRT_API`: sem_wait, poll, read), runtime rows that are not the
+        GPU runtime's, in ts order."""
+        runtime = self.rows(Kind.RUNTIME)
+        return runtime[self.name_ids(lambda s: s == OS_CALLS)[self.cat_id[runtime]]]
 
     @property
     def start_ns(self) -> int:
