@@ -363,20 +363,8 @@ def _os_calls(con, names: _Names, dropped: Counter, parts: list[dict[str, np.nda
     _count(con, dropped, "non-integer start or end", f"{table} WHERE NOT ({_TIMED})")
     c = _int_columns(con, table, _TIMED, start="start", end="end", gid="globalTid", name="nameId")
     pid, tid = _gid_pid(c["gid"]), _gid_tid(c["gid"])
-    inside = np.zeros(len(pid), bool)
-    for p in parts:  # the CUDA runtime calls' part, when read
-        if not len(p["kind"]) or p["kind"][0] != Kind.RUNTIME:
-            continue
-        for thread in np.unique(np.stack([pid, tid], axis=1), axis=0).tolist():
-            mine = np.flatnonzero((pid == thread[0]) & (tid == thread[1]))
-            theirs = np.flatnonzero((p["pid"] == thread[0]) & (p["tid"] == thread[1]))
-            if not len(theirs):
-                continue
-            order = theirs[np.argsort(p["ts_ns"][theirs], kind="stable")]
-            starts, ends = p["ts_ns"][order], p["ts_ns"][order] + p["dur_ns"][order]
-            j = np.searchsorted(starts, c["start"][mine], side="right") - 1
-            inside[mine] = (j >= 0) & (ends[np.maximum(j, 0)] >= c["end"][mine])
-    keep = ~inside
+    cuda = next((p for p in parts if len(p["kind"]) and p["kind"][0] == Kind.RUNTIME), None)
+    keep = ~_inside_calls(pid, tid, c["start"], c["end"], cuda) if cuda is not None else np.ones(len(pid), bool)
     return _part(
         Kind.RUNTIME,
         names.of_ids(c["name"][keep]),
@@ -386,6 +374,28 @@ def _os_calls(con, names: _Names, dropped: Counter, parts: list[dict[str, np.nda
         pid=pid[keep],
         tid=tid[keep],
     )
+
+
+def _inside_calls(pid, tid, start, end, calls: dict[str, np.ndarray]) -> np.ndarray:
+    """Which intervals [start, end] of threads pid/tid lie inside a call of `calls` (a part) on their thread: the
+    last call that starts at or before each holds it to its end. One sort a side, one search a thread."""
+    both = np.concatenate((np.stack([pid, tid], 1), np.stack([calls["pid"], calls["tid"]], 1)))
+    thread = np.unique(both, axis=0, return_inverse=True)[1].reshape(-1)
+    mine, theirs = thread[: len(pid)], thread[len(pid) :]
+    order = np.lexsort((calls["ts_ns"], theirs))
+    by_mine = np.argsort(mine, kind="stable")
+    edges = np.arange(thread.max() + 2 if len(thread) else 1)
+    bounds, mine_bounds = np.searchsorted(theirs[order], edges), np.searchsorted(mine[by_mine], edges)
+    inside = np.zeros(len(pid), bool)
+    for t in np.unique(mine).tolist():
+        rows = order[bounds[t] : bounds[t + 1]]
+        if not len(rows):
+            continue
+        here = by_mine[mine_bounds[t] : mine_bounds[t + 1]]
+        j = np.searchsorted(calls["ts_ns"][rows], start[here], side="right") - 1
+        last = rows[np.maximum(j, 0)]
+        inside[here] = (j >= 0) & (calls["ts_ns"][last] + calls["dur_ns"][last] >= end[here])
+    return inside
 
 
 def _gpu(
