@@ -1096,3 +1096,34 @@ def test_shapes_give_no_phase_where_most_steps_fit_no_prefill_or_decode_pattern(
     assert (a.summary.steps_used, a.summary.steps) == ("all", 11)
     a = analyze(load_trace(_shaped_steps(tmp_path, [[1, 16]] + [[1, 1]] * 4 + [[1, 20]])))
     assert [s.kind for s in a.steps] == ["prefill"] + ["decode"] * 4 + ["profiler_step"]
+
+
+def test_steps_holding_little_of_their_threads_time_on_a_cpu_trace_are_said(tmp_path):
+    """A serving loop's main thread: three ProfilerSteps building requests (an op each), and a long wait for a worker
+    thread the profiler did not record (`<built-in method acquire ...>`, 1 ms) outside them. With no GPU work to
+    weigh, the host stands in: the steps hold 3% of their thread's busy time, and the warning names the wait, its
+    object address removed. Steps holding most of it: no warning."""
+
+    def trace(wait_us: int) -> Path:
+        events = []
+        for i in range(3):
+            t = 100 * i
+            events += [
+                {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1, "ts": t,
+                 "dur": 20},
+                {"ph": "X", "cat": "cpu_op", "name": "aten::randint", "pid": 1, "tid": 1, "ts": t + 2, "dur": 10},
+            ]  # fmt: skip
+        frame = "<built-in method acquire of _thread.lock object at 0x7f00ccfd9900>"
+        events.append(
+            {"ph": "X", "cat": "python_function", "name": frame, "pid": 1, "tid": 1, "ts": 300, "dur": wait_us}
+        )
+        path = tmp_path / f"wait{wait_us}.json"
+        path.write_text(json.dumps({"traceEvents": events}))
+        return path
+
+    said = [w for w in analyze(load_trace(trace(1_000))).warnings if "of their thread's busy time" in w]
+    assert len(said) == 1 and said[0].startswith("the steps hold 3% of their thread's busy time (0.030 of 1.030 ms)")
+    assert (
+        "the most outside them: <built-in method acquire of _thread.lock object>, 1.000 ms of its own time" in said[0]
+    )
+    assert not [w for w in analyze(load_trace(trace(5))).warnings if "of their thread's busy time" in w]

@@ -2,8 +2,9 @@
 
 - **GPU work in steps**: the union of the GPU ops joined to some step (probe.analysis.ledger.gpu's attribution, by
   their launch call), over the union of every GPU op of the trace.
-- **Host time in steps**: on the threads the steps run on, the union of their frames, ops and runtime calls inside
-  some step's window, over that union across the whole trace.
+- **Host time in steps**: on the threads the steps run on, the union of their frames, ops and runtime calls (an OS
+  call, nsys's OSRT_API, is none: a trace of ranges records no code, and its OS calls are mostly start-up I/O)
+  inside some step's window, over that union across the whole trace.
 - **The largest piece left out**: the GPU ops in no step, grouped by where their launch call lies (before the
   first step, between two steps, after the last, not in the trace at all, or none linked: an op with no
   correlation id); the group with the most GPU time, named by the outermost cpu_op around most of its launches.
@@ -12,21 +13,26 @@
 
 `LEFT_OUT_WARN`: when more than 5% of the GPU work lies outside every step, the verdict on the steps may miss what
 bounds the run (vLLM's prefill outside its graph-launch slices was 1,391 ops on an H100), so a warning names the
-share and the piece.
+share and the piece. With no GPU work to weigh (a CPU-only trace, or one whose GPU side was not recorded), the host
+stands in: when the steps hold less than `HOST_LEFT_OUT_WARN` of their thread's busy time, a warning names the share
+and the name whose outermost events take the most time outside them (a serving loop's main thread whose model ran on
+a worker the profiler did not record: three `prompt()` calls as the steps, 0% of the thread, the rest its
+`threading.py: join`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from probe.analysis.intervals import covered, merge
+from probe.analysis.intervals import covered, merge, nesting
 from probe.analysis.ledger.gpu import Attribution
-from probe.analysis.ledger.host import thread_ops, thread_rows
+from probe.analysis.ledger.host import frame_name, thread_ops, thread_rows
 from probe.analysis.ledger.steps import StepSet
 from probe.analysis.ledger.types import Coverage
 from probe.analysis.trace import Kind, Trace
 
 LEFT_OUT_WARN = 0.05  # of the GPU work outside every step: the steps may not be the run's
+HOST_LEFT_OUT_WARN = 0.5  # of their thread's busy time in the steps, with no GPU work: the steps may not be the run's
 NO_LAUNCH = "whose launch call is not in the trace"
 # GPU ops that carry no correlation id at all: the trace links them to no host call, so no launch of theirs was lost
 # (MTIA's dma_request copies carry none)
@@ -40,19 +46,51 @@ def coverage(trace: Trace, steps: StepSet, gpu: Attribution) -> Coverage:
     in_steps = _union(op_s[inside], op_e[inside])
     win_s, win_e = merge(steps.start, steps.end)
     host_in = host_all = 0
+    host_out: dict[str, int] = {}  # with no GPU work: by name, the own time of host events outside the steps
+    code = np.setdiff1d(trace.rows(Kind.PYTHON, Kind.CPU_OP, Kind.RUNTIME), trace.os_call_rows(), assume_unique=True)
     for pid, tid in sorted({(int(p), int(t)) for p, t in zip(steps.pid, steps.tid, strict=True)}):
-        rows = thread_rows(trace, trace.rows(Kind.PYTHON, Kind.CPU_OP, Kind.RUNTIME), pid, tid)
+        rows = thread_rows(trace, code, pid, tid)
         ms, me = merge(trace.ts_ns[rows], trace.end_ns[rows])
         host_all += int((me - ms).sum())
         host_in += int(covered(ms, me, win_s, win_e).sum())
+        if not busy:
+            _own_outside(trace, rows, win_s, win_e, host_out)
     left, left_ns = _left_out(trace, gpu, win_s, merge(op_s[inside], op_e[inside]))
+    if not busy and host_out:
+        name, ns = min(host_out.items(), key=lambda kv: (-kv[1], kv[0]))
+        left, left_ns = (f"{name}, {ns / 1e6:.3f} ms of its own time", ns) if ns else (None, 0)
     return Coverage(in_steps, busy, host_in, host_all, left, left_ns)
 
 
+def _own_outside(trace: Trace, rows: np.ndarray, win_s, win_e, into: dict[str, int]) -> None:
+    """Add to `into`, by name, the own time (less the events inside it) of the events of `rows` (one thread's) that
+    lie outside every step's window [win_s, win_e]: what the thread did outside its steps, where it did it (a
+    `join`'s wait, not the `<module>` frame around everything)."""
+    r = rows[np.lexsort((-trace.end_ns[rows], trace.ts_ns[rows]))]
+    _, parent = nesting(trace.ts_ns[r], trace.end_ns[r])
+    dur = trace.dur_ns[r]
+    held = parent >= 0
+    own = dur - np.bincount(parent[held], weights=dur[held], minlength=len(r)).astype(np.int64)
+    out = covered(win_s, win_e, trace.ts_ns[r], trace.end_ns[r]) == 0
+    for name_id, ns in zip(trace.name_id[r[out]].tolist(), np.maximum(own[out], 0).tolist(), strict=True):
+        name = frame_name(trace.names[name_id])
+        into[name] = into.get(name, 0) + int(ns)
+
+
 def warning(c: Coverage) -> str | None:
-    """One line when the steps leave more than LEFT_OUT_WARN of the GPU work out."""
+    """One line when the steps leave more than LEFT_OUT_WARN of the GPU work out; with no GPU work, when they hold
+    less than HOST_LEFT_OUT_WARN of their thread's busy time."""
+    if not c.gpu_busy_ns:
+        if not c.host_busy_ns or c.host_share >= HOST_LEFT_OUT_WARN or not c.left_out:
+            return None
+        return (
+            f"the steps hold {100 * c.host_share:.0f}% of their thread's busy time ({c.host_in_steps_ns / 1e6:.3f} of "
+            f"{c.host_busy_ns / 1e6:.3f} ms); the most outside them: {c.left_out}. Where the thread waits there, "
+            "its work ran on another thread, one the trace may not hold; if these are not the run's steps, name "
+            "them with --steps REGEX"
+        )
     out = c.gpu_busy_ns - c.gpu_in_steps_ns
-    if not c.gpu_busy_ns or out <= LEFT_OUT_WARN * c.gpu_busy_ns:
+    if out <= LEFT_OUT_WARN * c.gpu_busy_ns:
         return None
     advice = (
         ": the profiler recorded them without the calls that launched them (issued before it started, or lost)"
