@@ -1127,3 +1127,13 @@ def test_steps_holding_little_of_their_threads_time_on_a_cpu_trace_are_said(tmp_
         "the most outside them: <built-in method acquire of _thread.lock object>, 1.000 ms of its own time" in said[0]
     )
     assert not [w for w in analyze(load_trace(trace(5))).warnings if "of their thread's busy time" in w]
+
+
+def test_two_steps_growing_by_a_token_are_no_run_without_a_kv_cache(tmp_path):
+    """Prompt lookup: single-token steps, then verify rounds of [1, 4] and [1, 5] (three and four candidates), then
+    one more token. Two steps growing by one are no loop without a KV cache (that takes three): the [1, 4] round
+    stays an iteration, not a decode step the median could land on."""
+    a = analyze(load_trace(_shaped_steps(tmp_path, [[1, 28]] + [[1, 1]] * 5 + [[1, 4], [1, 5], [1, 1]])))
+    assert [s.kind for s in a.steps][5:7] == ["decode", "profiler_step"]
+    a = analyze(load_trace(_shaped_steps(tmp_path, [[1, 16], [1, 17], [1, 18], [1, 19]])))
+    assert [s.kind for s in a.steps] == ["decode"] * 4

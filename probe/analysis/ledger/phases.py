@@ -11,11 +11,12 @@ iteration, a `--steps` step or an engine step whose marker gives no kind); a kin
 
 - T == 1: **decode**, B sequences of one new token each.
 - T > 1 and the next step reads [B', 1]: **prefill**, the prompt's forward that decoding follows.
-- T > 1 in a run of steps of one B whose T grows by one a step (the step before reads [B, T - 1] or the one after
-  [B, T + 1]): **decode without a KV cache**. Each step re-reads the whole sequence to make one new token (HF
+- T > 1 in a run of at least three steps of one B whose T grows by one a step ([B, T], [B, T + 1], [B, T + 2]):
+  **decode without a KV cache**. Each step re-reads the whole sequence to make one new token (HF
   `generate(use_cache=False)`, a hand loop that feeds back the whole sequence): one new token a sequence, so a
   decode step, whose recorded tokens are all B x T it recomputes. The run's first step is one too: it does the
-  same work as the rest, one token shorter.
+  same work as the rest, one token shorter. Two steps are no run: prompt lookup's verify rounds read [1, 4] then
+  [1, 5] (three and four candidates) between single-token steps.
 - Otherwise the kind stays: a lone [B, T > 1], or one followed by another T > 1 that is not one longer, says what
   the step read but not that it is a prefill (a training step, an encoder's forward and a step holding a whole
   `generate` read [B, T] as well). A step without a recorded shape keeps its kind: nothing is guessed.
@@ -76,24 +77,41 @@ def recorded_tokens(batch: int, tokens: int) -> StepTokens:
     return StepTokens(batch, batch * tokens, None, f"recorded shapes ({EMBEDDING} [{batch}, {tokens}])")
 
 
-def shape_kind(kind: str, shape: tuple[int, int] | None, before: tuple[int, int] | None, after) -> str:
-    """One step's kind by the module docstring's rule, from its recorded [B, T] and its neighbours' (None: none)."""
+def shape_kind(kind: str, shape: tuple[int, int] | None, after: tuple[int, int] | None, growing: bool) -> str:
+    """One step's kind by the module docstring's rule, from its recorded [B, T], the next step's (None: none) and
+    whether it lies in a run of steps growing by one token (`growing_runs`)."""
     if kind not in PHASELESS or shape is None:
         return kind
-    batch, tokens = shape
-    if tokens == 1:
+    if shape[1] == 1:
         return vocabulary.DECODE
     if after is not None and after[1] == 1:
         return vocabulary.PREFILL
-    if before == (batch, tokens - 1) or after == (batch, tokens + 1):
+    if growing:
         return vocabulary.DECODE  # without a KV cache: the whole sequence re-read for one new token
     return kind
+
+
+def growing_runs(n: int, shapes: dict[int, tuple[int, int]], least: int = 3) -> set[int]:
+    """The steps (by position, of `n`) in a run of at least `least` consecutive steps of one B whose T grows by one
+    a step."""
+    out: set[int] = set()
+    run = [0]
+    for i in range(1, n + 1):
+        prev, cur = shapes.get(i - 1), shapes.get(i)
+        if i < n and prev is not None and cur is not None and cur == (prev[0], prev[1] + 1):
+            run.append(i)
+            continue
+        if len(run) >= least:
+            out.update(run)
+        run = [i]
+    return out
 
 
 def shape_kinds(kinds: list[str], shapes: dict[int, tuple[int, int]]) -> list[str]:
     """Every step's kind, each phaseless one given its phase by its recorded shape where the rule says one, where
     the readings hold for most of the phaseless steps with a shape (the module docstring)."""
-    read = [shape_kind(kind, shapes.get(i), shapes.get(i - 1), shapes.get(i + 1)) for i, kind in enumerate(kinds)]
+    growing = growing_runs(len(kinds), shapes)
+    read = [shape_kind(kind, shapes.get(i), shapes.get(i + 1), i in growing) for i, kind in enumerate(kinds)]
     shaped = [i for i, kind in enumerate(kinds) if kind in PHASELESS and i in shapes]
     phased = sum(read[i] != kinds[i] for i in shaped)
     return read if 2 * phased > len(shaped) else list(kinds)
