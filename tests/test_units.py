@@ -233,8 +233,9 @@ def test_a_cpu_loop_whose_first_iteration_does_more_is_cut(tmp_path, extra_in):
     iteration `extra_in`: 33 ops. For K = 5 the names counting multiples of 5 hold 25 of 33 (76%, under 90%); but
     the extra `aten::to` all fall before the second cut (1000 us), and from it on `aten::to` runs once an iteration
     (4 = 8 // 5 times 4), so they are the first iteration's: 5 iterations, from randn to randn, the last to the end
-    of its mean (150 us; `aten::to` does not occur once an iteration). Extras in the last iteration are not the
-    first's: thread 1 is not cut (thread 2's copies are the steps)."""
+    of its `aten::to` (210 us: from the second cut on it runs once an iteration, the last included, so the last
+    iteration holds it as the others do; before, it ended at the mean's 150 us, the last name that occurs 5 times).
+    Extras in the last iteration are not the first's: thread 1 is not cut (thread 2's copies are the steps)."""
     t = cpu_loop(5)
     for i in range(5):
         t.host("cpu_op", "aten::to", 1000 * i + 200, 1000 * i + 210)
@@ -250,7 +251,7 @@ def test_a_cpu_loop_whose_first_iteration_does_more_is_cut(tmp_path, extra_in):
         (1000, 1000),
         (2000, 1000),
         (3000, 1000),
-        (4000, 150),
+        (4000, 210),
     ]
 
 
@@ -320,6 +321,126 @@ def test_a_loop_condition_checked_once_more_is_no_iteration(tmp_path):
     assert [(int(s) // 1000, int(e - s) // 1000) for s, e in zip(steps.start, steps.end, strict=True)] == [
         (1000 * i, 1000) for i in range(7)
     ] + [(7000, 240)]
+
+
+def token_search(tokens: int, forwards: int) -> Trace:
+    """A user's decoding function with stacks, CPU only (HF `generate(custom_generate=fn)`, where transformers 5.x
+    put contrastive search and DoLa): inside `search.py(9): search` [0, ...], a prefill forward [10, 110], then
+    `past_key_values` [115, 120] (a property frame, no op); then `tokens` times, b = 200 + 1000 i: the logits' select
+    [b, b + 5], topk [b + 10, b + 15], a `deepcopy` of the cache [b + 20, b + 40] (one clone inside), with
+    `forwards` = 2 a look-ahead forward of the top candidates [b + 50, b + 150], then argmax [b + 160, b + 165],
+    cat [b + 170, b + 175], the chosen token's forward [b + 180, b + 280] and its `past_key_values`
+    [b + 285, b + 290]. Each forward is an `nn.Module: M_0` frame holding eight linears (top-level ops)."""
+    t = Trace()
+    t.host("python_function", "search.py(9): search", 0, 1000 * tokens + 300)
+
+    def forward(b: float) -> None:
+        t.host("python_function", "nn.Module: M_0", b, b + 100)
+        for j in range(8):
+            t.host("cpu_op", "aten::linear", b + 10 + 10 * j, b + 15 + 10 * j)
+
+    def past(b: float) -> None:
+        t.host("python_function", "transformers/utils/generic.py(593): past_key_values", b, b + 5)
+
+    forward(10)
+    past(115)
+    for i in range(tokens):
+        b = 200 + 1000 * i
+        t.host("cpu_op", "aten::select", b, b + 5)
+        t.host("cpu_op", "aten::topk", b + 10, b + 15)
+        t.host("python_function", "copy.py(128): deepcopy", b + 20, b + 40)
+        t.host("cpu_op", "aten::clone", b + 25, b + 35)
+        if forwards == 2:
+            forward(b + 50)
+        t.host("cpu_op", "aten::argmax", b + 160, b + 165)
+        t.host("cpu_op", "aten::cat", b + 170, b + 175)
+        forward(b + 180)
+        past(b + 285)
+    return t
+
+
+@pytest.mark.parametrize("tokens", [3, 8])
+def test_a_loop_of_two_forwards_a_token_is_cut_per_token(tmp_path, tokens):
+    """Two forwards a token (a look-ahead over the candidates, then the chosen token's) and a prefill: 2 tokens + 1
+    forwards, `tokens` times the token's five ops. K = 2 tokens + 1 (the forwards) holds only the linears
+    (8 x 17 of 176 ops at 8 tokens); K = tokens cuts at the select, and the events before it that precede every cut
+    alike are a forward and its `past_key_values`: moved back over them, each iteration would start at the forward
+    that ends the token before, the prefill's one forward in the first, so from the second cut on the forwards count
+    2 tokens - 1, not the 2 (tokens - 1) of a first iteration that does one more, and the last would leave its final
+    forward out. The select's own positions hold: from the second one on each token runs two forwards, so they count
+    with the cycle (the prefill's is the first iteration's extra); the first iteration still starts at the run moved
+    over (the prefill's forward, which ends no earlier iteration), and the last ends where each token's work does,
+    at the end of its `past_key_values` (it runs once a token from the second cut on, the last included). So
+    `tokens` steps of two forwards each, the first from the prefill [10, 1200], then 1000 us each, the last 290 us.
+    Before: one whole-trace step."""
+    steps = find_steps(load_trace(token_search(tokens, forwards=2).write(tmp_path)))
+    assert steps.rule == f"repeating cycle: {tokens} iterations of sibling events from 'nn.Module: M_0' on thread 1/1"
+    assert [(int(s) // 1000, int(e - s) // 1000) for s, e in zip(steps.start, steps.end, strict=True)] == [
+        (10, 1190)
+    ] + [(200 + 1000 * i, 1000) for i in range(1, tokens - 1)] + [(200 + 1000 * (tokens - 1), 290)]
+
+
+@pytest.mark.parametrize("tokens", [3, 8])
+def test_a_search_of_one_forward_a_token_stays_cut_at_each_forward(tmp_path, tokens):
+    """The same function with one forward a token (no look-ahead): tokens + 1 forwards, the token's five ops
+    `tokens` times, none after the last forward, is a loop that ends on a forward (K = tokens + 1, cut at each
+    forward, nothing to move back over): tokens + 1 iterations from forward to forward, the first the prefill
+    [10, 380], the last the final forward and its `past_key_values` (110 us)."""
+    steps = find_steps(load_trace(token_search(tokens, forwards=1).write(tmp_path)))
+    assert steps.rule == (
+        f"repeating cycle: {tokens + 1} iterations of sibling events from 'nn.Module: M_0' on thread 1/1"
+    )
+    assert [(int(s) // 1000, int(e - s) // 1000) for s, e in zip(steps.start, steps.end, strict=True)] == [
+        (10, 370)
+    ] + [(380 + 1000 * i, 1000) for i in range(tokens - 1)] + [(380 + 1000 * (tokens - 1), 110)]
+
+
+CHECK = "transformers/generation/utils.py(3020): _has_unfinished_sequences"
+
+
+@pytest.mark.parametrize("drafts", [(4, 4, 3, 4, 2), (0, 0, 0, 0, 0)])
+def test_assisted_decoding_is_cut_at_each_round(tmp_path, drafts):
+    """HF assisted decoding (`_assisted_decoding`), CPU only: set-up [5, 40] (two ops), the loop's first check
+    [50, 55] (no op), then a round a time, b = 100 + 1000 i: `get_candidates` [b, b + 500] holding the draft model's
+    forwards (`drafts[i]` of four linears each; with none, prompt lookup's two n-gram ops), the target forward
+    [b + 520, b + 700] (sixteen linears), argmax, eq, cat, max and eq again, then the check [b + 760, b + 770] (one
+    op): 6 checks for 5 rounds. K = 6 (the checks) would leave the last check alone, one op: no iteration. K = 5
+    cuts at `get_candidates` moved back over the check before it: 5 rounds from check to check, the first from the
+    loop's first check [50, 860]; the last ends with its work at its second eq (it runs twice each round from the
+    second cut on, the last included; 995 us), the final check after it. The draft model's forwards, inside
+    `get_candidates`, are no sibling of the target's: one forward a round either way."""
+    t = Trace()
+    t.host("python_function", "transformers/generation/utils.py(3400): _assisted_decoding", 0, 5200)
+    t.host("python_function", "transformers/generation/utils.py(1293): _get_candidate_generator", 5, 40)
+    for at in (10, 20):
+        t.host("cpu_op", "aten::to", at, at + 5)
+    t.host("python_function", CHECK, 50, 55)
+
+    def forward(b: float, linears: int) -> None:
+        t.host("python_function", "nn.Module: M_0", b, b + 10 * linears + 20)
+        for j in range(linears):
+            t.host("cpu_op", "aten::linear", b + 10 + 10 * j, b + 15 + 10 * j)
+
+    for i, n in enumerate(drafts):
+        b = 100 + 1000 * i
+        t.host("python_function", "transformers/generation/candidate_generator.py(198): get_candidates", b, b + 500)
+        for d in range(n):
+            forward(b + 5 + 110 * d, 4)
+        for j in range(0 if n else 2):
+            t.host("cpu_op", "aten::unfold", b + 10 + 20 * j, b + 15 + 20 * j)
+        forward(b + 520, 16)
+        for name, at in (("argmax", 710), ("eq", 720), ("cat", 730), ("max", 740), ("eq", 750)):
+            t.host("cpu_op", f"aten::{name}", b + at, b + at + 5)
+        t.host("python_function", CHECK, b + 760, b + 770)
+        t.host("cpu_op", "aten::is_nonzero", b + 762, b + 768)
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert steps.rule == (
+        f"engine frames: HF generate's decoding loop (repeating cycle: 5 iterations of sibling events from {CHECK!r} "
+        "on thread 1/1)"
+    )
+    assert [(int(s) // 1000, int(e - s) // 1000) for s, e in zip(steps.start, steps.end, strict=True)] == [
+        (50, 810)
+    ] + [(860 + 1000 * i, 1000) for i in range(3)] + [(3860, 995)]
 
 
 def test_one_cpu_only_forward_is_not_cut(tmp_path):

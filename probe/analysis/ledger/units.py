@@ -24,8 +24,15 @@ from the outside in:
    scope's launches (an op run twenty times an iteration counts 20 K times; a layer's pieces fail it, since the
    layer's attention runs once), and every cut holds a launch. The cuts are that name's occurrences (the earliest
    such name's), moved back over the events that precede each one alike (so a cycle begins where the loop body
-   does, not at its first repeating name); a step runs from one cut to the next, the last one to the end of the
-   last event of a name that occurs once an iteration. A first iteration may do more (a prefill, a loop's set-up):
+   does, not at its first repeating name); where the cuts so moved fail, the name's own occurrences are tried, the
+   first still moved back: the run moved over can be the end of the iteration before, which nothing before the
+   first cut is. A decoding function with two forwards a token (`generate(custom_generate=fn)`: a look-ahead over
+   the candidates, then the chosen token's forward) has the forward that ended the token before ahead of every
+   token's work, the prefill's ahead of the first: moved back over it, each iteration would start at the token
+   before's forward and the last leave its final forward out. A step runs from one cut to the next, the last one to
+   the end of the last event of a name that occurs once an iteration or, from three iterations on, that runs in it
+   as often as in each from the second cut on (a token's two forwards, beside the prefill's one; a training step's
+   `add_` after its optimizer step). A first iteration may do more (a prefill, a loop's set-up):
    from three iterations on, a name whose count is not a multiple of K counts with them when, from the second cut
    on, it occurs exactly K - 1 times its count over K (its extra occurrences all fall in the first iteration, or
    before it). A last iteration may do less (a hand decode loop that ends on a forward: prefill, then each token's
@@ -43,7 +50,10 @@ from the outside in:
    inside a once-only forward, never cut it). A step runs from one occurrence's start to the next's (the token's
    work between forwards, beam search's 42%, is its step's), the last to the end of the last event of a name
    that occurs as often. Where a call sits inside a once-only child this comes before 2 and 3 (which would count
-   the loop's own calls, one fewer than it ran); otherwise after them.
+   the loop's own calls, one fewer than it ran); otherwise after them. Such a loop that called its heaviest name
+   twice an iteration would be cut at each call, two steps a token: none of transformers' loops does (assisted
+   decoding's draft forwards sit inside `get_candidates`), and a user's own decoding function (`custom_generate`)
+   is no engine frame, so 3 reads it.
 
 Otherwise the thread has no repeating unit: a trace of one forward is not cut into its layers. A graph launch is
 never a unit by itself: the replay launches are pieces when the host repeats a larger unit (vLLM's piecewise graphs:
@@ -338,25 +348,22 @@ def _cycle(tree: Tree, scope: np.ndarray, where: str) -> Units | None:
         if not np.any((counts == k) & (sums > 0)):
             continue
         positions = np.flatnonzero(inverse == inverse[int(first[(counts == k) & (sums > 0)].min())])
-        cuts = _moved_back(inverse, positions)
-        later = np.bincount(inverse[int(cuts[1]) :], minlength=len(keys))  # each name's count from the second cut on
-        last = np.bincount(inverse[int(cuts[-1]) :], minlength=len(keys))  # and from the last cut on
-        first_more = later == (counts // k) * (k - 1)  # its extras all in the first iteration, or before it
-        last_less = (counts % (k - 1) == 0) & (last == 0)  # K - 1 times its rate, none in the last iteration
-        periodic = (counts % k == 0) | ((k >= FAMILY_MIN) & (first_more | last_less))
-        if sums[periodic].sum() < PERIODIC * total:
-            continue
-        pieces = tree.count(tree.start[seq[cuts[:-1]]], tree.start[seq[cuts[1:]]])
-        short = np.any(periodic & ~first_more & (counts % k != 0) & (sums > 0))  # some name skips the last one
-        tail = tree.count(tree.start[seq[cuts[-1:]]], np.array([int(tree.end[seq].max()) + 1]))[0]
-        if np.all(pieces > 0) and (not short or 2 * tail >= np.median(pieces)):
-            best = (k, cuts)
+        for cuts in _phases(inverse, positions):
+            later = np.bincount(inverse[int(cuts[1]) :], minlength=len(keys))  # each name's count from the 2nd cut on
+            last = np.bincount(inverse[int(cuts[-1]) :], minlength=len(keys))  # and from the last cut on
+            if _periodic(tree, seq, cuts, k, counts, sums, later, last):
+                best = (k, cuts, later, last)
+                break
+        if best is not None:
             break
     if best is None:
         return None
-    k, cuts = best
-    once = np.isin(inverse, np.flatnonzero(counts == k))
-    last_end = int(tree.end[seq[once]].max())
+    k, cuts, later, last = best
+    # The last iteration ends with the last name that occurs once an iteration or, from three iterations on, that
+    # runs in it as often as in each from the second cut on (a first iteration's extras apart: a token's two
+    # forwards beside the prefill's one)
+    ends = (counts == k) | ((k >= FAMILY_MIN) & (later > 0) & (later % (k - 1) == 0) & (last * (k - 1) == later))
+    last_end = int(tree.end[seq[ends[inverse]]].max())
     start = tree.start[seq[cuts]]
     end = np.append(start[1:], max(last_end, int(start[-1])))
     if tree.count(start[:1], end[-1:] + 1)[0] < MAJORITY * total:
@@ -371,18 +378,52 @@ def _cycle(tree: Tree, scope: np.ndarray, where: str) -> Units | None:
     )
 
 
-def _moved_back(inverse: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """The cut positions moved back over the events that precede every cut alike: the longest run before the
-    first cut that equals the run before the second (shorter than one period)."""
+def _periodic(
+    tree: Tree,
+    seq: np.ndarray,
+    cuts: np.ndarray,
+    k: int,
+    counts: np.ndarray,
+    sums: np.ndarray,
+    later: np.ndarray,
+    last: np.ndarray,
+) -> bool:
+    """Whether `cuts` (positions in `seq`) cut the scope into K iterations (rule 3): the names that count with the
+    cycle (a multiple of K; from three iterations on, a first iteration's extras or a last's fewer) hold `PERIODIC`
+    of its launches, and every iteration holds a launch (the last, when some name skips it, half the median's)."""
+    first_more = later == (counts // k) * (k - 1)  # its extras all in the first iteration, or before it
+    last_less = (counts % (k - 1) == 0) & (last == 0)  # K - 1 times its rate, none in the last iteration
+    periodic = (counts % k == 0) | ((k >= FAMILY_MIN) & (first_more | last_less))
+    if sums[periodic].sum() < PERIODIC * sums.sum():
+        return False
+    pieces = tree.count(tree.start[seq[cuts[:-1]]], tree.start[seq[cuts[1:]]])
+    short = np.any(periodic & ~first_more & (counts % k != 0) & (sums > 0))  # some name skips the last one
+    tail = tree.count(tree.start[seq[cuts[-1:]]], np.array([int(tree.end[seq].max()) + 1]))[0]
+    return bool(np.all(pieces > 0) and (not short or 2 * tail >= np.median(pieces)))
+
+
+def _phases(inverse: np.ndarray, positions: np.ndarray) -> list[np.ndarray]:
+    """The cuts to try for one name's `positions`, in order: moved back over the events that precede every cut alike
+    (the longest run before the first cut that equals the run before the second, shorter than one period), so a
+    cycle begins where the loop body does; then, where that moved them, the name's own positions, the first still
+    moved back (a run before the first cut that precedes every cut alike can end no earlier iteration: a prefill's
+    forward, alike in name to the forward that ends each token's work, is the first iteration's). The moved cuts
+    fail where the run they move over ends the iteration before (the forward that ends each token's work): each
+    iteration then starts at the token before's forward, so from the second cut on the forwards count one more than
+    a first iteration's extras allow, and the last iteration leaves the final forward out."""
     first, second = int(positions[0]), int(positions[1])
     back = 0
     while (
         back + 1 < second - first and first - back - 1 >= 0 and inverse[first - back - 1] == inverse[second - back - 1]
     ):
         back += 1
-    cuts = positions - back
-    cuts[1:] = np.maximum(cuts[1:], positions[:-1] + 1)  # an iteration shorter than the first keeps its cut
-    return cuts
+    if not back:
+        return [positions]
+    moved = positions - back
+    moved[1:] = np.maximum(moved[1:], positions[:-1] + 1)  # an iteration shorter than the first keeps its cut
+    own = positions.copy()
+    own[0] = moved[0]
+    return [moved, own]
 
 
 def numbered_ranges(trace: Trace, calls: np.ndarray, pid: int, tid: int) -> tuple[np.ndarray, str] | None:
