@@ -68,6 +68,7 @@ def test_decode_rate_excludes_prefill(tmp_path):
     assert cell.tokens_match_naive is not None  # naive reference computed even when naive is not benched
 
 
+@pytest.mark.slow  # over 6 s in the default run (a subprocess with torch, or many): `pytest -m slow`
 def test_cli_json_and_mismatch_exit_code(tmp_path):
     args = [
         "bench",
@@ -192,6 +193,7 @@ def test_judge_exact_and_teacher_forced():
     assert (verdict.match, verdict.nonfinite_steps, verdict.first_divergence_step) == (False, 1, None)
 
 
+@pytest.mark.slow  # over 6 s in the default run (a subprocess with torch, or many): `pytest -m slow`
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_half_precision_parity_is_teacher_forced(dtype):
     """In half precision free-running tokens leave naive's at a near-tie; fed naive's tokens, every step's argmax

@@ -228,6 +228,7 @@ def test_profile_prepares_for_graphs_before_any_warmup(monkeypatch, tmp_path):
     assert order == ["prepare", "run", "run", "run"] + ["run"] * (1 + 2 * WORKLOAD_PAIRS)
 
 
+@pytest.mark.slow  # over 6 s in the default run (a subprocess with torch, or many): `pytest -m slow`
 def test_kinetos_per_session_lines_are_quiet_unless_asked_for(tmp_path):
     argv = ["profile", "--engine", "cached", "--prompt", "8", "--new-tokens", "3", "--device", "cpu", "--no-history"]
     unset = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}  # this process imported probe.capture
@@ -281,6 +282,7 @@ def test_the_self_check_on_a_cpu_skips_its_cuda_part_with_a_line():
     assert check.eager_kernels_before is None and check.graph_kernels_after is None and not check.kernels_lost
 
 
+@pytest.mark.slow  # over 6 s in the default run (a subprocess with torch, or many): `pytest -m slow`
 def test_profile_threads_sets_the_intra_op_threads_as_bench_does(tmp_path):
     """`probe profile --threads 1` on a machine of more cores: the trace ran on one thread and its sidecar says so,
     so its unprofiled estimate is held to `probe bench --threads 1` (issue 32)."""

@@ -365,6 +365,7 @@ def test_trace_against_results_is_exit_2(folders, cli):
     assert "cannot compare a results input" in line
 
 
+@pytest.mark.slow  # over 6 s in the default run (a subprocess with torch, or many): `pytest -m slow`
 def test_baseline_command_and_the_ci_gate(tmp_path):
     """What .ci/run does: rerun the baseline's configuration, gate on counts against the committed file."""
     committed = ROOT / "baselines/cpu-tiny.json"

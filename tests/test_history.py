@@ -525,6 +525,7 @@ def hold(path: Path, seconds: float, end: str = "commit") -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.slow  # over 6 s in the default run (a subprocess with torch, or many): `pytest -m slow`
 def test_a_writer_waits_for_the_lock_then_lands(tmp_path):
     path = tmp_path / "h.duckdb"
     holder = hold(path, 5)
@@ -910,6 +911,7 @@ def _base_history(tmp_root: Path, cli) -> Path:
     return _BASE["path"]
 
 
+@pytest.mark.slow  # over 6 s in the default run (a subprocess with torch, or many): `pytest -m slow`
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     table=st.sampled_from(_TABLES),

@@ -225,6 +225,7 @@ def test_results_that_cannot_be_true_are_one_line(tmp_path, edit, why):
     assert why in one_line(run_probe("compare", str(RUN_A), str(bad), "--counts-only"))
 
 
+@pytest.mark.slow  # over 6 s in the default run (a subprocess with torch, or many): `pytest -m slow`
 def test_a_save_that_fails_leaves_the_folder_as_it_was(tmp_path):
     """A disk that fills during a --resume save (here a file-size limit on the process, which makes the larger
     files fail as a full disk does) once left results.json and telemetry new and cells.parquet / .csv stale."""
@@ -289,6 +290,7 @@ def test_a_malformed_sidecar_is_one_line_in_the_explorer(monkeypatch, tmp_path):
     assert "tiny_cached_cpu_p16_n6.meta.json: Expected `int`, got `str` - at `$.perf_counter_ns`" in error
 
 
+@pytest.mark.slow  # over 6 s in the default run (a subprocess with torch, or many): `pytest -m slow`
 def test_files_follow_the_umask_and_a_replaced_file_keeps_its_mode(tmp_path):
     """They were written 0600 whatever the umask, so a team's shared run folder became unreadable to the team."""
     out = tmp_path / "o"

@@ -97,6 +97,7 @@ def event_bomb(path: Path, events: int) -> Path:
     return path
 
 
+@pytest.mark.slow  # over 6 s in the default run (a subprocess with torch, or many): `pytest -m slow`
 def test_an_event_bomb_is_refused_before_its_memory_is_spent(tmp_path):
     """5M events in ~1.2 MB of gzip need ~2 GB to analyze; under a 1.2 GiB cap the reader once ended in numpy's
     MemoryError traceback. Now: the most events the memory left holds, said in one line."""

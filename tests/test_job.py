@@ -297,6 +297,7 @@ def _running(p: psutil.Process) -> bool:
         return False
 
 
+@pytest.mark.slow  # over 6 s in the default run (a subprocess with torch, or many): `pytest -m slow`
 def test_a_killed_worker_fails_its_trace_and_the_others_finish(tmp_path):
     """rank0 takes 2 s to analyze (its steps played 12 times); its process is killed as the OOM killer would."""
     make_rank_traces(tmp_path, ranks=1, repeat=12)

@@ -75,6 +75,7 @@ def test_short_name(name, short):
     assert short_name(name) == short
 
 
+@pytest.mark.slow  # over 6 s in the default run (a subprocess with torch, or many): `pytest -m slow`
 @needs_shared
 def test_every_real_kernel_name_shortens_to_a_name_without_parameters():
     """Every kernel of every shared trace: a non-empty name no longer than the full one, with no parameter list
