@@ -652,6 +652,28 @@ def test_without_a_forward_range_or_module_frame_the_compile_saving_is_a_ceiling
     assert _changes(d)[-1] == w.change  # ranked after the priced changes
 
 
+def test_the_compile_what_if_leaves_the_wait_on_other_threads_as_it_is(tmp_path):
+    """The decode step above, then 100 us blocked in a lock's acquire while a worker thread the trace does not hold
+    runs the model (an asyncio server's to_thread): the wait is other threads' work, which compiling this thread's
+    ops leaves as it is. 200 - 100 waited - 40 compute = 60 us of overhead over 9 ops, 4 calls: 100 + 40 + 26.67.
+    Spread over the ops as their overhead (160 us, 17.8 an op), the wait was priced away: a 44% saving, not 17%."""
+    host = [
+        ("user_annotation", "decode#0", 0, 200, {}),
+        ("cpu_op", "aten::mm", 10, 40, {}),
+        ("cpu_op", "aten::transpose", 41, 42, {}),
+        ("cpu_op", "aten::_scaled_dot_product_flash_attention_for_cpu", 50, 60, {}),
+        ("cpu_op", "aten::view", 60, 61, {}),
+        *(("cpu_op", f"aten::{op}", 62 + 3 * i, 64 + 3 * i, {}) for i, op in enumerate(("add", "mul", "neg", "relu"))),
+        ("cpu_op", "aten::sub", 74, 76, {}),
+        ("python_function", "<built-in method acquire of _thread.lock object at 0x7f>", 100, 200, {}),
+    ]
+    d = _median(_trace(tmp_path, host))
+    (w,) = [w for w in d.what_if if w.change.startswith("compile")]
+    assert w.predicted_step_ms == pytest.approx(0.1 + 0.04 + 0.06 * 4 / 9)
+    assert w.terms["others"] == pytest.approx(0.1) and "waiting on other threads 0.100" in w.arithmetic
+    assert "the step's thread runs no module frame to mark it, though the trace has stacks" in w.assumption
+
+
 def test_the_compiled_calls_guard_check_is_added_where_measured_and_said_unpriced_where_not(tmp_path):
     """probe run measures a compiled forward's guard check on the model (10 us here): the compiled step above, 75
     us, becomes 85. Where nothing measured it (any other trace), the what-if says the check is not priced."""
