@@ -255,6 +255,22 @@ def test_a_cpu_loop_whose_first_iteration_does_more_is_cut(tmp_path, extra_in):
     ]
 
 
+def test_a_cpu_loop_whose_first_iteration_does_as_many_more_as_it_has_iterations_is_cut(tmp_path):
+    """The loop above with six extra `aten::to` in the first iteration, as many as or more than the iterations (a
+    short `generate` without stacks: its set-up and prefill run more `aten::to`, `slice`, `mul` than it makes
+    tokens): 11 `aten::to`, 4 from the second cut on, once an iteration. The rate is read from the later iterations
+    (4 over 4), and the 7 before the second cut hold at least one iteration's: the first iteration's. Reading it as
+    11 // 5 = 2 an iteration (8 expected later) made `aten::to` not periodic, and the loop one window."""
+    t = cpu_loop(5)
+    for i in range(5):
+        t.host("cpu_op", "aten::to", 1000 * i + 200, 1000 * i + 210)
+    for j in range(6):
+        t.host("cpu_op", "aten::to", 220 + 20 * j, 230 + 20 * j)
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert steps.rule == "repeating cycle: 5 iterations of sibling events from 'aten::randn' on thread 1/1"
+    assert [int(s) // 1000 for s in steps.start] == [0, 1000, 2000, 3000, 4000]
+
+
 def sampled_loop(tokens: int, repeats: int) -> Trace:
     """A hand decode loop with stacks, CPU only, that ends on a forward: a prefill forward, then `tokens` times the
     token's work on the logits (a select, `repeats` matmuls, an argmax: top-level ops) followed by the next forward,

@@ -34,13 +34,15 @@ from the outside in:
    as often as in each from the second cut on (a token's two forwards, beside the prefill's one; a training step's
    `add_` after its optimizer step). A first iteration may do more (a prefill, a loop's set-up):
    from three iterations on, a name whose count is not a multiple of K counts with them when, from the second cut
-   on, it occurs exactly K - 1 times its count over K (its extra occurrences all fall in the first iteration, or
-   before it). A last iteration may do less (a hand decode loop that ends on a forward: prefill, then each token's
-   sampling and the next forward, so the sampling runs K - 1 times, none after the last forward): from three
-   iterations on, a name whose count is a multiple of K - 1 counts with them when it does not occur from the last
-   cut on (eight tokens' `argmax`, or their twenty matmuls each, beside nine forwards), so long as the last
-   iteration still holds at least half the launches of the median one: less, not nothing (a `while` loop's
-   condition, checked once more than the loop runs, is no iteration of its own).
+   on, it occurs a multiple of K - 1 times (R an iteration) and before the second cut at least R times (its extra
+   occurrences all fall in the first iteration, or before it; they may be K or more: a short `generate` without
+   stacks, whose set-up and prefill run nine more `aten::to` than its eight tokens' rate). A last iteration may do
+   less (a hand decode loop that ends on a forward: prefill, then each token's sampling and the next forward, so the
+   sampling runs K - 1 times, none after the last forward): from three iterations on, a name whose count is a
+   multiple of K - 1 counts with them when it does not occur from the last cut on (eight tokens' `argmax`, or their
+   twenty matmuls each, beside nine forwards), so long as the last iteration still holds at least half the launches
+   of the median one: less, not nothing (a `while` loop's condition, checked once more than the loop runs, is no
+   iteration of its own).
 
 4. **A loop's calls** (only inside an engine's loop frame, probe.analysis.ledger.steps' rule 4, when 2 and 3 find
    nothing: `loop_calls`). The loop is known to iterate, so its heaviest call cuts it: the name holding the most
@@ -391,7 +393,7 @@ def _periodic(
     """Whether `cuts` (positions in `seq`) cut the scope into K iterations (rule 3): the names that count with the
     cycle (a multiple of K; from three iterations on, a first iteration's extras or a last's fewer) hold `PERIODIC`
     of its launches, and every iteration holds a launch (the last, when some name skips it, half the median's)."""
-    first_more = later == (counts // k) * (k - 1)  # its extras all in the first iteration, or before it
+    first_more = (later % (k - 1) == 0) & (counts - later >= later // (k - 1))  # extras: 1st or before
     last_less = (counts % (k - 1) == 0) & (last == 0)  # K - 1 times its rate, none in the last iteration
     periodic = (counts % k == 0) | ((k >= FAMILY_MIN) & (first_more | last_less))
     if sums[periodic].sum() < PERIODIC * sums.sum():
