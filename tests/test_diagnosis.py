@@ -578,6 +578,38 @@ def test_a_thread_running_before_the_frame_is_concurrent_not_waited_on(tmp_path)
     assert (d.evidence.other_threads_ns, d.evidence.python_ns, d.host_bound_by) == (0, 900_000, "python")
 
 
+def test_a_thread_blocked_in_a_lock_or_a_poll_waits_its_python_is_not_its_own(tmp_path):
+    """A serving loop hands its model to a worker thread the profiler did not record (asyncio.to_thread): the loop
+    thread blocks in a lock's acquire (under threading's wait, 600 us) and in the event loop's epoll (200 us), around
+    100 us of its own Python and a 100 us op. The blocking builtins' self time is a wait, not Python work (before: the
+    acquire was the top frame, "fix" it to save 60%): the step waited on other threads 800 us, its Python is 100, and
+    the frame to fix is the loop's own."""
+    events = [
+        {"ph": "X", "cat": c, "name": n, "pid": 1, "tid": 1, "ts": a, "dur": b - a, "args": {}}
+        for c, n, a, b in (
+            ("user_annotation", "ProfilerStep#0", 0, 1000),
+            ("python_function", "serve.py(10): handle", 0, 1000),
+            ("python_function", "threading.py(295): wait", 50, 660),
+            ("python_function", "<built-in method acquire of _thread.lock object at 0x7f3a>", 55, 655),
+            ("python_function", "selectors.py(451): select", 660, 870),
+            ("python_function", "<built-in method poll of select.epoll object at 0x7f3b>", 665, 865),
+            ("cpu_op", "aten::argmax", 880, 980),
+        )
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    s = analyze(load_trace(path)).steps[0]
+    assert s.python_other_ns == 800_000
+    waits = {f.frame: (f.self_ns, f.waited_ns) for f in s.top_frames if f.waited_ns}
+    assert waits == {
+        "<built-in method acquire of _thread.lock object>": (600_000, 600_000),
+        "<built-in method poll of select.epoll object>": (200_000, 200_000),
+    }
+    d = _diagnose(path)
+    assert (d.evidence.other_threads_ns, d.evidence.python_ns, d.host_bound_by) == (800_000, 100_000, "other_threads")
+    assert not any("acquire" in w.change or "poll" in w.change for w in d.what_if)
+
+
 def named_ranges_trace(tmp_path: Path) -> Path:
     """Two decode steps of 1000 us inside a `generate` range, each: two ranges loading a layer's weights with no op,
     frame or call in them (`ensure_layer_0_weights` [10, 310], `ensure_layer_1_weights` [320, 620]: the user's own

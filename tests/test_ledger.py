@@ -1137,3 +1137,33 @@ def test_two_steps_growing_by_a_token_are_no_run_without_a_kv_cache(tmp_path):
     assert [s.kind for s in a.steps][5:7] == ["decode", "profiler_step"]
     a = analyze(load_trace(_shaped_steps(tmp_path, [[1, 16], [1, 17], [1, 18], [1, 19]])))
     assert [s.kind for s in a.steps] == ["decode"] * 4
+
+
+def _cpu_trace(tmp_path: Path, events: list[dict]) -> Path:
+    """A CPU-only torch.profiler chrome trace of `events` (X events on one thread; ts/dur in us)."""
+    base = {"ph": "X", "pid": 7, "tid": 7}
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps({"traceEvents": [{**base, **e} for e in events]}))
+    return path
+
+
+def test_the_empty_profiler_step_the_last_step_call_opens_is_no_step(tmp_path):
+    """`prof.step()` after a loop's last iteration opens a ProfilerStep that the profiler's stop closes with nothing
+    in it (a profiler frame, no op): with steps that hold ops beside it, it is not a step (it was the median of
+    two). When no ProfilerStep holds an op, they all stay."""
+    events = []
+    for i in range(2):
+        t = 100.0 + i * 1000
+        events += [
+            {"cat": "user_annotation", "name": f"ProfilerStep#{i}", "ts": t, "dur": 900.0},
+            {"cat": "cpu_op", "name": "aten::mm", "ts": t + 10, "dur": 800.0},
+        ]
+    events += [
+        {"cat": "user_annotation", "name": "ProfilerStep#2", "ts": 2100.0, "dur": 50.0},
+        {"cat": "python_function", "name": "torch/profiler/profiler.py(800): step", "ts": 2110.0, "dur": 20.0},
+    ]
+    steps = find_steps(load_trace(_cpu_trace(tmp_path, events)))
+    assert steps.names == ["ProfilerStep#0", "ProfilerStep#1"]
+    only_empty = [e for e in events if e["name"] != "aten::mm"]
+    steps = find_steps(load_trace(_cpu_trace(tmp_path, only_empty)))
+    assert steps.names == ["ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2"]

@@ -255,6 +255,70 @@ def test_a_cpu_loop_whose_first_iteration_does_more_is_cut(tmp_path, extra_in):
     ]
 
 
+def test_a_cpu_loop_whose_first_iteration_does_as_many_more_as_it_has_iterations_is_cut(tmp_path):
+    """The loop above with six extra `aten::to` in the first iteration, as many as or more than the iterations (a
+    short `generate` without stacks: its set-up and prefill run more `aten::to`, `slice`, `mul` than it makes
+    tokens): 11 `aten::to`, 4 from the second cut on, once an iteration. The rate is read from the later iterations
+    (4 over 4), and the 7 before the second cut hold at least one iteration's: the first iteration's. Reading it as
+    11 // 5 = 2 an iteration (8 expected later) made `aten::to` not periodic, and the loop one window."""
+    t = cpu_loop(5)
+    for i in range(5):
+        t.host("cpu_op", "aten::to", 1000 * i + 200, 1000 * i + 210)
+    for j in range(6):
+        t.host("cpu_op", "aten::to", 220 + 20 * j, 230 + 20 * j)
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert steps.rule == "repeating cycle: 5 iterations of sibling events from 'aten::randn' on thread 1/1"
+    assert [int(s) // 1000 for s in steps.start] == [0, 1000, 2000, 3000, 4000]
+
+
+@pytest.mark.parametrize("first_iterations", [4, 6])
+def test_the_loops_inside_each_of_two_requests_are_the_steps(tmp_path, first_iterations):
+    """Two `request_N` ranges (a pair: no numbered family), each around a CPU loop without stacks: two set-up ops,
+    then iterations of cpu_loop's five ops. Equal requests (4 and 4 iterations): the first holds exactly half the
+    launches, so it was taken as the container, and its four steps were all (in a real trace whose set-up leaves
+    them under half the thread's, refused: one window). A larger first request (6 and 4): its six steps, and the
+    second request's four were left out. The steps are the iterations inside each request."""
+    t = Trace()
+    at = 0
+    for r, n in enumerate((first_iterations, 4)):
+        t.host("user_annotation", f"request_{r}", at, at + 200 + 1000 * n)
+        t.host("cpu_op", "aten::ones", at + 10, at + 20)
+        t.host("cpu_op", "aten::isin", at + 30, at + 40)
+        for i in range(n):
+            b = at + 200 + 1000 * i
+            t.host("cpu_op", "aten::randn", b, b + 10)
+            for x in (20, 90):
+                t.host("cpu_op", "aten::linear", b + x, b + x + 40)
+            t.host("cpu_op", "aten::relu", b + 70, b + 80)
+            t.host("cpu_op", "aten::mean", b + 140, b + 150)
+        at += 1000 * (n + 1)
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert len(steps.names) == first_iterations + 4
+    assert steps.rule.endswith("and so inside each of 2 events 'request_0'..")
+
+
+def test_a_set_up_call_beside_a_decoding_loop_is_no_request(tmp_path):
+    """Beside the loop (a frame holding cpu_loop's four iterations, 20 top-level ops), a set-up frame calls a helper
+    six times, each one op: a repeating unit of its own. Neither is a numbered range, so the steps stay the loop's
+    four iterations, not the helper's six calls beside them (twelve `_tensor_or_none` steps on a generate with two
+    forwards a token, before ranges were asked for)."""
+    t = Trace()
+    t.host("python_function", "setup.py(1): prepare", 0, 900)
+    for j in range(6):
+        t.host("python_function", "setup.py(5): _tensor_or_none", 10 + 100 * j, 90 + 100 * j)
+        t.host("cpu_op", "aten::tensor", 20 + 100 * j, 80 + 100 * j)
+    t.host("python_function", "loop.py(2): decode", 1000, 5200)
+    for i in range(4):
+        b = 1100 + 1000 * i
+        t.host("cpu_op", "aten::randn", b, b + 10)
+        for x in (20, 90):
+            t.host("cpu_op", "aten::linear", b + x, b + x + 40)
+        t.host("cpu_op", "aten::relu", b + 70, b + 80)
+        t.host("cpu_op", "aten::mean", b + 140, b + 150)
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert steps.rule == "repeating cycle: 4 iterations of sibling events from 'aten::randn' on thread 1/1"
+
+
 def sampled_loop(tokens: int, repeats: int) -> Trace:
     """A hand decode loop with stacks, CPU only, that ends on a forward: a prefill forward, then `tokens` times the
     token's work on the logits (a select, `repeats` matmuls, an argmax: top-level ops) followed by the next forward,

@@ -138,9 +138,15 @@ VIEW_OPS = frozenset(
         "aten::resolve_neg",
     }
 )
-# GEMMs: dense, batched, oneDNN's linear, the scaled (fp8) ones, and MoE's grouped expert GEMMs (_grouped_mm, the
-# top op of a Qwen2-MoE decode on a CPU, and _scaled_grouped_mm)
-GEMM_OP = re.compile(r"^aten::(?:mm|addmm|bmm|baddbmm|mkldnn_\w*linear\w*|_scaled_mm\w*|_(?:scaled_)?grouped_mm)$")
+# GEMMs: dense, batched, oneDNN's linear, the scaled (fp8) ones, MoE's grouped expert GEMMs (_grouped_mm, the
+# top op of a Qwen2-MoE decode on a CPU, and _scaled_grouped_mm), and the quantized ones: int8 (_int_mm), weight-only
+# int4/int8 (_weight_int4pack_mm, _weight_int8pack_mm) and torch.ao's quantized Linear (quantize_dynamic's
+# quantized::linear_dynamic, its fp16 and fused-ReLU forms, and the static quantized::linear), each a library GEMM
+# that a compiled graph calls as it is; their weight packing (quantized::linear_prepack) is none
+GEMM_OP = re.compile(
+    r"^(?:aten::(?:mm|addmm|bmm|baddbmm|mkldnn_\w*linear\w*|_scaled_mm\w*|_(?:scaled_)?grouped_mm|_int_mm"
+    r"|_weight_int[48]pack_mm\w*)|quantized::linear(?:_relu)?(?:_dynamic(?:_fp16)?)?)$"
+)
 ATTENTION_OP = re.compile(r"^aten::_scaled_dot_product\w*$")
 CONVOLUTION_OP = re.compile(r"^aten::(?:convolution|_convolution|mkldnn_convolution|cudnn_convolution|_mkldnn\w*)$")
 # ops a compiled graph still calls as they are (inductor's extern kernels): GEMMs, attention, convolutions

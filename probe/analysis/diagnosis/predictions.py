@@ -295,7 +295,7 @@ def wrong_term(w: WhatIf, base_ms: float, after_ms: float, batch: int = 1) -> st
         )
     t = w.terms
     if "compute" in t:  # compile: the compute stays, the overhead shrinks to the calls a compiled graph makes
-        kept = after_ms - t["compute"] - t.get("outside", 0.0) - t.get("eager", 0.0)
+        kept = after_ms - t["compute"] - t.get("outside", 0.0) - t.get("eager", 0.0) - t.get("others", 0.0)
         if kept < 0:
             return f"compute: the compiled step ({after_ms:.3f} ms) beat the ops' compute ({t['compute']:.3f} ms)"
         predicted = t["calls"] + t.get("entry", 0.0)

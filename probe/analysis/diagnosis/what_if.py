@@ -840,11 +840,12 @@ def _compile(offer: _Offer, s: StepLedger, cpu: CpuOps, entry_ns: float | None) 
     outside = _outside_region(b, s, cpu)
     eager = _unprofiled(b, cpu.eager_ns)
     compute = cpu.compiled_compute_ns
-    overhead = max(b.host_ns - outside - eager - compute, 0)
+    others = _waited_inside(b, s)
+    overhead = max(b.host_ns - outside - eager - others - compute, 0)
     per_op = overhead / top_ops
     calls = cpu.kept + cpu.fused + cpu.graph_calls
     entry = entry_ns or 0.0
-    after = min(outside + eager + compute + calls * per_op + entry, b.host_ns)
+    after = min(outside + eager + others + compute + calls * per_op + entry, b.host_ns)
     region = "model" if training else "forward"
     ceiling = s.capture_region == EVERY_OP  # no frame marks the forward: the loop's own work is priced as compiled
     offer.price(
@@ -852,6 +853,7 @@ def _compile(offer: _Offer, s: StepLedger, cpu: CpuOps, entry_ns: float | None) 
         after,
         f"outside the {region} {ms(outside)}"
         + (f" + left as they are (AccumulateGrad, the optimizer's) {ms(eager)}" if cpu.eager_ns else "")
+        + (f" + waiting on other threads {ms(others)}" if others else "")
         + f" + GEMM and attention {ms(kept)} + the other ops' compute {ms(rest)} + {calls} calls x {us(per_op, 2)} us"
         + (f" + guards {ms(entry)}" if entry_ns is not None else ""),
         _compile_assumption(offer, s, cpu, training, eager, overhead, per_op, entry_ns),
@@ -859,6 +861,7 @@ def _compile(offer: _Offer, s: StepLedger, cpu: CpuOps, entry_ns: float | None) 
         holds,
         parts={"compute": compute, "outside": outside, "overhead": overhead, "calls": calls * per_op}
         | ({"eager": eager} if cpu.eager_ns else {})
+        | ({"others": others} if others else {})
         | ({"entry": entry} if entry_ns is not None else {}),
         ceiling=ceiling,
     )
@@ -887,10 +890,15 @@ def _compile_assumption(
         if cpu.graph_calls == 1
         else f"the {cpu.graph_calls} compiled calls (one for each stretch of forward ops and of backward ops)"
     )
+    unmarked = (
+        "the step's thread runs no module frame to mark it, though the trace has stacks (its model ran on another "
+        "thread, or is no nn.Module)"
+        if s.top_frames
+        else "the trace has no module frames to mark it (record with_stack=True)"
+    )
     region = (
-        f"the {'model' if training else 'forward'} taken as {EVERY_OP}: the trace has no module frames to mark it "
-        "(record with_stack=True), so the saving is a ceiling: the loop's own work between the ops (a generate's "
-        "sampling and bookkeeping) counts as compiled"
+        f"the {'model' if training else 'forward'} taken as {EVERY_OP}: {unmarked}, so the saving is a ceiling: the "
+        "loop's own work between the ops (a generate's sampling and bookkeeping) counts as compiled"
         if s.capture_region == EVERY_OP
         else s.capture_region
     )
@@ -934,6 +942,17 @@ def _outside_region(b: Basis, s: StepLedger, cpu: CpuOps | None = None) -> float
         return 0.0
     taken = cpu.backward_outside_ns + cpu.eager_outside_ns if cpu is not None else 0
     return max(profiled - s.capturable_ns - taken, 0) * b.host_ns / profiled
+
+
+def _waited_inside(b: Basis, s: StepLedger) -> float:
+    """Of the compiled region, the time the step's thread waited on other threads (`python_other_ns`,
+    `unattributed_other_ns`: a serving loop blocked while its model runs on a worker), which compiling this thread's
+    ops leaves as it is; known where the region is every op and runtime call (no frame marks a forward: the whole
+    step is the region). Where frames mark the forward, a wait outside it is in the work outside the region, and one
+    inside it is not told apart (0)."""
+    if s.capture_region != EVERY_OP:
+        return 0.0
+    return _unprofiled(b, s.python_other_ns + s.unattributed_other_ns)
 
 
 def _unprofiled(b: Basis, ns: float) -> float:

@@ -199,6 +199,16 @@ SYNC_FRAME = re.compile(r"\bsynchronize\b")
 # in vLLM's TP4 traces) and returns, and its blocking form waits in a synchronizing call, counted as such. A wait,
 # not Python work: mechanism `sync_wait` (its purpose stays `communication`).
 WAIT_FRAME = re.compile(r"^<built-in method wait of |\): wait$")
+# Python builtins in which the thread blocks until another thread acts or an event arrives: a lock's acquire
+# (`<built-in method acquire of _thread.lock object>`, under threading's Condition.wait, Event.wait, Thread.join and
+# Thread.start, queue.get), and waiting for I/O readiness (`<built-in method poll of select.epoll object>`,
+# select.select, kqueue's control: an asyncio event loop's idle wait, which a worker thread's result ends). The
+# Python-level form of SYNC_CALL's OS calls: their self time is a wait, not Python work (`waited_ns`, and with it
+# the step's Python that waited on other threads), outside data loading, whose waits are its own part.
+BLOCKING_BUILTIN = re.compile(
+    r"^<built-in (?:method (?:acquire|acquire_lock) of _thread\.(?:lock|RLock)\b|method (?:poll|select|control) of "
+    r"select\.(?:epoll|poll|devpoll|kqueue)\b|function (?:select|poll)>)"
+)
 # Runtime calls that ask whether the device has reached a point and return at once: CUDA's and HIP's event and
 # stream queries, runtime and driver API (nsys's `_v3020` suffix allowed).
 QUERY_CALL = re.compile(r"^(?:cuda|hip)(?:Event|Stream)Query(?:_v\d+)?$|^cu(?:Event|Stream)Query(?:_v\d+)?$")
@@ -463,6 +473,7 @@ class PartTable:
         by_name["sync_call"] = trace.name_ids(lambda s: SYNC_CALL.search(s) is not None)
         by_name["sync_frame"] = trace.name_ids(lambda s: SYNC_FRAME.search(s) is not None)
         by_name["wait_frame"] = trace.name_ids(lambda s: WAIT_FRAME.search(s) is not None)
+        by_name["blocking_builtin"] = trace.name_ids(lambda s: BLOCKING_BUILTIN.search(s) is not None)
         by_name["source_frame"] = trace.name_ids(lambda s: _SOURCE_FRAME.search(s) is not None)
         by_name["stream_wait"] = trace.name_ids(lambda s: "StreamWaitEvent" in s)
         by_name["query_call"] = trace.name_ids(lambda s: QUERY_CALL.search(s) is not None)
@@ -830,6 +841,8 @@ def mechanism_split(
     waited = np.zeros(len(ns), np.int64)
     py = mech == _PYTHON
     waited[py] = waits_on_others(trace, pid, tid, (data_s, data_e), piece_start[py], piece_end[py])
+    blocking = py & table.by_name["blocking_builtin"][names[owner]]  # a thread blocked in a lock or a poll
+    waited[blocking] = ns[blocking] - in_data_ns[blocking]
     python_other = np.bincount(step, weights=waited, minlength=n).astype(np.int64)
     blocked = (mech == _SYNC_WAIT) & is_frame[owner]  # a synchronizing frame, a collective's wait: all of it a wait
     waited[blocked] = ns[blocked]

@@ -13,7 +13,8 @@ The rules, tried in this order; the first that finds anything wins, and `StepSet
    always marks its decode steps beside its prefill; a `prefill` range with no `decode#i` is a user's own word (a
    hand-written loop's `prefill` beside its ten `decode_step` ranges, which hold most of the work): a warning says
    it was not taken, and the rules below find the steps (the decode_step ranges, by rule 6).
-3. `ProfilerStep#N`, torch's own marker (`profile.step()`).
+3. `ProfilerStep#N`, torch's own marker (`profile.step()`): those that hold an op (`_holding_ops`; the empty one
+   the last `profile.step()` opens before the profiler stops is none).
 4. The per-iteration markers real engines emit, in `MARKERS` (each with the trace it was found in); then the
    engines' own step functions as Python frames, in `ENGINE_FRAMES` (vLLM V1's and V0's worker `execute_model`,
    SGLang's `run_batch`, TensorRT-LLM's `_forward_step`, nano-vllm's `step`): their code, not a trace's names.
@@ -393,7 +394,7 @@ def _by_rules(trace: Trace, steps: Pattern | None, kinds: tuple[Kind, ...] | Non
     rows = _probe_ranges(trace, ranges, warnings)
     if len(rows):
         return _from_rows(trace, rows, RULE_PROBE, _kinds_of(trace, rows), warnings)
-    rows = trace.rows(Kind.PROFILER_STEP)
+    rows = _holding_ops(trace, trace.rows(Kind.PROFILER_STEP))
     if len(rows):
         return _from_rows(trace, rows, RULE_PROFILER, ["profiler_step"] * len(rows), warnings)
     hit = trace.name_ids(lambda s: any(m.pattern.fullmatch(s) for m in MARKERS))
@@ -417,6 +418,25 @@ def _by_rules(trace: Trace, steps: Pattern | None, kinds: tuple[Kind, ...] | Non
     if graph is not None:
         return graph
     return _whole_trace(trace, calls, warnings)
+
+
+def _holding_ops(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """The ProfilerStep#N ranges that hold an op (a cpu_op or a runtime call on their thread), or all of them when
+    none does. `profile.step()` closes a step and opens the next, so the call after a loop's last iteration opens
+    one that the profiler's stop closes at once with nothing in it (the trace's last ProfilerStep, a few
+    microseconds of the profiler's own frames): no step of the program's, and, as a step, a median of nothing."""
+    if not len(rows):
+        return rows
+    ops = trace.rows(Kind.CPU_OP, Kind.RUNTIME)
+    held = np.zeros(len(rows), dtype=bool)
+    threads = zip(trace.pid[rows].tolist(), trace.tid[rows].tolist(), strict=True)
+    for pid, tid in {(int(p), int(t)) for p, t in threads}:
+        mine = (trace.pid[rows] == pid) & (trace.tid[rows] == tid)
+        starts = np.sort(trace.ts_ns[ops[(trace.pid[ops] == pid) & (trace.tid[ops] == tid)]])
+        first = np.searchsorted(starts, trace.ts_ns[rows[mine]], side="left")
+        last = np.searchsorted(starts, trace.end_ns[rows[mine]], side="right")
+        held[mine] = last > first
+    return rows[held] if held.any() else rows
 
 
 def _probe_ranges(trace: Trace, ranges: np.ndarray, warnings: list[str]) -> np.ndarray:

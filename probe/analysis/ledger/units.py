@@ -34,13 +34,15 @@ from the outside in:
    as often as in each from the second cut on (a token's two forwards, beside the prefill's one; a training step's
    `add_` after its optimizer step). A first iteration may do more (a prefill, a loop's set-up):
    from three iterations on, a name whose count is not a multiple of K counts with them when, from the second cut
-   on, it occurs exactly K - 1 times its count over K (its extra occurrences all fall in the first iteration, or
-   before it). A last iteration may do less (a hand decode loop that ends on a forward: prefill, then each token's
-   sampling and the next forward, so the sampling runs K - 1 times, none after the last forward): from three
-   iterations on, a name whose count is a multiple of K - 1 counts with them when it does not occur from the last
-   cut on (eight tokens' `argmax`, or their twenty matmuls each, beside nine forwards), so long as the last
-   iteration still holds at least half the launches of the median one: less, not nothing (a `while` loop's
-   condition, checked once more than the loop runs, is no iteration of its own).
+   on, it occurs a multiple of K - 1 times (R an iteration) and before the second cut at least R times (its extra
+   occurrences all fall in the first iteration, or before it; they may be K or more: a short `generate` without
+   stacks, whose set-up and prefill run nine more `aten::to` than its eight tokens' rate). A last iteration may do
+   less (a hand decode loop that ends on a forward: prefill, then each token's sampling and the next forward, so the
+   sampling runs K - 1 times, none after the last forward): from three iterations on, a name whose count is a
+   multiple of K - 1 counts with them when it does not occur from the last cut on (eight tokens' `argmax`, or their
+   twenty matmuls each, beside nine forwards), so long as the last iteration still holds at least half the launches
+   of the median one: less, not nothing (a `while` loop's condition, checked once more than the loop runs, is no
+   iteration of its own).
 
 4. **A loop's calls** (only inside an engine's loop frame, probe.analysis.ledger.steps' rule 4, when 2 and 3 find
    nothing: `loop_calls`). The loop is known to iterate, so its heaviest call cuts it: the name holding the most
@@ -54,6 +56,16 @@ from the outside in:
    twice an iteration would be cut at each call, two steps a token: none of transformers' loops does (assisted
    decoding's draft forwards sit inside `get_candidates`), and a user's own decoding function (`custom_generate`)
    is no engine frame, so 3 reads it.
+
+5. **Inside each of a numbered family.** Where the scope's launches are split among events that neither repeat by
+   name nor cycle (two requests' ranges, `request_0` and `request_1`, around a `generate` each, traced without
+   stacks: a pair, no numbered family of steps), or where a container was followed inward from a scope whose other
+   events launch too (the larger of two requests, holding half of the launches or more), the steps are those the
+   rules find inside each member of the scope's numbered family of ranges (user annotations, NVTX: names one text
+   with their numbers replaced; a frame's line number is no such number) that launches the most, together, when it
+   has two members or more, each has steps, and together they hold at least `MAJORITY` of the thread's launches and
+   more than the steps found inside the container alone: sixteen decode steps, not one window, nor the first
+   request's eight. A set-up call beside a decoding loop is no member.
 
 Otherwise the thread has no repeating unit: a trace of one forward is not cut into its layers. A graph launch is
 never a unit by itself: the replay launches are pieces when the host repeats a larger unit (vLLM's piecewise graphs:
@@ -83,7 +95,7 @@ outside its iterations (set-up, sampling between them) is not found by this rule
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -213,6 +225,7 @@ class Tree:
     launches: np.ndarray  # the thread's launch calls' starts, sorted
     _by_parent: np.ndarray
     _parents: np.ndarray
+    is_range: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # a user range (not a frame or an op)
 
     @classmethod
     def of(cls, trace: Trace, pid: int, tid: int, calls: np.ndarray) -> Tree:
@@ -229,7 +242,8 @@ class Tree:
         launches = np.sort(trace.ts_ns[thread_rows(trace, calls, pid, tid)])
         held = np.searchsorted(launches, end, side="right") - np.searchsorted(launches, start, side="left")
         by_parent = np.argsort(parent, kind="stable")
-        return cls(rows, start, end, key, list(table), parent, held, launches, by_parent, parent[by_parent])
+        ranges = trace.kind[rows] == Kind.USER_RANGE
+        return cls(rows, start, end, key, list(table), parent, held, launches, by_parent, parent[by_parent], ranges)
 
     def children(self, i: int) -> np.ndarray:
         a, b = np.searchsorted(self._parents, [i, i + 1])
@@ -245,10 +259,19 @@ def repeating_unit(tree: Tree, where: str, scope: np.ndarray | None = None) -> U
     inward; `where` names the thread in the rule's words."""
     scope = np.flatnonzero(tree.parent < 0) if scope is None else scope
     root = int(tree.held[scope].sum())
+    peers: np.ndarray | None = None  # the innermost scope a container was entered from whose other events launch
+
+    def found(units: Units | None) -> Units | None:
+        units = _most(tree, units, root)
+        every = _most(tree, _in_each(tree, peers, where), root) if peers is not None else None
+        if every is not None and (units is None or _held(tree, every) > _held(tree, units)):
+            return every
+        return units
+
     while len(scope):
         total = int(tree.held[scope].sum())
         if not total:
-            return None
+            return found(None)
         keys, inverse = np.unique(tree.key[scope], return_inverse=True)
         sums = np.bincount(inverse, weights=tree.held[scope]).astype(np.int64)
         counts = np.bincount(inverse)
@@ -256,13 +279,14 @@ def repeating_unit(tree: Tree, where: str, scope: np.ndarray | None = None) -> U
         members = scope[inverse == g]
         if counts[g] == 1:
             if sums[g] >= MAJORITY * total:
+                peers = scope if sums[g] < total else peers
                 scope = tree.children(int(members[0]))
                 continue
-            return _most(tree, _cycle(tree, scope, where), root)
+            return found(_cycle(tree, scope, where) or _in_each(tree, scope, where))
         if _whole(tree, scope, members, int(sums[g])):
-            return _most(tree, _each(tree, members, where), root)
-        return _most(tree, _cycle(tree, scope, where), root)
-    return None
+            return found(_each(tree, members, where))
+        return found(_cycle(tree, scope, where))
+    return found(None)
 
 
 def loop_calls(tree: Tree, scope: np.ndarray, where: str, nested: bool = False) -> Units | None:
@@ -301,6 +325,37 @@ def loop_calls(tree: Tree, scope: np.ndarray, where: str, nested: bool = False) 
         ),
         int(tree.held[scope].sum()),
     )
+
+
+def _in_each(tree: Tree, scope: np.ndarray, where: str) -> Units | None:
+    """Rule 5 of the module docstring: the steps inside each member of the numbered family of ranges in `scope` that
+    holds the most launches (`request_0`, `request_1`: names one text with their numbers replaced, `family_key`), by
+    the rules from each member's children inward, together; None unless the family has two members or more and each
+    has steps."""
+    members: dict[str, list[int]] = {}
+    for i in scope[(tree.held[scope] > 0) & tree.is_range[scope]].tolist():
+        key = family_key(tree.names[int(tree.key[i])])
+        if key is not None:
+            members.setdefault(key, []).append(i)
+    family = max(members.values(), key=lambda rows: (int(tree.held[rows].sum()), -rows[0]), default=[])
+    if len(family) < 2:
+        return None
+    found = [repeating_unit(tree, where, tree.children(i)) for i in family]
+    if any(u is None for u in found):
+        return None
+    units = [u for u in found if u is not None]
+    return Units(
+        np.concatenate([u.start for u in units]),
+        np.concatenate([u.end for u in units]),
+        [n for u in units for n in u.names],
+        units[0].kind,
+        f"{units[0].rule}, and so inside each of {len(units)} events {tree.names[int(tree.key[family[0]])]!r}..",
+    )
+
+
+def _held(tree: Tree, units: Units) -> int:
+    """The launches the units hold."""
+    return int(tree.count(units.start, units.end + 1).sum())
 
 
 def _most(tree: Tree, units: Units | None, root: int) -> Units | None:
@@ -391,7 +446,7 @@ def _periodic(
     """Whether `cuts` (positions in `seq`) cut the scope into K iterations (rule 3): the names that count with the
     cycle (a multiple of K; from three iterations on, a first iteration's extras or a last's fewer) hold `PERIODIC`
     of its launches, and every iteration holds a launch (the last, when some name skips it, half the median's)."""
-    first_more = later == (counts // k) * (k - 1)  # its extras all in the first iteration, or before it
+    first_more = (later % (k - 1) == 0) & (counts - later >= later // (k - 1))  # extras: 1st or before
     last_less = (counts % (k - 1) == 0) & (last == 0)  # K - 1 times its rate, none in the last iteration
     periodic = (counts % k == 0) | ((k >= FAMILY_MIN) & (first_more | last_less))
     if sums[periodic].sum() < PERIODIC * sums.sum():
