@@ -469,11 +469,38 @@ def test_batching_splits_the_gpu_work_into_weights_and_kv(tmp_path):
     assert predict_batch(w.terms, 2) == pytest.approx(0.1) and predict_batch(w.terms, 30) == pytest.approx(0.125)
 
 
-def test_batching_is_capped(tmp_path):
-    """No per-sequence kernel at all: nothing bounds B but MAX_BATCH."""
+def test_gpu_batching_with_no_per_sequence_kernel_is_withheld(tmp_path):
+    """No attention or KV-cache kernel: the per-sequence term is 0, so by the model no B grows the step and the
+    largest batch would be MAX_BATCH, the search's limit alone: no batch is offered, and the line says why (before:
+    "batch 64 sequences" at no cost a sequence)."""
     host, gpu = _host_bound_decode()
     d = _median(_trace(tmp_path, host, gpu))
-    assert f"batch {MAX_BATCH} sequences" in _changes(d)
+    assert not any(c.startswith("batch") for c in _changes(d))
+    line = next(x for x in d.withheld if x.startswith("batch sequences"))
+    assert line.startswith("batch sequences: not offered: it needs work measured per sequence, and the step's split")
+    assert f"so the {MAX_BATCH} it would propose is only the most it proposes" in line
+
+
+def test_cpu_batching_with_every_op_but_the_gemm_under_the_floor_is_withheld(tmp_path):
+    """A tiny CPU model (hunt8's torch.export MLP): the GEMM (the weights: once) and ops at the dispatch floor, so
+    the per-sequence compute is 0 and the batch it proposed was MAX_BATCH at "64 x 0.000": withheld, with its
+    arithmetic."""
+    host = []
+    for i in range(3):
+        t = 100 * i
+        host += [
+            ("user_annotation", f"ProfilerStep#{i + 1}", t, t + 100, {}),
+            ("cpu_op", "aten::embedding", t + 2, t + 3, {"Input Dims": [[256, 64], [1, 1]]}),
+            ("cpu_op", "aten::mm", t + 10, t + 40, {}),
+            ("cpu_op", "aten::view", t + 41, t + 42, {}),
+            ("cpu_op", "aten::add", t + 50, t + 51, {}),
+            ("cpu_op", "aten::view", t + 52, t + 53, {}),
+        ]
+    d = _median(_trace(tmp_path, host))
+    assert d.kind == "decode"
+    assert not any(c.startswith("batch") for c in _changes(d))
+    line = next(x for x in d.withheld if x.startswith("batch sequences"))
+    assert "one sequence's step is overhead 0.070 + once 0.030 + 1 x 0.000 = 0.100 ms" in line
 
 
 @settings(max_examples=300, deadline=None)

@@ -48,7 +48,10 @@ to [0, the step], so a what-if never promises more than the step nor less than n
   marker's count, else its first `aten::embedding`'s recorded [B, T], else taken as one), so one sequence's work is
   the step's per-sequence work over B_now. B is the largest batch whose step stays within `BATCH_GROWTH` of one
   sequence's, at most `MAX_BATCH`; where the step holds B or more already, the change is withheld with that
-  arithmetic. The saving is per token: the step over B_now, less the predicted step over B;
+  arithmetic, and so it is where the split leaves no work per sequence (a CPU model whose every op but the GEMMs
+  is under the dispatch floor, a GPU step with no attention or KV-cache kernel): by the model no B grows the step,
+  so its B would be only the search's limit, `MAX_BATCH`, not a batch the trace predicts. The saving is per
+  token: the step over B_now, less the predicted step over B;
 - run the ops on more threads (a CPU whose sidecar says it had more cores): the GEMMs' and attention's compute splits
   across the threads, the rest stays single-threaded;
 - fix the top Python frame, or the top op's dispatch (a GPU's host-bound step; on a CPU an op's self time is its
@@ -580,17 +583,30 @@ def current_sequences(s: StepLedger) -> tuple[int, str]:
 @dataclass(frozen=True)
 class _Batch:
     """A batch what-if's model: the step at n sequences (`at`) and its terms in words (`terms`), from the measured
-    step's `now` sequences (`said`: what says so)."""
+    step's `now` sequences (`said`: what says so); one sequence's work (`per`, ns) and how the step's work was split
+    into once and per sequence (`how`)."""
 
     at: Callable[[int], float]
     terms: Callable[[int], str]
     now: int
     said: str
+    per: float
+    how: str
 
 
 def _batch_size(offer: _Offer, model: _Batch, change: str) -> int | None:
     """The batch the model proposes: the largest whose step stays within BATCH_GROWTH of one sequence's (at most
-    MAX_BATCH); None, with a withheld line and its arithmetic, when the step holds that many already."""
+    MAX_BATCH); None, with a withheld line and its arithmetic, when the step holds that many already, or when the
+    trace measured no per-sequence work (the term is 0: on a CPU every op but the GEMMs under the dispatch floor, on a
+    GPU no attention or KV-cache kernel): then the step does not grow with B by the model, and the B it would propose
+    is only the search's limit, MAX_BATCH, not a batch the trace predicts."""
+    if model.per <= 0:
+        offer.withheld.append(
+            f"{change}: not offered: it needs work measured per sequence, and the step's split ({model.how}) leaves "
+            f"none: one sequence's step is {model.terms(1)} = {ms(model.at(1))} ms and by that model no B grows it, "
+            f"so the {MAX_BATCH} it would propose is only the most it proposes, not a batch the trace predicts"
+        )
+        return None
     limit = BATCH_GROWTH * model.at(1)
     size = _largest_batch(model.at, limit)
     if size > model.now:
@@ -640,6 +656,8 @@ def _gpu_batch(offer: _Offer, s: StepLedger, context: Context) -> None:
         lambda n: f"max(host {ms(b.host_ns)}, GPU {ms(once)} once + {n} x {ms(per)})",
         now,
         said,
+        per,
+        how,
     )
     size = _batch_size(offer, model, change)
     if size is None or size < 2:
@@ -993,7 +1011,9 @@ def _cpu_batch(offer: _Offer, s: StepLedger, cpu: CpuOps, context: Context) -> N
     def step_at(n: int) -> float:
         return overhead + once + n * per
 
-    model = _Batch(step_at, lambda n: f"overhead {ms(overhead)} + once {ms(once)} + {n} x {ms(per)}", now, said)
+    model = _Batch(
+        step_at, lambda n: f"overhead {ms(overhead)} + once {ms(once)} + {n} x {ms(per)}", now, said, per, how
+    )
     size = _batch_size(offer, model, change)
     if size is None or size < 2:
         return
