@@ -1322,6 +1322,10 @@ def test_rocprof_v1_gpu_ops_are_on_the_device_their_args_name(tmp_path, tiny_pie
     for e in events:
         if e.get("ph") == "X" and e["pid"] in ("1", "8") and exact:
             e["args"].update({"dev-id": "2", "queue-id": "0", "stream-id": "1"})
+    dropped = {**_rocprof_op(T_US * 1000 + 70_000, T_US * 1000 + 70_500, "dropped", "8", "1", exact), "ts": "x"}
+    dropped["args"].update({"dev-id": "5", "BeginNs": "x"})  # no time: its row is dropped, and its device with it
+    at = next(i for i, e in enumerate(events) if e.get("name") == "elementwise_kernel")
+    events.insert(at, dropped)
     trace = load_trace(write_trace(tmp_path / "rocprof.json", events))
     on = {trace.name(i): (int(trace.device[i]), int(trace.stream[i])) for i in range(len(trace))}
     kernel, h2d, d2h = (on[n] for n in ("elementwise_kernel", "CopyHostToDevice", "CopyDeviceToHost"))
