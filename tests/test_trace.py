@@ -1312,6 +1312,27 @@ def test_rocprof_v1_gpu_ops_are_read_by_their_process_and_joined_by_flows(
     assert not any("ProfilerActivity" in w for w in analysis.warnings)
 
 
+@pytest.mark.parametrize("exact", [True, False])
+def test_rocprof_v1_gpu_ops_are_on_the_device_their_args_name(tmp_path, tiny_pieces, exact):
+    """rocprof v1 puts a kernel on its HSA agent's process (pid 8 for `GPU2`) and a copy on the copy engine's (pid
+    1), and names the device in args `dev-id`: the device column was the pid, so one device's work read as on
+    devices 8 and 1. A GPU op whose args name its device is on it; one whose args do not (the typed read: no
+    BeginNs) on its pid, as before. The stream stays the tid, where its flow arrow ends (rocprof's stream-id)."""
+    events = _rocprof_hip_trace(exact)
+    for e in events:
+        if e.get("ph") == "X" and e["pid"] in ("1", "8") and exact:
+            e["args"].update({"dev-id": "2", "queue-id": "0", "stream-id": "1"})
+    dropped = {**_rocprof_op(T_US * 1000 + 70_000, T_US * 1000 + 70_500, "dropped", "8", "1", exact), "ts": "x"}
+    dropped["args"].update({"dev-id": "5", "BeginNs": "x"})  # no time: its row is dropped, and its device with it
+    at = next(i for i, e in enumerate(events) if e.get("name") == "elementwise_kernel")
+    events.insert(at, dropped)
+    trace = load_trace(write_trace(tmp_path / "rocprof.json", events))
+    on = {trace.name(i): (int(trace.device[i]), int(trace.stream[i])) for i in range(len(trace))}
+    kernel, h2d, d2h = (on[n] for n in ("elementwise_kernel", "CopyHostToDevice", "CopyDeviceToHost"))
+    assert [kernel, h2d, d2h] == ([(2, 1)] * 3 if exact else [(8, 1), (1, 1), (1, 1)])
+    assert on["hipLaunchKernel"] == (-1, -1) and on["gpu_marker"] == (-1, -1)  # not on a stream: no device
+
+
 def test_flow_arrows_bind_as_the_trace_event_format_says():
     """Each end binds on its own pid and tid: an `s`, a `t` and an `f` with bp "e" to the slice enclosing its ts,
     else one starting within the microsecond after it; an `f` without bp to the next slice, however far. Arrows pair

@@ -332,6 +332,8 @@ class _Table:
         self.source = source
         self.typed = typed
         self.process_names: dict[int, str] = {}  # pid -> its process_name metadata
+        # the rows whose args name their device (`_named_devices`), and that device: read untyped only
+        self.named_devices: list[tuple[np.ndarray, np.ndarray]] = []
         self.flows: list[Flows] = []  # the flow arrows kept, a piece's at a time
         self.flow_cats = _NameTable()  # (cat, whether the id is text) -> its number, what pairs a flow with its id
         self.flow_texts = _NameTable()  # an id written as text -> its number
@@ -498,8 +500,9 @@ class _Table:
         kinds = [a.get("kind", -1) for a in args]
         shape = self.shapes.ids_of_values(args)
         exact = _exact_times([a.get("BeginNs", -1) for a in args], [a.get("EndNs", -1) for a in args])
+        device = _named_devices(args)
         name, cat = list(map(_text, name)), list(map(_text, cat))
-        self._add(ts, dur, name, cat, pid, tid, corr, ext, nbytes, kinds, shape, exact=exact)
+        self._add(ts, dur, name, cat, pid, tid, corr, ext, nbytes, kinds, shape, exact=exact, device=device)
 
     def _add(
         self,
@@ -516,6 +519,7 @@ class _Table:
         shape: np.ndarray,
         typed: bool = False,
         exact: _Exact | None = None,
+        device: np.ndarray | None = None,
     ) -> None:
         ts_ns, ts_status = times_ns(ts)
         dur_ns, dur_status = times_ns(dur)
@@ -539,6 +543,9 @@ class _Table:
         if not keep.all():
             self._count_dropped(ts_status, dur_status)
             part = {k: v[keep] for k, v in part.items()}
+            device = None if device is None else device[keep]
+        if device is not None and (named := np.flatnonzero(device >= 0)).size:
+            self.named_devices.append((self.columns.n + named, device[named]))
         check_events(self.columns.n + len(part["ts_ns"]), self.source, self.max_events)
         self.columns.append(part)
 
@@ -656,6 +663,9 @@ class _Table:
         cols["kind"] = kind
         cols["stream"] = np.where(on_stream, cols["tid"], -1)
         cols["device"] = np.where(on_stream & ~legacy, cols["pid"], np.where(on_stream, cols["tid"], -1))
+        for rows, device in self.named_devices:  # a GPU op whose args name its device: that device, not its pid
+            named = on_stream[rows] & ~legacy[rows]
+            cols["device"][rows[named]] = device[named]
         notes += legacy_notes
         notes += _pair_profiler_ranges(names, cats, cols)
         fmt: TraceFormat = "torch_chrome" if legacy.any() or _torch_wrote(names, cats) else "chrome"
@@ -1010,6 +1020,16 @@ def _exact_times(begin: list, end: list) -> _Exact | None:
     b, e = _counts(begin), _counts(end)
     rows = np.flatnonzero((b >= 0) & (e >= b))
     return _Exact(rows, b[rows], e[rows] - b[rows]) if len(rows) else None
+
+
+def _named_devices(args: list[dict]) -> np.ndarray | None:
+    """The device each event's args name, -1 where none; None when no event names one. rocprof v1 writes a GPU
+    op's device as `dev-id` (text: its process is the HSA agent's, pid 8 for device 2, or the copy engine's, one
+    for every device); kineto as `device` (always its pid in the traces seen). Read only by the untyped decode,
+    where rocprof's pieces are read (their BeginNs / EndNs keep them from the typed one): a kineto trace read typed
+    keeps its pid, which is the same device."""
+    named = [a.get("dev-id", a.get("device", -1)) for a in args]
+    return None if named.count(-1) == len(named) else _counts(named)
 
 
 def _text(v) -> str:

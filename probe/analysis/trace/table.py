@@ -18,7 +18,10 @@ Columns, all of length `len(trace)`:
 - `stream` (int64): GPU stream of kernel, memcpy, memset and gpu_range rows; -1 on host rows. Chrome: the
   row's `tid`, which kineto sets to the stream (its `args.stream` agrees on every public trace), as rocprof v1
   does (its flow arrows end on a GPU op's tid, the stream id); nsys: streamId.
-- `device` (int64): GPU device of those rows; -1 on host rows. Chrome: the row's `pid`; nsys: deviceId.
+- `device` (int64): GPU device of those rows; -1 on host rows. Chrome: the device the row's args name where its
+  piece is read untyped (rocprof v1's `dev-id`: its kernels sit on the HSA agent's process, pid 8 for device 2,
+  its copies on the copy engine's, pid 1; kineto's `args.device`, its pid on every trace here), else the row's
+  `pid` (kineto's device); nsys: deviceId.
 - `correlation` (int64): the launch <-> GPU op link: chrome `args.correlation`, nsys `correlationId`; -1 if none.
   Where a chrome file gives a runtime call and a GPU op none but links them by a flow arrow (rocprof v1), both
   take one new id (`flows`).
