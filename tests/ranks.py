@@ -92,13 +92,7 @@ def make_collective_job(
             ]
             events += [_event(c, n, a, b, 1, 1, args) for c, n, a, b, args in host]
             events += [_event(c, n, a, b, 0, 7, {"stream": 7, **args}) for c, n, a, b, args in gpu]
-        doc = {
-            "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": len(entries_us)},
-            "traceEvents": events,
-        }
-        path = folder / f"rank{rank}.trace.json"
-        path.write_text(json.dumps(doc))
-        paths.append(path)
+        paths.append(_write_rank(folder, "nccl", rank, len(entries_us), events))
     return paths
 
 
@@ -121,14 +115,16 @@ def make_gloo_job(folder: Path, entries_us: tuple[int, ...] = (0, 100, 200, 300)
                 _event("cpu_op", "c10d::allreduce_", start + 220, start + 230, 1, 1, {}),
                 _event("user_annotation", "gloo:all_reduce", start + 220, t0 + COLLECTIVE_END_US, 1, 2, {}),
             ]
-        doc = {
-            "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": len(entries_us)},
-            "traceEvents": events,
-        }
-        path = folder / f"rank{rank}.trace.json"
-        path.write_text(json.dumps(doc))
-        paths.append(path)
+        paths.append(_write_rank(folder, "gloo", rank, len(entries_us), events))
     return paths
+
+
+def _write_rank(folder: Path, backend: str, rank: int, world: int, events: list[dict]) -> Path:
+    """One rank's trace, rank<r>.trace.json in `folder`, its distributedInfo naming the backend, rank and world."""
+    path = folder / f"rank{rank}.trace.json"
+    doc = {"distributedInfo": {"backend": backend, "rank": rank, "world_size": world}, "traceEvents": events}
+    path.write_text(json.dumps(doc))
+    return path
 
 
 def _event(cat: str, name: str, a: int, b: int, pid: int, tid: int, args: dict) -> dict:

@@ -4,6 +4,7 @@ piece, what the steps cover. Hand-built traces, each figure worked out beside it
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from pathlib import Path
@@ -325,21 +326,22 @@ def sampled_loop(tokens: int, repeats: int) -> Trace:
     1000 us a token. Each forward is an `nn.Module: M_0` frame holding eight ops [b + 10, b + 90]."""
     t = Trace()
     t.host("python_function", "loop.py(1): run", 0, 1000 * tokens + 200)
-
-    def forward(b: float) -> None:
-        t.host("python_function", "nn.Module: M_0", b, b + 100)
-        for j in range(8):
-            t.host("cpu_op", "aten::linear", b + 10 + 10 * j, b + 15 + 10 * j)
-
-    forward(10)
+    _forward(t, 10)
     for i in range(tokens):
         b = 1000 * i + 120
         t.host("cpu_op", "aten::select", b, b + 5)
         for j in range(repeats):
             t.host("cpu_op", "aten::matmul", b + 10 + 20 * j, b + 25 + 20 * j)
         t.host("cpu_op", "aten::argmax", b + 10 + 20 * repeats, b + 15 + 20 * repeats)
-        forward(1000 * (i + 1) + 10)
+        _forward(t, 1000 * (i + 1) + 10)
     return t
+
+
+def _forward(t: Trace, b: float) -> None:
+    """A forward at b: an `nn.Module: M_0` frame [b, b + 100] holding eight linears (top-level ops)."""
+    t.host("python_function", "nn.Module: M_0", b, b + 100)
+    for j in range(8):
+        t.host("cpu_op", "aten::linear", b + 10 + 10 * j, b + 15 + 10 * j)
 
 
 @pytest.mark.parametrize("repeats", [1, 3])
@@ -397,11 +399,7 @@ def token_search(tokens: int, forwards: int) -> Trace:
     [b + 285, b + 290]. Each forward is an `nn.Module: M_0` frame holding eight linears (top-level ops)."""
     t = Trace()
     t.host("python_function", "search.py(9): search", 0, 1000 * tokens + 300)
-
-    def forward(b: float) -> None:
-        t.host("python_function", "nn.Module: M_0", b, b + 100)
-        for j in range(8):
-            t.host("cpu_op", "aten::linear", b + 10 + 10 * j, b + 15 + 10 * j)
+    forward = functools.partial(_forward, t)
 
     def past(b: float) -> None:
         t.host("python_function", "transformers/utils/generic.py(593): past_key_values", b, b + 5)

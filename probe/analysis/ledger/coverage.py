@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from probe.analysis.intervals import covered, merge, nesting
+from probe.analysis.intervals import covered, merge
 from probe.analysis.ledger.gpu import Attribution
-from probe.analysis.ledger.host import frame_name, thread_ops, thread_rows
+from probe.analysis.ledger.host import frame_name, nested, thread_ops, thread_rows
 from probe.analysis.ledger.steps import StepSet
 from probe.analysis.ledger.types import Coverage
 from probe.analysis.trace import Kind, Trace
@@ -66,13 +66,9 @@ def _own_outside(trace: Trace, rows: np.ndarray, win_s, win_e, into: dict[str, i
     """Add to `into`, by name, the own time (less the events inside it) of the events of `rows` (one thread's) that
     lie outside every step's window [win_s, win_e]: what the thread did outside its steps, where it did it (a
     `join`'s wait, not the `<module>` frame around everything)."""
-    r = rows[np.lexsort((-trace.end_ns[rows], trace.ts_ns[rows]))]
-    _, parent = nesting(trace.ts_ns[r], trace.end_ns[r])
-    dur = trace.dur_ns[r]
-    held = parent >= 0
-    own = dur - np.bincount(parent[held], weights=dur[held], minlength=len(r)).astype(np.int64)
-    out = covered(win_s, win_e, trace.ts_ns[r], trace.end_ns[r]) == 0
-    for name_id, ns in zip(trace.name_id[r[out]].tolist(), np.maximum(own[out], 0).tolist(), strict=True):
+    events = nested(trace, rows)
+    out = covered(win_s, win_e, events.start, events.end) == 0
+    for name_id, ns in zip(trace.name_id[events.rows[out]].tolist(), events.self_ns[out].tolist(), strict=True):
         name = frame_name(trace.names[name_id])
         into[name] = into.get(name, 0) + int(ns)
 

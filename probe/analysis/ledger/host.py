@@ -382,20 +382,21 @@ def thread_rows(trace: Trace, rows: np.ndarray, pid: int, tid: int) -> np.ndarra
 
 
 def thread_ops(trace: Trace, pid: int, tid: int) -> ThreadOps:
-    rows, start, end, parent, depth = _nested(trace, thread_rows(trace, trace.rows(Kind.CPU_OP), pid, tid))
+    return nested(trace, thread_rows(trace, trace.rows(Kind.CPU_OP), pid, tid))
+
+
+def nested(trace: Trace, rows: np.ndarray) -> ThreadOps:
+    """One thread's events `rows` (its cpu_ops, or its frames, ops and calls together) with their nesting and self
+    time, sorted by (start asc, end desc)."""
+    start, end = trace.ts_ns[rows], trace.end_ns[rows]
+    order = np.lexsort((-end, start))
+    rows, start, end = rows[order], start[order], end[order]
+    depth, parent = nesting(start, end)
     dur = end - start
     child = np.zeros(len(rows), np.int64)
     has = parent >= 0
     np.add.at(child, parent[has], dur[has])
     return ThreadOps(rows, start, end, depth, parent, np.maximum(dur - child, 0))
-
-
-def _nested(trace: Trace, rows: np.ndarray):
-    start, end = trace.ts_ns[rows], trace.end_ns[rows]
-    order = np.lexsort((-end, start))
-    rows, start, end = rows[order], start[order], end[order]
-    depth, parent = nesting(start, end)
-    return rows, start, end, parent, depth
 
 
 @dataclass(frozen=True)

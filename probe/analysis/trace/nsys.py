@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from probe.analysis.intervals import inside_any
 from probe.analysis.records import files
 from probe.analysis.trace.table import (
     COLUMNS,
@@ -199,11 +200,13 @@ def _read_tables(con: sqlite3.Connection, source: Path) -> Trace:
     dropped: Counter[str] = Counter()
     shapes: list[Shapes] = []  # what torch's op ranges recorded of their inputs (`_op_ranges`)
     parts = []
+    cuda = None
     odd = 0  # SQLite keeps an integer past int64 as a REAL: such an id reads as -1 and joins nothing, which is said
     if "NVTX_EVENTS" in tables:
         parts.append(_nvtx(con, names, dropped, shapes))
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
-        parts.append(_runtime(con, names, dropped))
+        cuda = _runtime(con, names, dropped)  # the CUDA runtime calls, which the OS calls inside them belong to
+        parts.append(cuda)
         odd += _odd_ids(con, "CUPTI_ACTIVITY_KIND_RUNTIME", parts[-1]["correlation"])
     for table, kind, label, nbytes in _GPU_TABLES:
         if table in tables:
@@ -211,7 +214,7 @@ def _read_tables(con: sqlite3.Connection, source: Path) -> Trace:
             parts.append(_gpu(con, names, dropped, table, kind, label, nbytes))
             odd += _odd_ids(con, table, parts[-1]["correlation"])
     if OS_CALLS in tables:
-        parts.append(_os_calls(con, names, dropped, parts))
+        parts.append(_os_calls(con, names, dropped, cuda))
     notes = (f"{odd} row(s) with a correlation id that is not an integer (past int64, or text): left unjoined",)
     cols = {c: np.concatenate([p[c] for p in parts]) for c in COLUMNS}
     base = None
@@ -313,7 +316,7 @@ def _op_ranges(part: dict[str, np.ndarray], names: _Names, shapes: list[Shapes])
     texts = list(names.table)
     op_of = np.full(len(texts), -1, np.int32)
     shape_of = np.full(len(texts), -1, np.int32)
-    seen: dict[tuple, int] = {}
+    seen: dict[tuple, int] = {}  # dims -> their index in `shapes`
     for i in used.tolist():
         m = _OP_RANGE.fullmatch(texts[i])
         if m is None or m.end("name") == len(texts[i]) or not m.group("name").strip():
@@ -324,11 +327,10 @@ def _op_ranges(part: dict[str, np.ndarray], names: _Names, shapes: list[Shapes])
                 dims = tuple(tuple(d) for d in json.loads(m.group("sizes")))
             except (ValueError, TypeError):
                 continue
-            key = (dims,)
-            if key not in seen:
-                seen[key] = len(shapes)
+            if dims not in seen:
+                seen[dims] = len(shapes)
                 shapes.append(Shapes(dims, ("",) * len(dims)))
-            shape_of[i] = seen[key]
+            shape_of[i] = seen[dims]
     rows = op_of[part["name_id"]] >= 0
     if rows.any():
         part["kind"][rows] = Kind.CPU_OP
@@ -353,7 +355,7 @@ def _runtime(con, names: _Names, dropped: Counter) -> dict[str, np.ndarray]:
     )
 
 
-def _os_calls(con, names: _Names, dropped: Counter, parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def _os_calls(con, names: _Names, dropped: Counter, cuda: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
     """The OS runtime calls (`OSRT_API`: `nsys profile --trace=osrt`, a default; nsys records those past its
     threshold) as runtime calls of their threads, but for those inside a CUDA runtime call of their thread (the
     driver's ioctl under cudaLaunchKernel, its poll under cudaStreamSynchronize): those are that call's own time.
@@ -363,7 +365,6 @@ def _os_calls(con, names: _Names, dropped: Counter, parts: list[dict[str, np.nda
     _count(con, dropped, "non-integer start or end", f"{table} WHERE NOT ({_TIMED})")
     c = _int_columns(con, table, _TIMED, start="start", end="end", gid="globalTid", name="nameId")
     pid, tid = _gid_pid(c["gid"]), _gid_tid(c["gid"])
-    cuda = next((p for p in parts if len(p["kind"]) and p["kind"][0] == Kind.RUNTIME), None)
     keep = ~_inside_calls(pid, tid, c["start"], c["end"], cuda) if cuda is not None else np.ones(len(pid), bool)
     return _part(
         Kind.RUNTIME,
@@ -377,24 +378,18 @@ def _os_calls(con, names: _Names, dropped: Counter, parts: list[dict[str, np.nda
 
 
 def _inside_calls(pid, tid, start, end, calls: dict[str, np.ndarray]) -> np.ndarray:
-    """Which intervals [start, end] of threads pid/tid lie inside a call of `calls` (a part) on their thread: the
-    last call that starts at or before each holds it to its end. One sort a side, one search a thread."""
-    both = np.concatenate((np.stack([pid, tid], 1), np.stack([calls["pid"], calls["tid"]], 1)))
-    thread = np.unique(both, axis=0, return_inverse=True)[1].reshape(-1)
-    mine, theirs = thread[: len(pid)], thread[len(pid) :]
-    order = np.lexsort((calls["ts_ns"], theirs))
-    by_mine = np.argsort(mine, kind="stable")
-    edges = np.arange(thread.max() + 2 if len(thread) else 1)
-    bounds, mine_bounds = np.searchsorted(theirs[order], edges), np.searchsorted(mine[by_mine], edges)
+    """Which intervals [start, end] of threads pid/tid lie inside a call of `calls` (a part) on their own thread:
+    `inside_any` a thread, each side sorted by thread once (not a mask over every row a thread)."""
+    span = int(max(tid.max(initial=0), calls["tid"].max(initial=0))) + 1
+    mine, theirs = pid * span + tid, calls["pid"] * span + calls["tid"]  # a thread's key on both sides
+    by_mine, by_theirs = np.argsort(mine, kind="stable"), np.argsort(theirs, kind="stable")
+    mine_sorted, theirs_sorted = mine[by_mine], theirs[by_theirs]
     inside = np.zeros(len(pid), bool)
     for t in np.unique(mine).tolist():
-        rows = order[bounds[t] : bounds[t + 1]]
-        if not len(rows):
-            continue
-        here = by_mine[mine_bounds[t] : mine_bounds[t + 1]]
-        j = np.searchsorted(calls["ts_ns"][rows], start[here], side="right") - 1
-        last = rows[np.maximum(j, 0)]
-        inside[here] = (j >= 0) & (calls["ts_ns"][last] + calls["dur_ns"][last] >= end[here])
+        here = by_mine[np.searchsorted(mine_sorted, t) : np.searchsorted(mine_sorted, t, side="right")]
+        rows = by_theirs[np.searchsorted(theirs_sorted, t) : np.searchsorted(theirs_sorted, t, side="right")]
+        call_start = calls["ts_ns"][rows]
+        inside[here] = inside_any(call_start, call_start + calls["dur_ns"][rows], start[here], end[here])
     return inside
 
 
