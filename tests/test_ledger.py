@@ -1025,9 +1025,12 @@ def test_a_step_kind_reads_as_words():
 # --- a step's phase from its recorded shapes (probe.analysis.ledger.phases) --------------------------------------
 
 
-def _shaped_steps(tmp_path: Path, indices: list, name: str = "ProfilerStep#{}", cat: str = "user_annotation") -> Path:
+def _shaped_steps(
+    tmp_path: Path, indices: list, name: str = "ProfilerStep#{}", cat: str = "user_annotation", keys: list | None = None
+) -> Path:
     """One step of 100 us each (ProfilerStep#1.. by default), each holding an aten::embedding (2-3 us) whose
-    recorded indices are `indices[i]` (None: no shapes recorded) and an aten::mm (10-40 us)."""
+    recorded indices are `indices[i]` (None: no shapes recorded) and an aten::mm (10-40 us); with `keys`, an
+    aten::scaled_dot_product_attention (50-55 us) reading `keys[i]` keys for the step's tokens."""
     events = []
     for i, dims in enumerate(indices):
         t = 100 * i
@@ -1038,6 +1041,11 @@ def _shaped_steps(tmp_path: Path, indices: list, name: str = "ProfilerStep#{}", 
              "args": args},
             {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t + 10, "dur": 30, "args": {}},
         ]  # fmt: skip
+        if keys is not None:
+            b, q = dims
+            attention = {"Input Dims": [[b, 4, q, 16], [b, 2, keys[i], 16], [b, 2, keys[i], 16]]}
+            events.append({"ph": "X", "cat": "cpu_op", "name": "aten::scaled_dot_product_attention", "pid": 1,
+                           "tid": 1, "ts": t + 50, "dur": 5, "args": attention})  # fmt: skip
     path = tmp_path / "shaped.json"
     path.write_text(json.dumps({"traceEvents": events}))
     return path
@@ -1137,6 +1145,22 @@ def test_two_steps_growing_by_a_token_are_no_run_without_a_kv_cache(tmp_path):
     assert [s.kind for s in a.steps][5:7] == ["decode", "profiler_step"]
     a = analyze(load_trace(_shaped_steps(tmp_path, [[1, 16], [1, 17], [1, 18], [1, 19]])))
     assert [s.kind for s in a.steps] == ["decode"] * 4
+
+
+def test_a_verify_round_that_appends_to_the_cache_is_no_prefill(tmp_path):
+    """Prompt lookup's rounds [1, 4] then [1, 5] before a single-token step, their attention reading 33 and 38 keys:
+    more than their own tokens and more than the step before read, so they append to a cache they did not start,
+    and the [1, 5] one is no prefill (it was, being followed by [1, 1]). A prefill's keys are its own tokens (a
+    dynamic cache, a second request's prompt after the first's decodes) or the whole preallocated cache (a static
+    one: as many keys as the step before read): both stay prefills."""
+    lookup = [[1, 28]] + [[1, 1]] * 5 + [[1, 4], [1, 5], [1, 1]]
+    a = analyze(load_trace(_shaped_steps(tmp_path, lookup, keys=[28, 29, 30, 31, 32, 33, 37, 42, 43])))
+    assert [s.kind for s in a.steps] == ["prefill"] + ["decode"] * 5 + ["profiler_step"] * 2 + ["decode"]
+    dynamic = [[1, 16], [1, 1], [1, 1], [1, 12], [1, 1]]
+    a = analyze(load_trace(_shaped_steps(tmp_path, dynamic, keys=[16, 17, 18, 12, 13])))
+    assert [s.kind for s in a.steps] == ["prefill", "decode", "decode", "prefill", "decode"]
+    a = analyze(load_trace(_shaped_steps(tmp_path, dynamic, keys=[64] * 5)))  # a static cache of 64 positions
+    assert [s.kind for s in a.steps] == ["prefill", "decode", "decode", "prefill", "decode"]
 
 
 def _cpu_trace(tmp_path: Path, events: list[dict]) -> Path:

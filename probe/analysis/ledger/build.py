@@ -110,7 +110,7 @@ from probe.analysis.ledger.host import (
     thread_ops,
     thread_rows,
 )
-from probe.analysis.ledger.phases import first_embeddings, recorded_tokens, shape_kinds
+from probe.analysis.ledger.phases import first_embeddings, first_keys, recorded_tokens, shape_kinds
 from probe.analysis.ledger.steps import StepSet, find_steps
 from probe.analysis.ledger.types import (
     TOP_FRAMES_KEPT,
@@ -717,7 +717,7 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> TraceAnalysi
     options = options or AnalyzeOptions()
     steps = find_steps(trace, options.steps, options.steps_kinds)
     shapes = first_embeddings(trace, steps.start, steps.end, steps.pid, steps.tid)
-    steps.kinds = shape_kinds(steps.kinds, shapes)
+    steps.kinds = shape_kinds(steps.kinds, shapes, first_keys(trace, steps.start, steps.end, steps.pid, steps.tid))
     n = len(steps)
     if n > (limit := max_steps()):
         raise ProbeError(

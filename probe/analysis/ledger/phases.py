@@ -10,7 +10,12 @@ iteration, a `--steps` step or an engine step whose marker gives no kind); a kin
 `prefill`/`decode#i`, vLLM's, SGLang's, TensorRT-LLM's counts) is never changed:
 
 - T == 1: **decode**, B sequences of one new token each.
-- T > 1 and the next step reads [B', 1]: **prefill**, the prompt's forward that decoding follows.
+- T > 1 and the next step reads [B', 1]: **prefill**, the prompt's forward that decoding follows; unless its
+  attention says it extends a cache (`first_keys`): its first `aten::scaled_dot_product_attention` reads more keys
+  than the step's T and more than the step before it read. A prefill's keys are its own tokens (a dynamic cache
+  starts empty) or the whole preallocated cache (a static one: as many as the step before read); a step whose keys
+  grew past its own tokens appends to a cache it did not start: prompt lookup's or an assistant's verify round,
+  a later chunk of a chunked prefill. Its kind stays.
 - T > 1 in a run of at least three steps of one B whose T grows by one a step ([B, T], [B, T + 1], [B, T + 2]):
   **decode without a KV cache**. Each step re-reads the whole sequence to make one new token (HF
   `generate(use_cache=False)`, a hand loop that feeds back the whole sequence): one new token a sequence, so a
@@ -44,31 +49,48 @@ from probe.analysis.trace import Kind, Trace
 from probe.counts import MAX_COUNT
 
 EMBEDDING = "aten::embedding"  # embedding(weight, indices): its indices are [batch, tokens]
+SDPA = "aten::scaled_dot_product_attention"  # (query [..., L, E], key [..., S, E], ...): S keys for L queries
 PHASELESS = frozenset({"profiler_step", "step", "iteration"})  # the kinds that name no phase
+
+
+def _first_dims(trace: Trace, name: str, start: np.ndarray, end: np.ndarray, pid: np.ndarray, tid: np.ndarray):
+    """Per step (by position), the recorded input dims of its first op named `name`: on the step's thread, in its
+    window [start, end] (sorted by start, as the steps are). Steps without one are left out."""
+    ops = trace.rows(Kind.CPU_OP)
+    ops = ops[trace.name_ids(lambda s: s == name)[trace.name_id[ops]] & (trace.shape_id[ops] >= 0)]
+    at = assign(trace.ts_ns[ops], start, end)
+    out: dict[int, tuple] = {}
+    for row, i in zip(ops.tolist(), at.tolist(), strict=True):  # sorted by start: the first of a step wins
+        if i >= 0 and i not in out and (int(trace.pid[row]), int(trace.tid[row])) == (int(pid[i]), int(tid[i])):
+            out[i] = trace.shapes[int(trace.shape_id[row])].dims
+    return out
+
+
+def _counts(dims, n: int) -> tuple[int, ...] | None:
+    """`dims` when it is `n` counts of at least 1, else None."""
+    ok = isinstance(dims, tuple) and len(dims) == n and all(type(d) is int and 1 <= d <= MAX_COUNT for d in dims)
+    return dims if ok else None
 
 
 def first_embeddings(
     trace: Trace, start: np.ndarray, end: np.ndarray, pid: np.ndarray, tid: np.ndarray
 ) -> dict[int, tuple[int, int]]:
-    """Per step (by position), its first `aten::embedding`'s recorded indices (batch, tokens): on the step's thread,
-    in its window [start, end] (sorted by start, as the steps are). Steps without one are left out."""
-    ops = trace.rows(Kind.CPU_OP)
-    ops = ops[trace.name_ids(lambda s: s == EMBEDDING)[trace.name_id[ops]] & (trace.shape_id[ops] >= 0)]
-    at = assign(trace.ts_ns[ops], start, end)
-    out: dict[int, tuple[int, int]] = {}
-    seen: set[int] = set()
-    for row, i in zip(ops.tolist(), at.tolist(), strict=True):  # sorted by start: the first of a step wins
-        if i < 0 or i in seen or (int(trace.pid[row]), int(trace.tid[row])) != (int(pid[i]), int(tid[i])):
-            continue
-        seen.add(i)
-        dims = trace.shapes[int(trace.shape_id[row])].dims
-        indices = dims[1] if len(dims) > 1 else None
-        if (
-            isinstance(indices, tuple)
-            and len(indices) == 2
-            and all(type(d) is int and 1 <= d <= MAX_COUNT for d in indices)
-        ):
+    """Per step (by position), its first `aten::embedding`'s recorded indices (batch, tokens). Steps without one
+    are left out."""
+    out = {}
+    for i, dims in _first_dims(trace, EMBEDDING, start, end, pid, tid).items():
+        if (indices := _counts(dims[1] if len(dims) > 1 else None, 2)) is not None:
             out[i] = (indices[0], indices[1])
+    return out
+
+
+def first_keys(trace: Trace, start: np.ndarray, end: np.ndarray, pid: np.ndarray, tid: np.ndarray) -> dict[int, int]:
+    """Per step (by position), how many keys its first `aten::scaled_dot_product_attention` read: S of its key
+    [B, H, S, E]. Steps without one (no shapes, another attention) are left out."""
+    out = {}
+    for i, dims in _first_dims(trace, SDPA, start, end, pid, tid).items():
+        if (key := _counts(dims[1] if len(dims) > 1 else None, 4)) is not None:
+            out[i] = key[2]
     return out
 
 
@@ -77,14 +99,17 @@ def recorded_tokens(batch: int, tokens: int) -> StepTokens:
     return StepTokens(batch, batch * tokens, None, f"recorded shapes ({EMBEDDING} [{batch}, {tokens}])")
 
 
-def shape_kind(kind: str, shape: tuple[int, int] | None, after: tuple[int, int] | None, growing: bool) -> str:
-    """One step's kind by the module docstring's rule, from its recorded [B, T], the next step's (None: none) and
-    whether it lies in a run of steps growing by one token (`growing_runs`)."""
+def shape_kind(
+    kind: str, shape: tuple[int, int] | None, after: tuple[int, int] | None, growing: bool, extends: bool = False
+) -> str:
+    """One step's kind by the module docstring's rule, from its recorded [B, T], the next step's (None: none),
+    whether it lies in a run of steps growing by one token (`growing_runs`) and whether its attention appends to a
+    cache it did not start (`extends`)."""
     if kind not in PHASELESS or shape is None:
         return kind
     if shape[1] == 1:
         return vocabulary.DECODE
-    if after is not None and after[1] == 1:
+    if after is not None and after[1] == 1 and not extends:
         return vocabulary.PREFILL
     if growing:
         return vocabulary.DECODE  # without a KV cache: the whole sequence re-read for one new token
@@ -107,11 +132,23 @@ def growing_runs(n: int, shapes: dict[int, tuple[int, int]], least: int = 3) -> 
     return out
 
 
-def shape_kinds(kinds: list[str], shapes: dict[int, tuple[int, int]]) -> list[str]:
+def shape_kinds(kinds: list[str], shapes: dict[int, tuple[int, int]], keys: dict[int, int] | None = None) -> list[str]:
     """Every step's kind, each phaseless one given its phase by its recorded shape where the rule says one, where
-    the readings hold for most of the phaseless steps with a shape (the module docstring)."""
+    the readings hold for most of the phaseless steps with a shape (the module docstring). `keys`: per step, the
+    keys its first attention read (`first_keys`)."""
+    keys = keys or {}
     growing = growing_runs(len(kinds), shapes)
-    read = [shape_kind(kind, shapes.get(i), shapes.get(i + 1), i in growing) for i, kind in enumerate(kinds)]
+    read = [
+        shape_kind(kind, shapes.get(i), shapes.get(i + 1), i in growing, _extends(i, shapes.get(i), keys))
+        for i, kind in enumerate(kinds)
+    ]
     shaped = [i for i, kind in enumerate(kinds) if kind in PHASELESS and i in shapes]
     phased = sum(read[i] != kinds[i] for i in shaped)
     return read if 2 * phased > len(shaped) else list(kinds)
+
+
+def _extends(i: int, shape: tuple[int, int] | None, keys: dict[int, int]) -> bool:
+    """Whether step `i`'s attention appends to a cache it did not start: it read more keys than its own tokens and
+    more than step i - 1 read (both recorded)."""
+    mine, before = keys.get(i), keys.get(i - 1)
+    return shape is not None and mine is not None and before is not None and mine > shape[1] and mine > before
