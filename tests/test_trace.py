@@ -7,6 +7,7 @@ import json
 import random
 import sqlite3
 import sys
+import zlib
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
@@ -344,7 +345,7 @@ def test_gzipped_and_plain_sqlite_agree(hand_nsys, tmp_path):
 def _bad_files(tmp: Path) -> dict[str, Path]:
     good = HAND.read_bytes()
     files = {
-        "truncated gzip": (tmp / "cut.json.gz", good[: len(good) // 2]),
+        "corrupt gzip": (tmp / "bad.json.gz", good[:100] + bytes(b ^ 0x5A for b in good[100:200]) + good[200:]),
         "empty file": (tmp / "empty.json", b""),
         "whitespace only": (tmp / "blank.json", b"  \n"),
         "not JSON": (tmp / "notjson.json", b"this is not json {"),
@@ -386,7 +387,7 @@ def bad_files(tmp_path_factory):
 
 
 BAD = [
-    "truncated gzip",
+    "corrupt gzip",
     "empty file",
     "whitespace only",
     "not JSON",
@@ -404,6 +405,52 @@ BAD = [
     "missing file",
     "a folder",
 ]
+
+
+def _cut_short(tmp_path: Path, name: str, text: bytes):
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(text) if name.endswith(".gz") else text)
+    return load_trace(path)
+
+
+def test_a_trace_whose_text_stops_mid_event_is_read_to_its_last_whole_event(tmp_path):
+    """A profiler stopped mid-export, or a file copied while it was written: its text stops inside its 7th event.
+    The six whole ones are read, and the warning says how many bytes after them were left out; in either format,
+    plain or gzipped. The JSON Array Format's closing bracket is optional: stopping after a whole event says
+    nothing there, and only that the text stops short in an object."""
+    events = [json.dumps(x(f"op{i}", 10.0 * i, 5.0)).encode() for i in range(10)]
+    for frame, close in ((b'{"traceEvents": [', b"]}"), (b"[", b"]")):
+        whole = frame + b", ".join(events) + close
+        stop = whole.index(b'"op6"')  # inside the 7th event
+        kept = whole.index(b"}", whole.index(b'"op5"')) + 1  # the 6th event's end (its args are empty: {})
+        kept = whole.index(b"}", kept) + 1
+        for name in ("cut.json", "cut.json.gz"):
+            trace = _cut_short(tmp_path, name, whole[:stop])
+            assert [trace.names[trace.name_id[r]] for r in trace.rows(Kind.CPU_OP)] == [f"op{i}" for i in range(6)]
+            assert trace.warnings == (
+                "the trace's text stops inside an event (a profiler stopped mid-export, or a copy not finished): "
+                f"read to its last whole event, the {stop - kept:,} bytes after it left out",
+            )
+        trace = _cut_short(tmp_path, "whole.json", whole[:kept] + b",")  # it stops after the 6th event and a comma
+        assert len(trace.rows(Kind.CPU_OP)) == 6
+        said = () if frame == b"[" else ("the trace's text stops before its JSON closes (a profiler stopped "
+                                         "mid-export, or a copy not finished): read to its last event",)  # fmt: skip
+        assert trace.warnings == said
+
+
+def test_a_gzip_that_stops_early_gives_all_it_held(tmp_path):
+    """A gzip cut at half its bytes: every event its readable part holds whole is read (the count from zlib's own
+    reading of the same bytes), not "empty file" (the 8 MiB read that hit its end used to lose what it held)."""
+    events = [json.dumps(x(f"op{i}", 10.0 * i, 5.0, shapes="x" * (i % 7))).encode() for i in range(20_000)]
+    text = b'{"traceEvents": [' + b", ".join(events) + b"]}"
+    packed = gzip.compress(text)
+    path = tmp_path / "half.json.gz"
+    path.write_bytes(packed[: len(packed) // 2])
+    readable = zlib.decompressobj(wbits=31).decompress(packed[: len(packed) // 2])
+    whole = readable.count(b"}}")  # an event ends its args and itself there, and only there
+    trace = load_trace(path)
+    assert len(trace.rows(Kind.CPU_OP)) == whole > 5_000
+    assert trace.warnings[0].startswith("the trace's text stops inside an event")
 
 
 @pytest.mark.parametrize("case", BAD)

@@ -106,7 +106,9 @@ def gunzip_limit_bytes() -> int:
 
 
 class _Gunzipped(io.RawIOBase):
-    """A gzip stream's content that raises a one-line ProbeError when it is corrupt or grows past `limit`."""
+    """A gzip stream's content that raises a one-line ProbeError when it is corrupt or grows past `limit`; a
+    stream that stops early (a file still being written, a copy cut short) ends where it stops, what it held given
+    (the reader says what the text lacks)."""
 
     def __init__(self, raw: BinaryIO, path: Path, limit: int):
         self._raw, self._gz = raw, gzip.GzipFile(fileobj=raw)
@@ -116,9 +118,11 @@ class _Gunzipped(io.RawIOBase):
         return True
 
     def readinto(self, buffer) -> int:
-        try:
-            n = self._gz.readinto(buffer)
-        except (EOFError, OSError, zlib.error) as e:
+        try:  # read1: one chunk at a time, so that a stream that stops early loses none that came before
+            n = self._gz.readinto1(buffer)
+        except EOFError:  # "Compressed file ended before the end-of-stream marker was reached": all it held was given
+            n = 0
+        except (OSError, zlib.error) as e:
             raise ProbeError(f"{self._path}: truncated or corrupt gzip ({e})") from None
         self._seen += n
         if self._seen > self._limit:

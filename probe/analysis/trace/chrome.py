@@ -289,6 +289,19 @@ def _what_else(doc: bytes) -> str:
     return f"its keys are {shown or 'none'}; {_READS}"
 
 
+def _cut_short_note(cut_short: tuple[int, bool] | None) -> tuple[str, ...]:
+    """What a text that stopped before its JSON closed lost: the bytes after its last whole event; nothing where it
+    stopped after one (the JSON Array Format's closing bracket is optional), said where an object did."""
+    if cut_short is None:
+        return ()
+    left, obj = cut_short
+    why = "a profiler stopped mid-export, or a copy not finished"
+    if left:
+        return (f"the trace's text stops inside an event ({why}): read to its last whole event, the {left:,} bytes "
+                "after it left out",)  # fmt: skip
+    return (f"the trace's text stops before its JSON closes ({why}): read to its last event",) if obj else ()
+
+
 def _frame_ok(frame: bytes) -> bool:
     """Whether `frame` really opens the events array: `{... "traceEvents": [` closed is `{... "traceEvents": []}`.
     (`"traceEvents": [` can also sit inside a string or be the tail of a longer key.)"""
@@ -350,6 +363,8 @@ class _Table:
         self.past_int64: Counter[str] = Counter()  # ids that are integers past int64, by what they are
         self.thread_names: dict[str, int] = {}  # pid / tid text that is no number -> its index (id -2 - index)
         self.max_events = cap or max_events()  # checked as each piece comes, before the table grows past it
+        self.cut_short: tuple[int, bool] | None = None  # a text that stopped before its JSON closed: (bytes left
+        # out after its last whole event, whether it was an object, whose close is no option)
 
     def add_piece(self, array: memoryview) -> bool:
         """pieces.split's test: True when `array` is a JSON array of whole events (then they are in the table)."""
@@ -395,7 +410,22 @@ class _Table:
         return self.skipped, self.dropped, self.past_int64
 
     def add_document(self, doc: bytes) -> _Top:
-        """The trace's last events and its top-level keys."""
+        """The trace's last events and its top-level keys; a text that stops before its JSON closes, closed after
+        its last whole event (`pieces.closings`), what it leaves out said (`self.cut_short`)."""
+        try:
+            return self._add_document(doc)
+        except ProbeError:
+            if "truncated" not in self.error:
+                raise
+            said = self.error
+        for text, left in pieces.closings(doc):
+            if self._decode(_RAW, text) is not None:  # whole JSON: read as a trace (or said why it is none)
+                top = self._add_document(text)
+                self.cut_short = (left, doc.lstrip()[:1] == b"{")
+                return top
+        raise ProbeError(f"{self.source}: not JSON ({said})")
+
+    def _add_document(self, doc: bytes) -> _Top:
         head = doc.lstrip()[:1]
         if not head:
             raise ProbeError(f"{self.source}: {'empty file' if not doc else 'only whitespace, no JSON'}")
@@ -672,6 +702,7 @@ class _Table:
         notes += self._join_by_flows(fmt, kind, cols)
         if self.replaced:
             notes += (f"replaced {self.replaced} character(s) that were not UTF-8 with U+FFFD",)
+        notes += _cut_short_note(self.cut_short)
         notes += tuple(f"{n} event(s) with a {why}" for why, n in sorted(self.past_int64.items()))
         ops_only = np.where(kind == Kind.CPU_OP, cols["shape_id"], -1)
         shapes, cols["shape_id"], odd = self.shapes.finish(ops_only)

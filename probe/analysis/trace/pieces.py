@@ -28,7 +28,8 @@ import multiprocessing
 import os
 import re
 import threading
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from probe.errors import ProbeError
@@ -77,6 +78,25 @@ def split(
         else:
             want = 2 * end
     return frame[:-1] + bytes(buf)
+
+
+CLOSING_TRIES = 8  # the last cuts tried in a text that stops mid-event: a cut that is no true one is rare
+
+
+def closings(doc: bytes) -> Iterator[tuple[bytes, int]]:
+    """A trace whose text stops before its JSON closes (a profiler stopped mid-export, a copy not finished; the JSON
+    Array Format leaves its closing bracket optional): `doc` (FRAME + last events, as `split` returns it) closed as
+    the documents it may have meant, best first, each with how many of its bytes it leaves out: closed where it
+    stops (after a whole event: none), then at each of its last CLOSING_TRIES cuts between two events, the part
+    after the cut left out. The consumer keeps the first that decodes."""
+    m = _FRAME.match(doc)
+    if m is None:
+        return
+    close = b"]" if doc[: m.end()].lstrip().startswith(b"[") else b"]}"
+    yield doc.rstrip().rstrip(b",") + close, 0
+    for cut in reversed(deque(_CUT.finditer(doc, m.end()), maxlen=CLOSING_TRIES)):
+        yield doc[: cut.start() + 1] + close, len(doc) - cut.start() - 1
+    yield doc[: m.end()] + close, len(doc) - m.end()  # not one whole event: the frame alone
 
 
 def _whole_in_place(whole: Callable[[memoryview], bool], buf: bytearray, end: int) -> bool:
