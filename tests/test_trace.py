@@ -11,6 +11,7 @@ import zlib
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -575,6 +576,28 @@ def test_reading_in_small_pieces_gives_the_same_trace(path, monkeypatch):
     monkeypatch.setattr(pieces, "PIECE_BYTES", 300)
     monkeypatch.setattr(pieces, "_LOOKAHEAD", 50)
     assert _table(load_trace(path)) == whole
+
+
+def test_a_piece_consumer_that_keeps_a_view_fails_loudly_unless_it_is_raising():
+    """A consumer that keeps a view into the piece it was handed makes the reader fail (the buffer moves on); one
+    interrupted mid-decode (Ctrl-C, its frames holding views) lets its own exception through: a BufferError used to
+    replace the KeyboardInterrupt, and `probe analyze` died with a traceback, not "probe: interrupted"."""
+    kept = []
+
+    def keeps(array: memoryview) -> bool:
+        kept.append(msgspec.json.decode(array, type=list[msgspec.Raw]))  # Raw values hold the view
+        return True
+
+    def interrupted(array: memoryview) -> bool:
+        kept.append(msgspec.json.decode(array, type=list[msgspec.Raw]))  # Raw values hold the view
+        raise KeyboardInterrupt
+
+    buf = bytearray(b'[{"a": 1}, {"b": 2}]')
+    with pytest.raises(BufferError):
+        pieces._whole_in_place(keeps, buf, 9)
+    kept.clear()
+    with pytest.raises(KeyboardInterrupt):
+        pieces._whole_in_place(interrupted, bytearray(buf), 9)
 
 
 def test_false_cuts_and_keys_after_the_events(tmp_path, tiny_pieces):

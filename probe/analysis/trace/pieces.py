@@ -102,13 +102,23 @@ def closings(doc: bytes) -> Iterator[tuple[bytes, int]]:
 def _whole_in_place(whole: Callable[[memoryview], bool], buf: bytearray, end: int) -> bool:
     """whole(buf[:end] + "]"), with no copy of the piece: the byte at `end` (the cut's) reads "]" during the call,
     through a view released after it. A consumer that kept a view into the piece (msgspec's Raw is one) makes that
-    release fail loudly, never read text that has moved."""
+    release fail loudly, never read text that has moved; unless `whole` is raising (Ctrl-C mid-decode: its frames
+    still hold the views), whose exception goes on as it is."""
     kept, buf[end] = buf[end], 0x5D
+    view = memoryview(buf)
+    array = view[: end + 1]
     try:
-        with memoryview(buf) as view, view[: end + 1] as array:
-            return whole(array)
-    finally:
+        ok = whole(array)
+    except BaseException:
         buf[end] = kept
+        with contextlib.suppress(BufferError):
+            array.release()
+            view.release()
+        raise
+    buf[end] = kept
+    array.release()
+    view.release()
+    return ok
 
 
 def two_processes(size: int) -> bool:
