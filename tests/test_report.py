@@ -529,6 +529,10 @@ def test_a_contended_what_if_check_is_not_judged(tmp_path):
     (static, *batches) = what_if_checks(median, measured)
     assert static.contended and not static.judged and static.wrong_term is None
     assert static.note == "not judged: contended (1.20 cores of other work beside it)"
+    measured[Side("cached")] = Measured(0.2, True, 1.4)  # +100% over the 0.1 priced, contended: said, not judged
+    (static, *_) = what_if_checks(median, measured)
+    assert static.baseline_error_pct == pytest.approx(100.0) and not static.baseline_departed
+    assert "(+100.0%), so 0.188 ms" in terminal.check_line(static)
     assert all(c.note.startswith("not checked: batch sequences: not offered") for c in batches)  # nothing per seq
 
 

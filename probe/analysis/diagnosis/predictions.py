@@ -201,8 +201,8 @@ class WhatIfCheck:
     judges the change: it holds within HOLDS; past it, `wrong_term` names the term of the change that departed, from
     the rebased figures. The baseline's own departure past HOLDS (`baseline_departed`) is a finding of its own (the
     profile's unprofiled estimate was off), shown beside the verdict and never deciding it. Where the profile priced
-    no baseline step (`priced_step_ms` None), the prediction is judged as it is. A contended side is never judged
-    (`note` says so)."""
+    no baseline step (`priced_step_ms` None), the prediction is judged as it is. A contended side is never judged,
+    the change nor the baseline's departure (`note` says so; the figures are kept)."""
 
     change: str  # "cached -> static", "batched B=1 -> B=4", "cached 1 -> 2 threads"
     what_if: str  # the diagnosis's line it checks
@@ -223,8 +223,10 @@ class WhatIfCheck:
 
     @property
     def baseline_departed(self) -> bool:  # said beside the verdict as BASELINE_DEPARTED
-        """The baseline measured past HOLDS from the step the profile priced: the profile's estimate was off."""
-        return self.baseline_error_pct is not None and abs(self.baseline_error_pct) > 100 * HOLDS
+        """The baseline measured past HOLDS from the step the profile priced: the profile's estimate was off. Never
+        on a contended side: its figures are kept, and not judged."""
+        departure = self.baseline_error_pct
+        return not self.contended and departure is not None and abs(departure) > 100 * HOLDS
 
 
 BASELINE_DEPARTED = f"past {100 * HOLDS:.0f}%: the profile's estimate of it was off"  # a check's baseline finding
