@@ -328,6 +328,8 @@ def test_what_if_checks_hold_each_change_against_the_change_made(tmp_path):
     static, *batches = what_if_checks(median, measured)
     assert (static.change, static.what_if) == ("cached -> static", "capture the forward in a CUDA graph")
     assert (static.predicted_step_ms, static.measured_step_ms) == (pytest.approx(0.0875), 0.1)
+    assert (static.priced_step_ms, static.baseline_step_ms, static.baseline_error_pct) == (0.1, 0.1, 0.0)
+    assert static.rebased_step_ms == pytest.approx(0.0875)  # the baseline measured as priced: nothing to rebase
     assert static.error_pct == pytest.approx(100 * (0.1 / 0.0875 - 1)) and static.wrong_term is None
     assert [c.change for c in batches] == ["batched B=1 -> B=2", "batched B=1 -> B=4", "batched B=1 -> B=8"]
     assert [c.predicted_step_ms for c in batches] == [None] * 3
@@ -338,26 +340,186 @@ def test_what_if_checks_hold_each_change_against_the_change_made(tmp_path):
 
 
 def test_a_what_if_check_names_the_term_that_departed(tmp_path):
-    """The baseline first: cached measured at 0.2 ms beside the change, against the 0.1 ms the profile priced, is
-    the profiled step's estimate departing, whatever static did. With the baseline in line, a static step of 0.15 ms
-    against 0.0875 is the host work the capture left (host 87.5 > GPU 7 us)."""
+    """The change, not the baseline: cached measured at 0.2 ms beside the change, against the 0.1 ms the profile
+    priced (+100%), is the profile's estimate departing, said apart; the capture's saving (0.1 - 0.0875 = 0.0125
+    ms) held fixed, static should take 0.2 - 0.0125 = 0.1875 ms, and 0.15 ms beat it by 20%: the host work the
+    capture left (host 87.5 > GPU 7 us), from the rebased figure. With the baseline in line, a static step of 0.15 ms
+    against 0.0875 is the same term, figures as predicted."""
     median = _python_bound_median(tmp_path)
     measured = {Side("cached"): Measured(0.2, False), Side("static"): Measured(0.15, False)}
     (static, *_) = what_if_checks(median, measured)
-    assert static.wrong_term.startswith("the baseline: the profile priced its step at 0.100 ms, it measured 0.200")
+    assert static.baseline_error_pct == pytest.approx(100.0) and static.baseline_departed
+    assert static.rebased_step_ms == pytest.approx(0.1875) and static.error_pct == pytest.approx(-20.0)
+    expected = (
+        "the host work left outside the capture: predicted a step of 0.188 ms (0.087 + the baseline's +0.100), "
+        "measured 0.150 ms"
+    )
+    assert static.wrong_term == expected
     measured[Side("cached")] = Measured(0.1, False)
     (static, *_) = what_if_checks(median, measured)
     expected = "the host work left outside the capture: predicted a step of 0.087 ms, measured 0.150 ms"
-    assert static.wrong_term == expected
+    assert static.wrong_term == expected and not static.baseline_departed
 
 
 def test_a_compiled_models_departed_overhead_leaves_out_what_stays_as_it_is():
     """A compiled training step of 0.3 ms measured: less its compute (0.1), the host work outside the model (0.02)
-    and the ops it leaves as they are (AccumulateGrad, the optimizer's: 0.05), 0.13 ms is the overhead it kept."""
+    and the ops it leaves as they are (AccumulateGrad, the optimizer's: 0.05), 0.13 ms is the overhead it kept: from
+    the saving, it saved none of the 0.1 ms predicted, so it kept 0.03 + 0.1."""
     w = WhatIf("compile the model", 0.2, 0.1, 33.3, "", "", step_ms=0.3)
     w = dataclasses.replace(w, terms={"compute": 0.1, "outside": 0.02, "eager": 0.05, "overhead": 0.1, "calls": 0.03})
-    expected = "the overhead a compiled graph keeps: predicted 0.030 ms, measured 0.130 ms"
+    expected = (
+        "the overhead a compiled graph keeps: predicted 0.030 ms, measured 0.130 ms (it saved 0.000 ms, 0.100 "
+        "predicted)"
+    )
     assert wrong_term(w, 0.3, 0.3) == expected
+
+
+def _with_what_ifs(median, *what_ifs: WhatIf):
+    return dataclasses.replace(median, what_if=what_ifs, withheld=())
+
+
+# A cached CPU step's compile what-if as a real `probe run --quick` priced it: the step 2.025 ms (unprofiled),
+# compiled 1.022 ms = compute 0.428 + outside the forward 0.100 + the calls a compiled graph keeps 0.394 + guards
+# 0.100; its overhead, 2.025 - 0.528 = 1.497 ms, shrinks to 0.494: it saves 1.003 ms.
+COMPILE = WhatIf(
+    "compile the forward (torch.compile)", 1.022, 1.003, 49.5, "host 2.025 -> ...", "", step_ms=2.025,
+    terms={"compute": 0.428, "outside": 0.1, "overhead": 1.497, "calls": 0.394, "entry": 0.1},
+)  # fmt: skip
+
+
+def test_a_change_that_holds_holds_though_its_baseline_departed_9_percent(tmp_path):
+    """The real run's compile check: cached measured 2.209 ms beside the change, 9.1% over the 2.025 priced; static
+    1.233 ms. Against the prediction as priced it read +20.6%, and the kept overhead (0.705 against 0.494) took the
+    blame; with the saving held fixed, static should take 2.209 - 1.003 = 1.206 ms, and 1.233 is +2.2%: the change
+    holds, and a 9% departure (under HOLDS) is no finding."""
+    median = _with_what_ifs(_python_bound_median(tmp_path), COMPILE)
+    measured = {Side("cached"): Measured(2.209, False), Side("static"): Measured(1.233, False)}
+    (static, *_) = what_if_checks(median, measured)
+    assert static.error_pct == pytest.approx(100 * (1.233 / 1.206 - 1))  # +2.2%, not +20.6%
+    assert static.judged and static.wrong_term is None
+    assert (static.predicted_step_ms, static.priced_step_ms) == (1.022, 2.025)  # the raw prediction is kept
+    assert static.rebased_step_ms == pytest.approx(1.206)
+    assert static.baseline_error_pct == pytest.approx(100 * (2.209 / 2.025 - 1)) and not static.baseline_departed
+    assert terminal.check_line(static) == (
+        "check: cached -> static (compile the forward (torch.compile)): predicted 1.022 ms from a baseline priced "
+        "at 2.025 ms; the baseline measured 2.209 ms (+9.1%), so 1.206 ms; measured 1.233 ms (+2.2%; holds)"
+    )
+
+
+def test_a_baseline_that_departs_30_percent_is_said_and_the_change_judged_apart(tmp_path):
+    """cached measured 2.633 ms, 30.0% over the 2.025 priced: the profile's estimate was off, said in the line and
+    the table. The change is judged on 2.633 - 1.003 = 1.630 ms: static at 1.700 ms is +4.3%, it holds (against the
+    prediction as priced, +66%)."""
+    median = _with_what_ifs(_python_bound_median(tmp_path), COMPILE)
+    measured = {Side("cached"): Measured(2.633, False), Side("static"): Measured(1.7, False)}
+    (static, *batches) = what_if_checks(median, measured)
+    assert static.error_pct == pytest.approx(100 * (1.7 / 1.630 - 1)) and static.judged and static.wrong_term is None
+    assert static.baseline_departed and static.baseline_error_pct == pytest.approx(100 * (2.633 / 2.025 - 1))
+    line = terminal.check_line(static)
+    assert line.endswith(
+        "the baseline measured 2.633 ms (+30.0%, past 15%: the profile's estimate of it was off), so 1.630 ms; "
+        "measured 1.700 ms (+4.3%; holds)"
+    )
+    markdown = report_markdown(results(cell("cached", 16, 2.633)), Report(None, [], [], what_if_checks=[static]))
+    row = (
+        r"| cached \-\> static | compile the forward \(torch\.compile\) | 2.025 | 2.633 (+30.0%, past 15%: the "
+        r"profile's estimate of it was off) | 1.022 | 1.630 | 1.700 | +4.3 | no | holds |"
+    )
+    assert row in markdown
+
+
+def test_a_change_that_misses_names_its_term_from_the_rebased_figures(tmp_path):
+    """The baseline departed 30% (2.633 ms against 2.025), and static measured 2.200 ms against the rebased 1.630:
+    +35%, a miss of the change's own. It saved 2.633 - 2.200 = 0.433 ms of the 1.003 predicted, so the compiled
+    graph kept 0.494 + 1.003 - 0.433 = 1.064 ms of overhead, not the baseline (as the old rule said) nor the 2.200 -
+    0.528 = 1.672 ms the measured step less the priced compute would say. Static at 0.400 ms saved 2.233 ms, past
+    the whole 1.497 ms of overhead: the compute shrank."""
+    median = _with_what_ifs(_python_bound_median(tmp_path), COMPILE)
+    measured = {Side("cached"): Measured(2.633, False), Side("static"): Measured(2.2, False)}
+    (static, *_) = what_if_checks(median, measured)
+    assert static.error_pct == pytest.approx(100 * (2.2 / 1.630 - 1)) and static.baseline_departed
+    assert static.wrong_term == (
+        "the overhead a compiled graph keeps: predicted 0.494 ms, measured 1.064 ms (it saved 0.433 ms, 1.003 "
+        "predicted)"
+    )
+    measured[Side("static")] = Measured(0.4, False)
+    (static, *_) = what_if_checks(median, measured)
+    assert static.wrong_term == (
+        "compute: the compiled step saved 2.233 ms, past the whole 1.497 ms of overhead: the ops' compute (0.428 "
+        "ms), taken to stay, shrank"
+    )
+
+
+def test_a_batch_check_is_judged_from_batched_b1_measured_beside_it(tmp_path):
+    """The real run's batch checks: the what-if priced the cached step at 2.025 ms = overhead 1.500 + once 0.386 +
+    0.139 a sequence (B=2 2.164, B=4 2.442, B=8 2.998); batched B=1 measured 2.354 (+16.2%, departed). Rebased:
+    2.493, 2.771, 3.327; measured 2.581 (+3.5%; +19.3% as priced), 2.759 (-0.4%), 3.028 (-9.0%): each holds. B=8 at
+    4.500 (+35.3%) misses: the per-sequence work, (4.500 - 2.354) / 7 = 0.307 ms a sequence from B=1 measured beside
+    it, against 0.139."""
+    w = WhatIf(
+        "batch 8 sequences", 2.998, 1.65, 81.5, "", "", step_ms=2.025,
+        terms={"overhead": 1.5, "once": 0.386, "per_sequence": 0.139},
+    )  # fmt: skip
+    median = _with_what_ifs(_python_bound_median(tmp_path), w)
+    measured = {Side("batched"): Measured(2.354, False)}
+    measured |= {Side("batched", b): Measured(x, False) for b, x in ((2, 2.581), (4, 2.759), (8, 3.028))}
+    _, *batches = what_if_checks(median, measured)
+    assert [c.error_pct for c in batches] == [
+        pytest.approx(100 * (m / r - 1)) for m, r in ((2.581, 2.493), (2.759, 2.771), (3.028, 3.327))
+    ]
+    assert [c.rebased_step_ms for c in batches] == [pytest.approx(x) for x in (2.493, 2.771, 3.327)]
+    assert all(c.judged and c.wrong_term is None and c.baseline_departed for c in batches)
+    measured[Side("batched", 8)] = Measured(4.5, False)
+    *_, b8 = what_if_checks(median, measured)
+    assert b8.wrong_term == "the per-sequence work: predicted 0.139 ms a sequence, measured 0.307 ms"
+
+
+def test_a_threads_check_and_the_default_name_the_change_from_the_measured_baseline(tmp_path):
+    """Threads: predicted to save 2.025 - 1.500 = 0.525 ms; cached measured 2.500 (+23.5%) and on 2 threads 2.300:
+    against 2.500 - 0.525 = 1.975, +16.5%: it saved 0.200 ms. A what-if with no terms: predicted 0.500 from 1.000,
+    the baseline 1.200, so 0.700 ms."""
+    w = WhatIf(
+        "run the ops on 2 threads", 1.5, 0.525, 25.9, "", "", step_ms=2.025, terms={"serial": 0.975, "parallel": 1.05}
+    )
+    median = _with_what_ifs(_python_bound_median(tmp_path), w)
+    measured = {Side("cached"): Measured(2.5, False), Side("cached", threads=2): Measured(2.3, False)}
+    *_, threads = what_if_checks(median, measured)
+    assert threads.change == "cached -> 2 threads" and threads.error_pct == pytest.approx(100 * (2.3 / 1.975 - 1))
+    expected = "the work that splits across threads (GEMM, attention): predicted to save 0.525 ms, measured 0.200 ms"
+    assert threads.wrong_term == expected
+    bare = WhatIf("make the shapes static", 0.5, 0.5, 50.0, "", "", step_ms=1.0)
+    expected = "the step: predicted 0.700 ms (0.500 + the baseline's +0.200), measured 1.000 ms"
+    assert wrong_term(bare, 1.2, 1.0) == expected
+
+
+def test_a_baseline_under_the_saving_leaves_nothing_to_check(tmp_path):
+    """cached measured 0.900 ms beside the change, under the 1.003 ms the compile was predicted to save: held fixed,
+    the saving leaves no step, so the change is not checked (no error), and the line says why."""
+    median = _with_what_ifs(_python_bound_median(tmp_path), COMPILE)
+    (static, *_) = what_if_checks(median, {Side("cached"): Measured(0.9, False), Side("static"): Measured(0.5, False)})
+    assert static.error_pct is None and not static.judged and static.wrong_term is None
+    assert static.note == (
+        "not checked: the change was predicted to save 1.003 ms of a 2.025 ms step, and the baseline measured "
+        "0.900 ms: no step is left to predict"
+    )
+
+
+def test_a_report_json_from_before_the_rebase_reads_back_and_prints(tmp_path):
+    """A report.json written before checks were rebased has no priced, rebased or baseline-error figures: it reads
+    back with none, and its line prints the prediction as it was judged then."""
+    old = {
+        "change": "cached -> static", "what_if": "compile the forward (torch.compile)", "predicted_step_ms": 1.022,
+        "measured_step_ms": 1.233, "error_pct": 20.6, "contended": False, "wrong_term": "the kept overhead",
+        "note": "", "baseline_step_ms": 2.209,
+    }  # fmt: skip
+    (check,) = Report.from_json({"predictions": [], "what_if_checks": [old]}).what_if_checks
+    assert (check.priced_step_ms, check.rebased_step_ms, check.baseline_error_pct) == (None, None, None)
+    assert not check.baseline_departed
+    expected = (
+        "check: cached -> static (compile the forward (torch.compile)): predicted 1.022 ms; measured 1.233 ms "
+        "(+20.6%; the kept overhead)"
+    )
+    assert terminal.check_line(check) == expected
 
 
 def test_a_contended_what_if_check_is_not_judged(tmp_path):
@@ -367,6 +529,10 @@ def test_a_contended_what_if_check_is_not_judged(tmp_path):
     (static, *batches) = what_if_checks(median, measured)
     assert static.contended and not static.judged and static.wrong_term is None
     assert static.note == "not judged: contended (1.20 cores of other work beside it)"
+    measured[Side("cached")] = Measured(0.2, True, 1.4)  # +100% over the 0.1 priced, contended: said, not judged
+    (static, *_) = what_if_checks(median, measured)
+    assert static.baseline_error_pct == pytest.approx(100.0) and not static.baseline_departed
+    assert "(+100.0%), so 0.188 ms" in terminal.check_line(static)
     assert all(c.note.startswith("not checked: batch sequences: not offered") for c in batches)  # nothing per seq
 
 
@@ -387,7 +553,10 @@ def test_what_if_checks_round_trip_and_print(tmp_path):
     }  # fmt: skip
     assert Report.from_json(doc).what_if_checks == checks
     markdown = report_markdown(results(cell("cached", 16, 0.1)), report)
-    row = r"| cached \-\> static | capture the forward in a CUDA graph | 0.100 | 0.087 | 0.100 | +14.3 | no | holds |"
+    row = (
+        r"| cached \-\> static | capture the forward in a CUDA graph | 0.100 | 0.100 (+0.0%) | 0.087 | 0.087 | 0.100 "
+        "| +14.3 | no | holds |"
+    )
     assert row in markdown and "### What-ifs checked by making the change" in markdown
 
 

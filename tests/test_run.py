@@ -152,7 +152,13 @@ def assert_what_ifs_checked(report) -> None:
             continue
         assert c.what_if.startswith(("compile ", "batch ", "run the ops on ")), c
         assert c.predicted_step_ms > 0 and c.measured_step_ms > 0, c
-        assert c.error_pct == pytest.approx(100 * (c.measured_step_ms / c.predicted_step_ms - 1))
+        # the change judged on its prediction rebased onto the baseline measured beside it (its saving held fixed)
+        assert c.rebased_step_ms == pytest.approx(c.predicted_step_ms + c.baseline_step_ms - c.priced_step_ms)
+        if c.rebased_step_ms <= 0:  # a baseline measured under the saving predicted: nothing left to judge
+            assert c.error_pct is None and c.note.endswith("no step is left to predict"), c
+            continue
+        assert c.error_pct == pytest.approx(100 * (c.measured_step_ms / c.rebased_step_ms - 1))
+        assert c.baseline_error_pct == pytest.approx(100 * (c.baseline_step_ms / c.priced_step_ms - 1))
         # contended is None where the decode phases were too short to judge (MIN_JUDGED_NS): a fast machine's quick run
         assert not (c.contended and c.judged) and (c.wrong_term is None or c.judged)
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from probe.analysis.diagnosis.predictions import BASELINE_DEPARTED, WhatIfCheck
 from probe.analysis.diagnosis.report import Figure, Report
 from probe.analysis.records.results import BenchResults
 from probe.analysis.regression.compare import COLUMNS, Comparison, row_cells
@@ -159,20 +160,38 @@ def _diagnoses(report: Report) -> list[str]:
             "",
             "### What-ifs checked by making the change (`what_if_checks`)",
             "",
-            "| change | what-if | baseline measured ms | predicted ms | measured ms | error % | contended "
-            "| wrong term, or why not judged |",
-            "|---|---|---|---|---|---|---|---|",
+            "| change | what-if | baseline priced ms | baseline measured ms | predicted ms | rebased ms | measured ms "
+            "| error % | contended | wrong term, or why not judged |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
-        for c in report.what_if_checks:
-            numbers = (c.baseline_step_ms, c.predicted_step_ms, c.measured_step_ms)
-            figures = ("-" if x is None else f"{x:.3f}" for x in numbers)
-            error = "-" if c.error_pct is None else f"{c.error_pct:+.1f}"
-            why = c.wrong_term or (c.note if not c.judged else "holds")
-            out.append(
-                f"| {md_escape(c.change)} | {md_escape(c.what_if) or '-'} | {' | '.join(figures)} | {error} | "
-                f"{'-' if c.contended is None else ('yes' if c.contended else 'no')} | {md_escape(why)} |"
-            )
+        out += [_check_row(c) for c in report.what_if_checks]
     return out
+
+
+def _check_row(c: WhatIfCheck) -> str:
+    """A what-if check: the baseline as priced and as measured beside the change (with its departure), the
+    prediction and the prediction rebased onto that baseline, the change measured, and its error on the rebased."""
+
+    def figure(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    baseline = figure(c.baseline_step_ms)
+    if c.baseline_error_pct is not None:
+        departed = f", {md_escape(BASELINE_DEPARTED)}" if c.baseline_departed else ""
+        baseline += f" ({c.baseline_error_pct:+.1f}%{departed})"
+    figures = (
+        figure(c.priced_step_ms),
+        baseline,
+        figure(c.predicted_step_ms),
+        figure(c.rebased_step_ms),
+        figure(c.measured_step_ms),
+    )
+    error = "-" if c.error_pct is None else f"{c.error_pct:+.1f}"
+    why = c.wrong_term or (c.note if not c.judged else "holds")
+    return (
+        f"| {md_escape(c.change)} | {md_escape(c.what_if) or '-'} | {' | '.join(figures)} | {error} | "
+        f"{'-' if c.contended is None else ('yes' if c.contended else 'no')} | {md_escape(why)} |"
+    )
 
 
 def _not_judged(results: BenchResults, report: Report) -> list[str]:

@@ -12,7 +12,14 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from probe.analysis.diagnosis.predictions import Machine, OverheadReport, Prediction, Verdict
+from probe.analysis.diagnosis.predictions import (
+    BASELINE_DEPARTED,
+    Machine,
+    OverheadReport,
+    Prediction,
+    Verdict,
+    WhatIfCheck,
+)
 from probe.analysis.diagnosis.report import Figure, Report
 from probe.analysis.ledger.host import MECHANISM_PARTS, PURPOSE_PARTS
 from probe.analysis.ledger.median import MedianStep
@@ -495,12 +502,22 @@ def diagnosis_lines(report: Report) -> list[str]:
         if c.error_pct is None:
             out.append(f"check: {escape(c.change)}: {escape(c.note)}")
         else:
-            why = c.wrong_term or (c.note if not c.judged else "holds")
-            out.append(
-                f"check: {escape(c.change)} ({escape(c.what_if)}): predicted {c.predicted_step_ms:.3f} ms, "
-                f"measured {c.measured_step_ms:.3f} ms ({c.error_pct:+.1f}%; {escape(why)})"
-            )
+            out.append(check_line(c))
     return out
+
+
+def check_line(c: WhatIfCheck) -> str:
+    """A judged what-if check, the change's verdict on its prediction rebased onto the baseline measured beside it
+    (WhatIfCheck), with the baseline's own departure from the step the profile priced."""
+    why = c.wrong_term or (c.note if not c.judged else "holds")
+    line = f"check: {escape(c.change)} ({escape(c.what_if)}): predicted {c.predicted_step_ms:.3f} ms"
+    if c.priced_step_ms is not None and c.baseline_error_pct is not None:
+        departed = f", {BASELINE_DEPARTED}" if c.baseline_departed else ""
+        line += (
+            f" from a baseline priced at {c.priced_step_ms:.3f} ms; the baseline measured {c.baseline_step_ms:.3f} ms "
+            f"({c.baseline_error_pct:+.1f}%{departed}), so {c.rebased_step_ms:.3f} ms"
+        )
+    return line + f"; measured {c.measured_step_ms:.3f} ms ({c.error_pct:+.1f}%; {escape(why)})"
 
 
 def verdict_lines(verdicts: list[Verdict]) -> list[str]:

@@ -191,22 +191,45 @@ class Measured:
 @dataclass(frozen=True)
 class WhatIfCheck:
     """A what-if the baseline engine's profiled step predicted, held against the change made (report.json's
-    `what_if_checks`). error_pct = 100 (measured / predicted - 1); `wrong_term`, past HOLDS, names the term of the
-    prediction that departed; a contended side is never judged (`note` says so)."""
+    `what_if_checks`). It judges the change, not the profile's estimate of the baseline.
+
+    The what-if predicted `predicted_step_ms` from the baseline's step as the profile priced it (`priced_step_ms`:
+    the profiled step, unprofiled). The baseline measured beside the change (`baseline_step_ms`) departs from that
+    estimate by `baseline_error_pct` = 100 (baseline / priced - 1). The prediction is rebased onto the measured
+    baseline with the what-if's saving in ms held fixed ("saves X ms" is what the diagnosis prints):
+    `rebased_step_ms` = predicted + (baseline - priced). error_pct = 100 (measured / rebased - 1), and it alone
+    judges the change: it holds within HOLDS; past it, `wrong_term` names the term of the change that departed, from
+    the rebased figures. The baseline's own departure past HOLDS (`baseline_departed`) is a finding of its own (the
+    profile's unprofiled estimate was off), shown beside the verdict and never deciding it. Where the profile priced
+    no baseline step (`priced_step_ms` None), the prediction is judged as it is. A contended side is never judged,
+    the change nor the baseline's departure (`note` says so; the figures are kept)."""
 
     change: str  # "cached -> static", "batched B=1 -> B=4", "cached 1 -> 2 threads"
     what_if: str  # the diagnosis's line it checks
-    predicted_step_ms: float | None
+    predicted_step_ms: float | None  # the profile's prediction, priced on its own estimate of the baseline
     measured_step_ms: float | None
-    error_pct: float | None
+    error_pct: float | None  # 100 (measured / rebased - 1): the change's error
     contended: bool | None
     wrong_term: str | None = None
     note: str = ""  # how it was predicted; or why not checked, or not judged
-    baseline_step_ms: float | None = None  # the baseline measured beside it (the profile priced it at what_if.step_ms)
+    baseline_step_ms: float | None = None  # the baseline measured beside it
+    priced_step_ms: float | None = None  # the baseline's step as the profile priced it (the what-if's step_ms)
+    rebased_step_ms: float | None = None  # the prediction moved onto the measured baseline, its saving held fixed
+    baseline_error_pct: float | None = None  # 100 (baseline / priced - 1): the profile's estimate's own error
 
     @property
     def judged(self) -> bool:
         return self.error_pct is not None and not self.contended
+
+    @property
+    def baseline_departed(self) -> bool:  # said beside the verdict as BASELINE_DEPARTED
+        """The baseline measured past HOLDS from the step the profile priced: the profile's estimate was off. Never
+        on a contended side: its figures are kept, and not judged."""
+        departure = self.baseline_error_pct
+        return not self.contended and departure is not None and abs(departure) > 100 * HOLDS
+
+
+BASELINE_DEPARTED = f"past {100 * HOLDS:.0f}%: the profile's estimate of it was off"  # a check's baseline finding
 
 
 CHECK_BATCHES = (2, 4, 8)
@@ -270,48 +293,81 @@ def _check(
         return WhatIfCheck(change, "", None, after.step_ms if after else None, None, None, note=f"not checked: {note}")
     predicted = w.predicted_step_ms if predicted is None else predicted
     if after is None or base is None:
-        return WhatIfCheck(
-            change, w.change, predicted, None, None, None, note="not checked: the change was not measured"
-        )
-    error = 100 * (after.step_ms / predicted - 1) if predicted else None
+        note = "not checked: the change was not measured"
+        return WhatIfCheck(change, w.change, predicted, None, None, None, note=note, priced_step_ms=w.step_ms or None)
+    return _judge(change, w, predicted, base, after, batch)
+
+
+def _judge(change: str, w: WhatIf, predicted: float, base: Measured, after: Measured, batch: int) -> WhatIfCheck:
+    """The change judged on the prediction rebased onto the baseline measured beside it (WhatIfCheck)."""
+    priced = w.step_ms or None
+    rebased = predicted + (base.step_ms - priced) if priced else predicted
+    figures = {
+        "baseline_step_ms": base.step_ms,
+        "priced_step_ms": priced,
+        "rebased_step_ms": rebased,
+        "baseline_error_pct": 100 * (base.step_ms / priced - 1) if priced else None,
+    }
+    error = 100 * (after.step_ms / rebased - 1) if rebased > 0 else None
     contended = bool(base.contended or after.contended) if None not in (base.contended, after.contended) else None
     if contended:
         cores = max(m.other_cpu_cores or 0.0 for m in (base, after))
         note = f"not judged: contended ({cores:.2f} cores of other work beside it)"
-        return WhatIfCheck(change, w.change, predicted, after.step_ms, error, True, None, note, base.step_ms)
-    wrong = None
-    if error is not None and abs(error) > 100 * HOLDS:
-        wrong = wrong_term(w, base.step_ms, after.step_ms, batch)
-    return WhatIfCheck(change, w.change, predicted, after.step_ms, error, contended, wrong, w.arithmetic, base.step_ms)
+        return WhatIfCheck(change, w.change, predicted, after.step_ms, error, True, None, note, **figures)
+    if error is None:
+        note = (
+            f"not checked: the change was predicted to save {priced - predicted:.3f} ms of a {priced:.3f} ms step, "
+            f"and the baseline measured {base.step_ms:.3f} ms: no step is left to predict"
+            if priced
+            else "not checked: the change was predicted to take no time"
+        )
+        return WhatIfCheck(change, w.change, predicted, after.step_ms, None, contended, None, note, **figures)
+    wrong = wrong_term(w, base.step_ms, after.step_ms, batch) if abs(error) > 100 * HOLDS else None
+    return WhatIfCheck(change, w.change, predicted, after.step_ms, error, contended, wrong, w.arithmetic, **figures)
 
 
 def wrong_term(w: WhatIf, base_ms: float, after_ms: float, batch: int = 1) -> str:
-    """Which term of the prediction departed: the baseline first (the profiled step, unprofiled, against the same
-    step measured beside the change), then the term the change moves."""
-    if w.step_ms and abs(base_ms / w.step_ms - 1) > HOLDS:
-        return (
-            f"the baseline: the profile priced its step at {w.step_ms:.3f} ms, it measured {base_ms:.3f} ms beside "
-            "the change (the profiled step's estimate, not the change, departed)"
-        )
+    """Which term of the change's prediction departed, the prediction rebased onto the baseline measured beside the
+    change (`base_ms`; WhatIfCheck): each term is measured from what the change moved, so the baseline's own
+    departure from the step the profile priced (w.step_ms) never counts against the change."""
+    shift = base_ms - w.step_ms if w.step_ms else 0.0  # the baseline's departure, ms
     t = w.terms
     if "compute" in t:  # compile: the compute stays, the overhead shrinks to the calls a compiled graph makes
-        kept = after_ms - t["compute"] - t.get("outside", 0.0) - t.get("eager", 0.0) - t.get("others", 0.0)
-        if kept < 0:
-            return f"compute: the compiled step ({after_ms:.3f} ms) beat the ops' compute ({t['compute']:.3f} ms)"
-        predicted = t["calls"] + t.get("entry", 0.0)
-        return f"the overhead a compiled graph keeps: predicted {predicted:.3f} ms, measured {kept:.3f} ms"
-    if "per_sequence" in t:  # batch: the per-sequence work, measured from B = 1 to B
+        return _compile_term(w, base_ms - after_ms)
+    if "per_sequence" in t:  # batch: measured from B = 1 to B, both beside the change: no departure enters
         slope = (after_ms - base_ms) / (batch - 1)
         return f"the per-sequence work: predicted {t['per_sequence']:.3f} ms a sequence, measured {slope:.3f} ms"
-    if "parallel" in t:
+    if "parallel" in t:  # savings, each from its own baseline: no departure enters
         return (
             f"the work that splits across threads (GEMM, attention): predicted to save "
             f"{w.step_ms - w.predicted_step_ms:.3f} ms, measured {base_ms - after_ms:.3f} ms"
         )
+    rebased = f"{w.predicted_step_ms + shift:.3f} ms" + (
+        f" ({w.predicted_step_ms:.3f} + the baseline's {shift:+.3f})" if shift else ""
+    )
     if "kept" in t:  # capture: the host work outside the region, or the GPU's
         side = "the GPU work" if t["gpu"] >= t["host"] else "the host work left outside the capture"
-        return f"{side}: predicted a step of {w.predicted_step_ms:.3f} ms, measured {after_ms:.3f} ms"
-    return f"the step: predicted {w.predicted_step_ms:.3f} ms, measured {after_ms:.3f} ms"
+        return f"{side}: predicted a step of {rebased}, measured {after_ms:.3f} ms"
+    return f"the step: predicted {rebased}, measured {after_ms:.3f} ms"
+
+
+def _compile_term(w: WhatIf, saved_ms: float) -> str:
+    """A compile's miss, from the saving measured (the baseline beside the change less the compiled step) against
+    the saving predicted: the overhead a compiled graph keeps is what the prediction kept plus what it saved that
+    the change did not; past the whole overhead, the compute (taken to stay) shrank."""
+    t = w.terms
+    predicted_saving = (w.step_ms or w.predicted_step_ms + w.saving_ms) - w.predicted_step_ms
+    predicted = t["calls"] + t.get("entry", 0.0)
+    kept = predicted + predicted_saving - saved_ms
+    if kept < 0:
+        return (
+            f"compute: the compiled step saved {saved_ms:.3f} ms, past the whole {predicted + predicted_saving:.3f} "
+            f"ms of overhead: the ops' compute ({t['compute']:.3f} ms), taken to stay, shrank"
+        )
+    return (
+        f"the overhead a compiled graph keeps: predicted {predicted:.3f} ms, measured {kept:.3f} ms (it saved "
+        f"{saved_ms:.3f} ms, {predicted_saving:.3f} predicted)"
+    )
 
 
 @dataclass(frozen=True)
