@@ -624,6 +624,52 @@ def test_odd_types_in_one_piece_leave_the_others_typed(tmp_path, tiny_pieces):
     assert trace.name(20) == "" and trace.pid[21] == -2 and trace.name(21) == "op21"  # pid "main": its own id
 
 
+def _begin_end(events: list[dict]) -> list[dict]:
+    """`events` (X) as duration events: each a begin (B: its category, name and args) and an end (E: its pid, tid
+    and time only), in order of time, an end before a begin at the same time (as a tracer writes them)."""
+    marks = []
+    for i, e in enumerate(events):
+        begin = {k: v for k, v in e.items() if k != "dur"} | {"ph": "B"}
+        end = {"ph": "E", "pid": e["pid"], "tid": e["tid"], "ts": e["ts"] + e["dur"]}
+        marks += [(e["ts"], 1, i, begin), (e["ts"] + e["dur"], 0, -i, end)]
+    return [m for *_, m in sorted(marks, key=lambda m: m[:3])]
+
+
+def test_duration_events_read_as_the_complete_events_they_make(tmp_path, tiny_pieces):
+    """A hand-written tracer's begins and ends (B, E) on two threads, nested three deep, read in many pieces: the
+    same trace as the complete (X) events they pair into, to the nanosecond, with the begin's args (shapes too)."""
+    events = []
+    for i in range(30):
+        t, tid = 100.0 * i + 0.125, 1 + i % 2
+        events += [x(f"step_{i}", t, 90.5, cat="user_annotation", tid=tid),
+                   x("aten::mm", t + 1, 50.25, tid=tid, **{"Input Dims": [[2, 3], [3, 4]], "Input type": ["f", "f"]}),
+                   x("aten::addmm", t + 2, 3.0, tid=tid)]  # fmt: skip
+    complete = load_trace(write_trace(tmp_path / "x.json", events))
+    paired = load_trace(write_trace(tmp_path / "be.json", _begin_end(events)))
+
+    def rows(t) -> list[tuple]:
+        shape = [t.shapes[k].dims if k >= 0 else None for k in t.shape_id.tolist()]
+        names = [t.name(i) for i in range(len(t))]
+        return list(zip(names, t.ts_ns.tolist(), t.dur_ns.tolist(), t.tid.tolist(), shape, strict=True))
+
+    assert rows(paired) == rows(complete) and len(paired) == 90
+    assert (paired.skipped, paired.dropped, paired.warnings) == ({}, {}, ())
+
+
+def test_a_duration_event_left_open_or_an_end_with_no_begin_is_dropped_and_said(tmp_path):
+    """An end with no begin open on its thread, and a begin never ended (a tracer stopped mid-step), are dropped and
+    counted; the begin and end of another thread pair by themselves; a piece of odd types (a name that is a
+    number) is read untyped, its begins and ends alike."""
+    events = _begin_end([x("a", 10.0, 5.0), x("b", 20.0, 5.0, tid=2)])
+    events.insert(0, {"ph": "E", "pid": 1, "tid": 1, "ts": 1.0})
+    events.append({"ph": "B", "name": "never", "pid": 1, "tid": 1, "ts": 30.0})
+    events.append({"ph": "X", "name": 5, "pid": 1, "tid": 3, "ts": 40.0, "dur": 1.0})
+    trace = load_trace(write_trace(tmp_path / "open.json", events))
+    assert [trace.name(i) for i in range(len(trace))] == ["a", "b", "5"]
+    assert trace.dur_ns.tolist() == [5000, 5000, 1000] and trace.tid.tolist() == [1, 2, 3]
+    assert trace.dropped == {"begin (B) never ended": 1, "end (E) with no begin open on its thread": 1}
+
+
 # --- two processes read what one reads ------------------------------------------------------------------
 
 
@@ -684,12 +730,14 @@ def test_two_processes_read_what_one_reads(tmp_path, tiny_pieces, reads, monkeyp
 
 
 @pytest.mark.parametrize(
-    "odd", ["false cut", "odd types", "thread named in words", "not UTF-8", "exact ns in args", "a GPU process"]
+    "odd",
+    ["false cut", "odd types", "thread named in words", "not UTF-8", "exact ns in args", "a GPU process", "B/E"],
 )
 def test_what_two_processes_cannot_share_is_read_by_one_alike(tmp_path, tiny_pieces, reads, monkeypatch, odd):
     """A cut inside a string, a piece of odd types, a thread named in words (its id is the order of such names
-    across the whole file), a byte that is not UTF-8, or a process named as a GPU side (the read keeps flow arrows
-    from there on): the two-process read stops and one process reads the file, as it always has."""
+    across the whole file), a byte that is not UTF-8, a process named as a GPU side (the read keeps flow arrows
+    from there on), or duration events (a begin pairs with an end in any piece): the two-process read stops and one
+    process reads the file, as it always has."""
     events = [x(f"op{i}", float(i), 0.5) for i in range(200)]
     if odd == "false cut":
         events[120]["name"] = 'a}, {"ph": "X", "ts": 1, "dur": 1}, {b' * 40
@@ -701,6 +749,8 @@ def test_what_two_processes_cannot_share_is_read_by_one_alike(tmp_path, tiny_pie
         events[120]["args"] = {"BeginNs": "120000001", "EndNs": "120500002"}
     elif odd == "a GPU process":  # rocprof v1's metadata
         events[120] = {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "GPU0"}}
+    elif odd == "B/E":  # a begin and its end may sit in different pieces
+        events[120:121] = _begin_end(events[120:121])
     path = write_trace(tmp_path / "t.json", events)
     if odd == "not UTF-8":
         path.write_bytes(path.read_bytes().replace(b"op120", b"op\xff\xfe"))

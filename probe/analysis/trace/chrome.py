@@ -130,6 +130,26 @@ class _Event(msgspec.Struct, tag_field="ph", tag="X", gc=False):
     args: _Args = _Args()
 
 
+class _Begin(msgspec.Struct, tag_field="ph", tag="B", gc=False):
+    """A duration event's begin: paired with the end that closes it on its thread (`_durations`), a complete event.
+    Any types (a hand-written tracer's), the args kept as their text."""
+
+    cat: Any = ""
+    name: Any = ""
+    pid: Any = -1
+    tid: Any = -1
+    ts: msgspec.Raw = _MISSING
+    args: msgspec.Raw = _MISSING
+
+
+class _End(msgspec.Struct, tag_field="ph", tag="E", gc=False):
+    """A duration event's end: it closes the latest begin still open on its thread."""
+
+    pid: Any = -1
+    tid: Any = -1
+    ts: msgspec.Raw = _MISSING
+
+
 class _Meta(msgspec.Struct, tag_field="ph", tag="M", gc=False):
     """A metadata event: `process_name` names the process `pid` is in its args (rocprof v1: `CPU HIP API`, `COPY`,
     `GPU2`). Any types: a trace holds few, and what they are is looked at as they are read (`_name_processes`)."""
@@ -167,17 +187,20 @@ class _FlowEnd(_Flow, tag="f"):
 # An event with no phase, or another one, sends its piece to the untyped decode.
 _EMPTY = {
     ph: msgspec.defstruct(f"_Phase{i}", [], tag_field="ph", tag=ph, gc=False)
-    for i, ph in enumerate("BEiICbnestfPONDVvRc()")
+    for i, ph in enumerate("iICbnestfPONDVvRc()")
 }
 _FLOW_TYPES: dict[type, str] = {_FlowStart: "s", _FlowStep: "t", _FlowEnd: "f"}
 _UNREAD_FLOWS = tuple(_EMPTY[ph] for ph in _FLOW_PHASES)
-_PHASE_OF: dict[type, str] = {cls: ph for ph, cls in _EMPTY.items()} | {_Meta: "M"} | _FLOW_TYPES
+_DURATION_TYPES: dict[type, str] = {_Begin: "B", _End: "E"}
+_PHASE_OF: dict[type, str] = {cls: ph for ph, cls in _EMPTY.items()} | {_Meta: "M"} | _FLOW_TYPES | _DURATION_TYPES
 if TYPE_CHECKING:  # the phase structs are made at run time, so to a type checker an event of any phase is Any
     _FAST_PHASE = Any
     _FLOWS_PHASE = Any
 else:  # unions built from a tuple
-    _FAST_PHASE = Union[(_Event, _Meta, *_EMPTY.values())]
-    _FLOWS_PHASE = Union[(_Event, _Meta, *_FLOW_TYPES, *(c for ph, c in _EMPTY.items() if ph not in _FLOW_PHASES))]
+    _FAST_PHASE = Union[(_Event, _Meta, _Begin, _End, *_EMPTY.values())]
+    _FLOWS_PHASE = Union[
+        (_Event, _Meta, _Begin, _End, *_FLOW_TYPES, *(c for ph, c in _EMPTY.items() if ph not in _FLOW_PHASES))
+    ]
 
 
 class _AnyEvent(msgspec.Struct, gc=False):
@@ -289,6 +312,34 @@ def _what_else(doc: bytes) -> str:
     return f"its keys are {shown or 'none'}; {_READS}"
 
 
+class _Mark(msgspec.Struct, gc=False):
+    """A duration event's begin or end, as read (`_Table._durations` pairs them)."""
+
+    begin: bool
+    cat: Any = ""
+    name: Any = ""
+    pid: Any = -1
+    tid: Any = -1
+    ts: bytes = b""  # the time as written (microseconds)
+    args: bytes = b""  # the begin's args as written
+
+
+def _key(value: Any) -> tuple[str, str]:
+    """A pid or tid as a key its thread's begins and ends share, whatever its JSON type."""
+    return type(value).__name__, str(value)
+
+
+def _complete(begin: _Mark, dur_ns: int) -> bytes:
+    """The complete (X) event a begin makes with its end `dur_ns` later, as JSON text: its time as written, its
+    duration as exact microseconds."""
+    fields = [b'"ph":"X"', b'"cat":' + _ENCODE(begin.cat), b'"name":' + _ENCODE(begin.name)]
+    fields += [b'"pid":' + _ENCODE(begin.pid), b'"tid":' + _ENCODE(begin.tid), b'"ts":' + begin.ts]
+    fields.append(b'"dur":%d.%03d' % divmod(dur_ns, 1000))
+    if begin.args:
+        fields.append(b'"args":' + begin.args)
+    return b"{" + b",".join(fields) + b"}"
+
+
 def _cut_short_note(cut_short: tuple[int, bool] | None) -> tuple[str, ...]:
     """What a text that stopped before its JSON closed lost: the bytes after its last whole event; nothing where it
     stopped after one (the JSON Array Format's closing bracket is optional), said where an object did."""
@@ -363,6 +414,7 @@ class _Table:
         self.past_int64: Counter[str] = Counter()  # ids that are integers past int64, by what they are
         self.thread_names: dict[str, int] = {}  # pid / tid text that is no number -> its index (id -2 - index)
         self.max_events = cap or max_events()  # checked as each piece comes, before the table grows past it
+        self.marks: list[_Mark] = []  # duration events' begins and ends, in the file's order (`_durations`)
         self.cut_short: tuple[int, bool] | None = None  # a text that stopped before its JSON closed: (bytes left
         # out after its last whole event, whether it was an object, whose close is no option)
 
@@ -379,7 +431,7 @@ class _Table:
             table._add_typed(_FAST.events.decode(array))
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             return None
-        if table.thread_names or table.typed.keeps_flows:
+        if table.thread_names or table.typed.keeps_flows or table.marks:  # begins and ends pair across pieces
             return None
         cols, keys = table.columns.take(), table.shapes.ids.keys_in_order
         return _Part(cols, list(table.strings), keys, table.counters(), table.items, *table.meta())
@@ -522,6 +574,11 @@ class _Table:
                 self._add_flows(flows, [e.ph for e in flows])
             else:
                 self.flows_unread += len(flows)
+        self.marks += [
+            _Mark(e.ph == "B", e.cat, e.name, e.pid, e.tid, bytes(e.ts), b"" if e.args is None else _ENCODE(e.args))
+            for e in others
+            if e.ph in ("B", "E")
+        ]
         ts, dur, name, cat, pid, tid = _common_fields(xs)
         args = [e.args if type(e.args) is dict else {} for e in xs]
         corr = [a.get("correlation", -1) for a in args]
@@ -589,6 +646,49 @@ class _Table:
         if any(cls in phases for cls in _FLOW_TYPES):
             flows = [e for e in events if type(e) in _FLOW_TYPES]
             self._add_flows(flows, [_FLOW_TYPES[type(e)] for e in flows])
+        if _Begin in phases or _End in phases:
+            self.marks += [  # their texts copied: a piece's Raw values are views into it
+                _Mark(True, e.cat, e.name, e.pid, e.tid, bytes(e.ts), bytes(e.args))
+                if type(e) is _Begin
+                else _Mark(False, pid=e.pid, tid=e.tid, ts=bytes(e.ts))
+                for e in events
+                if type(e) in _DURATION_TYPES
+            ]
+
+    def _durations(self) -> None:
+        """Duration events (B, E) as complete ones: on each thread, in order of time (the file's among equals), an
+        end closes the latest begin still open, and the pair is one event from the begin's time to the end's, with
+        the begin's category, name and args (the Trace Event Format's rule). An end with no begin open, and a begin
+        never ended, are dropped and counted; the pairs leave the skipped phases."""
+        marks, self.marks = self.marks, []
+        if not marks:
+            return
+        ts_ns, status = times_ns([m.ts for m in marks])
+        open_: dict[tuple, list[int]] = {}
+        pairs: list[tuple[int, int]] = []
+        for i in sorted(range(len(marks)), key=lambda i: (ts_ns[i], i)):
+            if status[i] != NUMBER:
+                self.dropped["duration event with no time"] += 1
+                continue
+            m = marks[i]
+            stack = open_.setdefault((_key(m.pid), _key(m.tid)), [])
+            if m.begin:
+                stack.append(i)
+            elif stack:
+                pairs.append((stack.pop(), i))
+            else:
+                self.dropped["end (E) with no begin open on its thread"] += 1
+        if never := sum(map(len, open_.values())):
+            self.dropped["begin (B) never ended"] += never
+        for ph in "BE":
+            self.skipped[ph] -= len(pairs)
+            if self.skipped[ph] <= 0:
+                del self.skipped[ph]
+        if not pairs:
+            return
+        items = self.items
+        self._add_events(b"[" + b",".join(_complete(marks[b], int(ts_ns[e] - ts_ns[b])) for b, e in pairs) + b"]")
+        self.items = items
 
     def _name_processes(self, metas: list) -> None:
         """The process names that `process_name` metadata gives in args.name, by pid (read as the pid column reads
@@ -679,6 +779,7 @@ class _Table:
         return link(kind, cols, Flows.join(self.flows))
 
     def finish(self, top: _Top) -> Trace:
+        self._durations()
         if not self.columns.n:  # empty columns of the right types: finish() says why
             self._add([], [], [], [], [], [], [], [], [], [], np.zeros(0, np.int32))
         names = tuple(self.strings)

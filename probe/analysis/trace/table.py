@@ -527,7 +527,11 @@ def finish(
     if len(ts) > 1 and np.any(ts[1:] < ts[:-1]):
         _take(cols, np.argsort(ts, kind="stable"))
     if len(cols["ts_ns"]) == 0:
-        what = "no events in its tables" if fmt == "nsys_sqlite" else "no complete ('X') events"
+        what = (
+            "no events in its tables"
+            if fmt == "nsys_sqlite"
+            else "no complete ('X') events, nor begin-end ('B', 'E') pairs"
+        )
         extra = f" ({describe(dropped)} dropped)" if dropped else ""
         raise ProbeError(f"{source}: trace has {what}{extra}")
     shapes = _where_meaningful(cols, names, shapes)
