@@ -58,6 +58,11 @@ NAMED = ("user_annotation", "cpu_op", "operator", "python_function")
 QUEUED_NS = 50_000  # a copy starting this long after its call began, while the call ran: the call waited
 MECHANISM = ("python", "dispatch", "launch", "runtime", "sync_wait", "profiler", "unattributed")
 SYNC_FRAME = re.compile(r"\bsynchronize\b")
+# a thread blocked in a lock's acquire or a poll: a wait, on other threads' work where they ran code inside it
+BLOCKING = re.compile(
+    r"^<built-in (?:method (?:acquire|acquire_lock) of _thread\.(?:lock|RLock)\b|method (?:poll|select|control) of "
+    r"select\.(?:epoll|poll|devpoll|kqueue)\b|function (?:select|poll)>)"
+)
 WAIT_FRAME = re.compile(r"^<built-in method wait of |\): wait$")  # a collective's wait, when it makes no runtime call
 # torch.compile's bookkeeping ops around a compiled call (the guard check, the pregraph bytecode, AOTAutograd's runtime
 # wrapper): their self time is the compiled runtime's, not an op's
@@ -299,6 +304,7 @@ def _mechanism(events, lo, hi, pid, tid, waited=frozenset()):
     code = [e for e in mine if e.end > lo and e.start < hi]
     parts = {p: 0 for p in MECHANISM}
     frames: dict[str, int] = {}
+    blocked: list[list] = []  # a blocking builtin's self pieces: [start, end, event], contiguous stretches joined
     for a, b, open_now in _sweep(code, lo, hi):
         if not open_now:
             parts["unattributed"] += b - a
@@ -307,9 +313,16 @@ def _mechanism(events, lo, hi, pid, tid, waited=frozenset()):
             parts["profiler"] += b - a
             continue
         e = max(open_now, key=lambda e: (e.start, -e.end, RANK.get(e.cat, 2)))
+        if e.cat == "python_function" and BLOCKING.search(e.name):
+            if blocked and blocked[-1][1] == a and blocked[-1][2] is e:
+                blocked[-1][1] = b
+            else:
+                blocked.append([a, b, e])
         if e.cat == "python_function":
             name = re.sub(r" at 0x[0-9a-fA-F]+", "", e.name)
             frames[name] = frames.get(name, 0) + b - a
+            if BLOCKING.search(e.name):
+                continue  # its part below, piece by piece
             part = "sync_wait" if SYNC_FRAME.search(e.name) or _collective_wait(e, open_now, code) else "python"
         elif e.cat in RANK:
             bookkeeping = e.name.startswith(COMPILE_BOOKKEEPING)
@@ -319,7 +332,43 @@ def _mechanism(events, lo, hi, pid, tid, waited=frozenset()):
             blocks = SYNC.search(e.name) or id(e) in waited
             part = "launch" if base in LAUNCH | GRAPH else "sync_wait" if blocks else "runtime"
         parts[part] += b - a
+    data = _spans([e for e in events if e.pid == pid and e.tid == tid and e.cat in NAMED and DATA.search(e.name)])
+    for a, b, _ in blocked:  # other threads' code that began and ended inside the piece, or data loading: Python
+        others = [
+            e
+            for e in events
+            if e.pid == pid and e.tid != tid and (e.cat in RANK or e.cat in RUNTIME_CATS) and a <= e.start
+            and e.end <= b
+        ]  # fmt: skip
+        worked = _length(_spans(others + [_Span(x, y) for x, y in data], a, b))
+        parts["python"] += worked
+        parts["sync_wait"] += b - a - worked
     return parts, frames
+
+
+@dataclass
+class _Span:
+    start: int
+    end: int
+
+
+def _spans(events, lo=None, hi=None) -> list[tuple[int, int]]:
+    """The union of the events' spans (clipped to [lo, hi] when given), as disjoint sorted intervals."""
+    out: list[list[int]] = []
+    for e in sorted(events, key=lambda e: e.start):
+        a = e.start if lo is None else max(e.start, lo)
+        b = e.end if hi is None else min(e.end, hi)
+        if b <= a:
+            continue
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _length(spans) -> int:
+    return sum(b - a for a, b in spans)
 
 
 def top_level_ops(events: list[Event], lo: int, hi: int, pid, tid) -> int:

@@ -578,36 +578,54 @@ def test_a_thread_running_before_the_frame_is_concurrent_not_waited_on(tmp_path)
     assert (d.evidence.other_threads_ns, d.evidence.python_ns, d.host_bound_by) == (0, 900_000, "python")
 
 
-def test_a_thread_blocked_in_a_lock_or_a_poll_waits_its_python_is_not_its_own(tmp_path):
-    """A serving loop hands its model to a worker thread the profiler did not record (asyncio.to_thread): the loop
-    thread blocks in a lock's acquire (under threading's wait, 600 us) and in the event loop's epoll (200 us), around
-    100 us of its own Python and a 100 us op. The blocking builtins' self time is a wait, not Python work (before: the
-    acquire was the top frame, "fix" it to save 60%): the step waited on other threads 800 us, its Python is 100, and
-    the frame to fix is the loop's own."""
-    events = [
-        {"ph": "X", "cat": c, "name": n, "pid": 1, "tid": 1, "ts": a, "dur": b - a, "args": {}}
-        for c, n, a, b in (
-            ("user_annotation", "ProfilerStep#0", 0, 1000),
-            ("python_function", "serve.py(10): handle", 0, 1000),
-            ("python_function", "threading.py(295): wait", 50, 660),
-            ("python_function", "<built-in method acquire of _thread.lock object at 0x7f3a>", 55, 655),
-            ("python_function", "selectors.py(451): select", 660, 870),
-            ("python_function", "<built-in method poll of select.epoll object at 0x7f3b>", 665, 865),
-            ("cpu_op", "aten::argmax", 880, 980),
-        )
+def _blocked_loop(tmp_path: Path, worker: bool) -> Path:
+    """A serving loop's thread blocks in a lock's acquire (under threading's wait, 600 us) and in the event loop's
+    epoll (200 us), around 100 us of its own Python and a 100 us op; with `worker`, a second thread of the process
+    runs the model meanwhile (an op 100-500, inside the acquire), else that thread is not recorded."""
+    rows = [
+        (1, "user_annotation", "ProfilerStep#0", 0, 1000),
+        (1, "python_function", "serve.py(10): handle", 0, 1000),
+        (1, "python_function", "threading.py(295): wait", 50, 660),
+        (1, "python_function", "<built-in method acquire of _thread.lock object at 0x7f3a>", 55, 655),
+        (1, "python_function", "selectors.py(451): select", 660, 870),
+        (1, "python_function", "<built-in method poll of select.epoll object at 0x7f3b>", 665, 865),
+        (1, "cpu_op", "aten::argmax", 880, 980),
     ]
-    path = tmp_path / "t.json"
+    rows += [(2, "cpu_op", "aten::mm", 100, 500)] if worker else []
+    base = {"ph": "X", "pid": 1, "args": {}}
+    events = [base | {"cat": c, "name": n, "tid": t, "ts": a, "dur": b - a} for t, c, n, a, b in rows]
+    path = tmp_path / f"loop{int(worker)}.json"
     path.write_text(json.dumps({"traceEvents": events}))
-    s = analyze(load_trace(path)).steps[0]
-    assert s.python_other_ns == 800_000
+    return path
+
+
+def test_a_thread_blocked_in_a_lock_or_a_poll_waits_its_python_is_not_its_own(tmp_path):
+    """The blocking builtins' self time is a wait, not Python work (before: the acquire was the top frame, "fix" it
+    to save 60%). Where another thread of the process ran code meanwhile, the wait is that thread's work (its op's
+    400 us inside the acquire); the rest is a wait on what the trace does not hold (a worker thread the profiler did
+    not record, asyncio.to_thread's): sync wait, named by the builtin, as an OS wait call is, and the step's own
+    (a CPU step owns its waits: no change to its host work removes them). Its Python is 100, and the frame to fix is
+    the loop's own."""
+    s = analyze(load_trace(_blocked_loop(tmp_path, worker=False))).steps[0]
+    assert (s.python_other_ns, s.sync_wait_ns, s.mechanism_ns["python"]) == (0, 800_000, 100_000)
     waits = {f.frame: (f.self_ns, f.waited_ns) for f in s.top_frames if f.waited_ns}
     assert waits == {
         "<built-in method acquire of _thread.lock object>": (600_000, 600_000),
         "<built-in method poll of select.epoll object>": (200_000, 200_000),
     }
-    d = _diagnose(path)
-    assert (d.evidence.other_threads_ns, d.evidence.python_ns, d.host_bound_by) == (800_000, 100_000, "other_threads")
+    assert [(x.call, x.wait_ns) for x in s.sync_sites] == [
+        ("<built-in method acquire of _thread.lock object>", 600_000),
+        ("<built-in method poll of select.epoll object>", 200_000),
+    ]
+    d = _diagnose(_blocked_loop(tmp_path, worker=False))
+    assert (d.evidence.other_threads_ns, d.evidence.python_ns) == (0, 100_000)
+    assert "most of it a wait: 0.800 ms sync wait in <built-in method acquire of _thread.lock object>" in d.headline
     assert not any("acquire" in w.change or "poll" in w.change for w in d.what_if)
+    assert all(w.step_ms == pytest.approx(1.0) for w in d.what_if)  # priced on the whole step, its waits kept
+    s = analyze(load_trace(_blocked_loop(tmp_path, worker=True))).steps[0]
+    assert (s.python_other_ns, s.sync_wait_ns, s.mechanism_ns["python"]) == (400_000, 400_000, 500_000)
+    d = _diagnose(_blocked_loop(tmp_path, worker=True))
+    assert (d.evidence.other_threads_ns, d.evidence.python_ns) == (400_000, 100_000)
 
 
 def named_ranges_trace(tmp_path: Path) -> Path:

@@ -76,7 +76,7 @@ class Evidence:
     captured_launches: int = 0  # launch calls recorded into a graph, not run (StepLedger.captured_launches)
     graph_instantiations: int = 0  # graph instantiation calls in the step
     other_threads_ns: int = 0  # the step's thread ran no code of its own (no event, or a Python frame's self time)
-    # while another thread of its process ran: out of unattributed and Python (`waits_on_others`)
+    # while another thread of its process ran: out of unattributed and Python (`waited_on`)
     own_wait_ns: int = 0  # of the sync wait, the part on the step's own GPU work (StepLedger.own_wait_ns)
     profiler_ns: int = 0  # the profiler's own cost in the host window: recorded, and per event when the sidecar says
     profiler_recorded_ns: int = 0  # the profiler's own work it recorded, outside data loading: a host part

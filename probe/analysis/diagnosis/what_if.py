@@ -12,7 +12,9 @@ host's work; both figures are shown):
   GPU work (`StepLedger.own_wait_ns`). A wait on earlier work is the previous step's GPU time showing, not this
   step's; but the next step's sync waits the same way on this step's GPU work that runs past its host window, so
   that part is *carried* into the step, up to as long as this step waited on earlier work, unless the step's GPU work
-  only started after its host window (queued behind earlier work: the host ran ahead and nothing waited).
+  only started after its host window (queued behind earlier work: the host ran ahead and nothing waited). A step
+  with no GPU side owns all its waits (a lock, a semaphore, a poll: on threads, processes or timers the trace does
+  not show): its own time is its host work plus its sync wait, and no change to its host work removes them.
 
 Every prediction is that model after the change: max(host work, GPU work) moves, and the step moves by as much (what
 the model does not explain, the waits, stays); removing the sync removes the waits instead. A prediction is clamped
@@ -199,8 +201,10 @@ class Basis:
         return f"{ms(self.step_ns)} ms unprofiled ({ms(self.profiled_ns)} profiled, less {ms(self.profiler_ns)})"
 
 
-def basis(s: StepLedger, e: Evidence) -> Basis:
+def basis(s: StepLedger, e: Evidence, on_gpu: bool = True) -> Basis:
     """The step's own time and its two sides (the module docstring)."""
+    if not on_gpu:  # a CPU step's waits are on threads, processes or timers the trace does not show: all its own
+        return Basis(e.unprofiled_host_ns, 0, s.sync_wait_ns, 0, e.profiler_ns, e.host_work_ns + s.sync_wait_ns)
     carried = 0
     if s.sync_wait_ns > s.own_wait_ns and s.gpu_end_ns is not None and s.gpu_start_ns is not None:
         end = s.start_ns + s.wall_ns
@@ -390,7 +394,7 @@ def what_if(s: StepLedger, e: Evidence, on_gpu: bool, context: Context) -> tuple
     """The changes the write-ups reason about, with predicted savings, largest first; and the changes not offered,
     each with the condition that failed."""
     facts = context.facts.get(s.position)
-    offer = _Offer(basis(s, e), conditions(s, e, on_gpu, context), on_gpu)
+    offer = _Offer(basis(s, e, on_gpu), conditions(s, e, on_gpu, context), on_gpu)
     if e.capture_setup:
         _capture_setup(offer, e)
         return offer.offered, offer.withheld

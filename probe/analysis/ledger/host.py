@@ -203,8 +203,11 @@ WAIT_FRAME = re.compile(r"^<built-in method wait of |\): wait$")
 # (`<built-in method acquire of _thread.lock object>`, under threading's Condition.wait, Event.wait, Thread.join and
 # Thread.start, queue.get), and waiting for I/O readiness (`<built-in method poll of select.epoll object>`,
 # select.select, kqueue's control: an asyncio event loop's idle wait, which a worker thread's result ends). The
-# Python-level form of SYNC_CALL's OS calls: their self time is a wait, not Python work (`waited_ns`, and with it
-# the step's Python that waited on other threads), outside data loading, whose waits are its own part.
+# Python-level form of SYNC_CALL's OS calls: their self time is a wait, not Python work (`mechanism_split`): where
+# another thread of the process ran code meanwhile (events that began and ended inside it), the wait is that
+# thread's work (`waited_ns`, the step's Python that waited on other threads); where none did, a wait on what the
+# trace does not hold (a thread or process not recorded, a timer, the network): sync wait, as its OS call's is.
+# Inside data loading it stays data loading's own part.
 BLOCKING_BUILTIN = re.compile(
     r"^<built-in (?:method (?:acquire|acquire_lock) of _thread\.(?:lock|RLock)\b|method (?:poll|select|control) of "
     r"select\.(?:epoll|poll|devpoll|kqueue)\b|function (?:select|poll)>)"
@@ -279,8 +282,9 @@ class FrameTime:
     self_ns: int  # time this frame was the innermost event (torch's Self CPU)
     count: int  # frame events with this name that start in the scope
     waited_ns: int = 0  # of self_ns, the part the frame waited, not its own code: outside data loading, while another
-    # thread of the process ran events that began and ended there (`waits_on_others`); and all of a blocking frame's
-    # (mechanism sync_wait: a synchronizing frame, a collective's wait, `WAIT_FRAME`)
+    # thread of the process ran events that began and ended there (`waited_on`); and all of a blocking frame's
+    # (mechanism sync_wait: a synchronizing frame, a collective's wait, `WAIT_FRAME`, a blocking builtin's wait on
+    # nothing recorded)
 
     @property
     def own_ns(self) -> int:
@@ -821,36 +825,44 @@ def mechanism_split(
     n = len(lo)
     inner = thread_pieces(trace, table, pid, tid)
     seg, step, piece_start, piece_end = _charge(inner.seg_start, inner.seg_end, lo, hi)
-    ns = piece_end - piece_start
-    owner = inner.seg_owner[seg]
-    mech = inner.mechanism[owner]
-    mechanism = _by_mechanism(mech, step, ns, n)
-    mechanism[UNATTRIBUTED] = (hi - lo) - sum(mechanism.values())
     tiers = purpose_tiers(trace, table, pid, tid)
     data_s, data_e = tiers["data"]
+    names = trace.name_id[inner.rows]
+    py = inner.mechanism[inner.seg_owner[seg]] == _PYTHON
+    others = waited_on(trace, pid, tid, (data_s, data_e), piece_start[py], piece_end[py])
+    # a blocking builtin's pieces, cut where other threads' work or data loading starts or ends: each part is one
+    # or the other or a wait on nothing recorded (BLOCKING_BUILTIN)
+    blocking = py & table.by_name["blocking_builtin"][names[inner.seg_owner[seg]]]
+    bounds = np.concatenate((*others, data_s, data_e))
+    seg, step, piece_start, piece_end = _cut_at(bounds, blocking, seg, step, piece_start, piece_end)
+    ns = piece_end - piece_start
+    owner = inner.seg_owner[seg]
+    mech = inner.mechanism[owner].copy()
     in_data_ns = covered(data_s, data_e, piece_start, piece_end)  # of each piece, the part inside data loading
+    py = mech == _PYTHON
+    waited = np.zeros(len(ns), np.int64)
+    waited[py] = covered(*others, piece_start[py], piece_end[py])
+    alone = py & table.by_name["blocking_builtin"][names[owner]] & (waited == 0) & (in_data_ns == 0)
+    mech[alone] = _SYNC_WAIT  # blocked while no recorded thread worked: a wait, as its OS call's
+    py &= ~alone
+    mechanism = _by_mechanism(mech, step, ns, n)
+    mechanism[UNATTRIBUTED] = (hi - lo) - sum(mechanism.values())
     in_data = _by_mechanism(mech, step, in_data_ns, n)
     in_data[UNATTRIBUTED] = covered(data_s, data_e, lo, hi) - sum(in_data.values())
     starts_in = _call_steps(inner, lo, hi)
     kind = trace.kind[inner.rows]
-    names = trace.name_id[inner.rows]
     is_frame = kind == Kind.PYTHON
     is_op = (kind == Kind.CPU_OP) & (inner.mechanism == _DISPATCH)  # an op that dispatches: not compile bookkeeping
     calls = np.ones(len(names), np.int64)
     f_self = _grouped(step, table.frame_id[names[owner]], ns, is_frame[owner], n)
     f_calls = _grouped(starts_in, table.frame_id[names], calls, is_frame & (starts_in >= 0), n)
-    waited = np.zeros(len(ns), np.int64)
-    py = mech == _PYTHON
-    waited[py] = waits_on_others(trace, pid, tid, (data_s, data_e), piece_start[py], piece_end[py])
-    blocking = py & table.by_name["blocking_builtin"][names[owner]]  # a thread blocked in a lock or a poll
-    waited[blocking] = ns[blocking] - in_data_ns[blocking]
     python_other = np.bincount(step, weights=waited, minlength=n).astype(np.int64)
     blocked = (mech == _SYNC_WAIT) & is_frame[owner]  # a synchronizing frame, a collective's wait: all of it a wait
     waited[blocked] = ns[blocked]
     f_waited = _grouped(step, table.frame_id[names[owner]], waited, waited > 0, n)
     o_self = _grouped(step, names[owner].astype(np.int64), ns, is_op[owner], n)
     o_calls = _grouped(starts_in, names.astype(np.int64), calls, is_op & (starts_in >= 0), n)
-    sites = _sync_sites(trace, table, inner, seg, step, ns, lo)
+    sites = _sync_sites(trace, table, inner, (owner, mech, step, ns), lo)
     is_sync = mech == _SYNC_WAIT
     sync_segments = (step[is_sync], piece_start[is_sync], piece_end[is_sync])
     code_s, code_e = merge(inner.seg_start, inner.seg_end)  # what the mechanism gave a part: all but unattributed
@@ -976,25 +988,42 @@ def others_busy(trace: Trace, pid: int, tid: int) -> tuple[np.ndarray, np.ndarra
     return merge(trace.ts_ns[rows], trace.end_ns[rows])
 
 
-def waits_on_others(
+def waited_on(
     trace: Trace, pid: int, tid: int, data: tuple[np.ndarray, np.ndarray], start: np.ndarray, end: np.ndarray
-) -> np.ndarray:
-    """Of each stretch [start, end] (disjoint) in which thread pid/tid runs no op or call of its own (a Python
-    frame's self time: the frame has no child event there), outside data loading (`data`, merged), the time other
-    threads of its process ran events that began and ended inside the stretch: work handed off and waited for
-    (autograd's backward under `run_backward`, a helper thread joined). A thread already running when the stretch
-    began (a compile worker blocked in a pipe read for the whole trace) is concurrent, not waited on."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """Of the stretches [start, end] (disjoint) in which thread pid/tid runs no op or call of its own (a Python
+    frame's self time: the frame has no child event there), outside data loading (`data`, merged), when other
+    threads of its process ran events that began and ended inside one stretch, as merged intervals: work handed off
+    and waited for (autograd's backward under `run_backward`, a helper thread joined). A thread already running when
+    the stretch began (a compile worker blocked in a pipe read for the whole trace) is concurrent, not waited on."""
     rows = _others_code(trace, pid, tid)
     if not len(rows) or not len(start):
-        return np.zeros(len(start), np.int64)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     a, b = trace.ts_ns[rows], trace.end_ns[rows]
     order = np.argsort(start, kind="stable")
     ps, pe = start[order], end[order]
     k = np.searchsorted(ps, a, side="right") - 1
     kc = np.maximum(k, 0)
     inside = (k >= 0) & (b <= pe[kc])  # began and ended inside one stretch
-    others = difference(*merge(a[inside], b[inside]), *data)
-    return covered(*others, start, end)
+    return difference(*merge(a[inside], b[inside]), *data)
+
+
+def _cut_at(bounds: np.ndarray, sel: np.ndarray, *pieces: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Pieces (their columns, the last two start and end) with the selected ones cut at every bound strictly
+    inside them, each part after the piece it came from."""
+    *cols, start, end = pieces
+    bounds = np.unique(bounds)
+    if not len(bounds) or not sel.any():
+        return (*cols, start, end)
+    first = np.searchsorted(bounds, start, side="right")
+    cuts = np.where(sel, np.maximum(np.searchsorted(bounds, end, side="left") - first, 0), 0)
+    parts = cuts + 1
+    of = np.repeat(np.arange(len(start)), parts)
+    k = np.arange(len(of)) - np.repeat(np.cumsum(parts) - parts, parts)  # each part's number in its piece
+    last = len(bounds) - 1
+    new_start = np.where(k == 0, start[of], bounds[np.clip(first[of] + k - 1, 0, last)])
+    new_end = np.where(k == cuts[of], end[of], bounds[np.clip(first[of] + k, 0, last)])
+    return (*(c[of] for c in cols), new_start, new_end)
 
 
 def _by_mechanism(mech: np.ndarray, step: np.ndarray, values: np.ndarray, n: int) -> dict[str, np.ndarray]:
@@ -1077,12 +1106,15 @@ def _grouped(step: np.ndarray, key: np.ndarray, value: np.ndarray, sel: np.ndarr
     return out
 
 
-def _sync_sites(trace: Trace, table: PartTable, inner: _Innermost, seg, step, ns, lo) -> list[tuple[SyncSite, ...]]:
+def _sync_sites(
+    trace: Trace, table: PartTable, inner: _Innermost, pieces: tuple[np.ndarray, ...], lo: np.ndarray
+) -> list[tuple[SyncSite, ...]]:
     """Per step, the blocking calls by (call, innermost frame, innermost source frame), their time in the step, and
-    whether a stream-wait-event call came before them in the step."""
+    whether a stream-wait-event call came before them in the step; from the step's pieces (each one's event,
+    mechanism, step and ns)."""
     n = len(lo)
-    owner = inner.seg_owner[seg]
-    sel = inner.mechanism[owner] == _SYNC_WAIT
+    owner, mech, step, ns = pieces
+    sel = mech == _SYNC_WAIT
     if not sel.any():
         return [() for _ in range(n)]
     kind = trace.kind[inner.rows]
