@@ -1111,6 +1111,12 @@ def test_os_runtime_calls_a_thread_waits_in_are_waits_not_work(tmp_path):
     s = a.steps[1]
     assert s.mechanism_ns["sync_wait"] == 15_000 and s.mechanism_ns["runtime"] == 2_000
     assert s.unattributed_other_ns == 0 and s.other_threads == ()
+    # the producer does work of its own inside the wait (a read, 6 us): that part is other threads' work, as a
+    # Python blocking builtin's is; the rest a wait
+    more = calls + [(100_000 * i + 5_000, 100_000 * i + 11_000, "read", 2) for i in range(4)]
+    s = analyze(load_trace(_with_os_calls(nvtx_export(tmp_path / "osrt2.sqlite", ranges), more))).steps[1]
+    assert (s.mechanism_ns["sync_wait"], s.python_other_ns) == (9_000, 6_000)
+    assert [(t.tid, t.busy_ns) for t in s.other_threads] == [(2, 6_000)]
 
     cuda = [(1_000, 9_000, "cudaLaunchKernel", 1)]
     path = _with_os_calls(

@@ -828,23 +828,27 @@ def mechanism_split(
     tiers = purpose_tiers(trace, table, pid, tid)
     data_s, data_e = tiers["data"]
     names = trace.name_id[inner.rows]
-    py = inner.mechanism[inner.seg_owner[seg]] == _PYTHON
-    others = waited_on(trace, pid, tid, (data_s, data_e), piece_start[py], piece_end[py])
-    # a blocking builtin's pieces, cut where other threads' work or data loading starts or ends: each part is one
-    # or the other or a wait on nothing recorded (BLOCKING_BUILTIN)
-    blocking = py & table.by_name["blocking_builtin"][names[inner.seg_owner[seg]]]
+    os_wait = np.isin(inner.rows, os_waits(trace), assume_unique=False)  # per event: an OS call it waits in
+    owner = inner.seg_owner[seg]
+    py = inner.mechanism[owner] == _PYTHON
+    waits = py | os_wait[owner]  # a Python frame's self time, an OS wait: the thread runs no code of its own
+    others = waited_on(trace, pid, tid, (data_s, data_e), piece_start[waits], piece_end[waits])
+    # a blocked thread's pieces (a blocking builtin, an OS wait), cut where other threads' work or data loading
+    # starts or ends: each part is one or the other or a wait on nothing recorded (BLOCKING_BUILTIN)
+    blocking = (py & table.by_name["blocking_builtin"][names[owner]]) | os_wait[owner]
     bounds = np.concatenate((*others, data_s, data_e))
     seg, step, piece_start, piece_end = _cut_at(bounds, blocking, seg, step, piece_start, piece_end)
     ns = piece_end - piece_start
     owner = inner.seg_owner[seg]
     mech = inner.mechanism[owner].copy()
     in_data_ns = covered(data_s, data_e, piece_start, piece_end)  # of each piece, the part inside data loading
-    py = mech == _PYTHON
+    waits = (mech == _PYTHON) | os_wait[owner]
     waited = np.zeros(len(ns), np.int64)
-    waited[py] = covered(*others, piece_start[py], piece_end[py])
-    alone = py & table.by_name["blocking_builtin"][names[owner]] & (waited == 0) & (in_data_ns == 0)
-    mech[alone] = _SYNC_WAIT  # blocked while no recorded thread worked: a wait, as its OS call's
-    py &= ~alone
+    waited[waits] = covered(*others, piece_start[waits], piece_end[waits])
+    blocked = (table.by_name["blocking_builtin"][names[owner]] & (mech == _PYTHON)) | os_wait[owner]
+    mech[blocked & (waited == 0) & (in_data_ns == 0)] = _SYNC_WAIT  # no recorded thread worked: a wait
+    mech[os_wait[owner] & (waited > 0)] = _PYTHON  # other threads' work, as a frame's wait on them is
+    py = mech == _PYTHON
     mechanism = _by_mechanism(mech, step, ns, n)
     mechanism[UNATTRIBUTED] = (hi - lo) - sum(mechanism.values())
     in_data = _by_mechanism(mech, step, in_data_ns, n)
@@ -859,7 +863,7 @@ def mechanism_split(
     python_other = np.bincount(step, weights=waited, minlength=n).astype(np.int64)
     blocked = (mech == _SYNC_WAIT) & is_frame[owner]  # a synchronizing frame, a collective's wait: all of it a wait
     waited[blocked] = ns[blocked]
-    f_waited = _grouped(step, table.frame_id[names[owner]], waited, waited > 0, n)
+    f_waited = _grouped(step, table.frame_id[names[owner]], waited, (waited > 0) & is_frame[owner], n)
     o_self = _grouped(step, names[owner].astype(np.int64), ns, is_op[owner], n)
     o_calls = _grouped(starts_in, names.astype(np.int64), calls, is_op & (starts_in >= 0), n)
     sites = _sync_sites(trace, table, inner, (owner, mech, step, ns), lo)
@@ -977,9 +981,15 @@ def _others_code(trace: Trace, pid: int, tid: int) -> np.ndarray:
     join), which runs no code."""
     rows = trace.rows(Kind.PYTHON, Kind.CPU_OP, Kind.RUNTIME)
     rows = rows[(trace.pid[rows] == pid) & (trace.tid[rows] != tid)]
-    waits = trace.os_call_rows()
-    waits = waits[trace.name_ids(lambda s: SYNC_CALL.search(s) is not None)[trace.name_id[waits]]]
+    waits = os_waits(trace)
     return np.setdiff1d(rows, waits, assume_unique=True) if len(waits) else rows
+
+
+def os_waits(trace: Trace) -> np.ndarray:
+    """The rows of OS calls in which a thread waits (`SYNC_CALL`'s: a lock, a condition, a semaphore, a join, a poll,
+    a sleep), sorted."""
+    waits = trace.os_call_rows()
+    return waits[trace.name_ids(lambda s: SYNC_CALL.search(s) is not None)[trace.name_id[waits]]]
 
 
 def others_busy(trace: Trace, pid: int, tid: int) -> tuple[np.ndarray, np.ndarray]:
