@@ -43,15 +43,15 @@ What a step's ledger says (times are integer ns inside, `_us` in the JSON, ns / 
   `data_mechanism_ns`: the mechanism split of the time inside data loading (the `data` purpose's ranges, ops and
   frames). `unattributed_other_ns`: of the unattributed time outside data loading, the part during which another
   thread of the step's process ran events (autograd's backward, while the loop's thread waits on it);
-  `python_other_ns`: of Python frames' self time outside data loading, the part in which another thread of the
-  process ran events that began and ended inside it (with stacks, `loss.backward()`'s `run_backward` frame covers
-  that wait; probe.analysis.ledger.host.waited_on); an OS wait call's part so covered (a consumer's `sem_wait`
-  while its producer runs code) is booked there too, in the mechanism's `python`: a blocked thread's wait on other
-  threads is one thing, whether Python or the OS shows it (host.BLOCKING_BUILTIN). `named_ns`: of the unattributed time outside data
-  loading and other threads' work, the part inside named ranges that hold no frame, op or call (a user or NVTX
-  range strictly inside the step, or an event of a category the reader does not know: the user's own code the range
-  names; probe.analysis.ledger.host.named_time), and `named_ranges` that time by range name with its numbers
-  replaced, largest first (`NAMED_KEPT`).
+  `python_other_ns`: of Python frames' self time outside data loading, the part in which another thread of the process
+  ran events that began and ended inside it (with stacks, `loss.backward()`'s `run_backward` frame covers that wait;
+  probe.analysis.ledger.host.waited_on); an OS wait call's part so covered (a consumer's `sem_wait` while its producer
+  runs code) is booked there too, in the mechanism's `python`: a blocked thread's wait on other threads is one thing,
+  whether Python or the OS shows it (host.BLOCKING_BUILTIN). `named_ns`: of the unattributed time outside data loading
+  and other threads' work, the part inside named ranges that hold no frame, op or call (a user or NVTX range strictly
+  inside the step, or an event of a category the reader does not know: the user's own code the range names;
+  probe.analysis.ledger.host.named_time), and `named_ranges` that time by range name with its numbers replaced, largest
+  first (`NAMED_KEPT`).
   `launches_unmatched`: the step's launch and graph-launch calls none of whose GPU ops is in the trace, captured
   ones left out (they run no GPU op when called).
   `external_wait`: the part of `sync_wait` during which no GPU op of the trace ran: the host waited on device work
