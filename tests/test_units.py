@@ -1201,3 +1201,25 @@ def test_the_last_of_two_iterations_ends_with_its_repeating_work(tmp_path):
         (0, 7200),
         (7200, 7170),
     ]
+
+
+def test_a_denoising_loop_that_calls_its_network_twice_a_step_is_cut_per_step(tmp_path):
+    """A guided denoising loop (CPU only, with stacks): each of ten steps calls the network twice (`nn.Module:
+    Net_0`, seven ops each: the guided and the unguided prediction), then combines them and updates the sample
+    (sub, mul, add, mul, sub: top-level ops). Cut at each call, twenty "iterations": the network's calls, the
+    subs and the muls (40 each) are multiples of 20 and held 96% of the ops, though the subs and muls ran twice
+    in every second iteration and never in the others. A name counts with a cycle of K when it runs as often in
+    each iteration: ten steps, one a scheduler step."""
+    t = Trace()
+    for i in range(10):
+        b = 2000 * i
+        for c in range(2):
+            a = b + 600 * c
+            t.host("python_function", "nn.Module: Net_0", a, a + 500)
+            for j in range(7):
+                t.host("cpu_op", "aten::conv2d", a + 10 + 60 * j, a + 60 + 60 * j)
+        for j, name in enumerate(("aten::sub", "aten::mul", "aten::add", "aten::mul", "aten::sub")):
+            t.host("cpu_op", name, b + 1300 + 50 * j, b + 1340 + 50 * j)
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert steps.rule == "repeating cycle: 10 iterations of sibling events from 'nn.Module: Net_0' on thread 1/1"
+    assert [int(s) // 1000 for s in steps.start] == [2000 * i for i in range(10)]

@@ -501,7 +501,7 @@ def _cycle(tree: Tree, scope: np.ndarray, where: str) -> Units | None:
         for cuts in _phases(inverse, positions):
             later = np.bincount(inverse[int(cuts[1]) :], minlength=len(keys))  # each name's count from the 2nd cut on
             last = np.bincount(inverse[int(cuts[-1]) :], minlength=len(keys))  # and from the last cut on
-            if _periodic(tree, seq, cuts, k, counts, sums, later, last):
+            if _periodic(tree, seq, inverse, cuts, k, counts, sums, later, last):
                 best = (k, cuts, later, last)
                 break
         if best is not None:
@@ -532,6 +532,7 @@ def _cycle(tree: Tree, scope: np.ndarray, where: str) -> Units | None:
 def _periodic(
     tree: Tree,
     seq: np.ndarray,
+    inverse: np.ndarray,
     cuts: np.ndarray,
     k: int,
     counts: np.ndarray,
@@ -540,17 +541,38 @@ def _periodic(
     last: np.ndarray,
 ) -> bool:
     """Whether `cuts` (positions in `seq`) cut the scope into K iterations (rule 3): the names that count with the
-    cycle (a multiple of K; from three iterations on, a first iteration's extras or a last's fewer) hold `PERIODIC`
-    of its launches, and every iteration holds a launch (the last, when some name skips it, half the median's)."""
+    cycle (a multiple of K, as many times in each iteration: `_even`; from three iterations on, a first iteration's
+    extras or a last's fewer) hold `PERIODIC` of its launches, and every iteration holds a launch (the last, when
+    some name skips it, half the median's)."""
     first_more = (later % (k - 1) == 0) & (counts - later >= later // (k - 1))  # extras: 1st or before
     last_less = (counts % (k - 1) == 0) & (last == 0)  # K - 1 times its rate, none in the last iteration
-    periodic = (counts % k == 0) | ((k >= FAMILY_MIN) & (first_more | last_less))
+    periodic = _even(inverse, cuts, k, counts) | ((k >= FAMILY_MIN) & (first_more | last_less))
     if sums[periodic].sum() < PERIODIC * sums.sum():
         return False
     pieces = tree.count(tree.start[seq[cuts[:-1]]], tree.start[seq[cuts[1:]]])
     short = np.any(periodic & ~first_more & (counts % k != 0) & (sums > 0))  # some name skips the last one
     tail = tree.count(tree.start[seq[cuts[-1:]]], np.array([int(tree.end[seq].max()) + 1]))[0]
     return bool(np.all(pieces > 0) and (not short or 2 * tail >= np.median(pieces)))
+
+
+def _even(inverse: np.ndarray, cuts: np.ndarray, k: int, counts: np.ndarray) -> np.ndarray:
+    """Per name (`inverse`: each position's name in the scope), whether it occurs a multiple of K times and as many
+    times in each of the K iterations `cuts` makes: one that runs twice in every other iteration is no name of
+    that cycle (a denoising loop that calls its network twice a step, for the guided and the unguided prediction,
+    and combines them once: cut at each call, the combining ops ran twice in every second "iteration" and none in
+    the others; its steps are the twenty scheduler steps, not forty calls). The table is names x K, and a name
+    counted a multiple of K occurs at least K times, so it holds at most as many cells as the scope has events."""
+    mult = (counts % k == 0) & (counts > 0)
+    even = np.zeros(len(counts), bool)
+    if not mult.any():
+        return even
+    pos = np.flatnonzero(mult[inverse])
+    it = np.searchsorted(cuts, pos, side="right") - 1  # each position's iteration; -1 before the first cut
+    compact = np.cumsum(mult) - 1
+    ok = it >= 0
+    table = np.bincount(compact[inverse[pos[ok]]] * k + it[ok], minlength=int(mult.sum()) * k).reshape(-1, k)
+    even[mult] = np.all(table == (counts[mult] // k)[:, None], axis=1)
+    return even
 
 
 def _phases(inverse: np.ndarray, positions: np.ndarray) -> list[np.ndarray]:
