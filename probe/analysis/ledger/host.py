@@ -205,6 +205,9 @@ WAIT_FRAME = re.compile(r"^<built-in method wait of |\): wait$")
 # select.select, kqueue's control: an asyncio event loop's idle wait, which a worker thread's result ends). The
 # Python-level form of SYNC_CALL's OS calls: their self time is a wait, not Python work (`waited_ns`, and with it
 # the step's Python that waited on other threads), outside data loading, whose waits are its own part.
+# Python's `time.sleep` (`<built-in function sleep>`): the thread waits for nothing and no one, it is idle (a serving
+# loop between bursts of requests). Its time is no busy time of its thread's (probe.analysis.ledger.coverage).
+SLEEP_BUILTIN = re.compile(r"^<built-in function sleep>$")
 BLOCKING_BUILTIN = re.compile(
     r"^<built-in (?:method (?:acquire|acquire_lock) of _thread\.(?:lock|RLock)\b|method (?:poll|select|control) of "
     r"select\.(?:epoll|poll|devpoll|kqueue)\b|function (?:select|poll)>)"
