@@ -1181,25 +1181,28 @@ def test_two_recordings_in_one_file_are_cut_each_into_its_tokens(tmp_path, sessi
     assert int(max(steps.end - steps.start)) // 1000 == 1000
 
 
-def test_the_last_of_two_iterations_ends_with_its_repeating_work(tmp_path):
+@pytest.mark.parametrize("tokens", [(8, 8), (4, 12)])
+def test_the_last_of_two_iterations_ends_with_its_repeating_work(tmp_path, tokens):
     """Two requests back to back without stacks (two iterations): each runs six set-up ops of different names once,
-    then eight tokens of a linear and a relu. The last iteration ended at the end of the last name that occurs once
-    an iteration (its set-up, 60 us in); a name that occurs a multiple of K times, as often in the last iteration as
-    in the average one, ends it too: its last relu, 7.17 ms in, as long as the first."""
+    then its tokens (8 and 8, or 4 and 12), a linear and a relu each. The last iteration ended at the end of the last
+    name that occurs once an iteration (its set-up, 60 us in); a name that occurs a multiple of K times and in every
+    iteration ends it too: its last relu."""
     t = Trace()
-    for r in range(2):
-        at = 7200 * r
+    at = 0
+    for n in tokens:
         for j, name in enumerate(("aten::ones", "aten::isin", "aten::cumsum", "aten::ne", "aten::any", "aten::full")):
             t.host("cpu_op", name, at + 10 * j, at + 5 + 10 * j)
-        for i in range(8):
+        for i in range(n):
             b = at + 100 + 1000 * i
             t.host("cpu_op", "aten::linear", b, b + 50)
             t.host("cpu_op", "aten::relu", b + 60, b + 70)
+        at += 100 + 1000 * n
     steps = find_steps(load_trace(t.write(tmp_path)))
     assert steps.rule.startswith("repeating cycle: 2 iterations")
+    first = 100 + 1000 * tokens[0]
     assert [(int(s) // 1000, int(e - s) // 1000) for s, e in zip(steps.start, steps.end, strict=True)] == [
-        (0, 7200),
-        (7200, 7170),
+        (0, first),
+        (first, 1000 * tokens[1] - 1000 + 170),
     ]
 
 

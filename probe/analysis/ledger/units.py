@@ -29,9 +29,9 @@ from the outside in:
    a token (`generate(custom_generate=fn)`: a look-ahead over the candidates, then the chosen token's forward) has the
    forward that ended the token before ahead of every token's work, the prefill's ahead of the first: moved back over
    it, each iteration would start at the token before's forward and the last leave its final forward out. A step runs
-   from one cut to the next, the last one to the end of the last event of a name that occurs once an iteration, or a
-   multiple of K times as often in the last iteration as in the average one (two requests' eight tokens each: the last
-   request ends with its last token, not its set-up), or, from three iterations on, that runs in it as often as in each
+   from one cut to the next, the last one to the end of the last event of a name that occurs a multiple
+   of K times and in every iteration (once each; or each request's tokens, 4, 8 and 12: the last request ends with its
+   last token, not its set-up), or, from three iterations on, that runs in it as often as in each
    from the second cut on (a token's two forwards, beside the prefill's one; a training step's `add_` after its
    optimizer step). A first iteration may do more (a prefill, a loop's set-up): from three iterations on, a name whose
    count is not a multiple of K counts with them when, from the second cut on, it occurs a multiple of K - 1 times (R an
@@ -509,11 +509,11 @@ def _cycle(tree: Tree, scope: np.ndarray, where: str) -> Units | None:
     if best is None:
         return None
     k, cuts, later, last = best
-    # The last iteration ends with the last name that occurs once an iteration (or K times its share, that share in the
-    # last one) or, from three iterations on, that runs in it as often as in each from the second cut on (a first
-    # iteration's extras apart: a token's two forwards beside the prefill's one)
-    share = (counts % k == 0) & (last * k == counts)  # K times its share, that share in the last iteration
-    ends = share | ((k >= FAMILY_MIN) & (later > 0) & (later % (k - 1) == 0) & (last * (k - 1) == later))
+    # The last iteration ends with the last name that occurs a multiple of K times, in every iteration (once each, or
+    # each request's tokens) or, from three iterations on, that runs in it as often as in each from the second cut on
+    # (a first iteration's extras apart: a token's two forwards beside the prefill's one)
+    every = _in_every(inverse, cuts, k, counts)
+    ends = every | ((k >= FAMILY_MIN) & (later > 0) & (later % (k - 1) == 0) & (last * (k - 1) == later))
     last_end = int(tree.end[seq[ends[inverse]]].max())
     start = tree.start[seq[cuts]]
     end = np.append(start[1:], max(last_end, int(start[-1])))
@@ -541,12 +541,12 @@ def _periodic(
     last: np.ndarray,
 ) -> bool:
     """Whether `cuts` (positions in `seq`) cut the scope into K iterations (rule 3): the names that count with the
-    cycle (a multiple of K, as many times in each iteration: `_even`; from three iterations on, a first iteration's
+    cycle (a multiple of K, in each iteration: `_in_every`; from three iterations on, a first iteration's
     extras or a last's fewer) hold `PERIODIC` of its launches, and every iteration holds a launch (the last, when
     some name skips it, half the median's)."""
     first_more = (later % (k - 1) == 0) & (counts - later >= later // (k - 1))  # extras: 1st or before
     last_less = (counts % (k - 1) == 0) & (last == 0)  # K - 1 times its rate, none in the last iteration
-    periodic = _even(inverse, cuts, k, counts) | ((k >= FAMILY_MIN) & (first_more | last_less))
+    periodic = _in_every(inverse, cuts, k, counts) | ((k >= FAMILY_MIN) & (first_more | last_less))
     if sums[periodic].sum() < PERIODIC * sums.sum():
         return False
     pieces = tree.count(tree.start[seq[cuts[:-1]]], tree.start[seq[cuts[1:]]])
@@ -555,24 +555,25 @@ def _periodic(
     return bool(np.all(pieces > 0) and (not short or 2 * tail >= np.median(pieces)))
 
 
-def _even(inverse: np.ndarray, cuts: np.ndarray, k: int, counts: np.ndarray) -> np.ndarray:
-    """Per name (`inverse`: each position's name in the scope), whether it occurs a multiple of K times and as many
-    times in each of the K iterations `cuts` makes: one that runs twice in every other iteration is no name of
-    that cycle (a denoising loop that calls its network twice a step, for the guided and the unguided prediction,
-    and combines them once: cut at each call, the combining ops ran twice in every second "iteration" and none in
-    the others; its steps are the twenty scheduler steps, not forty calls). The table is names x K, and a name
-    counted a multiple of K occurs at least K times, so it holds at most as many cells as the scope has events."""
+def _in_every(inverse: np.ndarray, cuts: np.ndarray, k: int, counts: np.ndarray) -> np.ndarray:
+    """Per name (`inverse`: each position's name in the scope), whether it occurs a multiple of K times and in each
+    of the K iterations `cuts` makes: one that runs in every other iteration only is no name of that cycle (a
+    denoising loop that calls its network twice a step, for the guided and the unguided prediction, and combines
+    them once: cut at each call, the combining ops ran twice in every second "iteration" and never in the others;
+    its steps are the twenty scheduler steps, not forty calls). How often it runs in each may differ (requests of
+    4, 8 and 12 tokens). The table is names x K, and a name counted a multiple of K occurs at least K times, so it
+    holds at most as many cells as the scope has events."""
     mult = (counts % k == 0) & (counts > 0)
-    even = np.zeros(len(counts), bool)
+    every = np.zeros(len(counts), bool)
     if not mult.any():
-        return even
+        return every
     pos = np.flatnonzero(mult[inverse])
     it = np.searchsorted(cuts, pos, side="right") - 1  # each position's iteration; -1 before the first cut
     compact = np.cumsum(mult) - 1
     ok = it >= 0
     table = np.bincount(compact[inverse[pos[ok]]] * k + it[ok], minlength=int(mult.sum()) * k).reshape(-1, k)
-    even[mult] = np.all(table == (counts[mult] // k)[:, None], axis=1)
-    return even
+    every[mult] = np.all(table > 0, axis=1)
+    return every
 
 
 def _phases(inverse: np.ndarray, positions: np.ndarray) -> list[np.ndarray]:
