@@ -61,7 +61,7 @@ SYNC_FRAME = re.compile(r"\bsynchronize\b")
 # a thread blocked in a lock's acquire or a poll: a wait, on other threads' work where they ran code inside it
 BLOCKING = re.compile(
     r"^<built-in (?:method (?:acquire|acquire_lock) of _thread\.(?:lock|RLock)\b|method (?:poll|select|control) of "
-    r"select\.(?:epoll|poll|devpoll|kqueue)\b|function (?:select|poll)>)"
+    r"select\.(?:epoll|poll|devpoll|kqueue)\b|function (?:select|poll|sleep)>)"
 )
 WAIT_FRAME = re.compile(r"^<built-in method wait of |\): wait$")  # a collective's wait, when it makes no runtime call
 # torch.compile's bookkeeping ops around a compiled call (the guard check, the pregraph bytecode, AOTAutograd's runtime

@@ -1106,6 +1106,30 @@ def test_shapes_give_no_phase_where_most_steps_fit_no_prefill_or_decode_pattern(
     assert [s.kind for s in a.steps] == ["prefill"] + ["decode"] * 4 + ["profiler_step"]
 
 
+def test_a_thread_asleep_between_its_steps_is_not_busy(tmp_path):
+    """A serving loop that sleeps between two bursts of requests (`time.sleep`, 1 ms, under the loop's own frame):
+    three ProfilerSteps of an op each, 300 us in all, the sleep [200, 1200] between the second and the third. The
+    sleeping thread waits for nothing and no one: it is idle, not busy, so the steps hold all of its busy time and
+    no warning says they may not be the run's (it said 23%, the most outside them `<built-in function sleep>`, and
+    that the thread's work ran on another thread)."""
+    events = [{"ph": "X", "cat": "python_function", "name": "serve.py(3): loop", "pid": 1, "tid": 1, "ts": 0,
+               "dur": 1300}]  # fmt: skip
+    for i, t in enumerate((0, 100, 1200)):
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1, "ts": t, "dur": 100},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::randint", "pid": 1, "tid": 1, "ts": t + 2, "dur": 90},
+        ]
+    events.append(
+        {"ph": "X", "cat": "python_function", "name": "<built-in function sleep>", "pid": 1, "tid": 1, "ts": 200,
+         "dur": 1000}
+    )  # fmt: skip
+    path = tmp_path / "sleep.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    a = analyze(load_trace(path))
+    assert len(a.steps) == 3
+    assert not [w for w in a.warnings if "of their thread's busy time" in w]
+
+
 def test_steps_holding_little_of_their_threads_time_on_a_cpu_trace_are_said(tmp_path):
     """A serving loop's main thread: three ProfilerSteps building requests (an op each), and a long wait for a worker
     thread the profiler did not record (`<built-in method acquire ...>`, 1 ms) outside them. With no GPU work to

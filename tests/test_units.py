@@ -1124,3 +1124,111 @@ def test_os_runtime_calls_a_thread_waits_in_are_waits_not_work(tmp_path):
     )
     trace = load_trace(path)
     assert [trace.names[i] for i in trace.name_id[trace.rows(Kind.RUNTIME)]] == ["cudaLaunchKernel"]
+
+
+def test_a_compiled_decode_loop_beside_an_eager_prefill_is_cut_at_each_token(tmp_path):
+    """A hand decode loop (CPU only, with stacks) whose prefill runs eager (a `step` frame of 30 top-level ops) and
+    whose six tokens each call a compiled step: `compile_wrapper`, inside it one cpu_op `Torch-Compiled Region`,
+    inside that the compiled graph's Python `call` and its four `aten::mm` (each under its `<built-in method mm>`
+    frame), then the token's `argmax`. Counting the outermost ops, each token was 1 call and the prefill 30 of 42:
+    a container, so the steps were sought inside the prefill, and the trace was one window. The ops the graph's
+    Python calls are the program's calls (5 a token): six iterations, one a token."""
+    t = Trace()
+    t.host("python_function", "make.py(10): loop", 0, 20000)
+    t.host("python_function", "make.py(7): step", 10, 3010)
+    for j in range(30):
+        t.host("cpu_op", "aten::add", 20 + 100 * j, 80 + 100 * j)
+    for i in range(6):
+        b = 4000 + 2000 * i
+        t.host("python_function", "torch/_dynamo/eval_frame.py(1076): compile_wrapper", b, b + 1000)
+        t.host("cpu_op", "Torch-Compiled Region: 0/0", b + 10, b + 990)
+        t.host("python_function", "/tmp/torchinductor_root/ab/cab.py(906): call", b + 20, b + 980)
+        for j in range(4):
+            t.host("python_function", "<built-in method mm of type object>", b + 100 + 200 * j, b + 250 + 200 * j)
+            t.host("cpu_op", "aten::mm", b + 110 + 200 * j, b + 240 + 200 * j)
+        t.host("python_function", "<built-in method argmax of Tensor object>", b + 1100, b + 1200)
+        t.host("cpu_op", "aten::argmax", b + 1110, b + 1190)
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert steps.rule.startswith("repeating cycle: 6 iterations of sibling events from ")
+    assert [int(s) // 1000 for s in steps.start] == [4000 + 2000 * i for i in range(6)]
+
+
+def nostack_generate(t: Trace, at: float, tokens: int) -> None:
+    """A short `generate` without stacks (CPU only) from `at`: three `aten::to` of set-up, then `tokens` tokens,
+    1000 us apart, each a slice, four linears, an argmax and a cat (top-level ops); the first token (the prefill)
+    runs two more `aten::to` before its argmax."""
+    for j in range(3):
+        t.host("cpu_op", "aten::to", at + 10 * j, at + 5 + 10 * j)
+    for i in range(tokens):
+        b = at + 100 + 1000 * i
+        t.host("cpu_op", "aten::slice", b, b + 5)
+        for j in range(4):
+            t.host("cpu_op", "aten::linear", b + 10 + 20 * j, b + 25 + 20 * j)
+        if i == 0:
+            t.host("cpu_op", "aten::to", b + 90, b + 92)
+            t.host("cpu_op", "aten::to", b + 94, b + 96)
+        t.host("cpu_op", "aten::argmax", b + 100, b + 105)
+        t.host("cpu_op", "aten::cat", b + 110, b + 115)
+
+
+@pytest.mark.parametrize("sessions", [1, 2])
+def test_two_recordings_in_one_file_are_cut_each_into_its_tokens(tmp_path, sessions):
+    """Two recordings' events written into one file (two sessions of a six-token `generate` without stacks, the
+    second 40 ms after the first ends, nothing recorded between): the extras of each session's first token made
+    the twelve tokens no cycle, and two iterations were cut at the sessions' starts, the first running over the
+    idle gap into the second. The 40 ms in which nothing was recorded is longer than any step found: each side of
+    it is cut by itself, six tokens each (one session alone: its six)."""
+    t = Trace()
+    for s in range(sessions):
+        nostack_generate(t, 46000 * s, 6)
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    starts = [46000 * s + 100 + 1000 * i for s in range(sessions) for i in range(6)]
+    assert [int(s) // 1000 for s in steps.start] == starts
+    assert int(max(steps.end - steps.start)) // 1000 == 1000
+
+
+@pytest.mark.parametrize("tokens", [(8, 8), (4, 12)])
+def test_the_last_of_two_iterations_ends_with_its_repeating_work(tmp_path, tokens):
+    """Two requests back to back without stacks (two iterations): each runs six set-up ops of different names once,
+    then its tokens (8 and 8, or 4 and 12), a linear and a relu each. The last iteration ended at the end of the last
+    name that occurs once an iteration (its set-up, 60 us in); a name that occurs a multiple of K times and in every
+    iteration ends it too: its last relu."""
+    t = Trace()
+    at = 0
+    for n in tokens:
+        for j, name in enumerate(("aten::ones", "aten::isin", "aten::cumsum", "aten::ne", "aten::any", "aten::full")):
+            t.host("cpu_op", name, at + 10 * j, at + 5 + 10 * j)
+        for i in range(n):
+            b = at + 100 + 1000 * i
+            t.host("cpu_op", "aten::linear", b, b + 50)
+            t.host("cpu_op", "aten::relu", b + 60, b + 70)
+        at += 100 + 1000 * n
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert steps.rule.startswith("repeating cycle: 2 iterations")
+    first = 100 + 1000 * tokens[0]
+    assert [(int(s) // 1000, int(e - s) // 1000) for s, e in zip(steps.start, steps.end, strict=True)] == [
+        (0, first),
+        (first, 1000 * tokens[1] - 1000 + 170),
+    ]
+
+
+def test_a_denoising_loop_that_calls_its_network_twice_a_step_is_cut_per_step(tmp_path):
+    """A guided denoising loop (CPU only, with stacks): each of ten steps calls the network twice (`nn.Module:
+    Net_0`, seven ops each: the guided and the unguided prediction), then combines them and updates the sample
+    (sub, mul, add, mul, sub: top-level ops). Cut at each call, twenty "iterations": the network's calls, the
+    subs and the muls (40 each) are multiples of 20 and held 96% of the ops, though the subs and muls ran twice
+    in every second iteration and never in the others. A name counts with a cycle of K when it runs as often in
+    each iteration: ten steps, one a scheduler step."""
+    t = Trace()
+    for i in range(10):
+        b = 2000 * i
+        for c in range(2):
+            a = b + 600 * c
+            t.host("python_function", "nn.Module: Net_0", a, a + 500)
+            for j in range(7):
+                t.host("cpu_op", "aten::conv2d", a + 10 + 60 * j, a + 60 + 60 * j)
+        for j, name in enumerate(("aten::sub", "aten::mul", "aten::add", "aten::mul", "aten::sub")):
+            t.host("cpu_op", name, b + 1300 + 50 * j, b + 1340 + 50 * j)
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert steps.rule == "repeating cycle: 10 iterations of sibling events from 'nn.Module: Net_0' on thread 1/1"
+    assert [int(s) // 1000 for s in steps.start] == [2000 * i for i in range(10)]

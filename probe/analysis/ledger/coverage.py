@@ -17,7 +17,8 @@ share and the piece. With no GPU work to weigh (a CPU-only trace, or one whose G
 stands in: when the steps hold less than `HOST_LEFT_OUT_WARN` of their thread's busy time, a warning names the share
 and the name whose outermost events take the most time outside them (a serving loop's main thread whose model ran on
 a worker the profiler did not record: three `prompt()` calls as the steps, 0% of the thread, the rest its
-`threading.py: join`).
+`threading.py: join`). A thread asleep (`time.sleep`, host.SLEEP_BUILTIN) is not busy: a serving loop that sleeps
+200 ms between two bursts of requests holds all its busy time in its steps.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 
 from probe.analysis.intervals import covered, merge
 from probe.analysis.ledger.gpu import Attribution
-from probe.analysis.ledger.host import frame_name, nested, thread_ops, thread_rows
+from probe.analysis.ledger.host import SLEEP_BUILTIN, frame_name, nested, thread_ops, thread_rows
 from probe.analysis.ledger.steps import StepSet
 from probe.analysis.ledger.types import Coverage
 from probe.analysis.trace import Kind, Trace
@@ -48,11 +49,15 @@ def coverage(trace: Trace, steps: StepSet, gpu: Attribution) -> Coverage:
     host_in = host_all = 0
     host_out: dict[str, int] = {}  # with no GPU work: by name, the own time of host events outside the steps
     code = np.setdiff1d(trace.rows(Kind.PYTHON, Kind.CPU_OP, Kind.RUNTIME), trace.os_call_rows(), assume_unique=True)
+    frames = trace.rows(Kind.PYTHON)
+    sleeps = frames[trace.name_ids(lambda s: SLEEP_BUILTIN.search(s) is not None)[trace.name_id[frames]]]
     for pid, tid in sorted({(int(p), int(t)) for p, t in zip(steps.pid, steps.tid, strict=True)}):
         rows = thread_rows(trace, code, pid, tid)
         ms, me = merge(trace.ts_ns[rows], trace.end_ns[rows])
-        host_all += int((me - ms).sum())
-        host_in += int(covered(ms, me, win_s, win_e).sum())
+        asleep = thread_rows(trace, sleeps, pid, tid)
+        ss, se = merge(trace.ts_ns[asleep], trace.end_ns[asleep])  # a sleep is idle, inside the frames around it
+        host_all += int((me - ms).sum() - (se - ss).sum())
+        host_in += int(covered(ms, me, win_s, win_e).sum() - covered(ss, se, win_s, win_e).sum())
         if not busy:
             _own_outside(trace, rows, win_s, win_e, host_out)
     left, left_ns = _left_out(trace, gpu, win_s, merge(op_s[inside], op_e[inside]))

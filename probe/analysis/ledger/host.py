@@ -199,10 +199,11 @@ SYNC_FRAME = re.compile(r"\bsynchronize\b")
 # in vLLM's TP4 traces) and returns, and its blocking form waits in a synchronizing call, counted as such. A wait,
 # not Python work: mechanism `sync_wait` (its purpose stays `communication`).
 WAIT_FRAME = re.compile(r"^<built-in method wait of |\): wait$")
-# Python builtins in which the thread blocks until another thread acts or an event arrives: a lock's acquire
-# (`<built-in method acquire of _thread.lock object>`, under threading's Condition.wait, Event.wait, Thread.join and
-# Thread.start, queue.get), and waiting for I/O readiness (`<built-in method poll of select.epoll object>`,
-# select.select, kqueue's control: an asyncio event loop's idle wait, which a worker thread's result ends). The
+# Python builtins in which the thread blocks until another thread acts, an event arrives or time passes: a lock's
+# acquire (`<built-in method acquire of _thread.lock object>`, under threading's Condition.wait, Event.wait,
+# Thread.join and Thread.start, queue.get), waiting for I/O readiness (`<built-in method poll of select.epoll
+# object>`, select.select, kqueue's control: an asyncio event loop's idle wait, which a worker thread's result ends),
+# and `time.sleep` (`SLEEP_BUILTIN`, nanosleep's Python form). The
 # Python-level form of SYNC_CALL's OS calls: their self time is a wait, not Python work (`mechanism_split`): where
 # another thread of the process ran code meanwhile (events that began and ended inside it), the wait is that
 # thread's work (`waited_ns`, the step's Python that waited on other threads); where none did, a wait on what the
@@ -210,8 +211,12 @@ WAIT_FRAME = re.compile(r"^<built-in method wait of |\): wait$")
 # Inside data loading it stays data loading's own part.
 BLOCKING_BUILTIN = re.compile(
     r"^<built-in (?:method (?:acquire|acquire_lock) of _thread\.(?:lock|RLock)\b|method (?:poll|select|control) of "
-    r"select\.(?:epoll|poll|devpoll|kqueue)\b|function (?:select|poll)>)"
+    r"select\.(?:epoll|poll|devpoll|kqueue)\b|function (?:select|poll|sleep)>)"
 )
+# Python's `time.sleep` (`<built-in function sleep>`): the thread waits for nothing and no one, it is idle (a serving
+# loop between bursts of requests). Its time is no busy time of its thread's (probe.analysis.ledger.coverage); a lock's
+# wait stays busy there, as a wait on work the trace may not hold.
+SLEEP_BUILTIN = re.compile(r"^<built-in function sleep>$")
 # Runtime calls that ask whether the device has reached a point and return at once: CUDA's and HIP's event and
 # stream queries, runtime and driver API (nsys's `_v3020` suffix allowed).
 QUERY_CALL = re.compile(r"^(?:cuda|hip)(?:Event|Stream)Query(?:_v\d+)?$|^cu(?:Event|Stream)Query(?:_v\d+)?$")

@@ -30,8 +30,10 @@ The rules, tried in this order; the first that finds anything wins, and `StepSet
    read such ranges as different names. A forward's `layer_N` ranges are pieces of it: the forward's range runs
    its own work around them.
 6. The outermost host unit that repeats and holds the launches (probe.analysis.ledger.units), on the host thread
-   whose steps hold the most GPU work among those that launch it. In a trace that runs nothing on a GPU, each
-   thread's outermost cpu_ops stand in for the launches (`units.unit_work`): a CPU loop run N times is N steps;
+   whose steps hold the most GPU work among those that launch it; where the trace records nothing for a stretch
+   longer than any step (the program idle between bursts, two recordings in one file), each side of it by itself
+   (`units.apart_at_idle`). In a trace that runs nothing on a GPU, each thread's cpu_ops that code called stand in
+   for the launches (`units.unit_work`): a CPU loop run N times is N steps;
    in a trace of ranges alone (NVTX of a CPU program under nsys: no op either), each thread's innermost ranges do.
 7. When a trace replays graphs and has no host structure at all: each graph launch (cudaGraphLaunch,
    hipGraphLaunch) starts a step, which lasts until the next graph launch on its thread (the last one until that
@@ -61,6 +63,8 @@ from probe.analysis.ledger.patterns import Pattern, compile_user
 from probe.analysis.ledger.units import (
     Tree,
     Units,
+    apart_at_idle,
+    idle,
     launch_calls,
     loop_calls,
     numbered_ranges,
@@ -517,8 +521,10 @@ def _unit_steps(trace: Trace, calls: np.ndarray, warnings: list[str]) -> StepSet
     a CPU-only trace (`calls` are then its top-level ops, `unit_work`) no step holds GPU work: the thread with the
     most top-level ops that has a unit wins."""
     best: tuple[int, tuple[int, int, Units]] | None = None
+    gaps = idle(trace)
     for pid, tid in threads_by_launches(trace, calls)[:UNIT_THREADS]:
-        units = repeating_unit(Tree.of(trace, pid, tid, calls), f"thread {pid}/{tid}")
+        tree = Tree.of(trace, pid, tid, calls)
+        units = apart_at_idle(tree, repeating_unit(tree, f"thread {pid}/{tid}"), f"thread {pid}/{tid}", gaps)
         if units is None:
             continue
         held = _gpu_held(trace, units.start, units.end)

@@ -18,31 +18,31 @@ from the outside in:
    the first one's start to the last one's end, and they are at least half of the siblings there that launch
    anything (nothing else between them launches: vLLM's `execute_model` between idle waits), each occurrence is a
    step, its own span.
-3. **A cycle.** A loop whose body is flat (a training loop without stacks: a DataLoader range, the forward's ops,
-   the optimizer's range, all siblings) has no one event per iteration. Its iteration count K is the largest count
-   of a repeating name such that the names whose counts are multiples of K hold at least `PERIODIC` of the
-   scope's launches (an op run twenty times an iteration counts 20 K times; a layer's pieces fail it, since the
-   layer's attention runs once), and every cut holds a launch. The cuts are that name's occurrences (the earliest
-   such name's), moved back over the events that precede each one alike (so a cycle begins where the loop body
-   does, not at its first repeating name); where the cuts so moved fail, the name's own occurrences are tried, the
-   first still moved back: the run moved over can be the end of the iteration before, which nothing before the
-   first cut is. A decoding function with two forwards a token (`generate(custom_generate=fn)`: a look-ahead over
-   the candidates, then the chosen token's forward) has the forward that ended the token before ahead of every
-   token's work, the prefill's ahead of the first: moved back over it, each iteration would start at the token
-   before's forward and the last leave its final forward out. A step runs from one cut to the next, the last one to
-   the end of the last event of a name that occurs once an iteration or, from three iterations on, that runs in it
-   as often as in each from the second cut on (a token's two forwards, beside the prefill's one; a training step's
-   `add_` after its optimizer step). A first iteration may do more (a prefill, a loop's set-up):
-   from three iterations on, a name whose count is not a multiple of K counts with them when, from the second cut
-   on, it occurs a multiple of K - 1 times (R an iteration) and before the second cut at least R times (its extra
-   occurrences all fall in the first iteration, or before it; they may be K or more: a short `generate` without
-   stacks, whose set-up and prefill run nine more `aten::to` than its eight tokens' rate). A last iteration may do
-   less (a hand decode loop that ends on a forward: prefill, then each token's sampling and the next forward, so the
-   sampling runs K - 1 times, none after the last forward): from three iterations on, a name whose count is a
-   multiple of K - 1 counts with them when it does not occur from the last cut on (eight tokens' `argmax`, or their
-   twenty matmuls each, beside nine forwards), so long as the last iteration still holds at least half the launches
-   of the median one: less, not nothing (a `while` loop's condition, checked once more than the loop runs, is no
-   iteration of its own).
+3. **A cycle.** A loop whose body is flat (a training loop without stacks: a DataLoader range, the forward's ops, the
+   optimizer's range, all siblings) has no one event per iteration. Its iteration count K is the largest count of a
+   repeating name such that the names whose counts are multiples of K hold at least `PERIODIC` of the scope's launches
+   (an op run twenty times an iteration counts 20 K times; a layer's pieces fail it, since the layer's attention runs
+   once), and every cut holds a launch. The cuts are that name's occurrences (the earliest such name's), moved back over
+   the events that precede each one alike (so a cycle begins where the loop body does, not at its first repeating name);
+   where the cuts so moved fail, the name's own occurrences are tried, the first still moved back: the run moved over
+   can be the end of the iteration before, which nothing before the first cut is. A decoding function with two forwards
+   a token (`generate(custom_generate=fn)`: a look-ahead over the candidates, then the chosen token's forward) has the
+   forward that ended the token before ahead of every token's work, the prefill's ahead of the first: moved back over
+   it, each iteration would start at the token before's forward and the last leave its final forward out. A step runs
+   from one cut to the next, the last one to the end of the last event of a name that occurs a multiple
+   of K times and in every iteration (once each; or each request's tokens, 4, 8 and 12: the last request ends with its
+   last token, not its set-up), or, from three iterations on, that runs in it as often as in each
+   from the second cut on (a token's two forwards, beside the prefill's one; a training step's `add_` after its
+   optimizer step). A first iteration may do more (a prefill, a loop's set-up): from three iterations on, a name whose
+   count is not a multiple of K counts with them when, from the second cut on, it occurs a multiple of K - 1 times (R an
+   iteration) and before the second cut at least R times (its extra occurrences all fall in the first iteration, or
+   before it; they may be K or more: a short `generate` without stacks, whose set-up and prefill run nine more
+   `aten::to` than its eight tokens' rate). A last iteration may do less (a hand decode loop that ends on a forward:
+   prefill, then each token's sampling and the next forward, so the sampling runs K - 1 times, none after the last
+   forward): from three iterations on, a name whose count is a multiple of K - 1 counts with them when it does not occur
+   from the last cut on (eight tokens' `argmax`, or their twenty matmuls each, beside nine forwards), so long as the
+   last iteration still holds at least half the launches of the median one: less, not nothing (a `while` loop's
+   condition, checked once more than the loop runs, is no iteration of its own).
 
 4. **A loop's calls** (only inside an engine's loop frame, probe.analysis.ledger.steps' rule 4, when 2 and 3 find
    nothing: `loop_calls`). The loop is known to iterate, so its heaviest call cuts it: the name holding the most
@@ -67,12 +67,21 @@ from the outside in:
    more than the steps found inside the container alone: sixteen decode steps, not one window, nor the first
    request's eight. A set-up call beside a decoding loop is no member.
 
+6. **Apart at idle stretches.** Where the trace records nothing at all for a while (no event on any thread or
+   stream: `idle`), far longer than a step, the program was idle there: a serving loop that sleeps between bursts of
+   requests, or two recordings' events written into one file. The stretches at least half as long as the longest
+   split the thread's events, and the rules find each part's steps from its outermost events, together, when every
+   part that holds work has steps, all shorter than those stretches, and the steps found without the split hold
+   such a stretch in at most half of them (a loop that sleeps every iteration sleeps as its step); where the parts
+   have none, such a step ends where the stretch begins (`apart_at_idle`, after the rules above).
+
 Otherwise the thread has no repeating unit: a trace of one forward is not cut into its layers. A graph launch is
 never a unit by itself: the replay launches are pieces when the host repeats a larger unit (vLLM's piecewise graphs:
 81 a step), which (2) finds.
 
 A trace that runs nothing on a GPU (a CPU-only run: no launch call and no GPU op) has no launches to hold: there
-each thread's outermost cpu_ops stand in for them (`unit_work`), one per call the model made, and the same rules
+each thread's cpu_ops that code called stand in for them (`unit_work`, `called`), one per call the model made (an
+op's own pieces are none; a compiled region's graph calls its ops from Python, and each is one), and the same rules
 read them (ten ResNet forwards of 89 top-level ops each, back to back, are a cycle of 10; a forward whose ops do not
 repeat stays one step).
 
@@ -154,20 +163,43 @@ def outermost(trace: Trace, rows: np.ndarray) -> np.ndarray:
 
 
 def unit_work(trace: Trace, calls: np.ndarray) -> np.ndarray:
-    """The work a unit must hold: the launch calls (`calls`, from `launch_calls`); in a trace that runs nothing on a
-    GPU (no launch call and no GPU op: a CPU-only run), each thread's outermost cpu_ops stand in for them, one per
-    call the model made, so a CPU loop is cut by the same rules (a unit or a cycle that holds most of them). A trace
-    of ranges alone (no GPU side and no op: an NVTX-annotated CPU program under nsys) has only its ranges to say
-    where the work is: each thread's innermost ranges (`innermost`) stand in, one per piece of annotated work, so
-    its `step_N` ranges, or its repeating `iteration` range, are its steps by the same rules."""
+    """The work a unit must hold: the launch calls (`calls`, from `launch_calls`); in a trace that runs nothing on a GPU
+    (no launch call and no GPU op: a CPU-only run), each thread's cpu_ops that code called (`called`) stand in for them,
+    one per call the model made, so a CPU loop is cut by the same rules (a unit or a cycle that holds most of them). A
+    trace of ranges alone (no GPU side and no op: an NVTX-annotated CPU program under nsys) has only its ranges to say
+    where the work is: each thread's innermost ranges (`innermost`) stand in, one per piece of annotated work, so its
+    `step_N` ranges, or its repeating `iteration` range, are its steps by the same rules."""
     if len(calls) or len(trace.rows(*GPU_OP_KINDS)):
         return calls
     ops = trace.rows(Kind.CPU_OP)
     ops = ops[trace.stream[ops] < 0]
     if len(ops):
-        return outermost(trace, ops)
+        return called(trace, ops)
     ranges = trace.rows(Kind.USER_RANGE)
     return innermost(trace, ranges[trace.stream[ranges] < 0])
+
+
+def called(trace: Trace, ops: np.ndarray) -> np.ndarray:
+    """The cpu_ops `ops` that code called, one per call the program made (sorted by thread, then start): those that
+    no other cpu_op holds directly, where what holds an op directly is the innermost of its thread's cpu_ops,
+    Python frames and ranges that holds it whole (`intervals.containers`). An op's own pieces (`aten::linear`'s
+    `aten::mm`) are no calls of their own; but an op inside which code runs again calls what that code calls: a
+    compiled region (`Torch-Compiled Region`, one cpu_op) runs the compiled graph's Python `call`, whose every
+    `aten::mm` is a call of the program's, so a compiled decode step weighs its calls, not one, beside an eager
+    prefill's hundred. Without stacks and ranges inside ops, these are the outermost ops."""
+    host = trace.rows(Kind.CPU_OP, Kind.PYTHON, Kind.USER_RANGE, Kind.PROFILER_STEP)
+    host = host[trace.stream[host] < 0]
+    host = host[np.lexsort((-trace.end_ns[host], trace.ts_ns[host], trace.tid[host], trace.pid[host]))]
+    pid, tid = trace.pid[host], trace.tid[host]
+    first = np.flatnonzero(np.concatenate(([True], (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1]))))
+    keep = np.zeros(len(host), bool)
+    for a, b in zip(first.tolist(), np.append(first[1:], len(host)).tolist(), strict=True):  # one pass a thread
+        parent = containers(trace.ts_ns[host[a:b]], trace.end_ns[host[a:b]])
+        held_by_op = (parent >= 0) & (trace.kind[host[a:b]][np.maximum(parent, 0)] == Kind.CPU_OP)
+        keep[a:b] = ~held_by_op
+    mine = np.zeros(len(trace.kind), bool)
+    mine[ops] = True
+    return host[keep & mine[host]]
 
 
 def innermost(trace: Trace, rows: np.ndarray) -> np.ndarray:
@@ -289,6 +321,69 @@ def repeating_unit(tree: Tree, where: str, scope: np.ndarray | None = None) -> U
     return found(None)
 
 
+def idle(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """The stretches [start, end) in which the trace records nothing: no event of any thread or stream (the
+    profiler's own span of the whole recording, `Kind.OTHER`, apart), sorted. Between two ops a few microseconds;
+    a serving loop that sleeps between bursts of requests, or two recordings' events written into one file, a
+    stretch longer than any step."""
+    rows = np.flatnonzero(trace.kind != Kind.OTHER)
+    if len(rows) < 2:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    start = trace.ts_ns[rows]  # rows are in ts order
+    reach = np.maximum.accumulate(trace.end_ns[rows])
+    gap = np.flatnonzero(start[1:] > reach[:-1])
+    return reach[gap], start[gap + 1]
+
+
+def apart_at_idle(tree: Tree, units: Units | None, where: str, gaps: tuple[np.ndarray, np.ndarray]) -> Units | None:
+    """Rule 6 of the module docstring: the trace's longest stretches in which nothing was recorded (`idle`: those
+    at least half as long as the longest) split the thread's events into parts, and each part's steps are found by
+    the rules from its outermost events, together, when every part that holds work has steps and every step is
+    shorter than the shortest such stretch: the program was idle there, not stepping (a serving loop that sleeps
+    between bursts of requests; two recordings' events written into one file, each one's eight decode steps, not
+    one step from the first recording's start over the gap into the second's). Where the steps `units` found
+    without the split hold none of these stretches, or more than half of them hold one (a loop that sleeps in
+    every iteration sleeps as its step), they stand; where the parts find no such steps, a step that holds one
+    ends where the stretch begins, when the stretch is longer than every step's recorded part (its wall less the
+    stretches in it)."""
+    gs, ge = gaps
+    if not len(gs):
+        return units
+    long = (ge - gs) >= (ge - gs).max() // 2
+    gs, ge = gs[long], ge[long]
+    inside = np.zeros(0, bool)
+    if units is not None:
+        at = np.searchsorted(gs, units.start, side="left")  # the first long stretch from each step's start on
+        inside = (at < len(gs)) & (ge[np.minimum(at, len(gs) - 1)] <= units.end)
+        if not inside.any() or 2 * int(inside.sum()) > len(inside):
+            return units
+    scope = np.flatnonzero(tree.parent < 0)
+    part = np.searchsorted(gs, tree.start[scope], side="right")
+    parts = np.unique(part[tree.held[scope] > 0]).tolist()
+    found = [repeating_unit(tree, where, scope[part == p]) for p in parts] if len(parts) > 1 else []
+    each = [u for u in found if u is not None]
+    if each and len(each) == len(found) and all(int((u.end - u.start).max()) < int((ge - gs).min()) for u in each):
+        return Units(
+            np.concatenate([u.start for u in each]),
+            np.concatenate([u.end for u in each]),
+            [n for u in each for n in u.names],
+            each[0].kind,
+            f"{each[0].rule}, and so in each of {len(each)} parts between stretches of at least "
+            f"{(ge - gs).min() / 1e6:.3f} ms in which nothing was recorded",
+        )
+    if units is None:
+        return None
+    length = np.concatenate(([0], np.cumsum(ge - gs)))
+    first = np.searchsorted(gs, units.start, side="left")
+    last = np.maximum(np.searchsorted(ge, units.end, side="right"), first)
+    busy = (units.end - units.start) - (length[last] - length[first])
+    if int((ge - gs).min()) <= int(busy.max()):
+        return units
+    end = units.end.copy()
+    end[inside] = gs[first[inside]]
+    return Units(units.start, end, units.names, units.kind, units.rule + ", each ending where the trace goes idle")
+
+
 def loop_calls(tree: Tree, scope: np.ndarray, where: str, nested: bool = False) -> Units | None:
     """Rule 4 of the module docstring: a loop frame's steps cut at each call of its heaviest name, counted through
     its once-only children (`scope`: the loop frame's children), or None; with `nested`, only where a call sits
@@ -406,7 +501,7 @@ def _cycle(tree: Tree, scope: np.ndarray, where: str) -> Units | None:
         for cuts in _phases(inverse, positions):
             later = np.bincount(inverse[int(cuts[1]) :], minlength=len(keys))  # each name's count from the 2nd cut on
             last = np.bincount(inverse[int(cuts[-1]) :], minlength=len(keys))  # and from the last cut on
-            if _periodic(tree, seq, cuts, k, counts, sums, later, last):
+            if _periodic(tree, seq, inverse, cuts, k, counts, sums, later, last):
                 best = (k, cuts, later, last)
                 break
         if best is not None:
@@ -414,10 +509,11 @@ def _cycle(tree: Tree, scope: np.ndarray, where: str) -> Units | None:
     if best is None:
         return None
     k, cuts, later, last = best
-    # The last iteration ends with the last name that occurs once an iteration or, from three iterations on, that
-    # runs in it as often as in each from the second cut on (a first iteration's extras apart: a token's two
-    # forwards beside the prefill's one)
-    ends = (counts == k) | ((k >= FAMILY_MIN) & (later > 0) & (later % (k - 1) == 0) & (last * (k - 1) == later))
+    # The last iteration ends with the last name that occurs a multiple of K times, in every iteration (once each, or
+    # each request's tokens) or, from three iterations on, that runs in it as often as in each from the second cut on
+    # (a first iteration's extras apart: a token's two forwards beside the prefill's one)
+    every = _in_every(inverse, cuts, k, counts)
+    ends = every | ((k >= FAMILY_MIN) & (later > 0) & (later % (k - 1) == 0) & (last * (k - 1) == later))
     last_end = int(tree.end[seq[ends[inverse]]].max())
     start = tree.start[seq[cuts]]
     end = np.append(start[1:], max(last_end, int(start[-1])))
@@ -436,6 +532,7 @@ def _cycle(tree: Tree, scope: np.ndarray, where: str) -> Units | None:
 def _periodic(
     tree: Tree,
     seq: np.ndarray,
+    inverse: np.ndarray,
     cuts: np.ndarray,
     k: int,
     counts: np.ndarray,
@@ -444,17 +541,39 @@ def _periodic(
     last: np.ndarray,
 ) -> bool:
     """Whether `cuts` (positions in `seq`) cut the scope into K iterations (rule 3): the names that count with the
-    cycle (a multiple of K; from three iterations on, a first iteration's extras or a last's fewer) hold `PERIODIC`
-    of its launches, and every iteration holds a launch (the last, when some name skips it, half the median's)."""
+    cycle (a multiple of K, in each iteration: `_in_every`; from three iterations on, a first iteration's
+    extras or a last's fewer) hold `PERIODIC` of its launches, and every iteration holds a launch (the last, when
+    some name skips it, half the median's)."""
     first_more = (later % (k - 1) == 0) & (counts - later >= later // (k - 1))  # extras: 1st or before
     last_less = (counts % (k - 1) == 0) & (last == 0)  # K - 1 times its rate, none in the last iteration
-    periodic = (counts % k == 0) | ((k >= FAMILY_MIN) & (first_more | last_less))
+    periodic = _in_every(inverse, cuts, k, counts) | ((k >= FAMILY_MIN) & (first_more | last_less))
     if sums[periodic].sum() < PERIODIC * sums.sum():
         return False
     pieces = tree.count(tree.start[seq[cuts[:-1]]], tree.start[seq[cuts[1:]]])
     short = np.any(periodic & ~first_more & (counts % k != 0) & (sums > 0))  # some name skips the last one
     tail = tree.count(tree.start[seq[cuts[-1:]]], np.array([int(tree.end[seq].max()) + 1]))[0]
     return bool(np.all(pieces > 0) and (not short or 2 * tail >= np.median(pieces)))
+
+
+def _in_every(inverse: np.ndarray, cuts: np.ndarray, k: int, counts: np.ndarray) -> np.ndarray:
+    """Per name (`inverse`: each position's name in the scope), whether it occurs a multiple of K times and in each
+    of the K iterations `cuts` makes: one that runs in every other iteration only is no name of that cycle (a
+    denoising loop that calls its network twice a step, for the guided and the unguided prediction, and combines
+    them once: cut at each call, the combining ops ran twice in every second "iteration" and never in the others;
+    its steps are the twenty scheduler steps, not forty calls). How often it runs in each may differ (requests of
+    4, 8 and 12 tokens). The table is names x K, and a name counted a multiple of K occurs at least K times, so it
+    holds at most as many cells as the scope has events."""
+    mult = (counts % k == 0) & (counts > 0)
+    every = np.zeros(len(counts), bool)
+    if not mult.any():
+        return every
+    pos = np.flatnonzero(mult[inverse])
+    it = np.searchsorted(cuts, pos, side="right") - 1  # each position's iteration; -1 before the first cut
+    compact = np.cumsum(mult) - 1
+    ok = it >= 0
+    table = np.bincount(compact[inverse[pos[ok]]] * k + it[ok], minlength=int(mult.sum()) * k).reshape(-1, k)
+    every[mult] = np.all(table > 0, axis=1)
+    return every
 
 
 def _phases(inverse: np.ndarray, positions: np.ndarray) -> list[np.ndarray]:
