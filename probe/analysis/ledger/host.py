@@ -853,7 +853,6 @@ def mechanism_split(
     blocked = (table.by_name["blocking_builtin"][names[owner]] & (mech == _PYTHON)) | os_wait[owner]
     mech[blocked & (waited == 0) & (in_data_ns == 0)] = _SYNC_WAIT  # no recorded thread worked: a wait
     mech[os_wait[owner] & (waited > 0)] = _PYTHON  # other threads' work, as a frame's wait on them is
-    py = mech == _PYTHON
     mechanism = _by_mechanism(mech, step, ns, n)
     mechanism[UNATTRIBUTED] = (hi - lo) - sum(mechanism.values())
     in_data = _by_mechanism(mech, step, in_data_ns, n)
