@@ -432,6 +432,9 @@ def test_a_trace_whose_text_stops_mid_event_is_read_to_its_last_whole_event(tmp_
                 "the trace's text stops inside an event (a profiler stopped mid-export, or a copy not finished): "
                 f"read to its last whole event, the {stop - kept:,} bytes after it left out",
             )
+        number = whole.index(b"60.0", kept) + 3  # inside the 7th event's time, after its point: "invalid number"
+        trace = _cut_short(tmp_path, "number.json", whole[:number])
+        assert len(trace.rows(Kind.CPU_OP)) == 6 and "the trace's text stops inside an event" in trace.warnings[0]
         trace = _cut_short(tmp_path, "whole.json", whole[:kept] + b",")  # it stops after the 6th event and a comma
         assert len(trace.rows(Kind.CPU_OP)) == 6
         said = () if frame == b"[" else ("the trace's text stops before its JSON closes (a profiler stopped "

@@ -340,6 +340,16 @@ def _complete(begin: _Mark, dur_ns: int) -> bytes:
     return b"{" + b",".join(fields) + b"}"
 
 
+_AT_BYTE = re.compile(r"\(byte (\d+)\)")
+
+
+def _stops_short(error: str, doc: bytes) -> bool:
+    """Whether the decoder's `error` on `doc` says the text stopped before its JSON did: it ran out of input
+    ("truncated"), or met its end mid-value (a number cut after its point: "invalid number" at the last byte)."""
+    at = _AT_BYTE.search(error)
+    return "truncated" in error or (at is not None and int(at.group(1)) >= len(doc.rstrip()))
+
+
 def _cut_short_note(cut_short: tuple[int, bool] | None) -> tuple[str, ...]:
     """What a text that stopped before its JSON closed lost: the bytes after its last whole event; nothing where it
     stopped after one (the JSON Array Format's closing bracket is optional), said where an object did."""
@@ -467,7 +477,7 @@ class _Table:
         try:
             return self._add_document(doc)
         except ProbeError:
-            if "truncated" not in self.error:
+            if not _stops_short(self.error, doc):
                 raise
             said = self.error
         for text, left in pieces.closings(doc):
