@@ -408,6 +408,17 @@ BAD = [
 ]
 
 
+def test_control_characters_in_names_are_shown_escaped(tmp_path, cli):
+    """A name is printed to terminals and tables: a newline in it broke the answer's line, and an escape sequence
+    (`\x1b[31m`) was obeyed by the terminal. Each control character is shown as its escape, and said."""
+    events = [x("aten::mm\n\x1b[31mred", 0.0, 10.0), x("plain", 20.0, 5.0), x("tab\there", 30.0, 1.0)]
+    trace = load_trace(write_trace(tmp_path / "c.json", events))
+    assert [trace.name(i) for i in range(len(trace))] == ["aten::mm\\n\\x1b[31mred", "plain", "tab\\there"]
+    assert trace.warnings[0].startswith("2 name(s) held control characters")
+    out = cli("analyze", tmp_path / "c.json")
+    assert out.returncode == 0 and "\x1b" not in out.stdout and "aten::mm\\n\\x1b[31mred" in out.stdout
+
+
 def _cut_short(tmp_path: Path, name: str, text: bytes):
     path = tmp_path / name
     path.write_bytes(gzip.compress(text) if name.endswith(".gz") else text)

@@ -516,6 +516,9 @@ def finish(
     rows they describe, and wrap up with warnings (`notes` first). `cols` is consumed: its arrays are replaced one
     at a time, so the table is never held twice."""
     dropped = dict(dropped)
+    names, escaped = visible(names)
+    if escaped:
+        notes += (f"{escaped} name(s) held control characters (a newline, an escape sequence): shown escaped (\\n)",)
     reasons = _unkeepable(cols["ts_ns"], cols["dur_ns"])
     if reasons:
         keep = np.ones(len(cols["ts_ns"]), bool)
@@ -550,6 +553,16 @@ def finish(
         devices=devices,
         **{k: np.ascontiguousarray(cols.pop(k), dtype=DTYPES[k]) for k in COLUMNS},
     )
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def visible(names: tuple[str, ...]) -> tuple[tuple[str, ...], int]:
+    """The names with every control character as its escape (`\\n`, `\\x1b`), and how many held one: a trace's
+    names are printed to terminals and tables, where a newline breaks the layout and an escape sequence is obeyed."""
+    out = tuple(_CONTROL.sub(lambda m: repr(m.group())[1:-1], n) if _CONTROL.search(n) else n for n in names)
+    return out, sum(a is not b for a, b in zip(out, names, strict=True))
 
 
 def correlation_keys(fmt: str, pid: np.ndarray, correlation: np.ndarray) -> np.ndarray:
