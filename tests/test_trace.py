@@ -682,6 +682,7 @@ def test_a_duration_event_left_open_or_an_end_with_no_begin_is_dropped_and_said(
     assert [trace.name(i) for i in range(len(trace))] == ["a", "b", "5"]
     assert trace.dur_ns.tolist() == [5000, 5000, 1000] and trace.tid.tolist() == [1, 2, 3]
     assert trace.dropped == {"begin (B) never ended": 1, "end (E) with no begin open on its thread": 1}
+    assert "B" not in trace.skipped and "E" not in trace.skipped
 
 
 # --- two processes read what one reads ------------------------------------------------------------------

@@ -669,7 +669,7 @@ class _Table:
         """Duration events (B, E) as complete ones: on each thread, in order of time (the file's among equals), an
         end closes the latest begin still open, and the pair is one event from the begin's time to the end's, with
         the begin's category, name and args (the Trace Event Format's rule). An end with no begin open, and a begin
-        never ended, are dropped and counted; the pairs leave the skipped phases."""
+        never ended, are dropped and counted; none is left among the skipped phases."""
         marks, self.marks = self.marks, []
         if not marks:
             return
@@ -690,10 +690,8 @@ class _Table:
                 self.dropped["end (E) with no begin open on its thread"] += 1
         if never := sum(map(len, open_.values())):
             self.dropped["begin (B) never ended"] += never
-        for ph in "BE":
-            self.skipped[ph] -= len(pairs)
-            if self.skipped[ph] <= 0:
-                del self.skipped[ph]
+        for ph in "BE":  # each begin and end is paired or dropped, never skipped
+            self.skipped.pop(ph, None)
         if not pairs:
             return
         items = self.items
