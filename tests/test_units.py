@@ -14,7 +14,7 @@ import pytest
 from probe.analysis.ledger.build import analyze
 from probe.analysis.ledger.steps import find_steps
 from probe.analysis.ledger.types import AnalyzeOptions
-from probe.analysis.ledger.units import Tree, launch_calls
+from probe.analysis.ledger.units import SDPA, Tree, launch_calls
 from probe.analysis.trace import Kind, load_trace
 from probe.errors import ProbeError
 from tests.data import make_nsys_fixture
@@ -1187,12 +1187,10 @@ def test_two_recordings_in_one_file_are_cut_each_into_its_tokens(tmp_path, sessi
     assert int(max(steps.end - steps.start)) // 1000 == 1000
 
 
-@pytest.mark.parametrize("tokens", [(8, 8), (4, 12)])
-def test_the_last_of_two_iterations_ends_with_its_repeating_work(tmp_path, tokens):
-    """Two requests back to back without stacks (two iterations): each runs six set-up ops of different names once,
-    then its tokens (8 and 8, or 4 and 12), a linear and a relu each. The last iteration ended at the end of the last
-    name that occurs once an iteration (its set-up, 60 us in); a name that occurs a multiple of K times and in every
-    iteration ends it too: its last relu."""
+def requests(tokens: tuple[int, ...], keys: bool = False) -> Trace:
+    """Requests back to back without stacks: each runs six set-up ops of different names once, then its tokens, a
+    linear and a relu each, 1000 us apart; with `keys`, an SDPA between them that records its shapes, reading the
+    prompt's 16 keys and one more each token."""
     t = Trace()
     at = 0
     for n in tokens:
@@ -1201,15 +1199,94 @@ def test_the_last_of_two_iterations_ends_with_its_repeating_work(tmp_path, token
         for i in range(n):
             b = at + 100 + 1000 * i
             t.host("cpu_op", "aten::linear", b, b + 50)
+            if keys:
+                t.host("cpu_op", SDPA, b + 52, b + 58, **sdpa_dims(16 if i == 0 else 1, 16 + i))
             t.host("cpu_op", "aten::relu", b + 60, b + 70)
         at += 100 + 1000 * n
-    steps = find_steps(load_trace(t.write(tmp_path)))
-    assert steps.rule.startswith("repeating cycle: 2 iterations")
+    return t
+
+
+def sdpa_dims(queries: int, keys: int) -> dict:
+    """An SDPA's recorded shapes: query [1, 4, L, 16], key and value [1, 4, S, 16]."""
+    return {"Input Dims": [[1, 4, queries, 16], [1, 4, keys, 16], [1, 4, keys, 16]], "Input type": ["float"] * 3}
+
+
+@pytest.mark.parametrize("tokens", [(2, 2), (2, 6)])
+def test_the_last_of_two_iterations_ends_with_its_repeating_work(tmp_path, tokens):
+    """Two requests of two and two (or six) tokens (two iterations; the first request's two tokens are too few to be a
+    cycle of their own). The last iteration ended at the end of the last name that occurs once an iteration (its
+    set-up, 60 us in); a name that occurs a multiple of K times and in every iteration ends it too: its last relu."""
+    steps = find_steps(load_trace(requests(tokens).write(tmp_path)))
+    assert steps.rule.startswith("repeating cycle: 2 iterations") and "inside each" not in steps.rule
     first = 100 + 1000 * tokens[0]
     assert [(int(s) // 1000, int(e - s) // 1000) for s, e in zip(steps.start, steps.end, strict=True)] == [
         (0, first),
         (first, 1000 * tokens[1] - 1000 + 170),
     ]
+
+
+@pytest.mark.parametrize("tokens", [(4, 12), (4, 8, 12), (8, 8, 6)])
+def test_the_tokens_inside_each_of_several_requests_are_the_steps(tmp_path, tokens):
+    """Requests back to back without stacks, each its set-up, then its tokens: the requests are a cycle (their set-up
+    runs once each, so the tokens of all are none), and inside each request its tokens are a cycle again, whose
+    first iteration does more (the set-up before it). They hold different numbers of tokens, which no forward's
+    layers do. The steps are the tokens, each from its linear to the next (the last of each request to its relu),
+    not the requests."""
+    steps = find_steps(load_trace(requests(tokens).write(tmp_path)))
+    assert steps.rule.endswith(f"and inside each a cycle again: {'/'.join(map(str, tokens))} iterations")
+    at, want = 0, []
+    for n in tokens:
+        want += [(at + 100 + 1000 * i, 1000 if i < n - 1 else 70) for i in range(n)]
+        at += 100 + 1000 * n
+    assert [(int(s) // 1000, int(e - s) // 1000) for s, e in zip(steps.start, steps.end, strict=True)] == want
+    assert len(set(steps.names)) == sum(tokens)
+
+
+def test_forwards_back_to_back_are_not_cut_into_their_layers(tmp_path):
+    """Five forwards without stacks, each an embedding, four layers of the same five ops, a norm and a head: the
+    forwards are a cycle, and inside each its four layers are a cycle again, but as many in every forward: a model
+    runs the same layers each time. Five steps, not twenty layers. (Requests of as many tokens each read alike,
+    and stay cut per request.)"""
+    t = Trace()
+    for f in range(5):
+        b = 10_000 * f
+        t.host("cpu_op", "aten::embedding", b, b + 50)
+        for layer in range(4):
+            c = b + 100 + 2000 * layer
+            for j, name in enumerate(("aten::rms_norm", "aten::linear", "aten::scaled_dot_product_attention",
+                                      "aten::rms_norm", "aten::linear")):  # fmt: skip
+                t.host("cpu_op", name, c + 300 * j, c + 300 * j + 200)
+        t.host("cpu_op", "aten::rms_norm", b + 8200, b + 8300)
+        t.host("cpu_op", "aten::linear", b + 8400, b + 8600)
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert steps.rule.startswith("repeating cycle: 5 iterations") and "inside each" not in steps.rule
+    assert [int(s) // 1000 for s in steps.start] == [0, 10_000, 20_000, 30_000, 40_000]
+    same = find_steps(load_trace(requests((8, 8)).write(tmp_path, "requests.json")))
+    assert same.rule.startswith("repeating cycle: 2 iterations") and "inside each" not in same.rule
+
+
+def test_requests_of_as_many_tokens_are_cut_into_them_where_attention_reads_more_keys_each(tmp_path):
+    """Two requests of eight tokens each: as many in each, as a forward's layers are, so the counts alone cannot
+    tell them apart; where each token's SDPA recorded its shapes and reads one key more than the token before (16,
+    then 17 ..), they are tokens: sixteen steps. A forward's layers read as many keys each (below), and stay one
+    step."""
+    steps = find_steps(load_trace(requests((8, 8), keys=True).write(tmp_path)))
+    assert steps.rule.endswith("and inside each a cycle again: 8/8 iterations")
+    assert [int(s) // 1000 for s in steps.start] == [100 + 1000 * i for i in range(8)] + [
+        8200 + 1000 * i for i in range(8)
+    ]
+    t = Trace()
+    for f in range(5):
+        b = 10_000 * f
+        t.host("cpu_op", "aten::embedding", b, b + 50)
+        for layer in range(4):
+            c = b + 100 + 2000 * layer
+            t.host("cpu_op", "aten::linear", c, c + 200)
+            t.host("cpu_op", SDPA, c + 300, c + 500, **sdpa_dims(1, 20 + f))
+            t.host("cpu_op", "aten::linear", c + 600, c + 800)
+        t.host("cpu_op", "aten::linear", b + 8400, b + 8600)
+    layers = find_steps(load_trace(t.write(tmp_path, "layers.json")))
+    assert "inside each" not in layers.rule and len(layers.names) == 5
 
 
 def test_a_denoising_loop_that_calls_its_network_twice_a_step_is_cut_per_step(tmp_path):

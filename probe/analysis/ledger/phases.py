@@ -45,11 +45,11 @@ import numpy as np
 from probe import vocabulary
 from probe.analysis.intervals import assign
 from probe.analysis.ledger.steps import StepTokens
+from probe.analysis.ledger.units import SDPA, keys_read
 from probe.analysis.trace import Kind, Trace
-from probe.counts import MAX_COUNT
+from probe.counts import counts
 
 EMBEDDING = "aten::embedding"  # embedding(weight, indices): its indices are [batch, tokens]
-SDPA = "aten::scaled_dot_product_attention"  # (query [..., L, E], key [..., S, E], ...): S keys for L queries
 PHASELESS = frozenset({"profiler_step", "step", "iteration"})  # the kinds that name no phase
 
 
@@ -66,12 +66,6 @@ def _first_dims(trace: Trace, name: str, start: np.ndarray, end: np.ndarray, pid
     return out
 
 
-def _counts(dims, n: int) -> tuple[int, ...] | None:
-    """`dims` when it is `n` counts of at least 1, else None."""
-    ok = isinstance(dims, tuple) and len(dims) == n and all(type(d) is int and 1 <= d <= MAX_COUNT for d in dims)
-    return dims if ok else None
-
-
 def first_embeddings(
     trace: Trace, start: np.ndarray, end: np.ndarray, pid: np.ndarray, tid: np.ndarray
 ) -> dict[int, tuple[int, int]]:
@@ -79,7 +73,7 @@ def first_embeddings(
     are left out."""
     out = {}
     for i, dims in _first_dims(trace, EMBEDDING, start, end, pid, tid).items():
-        if (indices := _counts(dims[1] if len(dims) > 1 else None, 2)) is not None:
+        if (indices := counts(dims[1] if len(dims) > 1 else None, 2)) is not None:
             out[i] = (indices[0], indices[1])
     return out
 
@@ -89,8 +83,8 @@ def first_keys(trace: Trace, start: np.ndarray, end: np.ndarray, pid: np.ndarray
     [B, H, S, E]. Steps without one (no shapes, another attention) are left out."""
     out = {}
     for i, dims in _first_dims(trace, SDPA, start, end, pid, tid).items():
-        if (key := _counts(dims[1] if len(dims) > 1 else None, 4)) is not None:
-            out[i] = key[2]
+        if (keys := keys_read(dims)) is not None:
+            out[i] = keys
     return out
 
 

@@ -44,6 +44,15 @@ from the outside in:
    last iteration still holds at least half the launches of the median one: less, not nothing (a `while` loop's
    condition, checked once more than the loop runs, is no iteration of its own).
 
+   **A cycle inside each iteration.** Requests served back to back without stacks (each a `generate`: its set-up,
+   its prefill, its tokens) are a cycle whose iterations are the requests: each request's set-up runs once, so the
+   tokens of all are no cycle. Where each iteration is a cycle again (these rules on its own events; the last to the
+   scope's end), and the iterations hold different numbers of them (4, 8 and 12 tokens: a model runs the same
+   layers in every forward), or each one's first SDPA that recorded its shapes reads more keys than the one's before
+   (a token attends to one more, with a KV cache or without; a forward's layers read as many), the inner iterations
+   are the steps. Requests of as many tokens, without recorded shapes (or with a static cache, whose attention
+   reads the whole cache each token), read as forwards of their layers would: one step each.
+
 4. **A loop's calls** (only inside an engine's loop frame, probe.analysis.ledger.steps' rule 4, when 2 and 3 find
    nothing: `loop_calls`). The loop is known to iterate, so its heaviest call cuts it: the name holding the most
    launches among the loop's children, counting also the children of a child whose name occurs once
@@ -113,11 +122,13 @@ from probe.analysis.intervals import containers, nesting
 from probe.analysis.ledger.gpu import correlation_keys
 from probe.analysis.ledger.host import family_key, frame_name, thread_rows
 from probe.analysis.trace import GPU_OP_KINDS, Kind, Trace
+from probe.counts import counts
 
 MAJORITY = 0.5  # a container holds at least half the scope's launches; so does a cycle, from first to last
 WHOLE = 0.95  # a unit holds all but 5% of the launches between its first and last occurrence
 PERIODIC = 0.9  # a cycle's names (counts that are multiples of K) hold at least 90% of the scope's launches
 FAMILY_MIN = 3  # a loop from three iterations on (ProfilerStep#N's shape; a cycle whose first does more), not a pair
+SDPA = "aten::scaled_dot_product_attention"  # (query [..., L, E], key [..., S, E], ...): S keys for L queries
 UNIT_KINDS = (Kind.PYTHON, Kind.CPU_OP, Kind.USER_RANGE)
 
 
@@ -242,6 +253,13 @@ def threads_by_launches(trace: Trace, calls: np.ndarray) -> list[tuple[int, int]
     return [(int(threads[i, 0]), int(threads[i, 1])) for i in ranked.tolist()]
 
 
+def keys_read(dims: tuple) -> int | None:
+    """How many keys an SDPA read, from its recorded input dims: S of its key [B, H, S, E]; None when they say
+    no such thing."""
+    key = counts(dims[1] if len(dims) > 1 else None, 4)
+    return None if key is None else key[2]
+
+
 @dataclass
 class Tree:
     """One thread's events (UNIT_KINDS), nested by what holds each whole (`intervals.containers`), each with how
@@ -258,6 +276,7 @@ class Tree:
     _by_parent: np.ndarray
     _parents: np.ndarray
     is_range: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # a user range (not a frame or an op)
+    keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # an SDPA's keys read (`keys_read`), or -1
 
     @classmethod
     def of(cls, trace: Trace, pid: int, tid: int, calls: np.ndarray) -> Tree:
@@ -275,7 +294,13 @@ class Tree:
         held = np.searchsorted(launches, end, side="right") - np.searchsorted(launches, start, side="left")
         by_parent = np.argsort(parent, kind="stable")
         ranges = trace.kind[rows] == Kind.USER_RANGE
-        return cls(rows, start, end, key, list(table), parent, held, launches, by_parent, parent[by_parent], ranges)
+        keys = np.full(len(rows), -1, np.int64)
+        sdpa = np.flatnonzero(trace.name_ids(lambda s: s == SDPA)[trace.name_id[rows]] & (trace.shape_id[rows] >= 0))
+        for i in sdpa.tolist():
+            keys[i] = keys_read(trace.shapes[int(trace.shape_id[rows[i]])].dims) or -1
+        return cls(
+            rows, start, end, key, list(table), parent, held, launches, by_parent, parent[by_parent], ranges, keys
+        )
 
     def children(self, i: int) -> np.ndarray:
         a, b = np.searchsorted(self._parents, [i, i + 1])
@@ -314,10 +339,10 @@ def repeating_unit(tree: Tree, where: str, scope: np.ndarray | None = None) -> U
                 peers = scope if sums[g] < total else peers
                 scope = tree.children(int(members[0]))
                 continue
-            return found(_cycle(tree, scope, where) or _in_each(tree, scope, where))
+            return found(_cycles(tree, scope, where) or _in_each(tree, scope, where))
         if _whole(tree, scope, members, int(sums[g])):
             return found(_each(tree, members, where))
-        return found(_cycle(tree, scope, where))
+        return found(_cycles(tree, scope, where))
     return found(None)
 
 
@@ -481,6 +506,45 @@ def _each(tree: Tree, members: np.ndarray, where: str) -> Units:
         "step",
         f"repeating unit: {name!r}, {len(members)} times on {where}",
     )
+
+
+def _cycles(tree: Tree, scope: np.ndarray, where: str) -> Units | None:
+    """Rule 3's cycle in `scope`; where each of its iterations is a cycle again, and they hold different numbers of
+    iterations or each one's attention reads more keys than the one before, those inner iterations (rule 3b of the
+    module docstring); None when the scope has no cycle."""
+    outer = _cycle(tree, scope, where)
+    if outer is None or len(outer.start) < 2:
+        return outer
+    seq = scope[np.argsort(tree.start[scope], kind="stable")]
+    lo = np.searchsorted(tree.start[seq], outer.start, side="left")
+    hi = np.append(lo[1:], len(seq))  # the last to the scope's end: its inner cycle says where it ends
+    inner: list[Units] = []
+    for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
+        if (u := _cycle(tree, seq[a:b], where)) is None:
+            return outer
+        inner.append(u)
+    counts = [len(u.start) for u in inner]
+    if len(set(counts)) == 1 and not all(_reads_more_keys(tree, u) for u in inner):
+        return outer  # as many in each: a forward's layers, or requests of as many tokens, unless attention says
+    return Units(
+        np.concatenate([u.start for u in inner]),
+        np.concatenate([u.end for u in inner]),
+        [f"iteration#{i}" for i in range(sum(counts))],
+        "iteration",
+        f"{outer.rule}, and inside each a cycle again: {'/'.join(map(str, counts))} iterations",
+    )
+
+
+def _reads_more_keys(tree: Tree, units: Units) -> bool:
+    """Whether the first SDPA of each of the units (that recorded its shapes) reads more keys than the one before:
+    tokens, each attending to one more (a KV cache's, or the whole sequence re-read), not a forward's layers,
+    which read as many."""
+    sdpa = np.flatnonzero(tree.keys >= 0)  # the tree's events are sorted by start
+    at = np.searchsorted(tree.start[sdpa], units.start, side="left")
+    if not len(sdpa) or np.any(at >= len(sdpa)):
+        return False
+    first = sdpa[at]
+    return bool(np.all(tree.start[first] < units.end) and np.all(np.diff(tree.keys[first]) > 0))
 
 
 def _cycle(tree: Tree, scope: np.ndarray, where: str) -> Units | None:
