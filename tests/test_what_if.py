@@ -1179,6 +1179,21 @@ def test_cpu_batching_is_withheld_where_the_step_holds_more_than_the_model_propo
     )
 
 
+def test_cpu_batching_is_withheld_with_its_arithmetic_where_the_model_proposes_one_sequence(tmp_path):
+    """One sequence a step (embedding [1, 1]): GEMM 10 us once, attention 60 us per sequence, overhead 30: one
+    sequence's step 100, and B = 2 would take 160, past 1.25 x 100 = 125, so the model proposes B = 1, no batch.
+    Before, the what-if vanished without a line (a step holding several sequences said why; one holding one did
+    not), so of a trace's decode steps some offered a batch and the others said nothing of it."""
+    d = _median(_cpu_steps_of(tmp_path, 1, (5, 15), (20, 80)))
+    assert d.kind == "decode" and not any(c.startswith("batch") for c in _changes(d))
+    line = next(x for x in d.withheld if x.startswith("batch sequences"))
+    assert line == (
+        "batch sequences: not offered: the model proposes no batch past the one sequence the step holds (recorded "
+        "shapes (aten::embedding [1, 1])): one sequence's step is overhead 0.030 + once 0.010 + 1 x 0.060 = 0.100 "
+        "ms, and B = 2 would take overhead 0.030 + once 0.010 + 2 x 0.060 = 0.160 ms, past 1.25 x 0.100 = 0.125"
+    )
+
+
 def test_gpu_batching_prices_from_the_sequences_a_decode_step_holds(tmp_path):
     """probe's decode#0 with an embedding [3, 1]: the 4 us of attention are 3 sequences', 4/3 us one; the GEMM's 5
     once; host 100 binds. 5 + 4/3 B stays under 125 to MAX_BATCH: B = 64, the step 100 us, 1.5625 us a token

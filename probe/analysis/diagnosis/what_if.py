@@ -600,10 +600,11 @@ class _Batch:
 
 def _batch_size(offer: _Offer, model: _Batch, change: str) -> int | None:
     """The batch the model proposes: the largest whose step stays within BATCH_GROWTH of one sequence's (at most
-    MAX_BATCH); None, with a withheld line and its arithmetic, when the step holds that many already, or when the
-    trace measured no per-sequence work (the term is 0: on a CPU every op but the GEMMs under the dispatch floor, on a
-    GPU no attention or KV-cache kernel): then the step does not grow with B by the model, and the B it would propose
-    is only the search's limit, MAX_BATCH, not a batch the trace predicts."""
+    MAX_BATCH); None, with a withheld line and its arithmetic, when the step holds that many already (one sequence
+    included: a batch of one is none to propose), or when the trace measured no per-sequence work (the term is 0: on
+    a CPU every op but the GEMMs under the dispatch floor, on a GPU no attention or KV-cache kernel): then the step
+    does not grow with B by the model, and the B it would propose is only the search's limit, MAX_BATCH, not a batch
+    the trace predicts."""
     if model.per <= 0:
         offer.withheld.append(
             f"{change}: not offered: it needs work measured per sequence, and the step's split ({model.how}) leaves "
@@ -615,17 +616,20 @@ def _batch_size(offer: _Offer, model: _Batch, change: str) -> int | None:
     size = _largest_batch(model.at, limit)
     if size > model.now:
         return size
-    if model.now > 1:
-        past = (
-            f"B = {size + 1} would take {model.terms(size + 1)} = {ms(model.at(size + 1))} ms, past {BATCH_GROWTH} x "
-            f"{ms(model.at(1))} = {ms(limit)}"
-            if size < MAX_BATCH
-            else f"{MAX_BATCH} is the most it proposes"
-        )
-        offer.withheld.append(
-            f"{change}: not offered: the step holds {model.now} sequences already ({model.said}), at or past the "
-            f"{size} the model proposes: one sequence's step is {model.terms(1)} = {ms(model.at(1))} ms, and {past}"
-        )
+    past = (
+        f"B = {size + 1} would take {model.terms(size + 1)} = {ms(model.at(size + 1))} ms, past {BATCH_GROWTH} x "
+        f"{ms(model.at(1))} = {ms(limit)}"
+        if size < MAX_BATCH
+        else f"{MAX_BATCH} is the most it proposes"
+    )
+    held = (
+        f"the step holds {model.now} sequences already ({model.said}), at or past the {size} the model proposes"
+        if model.now > 1
+        else f"the model proposes no batch past the one sequence the step holds ({model.said})"
+    )
+    offer.withheld.append(
+        f"{change}: not offered: {held}: one sequence's step is {model.terms(1)} = {ms(model.at(1))} ms, and {past}"
+    )
     return None
 
 
