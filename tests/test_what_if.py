@@ -348,6 +348,7 @@ def test_capture_is_offered_on_a_host_bound_forward(tmp_path):
     assert {c.name: c.holds for c in w.holds} == {
         "a warm step": True,
         "the GPU side recorded": True,
+        "no graph replayed already (no graph launch call in the step)": True,
         "a forward (no backward, no optimizer)": True,
         "nothing in the capture region that waits on the device (no sync, blocking copy or .item())": True,
         "no op whose output shape depends on the data": True,
@@ -376,6 +377,23 @@ def test_capture_is_withheld_where_its_condition_fails(tmp_path, added, needs, s
     assert not any("CUDA graph" in c for c in _changes(d))
     line = next(x for x in d.withheld if x.startswith("capture the forward in a CUDA graph"))
     assert f"it needs {needs}" in line and said in line
+
+
+def test_a_step_that_replays_a_graph_is_not_offered_capture_and_says_why(tmp_path):
+    """The host-bound decode also replays a graph (a cudaGraphLaunch whose kernel the GPU ran): its forward is
+    captured already, in part at least, so capture is withheld, and the line says so with the count. Before, the
+    what-if was dropped without a line: the one condition capture checked and did not state."""
+    host, gpu = _host_bound_decode(
+        extra_host=[("cuda_runtime", "cudaGraphLaunch", 40, 45, {"correlation": 3})],
+        extra_gpu=[("kernel", "graph_kernel", 46, 48, {"correlation": 3})],
+    )
+    d = _median(_trace(tmp_path, host, gpu))
+    assert d.bound == "host" and not any("CUDA graph" in c for c in _changes(d))
+    line = next(x for x in d.withheld if x.startswith("capture the forward in a CUDA graph"))
+    assert line == (
+        "capture the forward in a CUDA graph: not offered: it needs no graph replayed already (no graph launch call "
+        "in the step), and the step replays graphs: 1 graph launch call beside its 2 kernel launches"
+    )
 
 
 def test_shapes_that_change_between_steps_ask_for_static_shapes_first(tmp_path):

@@ -27,9 +27,10 @@ to [0, the step], so a what-if never promises more than the step nor less than n
   step still makes them); where the host work it keeps is mostly time no op, frame or call covers, the assumption says
   that the trace cannot tell it from set-up (only the cold calls' time is priced as set-up);
 - capture the forward in a CUDA graph (GPU): the capture region's host time (`StepLedger.capturable_ns`) vanishes,
-  one graph launch remains; kernels keep their durations. Requires a warm step, the GPU side recorded, a forward
-  (no backward, no optimizer), nothing in the region that waits on the device, no data-dependent shapes; shapes
-  that change from step to step make it "make the shapes static, then capture";
+  one graph launch remains; kernels keep their durations. Requires a warm step, the GPU side recorded, no graph
+  replayed already (a graph launch call in the step: withheld, and the line says so), a forward (no backward, no
+  optimizer), nothing in the region that waits on the device, no data-dependent shapes; shapes that change from
+  step to step make it "make the shapes static, then capture";
 - compile the forward (a CPU): the compute stays (the GEMMs and attention, and the rest's, fused:
   probe.analysis.diagnosis.conditions.CpuOps), and so does the host work outside the forward; the host's overhead
   inside it (Python, dispatch, the time between ops) stays only for the calls a compiled graph still makes (each op
@@ -107,6 +108,7 @@ SAME_SHAPES = "the same shapes in every step of its kind"
 DECODE = "a decode step (one new token a sequence)"
 OWN_WAIT = "a sync that waits on the step's own GPU work"
 NOT_COMPILED = "a forward not compiled already"
+NOT_CAPTURED = "no graph replayed already (no graph launch call in the step)"
 
 
 @dataclass(frozen=True)
@@ -320,7 +322,8 @@ def _phase_words(kind: str) -> str:
 
 
 def _ledger_conditions(s: StepLedger, e: Evidence, on_gpu: bool, unrecorded_why: str) -> dict[str, Condition]:
-    """What the step's ledger says: a decode step, a wait on its own GPU work, and (on a GPU) its GPU side recorded."""
+    """What the step's ledger says: a decode step, a wait on its own GPU work, and (on a GPU) its GPU side recorded
+    and whether it replays a graph already (a graph launch call in it: `StepLedger.graph_launches`)."""
     out = {
         DECODE: Condition(DECODE, s.kind == "decode", _phase_words(s.kind)),
         OWN_WAIT: Condition(
@@ -336,6 +339,14 @@ def _ledger_conditions(s: StepLedger, e: Evidence, on_gpu: bool, unrecorded_why:
             GPU_SIDE,
             missing is None,
             missing or f"{calls - e.launches_unmatched:,} of its {calls:,} launch calls have a GPU op in the trace",
+        )
+        out[NOT_CAPTURED] = Condition(
+            NOT_CAPTURED,
+            not s.graph_launches,
+            f"the step replays graphs: {s.graph_launches:,} graph launch call{'s' if s.graph_launches > 1 else ''} "
+            f"beside its {s.launches:,} kernel launch{'es' if s.launches != 1 else ''}"
+            if s.graph_launches
+            else "no graph launch call in it",
         )
     return out
 
@@ -460,10 +471,10 @@ def _capture_setup(offer: _Offer, e: Evidence) -> None:
 
 
 def _capture(offer: _Offer, s: StepLedger, context: Context) -> None:
-    if s.graph_launches or not s.launches or not s.capturable_ns:
+    if not (s.launches or s.graph_launches) or not s.capturable_ns:
         return
     change = "capture the forward in a CUDA graph"
-    requires = (WARM, GPU_SIDE, FORWARD, NO_BLOCKING, NO_DATA_SHAPES, SAME_SHAPES)
+    requires = (WARM, GPU_SIDE, NOT_CAPTURED, FORWARD, NO_BLOCKING, NO_DATA_SHAPES, SAME_SHAPES)
     holds = offer.check(change, requires, said=(SAME_SHAPES,))
     if holds is None:
         return
