@@ -671,6 +671,33 @@ def test_a_cpu_step_offers_compile_and_batch_and_no_dispatch_to_zero(tmp_path):
     assert not any(c.startswith("fix the top op") for c in _changes(d))
 
 
+def test_compile_terms_past_the_host_work_they_price_show_the_cap(tmp_path):
+    """A decode step of 100 us whose forward range (5-90) holds one top-level op (a scripted module's `forward`, 10-
+    80) around two GEMMs (18 us each) and an add (2 us): outside 15 + GEMM 36 + the other ops' compute 29 (the add
+    and the `forward` op's own 27) leave 20 us of overhead over 1 top-level op, and the compiled graph still makes 3
+    calls: 15 + 36 + 29 + 3 x 20 = 140 us, more than the 100 it prices. Compiling never adds host work (the figure
+    is capped at the host's), and the arithmetic now says min(host 0.100, ... = 0.140) = 0.100, where it printed
+    terms summing to 0.140 as "= 0.100"."""
+    host = [
+        ("user_annotation", "decode#0", 0, 100, {}),
+        ("user_annotation", "forward", 5, 90, {}),
+        ("cpu_op", "forward", 10, 80, {}),
+        ("cpu_op", "aten::mm", 12, 30, {}),
+        ("cpu_op", "aten::view", 31, 32, {}),
+        ("cpu_op", "aten::add", 33, 35, {}),
+        ("cpu_op", "aten::mm", 42, 60, {}),
+        ("cpu_op", "aten::view", 61, 62, {}),
+    ]
+    d = _median(_trace(tmp_path, host))
+    assert not any(c.startswith("compile") for c in _changes(d))
+    line = next(x for x in d.withheld if x.startswith("compile the forward"))
+    assert line == (
+        "compile the forward (torch.compile): not offered: by its own model it saves nothing here (host 0.100 -> "
+        "min(host 0.100, outside the forward 0.015 + GEMM and attention 0.036 + the other ops' compute 0.029 + 3 "
+        "calls x 20.00 us = 0.140) = 0.100: 0.100 ms - 0.000 = 0.100 ms)"
+    )
+
+
 def test_without_a_forward_range_or_module_frame_the_compile_saving_is_a_ceiling(tmp_path):
     """The same decode step with no forward range and no module frame (a generate traced without stacks): every op
     is taken as the forward, so the 15 us of the loop's own work outside it are priced as compiled too. The

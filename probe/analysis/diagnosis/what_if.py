@@ -36,7 +36,9 @@ to [0, the step], so a what-if never promises more than the step nor less than n
   inside it (Python, dispatch, the time between ops) stays only for the calls a compiled graph still makes (each op
   it calls as it is, each run of fused ops between them, the compiled call), each at the forward's own host cost per
   top-level op; and the compiled call's guard check is added where `probe run` measured it on the model
-  (`Context.compiled_entry_ns`), else said to be unpriced. A training step (a backward or an optimizer step in it:
+  (`Context.compiled_entry_ns`), else said to be unpriced; the step's host work caps the sum, and where the terms
+  pass it (more calls than the forward dispatched, compute outside the forward counted twice) the arithmetic says
+  min(host, terms = their sum). A training step (a backward or an optimizer step in it:
   FORWARD fails) is offered "compile the model": its forward and, through AOTAutograd, its backward, a compiled call
   for each stretch of either; what a compiled model leaves as it is (the autograd engine's AccumulateGrad, the
   optimizer's step) stays whole, its ops and compute out of the compiled figures;
@@ -882,17 +884,23 @@ def _compile(offer: _Offer, s: StepLedger, cpu: CpuOps, entry_ns: float | None) 
     per_op = overhead / top_ops
     calls = cpu.kept + cpu.fused + cpu.graph_calls
     entry = entry_ns or 0.0
-    after = min(outside + eager + others + compute + calls * per_op + entry, b.host_ns)
+    total = outside + eager + others + compute + calls * per_op + entry
+    after = min(total, b.host_ns)  # compiling never adds host work: where the terms pass it, the arithmetic says so
     region = "model" if training else "forward"
     ceiling = s.capture_region == EVERY_OP  # no frame marks the forward: the loop's own work is priced as compiled
-    offer.price(
-        change + (": at most" if ceiling else ""),
-        after,
+    terms = (
         f"outside the {region} {ms(outside)}"
         + (f" + left as they are (AccumulateGrad, the optimizer's) {ms(eager)}" if cpu.eager_ns else "")
         + (f" + waiting on other threads {ms(others)}" if others else "")
         + f" + GEMM and attention {ms(kept)} + the other ops' compute {ms(rest)} + {calls} calls x {us(per_op, 2)} us"
-        + (f" + guards {ms(entry)}" if entry_ns is not None else ""),
+        + (f" + guards {ms(entry)}" if entry_ns is not None else "")
+    )
+    offer.price(
+        change + (": at most" if ceiling else ""),
+        after,
+        f"min(host {ms(b.host_ns)}, {terms} = {ms(total)})"
+        if total > b.host_ns and ms(total) != ms(b.host_ns)
+        else terms,
         _compile_assumption(offer, s, cpu, training, eager, overhead, per_op, entry_ns),
         requires,
         holds,
