@@ -348,6 +348,7 @@ def test_capture_is_offered_on_a_host_bound_forward(tmp_path):
     assert {c.name: c.holds for c in w.holds} == {
         "a warm step": True,
         "the GPU side recorded": True,
+        "no graph replayed already (no graph launch call in the step)": True,
         "a forward (no backward, no optimizer)": True,
         "nothing in the capture region that waits on the device (no sync, blocking copy or .item())": True,
         "no op whose output shape depends on the data": True,
@@ -376,6 +377,23 @@ def test_capture_is_withheld_where_its_condition_fails(tmp_path, added, needs, s
     assert not any("CUDA graph" in c for c in _changes(d))
     line = next(x for x in d.withheld if x.startswith("capture the forward in a CUDA graph"))
     assert f"it needs {needs}" in line and said in line
+
+
+def test_a_step_that_replays_a_graph_is_not_offered_capture_and_says_why(tmp_path):
+    """The host-bound decode also replays a graph (a cudaGraphLaunch whose kernel the GPU ran): its forward is
+    captured already, in part at least, so capture is withheld, and the line says so with the count. Before, the
+    what-if was dropped without a line: the one condition capture checked and did not state."""
+    host, gpu = _host_bound_decode(
+        extra_host=[("cuda_runtime", "cudaGraphLaunch", 40, 45, {"correlation": 3})],
+        extra_gpu=[("kernel", "graph_kernel", 46, 48, {"correlation": 3})],
+    )
+    d = _median(_trace(tmp_path, host, gpu))
+    assert d.bound == "host" and not any("CUDA graph" in c for c in _changes(d))
+    line = next(x for x in d.withheld if x.startswith("capture the forward in a CUDA graph"))
+    assert line == (
+        "capture the forward in a CUDA graph: not offered: it needs no graph replayed already (no graph launch call "
+        "in the step), and the step replays graphs: 1 graph launch call beside its 2 kernel launches"
+    )
 
 
 def test_shapes_that_change_between_steps_ask_for_static_shapes_first(tmp_path):
@@ -651,6 +669,33 @@ def test_a_cpu_step_offers_compile_and_batch_and_no_dispatch_to_zero(tmp_path):
         {"overhead": 0.06, "once": 0.03, "per_sequence": 0.01}
     )
     assert not any(c.startswith("fix the top op") for c in _changes(d))
+
+
+def test_compile_terms_past_the_host_work_they_price_show_the_cap(tmp_path):
+    """A decode step of 100 us whose forward range (5-90) holds one top-level op (a scripted module's `forward`, 10-
+    80) around two GEMMs (18 us each) and an add (2 us): outside 15 + GEMM 36 + the other ops' compute 29 (the add
+    and the `forward` op's own 27) leave 20 us of overhead over 1 top-level op, and the compiled graph still makes 3
+    calls: 15 + 36 + 29 + 3 x 20 = 140 us, more than the 100 it prices. Compiling never adds host work (the figure
+    is capped at the host's), and the arithmetic now says min(host 0.100, ... = 0.140) = 0.100, where it printed
+    terms summing to 0.140 as "= 0.100"."""
+    host = [
+        ("user_annotation", "decode#0", 0, 100, {}),
+        ("user_annotation", "forward", 5, 90, {}),
+        ("cpu_op", "forward", 10, 80, {}),
+        ("cpu_op", "aten::mm", 12, 30, {}),
+        ("cpu_op", "aten::view", 31, 32, {}),
+        ("cpu_op", "aten::add", 33, 35, {}),
+        ("cpu_op", "aten::mm", 42, 60, {}),
+        ("cpu_op", "aten::view", 61, 62, {}),
+    ]
+    d = _median(_trace(tmp_path, host))
+    assert not any(c.startswith("compile") for c in _changes(d))
+    line = next(x for x in d.withheld if x.startswith("compile the forward"))
+    assert line == (
+        "compile the forward (torch.compile): not offered: by its own model it saves nothing here (host 0.100 -> "
+        "min(host 0.100, outside the forward 0.015 + GEMM and attention 0.036 + the other ops' compute 0.029 + 3 "
+        "calls x 20.00 us = 0.140) = 0.100: 0.100 ms - 0.000 = 0.100 ms)"
+    )
 
 
 def test_without_a_forward_range_or_module_frame_the_compile_saving_is_a_ceiling(tmp_path):
@@ -1176,6 +1221,21 @@ def test_cpu_batching_is_withheld_where_the_step_holds_more_than_the_model_propo
         "[3, 1])), at or past the 1 the model proposes: one sequence's step is overhead 0.030 + once 0.010 + 1 x "
         "0.020 = 0.060 ms, and B = 2 would take overhead 0.030 + once 0.010 + 2 x 0.020 = 0.080 ms, past 1.25 x "
         "0.060 = 0.075"
+    )
+
+
+def test_cpu_batching_is_withheld_with_its_arithmetic_where_the_model_proposes_one_sequence(tmp_path):
+    """One sequence a step (embedding [1, 1]): GEMM 10 us once, attention 60 us per sequence, overhead 30: one
+    sequence's step 100, and B = 2 would take 160, past 1.25 x 100 = 125, so the model proposes B = 1, no batch.
+    Before, the what-if vanished without a line (a step holding several sequences said why; one holding one did
+    not), so of a trace's decode steps some offered a batch and the others said nothing of it."""
+    d = _median(_cpu_steps_of(tmp_path, 1, (5, 15), (20, 80)))
+    assert d.kind == "decode" and not any(c.startswith("batch") for c in _changes(d))
+    line = next(x for x in d.withheld if x.startswith("batch sequences"))
+    assert line == (
+        "batch sequences: not offered: the model proposes no batch past the one sequence the step holds (recorded "
+        "shapes (aten::embedding [1, 1])): one sequence's step is overhead 0.030 + once 0.010 + 1 x 0.060 = 0.100 "
+        "ms, and B = 2 would take overhead 0.030 + once 0.010 + 2 x 0.060 = 0.160 ms, past 1.25 x 0.100 = 0.125"
     )
 
 

@@ -27,15 +27,18 @@ to [0, the step], so a what-if never promises more than the step nor less than n
   step still makes them); where the host work it keeps is mostly time no op, frame or call covers, the assumption says
   that the trace cannot tell it from set-up (only the cold calls' time is priced as set-up);
 - capture the forward in a CUDA graph (GPU): the capture region's host time (`StepLedger.capturable_ns`) vanishes,
-  one graph launch remains; kernels keep their durations. Requires a warm step, the GPU side recorded, a forward
-  (no backward, no optimizer), nothing in the region that waits on the device, no data-dependent shapes; shapes
-  that change from step to step make it "make the shapes static, then capture";
+  one graph launch remains; kernels keep their durations. Requires a warm step, the GPU side recorded, no graph
+  replayed already (a graph launch call in the step: withheld, and the line says so), a forward (no backward, no
+  optimizer), nothing in the region that waits on the device, no data-dependent shapes; shapes that change from
+  step to step make it "make the shapes static, then capture";
 - compile the forward (a CPU): the compute stays (the GEMMs and attention, and the rest's, fused:
   probe.analysis.diagnosis.conditions.CpuOps), and so does the host work outside the forward; the host's overhead
   inside it (Python, dispatch, the time between ops) stays only for the calls a compiled graph still makes (each op
   it calls as it is, each run of fused ops between them, the compiled call), each at the forward's own host cost per
   top-level op; and the compiled call's guard check is added where `probe run` measured it on the model
-  (`Context.compiled_entry_ns`), else said to be unpriced. A training step (a backward or an optimizer step in it:
+  (`Context.compiled_entry_ns`), else said to be unpriced; the step's host work caps the sum, and where the terms
+  pass it (more calls than the forward dispatched, compute outside the forward counted twice) the arithmetic says
+  min(host, terms = their sum). A training step (a backward or an optimizer step in it:
   FORWARD fails) is offered "compile the model": its forward and, through AOTAutograd, its backward, a compiled call
   for each stretch of either; what a compiled model leaves as it is (the autograd engine's AccumulateGrad, the
   optimizer's step) stays whole, its ops and compute out of the compiled figures;
@@ -107,6 +110,7 @@ SAME_SHAPES = "the same shapes in every step of its kind"
 DECODE = "a decode step (one new token a sequence)"
 OWN_WAIT = "a sync that waits on the step's own GPU work"
 NOT_COMPILED = "a forward not compiled already"
+NOT_CAPTURED = "no graph replayed already (no graph launch call in the step)"
 
 
 @dataclass(frozen=True)
@@ -320,7 +324,8 @@ def _phase_words(kind: str) -> str:
 
 
 def _ledger_conditions(s: StepLedger, e: Evidence, on_gpu: bool, unrecorded_why: str) -> dict[str, Condition]:
-    """What the step's ledger says: a decode step, a wait on its own GPU work, and (on a GPU) its GPU side recorded."""
+    """What the step's ledger says: a decode step, a wait on its own GPU work, and (on a GPU) its GPU side recorded
+    and whether it replays a graph already (a graph launch call in it: `StepLedger.graph_launches`)."""
     out = {
         DECODE: Condition(DECODE, s.kind == "decode", _phase_words(s.kind)),
         OWN_WAIT: Condition(
@@ -336,6 +341,14 @@ def _ledger_conditions(s: StepLedger, e: Evidence, on_gpu: bool, unrecorded_why:
             GPU_SIDE,
             missing is None,
             missing or f"{calls - e.launches_unmatched:,} of its {calls:,} launch calls have a GPU op in the trace",
+        )
+        out[NOT_CAPTURED] = Condition(
+            NOT_CAPTURED,
+            not s.graph_launches,
+            f"the step replays graphs: {s.graph_launches:,} graph launch call{'s' if s.graph_launches > 1 else ''} "
+            f"beside its {s.launches:,} kernel launch{'es' if s.launches != 1 else ''}"
+            if s.graph_launches
+            else "no graph launch call in it",
         )
     return out
 
@@ -460,10 +473,10 @@ def _capture_setup(offer: _Offer, e: Evidence) -> None:
 
 
 def _capture(offer: _Offer, s: StepLedger, context: Context) -> None:
-    if s.graph_launches or not s.launches or not s.capturable_ns:
+    if not (s.launches or s.graph_launches) or not s.capturable_ns:
         return
     change = "capture the forward in a CUDA graph"
-    requires = (WARM, GPU_SIDE, FORWARD, NO_BLOCKING, NO_DATA_SHAPES, SAME_SHAPES)
+    requires = (WARM, GPU_SIDE, NOT_CAPTURED, FORWARD, NO_BLOCKING, NO_DATA_SHAPES, SAME_SHAPES)
     holds = offer.check(change, requires, said=(SAME_SHAPES,))
     if holds is None:
         return
@@ -600,10 +613,11 @@ class _Batch:
 
 def _batch_size(offer: _Offer, model: _Batch, change: str) -> int | None:
     """The batch the model proposes: the largest whose step stays within BATCH_GROWTH of one sequence's (at most
-    MAX_BATCH); None, with a withheld line and its arithmetic, when the step holds that many already, or when the
-    trace measured no per-sequence work (the term is 0: on a CPU every op but the GEMMs under the dispatch floor, on a
-    GPU no attention or KV-cache kernel): then the step does not grow with B by the model, and the B it would propose
-    is only the search's limit, MAX_BATCH, not a batch the trace predicts."""
+    MAX_BATCH); None, with a withheld line and its arithmetic, when the step holds that many already (one sequence
+    included: a batch of one is none to propose), or when the trace measured no per-sequence work (the term is 0: on
+    a CPU every op but the GEMMs under the dispatch floor, on a GPU no attention or KV-cache kernel): then the step
+    does not grow with B by the model, and the B it would propose is only the search's limit, MAX_BATCH, not a batch
+    the trace predicts."""
     if model.per <= 0:
         offer.withheld.append(
             f"{change}: not offered: it needs work measured per sequence, and the step's split ({model.how}) leaves "
@@ -615,17 +629,20 @@ def _batch_size(offer: _Offer, model: _Batch, change: str) -> int | None:
     size = _largest_batch(model.at, limit)
     if size > model.now:
         return size
-    if model.now > 1:
-        past = (
-            f"B = {size + 1} would take {model.terms(size + 1)} = {ms(model.at(size + 1))} ms, past {BATCH_GROWTH} x "
-            f"{ms(model.at(1))} = {ms(limit)}"
-            if size < MAX_BATCH
-            else f"{MAX_BATCH} is the most it proposes"
-        )
-        offer.withheld.append(
-            f"{change}: not offered: the step holds {model.now} sequences already ({model.said}), at or past the "
-            f"{size} the model proposes: one sequence's step is {model.terms(1)} = {ms(model.at(1))} ms, and {past}"
-        )
+    past = (
+        f"B = {size + 1} would take {model.terms(size + 1)} = {ms(model.at(size + 1))} ms, past {BATCH_GROWTH} x "
+        f"{ms(model.at(1))} = {ms(limit)}"
+        if size < MAX_BATCH
+        else f"{MAX_BATCH} is the most it proposes"
+    )
+    held = (
+        f"the step holds {model.now} sequences already ({model.said}), at or past the {size} the model proposes"
+        if model.now > 1
+        else f"the model proposes no batch past the one sequence the step holds ({model.said})"
+    )
+    offer.withheld.append(
+        f"{change}: not offered: {held}: one sequence's step is {model.terms(1)} = {ms(model.at(1))} ms, and {past}"
+    )
     return None
 
 
@@ -867,17 +884,23 @@ def _compile(offer: _Offer, s: StepLedger, cpu: CpuOps, entry_ns: float | None) 
     per_op = overhead / top_ops
     calls = cpu.kept + cpu.fused + cpu.graph_calls
     entry = entry_ns or 0.0
-    after = min(outside + eager + others + compute + calls * per_op + entry, b.host_ns)
+    total = outside + eager + others + compute + calls * per_op + entry
+    after = min(total, b.host_ns)  # compiling never adds host work: where the terms pass it, the arithmetic says so
     region = "model" if training else "forward"
     ceiling = s.capture_region == EVERY_OP  # no frame marks the forward: the loop's own work is priced as compiled
-    offer.price(
-        change + (": at most" if ceiling else ""),
-        after,
+    terms = (
         f"outside the {region} {ms(outside)}"
         + (f" + left as they are (AccumulateGrad, the optimizer's) {ms(eager)}" if cpu.eager_ns else "")
         + (f" + waiting on other threads {ms(others)}" if others else "")
         + f" + GEMM and attention {ms(kept)} + the other ops' compute {ms(rest)} + {calls} calls x {us(per_op, 2)} us"
-        + (f" + guards {ms(entry)}" if entry_ns is not None else ""),
+        + (f" + guards {ms(entry)}" if entry_ns is not None else "")
+    )
+    offer.price(
+        change + (": at most" if ceiling else ""),
+        after,
+        f"min(host {ms(b.host_ns)}, {terms} = {ms(total)})"
+        if total > b.host_ns and ms(total) != ms(b.host_ns)
+        else terms,
         _compile_assumption(offer, s, cpu, training, eager, overhead, per_op, entry_ns),
         requires,
         holds,
