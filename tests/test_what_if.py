@@ -671,6 +671,34 @@ def test_a_cpu_step_offers_compile_and_batch_and_no_dispatch_to_zero(tmp_path):
     assert not any(c.startswith("fix the top op") for c in _changes(d))
 
 
+def test_compute_outside_the_forward_is_counted_once_by_compile(tmp_path):
+    """_cpu_decode's step with a GEMM of 10 us outside its forward range (92-102, the loop's own matmul: a Gloo
+    rank's 20 matmuls outside the model's frames). The 25 us outside the forward hold it; the compute compiled is
+    the forward's 40, not 50: the overhead is 110 - 25 - 40 = 45 over the forward's 9 top-level ops, 5 us an op,
+    for the 4 calls the graph still makes: 25 + 40 + 20 = 85 us. Counted twice (in the outside and again as
+    compute, and the matmul as a call of the graph's), the overhead read 35 over 10 ops and the prediction
+    25 + 50 + 5 x 3.5 = 92.5."""
+    host = [
+        ("user_annotation", "decode#0", 0, 110, {}),
+        ("user_annotation", "forward", 5, 90, {}),
+        ("cpu_op", "aten::mm", 10, 40, {}),
+        ("cpu_op", "aten::transpose", 41, 42, {}),
+        ("cpu_op", "aten::_scaled_dot_product_flash_attention_for_cpu", 50, 60, {}),
+        ("cpu_op", "aten::view", 60, 61, {}),
+        *(
+            ("cpu_op", f"aten::{op}", 62 + 3 * i, 64 + 3 * i, {})
+            for i, op in enumerate(("add", "mul", "neg", "relu", "sub"))
+        ),
+        ("cpu_op", "aten::mm", 92, 102, {}),
+    ]
+    d = _median(_trace(tmp_path, host))
+    compile_ = next(w for w in d.what_if if w.change.startswith("compile"))
+    assert compile_.terms == pytest.approx({"compute": 0.04, "outside": 0.025, "overhead": 0.045, "calls": 0.02})
+    assert compile_.predicted_step_ms == pytest.approx(0.085)
+    assert "GEMM and attention 0.040 + the other ops' compute 0.000 + 4 calls x 5.00 us" in compile_.arithmetic
+    assert "over its 9 top-level ops (the step's 10 less the 1 outside it, whose compute" in compile_.assumption
+
+
 def test_compile_terms_past_the_host_work_they_price_show_the_cap(tmp_path):
     """A decode step of 100 us whose forward range (5-90) holds one top-level op (a scripted module's `forward`, 10-
     80) around two GEMMs (18 us each) and an add (2 us): outside 15 + GEMM 36 + the other ops' compute 29 (the add

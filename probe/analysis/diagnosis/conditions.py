@@ -205,7 +205,8 @@ class CpuOps:
 
     ops: int  # cpu_ops in the step, nested ones included: each paid the dispatch floor
     floor_ns: float  # the median self time of its metadata-only ops (VIEW_OPS); 0 when it has none
-    kept: int  # calls a compiled graph still makes (KEPT_OP), an op inside another such op or an eager op not counted
+    kept: int  # calls a compiled graph still makes (KEPT_OP), an op inside another such op, an eager op or one
+    # outside the capture region not counted
     gemm_ns: int  # the compute of the KEPT_OP ops: GEMMs (the weights' traffic)...
     attention_ns: int  # ...attention (the KV cache's)...
     other_kept_ns: int  # ...and the rest (convolutions)
@@ -220,6 +221,11 @@ class CpuOps:
     eager_rest_ns: int = 0  # ...and of rest_ns
     eager_outside_ns: int = 0  # the part of eager_ns outside the capture region
     backward_outside_ns: int = 0  # the backward's top-level ops' host time outside the capture region: compiled too
+    # the other ops outside the capture region (a loop's own matmuls, sampling), in the host work outside it
+    # already: their top-level ops, and their compute, of the KEPT_OP compute and of rest_ns
+    outside_ops: int = 0
+    outside_kept_ns: int = 0
+    outside_rest_ns: int = 0
 
     @property
     def compute_ns(self) -> int:
@@ -229,6 +235,11 @@ class CpuOps:
     def compiled_compute_ns(self) -> int:
         """The compute a compiled model still does: every op's but the eager ones'."""
         return self.compute_ns - self.eager_kept_ns - self.eager_rest_ns
+
+    @property
+    def region_compute_ns(self) -> int:
+        """Of that, the compute inside the compiled region (the outside's is in the host work outside it)."""
+        return self.compiled_compute_ns - self.outside_kept_ns - self.outside_rest_ns
 
 
 @dataclass(frozen=True)
@@ -725,6 +736,9 @@ def _cpu_ops_of(row: dict[str, float]) -> CpuOps:
         eager_rest_ns=n["eager_rest_ns"],
         eager_outside_ns=n["eager_outside_ns"],
         backward_outside_ns=n["backward_outside_ns"],
+        outside_ops=n["outside_ops"],
+        outside_kept_ns=n["outside_kept_ns"],
+        outside_rest_ns=n["outside_rest_ns"],
     )
 
 
@@ -750,8 +764,11 @@ def _thread_split(trace: Trace, p: int, t: int, lo: np.ndarray, hi: np.ndarray) 
     ones = np.ones(len(step))
     train = _training_split(trace, p, t, ops, lo, hi)
     eager, backward = train.pop("eager"), train.pop("backward")
-    compiled_kept = kept & ~eager
-    fused, graph_calls = _fused_runs(ops, step, inside & ~eager, compiled_kept, view, backward, m)
+    # the ops outside the region a compiled model takes over (a loop's own matmuls, sampling): in the host work
+    # outside it, priced whole there; no call of the compiled graph's
+    outside = train.pop("outside") & ~eager & ~backward & ~_under(ops, backward)
+    compiled_kept = kept & ~eager & ~outside
+    fused, graph_calls = _fused_runs(ops, step, inside & ~eager & ~outside, compiled_kept, view, backward, m)
     top = inside & (ops.depth == 0)
     return {
         "ops": _total(step, inside, ones, m),
@@ -766,13 +783,16 @@ def _thread_split(trace: Trace, p: int, t: int, lo: np.ndarray, hi: np.ndarray) 
         "eager_ops": _total(step, top & eager, ones, m),
         "eager_kept_ns": _total(step, kept & eager, ops.self_ns, m),
         "eager_rest_ns": _total(step, rest & eager, above, m),
+        "outside_ops": _total(step, top & outside, ones, m),
+        "outside_kept_ns": _total(step, kept & outside, ops.self_ns, m),
+        "outside_rest_ns": _total(step, rest & outside, above, m),
     } | train
 
 
 def _training_split(trace: Trace, p: int, t: int, ops, lo: np.ndarray, hi: np.ndarray) -> dict[str, np.ndarray]:
     """Of one thread's ops (the module docstring, a CPU training step): which are eager and which are backward ops,
-    as masks over `ops`; and per window, the eager ops' host time (in all, and outside the capture region) and the
-    backward ops' outside the capture region."""
+    and which lie outside the capture region, as masks over `ops`; and per window, the eager ops' host time (in all,
+    and outside the capture region) and the backward ops' outside the capture region."""
     names = trace.name_id[ops.rows]
     ranges = thread_rows(trace, trace.rows(Kind.CPU_OP, Kind.USER_RANGE, Kind.PYTHON), p, t)
     optimizer = ranges[trace.name_ids(lambda s: bool(OPTIMIZER.search(s)))[trace.name_id[ranges]]]
@@ -789,6 +809,7 @@ def _training_split(trace: Trace, p: int, t: int, ops, lo: np.ndarray, hi: np.nd
     return {
         "eager": eager,
         "backward": backward,
+        "outside": ~inside_any(cap_s, cap_e, ops.start, ops.end),
         "eager_ns": covered(es, ee, lo, hi),
         "eager_outside_ns": covered(*difference(es, ee, cap_s, cap_e), lo, hi),
         "backward_outside_ns": covered(*difference(bs, be, cap_s, cap_e), lo, hi),

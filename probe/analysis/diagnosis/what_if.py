@@ -871,14 +871,14 @@ def _compile(offer: _Offer, s: StepLedger, cpu: CpuOps, entry_ns: float | None) 
     change = COMPILE_MODEL if training else COMPILE_FORWARD
     requires = (WARM, NOT_COMPILED)
     holds = offer.check(change, requires)
-    top_ops = s.top_level_ops - cpu.eager_ops
+    top_ops = s.top_level_ops - cpu.eager_ops - cpu.outside_ops
     if holds is None or top_ops <= 0:
         return
-    kept = cpu.gemm_ns + cpu.attention_ns + cpu.other_kept_ns - cpu.eager_kept_ns
-    rest = cpu.rest_ns - cpu.eager_rest_ns
+    kept = cpu.gemm_ns + cpu.attention_ns + cpu.other_kept_ns - cpu.eager_kept_ns - cpu.outside_kept_ns
+    rest = cpu.rest_ns - cpu.eager_rest_ns - cpu.outside_rest_ns
     outside = _outside_region(b, s, cpu)
     eager = _unprofiled(b, cpu.eager_ns)
-    compute = cpu.compiled_compute_ns
+    compute = cpu.region_compute_ns  # the compute outside the region is in `outside`: counted once
     others = _waited_inside(b, s)
     overhead = max(b.host_ns - outside - eager - others - compute, 0)
     per_op = overhead / top_ops
@@ -947,11 +947,16 @@ def _compile_assumption(
         if s.capture_region == EVERY_OP
         else s.capture_region
     )
+    outside = (
+        f" (the step's {s.top_level_ops} less the {cpu.outside_ops} outside it, whose compute is the outside's)"
+        if cpu.outside_ops
+        else ""
+    )
     if not training:
         said = (
             f"the host's work outside the forward ({region}) stays; inside it, the host's cost per "
             f"dispatched op ({us(per_op, 2)} us: the forward's {ms(overhead)} ms of Python, dispatch and time between "
-            f"ops over the step's {s.top_level_ops} top-level ops)"
+            f"ops over its {s.top_level_ops - cpu.outside_ops} top-level ops{outside})"
         )
     else:
         backward = ", with the backward's ops" if cpu.backward_outside_ns else ""
@@ -966,8 +971,10 @@ def _compile_assumption(
             f"compiled backward's gradients added into each .grad, outside its graph), and the optimizer's step is "
             f"not the model's: {left}; the host's work outside the model ({region}{backward}) "
             f"stays; inside it, the host's cost per dispatched op ({us(per_op, 2)} us: the model's {ms(overhead)} ms "
-            f"of Python, dispatch and time between ops over its {s.top_level_ops - cpu.eager_ops} top-level ops, "
-            f"the step's {s.top_level_ops} less those {cpu.eager_ops})"
+            f"of Python, dispatch and time between ops over its {s.top_level_ops - cpu.eager_ops - cpu.outside_ops} "
+            f"top-level ops, the step's {s.top_level_ops} less those {cpu.eager_ops}"
+            + (f" and the {cpu.outside_ops} outside the model" if cpu.outside_ops else "")
+            + ")"
         )
     return (
         f"on a CPU an op's self time is its compute; {said} stays only for the calls a compiled graph still makes: "
