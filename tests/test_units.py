@@ -1211,6 +1211,22 @@ def sdpa_dims(queries: int, keys: int) -> dict:
     return {"Input Dims": [[1, 4, queries, 16], [1, 4, keys, 16], [1, 4, keys, 16]], "Input type": ["float"] * 3}
 
 
+def test_a_stretch_of_nothing_inside_one_token_does_not_split_the_tokens(tmp_path):
+    """An eight-token `generate` without stacks (nostack_generate's) whose fourth token stops for 3 ms between its
+    second and third linear, nothing recorded (the OS ran another process; Python without ops): a stretch three
+    times a token. Cut apart at it, the two parts held 3 and 4 tokens, the fourth lost; the split stands only where
+    it finds as many steps as the trace holds without it (two recordings, a server's bursts). Eight steps, the
+    fourth holding the stretch."""
+    t = Trace()
+    nostack_generate(t, 0, 8)
+    for e in t.events:
+        if e["ts"] >= 100 + 1000 * 3 + 50:  # the fourth token's third linear on
+            e["ts"] += 3000
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert len(steps.names) == 8 and "parts between stretches" not in steps.rule
+    assert [int(e - s) // 1000 for s, e in zip(steps.start, steps.end, strict=True)][3] == 4000
+
+
 @pytest.mark.parametrize("tokens", [(2, 2), (2, 6)])
 def test_the_last_of_two_iterations_ends_with_its_repeating_work(tmp_path, tokens):
     """Two requests of two and two (or six) tokens (two iterations; the first request's two tokens are too few to be a

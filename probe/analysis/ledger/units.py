@@ -81,8 +81,9 @@ from the outside in:
    requests, or two recordings' events written into one file. The stretches at least half as long as the longest
    split the thread's events, and the rules find each part's steps from its outermost events, together, when every
    part that holds work has steps, all shorter than those stretches, and the steps found without the split hold
-   such a stretch in at most half of them (a loop that sleeps every iteration sleeps as its step); where the parts
-   have none, such a step ends where the stretch begins (`apart_at_idle`, after the rules above).
+   such a stretch in at most half of them (a loop that sleeps every iteration sleeps as its step) and are no more
+   than the parts find (a stretch inside one token, the OS running another process, is no gap between steps); where the
+   parts have none, such a step ends where the stretch begins (`apart_at_idle`, after the rules above).
 
 Otherwise the thread has no repeating unit: a trace of one forward is not cut into its layers. A graph launch is
 never a unit by itself: the replay launches are pieces when the host repeats a larger unit (vLLM's piecewise graphs:
@@ -368,9 +369,10 @@ def apart_at_idle(tree: Tree, units: Units | None, where: str, gaps: tuple[np.nd
     between bursts of requests; two recordings' events written into one file, each one's eight decode steps, not
     one step from the first recording's start over the gap into the second's). Where the steps `units` found
     without the split hold none of these stretches, or more than half of them hold one (a loop that sleeps in
-    every iteration sleeps as its step), they stand; where the parts find no such steps, a step that holds one
-    ends where the stretch begins, when the stretch is longer than every step's recorded part (its wall less the
-    stretches in it)."""
+    every iteration sleeps as its step), or the parts hold fewer steps than they (a stretch inside one token: the
+    OS ran another process, or Python ran without ops; cut apart there, the token is lost), they stand; where
+    the parts find no such steps, a step that holds one ends where the stretch begins, when the stretch is longer
+    than every step's recorded part (its wall less the stretches in it)."""
     gs, ge = gaps
     if not len(gs):
         return units
@@ -387,6 +389,8 @@ def apart_at_idle(tree: Tree, units: Units | None, where: str, gaps: tuple[np.nd
     parts = np.unique(part[tree.held[scope] > 0]).tolist()
     found = [repeating_unit(tree, where, scope[part == p]) for p in parts] if len(parts) > 1 else []
     each = [u for u in found if u is not None]
+    if units is not None and each and sum(len(u.start) for u in each) < len(units.start):
+        return units  # the parts hold fewer steps than the whole: a stretch inside a step, not between them
     if each and len(each) == len(found) and all(int((u.end - u.start).max()) < int((ge - gs).min()) for u in each):
         return Units(
             np.concatenate([u.start for u in each]),
