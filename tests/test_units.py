@@ -1232,3 +1232,44 @@ def test_a_denoising_loop_that_calls_its_network_twice_a_step_is_cut_per_step(tm
     steps = find_steps(load_trace(t.write(tmp_path)))
     assert steps.rule == "repeating cycle: 10 iterations of sibling events from 'nn.Module: Net_0' on thread 1/1"
     assert [int(s) // 1000 for s in steps.start] == [2000 * i for i in range(10)]
+
+
+def tool_loop(tokens: int, sampled: bool) -> Trace:
+    """Another tool's trace of a decoding loop (category `fee`, as VizTracer writes its function calls): a `main`
+    [0, 100 * tokens + 50] holding a set-up call [1, 9] and per token a `forward` [b, b + 70] (two `matmul` calls
+    inside it, [b + 5, b + 30] and [b + 35, b + 60]) then a `sample` [b + 75, b + 90], b = 10 + 100 * i. Sampled:
+    every event starts and ends on a 10 us grid shared with the events around it, as a sampler's stacks do."""
+    t = Trace()
+
+    def at(x: float) -> float:
+        return round(x / 50) * 50 if sampled else x
+
+    t.host("fee", "main", 0, 100 * tokens + 50)
+    t.host("fee", "setup", 1, 9)
+    for i in range(tokens):
+        b = 10 + 100 * i
+        t.host("fee", "forward", at(b), at(b + 70))
+        for m in (5, 35):
+            t.host("fee", "matmul", at(b + m), at(b + m + 25))
+        t.host("fee", "sample", at(b + 75), at(b + 90))
+    return t
+
+
+def test_another_tools_trace_of_a_loop_is_cut_at_each_token(tmp_path):
+    """A trace with no op, frame, range or GPU side, only events of a category the reader does not know (VizTracer's
+    function calls, ONNX Runtime's runs and nodes): their nesting is the program's, and their innermost calls stand
+    in for its work, so eight tokens' forward (the heaviest name, eight times, back to back with the samples
+    between) are eight steps. Before, nothing stood in for the work and the trace was one window."""
+    path = tool_loop(8, sampled=False).write(tmp_path)
+    steps = find_steps(load_trace(path))
+    assert len(steps.names) == 8, steps.rule
+    assert [int(s) // 1000 for s in steps.start] == [10 + 100 * i for i in range(8)]
+
+
+def test_a_samplers_stacks_are_not_cut_into_steps(tmp_path):
+    """The same loop as a sampler writes it (py-spy's chrome trace): each frame begins and ends at a sample, so the
+    events share their instants (fewer distinct starts and ends than events). Its events are runs of samples, not
+    calls: no count of them is an iteration count, and the trace stays one window."""
+    path = tool_loop(8, sampled=True).write(tmp_path)
+    steps = find_steps(load_trace(path))
+    assert steps.names == ["trace"]

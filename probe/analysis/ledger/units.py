@@ -112,7 +112,7 @@ import numpy as np
 from probe.analysis.intervals import containers, nesting
 from probe.analysis.ledger.gpu import correlation_keys
 from probe.analysis.ledger.host import family_key, frame_name, thread_rows
-from probe.analysis.trace import GPU_OP_KINDS, Kind, Trace
+from probe.analysis.trace import GPU_OP_KINDS, Kind, Trace, foreign_rows
 
 MAJORITY = 0.5  # a container holds at least half the scope's launches; so does a cycle, from first to last
 WHOLE = 0.95  # a unit holds all but 5% of the launches between its first and last occurrence
@@ -168,7 +168,9 @@ def unit_work(trace: Trace, calls: np.ndarray) -> np.ndarray:
     one per call the model made, so a CPU loop is cut by the same rules (a unit or a cycle that holds most of them). A
     trace of ranges alone (no GPU side and no op: an NVTX-annotated CPU program under nsys) has only its ranges to say
     where the work is: each thread's innermost ranges (`innermost`) stand in, one per piece of annotated work, so its
-    `step_N` ranges, or its repeating `iteration` range, are its steps by the same rules."""
+    `step_N` ranges, or its repeating `iteration` range, are its steps by the same rules. A trace with no range
+    either, only events of categories the reader does not know (another tool's: `foreign_events`), has their
+    innermost stand in alike."""
     if len(calls) or len(trace.rows(*GPU_OP_KINDS)):
         return calls
     ops = trace.rows(Kind.CPU_OP)
@@ -176,7 +178,27 @@ def unit_work(trace: Trace, calls: np.ndarray) -> np.ndarray:
     if len(ops):
         return called(trace, ops)
     ranges = trace.rows(Kind.USER_RANGE)
-    return innermost(trace, ranges[trace.stream[ranges] < 0])
+    ranges = ranges[trace.stream[ranges] < 0]
+    return innermost(trace, ranges if len(ranges) else foreign_events(trace))
+
+
+def foreign_events(trace: Trace) -> np.ndarray:
+    """The host events of categories the reader does not know (`foreign_rows`), in a trace that has nothing else to
+    read a unit from: no GPU side, no op, frame or range (another tool's trace: VizTracer's function calls, ONNX
+    Runtime's sessions and its graph's nodes). They name the program's own code as ranges do
+    (`host.named_range_rows` reads them so), and their nesting is the program's, so they join the `Tree` and their
+    innermost stand in for its work (`unit_work`): a loop's repeating call is its step by the same rules. Empty
+    wherever the trace has any of those, and where the events share their instants, fewer distinct starts and ends
+    than events: a sampler's stacks (py-spy's chrome trace), whose every frame begins and ends at a sample, one
+    instant for a whole stack. Its events are runs of samples alike, not calls: a frame whose line changed between
+    samples is two events, and calls between two samples are none, so nothing counts its iterations."""
+    if len(trace.rows(*UNIT_KINDS, *GPU_OP_KINDS, Kind.RUNTIME, Kind.PROFILER_STEP)):
+        return np.zeros(0, np.int64)
+    rows = foreign_rows(trace)
+    rows = rows[trace.stream[rows] < 0]
+    if len(np.unique(np.concatenate((trace.ts_ns[rows], trace.end_ns[rows])))) < len(rows):
+        return np.zeros(0, np.int64)
+    return rows
 
 
 def called(trace: Trace, ops: np.ndarray) -> np.ndarray:
@@ -261,7 +283,7 @@ class Tree:
 
     @classmethod
     def of(cls, trace: Trace, pid: int, tid: int, calls: np.ndarray) -> Tree:
-        rows = thread_rows(trace, trace.rows(*UNIT_KINDS), pid, tid)
+        rows = thread_rows(trace, np.concatenate((trace.rows(*UNIT_KINDS), foreign_events(trace))), pid, tid)
         start, end = trace.ts_ns[rows], trace.end_ns[rows]
         order = np.lexsort((-end, start))
         rows, start, end = rows[order], start[order], end[order]
@@ -274,7 +296,7 @@ class Tree:
         launches = np.sort(trace.ts_ns[thread_rows(trace, calls, pid, tid)])
         held = np.searchsorted(launches, end, side="right") - np.searchsorted(launches, start, side="left")
         by_parent = np.argsort(parent, kind="stable")
-        ranges = trace.kind[rows] == Kind.USER_RANGE
+        ranges = (trace.kind[rows] == Kind.USER_RANGE) | (trace.kind[rows] == Kind.OTHER)  # foreign events name code
         return cls(rows, start, end, key, list(table), parent, held, launches, by_parent, parent[by_parent], ranges)
 
     def children(self, i: int) -> np.ndarray:
