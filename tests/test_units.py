@@ -1273,3 +1273,27 @@ def test_a_samplers_stacks_are_not_cut_into_steps(tmp_path):
     path = tool_loop(8, sampled=True).write(tmp_path)
     steps = find_steps(load_trace(path))
     assert steps.names == ["trace"]
+
+
+def test_a_loop_that_calls_one_of_two_models_a_step_is_cut_per_step(tmp_path):
+    """A router's loop (CPU only): each iteration picks one of two models (a small linear, its argmax), calls that
+    model's forward (a module frame of five ops) and appends the token, the models in no fixed order (A B B A A B).
+    Each model's forward runs in some iterations only, so neither counts with the cycle of six, and together they
+    hold most of the ops: the loop was one window. One of them runs in every iteration, equally often: a branch's
+    alternatives, which count with it; six steps, each from its `aten::select` to the next, the last to its `cat`."""
+    t = Trace()
+    for i, model in enumerate("ABBAAB"):
+        b = 500 * i
+        t.host("cpu_op", "aten::select", b, b + 5)
+        t.host("cpu_op", "aten::linear", b + 10, b + 20)
+        t.host("cpu_op", "aten::argmax", b + 25, b + 30)
+        t.host("python_function", f"nn.Module: {model}_0", b + 40, b + 400)
+        for j in range(5):
+            t.host("cpu_op", "aten::mm" if model == "A" else "aten::addmm", b + 50 + 60 * j, b + 100 + 60 * j)
+        t.host("cpu_op", "aten::cat", b + 410, b + 490)
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert len(steps.names) == 6, steps.rule
+    assert [(int(s) // 1000, int(e - s) // 1000) for s, e in zip(steps.start, steps.end, strict=True)] == [
+        *((500 * i, 500) for i in range(5)),
+        (2500, 490),
+    ]

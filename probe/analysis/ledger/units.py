@@ -42,7 +42,9 @@ from the outside in:
    forward): from three iterations on, a name whose count is a multiple of K - 1 counts with them when it does not occur
    from the last cut on (eight tokens' `argmax`, or their twenty matmuls each, beside nine forwards), so long as the
    last iteration still holds at least half the launches of the median one: less, not nothing (a `while` loop's
-   condition, checked once more than the loop runs, is no iteration of its own).
+   condition, checked once more than the loop runs, is no iteration of its own). A branch's alternatives count with
+   them too (`_branches`): names that do not count alone, none in every iteration, that together run equally often
+   in each (a router's loop calling one of two models a step, in no fixed order).
 
 4. **A loop's calls** (only inside an engine's loop frame, probe.analysis.ledger.steps' rule 4, when 2 and 3 find
    nothing: `loop_calls`). The loop is known to iterate, so its heaviest call cuts it: the name holding the most
@@ -536,6 +538,7 @@ def _cycle(tree: Tree, scope: np.ndarray, where: str) -> Units | None:
     # (a first iteration's extras apart: a token's two forwards beside the prefill's one)
     every = _in_every(inverse, cuts, k, counts)
     ends = every | ((k >= FAMILY_MIN) & (later > 0) & (later % (k - 1) == 0) & (last * (k - 1) == later))
+    ends |= _branches(inverse, cuts, k, ends | (sums == 0))
     last_end = int(tree.end[seq[ends[inverse]]].max())
     start = tree.start[seq[cuts]]
     end = np.append(start[1:], max(last_end, int(start[-1])))
@@ -569,12 +572,36 @@ def _periodic(
     first_more = (later % (k - 1) == 0) & (counts - later >= later // (k - 1))  # extras: 1st or before
     last_less = (counts % (k - 1) == 0) & (last == 0)  # K - 1 times its rate, none in the last iteration
     periodic = _in_every(inverse, cuts, k, counts) | ((k >= FAMILY_MIN) & (first_more | last_less))
+    periodic |= _branches(inverse, cuts, k, periodic | (sums == 0))
     if sums[periodic].sum() < PERIODIC * sums.sum():
         return False
     pieces = tree.count(tree.start[seq[cuts[:-1]]], tree.start[seq[cuts[1:]]])
     short = np.any(periodic & ~first_more & (counts % k != 0) & (sums > 0))  # some name skips the last one
     tail = tree.count(tree.start[seq[cuts[-1:]]], np.array([int(tree.end[seq].max()) + 1]))[0]
     return bool(np.all(pieces > 0) and (not short or 2 * tail >= np.median(pieces)))
+
+
+def _branches(inverse: np.ndarray, cuts: np.ndarray, k: int, counted: np.ndarray) -> np.ndarray:
+    """Per name, whether it is one of a branch's alternatives in the K iterations `cuts` makes: of the names that do
+    not count with the cycle by themselves (`counted` False), none runs in every iteration, and together they run
+    equally often in each, at least once (a loop that calls one of two models a step, as a router picks: each
+    model's forward runs in some iterations only, one of them in every one). Two names at least; else none."""
+    rest = ~counted
+    out = np.zeros(len(counted), bool)
+    if np.count_nonzero(rest) < 2:
+        return out
+    pos = np.flatnonzero(rest[inverse])
+    it = np.searchsorted(cuts, pos, side="right") - 1  # each position's iteration; -1 before the first cut
+    ok = it >= 0
+    per_iteration = np.bincount(it[ok], minlength=k)
+    if per_iteration.min() < 1 or per_iteration.min() != per_iteration.max():
+        return out
+    compact = np.cumsum(rest) - 1
+    table = np.bincount(compact[inverse[pos[ok]]] * k + it[ok], minlength=int(rest.sum()) * k).reshape(-1, k)
+    if np.any(np.all(table > 0, axis=1)):
+        return out
+    out[np.flatnonzero(rest)[table.sum(axis=1) > 0]] = True  # a set-up call before the first cut is none
+    return out
 
 
 def _in_every(inverse: np.ndarray, cuts: np.ndarray, k: int, counts: np.ndarray) -> np.ndarray:
