@@ -1297,3 +1297,23 @@ def test_a_loop_that_calls_one_of_two_models_a_step_is_cut_per_step(tmp_path):
         *((500 * i, 500) for i in range(5)),
         (2500, 490),
     ]
+
+
+def test_another_tools_events_with_no_category_are_cut_at_each_step(tmp_path):
+    """A tool that writes no category at all (JAX's profiler: its host events, Python frames as `$file:N name`, the
+    jitted call, the runtime's execute): in a trace not torch's these events are the program's own, as a foreign
+    category's are, so the loop's repeating call cuts it. Six steps of a `PjitFunction(step)` holding an execute,
+    then a Python frame reading the result back. Before, the trace was one window with its time "between ops"."""
+    events = []
+    for i in range(6):
+        b = 100 * i
+        events += [
+            {"ph": "X", "name": "PjitFunction(step)", "pid": 1, "tid": 1, "ts": b, "dur": 40},
+            {"ph": "X", "name": "Execute", "pid": 1, "tid": 1, "ts": b + 5, "dur": 30},
+            {"ph": "X", "name": "$array.py:600 _value", "pid": 1, "tid": 1, "ts": b + 50, "dur": 20},
+        ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    steps = find_steps(load_trace(path))
+    assert len(steps.names) == 6, steps.rule
+    assert [int(s) // 1000 for s in steps.start] == [100 * i for i in range(6)]
