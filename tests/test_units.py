@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from probe.analysis.ledger.build import analyze
-from probe.analysis.ledger.steps import find_steps
+from probe.analysis.ledger.steps import RULE_STEPS, compile_steps_regex, find_steps
 from probe.analysis.ledger.types import AnalyzeOptions
 from probe.analysis.ledger.units import Tree, launch_calls
 from probe.analysis.trace import Kind, load_trace
@@ -1317,3 +1317,13 @@ def test_another_tools_events_with_no_category_are_cut_at_each_step(tmp_path):
     steps = find_steps(load_trace(path))
     assert len(steps.names) == 6, steps.rule
     assert [int(s) // 1000 for s in steps.start] == [100 * i for i in range(6)]
+
+
+def test_steps_names_another_tools_events(tmp_path):
+    """`--steps` searches another tool's events (a category the reader does not know) with the ranges: a VizTracer
+    trace's `forward` calls are the steps asked for. Before, it matched "no range", the rules ran instead, and the
+    warning's advice (name the ranges with --steps) could not be followed."""
+    path = tool_loop(8, sampled=False).write(tmp_path)
+    steps = find_steps(load_trace(path), compile_steps_regex("^forward$"))
+    assert steps.rule == RULE_STEPS and len(steps.names) == 8
+    assert not any("matched no range" in w for w in steps.warnings)

@@ -5,7 +5,9 @@ The rules, tried in this order; the first that finds anything wins, and `StepSet
 1. `--steps REGEX` when given: every range a trace holds whose name the pattern matches anywhere (a search, as
    `grep`: `--steps execute_` finds vLLM's `execute_new_1_cached_0`; `^...$` anchors it to the whole name): torch
    `user_annotation`s and NVTX ranges, `ProfilerStep#N`, cpu_ops, and Python frames (`python_function`, so
-   `--steps execute_model` finds vLLM's worker frames); `--steps-kind` keeps some of those kinds only
+   `--steps execute_model` finds vLLM's worker frames), and with the ranges another tool's events of categories the
+   reader does not know (`foreign_rows`: VizTracer's function calls, ONNX Runtime's runs, a hand-written trace's
+   spans); `--steps-kind` keeps some of those kinds only
    (`STEP_KINDS`). The pattern is compiled for RE2 by probe.analysis.ledger.patterns, so no pattern can make the
    search backtrack. An explicit request comes first; one that matches nothing is a warning in `StepSet.warnings`
    (the CLI prints warnings on stderr before its tables), and the rules below apply.
@@ -73,7 +75,7 @@ from probe.analysis.ledger.units import (
     threads_by_launches,
     unit_work,
 )
-from probe.analysis.trace import GRAPH_LAUNCH, PROFILER_STEP_PREFIX, Kind, Trace
+from probe.analysis.trace import GRAPH_LAUNCH, PROFILER_STEP_PREFIX, Kind, Trace, foreign_rows
 from probe.counts import DIGITS, MAX_COUNT, count
 from probe.errors import ProbeError
 
@@ -86,7 +88,7 @@ RULE_STEPS, RULE_PROBE, RULE_PROFILER, RULE_GRAPH, RULE_WINDOW = (
 )
 # `--steps-kind`: the kinds of range `--steps` searches, by the name a user knows them by
 STEP_KINDS: dict[str, tuple[Kind, ...]] = {
-    "range": (Kind.USER_RANGE, Kind.PROFILER_STEP),  # user annotations (record_function), NVTX, ProfilerStep#N
+    "range": (Kind.USER_RANGE, Kind.PROFILER_STEP),  # user annotations, NVTX, ProfilerStep#N (and foreign events)
     "cpu_op": (Kind.CPU_OP,),
     "python": (Kind.PYTHON,),  # python_function frames (with_stack=True)
 }
@@ -390,6 +392,8 @@ def _by_rules(trace: Trace, steps: Pattern | None, kinds: tuple[Kind, ...] | Non
     ranges = trace.rows(Kind.USER_RANGE, Kind.PROFILER_STEP)
     if steps is not None:
         searched = trace.rows(*(kinds or parse_steps_kinds(None)))
+        if Kind.USER_RANGE in (kinds or parse_steps_kinds(None)):  # another tool's events name code as ranges do
+            searched = np.concatenate((searched, foreign_rows(trace)))
         match = trace.name_ids(lambda s: steps.search(s) is not None)
         rows = outermost(trace, searched[match[trace.name_id[searched]]])
         if len(rows):
