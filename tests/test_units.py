@@ -1327,3 +1327,32 @@ def test_steps_names_another_tools_events(tmp_path):
     steps = find_steps(load_trace(path), compile_steps_regex("^forward$"))
     assert steps.rule == RULE_STEPS and len(steps.names) == 8
     assert not any("matched no range" in w for w in steps.warnings)
+
+
+@pytest.mark.parametrize(("inside", "excerpt"), [(False, False), (True, False), (False, True)])
+def test_a_first_step_the_profiler_started_inside_is_said(tmp_path, inside, excerpt):
+    """With stacks, the frames open when the profiler starts are written as starting then, its own start call's
+    innermost, and those end first. Started before the loop ([5, 50], then four forwards from 100 us): no step began
+    before a frame ended, nothing said. Started from a hook inside the first forward (the forward [10, 600] holds
+    the hook, which holds the start call [25, 60], and one matmul of the others' embedding and three): the first
+    step began before any frame ended and holds less than half the work of the others, and is said to be the rest
+    of an iteration the recording started inside. An excerpt cut to whole steps (no frame ends before its first
+    step, as in the shared tiled engine traces) has a first step as whole as the rest: not said."""
+    t = Trace()
+    t.host("python_function", "main.py(1): <module>", 0, 5000)
+    if not inside and not excerpt:  # an excerpt holds no frame that ended before its first step
+        t.host("python_function", "torch/profiler/profiler.py(1128): start", 5, 50)
+    for i in range(4):
+        cut = inside and i == 0
+        t.host("python_function", "nn.Module: M_0", 10 if cut else 100 + 1000 * i, 1000 * i + 900)
+        if cut:
+            t.host("python_function", "main.py(9): hook", 20, 200)
+            t.host("python_function", "torch/profiler/profiler.py(1128): start", 25, 60)
+        else:
+            t.host("cpu_op", "aten::embedding", 1000 * i + 120, 1000 * i + 150)
+        for j in range(2, 3) if cut else range(3):  # the cut one holds the rest of its forward only
+            t.host("cpu_op", "aten::mm", 1000 * i + 300 + 150 * j, 1000 * i + 400 + 150 * j)
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert len(steps.names) == 4, steps.rule
+    said = [w for w in steps.warnings if "began before the recording did" in w]
+    assert len(said) == int(inside)

@@ -360,8 +360,38 @@ def parse_steps_kinds(text: str | None) -> tuple[Kind, ...]:
 def find_steps(trace: Trace, steps: Pattern | None = None, kinds: tuple[Kind, ...] | None = None) -> StepSet:
     """The trace's steps by the first rule that finds any (see the module docstring); `steps` is searched for
     in the names of the ranges of `kinds` (every kind `--steps` reads when None; anchor the pattern with `^...$` to
-    match whole names). A last step the profiler stopped inside is said (`_cut_by_stop`)."""
-    return _cut_by_stop(trace, _by_rules(trace, steps, kinds))
+    match whole names). A last step the profiler stopped inside is said (`_cut_by_stop`), and a first step it
+    started inside (`_cut_by_start`)."""
+    return _cut_by_start(trace, _cut_by_stop(trace, _by_rules(trace, steps, kinds)))
+
+
+def _cut_by_start(trace: Trace, found: StepSet) -> StepSet:
+    """Warn of a first step the recording started inside: of two steps or more, the first begins before any Python
+    frame of its thread has ended, and holds less than half the work (`unit_work`) of the median step after it.
+    With stacks, torch's profiler writes the frames open when it starts as starting then, the frames of its own
+    start call innermost, and those end first: a loop traced from its start (`with profile():`, `prof.start()`
+    before it) begins its first step after they ended; a profiler started from inside an iteration (a hook in the
+    forward) leaves that iteration's frames around its start, so the first step's window holds only the
+    iteration's rest, and its figures are of the part recorded. A trace cut to whole steps (a tool's excerpt that
+    begins at its first step's marker) also starts before any frame ended, but its first step is as whole as the
+    rest: it is not said."""
+    if len(found.start) < 2:
+        return found
+    i = int(np.argmin(found.start))
+    frames = trace.rows(Kind.PYTHON)
+    frames = frames[(trace.pid[frames] == found.pid[i]) & (trace.tid[frames] == found.tid[i])]
+    if not len(frames) or found.start[i] >= trace.end_ns[frames].min():
+        return found
+    work = unit_work(trace, launch_calls(trace))
+    work = np.sort(trace.ts_ns[work[(trace.pid[work] == found.pid[i]) & (trace.tid[work] == found.tid[i])]])
+    held = np.searchsorted(work, found.end, side="left") - np.searchsorted(work, found.start, side="left")
+    if 2 * held[i] < np.median(np.delete(held, i)):
+        found.warnings.append(
+            f"the first step ({found.names[i]}) began before the recording did: it starts before any Python frame "
+            "of its thread ended, inside the frames open when the profiler started; its figures are of the part "
+            "recorded"
+        )
+    return found
 
 
 def _cut_by_stop(trace: Trace, found: StepSet) -> StepSet:
