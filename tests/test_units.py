@@ -1269,10 +1269,14 @@ def test_another_tools_trace_of_a_loop_is_cut_at_each_token(tmp_path):
 def test_a_samplers_stacks_are_not_cut_into_steps(tmp_path):
     """The same loop as a sampler writes it (py-spy's chrome trace): each frame begins and ends at a sample, so the
     events share their instants (fewer distinct starts and ends than events). Its events are runs of samples, not
-    calls: no count of them is an iteration count, and the trace stays one window."""
+    calls: no count of them is an iteration count, and the trace stays one window, said to be a sampler's."""
     path = tool_loop(8, sampled=True).write(tmp_path)
     steps = find_steps(load_trace(path))
     assert steps.names == ["trace"]
+    assert any("a sampler's stacks" in w for w in steps.warnings)
+    assert not any(
+        "a sampler's stacks" in w for w in find_steps(load_trace(tool_loop(8, False).write(tmp_path))).warnings
+    )
 
 
 def test_a_loop_that_calls_one_of_two_models_a_step_is_cut_per_step(tmp_path):

@@ -72,6 +72,7 @@ from probe.analysis.ledger.units import (
     numbered_ranges,
     outermost,
     repeating_unit,
+    sampled_stacks,
     threads_by_launches,
     unit_work,
 )
@@ -603,6 +604,12 @@ def _whole_trace(trace: Trace, calls: np.ndarray, warnings: list[str]) -> StepSe
     warnings.append(
         "no step markers found: the whole trace is one step. Name the ranges that mark a step with --steps REGEX"
     )
+    if sampled_stacks(trace):
+        warnings.append(
+            "its events share their instants (each begins and ends at a sample, a whole stack at once): a "
+            "sampler's stacks, runs of samples alike, not calls; no iteration is counted from them, a call shorter "
+            "than the sampling interval is missing, and their times are the samples'"
+        )
     return StepSet(
         RULE_WINDOW,
         ["trace"],

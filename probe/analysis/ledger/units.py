@@ -198,9 +198,21 @@ def foreign_events(trace: Trace) -> np.ndarray:
         return np.zeros(0, np.int64)
     rows = foreign_rows(trace)
     rows = rows[trace.stream[rows] < 0]
-    if len(np.unique(np.concatenate((trace.ts_ns[rows], trace.end_ns[rows])))) < len(rows):
-        return np.zeros(0, np.int64)
-    return rows
+    return np.zeros(0, np.int64) if _shared_instants(trace, rows) else rows
+
+
+def sampled_stacks(trace: Trace) -> bool:
+    """Whether the trace is a sampler's stacks (`foreign_events`' exception): nothing but events of foreign
+    categories, on the host, with fewer distinct starts and ends than events."""
+    if len(trace.rows(*UNIT_KINDS, *GPU_OP_KINDS, Kind.RUNTIME, Kind.PROFILER_STEP)):
+        return False
+    rows = foreign_rows(trace)
+    return _shared_instants(trace, rows[trace.stream[rows] < 0])
+
+
+def _shared_instants(trace: Trace, rows: np.ndarray) -> bool:
+    """Whether `rows` (two or more) have fewer distinct starts and ends than rows."""
+    return len(rows) > 1 and len(np.unique(np.concatenate((trace.ts_ns[rows], trace.end_ns[rows])))) < len(rows)
 
 
 def called(trace: Trace, ops: np.ndarray) -> np.ndarray:
