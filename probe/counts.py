@@ -30,7 +30,7 @@ def signed_count(text: str) -> int | None:
     return None if value is None else (-value if text.startswith("-") else value)
 
 
-def counts(dims, n: int) -> tuple[int, ...] | None:
+def shape_counts(dims, n: int) -> tuple[int, ...] | None:
     """A recorded shape (`Shapes.dims`' entry) as `n` counts of at least 1, else None."""
     ok = isinstance(dims, tuple) and len(dims) == n and all(type(d) is int and 1 <= d <= MAX_COUNT for d in dims)
     return dims if ok else None

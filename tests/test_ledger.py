@@ -1187,6 +1187,23 @@ def test_a_verify_round_that_appends_to_the_cache_is_no_prefill(tmp_path):
     assert [s.kind for s in a.steps] == ["prefill", "decode", "decode", "prefill", "decode"]
 
 
+def test_a_chunked_prefills_chunks_are_each_a_prefill(tmp_path):
+    """HF generate(prefill_chunk_size=16) on a 48-token prompt: three steps read [1, 16] each, their attention 16,
+    32 and 48 keys (the first starts the cache, each next appends its chunk), then single-token steps. All three are
+    the prompt's prefill; the last was left an iteration (its keys grew past its tokens, as a verify round's do) and
+    the first two said nothing. A prefill then a verify round, [1, 28] then [1, 4] with 28 and 32 keys, is two steps:
+    no run, the round stays (`test_a_verify_round_that_appends_to_the_cache_is_no_prefill`)."""
+    chunked = [[1, 16]] * 3 + [[1, 1]] * 4
+    a = analyze(load_trace(_shaped_steps(tmp_path, chunked, keys=[16, 32, 48, 49, 50, 51, 52])))
+    assert [s.kind for s in a.steps] == ["prefill"] * 3 + ["decode"] * 4
+    last_shorter = [[1, 16], [1, 16], [1, 8], [1, 1], [1, 1]]
+    a = analyze(load_trace(_shaped_steps(tmp_path, last_shorter, keys=[16, 32, 40, 41, 42])))
+    assert [s.kind for s in a.steps] == ["prefill"] * 3 + ["decode"] * 2
+    lookup = [[1, 28], [1, 4], [1, 1], [1, 1], [1, 1]]
+    a = analyze(load_trace(_shaped_steps(tmp_path, lookup, keys=[28, 32, 33, 34, 35])))
+    assert [s.kind for s in a.steps] == ["profiler_step"] * 2 + ["decode"] * 3
+
+
 def _cpu_trace(tmp_path: Path, events: list[dict]) -> Path:
     """A CPU-only torch.profiler chrome trace of `events` (X events on one thread; ts/dur in us)."""
     base = {"ph": "X", "pid": 7, "tid": 7}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from probe.analysis.ledger.build import analyze
-from probe.analysis.ledger.steps import find_steps
+from probe.analysis.ledger.steps import RULE_STEPS, compile_steps_regex, find_steps
 from probe.analysis.ledger.types import AnalyzeOptions
 from probe.analysis.ledger.units import SDPA, Tree, launch_calls
 from probe.analysis.trace import Kind, load_trace
@@ -1325,3 +1325,131 @@ def test_a_denoising_loop_that_calls_its_network_twice_a_step_is_cut_per_step(tm
     steps = find_steps(load_trace(t.write(tmp_path)))
     assert steps.rule == "repeating cycle: 10 iterations of sibling events from 'nn.Module: Net_0' on thread 1/1"
     assert [int(s) // 1000 for s in steps.start] == [2000 * i for i in range(10)]
+
+
+def tool_loop(tokens: int, sampled: bool) -> Trace:
+    """Another tool's trace of a decoding loop (category `fee`, as VizTracer writes its function calls): a `main`
+    [0, 100 * tokens + 50] holding a set-up call [1, 9] and per token a `forward` [b, b + 70] (two `matmul` calls
+    inside it, [b + 5, b + 30] and [b + 35, b + 60]) then a `sample` [b + 75, b + 90], b = 10 + 100 * i. Sampled:
+    every event starts and ends on a 10 us grid shared with the events around it, as a sampler's stacks do."""
+    t = Trace()
+
+    def at(x: float) -> float:
+        return round(x / 50) * 50 if sampled else x
+
+    t.host("fee", "main", 0, 100 * tokens + 50)
+    t.host("fee", "setup", 1, 9)
+    for i in range(tokens):
+        b = 10 + 100 * i
+        t.host("fee", "forward", at(b), at(b + 70))
+        for m in (5, 35):
+            t.host("fee", "matmul", at(b + m), at(b + m + 25))
+        t.host("fee", "sample", at(b + 75), at(b + 90))
+    return t
+
+
+def test_another_tools_trace_of_a_loop_is_cut_at_each_token(tmp_path):
+    """A trace with no op, frame, range or GPU side, only events of a category the reader does not know (VizTracer's
+    function calls, ONNX Runtime's runs and nodes): their nesting is the program's, and their innermost calls stand
+    in for its work, so eight tokens' forward (the heaviest name, eight times, back to back with the samples
+    between) are eight steps. Before, nothing stood in for the work and the trace was one window."""
+    path = tool_loop(8, sampled=False).write(tmp_path)
+    steps = find_steps(load_trace(path))
+    assert len(steps.names) == 8, steps.rule
+    assert [int(s) // 1000 for s in steps.start] == [10 + 100 * i for i in range(8)]
+
+
+def test_a_samplers_stacks_are_not_cut_into_steps(tmp_path):
+    """The same loop as a sampler writes it (py-spy's chrome trace): each frame begins and ends at a sample, so the
+    events share their instants (fewer distinct starts and ends than events). Its events are runs of samples, not
+    calls: no count of them is an iteration count, and the trace stays one window, said to be a sampler's."""
+    path = tool_loop(8, sampled=True).write(tmp_path)
+    steps = find_steps(load_trace(path))
+    assert steps.names == ["trace"]
+    assert any("a sampler's stacks" in w for w in steps.warnings)
+    assert not any(
+        "a sampler's stacks" in w for w in find_steps(load_trace(tool_loop(8, False).write(tmp_path))).warnings
+    )
+
+
+def test_a_loop_that_calls_one_of_two_models_a_step_is_cut_per_step(tmp_path):
+    """A router's loop (CPU only): each iteration picks one of two models (a small linear, its argmax), calls that
+    model's forward (a module frame of five ops) and appends the token, the models in no fixed order (A B B A A B).
+    Each model's forward runs in some iterations only, so neither counts with the cycle of six, and together they
+    hold most of the ops: the loop was one window. One of them runs in every iteration, equally often: a branch's
+    alternatives, which count with it; six steps, each from its `aten::select` to the next, the last to its `cat`."""
+    t = Trace()
+    for i, model in enumerate("ABBAAB"):
+        b = 500 * i
+        t.host("cpu_op", "aten::select", b, b + 5)
+        t.host("cpu_op", "aten::linear", b + 10, b + 20)
+        t.host("cpu_op", "aten::argmax", b + 25, b + 30)
+        t.host("python_function", f"nn.Module: {model}_0", b + 40, b + 400)
+        for j in range(5):
+            t.host("cpu_op", "aten::mm" if model == "A" else "aten::addmm", b + 50 + 60 * j, b + 100 + 60 * j)
+        t.host("cpu_op", "aten::cat", b + 410, b + 490)
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert len(steps.names) == 6, steps.rule
+    assert [(int(s) // 1000, int(e - s) // 1000) for s, e in zip(steps.start, steps.end, strict=True)] == [
+        *((500 * i, 500) for i in range(5)),
+        (2500, 490),
+    ]
+
+
+def test_another_tools_events_with_no_category_are_cut_at_each_step(tmp_path):
+    """A tool that writes no category at all (JAX's profiler: its host events, Python frames as `$file:N name`, the
+    jitted call, the runtime's execute): in a trace not torch's these events are the program's own, as a foreign
+    category's are, so the loop's repeating call cuts it. Six steps of a `PjitFunction(step)` holding an execute,
+    then a Python frame reading the result back. Before, the trace was one window with its time "between ops"."""
+    events = []
+    for i in range(6):
+        b = 100 * i
+        events += [
+            {"ph": "X", "name": "PjitFunction(step)", "pid": 1, "tid": 1, "ts": b, "dur": 40},
+            {"ph": "X", "name": "Execute", "pid": 1, "tid": 1, "ts": b + 5, "dur": 30},
+            {"ph": "X", "name": "$array.py:600 _value", "pid": 1, "tid": 1, "ts": b + 50, "dur": 20},
+        ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    steps = find_steps(load_trace(path))
+    assert len(steps.names) == 6, steps.rule
+    assert [int(s) // 1000 for s in steps.start] == [100 * i for i in range(6)]
+
+
+def test_steps_names_another_tools_events(tmp_path):
+    """`--steps` searches another tool's events (a category the reader does not know) with the ranges: a VizTracer
+    trace's `forward` calls are the steps asked for. Before, it matched "no range", the rules ran instead, and the
+    warning's advice (name the ranges with --steps) could not be followed."""
+    path = tool_loop(8, sampled=False).write(tmp_path)
+    steps = find_steps(load_trace(path), compile_steps_regex("^forward$"))
+    assert steps.rule == RULE_STEPS and len(steps.names) == 8
+    assert not any("matched no range" in w for w in steps.warnings)
+
+
+@pytest.mark.parametrize(("inside", "excerpt"), [(False, False), (True, False), (False, True)])
+def test_a_first_step_the_profiler_started_inside_is_said(tmp_path, inside, excerpt):
+    """With stacks, the frames open when the profiler starts are written as starting then, its own start call's
+    innermost, and those end first. Started before the loop ([5, 50], then four forwards from 100 us): no step began
+    before a frame ended, nothing said. Started from a hook inside the first forward (the forward [10, 600] holds
+    the hook, which holds the start call [25, 60], and one matmul of the others' embedding and three): the first
+    step began before any frame ended and holds less than half the work of the others, and is said to be the rest
+    of an iteration the recording started inside. An excerpt cut to whole steps (no frame ends before its first
+    step, as in the shared tiled engine traces) has a first step as whole as the rest: not said."""
+    t = Trace()
+    t.host("python_function", "main.py(1): <module>", 0, 5000)
+    if not inside and not excerpt:  # an excerpt holds no frame that ended before its first step
+        t.host("python_function", "torch/profiler/profiler.py(1128): start", 5, 50)
+    for i in range(4):
+        cut = inside and i == 0
+        t.host("python_function", "nn.Module: M_0", 10 if cut else 100 + 1000 * i, 1000 * i + 900)
+        if cut:
+            t.host("python_function", "main.py(9): hook", 20, 200)
+            t.host("python_function", "torch/profiler/profiler.py(1128): start", 25, 60)
+        else:
+            t.host("cpu_op", "aten::embedding", 1000 * i + 120, 1000 * i + 150)
+        for j in range(2, 3) if cut else range(3):  # the cut one holds the rest of its forward only
+            t.host("cpu_op", "aten::mm", 1000 * i + 300 + 150 * j, 1000 * i + 400 + 150 * j)
+    steps = find_steps(load_trace(t.write(tmp_path)))
+    assert len(steps.names) == 4, steps.rule
+    said = [w for w in steps.warnings if "began before the recording did" in w]
+    assert len(said) == int(inside)

@@ -16,6 +16,13 @@ iteration, a `--steps` step or an engine step whose marker gives no kind); a kin
   starts empty) or the whole preallocated cache (a static one: as many as the step before read); a step whose keys
   grew past its own tokens appends to a cache it did not start: prompt lookup's or an assistant's verify round,
   a later chunk of a chunked prefill. Its kind stays.
+- T > 1 in a **chunked prefill** (`chunked_runs`): a run of at least three steps of one B, each T > 1, the first
+  starting its cache (its attention's keys are its own tokens), each next one's keys the step before's plus its
+  own tokens (it appends its chunk to the cache the run wrote), all but the last of one T and the last no longer,
+  and the next step reads [B', 1]: each is a **prefill**, one prompt's chunks (HF `generate(prefill_chunk_size=)`).
+  Without the chunks' keys (no shapes, a static cache's preallocated keys) only the last is read, by the rule
+  above. Two steps are no run: a prefill and a prompt lookup's first verify round read [1, P] then [1, c] with
+  the keys so grown.
 - T > 1 in a run of at least three steps of one B whose T grows by one a step ([B, T], [B, T + 1], [B, T + 2]):
   **decode without a KV cache**. Each step re-reads the whole sequence to make one new token (HF
   `generate(use_cache=False)`, a hand loop that feeds back the whole sequence): one new token a sequence, so a
@@ -47,7 +54,7 @@ from probe.analysis.intervals import assign
 from probe.analysis.ledger.steps import StepTokens
 from probe.analysis.ledger.units import SDPA, keys_read
 from probe.analysis.trace import Kind, Trace
-from probe.counts import counts
+from probe.counts import shape_counts
 
 EMBEDDING = "aten::embedding"  # embedding(weight, indices): its indices are [batch, tokens]
 PHASELESS = frozenset({"profiler_step", "step", "iteration"})  # the kinds that name no phase
@@ -73,7 +80,7 @@ def first_embeddings(
     are left out."""
     out = {}
     for i, dims in _first_dims(trace, EMBEDDING, start, end, pid, tid).items():
-        if (indices := counts(dims[1] if len(dims) > 1 else None, 2)) is not None:
+        if (indices := shape_counts(dims[1] if len(dims) > 1 else None, 2)) is not None:
             out[i] = (indices[0], indices[1])
     return out
 
@@ -132,13 +139,44 @@ def shape_kinds(kinds: list[str], shapes: dict[int, tuple[int, int]], keys: dict
     keys its first attention read (`first_keys`)."""
     keys = keys or {}
     growing = growing_runs(len(kinds), shapes)
+    chunks = chunked_runs(len(kinds), shapes, keys)
     read = [
-        shape_kind(kind, shapes.get(i), shapes.get(i + 1), i in growing, _extends(i, shapes.get(i), keys))
+        vocabulary.PREFILL
+        if i in chunks and kind in PHASELESS
+        else shape_kind(kind, shapes.get(i), shapes.get(i + 1), i in growing, _extends(i, shapes.get(i), keys))
         for i, kind in enumerate(kinds)
     ]
     shaped = [i for i, kind in enumerate(kinds) if kind in PHASELESS and i in shapes]
     phased = sum(read[i] != kinds[i] for i in shaped)
     return read if 2 * phased > len(shaped) else list(kinds)
+
+
+def chunked_runs(n: int, shapes: dict[int, tuple[int, int]], keys: dict[int, int], least: int = 3) -> set[int]:
+    """The steps (by position, of `n`) in a chunked prefill (the module docstring): runs of at least `least` steps of
+    one B and T > 1, the first's keys its own T, each next one's the step before's plus its own T, all but the last
+    of one T and the last no longer, followed by a step reading [B', 1]."""
+    out: set[int] = set()
+    i = 0
+    while i < n:
+        first, k = shapes.get(i), keys.get(i)
+        if first is None or first[1] < 2 or k != first[1]:
+            i += 1
+            continue
+        j = i
+        while (
+            (cur := shapes.get(j + 1)) is not None
+            and cur[0] == first[0]
+            and cur[1] > 1
+            and shapes[j][1] == first[1]
+            and cur[1] <= first[1]
+            and keys.get(j + 1) == keys[j] + cur[1]
+        ):
+            j += 1
+        after = shapes.get(j + 1)
+        if j + 1 - i >= least and after is not None and after[1] == 1:
+            out.update(range(i, j + 1))
+        i = j + 1
+    return out
 
 
 def _extends(i: int, shape: tuple[int, int] | None, keys: dict[int, int]) -> bool:

@@ -5,7 +5,9 @@ The rules, tried in this order; the first that finds anything wins, and `StepSet
 1. `--steps REGEX` when given: every range a trace holds whose name the pattern matches anywhere (a search, as
    `grep`: `--steps execute_` finds vLLM's `execute_new_1_cached_0`; `^...$` anchors it to the whole name): torch
    `user_annotation`s and NVTX ranges, `ProfilerStep#N`, cpu_ops, and Python frames (`python_function`, so
-   `--steps execute_model` finds vLLM's worker frames); `--steps-kind` keeps some of those kinds only
+   `--steps execute_model` finds vLLM's worker frames), and with the ranges another tool's events of categories the
+   reader does not know (`foreign_rows`: VizTracer's function calls, ONNX Runtime's runs, a hand-written trace's
+   spans); `--steps-kind` keeps some of those kinds only
    (`STEP_KINDS`). The pattern is compiled for RE2 by probe.analysis.ledger.patterns, so no pattern can make the
    search backtrack. An explicit request comes first; one that matches nothing is a warning in `StepSet.warnings`
    (the CLI prints warnings on stderr before its tables), and the rules below apply.
@@ -70,10 +72,11 @@ from probe.analysis.ledger.units import (
     numbered_ranges,
     outermost,
     repeating_unit,
+    sampled_stacks,
     threads_by_launches,
     unit_work,
 )
-from probe.analysis.trace import GRAPH_LAUNCH, PROFILER_STEP_PREFIX, Kind, Trace
+from probe.analysis.trace import GRAPH_LAUNCH, PROFILER_STEP_PREFIX, Kind, Trace, foreign_rows
 from probe.counts import DIGITS, MAX_COUNT, count
 from probe.errors import ProbeError
 
@@ -86,7 +89,7 @@ RULE_STEPS, RULE_PROBE, RULE_PROFILER, RULE_GRAPH, RULE_WINDOW = (
 )
 # `--steps-kind`: the kinds of range `--steps` searches, by the name a user knows them by
 STEP_KINDS: dict[str, tuple[Kind, ...]] = {
-    "range": (Kind.USER_RANGE, Kind.PROFILER_STEP),  # user annotations (record_function), NVTX, ProfilerStep#N
+    "range": (Kind.USER_RANGE, Kind.PROFILER_STEP),  # user annotations, NVTX, ProfilerStep#N (and foreign events)
     "cpu_op": (Kind.CPU_OP,),
     "python": (Kind.PYTHON,),  # python_function frames (with_stack=True)
 }
@@ -358,8 +361,38 @@ def parse_steps_kinds(text: str | None) -> tuple[Kind, ...]:
 def find_steps(trace: Trace, steps: Pattern | None = None, kinds: tuple[Kind, ...] | None = None) -> StepSet:
     """The trace's steps by the first rule that finds any (see the module docstring); `steps` is searched for
     in the names of the ranges of `kinds` (every kind `--steps` reads when None; anchor the pattern with `^...$` to
-    match whole names). A last step the profiler stopped inside is said (`_cut_by_stop`)."""
-    return _cut_by_stop(trace, _by_rules(trace, steps, kinds))
+    match whole names). A last step the profiler stopped inside is said (`_cut_by_stop`), and a first step it
+    started inside (`_cut_by_start`)."""
+    return _cut_by_start(trace, _cut_by_stop(trace, _by_rules(trace, steps, kinds)))
+
+
+def _cut_by_start(trace: Trace, found: StepSet) -> StepSet:
+    """Warn of a first step the recording started inside: of two steps or more, the first begins before any Python
+    frame of its thread has ended, and holds less than half the work (`unit_work`) of the median step after it.
+    With stacks, torch's profiler writes the frames open when it starts as starting then, the frames of its own
+    start call innermost, and those end first: a loop traced from its start (`with profile():`, `prof.start()`
+    before it) begins its first step after they ended; a profiler started from inside an iteration (a hook in the
+    forward) leaves that iteration's frames around its start, so the first step's window holds only the
+    iteration's rest, and its figures are of the part recorded. A trace cut to whole steps (a tool's excerpt that
+    begins at its first step's marker) also starts before any frame ended, but its first step is as whole as the
+    rest: it is not said."""
+    if len(found.start) < 2:
+        return found
+    i = int(np.argmin(found.start))
+    frames = trace.rows(Kind.PYTHON)
+    frames = frames[(trace.pid[frames] == found.pid[i]) & (trace.tid[frames] == found.tid[i])]
+    if not len(frames) or found.start[i] >= trace.end_ns[frames].min():
+        return found
+    work = unit_work(trace, launch_calls(trace))
+    work = np.sort(trace.ts_ns[work[(trace.pid[work] == found.pid[i]) & (trace.tid[work] == found.tid[i])]])
+    held = np.searchsorted(work, found.end, side="left") - np.searchsorted(work, found.start, side="left")
+    if 2 * held[i] < np.median(np.delete(held, i)):
+        found.warnings.append(
+            f"the first step ({found.names[i]}) began before the recording did: it starts before any Python frame "
+            "of its thread ended, inside the frames open when the profiler started; its figures are of the part "
+            "recorded"
+        )
+    return found
 
 
 def _cut_by_stop(trace: Trace, found: StepSet) -> StepSet:
@@ -390,6 +423,8 @@ def _by_rules(trace: Trace, steps: Pattern | None, kinds: tuple[Kind, ...] | Non
     ranges = trace.rows(Kind.USER_RANGE, Kind.PROFILER_STEP)
     if steps is not None:
         searched = trace.rows(*(kinds or parse_steps_kinds(None)))
+        if Kind.USER_RANGE in (kinds or parse_steps_kinds(None)):  # another tool's events name code as ranges do
+            searched = np.concatenate((searched, foreign_rows(trace)))
         match = trace.name_ids(lambda s: steps.search(s) is not None)
         rows = outermost(trace, searched[match[trace.name_id[searched]]])
         if len(rows):
@@ -569,6 +604,12 @@ def _whole_trace(trace: Trace, calls: np.ndarray, warnings: list[str]) -> StepSe
     warnings.append(
         "no step markers found: the whole trace is one step. Name the ranges that mark a step with --steps REGEX"
     )
+    if sampled_stacks(trace):
+        warnings.append(
+            "its events share their instants (each begins and ends at a sample, a whole stack at once): a "
+            "sampler's stacks, runs of samples alike, not calls; no iteration is counted from them, a call shorter "
+            "than the sampling interval is missing, and their times are the samples'"
+        )
     return StepSet(
         RULE_WINDOW,
         ["trace"],

@@ -42,7 +42,9 @@ from the outside in:
    forward): from three iterations on, a name whose count is a multiple of K - 1 counts with them when it does not occur
    from the last cut on (eight tokens' `argmax`, or their twenty matmuls each, beside nine forwards), so long as the
    last iteration still holds at least half the launches of the median one: less, not nothing (a `while` loop's
-   condition, checked once more than the loop runs, is no iteration of its own).
+   condition, checked once more than the loop runs, is no iteration of its own). A branch's alternatives count with
+   them too (`_branches`): names that do not count alone, none in every iteration, that together run equally often
+   in each (a router's loop calling one of two models a step, in no fixed order).
 
    **A cycle inside each iteration.** Requests served back to back without stacks (each a `generate`: its set-up,
    its prefill, its tokens) are a cycle whose iterations are the requests: each request's set-up runs once, so the
@@ -122,8 +124,8 @@ import numpy as np
 from probe.analysis.intervals import containers, nesting
 from probe.analysis.ledger.gpu import correlation_keys
 from probe.analysis.ledger.host import family_key, frame_name, thread_rows
-from probe.analysis.trace import GPU_OP_KINDS, Kind, Trace
-from probe.counts import counts
+from probe.analysis.trace import GPU_OP_KINDS, Kind, Trace, foreign_rows
+from probe.counts import shape_counts
 
 MAJORITY = 0.5  # a container holds at least half the scope's launches; so does a cycle, from first to last
 WHOLE = 0.95  # a unit holds all but 5% of the launches between its first and last occurrence
@@ -180,7 +182,9 @@ def unit_work(trace: Trace, calls: np.ndarray) -> np.ndarray:
     one per call the model made, so a CPU loop is cut by the same rules (a unit or a cycle that holds most of them). A
     trace of ranges alone (no GPU side and no op: an NVTX-annotated CPU program under nsys) has only its ranges to say
     where the work is: each thread's innermost ranges (`innermost`) stand in, one per piece of annotated work, so its
-    `step_N` ranges, or its repeating `iteration` range, are its steps by the same rules."""
+    `step_N` ranges, or its repeating `iteration` range, are its steps by the same rules. A trace with no range
+    either, only events of categories the reader does not know (another tool's: `foreign_events`), has their
+    innermost stand in alike."""
     if len(calls) or len(trace.rows(*GPU_OP_KINDS)):
         return calls
     ops = trace.rows(Kind.CPU_OP)
@@ -188,7 +192,39 @@ def unit_work(trace: Trace, calls: np.ndarray) -> np.ndarray:
     if len(ops):
         return called(trace, ops)
     ranges = trace.rows(Kind.USER_RANGE)
-    return innermost(trace, ranges[trace.stream[ranges] < 0])
+    ranges = ranges[trace.stream[ranges] < 0]
+    return innermost(trace, ranges if len(ranges) else foreign_events(trace))
+
+
+def foreign_events(trace: Trace) -> np.ndarray:
+    """The host events of categories the reader does not know (`foreign_rows`), in a trace that has nothing else to
+    read a unit from: no GPU side, no op, frame or range (another tool's trace: VizTracer's function calls, ONNX
+    Runtime's sessions and its graph's nodes). They name the program's own code as ranges do
+    (`host.named_range_rows` reads them so), and their nesting is the program's, so they join the `Tree` and their
+    innermost stand in for its work (`unit_work`): a loop's repeating call is its step by the same rules. Empty
+    wherever the trace has any of those, and where the events share their instants, fewer distinct starts and ends
+    than events: a sampler's stacks (py-spy's chrome trace), whose every frame begins and ends at a sample, one
+    instant for a whole stack. Its events are runs of samples alike, not calls: a frame whose line changed between
+    samples is two events, and calls between two samples are none, so nothing counts its iterations."""
+    if len(trace.rows(*UNIT_KINDS, *GPU_OP_KINDS, Kind.RUNTIME, Kind.PROFILER_STEP)):
+        return np.zeros(0, np.int64)
+    rows = foreign_rows(trace)
+    rows = rows[trace.stream[rows] < 0]
+    return np.zeros(0, np.int64) if _shared_instants(trace, rows) else rows
+
+
+def sampled_stacks(trace: Trace) -> bool:
+    """Whether the trace is a sampler's stacks (`foreign_events`' exception): nothing but events of foreign
+    categories, on the host, with fewer distinct starts and ends than events."""
+    if len(trace.rows(*UNIT_KINDS, *GPU_OP_KINDS, Kind.RUNTIME, Kind.PROFILER_STEP)):
+        return False
+    rows = foreign_rows(trace)
+    return _shared_instants(trace, rows[trace.stream[rows] < 0])
+
+
+def _shared_instants(trace: Trace, rows: np.ndarray) -> bool:
+    """Whether `rows` (two or more) have fewer distinct starts and ends than rows."""
+    return len(rows) > 1 and len(np.unique(np.concatenate((trace.ts_ns[rows], trace.end_ns[rows])))) < len(rows)
 
 
 def called(trace: Trace, ops: np.ndarray) -> np.ndarray:
@@ -257,7 +293,7 @@ def threads_by_launches(trace: Trace, calls: np.ndarray) -> list[tuple[int, int]
 def keys_read(dims: tuple) -> int | None:
     """How many keys an SDPA read, from its recorded input dims: S of its key [B, H, S, E]; None when they say
     no such thing."""
-    key = counts(dims[1] if len(dims) > 1 else None, 4)
+    key = shape_counts(dims[1] if len(dims) > 1 else None, 4)
     return None if key is None else key[2]
 
 
@@ -281,7 +317,7 @@ class Tree:
 
     @classmethod
     def of(cls, trace: Trace, pid: int, tid: int, calls: np.ndarray) -> Tree:
-        rows = thread_rows(trace, trace.rows(*UNIT_KINDS), pid, tid)
+        rows = thread_rows(trace, np.concatenate((trace.rows(*UNIT_KINDS), foreign_events(trace))), pid, tid)
         start, end = trace.ts_ns[rows], trace.end_ns[rows]
         order = np.lexsort((-end, start))
         rows, start, end = rows[order], start[order], end[order]
@@ -294,7 +330,7 @@ class Tree:
         launches = np.sort(trace.ts_ns[thread_rows(trace, calls, pid, tid)])
         held = np.searchsorted(launches, end, side="right") - np.searchsorted(launches, start, side="left")
         by_parent = np.argsort(parent, kind="stable")
-        ranges = trace.kind[rows] == Kind.USER_RANGE
+        ranges = (trace.kind[rows] == Kind.USER_RANGE) | (trace.kind[rows] == Kind.OTHER)  # foreign events name code
         keys = np.full(len(rows), -1, np.int64)
         sdpa = np.flatnonzero(trace.name_ids(lambda s: s == SDPA)[trace.name_id[rows]] & (trace.shape_id[rows] >= 0))
         for i in sdpa.tolist():
@@ -582,6 +618,7 @@ def _cycle(tree: Tree, scope: np.ndarray, where: str) -> Units | None:
     # (a first iteration's extras apart: a token's two forwards beside the prefill's one)
     every = _in_every(inverse, cuts, k, counts)
     ends = every | ((k >= FAMILY_MIN) & (later > 0) & (later % (k - 1) == 0) & (last * (k - 1) == later))
+    ends |= _branches(inverse, cuts, k, ends | (sums == 0))
     last_end = int(tree.end[seq[ends[inverse]]].max())
     start = tree.start[seq[cuts]]
     end = np.append(start[1:], max(last_end, int(start[-1])))
@@ -615,12 +652,36 @@ def _periodic(
     first_more = (later % (k - 1) == 0) & (counts - later >= later // (k - 1))  # extras: 1st or before
     last_less = (counts % (k - 1) == 0) & (last == 0)  # K - 1 times its rate, none in the last iteration
     periodic = _in_every(inverse, cuts, k, counts) | ((k >= FAMILY_MIN) & (first_more | last_less))
+    periodic |= _branches(inverse, cuts, k, periodic | (sums == 0))
     if sums[periodic].sum() < PERIODIC * sums.sum():
         return False
     pieces = tree.count(tree.start[seq[cuts[:-1]]], tree.start[seq[cuts[1:]]])
     short = np.any(periodic & ~first_more & (counts % k != 0) & (sums > 0))  # some name skips the last one
     tail = tree.count(tree.start[seq[cuts[-1:]]], np.array([int(tree.end[seq].max()) + 1]))[0]
     return bool(np.all(pieces > 0) and (not short or 2 * tail >= np.median(pieces)))
+
+
+def _branches(inverse: np.ndarray, cuts: np.ndarray, k: int, counted: np.ndarray) -> np.ndarray:
+    """Per name, whether it is one of a branch's alternatives in the K iterations `cuts` makes: of the names that do
+    not count with the cycle by themselves (`counted` False), none runs in every iteration, and together they run
+    equally often in each, at least once (a loop that calls one of two models a step, as a router picks: each
+    model's forward runs in some iterations only, one of them in every one). Two names at least; else none."""
+    rest = ~counted
+    out = np.zeros(len(counted), bool)
+    if np.count_nonzero(rest) < 2:
+        return out
+    pos = np.flatnonzero(rest[inverse])
+    it = np.searchsorted(cuts, pos, side="right") - 1  # each position's iteration; -1 before the first cut
+    ok = it >= 0
+    per_iteration = np.bincount(it[ok], minlength=k)
+    if per_iteration.min() < 1 or per_iteration.min() != per_iteration.max():
+        return out
+    compact = np.cumsum(rest) - 1
+    table = np.bincount(compact[inverse[pos[ok]]] * k + it[ok], minlength=int(rest.sum()) * k).reshape(-1, k)
+    if np.any(np.all(table > 0, axis=1)):
+        return out
+    out[np.flatnonzero(rest)[table.sum(axis=1) > 0]] = True  # a set-up call before the first cut is none
+    return out
 
 
 def _in_every(inverse: np.ndarray, cuts: np.ndarray, k: int, counts: np.ndarray) -> np.ndarray:

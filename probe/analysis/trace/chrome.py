@@ -1250,11 +1250,14 @@ def foreign_category(cat: str) -> bool:
 
 def foreign_rows(trace: Trace) -> np.ndarray:
     """The rows of a chrome trace (torch's or another tool's) whose category is foreign (`foreign_category`), in ts
-    order; none for an nsys export, whose rows come from the tables it reads."""
+    order; none for an nsys export, whose rows come from the tables it reads. In another tool's trace (not torch's:
+    `_torch_wrote`) an event with no category that nothing read as a call or a device side is its own too (JAX's
+    host events, which name no category), not torch's blank kind of other."""
     if trace.format == "nsys_sqlite":
         return np.zeros(0, np.int64)
     other = trace.rows(Kind.OTHER)
-    return other[trace.name_ids(foreign_category)[trace.cat_id[other]]]
+    foreign = trace.name_ids(lambda s: foreign_category(s) or (s == "" and trace.format == "chrome"))
+    return other[foreign[trace.cat_id[other]]]
 
 
 # The categories torch.profiler writes (those this reader knows by name, bar the empty one): a trace with one is its
