@@ -1258,23 +1258,30 @@ def test_the_tokens_inside_each_of_several_requests_are_the_steps(tmp_path, toke
     assert len(set(steps.names)) == sum(tokens)
 
 
-def test_forwards_back_to_back_are_not_cut_into_their_layers(tmp_path):
-    """Five forwards without stacks, each an embedding, four layers of the same five ops, a norm and a head: the
-    forwards are a cycle, and inside each its four layers are a cycle again, but as many in every forward: a model
-    runs the same layers each time. Five steps, not twenty layers. (Requests of as many tokens each read alike,
-    and stay cut per request.)"""
+def forwards(keys: bool = False) -> Trace:
+    """Five forwards without stacks, each an embedding, four layers of the same five ops, a norm and a head, 10 ms
+    apart; with `keys`, each layer's SDPA records its shapes, reading as many keys in every layer of a forward."""
     t = Trace()
     for f in range(5):
         b = 10_000 * f
         t.host("cpu_op", "aten::embedding", b, b + 50)
         for layer in range(4):
             c = b + 100 + 2000 * layer
-            for j, name in enumerate(("aten::rms_norm", "aten::linear", "aten::scaled_dot_product_attention",
-                                      "aten::rms_norm", "aten::linear")):  # fmt: skip
-                t.host("cpu_op", name, c + 300 * j, c + 300 * j + 200)
+            for j, name in enumerate(("aten::rms_norm", "aten::linear", SDPA, "aten::rms_norm", "aten::linear")):
+                dims = sdpa_dims(1, 20 + f) if keys and name == SDPA else {}
+                t.host("cpu_op", name, c + 300 * j, c + 300 * j + 200, **dims)
         t.host("cpu_op", "aten::rms_norm", b + 8200, b + 8300)
         t.host("cpu_op", "aten::linear", b + 8400, b + 8600)
-    steps = find_steps(load_trace(t.write(tmp_path)))
+    return t
+
+
+@pytest.mark.parametrize("keys", [False, True])
+def test_forwards_back_to_back_are_not_cut_into_their_layers(tmp_path, keys):
+    """The forwards are a cycle, and inside each its four layers are a cycle again, but as many in every forward (a
+    model runs the same layers each time), and where their SDPAs recorded their shapes, each reads as many keys as
+    the layer before: five steps, not twenty layers. (Requests of as many tokens each, without shapes, read alike,
+    and stay cut per request.)"""
+    steps = find_steps(load_trace(forwards(keys).write(tmp_path)))
     assert steps.rule.startswith("repeating cycle: 5 iterations") and "inside each" not in steps.rule
     assert [int(s) // 1000 for s in steps.start] == [0, 10_000, 20_000, 30_000, 40_000]
     same = find_steps(load_trace(requests((8, 8)).write(tmp_path, "requests.json")))
@@ -1284,25 +1291,13 @@ def test_forwards_back_to_back_are_not_cut_into_their_layers(tmp_path):
 def test_requests_of_as_many_tokens_are_cut_into_them_where_attention_reads_more_keys_each(tmp_path):
     """Two requests of eight tokens each: as many in each, as a forward's layers are, so the counts alone cannot
     tell them apart; where each token's SDPA recorded its shapes and reads one key more than the token before (16,
-    then 17 ..), they are tokens: sixteen steps. A forward's layers read as many keys each (below), and stay one
-    step."""
+    then 17 ..), they are tokens: sixteen steps. A forward's layers read as many keys each, and stay one step
+    (`forwards(keys=True)`, above)."""
     steps = find_steps(load_trace(requests((8, 8), keys=True).write(tmp_path)))
     assert steps.rule.endswith("and inside each a cycle again: 8/8 iterations")
     assert [int(s) // 1000 for s in steps.start] == [100 + 1000 * i for i in range(8)] + [
         8200 + 1000 * i for i in range(8)
     ]
-    t = Trace()
-    for f in range(5):
-        b = 10_000 * f
-        t.host("cpu_op", "aten::embedding", b, b + 50)
-        for layer in range(4):
-            c = b + 100 + 2000 * layer
-            t.host("cpu_op", "aten::linear", c, c + 200)
-            t.host("cpu_op", SDPA, c + 300, c + 500, **sdpa_dims(1, 20 + f))
-            t.host("cpu_op", "aten::linear", c + 600, c + 800)
-        t.host("cpu_op", "aten::linear", b + 8400, b + 8600)
-    layers = find_steps(load_trace(t.write(tmp_path, "layers.json")))
-    assert "inside each" not in layers.rule and len(layers.names) == 5
 
 
 def test_a_denoising_loop_that_calls_its_network_twice_a_step_is_cut_per_step(tmp_path):

@@ -630,12 +630,13 @@ def test_kernels_beside_others_save_only_their_time_alone(tmp_path):
 # --- a CPU -----------------------------------------------------------------------------------------------------
 
 
-def _cpu_decode(tmp_path, compiled: bool = False):
+def _cpu_decode(tmp_path, compiled: bool = False, outside_mm: bool = False):
     """A CPU decode step of 100 us: probe's forward range over 85 of it (the other 15 the loop's: sampling), a GEMM
     of 30 us, attention 10, views of 1 (the dispatch floor) and five elementwise ops of 2 (within 20 floors:
-    dispatch, not compute); nine top-level ops, the rest Python and time between ops."""
+    dispatch, not compute); nine top-level ops, the rest Python and time between ops. With `outside_mm`, the step
+    runs 10 us more: a GEMM outside the forward range (92-102), the loop's own."""
     host = [
-        ("user_annotation", "decode#0", 0, 100, {}),
+        ("user_annotation", "decode#0", 0, 110 if outside_mm else 100, {}),
         ("user_annotation", "forward", 5, 90, {}),
         ("cpu_op", "aten::mm", 10, 40, {}),
         ("cpu_op", "aten::transpose", 41, 42, {}),  # a run of views only between two kept ops: no kernel
@@ -648,6 +649,8 @@ def _cpu_decode(tmp_path, compiled: bool = False):
     ]
     if compiled:
         host.append(("cpu_op", "Torch-Compiled Region: 0/0", 5, 95, {}))
+    if outside_mm:
+        host.append(("cpu_op", "aten::mm", 92, 102, {}))
     return _trace(tmp_path, host)
 
 
@@ -672,26 +675,13 @@ def test_a_cpu_step_offers_compile_and_batch_and_no_dispatch_to_zero(tmp_path):
 
 
 def test_compute_outside_the_forward_is_counted_once_by_compile(tmp_path):
-    """_cpu_decode's step with a GEMM of 10 us outside its forward range (92-102, the loop's own matmul: a Gloo
+    """_cpu_decode's step with a GEMM of 10 us outside its forward range (`outside_mm`, the loop's own matmul: a Gloo
     rank's 20 matmuls outside the model's frames). The 25 us outside the forward hold it; the compute compiled is
     the forward's 40, not 50: the overhead is 110 - 25 - 40 = 45 over the forward's 9 top-level ops, 5 us an op,
     for the 4 calls the graph still makes: 25 + 40 + 20 = 85 us. Counted twice (in the outside and again as
     compute, and the matmul as a call of the graph's), the overhead read 35 over 10 ops and the prediction
     25 + 50 + 5 x 3.5 = 92.5."""
-    host = [
-        ("user_annotation", "decode#0", 0, 110, {}),
-        ("user_annotation", "forward", 5, 90, {}),
-        ("cpu_op", "aten::mm", 10, 40, {}),
-        ("cpu_op", "aten::transpose", 41, 42, {}),
-        ("cpu_op", "aten::_scaled_dot_product_flash_attention_for_cpu", 50, 60, {}),
-        ("cpu_op", "aten::view", 60, 61, {}),
-        *(
-            ("cpu_op", f"aten::{op}", 62 + 3 * i, 64 + 3 * i, {})
-            for i, op in enumerate(("add", "mul", "neg", "relu", "sub"))
-        ),
-        ("cpu_op", "aten::mm", 92, 102, {}),
-    ]
-    d = _median(_trace(tmp_path, host))
+    d = _median(_cpu_decode(tmp_path, outside_mm=True))
     compile_ = next(w for w in d.what_if if w.change.startswith("compile"))
     assert compile_.terms == pytest.approx({"compute": 0.04, "outside": 0.025, "overhead": 0.045, "calls": 0.02})
     assert compile_.predicted_step_ms == pytest.approx(0.085)
