@@ -87,9 +87,12 @@ from the outside in:
    than the parts find (a stretch inside one token, the OS running another process, is no gap between steps); where the
    parts have none, such a step ends where the stretch begins (`apart_at_idle`, after the rules above).
 
-Otherwise the thread has no repeating unit: a trace of one forward is not cut into its layers. A graph launch is
-never a unit by itself: the replay launches are pieces when the host repeats a larger unit (vLLM's piecewise graphs:
-81 a step), which (2) finds.
+Otherwise the thread has no repeating unit: a trace of one forward is not cut into its layers. What the counts
+cannot tell from layers stays one window: a `generate` with a static cache, without stacks (its prefill prepares
+its inputs otherwise than a token does, and its last token prepares none, so each token's ops count one fewer or
+more at either end); counting a last iteration's fewer with the cycle cut a 12-layer forward into its layers. A
+graph launch is never a unit by itself: the replay launches are pieces when the host repeats a larger unit (vLLM's
+piecewise graphs: 81 a step), which (2) finds.
 
 A trace that runs nothing on a GPU (a CPU-only run: no launch call and no GPU op) has no launches to hold: there
 each thread's cpu_ops that code called stand in for them (`unit_work`, `called`), one per call the model made (an
