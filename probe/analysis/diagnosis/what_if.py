@@ -36,8 +36,9 @@ to [0, the step], so a what-if never promises more than the step nor less than n
   inside it (Python, dispatch, the time between ops) stays only for the calls a compiled graph still makes (each op
   it calls as it is, each run of fused ops between them, the compiled call), each at the forward's own host cost per
   top-level op; and the compiled call's guard check is added where `probe run` measured it on the model
-  (`Context.compiled_entry_ns`), else said to be unpriced; the step's host work caps the sum, and where the terms
-  pass it (more calls than the forward dispatched, compute outside the forward counted twice) the arithmetic says
+  (`Context.compiled_entry_ns`), else said to be unpriced; the ops outside the forward are in its host work
+  outside, counted once (no compute, call or op of the graph's); the step's host work caps the sum, and where the
+  terms pass it (more calls than the forward dispatched: a scripted forward, one op) the arithmetic says
   min(host, terms = their sum). A training step (a backward or an optimizer step in it:
   FORWARD fails) is offered "compile the model": its forward and, through AOTAutograd, its backward, a compiled call
   for each stretch of either; what a compiled model leaves as it is (the autograd engine's AccumulateGrad, the

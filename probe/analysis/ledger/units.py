@@ -209,20 +209,24 @@ def foreign_events(trace: Trace) -> np.ndarray:
     than events: a sampler's stacks (py-spy's chrome trace), whose every frame begins and ends at a sample, one
     instant for a whole stack. Its events are runs of samples alike, not calls: a frame whose line changed between
     samples is two events, and calls between two samples are none, so nothing counts its iterations."""
-    if len(trace.rows(*UNIT_KINDS, *GPU_OP_KINDS, Kind.RUNTIME, Kind.PROFILER_STEP)):
-        return np.zeros(0, np.int64)
-    rows = foreign_rows(trace)
-    rows = rows[trace.stream[rows] < 0]
-    return np.zeros(0, np.int64) if _shared_instants(trace, rows) else rows
+    rows = _only_foreign(trace)
+    return np.zeros(0, np.int64) if rows is None or _shared_instants(trace, rows) else rows
 
 
 def sampled_stacks(trace: Trace) -> bool:
     """Whether the trace is a sampler's stacks (`foreign_events`' exception): nothing but events of foreign
     categories, on the host, with fewer distinct starts and ends than events."""
+    rows = _only_foreign(trace)
+    return rows is not None and _shared_instants(trace, rows)
+
+
+def _only_foreign(trace: Trace) -> np.ndarray | None:
+    """The host events of foreign categories (`foreign_rows`), where the trace has nothing else to read a unit from
+    (no GPU side, no op, frame, range or runtime call); None where it has."""
     if len(trace.rows(*UNIT_KINDS, *GPU_OP_KINDS, Kind.RUNTIME, Kind.PROFILER_STEP)):
-        return False
+        return None
     rows = foreign_rows(trace)
-    return _shared_instants(trace, rows[trace.stream[rows] < 0])
+    return rows[trace.stream[rows] < 0]
 
 
 def _shared_instants(trace: Trace, rows: np.ndarray) -> bool:
